@@ -1,0 +1,42 @@
+//! `dxdp discover`: the devices of the host, for people or as JSON.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use dxdp::backend::HostFactsSource;
+use dxdp::pipeline::{self, PipelineConfig};
+use dxdp::render;
+
+/// Arguments of `dxdp discover`.
+#[derive(Debug, Args)]
+pub struct DiscoverArgs {
+    /// Print one JSON document `{"devices", "excluded", "warnings", "inContainer"}`.
+    #[arg(long)]
+    json: bool,
+    /// Include integrated adapters.
+    #[arg(long)]
+    include_integrated: bool,
+    /// Include detachable adapters.
+    #[arg(long)]
+    include_detachable: bool,
+}
+
+/// Runs the pipeline and prints the result to stdout.
+pub fn run(args: &DiscoverArgs, source: &dyn HostFactsSource) -> anyhow::Result<ExitCode> {
+    let facts = super::load_facts(source)?;
+    let config = PipelineConfig {
+        include_integrated: args.include_integrated,
+        include_detachable: args.include_detachable,
+        ..PipelineConfig::default()
+    };
+    let discovery = pipeline::discover(&facts, &config);
+    let text = if args.json {
+        render::discovery_json(&discovery)
+    } else {
+        render::discovery_text(&discovery, facts.os.as_ref())
+    };
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,356 @@
+//! Host facts: the raw values a Windows node reports about its DirectX adapters.
+//!
+//! This is plain data with no behaviour. The Windows backend fills it from DXCore, CfgMgr32, D3DKMT
+//! and the registry; a host snapshot file fills it from YAML or JSON. The pipeline
+//! ([`crate::pipeline`]) turns it into devices. The serde derives here *are* the body of the host
+//! snapshot format (see `docs/host-snapshot.md`): unknown fields and wrong types are errors.
+
+use serde::{Deserialize, Serialize};
+
+/// Everything dxdp knows about one host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostFacts {
+    /// Operating system facts; absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<OsFacts>,
+    /// One entry per DXCore adapter, hardware or software.
+    #[serde(default)]
+    pub adapters: Vec<AdapterFacts>,
+    /// Registry keys under HKLM, as they exist on the host.
+    #[serde(default)]
+    pub registry: Vec<RegistryKey>,
+    /// Absolute host paths of files that exist (runtime-file sources, tools).
+    #[serde(default)]
+    pub files: Vec<String>,
+}
+
+/// The default `%SystemRoot%` of a Windows host.
+pub const DEFAULT_SYSTEM_ROOT: &str = r"C:\Windows";
+
+/// Operating system facts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OsFacts {
+    /// e.g. `Windows Server 2022 Datacenter`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product_name: Option<String>,
+    /// e.g. `21H2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_version: Option<String>,
+    /// e.g. `10.0.20348.1547` (major.minor.build.UBR).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<String>,
+    /// `%SystemRoot%`; `C:\Windows` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_root: Option<String>,
+    /// Highest supported minor per major HCS schema version, e.g. `["2.5"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hcs_schema_versions: Vec<String>,
+}
+
+impl OsFacts {
+    /// `%SystemRoot%`, defaulting to `C:\Windows`.
+    pub fn system_root(&self) -> &str {
+        self.system_root
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(DEFAULT_SYSTEM_ROOT)
+    }
+}
+
+/// One DXCore adapter and the device node that belongs to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdapterFacts {
+    /// DXCore `InstanceLuid` as signed 64-bit (`HighPart << 32 | LowPart`). Changes on reboot.
+    pub luid: i64,
+    /// DXCore `HardwareID`.
+    pub hardware_id: HardwareId,
+    /// DXCore `DriverDescription`.
+    #[serde(default)]
+    pub driver_description: String,
+    /// DXCore `DriverVersion`, dotted (`31.0.15.2824`).
+    #[serde(default)]
+    pub driver_version: String,
+    /// DXCore `DedicatedAdapterMemory` in bytes.
+    #[serde(default)]
+    pub dedicated_adapter_memory: u64,
+    /// DXCore `IsHardware`; false for software renderers (WARP, Basic Render Driver).
+    pub is_hardware: bool,
+    /// DXCore `IsIntegrated`.
+    #[serde(default)]
+    pub is_integrated: bool,
+    /// DXCore `IsDetachable`.
+    #[serde(default)]
+    pub is_detachable: bool,
+    /// The DXCore attributes the adapter supports.
+    #[serde(default)]
+    pub attributes: Vec<Attribute>,
+    /// DXCore state `IsDriverUpdateInProgress`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub driver_update_in_progress: bool,
+    /// D3DKMT `DRIVERSTOREPATH`, as reported (usually starting with `\SystemRoot`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_store_path: Option<String>,
+    /// The PnP device node whose adapter LUID matches; absent if none matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pnp: Option<PnpFacts>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl AdapterFacts {
+    /// Whether the adapter reports `attribute`.
+    pub fn has(&self, attribute: Attribute) -> bool {
+        self.attributes.contains(&attribute)
+    }
+}
+
+/// DXCore `DXCoreHardwareID`. Integers; YAML accepts hex (`0x10DE`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HardwareId {
+    /// PCI vendor ID, e.g. `0x10DE`.
+    pub vendor_id: u32,
+    /// PCI device ID.
+    pub device_id: u32,
+    /// PCI subsystem ID (subsystem device in the high half, vendor in the low half).
+    #[serde(default)]
+    pub sub_sys_id: u32,
+    /// PCI revision.
+    #[serde(default)]
+    pub revision: u32,
+}
+
+/// DXCore adapter attributes (the `DXCORE_ADAPTER_ATTRIBUTE_*` GUIDs) dxdp knows about.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Attribute {
+    /// `DXCORE_ADAPTER_ATTRIBUTE_D3D11_GRAPHICS`.
+    D3D11_GRAPHICS,
+    /// `DXCORE_ADAPTER_ATTRIBUTE_D3D12_GRAPHICS`.
+    D3D12_GRAPHICS,
+    /// `DXCORE_ADAPTER_ATTRIBUTE_D3D12_CORE_COMPUTE`.
+    D3D12_CORE_COMPUTE,
+    /// `DXCORE_ADAPTER_ATTRIBUTE_D3D12_GENERIC_ML` (NPUs and other ML accelerators).
+    D3D12_GENERIC_ML,
+    /// `DXCORE_ADAPTER_ATTRIBUTE_D3D12_GENERIC_MEDIA`.
+    D3D12_GENERIC_MEDIA,
+}
+
+/// The PnP device node of an adapter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PnpFacts {
+    /// Device instance ID, e.g. `PCI\VEN_10DE&DEV_1EB8&...\3&13C0B0C5&1&D8`.
+    pub instance_id: String,
+    /// `DEVPKEY_Device_DeviceDesc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `DEVPKEY_Device_Manufacturer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manufacturer: Option<String>,
+    /// `DEVPKEY_Device_LocationPaths`, all strings in order.
+    #[serde(default)]
+    pub location_paths: Vec<String>,
+    /// `DEVPKEY_Device_Driver`, e.g. `{4d36e968-e325-11ce-bfc1-08002be10318}\0004`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_key: Option<String>,
+    /// CfgMgr problem code; 0 means the device works.
+    #[serde(default)]
+    pub problem_code: u32,
+}
+
+/// One registry key and its values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryKey {
+    /// Full key path starting with `HKLM\`.
+    pub key: String,
+    /// The key's values, in any order.
+    #[serde(default)]
+    pub values: Vec<RegistryValue>,
+}
+
+/// Registry value types, by their Win32 names.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RegType {
+    /// `REG_NONE`.
+    REG_NONE,
+    /// `REG_SZ`.
+    REG_SZ,
+    /// `REG_EXPAND_SZ`.
+    REG_EXPAND_SZ,
+    /// `REG_BINARY`.
+    REG_BINARY,
+    /// `REG_DWORD`.
+    REG_DWORD,
+    /// `REG_DWORD_BIG_ENDIAN`.
+    REG_DWORD_BIG_ENDIAN,
+    /// `REG_LINK`.
+    REG_LINK,
+    /// `REG_MULTI_SZ`.
+    REG_MULTI_SZ,
+    /// `REG_RESOURCE_LIST`.
+    REG_RESOURCE_LIST,
+    /// `REG_FULL_RESOURCE_DESCRIPTOR`.
+    REG_FULL_RESOURCE_DESCRIPTOR,
+    /// `REG_RESOURCE_REQUIREMENTS_LIST`.
+    REG_RESOURCE_REQUIREMENTS_LIST,
+    /// `REG_QWORD`.
+    REG_QWORD,
+}
+
+impl RegType {
+    /// The shape of data this type carries in a snapshot.
+    pub fn data_shape(self) -> DataShape {
+        match self {
+            RegType::REG_SZ | RegType::REG_EXPAND_SZ | RegType::REG_LINK => DataShape::String,
+            RegType::REG_MULTI_SZ => DataShape::Strings,
+            RegType::REG_DWORD | RegType::REG_DWORD_BIG_ENDIAN => {
+                DataShape::Integer(u32::MAX.into())
+            }
+            RegType::REG_QWORD => DataShape::Integer(u64::MAX),
+            RegType::REG_NONE
+            | RegType::REG_BINARY
+            | RegType::REG_RESOURCE_LIST
+            | RegType::REG_FULL_RESOURCE_DESCRIPTOR
+            | RegType::REG_RESOURCE_REQUIREMENTS_LIST => DataShape::Hex,
+        }
+    }
+}
+
+/// How a registry value's data is written in a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataShape {
+    /// One string.
+    String,
+    /// A list of strings.
+    Strings,
+    /// An unsigned integer no larger than the bound.
+    Integer(u64),
+    /// Bytes as a string of hex digit pairs (`"0a1bff"`, empty for no bytes).
+    Hex,
+}
+
+/// The data of a registry value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RegData {
+    /// `REG_DWORD`, `REG_QWORD`.
+    Integer(u64),
+    /// `REG_SZ`, `REG_EXPAND_SZ`, `REG_LINK`; hex bytes for binary types.
+    String(String),
+    /// `REG_MULTI_SZ`.
+    Strings(Vec<String>),
+}
+
+/// One registry value. Its data must have the shape its type calls for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawRegistryValue")]
+pub struct RegistryValue {
+    /// Value name; empty for the default value.
+    pub name: String,
+    /// Value type.
+    #[serde(rename = "type")]
+    pub kind: RegType,
+    /// Value data.
+    pub data: RegData,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRegistryValue {
+    #[serde(default)]
+    name: String,
+    #[serde(rename = "type")]
+    kind: RegType,
+    data: RegData,
+}
+
+impl TryFrom<RawRegistryValue> for RegistryValue {
+    type Error = String;
+
+    fn try_from(raw: RawRegistryValue) -> Result<Self, Self::Error> {
+        check_data_shape(raw.kind, &raw.data)
+            .map_err(|why| format!("registry value `{}`: {why}", raw.name))?;
+        Ok(RegistryValue {
+            name: raw.name,
+            kind: raw.kind,
+            data: raw.data,
+        })
+    }
+}
+
+/// Checks that `data` has the shape `kind` calls for; the error says what was expected.
+pub fn check_data_shape(kind: RegType, data: &RegData) -> Result<(), String> {
+    let ok = match (kind.data_shape(), data) {
+        (DataShape::String, RegData::String(_)) => true,
+        (DataShape::Strings, RegData::Strings(_)) => true,
+        (DataShape::Integer(max), RegData::Integer(n)) => *n <= max,
+        (DataShape::Hex, RegData::String(s)) => {
+            s.len() % 2 == 0 && s.bytes().all(|b| b.is_ascii_hexdigit())
+        }
+        _ => false,
+    };
+    if ok {
+        return Ok(());
+    }
+    let wanted = match kind.data_shape() {
+        DataShape::String => "a string".to_string(),
+        DataShape::Strings => "a list of strings".to_string(),
+        DataShape::Integer(max) => format!("an integer from 0 to {max}"),
+        DataShape::Hex => "a string of hex digit pairs".to_string(),
+    };
+    Err(format!("type {kind:?} needs {wanted} as data"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_shapes_are_checked_per_type() {
+        let s = || RegData::String("a.dll".into());
+        let hex = || RegData::String("0aFF".into());
+        let list = || RegData::Strings(vec!["a".into()]);
+        let int = |n| RegData::Integer(n);
+        let table: Vec<(RegType, RegData, bool)> = vec![
+            (RegType::REG_SZ, s(), true),
+            (RegType::REG_SZ, list(), false),
+            (RegType::REG_SZ, int(1), false),
+            (RegType::REG_EXPAND_SZ, s(), true),
+            (RegType::REG_MULTI_SZ, list(), true),
+            (RegType::REG_MULTI_SZ, s(), false),
+            (RegType::REG_DWORD, int(u32::MAX.into()), true),
+            (RegType::REG_DWORD, int(u64::from(u32::MAX) + 1), false),
+            (RegType::REG_QWORD, int(u64::MAX), true),
+            (RegType::REG_DWORD, s(), false),
+            (RegType::REG_BINARY, hex(), true),
+            (RegType::REG_BINARY, RegData::String("abc".into()), false),
+            (RegType::REG_BINARY, RegData::String("zz".into()), false),
+            (RegType::REG_NONE, RegData::String(String::new()), true),
+        ];
+        for (kind, data, ok) in table {
+            assert_eq!(
+                check_data_shape(kind, &data).is_ok(),
+                ok,
+                "{kind:?} {data:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn system_root_defaults_to_c_windows() {
+        assert_eq!(OsFacts::default().system_root(), r"C:\Windows");
+        let os = OsFacts {
+            system_root: Some(r"D:\Win".into()),
+            ..OsFacts::default()
+        };
+        assert_eq!(os.system_root(), r"D:\Win");
+    }
+}

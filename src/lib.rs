@@ -1,0 +1,20 @@
+//! dxdp: Kubernetes device plugins that give process-isolated Windows containers DirectX GPUs
+//! and compute accelerators.
+//!
+//! The architecture, in the order data flows:
+//!
+//! - [`facts`]: the host facts model, plain data as the Windows APIs report it.
+//! - [`snapshot`]: the host snapshot file format (the same facts as YAML or JSON).
+//! - [`backend`]: where facts come from (snapshot file, built-in sample host, native Windows).
+//! - [`pipeline`]: pure rules turning facts into devices.
+//! - [`devices`]: the devices, their health and runtime files.
+//! - [`render`]: output for people and machines.
+//! - [`logging`]: `tracing` setup.
+
+pub mod backend;
+pub mod devices;
+pub mod facts;
+pub mod logging;
+pub mod pipeline;
+pub mod render;
+pub mod snapshot;

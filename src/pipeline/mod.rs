@@ -1,0 +1,423 @@
+//! The pipeline: a pure function from host facts (and configuration) to devices.
+//!
+//! No I/O happens here, so every rule is tested on any OS, and the Windows backend and host
+//! snapshots give identical results for identical facts.
+
+pub mod classify;
+pub mod ids;
+pub mod runtime_files;
+pub mod winpath;
+
+use std::collections::HashMap;
+
+use crate::devices::{Device, Discovery, Excluded, ExclusionCode, RuntimeFiles};
+use crate::facts::{AdapterFacts, HostFacts, DEFAULT_SYSTEM_ROOT};
+use runtime_files::{DeviceContext, FileIndex, RegistryIndex};
+
+/// The settings the pipeline takes. The configuration file and environment fill it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineConfig {
+    /// Advertise integrated adapters.
+    pub include_integrated: bool,
+    /// Advertise detachable adapters.
+    pub include_detachable: bool,
+    /// Enumerate `CopyToVm*` runtime files.
+    pub runtime_files: bool,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            include_integrated: false,
+            include_detachable: false,
+            runtime_files: true,
+        }
+    }
+}
+
+/// Runs every rule over `facts`.
+pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
+    let system_root = facts
+        .os
+        .as_ref()
+        .map(|os| os.system_root())
+        .unwrap_or(DEFAULT_SYSTEM_ROOT);
+    let registry = RegistryIndex::new(&facts.registry);
+    let files = FileIndex::new(&facts.files);
+    let mut out = Discovery::default();
+    // compare key of location path -> device ID
+    let mut seen_paths: HashMap<String, String> = HashMap::new();
+    let mut seen_ids: HashMap<String, String> = HashMap::new();
+
+    for adapter in &facts.adapters {
+        let description = describe(adapter);
+        let exclude =
+            |code: ExclusionCode, reason: String, location_path: Option<String>| Excluded {
+                luid: adapter.luid,
+                description: description.clone(),
+                instance_id: adapter.pnp.as_ref().map(|p| p.instance_id.clone()),
+                location_path,
+                code,
+                reason,
+            };
+        if !adapter.is_hardware {
+            out.excluded.push(exclude(
+                ExclusionCode::SoftwareAdapter,
+                "software adapter (not hardware); it cannot be assigned to a container".into(),
+                None,
+            ));
+            continue;
+        }
+        if adapter.is_integrated && !config.include_integrated {
+            out.excluded.push(exclude(
+                ExclusionCode::Integrated,
+                "integrated adapter; integrated devices are not included (includeIntegrated is off)"
+                    .into(),
+                None,
+            ));
+            continue;
+        }
+        if adapter.is_detachable && !config.include_detachable {
+            out.excluded.push(exclude(
+                ExclusionCode::Detachable,
+                "detachable adapter; detachable devices are not included (includeDetachable is off)"
+                    .into(),
+                None,
+            ));
+            continue;
+        }
+        let Some(pnp) = &adapter.pnp else {
+            out.excluded.push(exclude(
+                ExclusionCode::NoDeviceNode,
+                "no device node: no PnP device node reports this adapter's LUID".into(),
+                None,
+            ));
+            continue;
+        };
+        let location_path = pnp
+            .location_paths
+            .first()
+            .map(|p| p.trim())
+            .unwrap_or_default();
+        if location_path.is_empty() {
+            out.excluded.push(exclude(
+                ExclusionCode::NoLocationPath,
+                "the device node has no location path, so the device cannot be assigned individually"
+                    .into(),
+                None,
+            ));
+            continue;
+        }
+        let path_key = winpath::compare_key(location_path);
+        let id = ids::device_id(location_path);
+        if let Some(other) = seen_paths.get(&path_key) {
+            out.excluded.push(exclude(
+                ExclusionCode::DuplicateLocationPath,
+                format!("device {other} already has location path {location_path}"),
+                Some(location_path.to_string()),
+            ));
+            continue;
+        }
+        if let Some(other_path) = seen_ids.get(&id) {
+            out.excluded.push(exclude(
+                ExclusionCode::DuplicateLocationPath,
+                format!("its device ID {id} collides with location path {other_path}"),
+                Some(location_path.to_string()),
+            ));
+            continue;
+        }
+        seen_paths.insert(path_key, id.clone());
+        seen_ids.insert(id.clone(), location_path.to_string());
+
+        let label = format!("{description} ({location_path})");
+        let driver_store_path = adapter
+            .driver_store_path
+            .as_deref()
+            .filter(|p| !p.is_empty())
+            .map(|p| winpath::expand_system_root(p, system_root));
+        let in_container = driver_store_path
+            .as_deref()
+            .is_some_and(|p| p.to_ascii_lowercase().contains("hostdriverstore"));
+        out.in_container |= in_container;
+
+        let runtime_files = match (&driver_store_path, &pnp.driver_key) {
+            _ if !config.runtime_files || in_container => RuntimeFiles::default(),
+            (Some(store), Some(driver_key)) if !driver_key.is_empty() => runtime_files::resolve(
+                &DeviceContext {
+                    label: &label,
+                    driver_key,
+                    driver_store: store,
+                    vendor_id: adapter.hardware_id.vendor_id,
+                },
+                &registry,
+                &files,
+                &mut out.warnings,
+            ),
+            (None, _) => {
+                out.warnings.push(format!(
+                    "device {label}: the driver store path is unknown, so no runtime files (CUDA, OpenCL, Vulkan, ...) are mounted"
+                ));
+                RuntimeFiles::default()
+            }
+            (Some(_), _) => {
+                out.warnings.push(format!(
+                    "device {label}: the device node has no driver key, so no runtime files (CUDA, OpenCL, Vulkan, ...) are mounted"
+                ));
+                RuntimeFiles::default()
+            }
+        };
+
+        out.devices.push(Device {
+            id,
+            luid: adapter.luid,
+            description,
+            vendor: classify::vendor_name(adapter.hardware_id.vendor_id),
+            vendor_id: adapter.hardware_id.vendor_id,
+            device_id: adapter.hardware_id.device_id,
+            sub_sys_id: adapter.hardware_id.sub_sys_id,
+            revision: adapter.hardware_id.revision,
+            manufacturer: pnp.manufacturer.clone(),
+            location_path: location_path.to_string(),
+            instance_id: pnp.instance_id.clone(),
+            driver_key: pnp.driver_key.clone().filter(|k| !k.is_empty()),
+            driver_version: adapter.driver_version.clone(),
+            driver_store_path,
+            dedicated_memory_bytes: adapter.dedicated_adapter_memory,
+            is_integrated: adapter.is_integrated,
+            is_detachable: adapter.is_detachable,
+            supports_display: classify::supports_display(adapter),
+            supports_compute: classify::supports_compute(adapter),
+            resource: classify::resource(adapter),
+            health: classify::health(pnp.problem_code, adapter.driver_update_in_progress),
+            runtime_files,
+        });
+    }
+    if out.in_container {
+        out.warnings.insert(
+            0,
+            "dxdp is running inside a container (the driver store is under HostDriverStore): runtime files are not enumerated"
+                .into(),
+        );
+    }
+    out.devices
+        .sort_by_cached_key(|d| winpath::compare_key(&d.location_path));
+    out
+}
+
+/// The adapter's description: DXCore's, else the device node's, else its LUID.
+fn describe(adapter: &AdapterFacts) -> String {
+    let dxcore = adapter.driver_description.trim();
+    if !dxcore.is_empty() {
+        return dxcore.to_string();
+    }
+    adapter
+        .pnp
+        .as_ref()
+        .and_then(|p| p.description.as_deref())
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("adapter with LUID {}", adapter.luid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devices::{HealthState, Resource};
+    use crate::facts::{Attribute, HardwareId, PnpFacts};
+
+    fn gpu(luid: i64, location: &str) -> AdapterFacts {
+        AdapterFacts {
+            luid,
+            hardware_id: HardwareId {
+                vendor_id: 0x10DE,
+                device_id: 0x1EB8,
+                sub_sys_id: 0,
+                revision: 0,
+            },
+            driver_description: format!("GPU {luid}"),
+            driver_version: "1.2.3.4".into(),
+            dedicated_adapter_memory: 1 << 30,
+            is_hardware: true,
+            is_integrated: false,
+            is_detachable: false,
+            attributes: vec![Attribute::D3D12_GRAPHICS, Attribute::D3D12_CORE_COMPUTE],
+            driver_update_in_progress: false,
+            driver_store_path: Some(r"\SystemRoot\System32\DriverStore\FileRepository\x".into()),
+            pnp: Some(PnpFacts {
+                instance_id: format!("PCI\\X\\{luid}"),
+                description: None,
+                manufacturer: None,
+                location_paths: vec![location.into()],
+                driver_key: Some(r"{4d36e968-e325-11ce-bfc1-08002be10318}\0000".into()),
+                problem_code: 0,
+            }),
+        }
+    }
+
+    fn host(adapters: Vec<AdapterFacts>) -> HostFacts {
+        HostFacts {
+            adapters,
+            ..HostFacts::default()
+        }
+    }
+
+    #[test]
+    fn exclusion_rules() {
+        type Edit = fn(&mut AdapterFacts);
+        let table: Vec<(&str, Edit, PipelineConfig, Option<ExclusionCode>)> = vec![
+            ("plain", |_| {}, PipelineConfig::default(), None),
+            (
+                "software",
+                |a| a.is_hardware = false,
+                PipelineConfig::default(),
+                Some(ExclusionCode::SoftwareAdapter),
+            ),
+            (
+                "integrated",
+                |a| a.is_integrated = true,
+                PipelineConfig::default(),
+                Some(ExclusionCode::Integrated),
+            ),
+            (
+                "integrated included",
+                |a| a.is_integrated = true,
+                PipelineConfig {
+                    include_integrated: true,
+                    ..PipelineConfig::default()
+                },
+                None,
+            ),
+            (
+                "detachable",
+                |a| a.is_detachable = true,
+                PipelineConfig::default(),
+                Some(ExclusionCode::Detachable),
+            ),
+            (
+                "detachable included",
+                |a| a.is_detachable = true,
+                PipelineConfig {
+                    include_detachable: true,
+                    ..PipelineConfig::default()
+                },
+                None,
+            ),
+            (
+                "no pnp",
+                |a| a.pnp = None,
+                PipelineConfig::default(),
+                Some(ExclusionCode::NoDeviceNode),
+            ),
+            (
+                "no location",
+                |a| {
+                    a.pnp
+                        .as_mut()
+                        .into_iter()
+                        .for_each(|p| p.location_paths.clear())
+                },
+                PipelineConfig::default(),
+                Some(ExclusionCode::NoLocationPath),
+            ),
+            (
+                "blank location",
+                |a| {
+                    a.pnp
+                        .as_mut()
+                        .into_iter()
+                        .for_each(|p| p.location_paths = vec![" ".into(), "PCIROOT(0)".into()])
+                },
+                PipelineConfig::default(),
+                Some(ExclusionCode::NoLocationPath),
+            ),
+        ];
+        for (name, edit, config, expected) in table {
+            let mut a = gpu(1, "PCIROOT(0)#PCI(0100)");
+            edit(&mut a);
+            let d = discover(&host(vec![a]), &config);
+            match expected {
+                None => assert_eq!((d.devices.len(), d.excluded.len()), (1, 0), "{name}"),
+                Some(code) => {
+                    assert!(d.devices.is_empty(), "{name}");
+                    assert_eq!(d.excluded[0].code, code, "{name}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn duplicate_location_paths_keep_the_first() {
+        let d = discover(
+            &host(vec![
+                gpu(1, "PCIROOT(0)#PCI(0100)"),
+                gpu(2, "pciroot(0)#pci(0100)"),
+            ]),
+            &PipelineConfig::default(),
+        );
+        assert_eq!(d.devices.len(), 1);
+        assert_eq!(d.devices[0].luid, 1);
+        assert_eq!(d.excluded[0].code, ExclusionCode::DuplicateLocationPath);
+    }
+
+    #[test]
+    fn devices_are_sorted_by_location_path_and_fields_are_filled() {
+        let mut b = gpu(2, "PCIROOT(0)#PCI(0200)");
+        b.pnp.as_mut().unwrap().problem_code = 43;
+        let d = discover(
+            &host(vec![b, gpu(1, "PCIROOT(0)#PCI(0100)")]),
+            &PipelineConfig::default(),
+        );
+        let paths: Vec<_> = d.devices.iter().map(|d| d.location_path.as_str()).collect();
+        assert_eq!(paths, ["PCIROOT(0)#PCI(0100)", "PCIROOT(0)#PCI(0200)"]);
+        let first = &d.devices[0];
+        assert_eq!(first.vendor, "nvidia");
+        assert_eq!(first.resource, Some(Resource::Display));
+        assert_eq!(
+            first.driver_store_path.as_deref(),
+            Some(r"C:\Windows\System32\DriverStore\FileRepository\x")
+        );
+        assert_eq!(
+            first.host_path(),
+            "vpci-location-path://PCIROOT(0)#PCI(0100)"
+        );
+        assert_eq!(d.devices[1].health.state, HealthState::Unhealthy);
+    }
+
+    #[test]
+    fn host_driver_store_means_in_container() {
+        let mut a = gpu(1, "PCIROOT(0)#PCI(0100)");
+        a.driver_store_path = Some(r"C:\Windows\System32\HostDriverStore\FileRepository\x".into());
+        let d = discover(&host(vec![a]), &PipelineConfig::default());
+        assert!(d.in_container);
+        assert!(d.devices[0].runtime_files.is_empty());
+        assert!(d.warnings[0].contains("inside a container"));
+    }
+
+    #[test]
+    fn missing_driver_store_or_key_warns() {
+        let mut a = gpu(1, "PCIROOT(0)#PCI(0100)");
+        a.driver_store_path = None;
+        let mut b = gpu(2, "PCIROOT(0)#PCI(0200)");
+        b.pnp.as_mut().unwrap().driver_key = None;
+        let d = discover(&host(vec![a, b]), &PipelineConfig::default());
+        assert_eq!(d.devices.len(), 2);
+        assert!(d
+            .warnings
+            .iter()
+            .any(|w| w.contains("driver store path is unknown")));
+        assert!(d.warnings.iter().any(|w| w.contains("no driver key")));
+    }
+
+    #[test]
+    fn description_falls_back_to_device_node_then_luid() {
+        let mut a = gpu(7, "PCIROOT(0)#PCI(0100)");
+        a.driver_description = " ".into();
+        a.pnp.as_mut().unwrap().description = Some("Node desc".into());
+        let mut b = gpu(8, "PCIROOT(0)#PCI(0200)");
+        b.driver_description.clear();
+        let d = discover(&host(vec![a, b]), &PipelineConfig::default());
+        assert_eq!(d.devices[0].description, "Node desc");
+        assert_eq!(d.devices[1].description, "adapter with LUID 8");
+    }
+}

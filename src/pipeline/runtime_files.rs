@@ -1,0 +1,553 @@
+//! Runtime files: the driver's `CopyToVm*` registry values turned into files to mount.
+//!
+//! Drivers list the user-mode DLLs that non-DirectX APIs (CUDA, OpenCL, Vulkan, NVENC, ...) need
+//! in four subkeys of their driver key. Every entry is validated so that nothing can point outside
+//! the driver store or land outside `System32` / `SysWOW64`; problems become warnings, never errors.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::devices::{Origin, RuntimeFile, RuntimeFiles, TargetDir};
+use crate::facts::{RegData, RegType, RegistryKey, RegistryValue};
+use crate::pipeline::winpath;
+
+/// The driver class root in the registry.
+pub const CLASS_ROOT: &str = r"HKLM\SYSTEM\CurrentControlSet\Control\Class";
+
+/// The four subkeys, in the order they are read, with their target directory.
+pub const SUBKEYS: [(&str, TargetDir); 4] = [
+    ("CopyToVmOverwrite", TargetDir::System32),
+    ("CopyToVmWhenNewer", TargetDir::System32),
+    ("CopyToVmOverwriteWow64", TargetDir::SysWow64),
+    ("CopyToVmWhenNewerWow64", TargetDir::SysWow64),
+];
+
+/// Built-in additions per PCI vendor: (vendor ID, target, source, destination).
+const VENDOR_DEFAULTS: [(u32, TargetDir, &str, &str); 3] = [
+    (
+        0x10DE,
+        TargetDir::System32,
+        "nvidia-smi.exe",
+        "nvidia-smi.exe",
+    ),
+    (
+        0x10DE,
+        TargetDir::System32,
+        "vulkaninfo-x64.exe",
+        "vulkaninfo.exe",
+    ),
+    (
+        0x10DE,
+        TargetDir::SysWow64,
+        "vulkaninfo-x86.exe",
+        "vulkaninfo.exe",
+    ),
+];
+
+/// Registry keys indexed for case-insensitive lookup.
+pub struct RegistryIndex<'a> {
+    keys: HashMap<String, &'a RegistryKey>,
+}
+
+impl<'a> RegistryIndex<'a> {
+    /// Indexes `keys`; when a key appears twice the first one is used.
+    pub fn new(keys: &'a [RegistryKey]) -> Self {
+        let mut map = HashMap::new();
+        for key in keys {
+            map.entry(registry_key_id(&key.key)).or_insert(key);
+        }
+        RegistryIndex { keys: map }
+    }
+
+    /// The key at `path`, if the host has it.
+    pub fn get(&self, path: &str) -> Option<&'a RegistryKey> {
+        self.keys.get(&registry_key_id(path)).copied()
+    }
+}
+
+fn registry_key_id(path: &str) -> String {
+    let key = winpath::compare_key(path);
+    match key.strip_prefix(r"hkey_local_machine\") {
+        Some(rest) => format!(r"hklm\{rest}"),
+        None => key,
+    }
+}
+
+/// Host files indexed for case-insensitive lookup.
+pub struct FileIndex {
+    files: HashSet<String>,
+}
+
+impl FileIndex {
+    /// Indexes the given absolute host paths.
+    pub fn new(files: &[String]) -> Self {
+        FileIndex {
+            files: files.iter().map(|f| winpath::compare_key(f)).collect(),
+        }
+    }
+
+    /// Whether `path` exists on the host.
+    pub fn contains(&self, path: &str) -> bool {
+        self.files.contains(&winpath::compare_key(path))
+    }
+}
+
+/// What the rules need to know about one device.
+pub struct DeviceContext<'a> {
+    /// How warnings name the device.
+    pub label: &'a str,
+    /// The driver key below [`CLASS_ROOT`].
+    pub driver_key: &'a str,
+    /// The expanded driver store directory.
+    pub driver_store: &'a str,
+    /// PCI vendor ID, for the built-in additions.
+    pub vendor_id: u32,
+}
+
+/// An entry before its host path is resolved.
+struct Entry {
+    source: String,
+    destination: String,
+    origin: Origin,
+    registry_value: Option<String>,
+}
+
+/// Resolves the runtime files of one device; problems are appended to `warnings`.
+pub fn resolve(
+    device: &DeviceContext<'_>,
+    registry: &RegistryIndex<'_>,
+    files: &FileIndex,
+    warnings: &mut Vec<String>,
+) -> RuntimeFiles {
+    let mut result = RuntimeFiles::default();
+    for target in [TargetDir::System32, TargetDir::SysWow64] {
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut taken: HashMap<String, String> = HashMap::new();
+        for (subkey, _) in SUBKEYS.iter().filter(|(_, t)| *t == target) {
+            let path = format!(r"{CLASS_ROOT}\{}\{subkey}", device.driver_key);
+            let Some(key) = registry.get(&path) else {
+                continue;
+            };
+            let mut values: Vec<&RegistryValue> = key.values.iter().collect();
+            values.sort_by(|a, b| {
+                a.name
+                    .to_lowercase()
+                    .cmp(&b.name.to_lowercase())
+                    .then_with(|| a.name.cmp(&b.name))
+            });
+            for value in values {
+                let label = format!(r"{subkey}\{}", value.name);
+                let Some(entry) = parse_value(value, &label, device.label, warnings) else {
+                    continue;
+                };
+                let dest_key = entry.destination.to_lowercase();
+                if let Some(first) = taken.get(&dest_key) {
+                    warnings.push(format!(
+                        "device {}: registry value {label} maps to {}\\{} which {first} already provides; dropped",
+                        device.label,
+                        target.name(),
+                        entry.destination
+                    ));
+                    continue;
+                }
+                taken.insert(dest_key, label);
+                entries.push(entry);
+            }
+        }
+        for (vendor, t, source, destination) in VENDOR_DEFAULTS {
+            if vendor != device.vendor_id || t != target {
+                continue;
+            }
+            if taken.contains_key(&destination.to_lowercase()) {
+                continue;
+            }
+            taken.insert(destination.to_lowercase(), "a vendor default".into());
+            entries.push(Entry {
+                source: source.into(),
+                destination: destination.into(),
+                origin: Origin::VendorDefault,
+                registry_value: None,
+            });
+        }
+        let resolved: Vec<RuntimeFile> = entries
+            .into_iter()
+            .map(|e| {
+                let host_path = winpath::join(device.driver_store, &e.source);
+                let exists = files.contains(&host_path);
+                if !exists && e.origin == Origin::Registry {
+                    warnings.push(format!(
+                        "device {}: runtime file {host_path} (for {}\\{}) does not exist on the host; it will not be mounted",
+                        device.label,
+                        target.name(),
+                        e.destination
+                    ));
+                }
+                RuntimeFile {
+                    source: e.source,
+                    destination: e.destination,
+                    origin: e.origin,
+                    registry_value: e.registry_value,
+                    host_path,
+                    exists,
+                }
+            })
+            .collect();
+        match target {
+            TargetDir::System32 => result.system32 = resolved,
+            TargetDir::SysWow64 => result.syswow64 = resolved,
+        }
+    }
+    result
+}
+
+/// Turns one registry value into an entry, or explains in `warnings` why not.
+fn parse_value(
+    value: &RegistryValue,
+    label: &str,
+    device: &str,
+    warnings: &mut Vec<String>,
+) -> Option<Entry> {
+    let mut warn = |what: String| {
+        warnings.push(format!("device {device}: registry value {label} {what}"));
+    };
+    let strings: Vec<&str> = match (value.kind, &value.data) {
+        (RegType::REG_SZ, RegData::String(s)) => vec![s.as_str()],
+        (RegType::REG_MULTI_SZ, RegData::Strings(list)) => {
+            if list.len() > 2 {
+                warn(format!(
+                    "has {} strings; only the first two (source, destination) are used",
+                    list.len()
+                ));
+            }
+            list.iter().take(2).map(String::as_str).collect()
+        }
+        (kind, _) => {
+            warn(format!(
+                "has type {kind:?}; only REG_SZ and REG_MULTI_SZ are used; ignored"
+            ));
+            return None;
+        }
+    };
+    let raw_source = strings.first().copied().unwrap_or_default();
+    if raw_source.is_empty() {
+        warn("has an empty source; ignored".into());
+        return None;
+    }
+    let source = match winpath::normalize_source(raw_source) {
+        Ok(s) => s,
+        Err(why) => {
+            warn(format!("rejected: source {raw_source:?} {why}"));
+            return None;
+        }
+    };
+    let destination = match strings.get(1).copied().filter(|d| !d.is_empty()) {
+        Some(d) => d.to_string(),
+        None => winpath::file_name(&source).to_string(),
+    };
+    if let Err(why) = winpath::check_destination(&destination) {
+        warn(format!("rejected: destination {destination:?} {why}"));
+        return None;
+    }
+    Some(Entry {
+        source,
+        destination,
+        origin: Origin::Registry,
+        registry_value: Some(label.to_string()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const DRIVER_KEY: &str = r"{4d36e968-e325-11ce-bfc1-08002be10318}\0001";
+    const STORE: &str = r"C:\Windows\System32\DriverStore\FileRepository\drv.inf_amd64_1";
+
+    fn sz(name: &str, s: &str) -> RegistryValue {
+        RegistryValue {
+            name: name.into(),
+            kind: RegType::REG_SZ,
+            data: RegData::String(s.into()),
+        }
+    }
+
+    fn multi(name: &str, list: &[&str]) -> RegistryValue {
+        RegistryValue {
+            name: name.into(),
+            kind: RegType::REG_MULTI_SZ,
+            data: RegData::Strings(list.iter().map(|s| s.to_string()).collect()),
+        }
+    }
+
+    fn key(subkey: &str, values: Vec<RegistryValue>) -> RegistryKey {
+        RegistryKey {
+            key: format!(r"{CLASS_ROOT}\{DRIVER_KEY}\{subkey}"),
+            values,
+        }
+    }
+
+    fn run(keys: &[RegistryKey], vendor_id: u32, files: &[&str]) -> (RuntimeFiles, Vec<String>) {
+        let files: Vec<String> = files.iter().map(|f| format!(r"{STORE}\{f}")).collect();
+        let ctx = DeviceContext {
+            label: "GPU",
+            driver_key: DRIVER_KEY,
+            driver_store: STORE,
+            vendor_id,
+        };
+        let mut warnings = Vec::new();
+        let rf = resolve(
+            &ctx,
+            &RegistryIndex::new(keys),
+            &FileIndex::new(&files),
+            &mut warnings,
+        );
+        (rf, warnings)
+    }
+
+    fn pairs(files: &[RuntimeFile]) -> Vec<(String, String)> {
+        files
+            .iter()
+            .map(|f| (f.source.clone(), f.destination.clone()))
+            .collect()
+    }
+
+    fn p(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn value_shapes() {
+        // (value, expected (source, destination) or None, expected warning fragment)
+        let table: Vec<(RegistryValue, Option<(&str, &str)>, Option<&str>)> = vec![
+            (
+                multi("a", &["nvcuda_loader64.dll", "nvcuda.dll"]),
+                Some(("nvcuda_loader64.dll", "nvcuda.dll")),
+                None,
+            ),
+            (
+                multi("a", &["lib\\x.dll"]),
+                Some(("lib\\x.dll", "x.dll")),
+                None,
+            ),
+            (multi("a", &["x.dll", ""]), Some(("x.dll", "x.dll")), None),
+            (
+                sz("a", "OpenCL64.dll"),
+                Some(("OpenCL64.dll", "OpenCL64.dll")),
+                None,
+            ),
+            (
+                multi("a", &["x.dll", "y.dll", "z.dll"]),
+                Some(("x.dll", "y.dll")),
+                Some("has 3 strings"),
+            ),
+            (multi("a", &[]), None, Some("empty source")),
+            (multi("a", &["", "y.dll"]), None, Some("empty source")),
+            (sz("a", ""), None, Some("empty source")),
+            (multi("a", &["..\\evil.dll"]), None, Some("`..`")),
+            (multi("a", &["C:\\evil.dll"]), None, Some("drive-qualified")),
+            (multi("a", &["\\\\srv\\share\\evil.dll"]), None, Some("UNC")),
+            (
+                multi("a", &["x.dll", "..\\evil.dll"]),
+                None,
+                Some("destination"),
+            ),
+            (
+                multi("a", &["x.dll", "a\\b.dll"]),
+                None,
+                Some("bare file name"),
+            ),
+            (multi("a", &["x.dll", ".."]), None, Some("destination")),
+            (multi("a", &["x.dll", "a\u{7}.dll"]), None, Some("control")),
+            (
+                RegistryValue {
+                    name: "a".into(),
+                    kind: RegType::REG_DWORD,
+                    data: RegData::Integer(1),
+                },
+                None,
+                Some("REG_DWORD"),
+            ),
+            (
+                RegistryValue {
+                    name: "a".into(),
+                    kind: RegType::REG_EXPAND_SZ,
+                    data: RegData::String("x.dll".into()),
+                },
+                None,
+                Some("REG_EXPAND_SZ"),
+            ),
+        ];
+        for (value, expected, warning) in table {
+            let desc = format!("{value:?}");
+            let (rf, warnings) = run(&[key("CopyToVmOverwrite", vec![value])], 0x1002, &[]);
+            let got = pairs(&rf.system32);
+            match expected {
+                Some(pair) => assert_eq!(got, p(&[pair]), "{desc}"),
+                None => assert!(got.is_empty(), "{desc}: {got:?}"),
+            }
+            if let Some(fragment) = warning {
+                assert!(
+                    warnings.iter().any(|w| w.contains(fragment)),
+                    "{desc}: {warnings:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn order_targets_and_duplicates() {
+        let keys = vec![
+            key(
+                "CopyToVmWhenNewer",
+                vec![
+                    multi("A", &["new.dll", "shared.dll"]),
+                    multi("b", &["only-new.dll"]),
+                ],
+            ),
+            key(
+                "CopyToVmOverwrite",
+                vec![
+                    multi("Zeta", &["z.dll"]),
+                    multi("alpha", &["over.dll", "SHARED.dll"]),
+                ],
+            ),
+            key("CopyToVmOverwriteWow64", vec![multi("x", &["wow.dll"])]),
+            key(
+                "CopyToVmWhenNewerWow64",
+                vec![multi("x", &["wow2.dll", "WOW.DLL"])],
+            ),
+        ];
+        let (rf, warnings) = run(&keys, 0x1002, &[]);
+        assert_eq!(
+            pairs(&rf.system32),
+            p(&[
+                ("over.dll", "SHARED.dll"),
+                ("z.dll", "z.dll"),
+                ("only-new.dll", "only-new.dll")
+            ])
+        );
+        assert_eq!(pairs(&rf.syswow64), p(&[("wow.dll", "wow.dll")]));
+        assert_eq!(
+            rf.system32[0].registry_value.as_deref(),
+            Some(r"CopyToVmOverwrite\alpha")
+        );
+        let dups: Vec<_> = warnings
+            .iter()
+            .filter(|w| w.contains("already provides"))
+            .collect();
+        assert_eq!(dups.len(), 2, "{warnings:?}");
+    }
+
+    #[test]
+    fn nvidia_vendor_defaults_follow_registry_entries() {
+        let keys = vec![key(
+            "CopyToVmOverwrite",
+            vec![multi("smi", &["bin\\nvidia-smi.exe"])],
+        )];
+        let (rf, _) = run(
+            &keys,
+            0x10DE,
+            &["bin\\nvidia-smi.exe", "vulkaninfo-x64.exe"],
+        );
+        assert_eq!(
+            pairs(&rf.system32),
+            p(&[
+                ("bin\\nvidia-smi.exe", "nvidia-smi.exe"),
+                ("vulkaninfo-x64.exe", "vulkaninfo.exe")
+            ])
+        );
+        assert_eq!(rf.system32[0].origin, Origin::Registry);
+        assert_eq!(rf.system32[1].origin, Origin::VendorDefault);
+        assert_eq!(
+            pairs(&rf.syswow64),
+            p(&[("vulkaninfo-x86.exe", "vulkaninfo.exe")])
+        );
+        assert!(!rf.syswow64[0].exists);
+        let (amd, _) = run(&[], 0x1002, &[]);
+        assert!(amd.is_empty());
+    }
+
+    #[test]
+    fn existence_and_host_paths() {
+        let keys = vec![key(
+            "CopyToVmOverwrite",
+            vec![multi("a", &["Sub/A.dll"]), multi("b", &["b.dll"])],
+        )];
+        let (rf, warnings) = run(&keys, 0x1002, &["sub\\a.DLL"]);
+        assert_eq!(rf.system32[0].host_path, format!(r"{STORE}\Sub\A.dll"));
+        assert!(rf.system32[0].exists);
+        assert!(!rf.system32[1].exists);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains(r"b.dll") && warnings[0].contains("GPU"),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn registry_lookup_is_case_insensitive_and_accepts_long_hive_name() {
+        let k = RegistryKey {
+            key: format!(
+                r"HKEY_LOCAL_MACHINE\system\currentcontrolset\control\class\{}\copytovmoverwrite",
+                DRIVER_KEY.to_uppercase()
+            ),
+            values: vec![multi("a", &["a.dll"])],
+        };
+        let (rf, _) = run(&[k], 0x1002, &[]);
+        assert_eq!(rf.system32.len(), 1);
+    }
+
+    fn arb_value() -> impl Strategy<Value = RegistryValue> {
+        let s = prop_oneof![
+            "\\PC{0,12}",
+            "[a-z.\\\\/:]{0,12}",
+            Just("..".to_string()),
+            Just("..\\x.dll".to_string()),
+            Just("C:\\x".to_string()),
+        ];
+        (
+            any::<String>(),
+            prop::collection::vec(s, 0..4),
+            any::<bool>(),
+        )
+            .prop_map(|(name, list, as_sz)| {
+                if as_sz {
+                    RegistryValue {
+                        name,
+                        kind: RegType::REG_SZ,
+                        data: RegData::String(list.concat()),
+                    }
+                } else {
+                    RegistryValue {
+                        name,
+                        kind: RegType::REG_MULTI_SZ,
+                        data: RegData::Strings(list),
+                    }
+                }
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn no_runtime_file_escapes_its_directories(
+            values in prop::collection::vec(arb_value(), 0..8),
+            subkey in 0usize..4,
+        ) {
+            let keys = vec![key(SUBKEYS[subkey].0, values)];
+            let (rf, _) = run(&keys, 0x10DE, &[]);
+            let mut seen = HashSet::new();
+            for (target, file) in rf.iter() {
+                let prefix = format!("{STORE}\\");
+                prop_assert!(file.host_path.starts_with(&prefix));
+                let rest = &file.host_path[prefix.len()..];
+                prop_assert!(!rest.is_empty());
+                prop_assert!(!rest.split('\\').any(|c| c.is_empty() || c == "." || c == ".."), "{}", rest);
+                prop_assert!(!rest.contains(['/', ':']) && !rest.chars().any(char::is_control));
+                prop_assert!(winpath::check_destination(&file.destination).is_ok());
+                prop_assert!(seen.insert((target, file.destination.to_lowercase())), "duplicate {}", file.destination);
+            }
+        }
+    }
+}

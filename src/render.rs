@@ -1,0 +1,229 @@
+//! Rendering of discovery results for people (`dxdp discover`) and machines (`--json`).
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::devices::{Device, Discovery, RuntimeFile};
+use crate::facts::OsFacts;
+
+/// The `discover --json` document.
+pub fn discovery_json(discovery: &Discovery) -> String {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Doc<'a> {
+        devices: &'a [Device],
+        excluded: &'a [crate::devices::Excluded],
+        warnings: &'a [String],
+        in_container: bool,
+    }
+    let doc = Doc {
+        devices: &discovery.devices,
+        excluded: &discovery.excluded,
+        warnings: &discovery.warnings,
+        in_container: discovery.in_container,
+    };
+    // Serialising plain structs of strings and integers cannot fail.
+    serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+}
+
+/// The human report: host, devices, excluded adapters, warnings.
+pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
+    let mut out = String::new();
+    if let Some(os) = os {
+        let _ = writeln!(out, "Host: {}", os_line(os));
+    }
+    let _ = writeln!(
+        out,
+        "{} device{}, {} excluded, {} warning{}",
+        discovery.devices.len(),
+        plural(discovery.devices.len()),
+        discovery.excluded.len(),
+        discovery.warnings.len(),
+        plural(discovery.warnings.len()),
+    );
+    if discovery.in_container {
+        out.push_str("Running inside a container: runtime files are not enumerated from here.\n");
+    }
+    if discovery.devices.is_empty() {
+        out.push_str("\nNo assignable DirectX devices were found on this host.\n");
+    }
+    for device in &discovery.devices {
+        out.push('\n');
+        device_text(&mut out, device);
+    }
+    if !discovery.excluded.is_empty() {
+        out.push_str("\nExcluded adapters:\n");
+        for e in &discovery.excluded {
+            let _ = writeln!(
+                out,
+                "  - {} (LUID {}): {}",
+                e.description,
+                luid_text(e.luid),
+                e.reason
+            );
+        }
+    }
+    if !discovery.warnings.is_empty() {
+        out.push_str("\nWarnings:\n");
+        for w in &discovery.warnings {
+            let _ = writeln!(out, "  - {w}");
+        }
+    }
+    out
+}
+
+fn device_text(out: &mut String, d: &Device) {
+    let resource = d
+        .resource
+        .map(|r| r.default_resource_name().to_string())
+        .unwrap_or_else(|| "none (fits neither resource; not advertised)".into());
+    let health = match &d.health.reason {
+        Some(reason) => format!("{} ({reason})", d.health.state.as_str()),
+        None => d.health.state.as_str().to_string(),
+    };
+    let mut supports = Vec::new();
+    if d.supports_display {
+        supports.push("display");
+    }
+    if d.supports_compute {
+        supports.push("compute");
+    }
+    let rows: Vec<(&str, String)> = vec![
+        ("Description", d.description.clone()),
+        (
+            "Vendor",
+            format!(
+                "{} (vendor 0x{:04X}, device 0x{:04X}, subsystem 0x{:08X}, revision 0x{:02X})",
+                d.vendor, d.vendor_id, d.device_id, d.sub_sys_id, d.revision
+            ),
+        ),
+        ("LUID", luid_text(d.luid)),
+        ("Location path", d.location_path.clone()),
+        ("Instance ID", d.instance_id.clone()),
+        (
+            "Driver key",
+            d.driver_key.clone().unwrap_or_else(|| "(none)".into()),
+        ),
+        ("Driver version", non_empty(&d.driver_version)),
+        (
+            "Driver store",
+            d.driver_store_path
+                .clone()
+                .unwrap_or_else(|| "(unknown)".into()),
+        ),
+        ("Memory", memory_text(d.dedicated_memory_bytes)),
+        ("Integrated", yes_no(d.is_integrated).into()),
+        ("Detachable", yes_no(d.is_detachable).into()),
+        (
+            "Supports",
+            if supports.is_empty() {
+                "neither display nor compute".into()
+            } else {
+                supports.join(", ")
+            },
+        ),
+        ("Resource", resource),
+        ("Health", health),
+    ];
+    let _ = writeln!(out, "Device {}", d.id);
+    for (label, value) in rows {
+        let _ = writeln!(out, "  {:<16}{value}", format!("{label}:"));
+    }
+    for (name, files) in [
+        ("System32", &d.runtime_files.system32),
+        ("SysWOW64", &d.runtime_files.syswow64),
+    ] {
+        let _ = writeln!(out, "  {name} runtime files ({}):", files.len());
+        for f in files {
+            let _ = writeln!(out, "    {}", runtime_file_text(f));
+        }
+    }
+}
+
+fn runtime_file_text(f: &RuntimeFile) -> String {
+    let mut notes = vec![f.origin.as_str()];
+    if !f.exists {
+        notes.push("missing on host, not mounted");
+    }
+    format!("{} => {}  [{}]", f.source, f.destination, notes.join(", "))
+}
+
+/// One line describing the OS.
+pub fn os_line(os: &OsFacts) -> String {
+    let mut parts = Vec::new();
+    parts.push(
+        os.product_name
+            .clone()
+            .unwrap_or_else(|| "Windows (product unknown)".into()),
+    );
+    if let Some(v) = &os.display_version {
+        parts.push(v.clone());
+    }
+    if let Some(b) = &os.build {
+        parts.push(format!("build {b}"));
+    }
+    let mut line = parts.join(" ");
+    if !os.hcs_schema_versions.is_empty() {
+        let _ = write!(line, ", HCS schema {}", os.hcs_schema_versions.join(", "));
+    }
+    line
+}
+
+/// A LUID as `0xHIGH:0xLOW (decimal)`.
+pub fn luid_text(luid: i64) -> String {
+    let bits = luid as u64;
+    format!("0x{:08X}:0x{:08X} ({luid})", bits >> 32, bits & 0xFFFF_FFFF)
+}
+
+/// Bytes as GiB or MiB.
+pub fn memory_text(bytes: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    if bytes == 0 {
+        "no dedicated memory".into()
+    } else if bytes >= GIB {
+        format!("{:.1} GiB dedicated", bytes as f64 / GIB as f64)
+    } else {
+        format!("{:.1} MiB dedicated", bytes as f64 / MIB as f64)
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn non_empty(s: &str) -> String {
+    if s.is_empty() {
+        "(unknown)".into()
+    } else {
+        s.to_string()
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn luids_and_memory() {
+        assert_eq!(luid_text(7048070), "0x00000000:0x006B8B86 (7048070)");
+        assert_eq!(luid_text(-1), "0xFFFFFFFF:0xFFFFFFFF (-1)");
+        assert_eq!(luid_text(1 << 32), "0x00000001:0x00000000 (4294967296)");
+        assert_eq!(memory_text(0), "no dedicated memory");
+        assert_eq!(memory_text(512 << 20), "512.0 MiB dedicated");
+        assert_eq!(memory_text(16106127360), "15.0 GiB dedicated");
+    }
+}

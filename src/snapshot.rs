@@ -1,0 +1,312 @@
+//! The host snapshot file format (`apiVersion: dxdp/v1alpha1`, `kind: HostSnapshot`).
+//!
+//! A snapshot holds the same [`HostFacts`] the Windows backend collects, as YAML or JSON, for
+//! tests, demos, bug reports and replay. This module reads and writes it; errors name the file,
+//! the line and column and the field path (`adapters[0].hardwareId.vendorId`).
+
+use std::cell::RefCell;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::facts::{AdapterFacts, HostFacts, OsFacts, RegistryKey};
+
+/// The only snapshot `apiVersion` this build reads and writes.
+pub const API_VERSION: &str = "dxdp/v1alpha1";
+/// The snapshot `kind`.
+pub const KIND: &str = "HostSnapshot";
+
+/// The on-disk document: a header plus the host facts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Document {
+    api_version: String,
+    kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    os: Option<OsFacts>,
+    #[serde(default)]
+    adapters: Vec<AdapterFacts>,
+    #[serde(default)]
+    registry: Vec<RegistryKey>,
+    #[serde(default)]
+    files: Vec<String>,
+}
+
+/// Why a snapshot could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The file could not be read.
+    #[error("cannot read host snapshot {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid snapshot.
+    #[error("{}", format_invalid(origin, *line, *column, field.as_deref(), message))]
+    Invalid {
+        /// Where the text came from (a file path or a description).
+        origin: String,
+        /// 1-based line, when known.
+        line: Option<u64>,
+        /// 1-based column, when known.
+        column: Option<u64>,
+        /// The field path, when known (`adapters[1].luid`).
+        field: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// Serialising the facts failed.
+    #[error("cannot write host snapshot: {0}")]
+    Write(String),
+}
+
+fn format_invalid(
+    origin: &str,
+    line: Option<u64>,
+    column: Option<u64>,
+    field: Option<&str>,
+    message: &str,
+) -> String {
+    let mut out = origin.to_string();
+    if let Some(line) = line {
+        out.push_str(&format!(":{line}"));
+        if let Some(column) = column {
+            out.push_str(&format!(":{column}"));
+        }
+    }
+    out.push_str(": ");
+    if let Some(field) = field.filter(|f| !f.is_empty() && *f != ".") {
+        out.push_str(&format!("field `{field}`: "));
+    }
+    out.push_str(message);
+    out.push_str(&format!(
+        " (the host snapshot format is described in docs/host-snapshot.md; apiVersion {API_VERSION})"
+    ));
+    out
+}
+
+/// Reads a snapshot file.
+pub fn read_file(path: &Path) -> Result<HostFacts, SnapshotError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SnapshotError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text, &path.display().to_string())
+}
+
+/// Parses snapshot text (YAML, or JSON when it starts with `{`). `origin` names the source in errors.
+pub fn parse(text: &str, origin: &str) -> Result<HostFacts, SnapshotError> {
+    let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
+    let doc = if text.trim_start().starts_with('{') {
+        parse_json(text, origin)?
+    } else {
+        parse_yaml(text, origin)?
+    };
+    check_header(&doc, origin)?;
+    Ok(HostFacts {
+        os: doc.os,
+        adapters: doc.adapters,
+        registry: doc.registry,
+        files: doc.files,
+    })
+}
+
+fn parse_json(text: &str, origin: &str) -> Result<Document, SnapshotError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let field = e.path().to_string();
+        let inner = e.into_inner();
+        SnapshotError::Invalid {
+            origin: origin.to_string(),
+            line: Some(inner.line() as u64),
+            column: Some(inner.column() as u64),
+            field: Some(field),
+            message: strip_json_position(&inner.to_string()),
+        }
+    })
+}
+
+fn strip_json_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}
+
+fn parse_yaml(text: &str, origin: &str) -> Result<Document, SnapshotError> {
+    let field: RefCell<Option<String>> = RefCell::new(None);
+    let options = serde_saphyr::options! { with_snippet: false };
+    let result = serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            *field.borrow_mut() = Some(e.path().to_string());
+            e.into_inner()
+        })
+    });
+    result.map_err(|e| {
+        let location = e.location();
+        SnapshotError::Invalid {
+            origin: origin.to_string(),
+            line: location.as_ref().map(|l| l.line()),
+            column: location.as_ref().map(|l| l.column()),
+            field: field.into_inner(),
+            message: yaml_message(&e),
+        }
+    })
+}
+
+/// The error message without serde-saphyr's own `line N column M:` prefix.
+fn yaml_message(e: &serde_saphyr::Error) -> String {
+    let text = e.without_snippet().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    let first = text.lines().next().unwrap_or_default();
+    match first.find(": ") {
+        Some(i) if first.starts_with("line ") => first[i + 2..].to_string(),
+        _ => first.to_string(),
+    }
+}
+
+fn check_header(doc: &Document, origin: &str) -> Result<(), SnapshotError> {
+    let invalid = |field: &str, message: String| SnapshotError::Invalid {
+        origin: origin.to_string(),
+        line: None,
+        column: None,
+        field: Some(field.to_string()),
+        message,
+    };
+    if doc.api_version != API_VERSION {
+        return Err(invalid(
+            "apiVersion",
+            format!(
+                "unsupported apiVersion `{}`; this dxdp reads `{API_VERSION}`",
+                doc.api_version
+            ),
+        ));
+    }
+    if doc.kind != KIND {
+        return Err(invalid(
+            "kind",
+            format!("kind must be `{KIND}`, found `{}`", doc.kind),
+        ));
+    }
+    Ok(())
+}
+
+/// Output format for [`write`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// YAML (the default).
+    Yaml,
+    /// Pretty-printed JSON.
+    Json,
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Format::Yaml => "yaml",
+            Format::Json => "json",
+        })
+    }
+}
+
+/// Renders host facts as a snapshot document that [`parse`] reads back to the same facts.
+pub fn write(facts: &HostFacts, format: Format) -> Result<String, SnapshotError> {
+    let doc = Document {
+        api_version: API_VERSION.to_string(),
+        kind: KIND.to_string(),
+        os: facts.os.clone(),
+        adapters: facts.adapters.clone(),
+        registry: facts.registry.clone(),
+        files: facts.files.clone(),
+    };
+    match format {
+        Format::Yaml => {
+            serde_saphyr::to_string(&doc).map_err(|e| SnapshotError::Write(e.to_string()))
+        }
+        Format::Json => serde_json::to_string_pretty(&doc)
+            .map(|s| s + "\n")
+            .map_err(|e| SnapshotError::Write(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\n";
+
+    #[test]
+    fn minimal_document_is_an_empty_host() {
+        let facts = parse(MINIMAL, "t.yaml").unwrap();
+        assert_eq!(facts, HostFacts::default());
+    }
+
+    #[test]
+    fn errors_name_origin_line_and_field() {
+        // (document, expected fragments of the message)
+        let table: &[(&str, &[&str])] = &[
+            (
+                "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\nadapters:\n  - luid: 1\n    hardwareId: {vendorId: nope, deviceId: 1}\n    isHardware: true\n",
+                &["t.yaml:5:", "adapters[0].hardwareId.vendorId", "u32"],
+            ),
+            (
+                "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\nbogus: 1\n",
+                &["t.yaml:3:", "unknown field `bogus`"],
+            ),
+            (
+                "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\nadapters:\n  - luid: 1\n    hardwareId: {vendorId: 1, deviceId: 1}\n",
+                &["t.yaml:", "isHardware"],
+            ),
+            (
+                "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\nregistry:\n  - key: 'HKLM\\X'\n    values:\n      - {name: a, type: REG_MULTI_SZ, data: one}\n",
+                &["t.yaml:6:", "registry[0].values[0]", "REG_MULTI_SZ needs a list of strings"],
+            ),
+            (
+                "apiVersion: dxdp/v2\nkind: HostSnapshot\n",
+                &["t.yaml: field `apiVersion`", "dxdp/v1alpha1"],
+            ),
+            ("apiVersion: dxdp/v1alpha1\nkind: Pod\n", &["field `kind`", "HostSnapshot"]),
+            ("kind: HostSnapshot\n", &["t.yaml:", "apiVersion"]),
+            (
+                "{\"apiVersion\": \"dxdp/v1alpha1\", \"kind\": \"HostSnapshot\",\n \"files\": [1]}",
+                &["t.yaml:2:", "files[0]", "expected a string"],
+            ),
+            ("adapters: [\n", &["t.yaml:"]),
+            ("", &["t.yaml"]),
+        ];
+        for (doc, fragments) in table {
+            let err = parse(doc, "t.yaml").expect_err(doc).to_string();
+            for fragment in *fragments {
+                assert!(
+                    err.contains(fragment),
+                    "`{err}` lacks `{fragment}` for {doc:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn hex_integers_are_accepted() {
+        let doc = format!(
+            "{MINIMAL}adapters:\n  - luid: -5\n    hardwareId: {{vendorId: 0x10DE, deviceId: 0x1EB8, subSysId: 0x12A210DE, revision: 0xA1}}\n    isHardware: true\n"
+        );
+        let facts = parse(&doc, "t").unwrap();
+        let hw = facts.adapters[0].hardware_id;
+        assert_eq!(
+            (hw.vendor_id, hw.device_id, hw.sub_sys_id, hw.revision),
+            (0x10DE, 0x1EB8, 0x12A2_10DE, 0xA1)
+        );
+        assert_eq!(facts.adapters[0].luid, -5);
+    }
+
+    #[test]
+    fn missing_file_names_the_path() {
+        let err = read_file(Path::new("/nonexistent/dir/host.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/nonexistent/dir/host.yaml"), "{err}");
+    }
+}
