@@ -31,7 +31,7 @@ pub fn discovery_json(discovery: &Discovery) -> String {
 pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
     let mut out = String::new();
     if let Some(os) = os {
-        let _ = writeln!(out, "Host: {}", os_line(os));
+        let _ = writeln!(out, "Host: {}", clean(&os_line(os)));
     }
     let _ = writeln!(
         out,
@@ -67,7 +67,7 @@ pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
     if !discovery.warnings.is_empty() {
         out.push_str("\nWarnings:\n");
         for w in &discovery.warnings {
-            let _ = writeln!(out, "  - {w}");
+            let _ = writeln!(out, "  - {}", clean(w));
         }
     }
     out
@@ -128,7 +128,7 @@ fn device_text(out: &mut String, d: &Device) {
     ];
     let _ = writeln!(out, "Device {}", d.id);
     for (label, value) in rows {
-        let _ = writeln!(out, "  {:<16}{value}", format!("{label}:"));
+        let _ = writeln!(out, "  {:<16}{}", format!("{label}:"), clean(&value));
     }
     for (name, files) in [
         ("System32", &d.runtime_files.system32),
@@ -136,7 +136,7 @@ fn device_text(out: &mut String, d: &Device) {
     ] {
         let _ = writeln!(out, "  {name} runtime files ({}):", files.len());
         for f in files {
-            let _ = writeln!(out, "    {}", runtime_file_text(f));
+            let _ = writeln!(out, "    {}", clean(&runtime_file_text(f)));
         }
     }
 }
@@ -147,6 +147,21 @@ fn runtime_file_text(f: &RuntimeFile) -> String {
         notes.push("missing on host, not mounted");
     }
     format!("{} => {}  [{}]", f.source, f.destination, notes.join(", "))
+}
+
+/// Escapes control and bidirectional-override characters so that facts from the host cannot
+/// break lines or rewrite the terminal.
+pub fn clean(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        let bidi = matches!(ch, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+        if ch.is_control() || bidi {
+            let _ = write!(out, "\\u{{{:04x}}}", u32::from(ch));
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 /// One line describing the OS.
@@ -216,6 +231,20 @@ fn plural(n: usize) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clean_escapes_control_and_bidi_characters() {
+        let table = [
+            ("plain Ünï 日本", "plain Ünï 日本"),
+            ("a\nb", "a\\u{000a}b"),
+            ("tab\there", "tab\\u{0009}here"),
+            ("\u{202E}evil", "\\u{202e}evil"),
+            ("\u{1b}[31mred", "\\u{001b}[31mred"),
+        ];
+        for (input, expected) in table {
+            assert_eq!(clean(input), expected);
+        }
+    }
 
     #[test]
     fn luids_and_memory() {

@@ -124,12 +124,12 @@ fn parse_json(text: &str, origin: &str) -> Result<Document, SnapshotError> {
             line: Some(inner.line() as u64),
             column: Some(inner.column() as u64),
             field: Some(field),
-            message: strip_json_position(&inner.to_string()),
+            message: strip_position(&inner.to_string()),
         }
     })
 }
 
-fn strip_json_position(message: &str) -> String {
+fn strip_position(message: &str) -> String {
     match message.rfind(" at line ") {
         Some(i) => message[..i].to_string(),
         None => message.to_string(),
@@ -162,10 +162,11 @@ fn yaml_message(e: &serde_saphyr::Error) -> String {
     let text = e.without_snippet().to_string();
     let text = text.strip_prefix("error: ").unwrap_or(&text);
     let first = text.lines().next().unwrap_or_default();
-    match first.find(": ") {
-        Some(i) if first.starts_with("line ") => first[i + 2..].to_string(),
-        _ => first.to_string(),
-    }
+    let message = match first.find(": ") {
+        Some(i) if first.starts_with("line ") => &first[i + 2..],
+        _ => first,
+    };
+    strip_position(message)
 }
 
 fn check_header(doc: &Document, origin: &str) -> Result<(), SnapshotError> {

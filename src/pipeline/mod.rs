@@ -421,3 +421,79 @@ mod tests {
         assert_eq!(d.devices[1].description, "adapter with LUID 8");
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use crate::facts::{Attribute, HardwareId, PnpFacts};
+    use proptest::prelude::*;
+
+    fn adapter(luid: i64, location: String) -> AdapterFacts {
+        AdapterFacts {
+            luid,
+            hardware_id: HardwareId {
+                vendor_id: 0x10DE,
+                device_id: 1,
+                sub_sys_id: 0,
+                revision: 0,
+            },
+            driver_description: String::new(),
+            driver_version: String::new(),
+            dedicated_adapter_memory: 0,
+            is_hardware: true,
+            is_integrated: false,
+            is_detachable: false,
+            attributes: vec![Attribute::D3D12_GRAPHICS],
+            driver_update_in_progress: false,
+            driver_store_path: None,
+            pnp: Some(PnpFacts {
+                instance_id: format!("PCI\\{luid}"),
+                location_paths: vec![location],
+                ..PnpFacts::default()
+            }),
+        }
+    }
+
+    fn ids_by_path(d: &Discovery) -> HashMap<String, String> {
+        d.devices
+            .iter()
+            .map(|dev| (dev.location_path.clone(), dev.id.clone()))
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn device_ids_are_unique_and_independent_of_order(
+            paths in prop::collection::vec("(PCIROOT\\([0-9]\\)(#PCI\\([0-9A-F]{2}00\\)){1,3}|ACPI\\(_SB_\\)#ACPI\\([A-Z]{4}\\)|\\PC{0,20})", 0..12),
+            rotate in 0usize..12,
+        ) {
+            let adapters: Vec<AdapterFacts> = paths
+                .iter()
+                .enumerate()
+                .map(|(i, p)| adapter(i as i64, p.clone()))
+                .collect();
+            let mut rotated = adapters.clone();
+            if !rotated.is_empty() {
+                let n = rotate % rotated.len();
+                rotated.rotate_left(n);
+            }
+            let config = PipelineConfig::default();
+            let a = discover(&HostFacts { adapters, ..HostFacts::default() }, &config);
+            let b = discover(&HostFacts { adapters: rotated, ..HostFacts::default() }, &config);
+            let ids: std::collections::HashSet<_> = a.devices.iter().map(|d| d.id.as_str()).collect();
+            prop_assert_eq!(ids.len(), a.devices.len());
+            prop_assert_eq!(a.devices.len() + a.excluded.len(), paths.len());
+            for dev in &a.devices {
+                prop_assert!(ids::is_valid_kubelet_id(&dev.id));
+            }
+            // The same location path gets the same ID whatever the adapter order.
+            let (ia, ib) = (ids_by_path(&a), ids_by_path(&b));
+            for (path, id) in &ia {
+                if let Some(other) = ib.get(path) {
+                    prop_assert_eq!(id, other);
+                }
+            }
+            prop_assert_eq!(ia.len(), ib.len());
+        }
+    }
+}

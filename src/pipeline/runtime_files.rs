@@ -320,7 +320,12 @@ mod tests {
     #[test]
     fn value_shapes() {
         // (value, expected (source, destination) or None, expected warning fragment)
-        let table: Vec<(RegistryValue, Option<(&str, &str)>, Option<&str>)> = vec![
+        type Row = (
+            RegistryValue,
+            Option<(&'static str, &'static str)>,
+            Option<&'static str>,
+        );
+        let table: Vec<Row> = vec![
             (
                 multi("a", &["nvcuda_loader64.dll", "nvcuda.dll"]),
                 Some(("nvcuda_loader64.dll", "nvcuda.dll")),

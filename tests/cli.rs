@@ -1,0 +1,230 @@
+//! The `dxdp` binary end to end: options, output streams, exit codes and error messages.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn dxdp(args: &[&str]) -> Output {
+    dxdp_env(args, &[])
+}
+
+fn dxdp_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dxdp"));
+    cmd.args(args)
+        .env_remove("DXDP_HOST_SNAPSHOT")
+        .env_remove("DXDP_LOG_FORMAT")
+        .env_remove("DXDP_LOG_LEVEL")
+        .env_remove("RUST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("the dxdp binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn assert_no_panic(o: &Output) {
+    assert!(!stderr(o).contains("panicked"), "panic: {}", stderr(o));
+}
+
+#[test]
+fn version_and_help_for_every_command() {
+    let v = dxdp(&["--version"]);
+    assert!(v.status.success());
+    assert_eq!(
+        stdout(&v).trim(),
+        format!("dxdp {}", env!("CARGO_PKG_VERSION"))
+    );
+    for args in [
+        vec!["--help"],
+        vec!["discover", "--help"],
+        vec!["snapshot", "--help"],
+        vec!["help", "discover"],
+    ] {
+        let o = dxdp(&args);
+        assert!(o.status.success(), "{args:?}");
+        assert!(
+            stdout(&o).contains("Usage: dxdp"),
+            "{args:?}: {}",
+            stdout(&o)
+        );
+        assert!(
+            stdout(&o).contains("--host-snapshot"),
+            "{args:?} lacks the global option"
+        );
+    }
+}
+
+#[test]
+fn sample_host_is_used_and_announced_on_stderr() {
+    let o = dxdp(&["discover", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&o)).expect("stdout is one JSON document");
+    assert_eq!(json["devices"].as_array().unwrap().len(), 3);
+    assert!(stderr(&o).contains("simulated host"), "{}", stderr(&o));
+}
+
+#[test]
+fn global_options_work_before_and_after_the_subcommand_and_from_the_environment() {
+    let f = fixture("amd-radeon.yaml");
+    let before = dxdp(&["--host-snapshot", &f, "discover", "--json"]);
+    let after = dxdp(&["discover", "--json", "--host-snapshot", &f]);
+    let env = dxdp_env(&["discover", "--json"], &[("DXDP_HOST_SNAPSHOT", &f)]);
+    assert!(before.status.success() && after.status.success() && env.status.success());
+    assert_eq!(stdout(&before), stdout(&after));
+    assert_eq!(stdout(&before), stdout(&env));
+    assert!(stdout(&before).contains("Radeon Pro V520"));
+    assert!(stderr(&before).contains("amd-radeon.yaml"));
+}
+
+#[test]
+fn human_output_has_devices_exclusions_and_warnings() {
+    let o = dxdp(&[
+        "discover",
+        "--host-snapshot",
+        &fixture("broken-drivers.yaml"),
+    ]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    let devices = out.find("Device ").unwrap();
+    let excluded = out.find("Excluded adapters:").unwrap();
+    let warnings = out.find("Warnings:").unwrap();
+    assert!(devices < excluded && excluded < warnings, "{out}");
+    assert!(out.contains("nvcuda_loader64.dll => nvcuda.dll"));
+}
+
+#[test]
+fn include_flags_reach_the_pipeline() {
+    let f = fixture("intel-igpu.yaml");
+    let off: serde_json::Value =
+        serde_json::from_slice(&dxdp(&["discover", "--json", "--host-snapshot", &f]).stdout)
+            .unwrap();
+    let on: serde_json::Value = serde_json::from_slice(
+        &dxdp(&[
+            "discover",
+            "--json",
+            "--include-integrated",
+            "--host-snapshot",
+            &f,
+        ])
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(off["devices"].as_array().unwrap().len(), 1);
+    assert_eq!(on["devices"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn missing_snapshot_names_the_path_and_fails() {
+    let o = dxdp(&["discover", "--host-snapshot", "/no/such/host.yaml"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/no/such/host.yaml"), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty());
+    assert_no_panic(&o);
+}
+
+#[test]
+fn malformed_snapshots_name_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[&str]); 4] = [
+        (
+            "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\nadapters:\n  - luid: 1\n    hardwareId: {vendorId: 0x10DE, deviceId: 1}\n    isHardware: yes-please\n",
+            &[":6:", "adapters[0].isHardware"],
+        ),
+        ("apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\nadapter: []\n", &[":3:", "unknown field `adapter`"]),
+        ("apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\nfiles: [\n", &["bad.yaml:"]),
+        ("\u{0}\u{1}binary garbage", &["bad.yaml"]),
+    ];
+    for (text, fragments) in cases {
+        let path: PathBuf = dir.path().join("bad.yaml");
+        std::fs::write(&path, text).unwrap();
+        let o = dxdp(&["discover", "--host-snapshot", path.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{text:?}");
+        let err = stderr(&o);
+        for fragment in fragments {
+            assert!(
+                err.contains(fragment),
+                "{text:?}: `{err}` lacks `{fragment}`"
+            );
+        }
+        assert_no_panic(&o);
+    }
+}
+
+#[test]
+fn snapshot_command_round_trips_through_discover() {
+    let dir = tempfile::tempdir().unwrap();
+    for (source, format) in [
+        (None, "yaml"),
+        (None, "json"),
+        (Some(fixture("hostile-registry.yaml")), "yaml"),
+    ] {
+        let out = dir.path().join(format!("snap.{format}"));
+        let out_s = out.to_str().unwrap();
+        let mut args = vec!["snapshot", "-o", out_s, "--format", format];
+        if let Some(f) = &source {
+            args.extend(["--host-snapshot", f.as_str()]);
+        }
+        let o = dxdp(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let mut original = vec!["discover", "--json"];
+        if let Some(f) = &source {
+            original.extend(["--host-snapshot", f.as_str()]);
+        }
+        let a = dxdp(&original);
+        let b = dxdp(&["discover", "--json", "--host-snapshot", out_s]);
+        assert!(b.status.success(), "{}", stderr(&b));
+        assert_eq!(stdout(&a), stdout(&b), "{source:?} {format}");
+    }
+}
+
+#[test]
+fn snapshot_to_stdout_is_a_snapshot_document() {
+    let o = dxdp(&["snapshot"]);
+    assert!(o.status.success());
+    assert!(
+        stdout(&o).starts_with("apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\n"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn json_logs_are_json_lines_on_stderr() {
+    let o = dxdp(&["discover", "--json", "--log-format", "json"]);
+    assert!(o.status.success());
+    let err = stderr(&o);
+    assert!(!err.trim().is_empty());
+    for line in err.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert!(v.get("level").is_some(), "{line}");
+    }
+    serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("stdout stays pure JSON");
+}
+
+#[test]
+fn bad_option_values_are_rejected_with_a_message() {
+    let o = dxdp(&["discover", "--log-format", "xml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("xml"), "{}", stderr(&o));
+    let o = dxdp(&["discover", "--log-level", "loud=="]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("invalid log level"), "{}", stderr(&o));
+    let o = dxdp(&["frobnicate"]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -1,0 +1,272 @@
+//! The pipeline over every fixture host: snapshot-tested output plus the facts each fixture exists
+//! to show, and snapshot round trips.
+
+use std::path::{Path, PathBuf};
+
+use dxdp::devices::{Discovery, ExclusionCode, HealthState, Origin, Resource};
+use dxdp::facts::HostFacts;
+use dxdp::pipeline::{discover, PipelineConfig};
+use dxdp::{render, snapshot};
+
+const FIXTURES: [&str; 7] = [
+    "nvidia-multi-gpu",
+    "amd-radeon",
+    "intel-igpu",
+    "compute-only",
+    "broken-drivers",
+    "hostile-registry",
+    "in-container",
+];
+
+fn fixture_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(format!("{name}.yaml"))
+}
+
+fn load(name: &str) -> HostFacts {
+    snapshot::read_file(&fixture_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn run(name: &str) -> Discovery {
+    discover(&load(name), &PipelineConfig::default())
+}
+
+#[test]
+fn every_fixture_renders_as_recorded() {
+    for name in FIXTURES {
+        let facts = load(name);
+        let d = discover(&facts, &PipelineConfig::default());
+        insta::assert_snapshot!(
+            format!("{name}-text"),
+            render::discovery_text(&d, facts.os.as_ref())
+        );
+        insta::assert_snapshot!(format!("{name}-json"), render::discovery_json(&d));
+    }
+}
+
+#[test]
+fn sample_host_renders_as_recorded() {
+    let facts = dxdp::backend::sample_host().unwrap();
+    let d = discover(&facts, &PipelineConfig::default());
+    insta::assert_snapshot!("sample-host-json", render::discovery_json(&d));
+}
+
+#[test]
+fn snapshots_round_trip_through_yaml_and_json() {
+    let mut hosts: Vec<(String, HostFacts)> =
+        FIXTURES.iter().map(|n| (n.to_string(), load(n))).collect();
+    hosts.push(("sample".into(), dxdp::backend::sample_host().unwrap()));
+    for (name, facts) in hosts {
+        for format in [snapshot::Format::Yaml, snapshot::Format::Json] {
+            let text = snapshot::write(&facts, format).unwrap();
+            let back = snapshot::parse(&text, "round trip")
+                .unwrap_or_else(|e| panic!("{name} {format}: {e}\n{text}"));
+            assert_eq!(back, facts, "{name} {format}");
+        }
+    }
+}
+
+#[test]
+fn nvidia_multi_gpu_advertises_four_display_gpus_and_overwrite_beats_when_newer() {
+    let d = run("nvidia-multi-gpu");
+    assert_eq!(d.devices_for(Resource::Display).count(), 4);
+    assert_eq!(d.devices_for(Resource::Compute).count(), 0);
+    assert_eq!(d.excluded[0].code, ExclusionCode::SoftwareAdapter);
+    for dev in &d.devices {
+        let cuda = dev
+            .runtime_files
+            .system32
+            .iter()
+            .find(|f| f.destination == "nvcuda.dll")
+            .unwrap();
+        assert_eq!(cuda.source, "nvcuda_loader64.dll");
+        assert!(dev
+            .runtime_files
+            .system32
+            .iter()
+            .any(|f| f.destination == "nvidia-smi.exe"
+                && f.origin == Origin::VendorDefault
+                && f.exists));
+        assert!(dev
+            .driver_store_path
+            .as_deref()
+            .unwrap()
+            .starts_with(r"C:\Windows\System32\DriverStore\FileRepository\"));
+    }
+}
+
+#[test]
+fn amd_reads_reg_sz_subdirectories_and_flags_missing_files() {
+    let d = run("amd-radeon");
+    let dev = &d.devices[0];
+    assert_eq!(dev.vendor, "amd");
+    let ocl = dev
+        .runtime_files
+        .system32
+        .iter()
+        .find(|f| f.destination == "amdocl64.dll")
+        .unwrap();
+    assert_eq!(ocl.source, r"B381544\amdocl64.dll");
+    assert!(ocl.exists);
+    let vk = dev
+        .runtime_files
+        .system32
+        .iter()
+        .find(|f| f.destination == "amdvlk64.dll")
+        .unwrap();
+    assert!(!vk.exists);
+    assert!(d
+        .warnings
+        .iter()
+        .any(|w| w.contains("amdvlk64.dll") && w.contains("Radeon Pro V520")));
+}
+
+#[test]
+fn intel_integrated_is_left_out_unless_included() {
+    let d = run("intel-igpu");
+    assert_eq!(d.devices.len(), 1);
+    assert_eq!(d.excluded[0].code, ExclusionCode::Integrated);
+    let config = PipelineConfig {
+        include_integrated: true,
+        ..PipelineConfig::default()
+    };
+    let d = discover(&load("intel-igpu"), &config);
+    assert_eq!(d.devices.len(), 2);
+    assert!(d.devices.iter().any(|dev| dev.is_integrated));
+}
+
+#[test]
+fn compute_only_devices_go_to_the_compute_resource() {
+    let d = run("compute-only");
+    let compute: Vec<&str> = d
+        .devices_for(Resource::Compute)
+        .map(|dev| dev.vendor.as_str())
+        .collect();
+    assert_eq!(compute.len(), 3, "{compute:?}");
+    assert!(compute.contains(&"qualcomm"));
+    let media = d
+        .devices
+        .iter()
+        .find(|dev| dev.description.contains("Media"))
+        .unwrap();
+    assert_eq!(media.resource, None);
+    assert!(!media.supports_compute && !media.supports_display);
+    let npu = d
+        .devices
+        .iter()
+        .find(|dev| dev.location_path.starts_with("ACPI"))
+        .unwrap();
+    assert_eq!(
+        npu.host_path(),
+        "vpci-location-path://ACPI(_SB_)#ACPI(NSP0)"
+    );
+}
+
+#[test]
+fn broken_drivers_become_unhealthy_or_excluded_with_reasons() {
+    let d = run("broken-drivers");
+    let health = |path: &str| {
+        d.devices
+            .iter()
+            .find(|dev| dev.location_path == path)
+            .unwrap()
+            .health
+            .clone()
+    };
+    let h = health("PCIROOT(0)#PCI(1B00)");
+    assert_eq!(h.state, HealthState::Unhealthy);
+    assert!(h.reason.unwrap().contains("43"));
+    assert_eq!(
+        health("PCIROOT(0)#PCI(1C00)").reason.as_deref(),
+        Some("driver update in progress")
+    );
+    assert_eq!(health("PCIROOT(0)#PCI(1D00)").state, HealthState::Healthy);
+    let codes: Vec<ExclusionCode> = d.excluded.iter().map(|e| e.code).collect();
+    assert_eq!(
+        codes,
+        [
+            ExclusionCode::NoDeviceNode,
+            ExclusionCode::NoLocationPath,
+            ExclusionCode::Detachable
+        ]
+    );
+    assert!(d
+        .warnings
+        .iter()
+        .any(|w| w.contains("driver store path is unknown")));
+    assert!(d.warnings.iter().any(|w| w.contains("no driver key")));
+    assert!(d
+        .warnings
+        .iter()
+        .any(|w| w.contains("nvcuda_loader64.dll") && w.contains("does not exist")));
+}
+
+#[test]
+fn hostile_registry_keeps_only_safe_entries() {
+    let d = run("hostile-registry");
+    let dev = &d.devices[0];
+    let store = r"D:\WINDOWS\System32\DriverStore\FileRepository\evil.inf_amd64_0000";
+    assert_eq!(dev.driver_store_path.as_deref(), Some(store));
+    let kept: Vec<(&str, &str)> = dev
+        .runtime_files
+        .system32
+        .iter()
+        .map(|f| (f.source.as_str(), f.destination.as_str()))
+        .collect();
+    assert_eq!(kept.len(), 5, "{kept:?}");
+    assert!(kept.contains(&("three.dll", "three-dest.dll")));
+    assert!(kept.contains(&(r"sub\dir\ok.dll", "ok.dll")));
+    for (_, f) in dev.runtime_files.iter() {
+        assert!(f.host_path.starts_with(&format!("{store}\\")));
+        assert!(!f.host_path[store.len()..].split('\\').any(|c| c == ".."));
+    }
+    // 21 rejected or dropped registry values plus missing files.
+    assert!(d.warnings.len() >= 21, "{}", d.warnings.len());
+    assert!(dxdp::pipeline::ids::is_valid_kubelet_id(&dev.id));
+}
+
+#[test]
+fn in_container_skips_runtime_files() {
+    let d = run("in-container");
+    assert!(d.in_container);
+    assert!(d.devices[0].runtime_files.is_empty());
+    let json: serde_json::Value = serde_json::from_str(&render::discovery_json(&d)).unwrap();
+    assert_eq!(json["inContainer"], true);
+}
+
+#[test]
+fn json_has_the_documented_device_fields() {
+    let d = run("nvidia-multi-gpu");
+    let json: serde_json::Value = serde_json::from_str(&render::discovery_json(&d)).unwrap();
+    let device = &json["devices"][0];
+    for key in [
+        "id",
+        "luid",
+        "description",
+        "vendor",
+        "vendorId",
+        "deviceId",
+        "locationPath",
+        "instanceId",
+        "driverVersion",
+        "driverStorePath",
+        "dedicatedMemoryBytes",
+        "isIntegrated",
+        "isDetachable",
+        "supportsDisplay",
+        "supportsCompute",
+        "resource",
+        "health",
+        "runtimeFiles",
+    ] {
+        assert!(device.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(device["resource"], "display");
+    assert_eq!(device["health"]["state"], "Healthy");
+    let file = &device["runtimeFiles"]["system32"][0];
+    for key in ["source", "destination", "origin"] {
+        assert!(file.get(key).is_some(), "missing runtime file {key}");
+    }
+    assert!(json["excluded"].is_array() && json["warnings"].is_array());
+}
