@@ -11,10 +11,14 @@
 //! - [`render`]: output for people and machines.
 //! - [`logging`]: `tracing` setup.
 
+pub mod allocation;
 pub mod backend;
 pub mod devices;
 pub mod facts;
+pub mod kubelet;
 pub mod logging;
 pub mod pipeline;
+pub mod plugin;
 pub mod render;
 pub mod snapshot;
+pub mod transport;

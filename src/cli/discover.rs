@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use dxdp::backend::HostFactsSource;
-use dxdp::pipeline::{self, PipelineConfig};
+use dxdp::pipeline;
 use dxdp::render;
 
 /// Arguments of `dxdp discover`.
@@ -15,23 +15,14 @@ pub struct DiscoverArgs {
     /// Print one JSON document `{"devices", "excluded", "warnings", "inContainer"}`.
     #[arg(long)]
     json: bool,
-    /// Include integrated adapters.
-    #[arg(long)]
-    include_integrated: bool,
-    /// Include detachable adapters.
-    #[arg(long)]
-    include_detachable: bool,
+    #[command(flatten)]
+    pipeline: super::PipelineArgs,
 }
 
 /// Runs the pipeline and prints the result to stdout.
 pub fn run(args: &DiscoverArgs, source: &dyn HostFactsSource) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
-    let config = PipelineConfig {
-        include_integrated: args.include_integrated,
-        include_detachable: args.include_detachable,
-        ..PipelineConfig::default()
-    };
-    let discovery = pipeline::discover(&facts, &config);
+    let discovery = pipeline::discover(&facts, &args.pipeline.config());
     let text = if args.json {
         render::discovery_json(&discovery)
     } else {

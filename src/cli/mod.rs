@@ -1,6 +1,8 @@
 //! Command-line interface: global options, subcommands and error reporting.
 
+mod demo;
 mod discover;
+mod plugin;
 mod snapshot;
 
 use std::path::PathBuf;
@@ -34,9 +36,30 @@ struct GlobalArgs {
     #[arg(long, global = true, env = "DXDP_LOG_FORMAT", default_value_t = LogFormat::Text)]
     log_format: LogFormat,
 
-    /// Log level or tracing filter (error, warn, info, debug, trace).
-    #[arg(long, global = true, env = "DXDP_LOG_LEVEL", default_value = "info")]
-    log_level: String,
+    /// Log level or tracing filter (error, warn, info, debug, trace) [default: info; warn for demo].
+    #[arg(long, global = true, env = "DXDP_LOG_LEVEL")]
+    log_level: Option<String>,
+}
+
+/// Pipeline switches shared by the commands that discover devices.
+#[derive(Debug, Clone, Args)]
+struct PipelineArgs {
+    /// Include integrated adapters.
+    #[arg(long)]
+    include_integrated: bool,
+    /// Include detachable adapters.
+    #[arg(long)]
+    include_detachable: bool,
+}
+
+impl PipelineArgs {
+    fn config(&self) -> dxdp::pipeline::PipelineConfig {
+        dxdp::pipeline::PipelineConfig {
+            include_integrated: self.include_integrated,
+            include_detachable: self.include_detachable,
+            ..dxdp::pipeline::PipelineConfig::default()
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -45,12 +68,21 @@ enum Command {
     Discover(discover::DiscoverArgs),
     /// Write the host facts as a host snapshot (for bug reports and replay).
     Snapshot(snapshot::SnapshotArgs),
+    /// Run the device plugin daemon: serve both resources to the kubelet.
+    Plugin(plugin::PluginArgs),
+    /// Run the plugin against an in-process kubelet stand-in and show what containerd receives.
+    Demo(demo::DemoArgs),
 }
 
 /// Parses arguments, runs the command and turns errors into a message and exit code 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = logging::init(cli.global.log_format, &cli.global.log_level) {
+    let default_level = match cli.command {
+        Command::Demo(_) => "warn",
+        _ => "info",
+    };
+    let level = cli.global.log_level.as_deref().unwrap_or(default_level);
+    if let Err(e) = logging::init(cli.global.log_format, level) {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
@@ -68,7 +100,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Discover(args) => discover::run(&args, source.as_ref()),
         Command::Snapshot(args) => snapshot::run(&args, source.as_ref()),
+        Command::Plugin(args) => plugin::run(&args, source.into()),
+        Command::Demo(args) => demo::run(&args, source.into()),
     }
+}
+
+/// A multi-threaded tokio runtime for the commands that serve gRPC.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }
 
 /// Loads host facts, telling stderr when they are simulated.

@@ -1,0 +1,328 @@
+//! Allocation: advertised device IDs (with replicas) and the container edits for an Allocate call.
+//!
+//! Pure functions over [`Discovery`]; the gRPC service only translates their results to the wire.
+//! The contract with containerd on Windows (see `docs/allocation.md`): one
+//! `vpci-location-path://<LocationPath>` device per physical device with empty container path
+//! and permissions, and read-only single-file mounts of the runtime files that exist.
+
+use std::collections::HashMap;
+
+use crate::devices::{Device, Discovery, HealthState, Resource};
+use crate::pipeline::ids;
+
+/// The most replicas (time-sliced shares) one physical device can be advertised as.
+pub const MAX_REPLICAS: u32 = 64;
+
+/// One device ID as advertised to the kubelet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advertised {
+    /// The kubelet device ID.
+    pub id: String,
+    /// The ID of the physical device it shares.
+    pub physical_id: String,
+    /// Health, inherited from the physical device.
+    pub health: HealthState,
+}
+
+/// The ID of replica `k` of a physical device: the physical ID itself for replica 0, else
+/// `<physical>-r<k>`. Raising or lowering the replica count keeps the IDs both counts share.
+pub fn replica_id(physical_id: &str, k: u32) -> String {
+    if k == 0 {
+        physical_id.to_string()
+    } else {
+        format!("{physical_id}-r{k}")
+    }
+}
+
+/// Every advertised ID of `resource`, `replicas` per physical device (at least 1).
+pub fn advertise(discovery: &Discovery, resource: Resource, replicas: u32) -> Vec<Advertised> {
+    let replicas = replicas.clamp(1, MAX_REPLICAS);
+    discovery
+        .devices_for(resource)
+        .flat_map(|d| {
+            (0..replicas).map(move |k| Advertised {
+                id: replica_id(&d.id, k),
+                physical_id: d.id.clone(),
+                health: d.health.state,
+            })
+        })
+        .collect()
+}
+
+/// Finds the physical device of an advertised ID.
+pub fn resolve<'a>(
+    discovery: &'a Discovery,
+    resource: Resource,
+    replicas: u32,
+    id: &str,
+) -> Option<&'a Device> {
+    let replicas = replicas.clamp(1, MAX_REPLICAS);
+    discovery.devices_for(resource).find(|d| {
+        if id == d.id {
+            return true;
+        }
+        id.strip_prefix(d.id.as_str())
+            .and_then(|rest| rest.strip_prefix("-r"))
+            .filter(|k| !k.starts_with('0') && k.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|k| k.parse::<u32>().ok())
+            .is_some_and(|k| k >= 1 && k < replicas)
+    })
+}
+
+/// What one container receives.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerEdits {
+    /// Device host paths (`vpci-location-path://...`), one per physical device, request order.
+    pub devices: Vec<String>,
+    /// Read-only file mounts.
+    pub mounts: Vec<MountEdit>,
+    /// Things to log: mount clashes, multi-device requests.
+    pub notes: Vec<String>,
+}
+
+/// One read-only bind mount of a single file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEdit {
+    /// `C:\Windows\System32\<file>` or `C:\Windows\SysWOW64\<file>`.
+    pub container_path: String,
+    /// The file in the host's driver store.
+    pub host_path: String,
+}
+
+/// Why an Allocate request cannot be answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocationError {
+    /// The request names no devices.
+    #[error("the request names no devices")]
+    Empty,
+    /// An ID that can never be a device ID.
+    #[error("malformed device ID {0:?}: device IDs are 1 to 63 characters of [A-Za-z0-9._-]")]
+    Malformed(String),
+    /// An ID this resource does not advertise.
+    #[error("unknown device ID {id:?} for {resource}: it is not advertised (now) by this plugin")]
+    Unknown {
+        /// The ID.
+        id: String,
+        /// The resource name.
+        resource: String,
+    },
+}
+
+/// The container edits for one container's device IDs.
+pub fn allocate(
+    discovery: &Discovery,
+    resource: Resource,
+    replicas: u32,
+    ids_requested: &[String],
+) -> Result<ContainerEdits, AllocationError> {
+    if ids_requested.is_empty() {
+        return Err(AllocationError::Empty);
+    }
+    let mut physical: Vec<&Device> = Vec::new();
+    for id in ids_requested {
+        if !ids::is_valid_kubelet_id(id) {
+            return Err(AllocationError::Malformed(id.clone()));
+        }
+        let device =
+            resolve(discovery, resource, replicas, id).ok_or_else(|| AllocationError::Unknown {
+                id: id.clone(),
+                resource: resource.default_resource_name().to_string(),
+            })?;
+        if !physical.iter().any(|d| d.id == device.id) {
+            physical.push(device);
+        }
+    }
+    let mut edits = ContainerEdits::default();
+    if physical.len() > 1 {
+        let names: Vec<&str> = physical.iter().map(|d| d.location_path.as_str()).collect();
+        edits.notes.push(format!(
+            "the request spans {} physical devices ({}); containerd on Windows attaches only the first, because the kubelet keeps one device per container",
+            physical.len(),
+            names.join(", ")
+        ));
+    }
+    // lower-cased container path -> (index in mounts, device ID)
+    let mut taken: HashMap<String, (usize, &str)> = HashMap::new();
+    for device in &physical {
+        edits.devices.push(device.host_path());
+        for (target, file) in device.runtime_files.iter() {
+            if !file.exists {
+                continue;
+            }
+            let container_path = format!(r"{}\{}", target.container_dir(), file.destination);
+            let key = container_path.to_lowercase();
+            if let Some((index, owner)) = taken.get(&key) {
+                if edits.mounts[*index].host_path != file.host_path {
+                    edits.notes.push(format!(
+                        "mount clash at {container_path}: keeping {} from device {owner}, dropping {} from device {}",
+                        edits.mounts[*index].host_path, file.host_path, device.id
+                    ));
+                }
+                continue;
+            }
+            taken.insert(key, (edits.mounts.len(), device.id.as_str()));
+            edits.mounts.push(MountEdit {
+                container_path,
+                host_path: file.host_path.clone(),
+            });
+        }
+    }
+    Ok(edits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::{discover, PipelineConfig};
+
+    fn sample() -> Discovery {
+        let facts = crate::backend::sample_host().unwrap();
+        discover(&facts, &PipelineConfig::default())
+    }
+
+    #[test]
+    fn replica_ids_keep_the_physical_prefix_and_shared_ids() {
+        let d = sample();
+        let one: Vec<String> = advertise(&d, Resource::Display, 1)
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        let three: Vec<String> = advertise(&d, Resource::Display, 3)
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(one.len(), 2);
+        assert_eq!(three.len(), 6);
+        for id in &one {
+            assert!(three.contains(id), "{id} must survive raising replicas");
+        }
+        for a in advertise(&d, Resource::Display, 3) {
+            assert!(a.id.starts_with(&a.physical_id));
+            assert!(ids::is_valid_kubelet_id(&a.id));
+        }
+        let max = advertise(&d, Resource::Display, MAX_REPLICAS);
+        assert!(max.iter().all(|a| a.id.len() <= 63));
+    }
+
+    #[test]
+    fn resolve_accepts_only_advertised_replicas() {
+        let d = sample();
+        let phys = d.devices_for(Resource::Display).next().unwrap().id.clone();
+        // (id, replicas, resolves)
+        let table = [
+            (phys.clone(), 1, true),
+            (format!("{phys}-r1"), 1, false),
+            (format!("{phys}-r1"), 2, true),
+            (format!("{phys}-r2"), 2, false),
+            (format!("{phys}-r01"), 4, false),
+            (format!("{phys}-r"), 4, false),
+            (format!("{phys}-rx"), 4, false),
+            (format!("{phys}-r99999999999"), 4, false),
+            ("nope".to_string(), 4, false),
+        ];
+        for (id, replicas, ok) in table {
+            assert_eq!(
+                resolve(&d, Resource::Display, replicas, &id).is_some(),
+                ok,
+                "{id} {replicas}"
+            );
+        }
+        // A display device is unknown to the compute resource.
+        assert!(resolve(&d, Resource::Compute, 1, &phys).is_none());
+    }
+
+    #[test]
+    fn allocate_one_device_gives_one_spec_and_read_only_mounts_of_existing_files() {
+        let d = sample();
+        let dev = d.devices_for(Resource::Display).next().unwrap();
+        let edits = allocate(
+            &d,
+            Resource::Display,
+            2,
+            &[dev.id.clone(), replica_id(&dev.id, 1)],
+        )
+        .unwrap();
+        assert_eq!(
+            edits.devices,
+            vec![format!("vpci-location-path://{}", dev.location_path)]
+        );
+        let existing = dev.runtime_files.iter().filter(|(_, f)| f.exists).count();
+        assert_eq!(edits.mounts.len(), existing);
+        assert!(edits
+            .mounts
+            .iter()
+            .any(|m| m.container_path == r"C:\Windows\System32\nvcuda.dll"
+                && m.host_path.ends_with(r"\nvcuda_loader64.dll")));
+        assert!(edits
+            .mounts
+            .iter()
+            .any(|m| m.container_path == r"C:\Windows\SysWOW64\nvcuda.dll"));
+        assert!(edits.notes.is_empty(), "{:?}", edits.notes);
+    }
+
+    #[test]
+    fn allocate_two_devices_warns_and_deduplicates_mounts() {
+        let d = sample();
+        let ids: Vec<String> = d
+            .devices_for(Resource::Display)
+            .map(|x| x.id.clone())
+            .collect();
+        let edits = allocate(&d, Resource::Display, 1, &ids).unwrap();
+        assert_eq!(edits.devices.len(), 2);
+        let one = allocate(&d, Resource::Display, 1, &ids[..1]).unwrap();
+        assert_eq!(
+            edits.mounts.len(),
+            one.mounts.len(),
+            "same files, first device wins"
+        );
+        assert!(edits
+            .notes
+            .iter()
+            .any(|n| n.contains("attaches only the first")));
+        // Same driver store: identical host paths are not a clash.
+        assert!(!edits.notes.iter().any(|n| n.contains("clash")));
+    }
+
+    #[test]
+    fn allocate_rejects_bad_ids() {
+        let d = sample();
+        let table: [(&[&str], fn(&AllocationError) -> bool); 3] = [
+            (&[], |e| *e == AllocationError::Empty),
+            (&["has/slash"], |e| {
+                matches!(e, AllocationError::Malformed(_))
+            }),
+            (&["pciroot-0-pci-9999-0000000000000000"], |e| {
+                matches!(e, AllocationError::Unknown { .. })
+            }),
+        ];
+        for (ids, check) in table {
+            let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+            let err = allocate(&d, Resource::Display, 1, &ids).unwrap_err();
+            assert!(check(&err), "{ids:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn clashing_mounts_keep_the_first_device_and_are_noted() {
+        let mut d = sample();
+        let mut other = d.devices[0].clone();
+        other.id = "other-device".into();
+        other.location_path = "PCIROOT(9)".into();
+        for f in other.runtime_files.system32.iter_mut() {
+            f.host_path = format!(r"D:\other\{}", f.source);
+        }
+        d.devices.push(other);
+        let ids = vec![d.devices[0].id.clone(), "other-device".to_string()];
+        let edits = allocate(&d, Resource::Display, 1, &ids).unwrap();
+        let cuda = edits
+            .mounts
+            .iter()
+            .find(|m| m.container_path.ends_with(r"System32\nvcuda.dll"))
+            .unwrap();
+        assert!(!cuda.host_path.starts_with(r"D:\other"));
+        assert!(edits
+            .notes
+            .iter()
+            .any(|n| n.contains("mount clash") && n.contains("other-device")));
+    }
+}

@@ -1,0 +1,206 @@
+//! `dxdp demo`: the plugin against an in-process kubelet stand-in, narrated.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+
+use dxdp::backend::HostFactsSource;
+use dxdp::devices::{Discovery, Resource};
+use dxdp::kubelet::standin::{KubeletStandin, StandinView};
+use dxdp::kubelet::v1beta1::AllocateResponse;
+use dxdp::pipeline;
+use dxdp::plugin::{self, PluginConfig};
+use dxdp::render::clean;
+
+/// Arguments of `dxdp demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Advertise each physical device this many times.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    replicas: u32,
+    #[command(flatten)]
+    pipeline: super::PipelineArgs,
+}
+
+/// Runs the demo and prints it to stdout.
+pub fn run(args: &DemoArgs, source: Arc<dyn HostFactsSource>) -> anyhow::Result<ExitCode> {
+    let dir = std::env::temp_dir().join(format!("dxdp-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let result = super::runtime()?.block_on(demo(args, source, dir.clone()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = result?;
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn demo(
+    args: &DemoArgs,
+    source: Arc<dyn HostFactsSource>,
+    dir: PathBuf,
+) -> anyhow::Result<String> {
+    let facts = source
+        .load()
+        .with_context(|| format!("cannot collect host facts from {}", source.describe()))?;
+    let discovery = pipeline::discover(&facts, &args.pipeline.config());
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "dxdp demo: the device plugin against an in-process kubelet stand-in"
+    );
+    let _ = writeln!(out, "Host facts:        {}", source.describe());
+    let _ = writeln!(out, "Kubelet directory: {}", dir.display());
+
+    let kubelet = KubeletStandin::start(&dir)
+        .await
+        .context("cannot start the kubelet stand-in")?;
+    let mut config = PluginConfig::new(dir.clone());
+    config.replicas = args.replicas;
+    config.pipeline = args.pipeline.config();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(plugin::run(config, source, async {
+        let _ = stopped.await;
+    }));
+
+    let names: Vec<&str> = Resource::ALL
+        .iter()
+        .map(|r| r.default_resource_name())
+        .collect();
+    let ready = kubelet
+        .wait_for(Duration::from_secs(10), |v| {
+            names.iter().all(|n| v.devices(n).is_some())
+        })
+        .await;
+    if !ready {
+        let _ = stop.send(());
+        let _ = daemon.await;
+        kubelet.stop().await;
+        bail!("the plugin did not register both resources within 10 s (run with --log-level info to see why)");
+    }
+    let view = kubelet.view();
+    registration_section(&mut out, &view);
+    devices_section(&mut out, &view, &discovery);
+
+    let mut step = 3;
+    for resource in Resource::ALL {
+        let name = resource.default_resource_name();
+        let _ = writeln!(out, "\n{step}. Allocate one {name} device");
+        step += 1;
+        let Some(id) = view
+            .devices(name)
+            .and_then(|list| list.iter().find(|d| d.health == "Healthy"))
+            .map(|d| d.id.clone())
+        else {
+            let _ = writeln!(
+                out,
+                "   (no healthy {} device on this host)",
+                resource.as_str()
+            );
+            continue;
+        };
+        let _ = writeln!(out, "   Kubelet asks for: {id}");
+        match kubelet.allocate(name, std::slice::from_ref(&id)).await {
+            Ok(response) => containerd_section(&mut out, &response),
+            Err(status) => {
+                let _ = writeln!(out, "   Allocate failed: {}", status.message());
+            }
+        }
+    }
+
+    let _ = stop.send(());
+    daemon.await.context("the plugin task failed")??;
+    kubelet.stop().await;
+    let leftover = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("dxdp-"))
+                .count()
+        })
+        .unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "\nStopped the plugin: {} of its sockets left behind.",
+        if leftover == 0 {
+            "none".to_string()
+        } else {
+            leftover.to_string()
+        }
+    );
+    Ok(out)
+}
+
+fn registration_section(out: &mut String, view: &StandinView) {
+    let _ = writeln!(
+        out,
+        "\n1. Registration (Register on kubelet.sock, then the kubelet dials back)"
+    );
+    for r in &view.registrations {
+        let options = r.options.unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "   {:<32} version {}  endpoint {}  preStartRequired={} preferredAllocation={}",
+            r.resource_name,
+            r.version,
+            r.endpoint,
+            options.pre_start_required,
+            options.get_preferred_allocation_available
+        );
+    }
+}
+
+fn devices_section(out: &mut String, view: &StandinView, discovery: &Discovery) {
+    let _ = writeln!(
+        out,
+        "\n2. Advertised devices (ListAndWatch: the full list on every change)"
+    );
+    for (name, plugin) in &view.plugins {
+        let list = plugin.devices.as_deref().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "   {name}: {} device{}",
+            list.len(),
+            if list.len() == 1 { "" } else { "s" }
+        );
+        for d in list {
+            let physical = discovery.devices.iter().find(|p| d.id.starts_with(&p.id));
+            let what = physical
+                .map(|p| format!("{} at {}", clean(&p.description), clean(&p.location_path)))
+                .unwrap_or_default();
+            let _ = writeln!(out, "     {:<58} {:<9} {what}", d.id, d.health);
+        }
+    }
+}
+
+fn containerd_section(out: &mut String, response: &AllocateResponse) {
+    let _ = writeln!(out, "   What containerd receives:");
+    for c in &response.container_responses {
+        for d in &c.devices {
+            let _ = writeln!(
+                out,
+                "     device  {}  (container path {:?}, permissions {:?})",
+                clean(&d.host_path),
+                d.container_path,
+                d.permissions
+            );
+        }
+        for m in &c.mounts {
+            let _ = writeln!(
+                out,
+                "     mount   {}  <=  {}  ({})",
+                clean(&m.container_path),
+                clean(&m.host_path),
+                if m.read_only {
+                    "read-only"
+                } else {
+                    "read-write"
+                }
+            );
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! The kubelet side of the device plugin API: generated v1beta1 types, and an in-process kubelet
+//! stand-in used by `dxdp demo` and the integration tests.
+
+pub mod standin;
+
+/// The kubelet device plugin API v1beta1, generated from `proto/deviceplugin_v1beta1.proto`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod v1beta1 {
+    tonic::include_proto!("v1beta1");
+}
+
+/// The API version dxdp speaks.
+pub const API_VERSION: &str = "v1beta1";
+/// The kubelet's registration socket file name.
+pub const KUBELET_SOCKET: &str = "kubelet.sock";

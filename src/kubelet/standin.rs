@@ -1,0 +1,257 @@
+//! An in-process kubelet stand-in: the `Registration` service on `kubelet.sock`, which dials each
+//! registering plugin back, asks for its options and watches its device list, as the kubelet does.
+//!
+//! `dxdp demo` uses it to show the plugin working without a cluster, and the integration tests
+//! use it to speak the real protocol over real sockets.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use super::v1beta1::device_plugin_client::DevicePluginClient;
+use super::v1beta1::registration_server::{Registration, RegistrationServer};
+use super::v1beta1::{
+    AllocateRequest, AllocateResponse, ContainerAllocateRequest, Device, DevicePluginOptions,
+    Empty, RegisterRequest,
+};
+use super::{API_VERSION, KUBELET_SOCKET};
+use crate::transport;
+
+/// What the stand-in knows about one registered resource.
+#[derive(Debug, Clone)]
+pub struct PluginView {
+    /// The plugin's socket file name.
+    pub endpoint: String,
+    /// The options the plugin returned.
+    pub options: DevicePluginOptions,
+    /// The latest device list, once one arrived.
+    pub devices: Option<Vec<Device>>,
+    /// How many ListAndWatch messages arrived.
+    pub updates: usize,
+    /// Whether the ListAndWatch stream is still open.
+    pub connected: bool,
+}
+
+/// Everything the stand-in has seen.
+#[derive(Debug, Clone, Default)]
+pub struct StandinView {
+    /// Every accepted Register request, in order.
+    pub registrations: Vec<RegisterRequest>,
+    /// Every refused Register request, in order.
+    pub refused: Vec<RegisterRequest>,
+    /// The current plugin of each resource name.
+    pub plugins: BTreeMap<String, PluginView>,
+}
+
+impl StandinView {
+    /// The latest device list of `resource_name`.
+    pub fn devices(&self, resource_name: &str) -> Option<&[Device]> {
+        self.plugins.get(resource_name)?.devices.as_deref()
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    view: StandinView,
+    clients: BTreeMap<String, DevicePluginClient<Channel>>,
+    refuse: Option<String>,
+}
+
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A running kubelet stand-in.
+pub struct KubeletStandin {
+    dir: PathBuf,
+    shared: Arc<Mutex<Shared>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+struct RegistrationService {
+    dir: PathBuf,
+    shared: Arc<Mutex<Shared>>,
+}
+
+#[tonic::async_trait]
+impl Registration for RegistrationService {
+    async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        if let Some(reason) = lock(&self.shared).refuse.clone() {
+            lock(&self.shared).view.refused.push(req);
+            return Err(Status::unavailable(reason));
+        }
+        if req.version != API_VERSION {
+            return Err(Status::invalid_argument(format!(
+                "requested API version {:?} is not supported by kubelet",
+                req.version
+            )));
+        }
+        if req.endpoint.is_empty() || req.endpoint.contains(['/', '\\']) {
+            return Err(Status::invalid_argument(format!(
+                "endpoint {:?} must be a file name in the device plugin directory",
+                req.endpoint
+            )));
+        }
+        let path = self.dir.join(&req.endpoint);
+        let channel = transport::channel(&path).await.map_err(|e| {
+            Status::unavailable(format!("cannot dial plugin at {}: {e}", path.display()))
+        })?;
+        let mut client = DevicePluginClient::new(channel);
+        let options = client
+            .get_device_plugin_options(Empty {})
+            .await?
+            .into_inner();
+        let mut stream = client.list_and_watch(Empty {}).await?.into_inner();
+        let resource = req.resource_name.clone();
+        let endpoint = req.endpoint.clone();
+        {
+            let mut shared = lock(&self.shared);
+            shared.clients.insert(resource.clone(), client);
+            shared.view.plugins.insert(
+                resource.clone(),
+                PluginView {
+                    endpoint: endpoint.clone(),
+                    options,
+                    devices: None,
+                    updates: 0,
+                    connected: true,
+                },
+            );
+            shared.view.registrations.push(req);
+        }
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let message = stream.message().await;
+                let mut guard = lock(&shared);
+                let Some(plugin) = guard
+                    .view
+                    .plugins
+                    .get_mut(&resource)
+                    .filter(|p| p.endpoint == endpoint)
+                else {
+                    return; // replaced by a newer registration
+                };
+                match message {
+                    Ok(Some(list)) => {
+                        plugin.devices = Some(list.devices);
+                        plugin.updates += 1;
+                    }
+                    _ => {
+                        plugin.connected = false;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Empty {}))
+    }
+}
+
+impl KubeletStandin {
+    /// Starts serving `Registration` on `<dir>/kubelet.sock` (replacing a stale file).
+    pub async fn start(dir: &Path) -> io::Result<Self> {
+        let socket = dir.join(KUBELET_SOCKET);
+        transport::check_socket_path(&socket).map_err(io::Error::other)?;
+        let _ = std::fs::remove_file(&socket);
+        let listener = transport::bind(&socket)?;
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let service = RegistrationService {
+            dir: dir.to_path_buf(),
+            shared: shared.clone(),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(RegistrationServer::new(service))
+                .serve_with_incoming_shutdown(listener.incoming(), async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Ok(KubeletStandin {
+            dir: dir.to_path_buf(),
+            shared,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// The path of `kubelet.sock`.
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.join(KUBELET_SOCKET)
+    }
+
+    /// Makes `Register` fail with `reason` (or accept again with `None`).
+    pub fn refuse_registrations(&self, reason: Option<&str>) {
+        lock(&self.shared).refuse = reason.map(str::to_string);
+    }
+
+    /// A copy of what the stand-in has seen.
+    pub fn view(&self) -> StandinView {
+        lock(&self.shared).view.clone()
+    }
+
+    /// Polls until `done` holds for the view, or `timeout` passes; returns whether it held.
+    pub async fn wait_for(&self, timeout: Duration, done: impl Fn(&StandinView) -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if done(&self.view()) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The client of the plugin registered for `resource_name`.
+    pub fn client(&self, resource_name: &str) -> Option<DevicePluginClient<Channel>> {
+        lock(&self.shared).clients.get(resource_name).cloned()
+    }
+
+    /// Calls `Allocate` for one container, as the kubelet does at admission.
+    pub async fn allocate(
+        &self,
+        resource_name: &str,
+        ids: &[String],
+    ) -> Result<AllocateResponse, Status> {
+        let mut client = self.client(resource_name).ok_or_else(|| {
+            Status::not_found(format!("no plugin registered for {resource_name}"))
+        })?;
+        let request = AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest {
+                devices_ids: ids.to_vec(),
+            }],
+        };
+        Ok(client.allocate(request).await?.into_inner())
+    }
+
+    /// Stops serving and removes `kubelet.sock`, as a stopping kubelet does.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(2), &mut self.task)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+        lock(&self.shared).clients.clear();
+        let _ = std::fs::remove_file(self.socket_path());
+    }
+}

@@ -1,0 +1,187 @@
+//! The `DevicePlugin` gRPC service for one resource.
+
+use std::pin::Pin;
+
+use tokio::sync::watch;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use super::inventory::InventoryRx;
+use crate::allocation::{self, AllocationError};
+use crate::devices::{Discovery, Resource};
+use crate::kubelet::v1beta1::{
+    self, device_plugin_server::DevicePlugin, AllocateRequest, AllocateResponse,
+    ContainerAllocateResponse, DevicePluginOptions, Empty, ListAndWatchResponse,
+    PreStartContainerRequest, PreStartContainerResponse, PreferredAllocationRequest,
+    PreferredAllocationResponse,
+};
+
+/// Serves one resource from the shared inventory.
+#[derive(Debug, Clone)]
+pub struct ResourceService {
+    resource: Resource,
+    replicas: u32,
+    inventory: InventoryRx,
+    stopping: watch::Receiver<bool>,
+}
+
+impl ResourceService {
+    /// A service for `resource`; streams end when `stopping` turns true.
+    pub fn new(
+        resource: Resource,
+        replicas: u32,
+        inventory: InventoryRx,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        ResourceService {
+            resource,
+            replicas,
+            inventory,
+            stopping,
+        }
+    }
+}
+
+/// The plugin's options: no PreStartContainer, no preferred allocation (yet).
+pub fn options() -> DevicePluginOptions {
+    DevicePluginOptions {
+        pre_start_required: false,
+        get_preferred_allocation_available: false,
+    }
+}
+
+/// The full device list of `resource` as the kubelet receives it.
+pub fn device_list(
+    discovery: &Discovery,
+    resource: Resource,
+    replicas: u32,
+) -> Vec<v1beta1::Device> {
+    allocation::advertise(discovery, resource, replicas)
+        .into_iter()
+        .map(|a| v1beta1::Device {
+            id: a.id,
+            health: a.health.as_str().to_string(),
+            topology: None,
+        })
+        .collect()
+}
+
+type ListStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DevicePlugin for ResourceService {
+    async fn get_device_plugin_options(
+        &self,
+        _request: Request<Empty>,
+    ) -> Result<Response<DevicePluginOptions>, Status> {
+        Ok(Response::new(options()))
+    }
+
+    type ListAndWatchStream = ListStream;
+
+    async fn list_and_watch(
+        &self,
+        _request: Request<Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let mut inventory = self.inventory.clone();
+        let mut stopping = self.stopping.clone();
+        let (resource, replicas) = (self.resource, self.replicas);
+        tracing::info!(
+            resource = resource.as_str(),
+            "kubelet is watching the device list"
+        );
+        let stream = async_stream::stream! {
+            let mut last: Option<Vec<v1beta1::Device>> = None;
+            loop {
+                let list = device_list(&inventory.borrow_and_update(), resource, replicas);
+                if last.as_ref() != Some(&list) {
+                    tracing::debug!(resource = resource.as_str(), devices = list.len(), "sending device list");
+                    yield Ok(ListAndWatchResponse { devices: list.clone() });
+                    last = Some(list);
+                }
+                if *stopping.borrow() {
+                    break;
+                }
+                tokio::select! {
+                    changed = inventory.changed() => if changed.is_err() { break },
+                    _ = stopping.changed() => break,
+                }
+            }
+        };
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        _request: Request<PreferredAllocationRequest>,
+    ) -> Result<Response<PreferredAllocationResponse>, Status> {
+        Err(Status::unimplemented(
+            "dxdp does not offer preferred allocations (get_preferred_allocation_available is false)",
+        ))
+    }
+
+    async fn allocate(
+        &self,
+        request: Request<AllocateRequest>,
+    ) -> Result<Response<AllocateResponse>, Status> {
+        let discovery = self.inventory.borrow().clone();
+        let mut response = AllocateResponse::default();
+        for container in request.into_inner().container_requests {
+            let edits = allocation::allocate(
+                &discovery,
+                self.resource,
+                self.replicas,
+                &container.devices_ids,
+            )
+            .map_err(|e| {
+                tracing::warn!(resource = self.resource.as_str(), "Allocate refused: {e}");
+                match e {
+                    AllocationError::Empty
+                    | AllocationError::Malformed(_)
+                    | AllocationError::Unknown { .. } => Status::invalid_argument(e.to_string()),
+                }
+            })?;
+            for note in &edits.notes {
+                tracing::warn!(resource = self.resource.as_str(), "{note}");
+            }
+            tracing::info!(
+                resource = self.resource.as_str(),
+                ids = ?container.devices_ids,
+                devices = ?edits.devices,
+                mounts = edits.mounts.len(),
+                "allocated"
+            );
+            response
+                .container_responses
+                .push(ContainerAllocateResponse {
+                    devices: edits
+                        .devices
+                        .into_iter()
+                        .map(|host_path| v1beta1::DeviceSpec {
+                            container_path: String::new(),
+                            host_path,
+                            permissions: String::new(),
+                        })
+                        .collect(),
+                    mounts: edits
+                        .mounts
+                        .into_iter()
+                        .map(|m| v1beta1::Mount {
+                            container_path: m.container_path,
+                            host_path: m.host_path,
+                            read_only: true,
+                        })
+                        .collect(),
+                    ..ContainerAllocateResponse::default()
+                });
+        }
+        Ok(Response::new(response))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _request: Request<PreStartContainerRequest>,
+    ) -> Result<Response<PreStartContainerResponse>, Status> {
+        Ok(Response::new(PreStartContainerResponse {}))
+    }
+}
