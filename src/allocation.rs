@@ -286,7 +286,8 @@ mod tests {
     #[test]
     fn allocate_rejects_bad_ids() {
         let d = sample();
-        let table: [(&[&str], fn(&AllocationError) -> bool); 3] = [
+        type Check = fn(&AllocationError) -> bool;
+        let table: [(&[&str], Check); 3] = [
             (&[], |e| *e == AllocationError::Empty),
             (&["has/slash"], |e| {
                 matches!(e, AllocationError::Malformed(_))

@@ -86,11 +86,9 @@ async fn demo(
     registration_section(&mut out, &view);
     devices_section(&mut out, &view, &discovery);
 
-    let mut step = 3;
-    for resource in Resource::ALL {
+    for (step, resource) in (3..).zip(Resource::ALL) {
         let name = resource.default_resource_name();
         let _ = writeln!(out, "\n{step}. Allocate one {name} device");
-        step += 1;
         let Some(id) = view
             .devices(name)
             .and_then(|list| list.iter().find(|d| d.health == "Healthy"))
