@@ -107,13 +107,45 @@ mod imp {
         }
     }
 
+    /// `uds_windows::UnixStream` with the `IoSafe` marker `async-io` needs for owned I/O.
+    #[derive(Debug)]
+    struct SocketStream(uds_windows::UnixStream);
+
+    // SAFETY: `SocketStream` never closes or replaces its socket while borrowed; it is only read,
+    // written and dropped, which is what `IoSafe` requires.
+    unsafe impl async_io::IoSafe for SocketStream {}
+
+    impl AsSocket for SocketStream {
+        fn as_socket(&self) -> BorrowedSocket<'_> {
+            self.0.as_socket()
+        }
+    }
+
+    impl io::Read for SocketStream {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.0.read(buf)
+        }
+    }
+
+    impl io::Write for SocketStream {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.write(buf)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            self.0.flush()
+        }
+    }
+
     /// An accepted or connected AF_UNIX stream with tokio's I/O traits.
     #[derive(Debug)]
-    pub struct Conn(Compat<Async<uds_windows::UnixStream>>);
+    pub struct Conn(Compat<Async<SocketStream>>);
 
     impl Conn {
         fn new(stream: uds_windows::UnixStream) -> io::Result<Self> {
-            Ok(Conn(Async::new(stream)?.compat()))
+            Ok(Conn(FuturesAsyncReadCompatExt::compat(Async::new(
+                SocketStream(stream),
+            )?)))
         }
     }
 

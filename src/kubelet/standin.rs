@@ -87,7 +87,8 @@ struct RegistrationService {
 impl Registration for RegistrationService {
     async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
         let req = request.into_inner();
-        if let Some(reason) = lock(&self.shared).refuse.clone() {
+        let refusal = lock(&self.shared).refuse.clone();
+        if let Some(reason) = refusal {
             lock(&self.shared).view.refused.push(req);
             return Err(Status::unavailable(reason));
         }

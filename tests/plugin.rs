@@ -1,0 +1,560 @@
+//! The device plugin daemon against a kubelet stand-in that speaks the real v1beta1 protocol over
+//! real Unix sockets: registration, lists, allocation, replicas, live refresh, health, malformed
+//! edits, kubelet restarts, plugin-before-kubelet, refused registrations and SIGTERM cleanup.
+
+#![cfg(unix)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dxdp::allocation;
+use dxdp::backend::SnapshotFile;
+use dxdp::devices::Resource;
+use dxdp::facts::HostFacts;
+use dxdp::kubelet::standin::{KubeletStandin, StandinView};
+use dxdp::kubelet::v1beta1::{Empty, PreStartContainerRequest, PreferredAllocationRequest};
+use dxdp::pipeline::{discover, PipelineConfig};
+use dxdp::plugin::{self, PluginConfig, PluginError};
+use dxdp::snapshot;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const DISPLAY: &str = "directx.microsoft.com/display";
+const COMPUTE: &str = "directx.microsoft.com/compute";
+/// Generous: these waits are for behaviour, not speed (the 1 s refresh target is a poll interval
+/// of 200 ms, documented, not asserted here).
+const WAIT: Duration = Duration::from_secs(10);
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(format!("{name}.yaml"))
+}
+
+fn load_facts(name: &str) -> HostFacts {
+    if name == "sample" {
+        dxdp::backend::sample_host().unwrap()
+    } else {
+        snapshot::read_file(&fixture(name)).unwrap()
+    }
+}
+
+struct Harness {
+    dir: tempfile::TempDir,
+    snapshot: PathBuf,
+    kubelet: Option<KubeletStandin>,
+    stop: Option<oneshot::Sender<()>>,
+    daemon: Option<JoinHandle<Result<(), PluginError>>>,
+}
+
+impl Harness {
+    /// Writes `facts` as the host snapshot, optionally starts the kubelet, then the plugin.
+    async fn start(facts: &HostFacts, replicas: u32, kubelet_first: bool) -> Harness {
+        let dir = tempfile::Builder::new()
+            .prefix("dxdp")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let snapshot = dir.path().join("host.yaml");
+        let mut h = Harness {
+            dir,
+            snapshot,
+            kubelet: None,
+            stop: None,
+            daemon: None,
+        };
+        h.write_facts(facts);
+        if kubelet_first {
+            h.start_kubelet().await;
+        }
+        let mut config = PluginConfig::new(h.dir.path().to_path_buf());
+        config.replicas = replicas;
+        config.poll_interval = Duration::from_millis(50);
+        config.initial_backoff = Duration::from_millis(100);
+        config.max_backoff = Duration::from_millis(400);
+        let source = Arc::new(SnapshotFile::new(h.snapshot.clone()));
+        let (stop, stopped) = oneshot::channel::<()>();
+        h.stop = Some(stop);
+        h.daemon = Some(tokio::spawn(plugin::run(config, source, async {
+            let _ = stopped.await;
+        })));
+        h
+    }
+
+    async fn start_kubelet(&mut self) {
+        self.kubelet = Some(KubeletStandin::start(self.dir.path()).await.unwrap());
+    }
+
+    fn kubelet(&self) -> &KubeletStandin {
+        self.kubelet.as_ref().unwrap()
+    }
+
+    /// Replaces the snapshot atomically (write then rename), as an editor or ConfigMap would.
+    fn write_facts(&self, facts: &HostFacts) {
+        let text = snapshot::write(facts, snapshot::Format::Yaml).unwrap();
+        self.write_text(&text);
+    }
+
+    fn write_text(&self, text: &str) {
+        let tmp = self.dir.path().join("host.yaml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.snapshot).unwrap();
+    }
+
+    async fn wait(&self, what: &str, done: impl Fn(&StandinView) -> bool) {
+        if !self.kubelet().wait_for(WAIT, done).await {
+            panic!(
+                "timed out waiting for {what}; kubelet saw {:#?}",
+                self.kubelet().view()
+            );
+        }
+    }
+
+    async fn registered(&self) {
+        self.wait("both resources", |v| {
+            v.devices(DISPLAY).is_some() && v.devices(COMPUTE).is_some()
+        })
+        .await;
+    }
+
+    fn ids(&self, resource: &str) -> Vec<String> {
+        self.kubelet()
+            .view()
+            .devices(resource)
+            .unwrap_or_default()
+            .iter()
+            .map(|d| d.id.clone())
+            .collect()
+    }
+
+    fn plugin_sockets(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("dxdp-"))
+            .collect();
+        names.sort();
+        names
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(daemon) = self.daemon.take() {
+            tokio::time::timeout(WAIT, daemon)
+                .await
+                .expect("plugin stops")
+                .unwrap()
+                .unwrap();
+        }
+        assert!(
+            self.plugin_sockets().is_empty(),
+            "sockets left: {:?}",
+            self.plugin_sockets()
+        );
+        if let Some(k) = self.kubelet.take() {
+            k.stop().await;
+        }
+    }
+}
+
+fn expected_ids(facts: &HostFacts, resource: Resource, replicas: u32) -> Vec<String> {
+    let d = discover(facts, &PipelineConfig::default());
+    allocation::advertise(&d, resource, replicas)
+        .into_iter()
+        .map(|a| a.id)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_both_resources_with_the_full_lists_of_several_hosts() {
+    for host in [
+        "sample",
+        "nvidia-multi-gpu",
+        "compute-only",
+        "broken-drivers",
+    ] {
+        let facts = load_facts(host);
+        let h = Harness::start(&facts, 1, true).await;
+        h.registered().await;
+        let view = h.kubelet().view();
+        assert_eq!(view.registrations.len(), 2, "{host}");
+        for r in &view.registrations {
+            assert_eq!(r.version, "v1beta1");
+            assert!(
+                !r.endpoint.contains('/'),
+                "endpoint is a bare file name: {}",
+                r.endpoint
+            );
+            assert!(h.dir.path().join(&r.endpoint).exists());
+            let options = r.options.unwrap();
+            assert!(!options.pre_start_required && !options.get_preferred_allocation_available);
+        }
+        for (name, resource) in [(DISPLAY, Resource::Display), (COMPUTE, Resource::Compute)] {
+            assert_eq!(
+                h.ids(name),
+                expected_ids(&facts, resource, 1),
+                "{host} {name}"
+            );
+        }
+        h.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_without_devices_is_still_registered_with_an_empty_list() {
+    let h = Harness::start(&load_facts("nvidia-multi-gpu"), 1, true).await;
+    h.registered().await;
+    assert_eq!(h.ids(DISPLAY).len(), 4);
+    assert_eq!(h.kubelet().view().devices(COMPUTE), Some(&[][..]));
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_returns_the_device_spec_and_read_only_mounts_of_existing_files() {
+    let facts = load_facts("amd-radeon");
+    let h = Harness::start(&facts, 1, true).await;
+    h.registered().await;
+    let id = h.ids(DISPLAY)[0].clone();
+    let response = h
+        .kubelet()
+        .allocate(DISPLAY, std::slice::from_ref(&id))
+        .await
+        .unwrap();
+    assert_eq!(response.container_responses.len(), 1);
+    let c = &response.container_responses[0];
+    assert_eq!(c.devices.len(), 1);
+    assert_eq!(
+        c.devices[0].host_path,
+        "vpci-location-path://PCIROOT(0)#PCI(1E00)#PCI(0000)"
+    );
+    assert_eq!(c.devices[0].container_path, "");
+    assert_eq!(c.devices[0].permissions, "");
+    let store =
+        r"C:\Windows\System32\DriverStore\FileRepository\u0381544.inf_amd64_ad2c8e5b4e1f8a04";
+    let mut mounts: Vec<(String, String, bool)> = c
+        .mounts
+        .iter()
+        .map(|m| (m.container_path.clone(), m.host_path.clone(), m.read_only))
+        .collect();
+    mounts.sort();
+    let expect = |dir: &str, dest: &str, src: &str| {
+        (
+            format!(r"C:\Windows\{dir}\{dest}"),
+            format!(r"{store}\{src}"),
+            true,
+        )
+    };
+    let mut expected = vec![
+        expect("System32", "amdxc64.dll", "amdxc64.dll"),
+        expect("System32", "amfrt64.dll", "amfrt64.dll"),
+        expect("System32", "amdocl64.dll", r"B381544\amdocl64.dll"),
+        expect("SysWOW64", "amfrt32.dll", "amfrt32.dll"),
+        expect("SysWOW64", "amdocl.dll", r"B381544\amdocl.dll"),
+    ];
+    expected.sort();
+    // amdvlk64.dll is listed by the driver but missing on the host: never mounted.
+    assert_eq!(mounts, expected);
+    assert!(c.envs.is_empty() && c.annotations.is_empty() && c.cdi_devices.is_empty());
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_and_malformed_ids_fail_with_invalid_argument_and_the_plugin_keeps_serving() {
+    let h = Harness::start(&load_facts("sample"), 1, true).await;
+    h.registered().await;
+    let compute_id = h.ids(COMPUTE)[0].clone();
+    for bad in [
+        "no-such-device-0000000000000000",
+        "bad/id",
+        compute_id.as_str(),
+    ] {
+        let status = h
+            .kubelet()
+            .allocate(DISPLAY, &[bad.to_string()])
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bad}");
+        assert!(status.message().contains(bad), "{}", status.message());
+    }
+    let id = h.ids(DISPLAY)[0].clone();
+    assert!(h.kubelet().allocate(DISPLAY, &[id]).await.is_ok());
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_one_physical_device_and_give_one_device_spec() {
+    let facts = load_facts("sample");
+    let h = Harness::start(&facts, 3, true).await;
+    h.registered().await;
+    let ids = h.ids(DISPLAY);
+    assert_eq!(ids, expected_ids(&facts, Resource::Display, 3));
+    assert_eq!(ids.len(), 6);
+    let first = &ids[0];
+    let sibling = ids
+        .iter()
+        .find(|i| *i != first && i.starts_with(first.as_str()))
+        .unwrap()
+        .clone();
+    let r = h
+        .kubelet()
+        .allocate(DISPLAY, &[first.clone(), sibling])
+        .await
+        .unwrap();
+    assert_eq!(r.container_responses[0].devices.len(), 1);
+    // Two different GPUs: both specs are returned (containerd attaches the first; logged).
+    let other = ids
+        .iter()
+        .find(|i| !i.starts_with(first.as_str()))
+        .unwrap()
+        .clone();
+    let r = h
+        .kubelet()
+        .allocate(DISPLAY, &[first.clone(), other])
+        .await
+        .unwrap();
+    assert_eq!(r.container_responses[0].devices.len(), 2);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devices_disappear_and_return_when_the_host_changes() {
+    let facts = load_facts("nvidia-multi-gpu");
+    let h = Harness::start(&facts, 1, true).await;
+    h.registered().await;
+    let all = h.ids(DISPLAY);
+    let mut fewer = facts.clone();
+    fewer.adapters.remove(0);
+    h.write_facts(&fewer);
+    h.wait("a device to disappear", |v| {
+        v.devices(DISPLAY).is_some_and(|d| d.len() == 3)
+    })
+    .await;
+    assert!(!h.ids(DISPLAY).contains(&all[0]));
+    let status = h
+        .kubelet()
+        .allocate(DISPLAY, &[all[0].clone()])
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    h.write_facts(&facts);
+    h.wait("the device to return", |v| {
+        v.devices(DISPLAY).is_some_and(|d| d.len() == 4)
+    })
+    .await;
+    assert_eq!(h.ids(DISPLAY), all);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_lost_and_recovered() {
+    let facts = load_facts("sample");
+    let h = Harness::start(&facts, 1, true).await;
+    h.registered().await;
+    let health = |v: &StandinView| -> Vec<String> {
+        v.devices(DISPLAY)
+            .unwrap_or_default()
+            .iter()
+            .map(|d| d.health.clone())
+            .collect()
+    };
+    let mut broken = facts.clone();
+    broken.adapters[0].pnp.as_mut().unwrap().problem_code = 43;
+    broken.adapters[1].driver_update_in_progress = true;
+    h.write_facts(&broken);
+    h.wait("both GPUs unhealthy", |v| {
+        health(v) == ["Unhealthy", "Unhealthy"]
+    })
+    .await;
+    h.write_facts(&facts);
+    h.wait("both GPUs healthy again", |v| {
+        health(v) == ["Healthy", "Healthy"]
+    })
+    .await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_snapshot_edit_keeps_the_last_good_list() {
+    let facts = load_facts("sample");
+    let h = Harness::start(&facts, 1, true).await;
+    h.registered().await;
+    let before = h.ids(DISPLAY);
+    let updates = h.kubelet().view().plugins[DISPLAY].updates;
+    h.write_text("apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\nadapters: [{luid: oops}]\n");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let view = h.kubelet().view();
+    assert_eq!(h.ids(DISPLAY), before);
+    assert_eq!(
+        view.plugins[DISPLAY].updates, updates,
+        "no new list was sent"
+    );
+    assert!(view.plugins[DISPLAY].connected);
+    assert!(
+        h.kubelet().allocate(DISPLAY, &before[..1]).await.is_ok(),
+        "still serving"
+    );
+    let mut fewer = facts.clone();
+    fewer.adapters.remove(0);
+    h.write_facts(&fewer);
+    h.wait("the next good edit", |v| {
+        v.devices(DISPLAY).is_some_and(|d| d.len() == 1)
+    })
+    .await;
+    h.shutdown().await;
+}
+
+/// Simulates a kubelet restart: the kubelet stops, deletes plugin sockets, starts again.
+async fn restart_kubelet(h: &mut Harness) {
+    h.kubelet.take().unwrap().stop().await;
+    for name in h.plugin_sockets() {
+        let _ = std::fs::remove_file(h.dir.path().join(name));
+    }
+    h.start_kubelet().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_registers_after_several_kubelet_restarts_on_fresh_sockets() {
+    let mut h = Harness::start(&load_facts("sample"), 1, true).await;
+    h.registered().await;
+    let mut endpoints = vec![h.kubelet().view().plugins[DISPLAY].endpoint.clone()];
+    for _ in 0..3 {
+        restart_kubelet(&mut h).await;
+        h.registered().await;
+        let endpoint = h.kubelet().view().plugins[DISPLAY].endpoint.clone();
+        assert!(
+            !endpoints.contains(&endpoint),
+            "socket names are new on every start"
+        );
+        endpoints.push(endpoint);
+        assert_eq!(
+            h.plugin_sockets().len(),
+            2,
+            "old sockets are removed: {:?}",
+            h.plugin_sockets()
+        );
+        let id = h.ids(DISPLAY)[0].clone();
+        assert!(h.kubelet().allocate(DISPLAY, &[id]).await.is_ok());
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_plugin_socket_alone_triggers_re_registration() {
+    let h = Harness::start(&load_facts("sample"), 1, true).await;
+    h.registered().await;
+    let old = h.kubelet().view().plugins[DISPLAY].endpoint.clone();
+    std::fs::remove_file(h.dir.path().join(&old)).unwrap();
+    h.wait("re-registration", |v| {
+        v.plugins
+            .get(DISPLAY)
+            .is_some_and(|p| p.endpoint != old && p.devices.is_some())
+    })
+    .await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_started_before_the_kubelet_registers_when_it_appears() {
+    let mut h = Harness::start(&load_facts("sample"), 1, false).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        h.plugin_sockets().is_empty(),
+        "no sockets before the kubelet exists"
+    );
+    h.start_kubelet().await;
+    h.registered().await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_registration_is_retried() {
+    let mut h = Harness::start(&load_facts("sample"), 1, false).await;
+    h.start_kubelet().await;
+    h.kubelet()
+        .refuse_registrations(Some("kubelet is not ready"));
+    h.wait("two refused attempts per resource", |v| {
+        v.refused.len() >= 4
+    })
+    .await;
+    assert!(h.kubelet().view().registrations.is_empty());
+    h.kubelet().refuse_registrations(None);
+    h.registered().await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_preferred_allocation_and_pre_start() {
+    let h = Harness::start(&load_facts("sample"), 1, true).await;
+    h.registered().await;
+    let mut client = h.kubelet().client(DISPLAY).unwrap();
+    let options = client
+        .get_device_plugin_options(Empty {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!options.get_preferred_allocation_available);
+    let status = client
+        .get_preferred_allocation(PreferredAllocationRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
+    client
+        .pre_start_container(PreStartContainerRequest {
+            devices_ids: h.ids(DISPLAY),
+        })
+        .await
+        .unwrap();
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_binary_and_removes_its_sockets() {
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
+        .args(["plugin", "--kubelet-dir"])
+        .arg(dir.path())
+        .args(["--host-snapshot"])
+        .arg(fixture("nvidia-multi-gpu"))
+        .env_remove("DXDP_LOG_LEVEL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        kubelet
+            .wait_for(WAIT, |v| v.devices(DISPLAY).is_some()
+                && v.devices(COMPUTE).is_some())
+            .await
+    );
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("dxdp-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(
+        kubelet
+            .wait_for(WAIT, |v| !v.plugins[DISPLAY].connected)
+            .await,
+        "ListAndWatch ended"
+    );
+    kubelet.stop().await;
+}
