@@ -8,6 +8,10 @@
 //! - [`backend`]: where facts come from (snapshot file, built-in sample host, native Windows).
 //! - [`pipeline`]: pure rules turning facts into devices.
 //! - [`devices`]: the devices, their health and runtime files.
+//! - [`allocation`]: replicas and the container edits of an `Allocate` call.
+//! - [`plugin`]: the device plugin daemon (gRPC service, registration, kubelet restarts).
+//! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.
+//! - [`transport`]: AF_UNIX sockets on Unix and Windows.
 //! - [`render`]: output for people and machines.
 //! - [`logging`]: `tracing` setup.
 

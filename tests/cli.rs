@@ -52,6 +52,8 @@ fn version_and_help_for_every_command() {
         vec!["--help"],
         vec!["discover", "--help"],
         vec!["snapshot", "--help"],
+        vec!["plugin", "--help"],
+        vec!["demo", "--help"],
         vec!["help", "discover"],
     ] {
         let o = dxdp(&args);
@@ -226,5 +228,61 @@ fn bad_option_values_are_rejected_with_a_message() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("invalid log level"), "{}", stderr(&o));
     let o = dxdp(&["frobnicate"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn demo_shows_registration_lists_and_what_containerd_receives() {
+    let o = dxdp(&["demo"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for fragment in [
+        "1. Registration",
+        "directx.microsoft.com/display    version v1beta1",
+        "directx.microsoft.com/compute    version v1beta1",
+        "2. Advertised devices",
+        "3. Allocate one directx.microsoft.com/display device",
+        "4. Allocate one directx.microsoft.com/compute device",
+        "device  vpci-location-path://PCIROOT(0)#PCI(0100)#PCI(0000)  (container path \"\", permissions \"\")",
+        r"mount   C:\Windows\System32\nvcuda.dll  <=  ",
+        r"mount   C:\Windows\SysWOW64\nvcuda.dll  <=  ",
+        "none of its sockets left behind",
+    ] {
+        assert!(out.contains(fragment), "demo output lacks {fragment:?}:\n{out}");
+    }
+    assert!(!out.contains("read-write"));
+}
+
+#[test]
+fn demo_on_a_host_without_compute_devices_says_so() {
+    let o = dxdp(&["demo", "--host-snapshot", &fixture("nvidia-multi-gpu.yaml")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("directx.microsoft.com/compute: 0 devices"));
+    assert!(stdout(&o).contains("(no healthy compute device on this host)"));
+}
+
+#[test]
+fn plugin_rejects_bad_settings_clearly() {
+    for replicas in ["0", "65", "many"] {
+        let o = dxdp(&["plugin", "--replicas", replicas]);
+        assert_eq!(o.status.code(), Some(2), "{replicas}");
+        assert!(stderr(&o).contains("--replicas"), "{}", stderr(&o));
+    }
+    let long_dir = format!("/tmp/{}", "d".repeat(120));
+    let o = dxdp(&["plugin", "--kubelet-dir", &long_dir]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("at most 107"), "{}", stderr(&o));
+    assert_no_panic(&o);
+    let dir = tempfile::tempdir().unwrap();
+    let o = dxdp(&[
+        "plugin",
+        "--kubelet-dir",
+        dir.path().to_str().unwrap(),
+        "--host-snapshot",
+        "/no/such/host.yaml",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/no/such/host.yaml"), "{}", stderr(&o));
+    let o = dxdp(&["plugin", "--resources", "gpu"]);
     assert_eq!(o.status.code(), Some(2));
 }
