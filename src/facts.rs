@@ -96,6 +96,9 @@ pub struct AdapterFacts {
     /// The PnP device node whose adapter LUID matches; absent if none matched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pnp: Option<PnpFacts>,
+    /// Facts the backend could not read for this adapter, with the API and error code.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_errors: Vec<String>,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -7,6 +7,7 @@ mod sample;
 mod snapshot_file;
 #[cfg(windows)]
 pub mod windows;
+pub mod winparse;
 
 use std::path::PathBuf;
 
@@ -35,9 +36,11 @@ pub trait HostFactsSource: Send + Sync {
     fn is_simulated(&self) -> bool;
     /// Collects the facts now.
     fn load(&self) -> Result<HostFacts, SourceError>;
-    /// The file whose changes mean the facts changed, if there is one.
-    fn watch_path(&self) -> Option<PathBuf> {
-        None
+    /// Whether the facts may have changed since the last [`load`](Self::load) (or the last call).
+    /// Polled by the plugin every poll interval; a true answer makes it reload and re-advertise
+    /// when the devices differ. Cheap: never collects the facts itself.
+    fn changed(&self) -> bool {
+        false
     }
 }
 

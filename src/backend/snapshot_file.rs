@@ -1,21 +1,44 @@
 //! A host snapshot file as a source of host facts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
 
 use super::{HostFactsSource, SourceError};
 use crate::facts::HostFacts;
 use crate::snapshot;
 
-/// Reads host facts from a snapshot file every time they are loaded.
-#[derive(Debug, Clone)]
+/// What identifies a version of the file: modification time and length (or absence).
+type Stamp = Option<(Option<SystemTime>, u64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.modified().ok(), m.len()))
+}
+
+/// Reads host facts from a snapshot file every time they are loaded; a change of the file's
+/// modification time or size (including an atomic replace) counts as a change of the facts.
+#[derive(Debug)]
 pub struct SnapshotFile {
     path: PathBuf,
+    seen: Mutex<Option<Stamp>>,
 }
 
 impl SnapshotFile {
     /// A source reading `path`.
     pub fn new(path: PathBuf) -> Self {
-        SnapshotFile { path }
+        SnapshotFile {
+            path,
+            seen: Mutex::new(None),
+        }
+    }
+
+    fn remember(&self, now: Stamp) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = seen.as_ref() != Some(&now);
+        *seen = Some(now);
+        changed
     }
 }
 
@@ -29,10 +52,36 @@ impl HostFactsSource for SnapshotFile {
     }
 
     fn load(&self) -> Result<HostFacts, SourceError> {
+        self.remember(stamp(&self.path));
         Ok(snapshot::read_file(&self.path)?)
     }
 
-    fn watch_path(&self) -> Option<PathBuf> {
-        Some(self.path.clone())
+    fn changed(&self) -> bool {
+        self.remember(stamp(&self.path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_are_reported_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("host.yaml");
+        std::fs::write(&path, "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\n").unwrap();
+        let source = SnapshotFile::new(path.clone());
+        source.load().unwrap();
+        assert!(!source.changed(), "nothing changed since load");
+        std::fs::write(
+            &path,
+            "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\nfiles: []\n",
+        )
+        .unwrap();
+        assert!(source.changed());
+        assert!(!source.changed(), "reported once");
+        std::fs::remove_file(&path).unwrap();
+        assert!(source.changed(), "removal is a change");
+        assert!(source.load().is_err());
     }
 }

@@ -96,6 +96,7 @@ mod tests {
             driver_update_in_progress: false,
             driver_store_path: None,
             pnp: None,
+            read_errors: Vec::new(),
         }
     }
 

@@ -51,6 +51,12 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
 
     for adapter in &facts.adapters {
         let description = describe(adapter);
+        for error in &adapter.read_errors {
+            out.warnings.push(format!(
+                "adapter {description} (LUID {}): {error}",
+                adapter.luid
+            ));
+        }
         let exclude =
             |code: ExclusionCode, reason: String, location_path: Option<String>| Excluded {
                 luid: adapter.luid,
@@ -252,6 +258,7 @@ mod tests {
                 driver_key: Some(r"{4d36e968-e325-11ce-bfc1-08002be10318}\0000".into()),
                 problem_code: 0,
             }),
+            read_errors: Vec::new(),
         }
     }
 
@@ -410,6 +417,20 @@ mod tests {
     }
 
     #[test]
+    fn read_errors_become_warnings_naming_the_adapter() {
+        let mut a = gpu(5, "PCIROOT(0)#PCI(0100)");
+        a.read_errors = vec!["D3DKMTQueryAdapterInfo failed: NTSTATUS 0xC0000001".into()];
+        let d = discover(&host(vec![a]), &PipelineConfig::default());
+        assert!(
+            d.warnings
+                .iter()
+                .any(|w| w.contains("GPU 5") && w.contains("0xC0000001")),
+            "{:?}",
+            d.warnings
+        );
+    }
+
+    #[test]
     fn description_falls_back_to_device_node_then_luid() {
         let mut a = gpu(7, "PCIROOT(0)#PCI(0100)");
         a.driver_description = " ".into();
@@ -451,6 +472,7 @@ mod properties {
                 location_paths: vec![location],
                 ..PnpFacts::default()
             }),
+            read_errors: Vec::new(),
         }
     }
 

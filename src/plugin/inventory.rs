@@ -1,11 +1,11 @@
 //! The live inventory: the latest [`Discovery`], republished whenever the host facts change.
 //!
-//! The refresher reloads facts when the source's watched file changes (host snapshots; the
-//! Windows backend adds its own notifications). A load that fails keeps the last good inventory.
+//! The refresher asks the source every poll interval whether the facts may have changed (a
+//! snapshot file was edited; DXCore reported an adapter change) and then reloads them. A load
+//! that fails keeps the last good inventory.
 
-use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -16,15 +16,6 @@ use crate::pipeline::{discover, PipelineConfig};
 /// Receives the current inventory and every change.
 pub type InventoryRx = watch::Receiver<Arc<Discovery>>;
 
-/// What identifies a version of a file: modification time and length.
-type Stamp = Option<(Option<SystemTime>, u64)>;
-
-fn stamp(path: &Path) -> Stamp {
-    std::fs::metadata(path)
-        .ok()
-        .map(|m| (m.modified().ok(), m.len()))
-}
-
 /// Keeps the inventory up to date until every receiver is gone.
 pub async fn refresh(
     source: Arc<dyn HostFactsSource>,
@@ -32,12 +23,6 @@ pub async fn refresh(
     tx: watch::Sender<Arc<Discovery>>,
     interval: Duration,
 ) {
-    let Some(path) = source.watch_path() else {
-        // Nothing to watch: keep the sender alive so receivers never see a closed channel.
-        tx.closed().await;
-        return;
-    };
-    let mut last = stamp(&path);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -45,11 +30,9 @@ pub async fn refresh(
             _ = ticker.tick() => {}
             _ = tx.closed() => return,
         }
-        let now = stamp(&path);
-        if now == last {
+        if !source.changed() {
             continue;
         }
-        last = now;
         let source = source.clone();
         let loaded = tokio::task::spawn_blocking(move || source.load()).await;
         match loaded {

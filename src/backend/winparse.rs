@@ -1,0 +1,469 @@
+//! Byte-level parsing of what the Windows APIs return, kept free of FFI so it is tested on every
+//! target from recorded buffers: UTF-16 strings and multi-strings, registry value data, device
+//! property buffers, DXCore driver versions and LUIDs, the D3DKMT registry-query struct and the
+//! HCS service-properties JSON.
+
+use std::collections::BTreeMap;
+
+use crate::facts::{RegData, RegType};
+
+/// UTF-16 code units from little-endian bytes (a trailing odd byte is ignored).
+pub fn u16s_from_bytes(bytes: &[u8]) -> Vec<u16> {
+    bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect()
+}
+
+/// A string up to the first NUL (or the end), with invalid UTF-16 replaced.
+pub fn utf16_to_string(units: &[u16]) -> String {
+    let end = units.iter().position(|&u| u == 0).unwrap_or(units.len());
+    String::from_utf16_lossy(&units[..end])
+}
+
+/// A `REG_MULTI_SZ`/`DEVPROP_TYPE_STRING_LIST`: strings separated by NUL, ended by an empty
+/// string. Tolerates a missing final terminator; an empty list is `[]`.
+pub fn parse_multi_sz(units: &[u16]) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in units.split(|&u| u == 0) {
+        if part.is_empty() {
+            break;
+        }
+        out.push(String::from_utf16_lossy(part));
+    }
+    out
+}
+
+/// Encodes a string as NUL-terminated UTF-16.
+pub fn wide(s: &str) -> Vec<u16> {
+    s.encode_utf16().chain(std::iter::once(0)).collect()
+}
+
+/// Registry type numbers (`winnt.h`).
+pub mod reg_type {
+    /// `REG_NONE`.
+    pub const NONE: u32 = 0;
+    /// `REG_SZ`.
+    pub const SZ: u32 = 1;
+    /// `REG_EXPAND_SZ`.
+    pub const EXPAND_SZ: u32 = 2;
+    /// `REG_BINARY`.
+    pub const BINARY: u32 = 3;
+    /// `REG_DWORD`.
+    pub const DWORD: u32 = 4;
+    /// `REG_DWORD_BIG_ENDIAN`.
+    pub const DWORD_BIG_ENDIAN: u32 = 5;
+    /// `REG_LINK`.
+    pub const LINK: u32 = 6;
+    /// `REG_MULTI_SZ`.
+    pub const MULTI_SZ: u32 = 7;
+    /// `REG_RESOURCE_LIST`.
+    pub const RESOURCE_LIST: u32 = 8;
+    /// `REG_FULL_RESOURCE_DESCRIPTOR`.
+    pub const FULL_RESOURCE_DESCRIPTOR: u32 = 9;
+    /// `REG_RESOURCE_REQUIREMENTS_LIST`.
+    pub const RESOURCE_REQUIREMENTS_LIST: u32 = 10;
+    /// `REG_QWORD`.
+    pub const QWORD: u32 = 11;
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Turns raw registry value data into the snapshot model, recording every type as it is.
+/// Integer types with the wrong length, and unknown type numbers, become `REG_BINARY` hex.
+pub fn reg_value(kind: u32, data: &[u8]) -> (RegType, RegData) {
+    let text = || utf16_to_string(&u16s_from_bytes(data));
+    match kind {
+        reg_type::SZ => (RegType::REG_SZ, RegData::String(text())),
+        reg_type::EXPAND_SZ => (RegType::REG_EXPAND_SZ, RegData::String(text())),
+        reg_type::LINK => (RegType::REG_LINK, RegData::String(text())),
+        reg_type::MULTI_SZ => (
+            RegType::REG_MULTI_SZ,
+            RegData::Strings(parse_multi_sz(&u16s_from_bytes(data))),
+        ),
+        reg_type::DWORD if data.len() == 4 => (
+            RegType::REG_DWORD,
+            RegData::Integer(u32::from_le_bytes([data[0], data[1], data[2], data[3]]).into()),
+        ),
+        reg_type::DWORD_BIG_ENDIAN if data.len() == 4 => (
+            RegType::REG_DWORD_BIG_ENDIAN,
+            RegData::Integer(u32::from_be_bytes([data[0], data[1], data[2], data[3]]).into()),
+        ),
+        reg_type::QWORD if data.len() == 8 => {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(data);
+            (RegType::REG_QWORD, RegData::Integer(u64::from_le_bytes(b)))
+        }
+        reg_type::NONE => (RegType::REG_NONE, RegData::String(hex(data))),
+        reg_type::RESOURCE_LIST => (RegType::REG_RESOURCE_LIST, RegData::String(hex(data))),
+        reg_type::FULL_RESOURCE_DESCRIPTOR => (
+            RegType::REG_FULL_RESOURCE_DESCRIPTOR,
+            RegData::String(hex(data)),
+        ),
+        reg_type::RESOURCE_REQUIREMENTS_LIST => (
+            RegType::REG_RESOURCE_REQUIREMENTS_LIST,
+            RegData::String(hex(data)),
+        ),
+        _ => (RegType::REG_BINARY, RegData::String(hex(data))),
+    }
+}
+
+/// A `u64` from the first 8 little-endian bytes, if there are 8.
+pub fn u64_le(bytes: &[u8]) -> Option<u64> {
+    let b: [u8; 8] = bytes.get(..8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(b))
+}
+
+/// DXCore `DriverVersion` (four 16-bit parts, most significant first) as `a.b.c.d`.
+pub fn driver_version(raw: u64) -> String {
+    format!(
+        "{}.{}.{}.{}",
+        raw >> 48,
+        (raw >> 32) & 0xFFFF,
+        (raw >> 16) & 0xFFFF,
+        raw & 0xFFFF
+    )
+}
+
+/// A LUID as the snapshot's signed 64-bit value (`HighPart << 32 | LowPart`).
+pub fn luid_to_i64(low: u32, high: i32) -> i64 {
+    (i64::from(high) << 32) | i64::from(low)
+}
+
+/// The LUID parts of a snapshot value.
+pub fn luid_from_i64(luid: i64) -> (u32, i32) {
+    ((luid & 0xFFFF_FFFF) as u32, (luid >> 32) as i32)
+}
+
+/// `D3DDDI_QUERYREGISTRY_INFO` layout: the union holding the output starts at byte 544.
+pub mod query_registry {
+    /// Offset of `QueryType`.
+    pub const QUERY_TYPE: usize = 0;
+    /// Offset of `OutputValueSize`.
+    pub const OUTPUT_VALUE_SIZE: usize = 536;
+    /// Offset of `Status`.
+    pub const STATUS: usize = 540;
+    /// Offset of the output union.
+    pub const OUTPUT: usize = 544;
+    /// `sizeof(D3DDDI_QUERYREGISTRY_INFO)`.
+    pub const SIZE: usize = 552;
+    /// `D3DDDI_QUERYREGISTRY_DRIVERSTOREPATH`.
+    pub const DRIVER_STORE_PATH: u32 = 2;
+    /// `D3DDDI_QUERYREGISTRY_STATUS_SUCCESS`.
+    pub const SUCCESS: u32 = 0;
+    /// `D3DDDI_QUERYREGISTRY_STATUS_BUFFER_OVERFLOW`.
+    pub const BUFFER_OVERFLOW: u32 = 1;
+    /// `D3DDDI_QUERYREGISTRY_STATUS_FAIL`.
+    pub const FAIL: u32 = 2;
+}
+
+/// A zeroed `D3DDDI_QUERYREGISTRY_INFO` asking for the driver store path, with `extra` bytes of
+/// room for the output string beyond the struct. 8-byte aligned storage.
+pub fn driver_store_query(extra: usize) -> Vec<u64> {
+    let bytes = query_registry::SIZE + extra;
+    let mut buf = vec![0u64; bytes.div_ceil(8)];
+    buf[0] = u64::from(query_registry::DRIVER_STORE_PATH); // QueryType (low half), QueryFlags 0
+    buf
+}
+
+/// The outcome of a registry query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueryRegistry {
+    /// The value.
+    Value(String),
+    /// The buffer was too small: `needed` bytes of output are required.
+    Overflow {
+        /// Output bytes needed.
+        needed: u32,
+    },
+    /// The driver reported failure.
+    Fail,
+    /// A status this code does not know.
+    Unknown(u32),
+}
+
+/// Reads the status and string output of a `D3DDDI_QUERYREGISTRY_INFO` buffer.
+pub fn parse_query_registry(bytes: &[u8]) -> QueryRegistry {
+    let u32_at = |at: usize| -> Option<u32> {
+        let b: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
+        Some(u32::from_le_bytes(b))
+    };
+    let (Some(status), Some(size)) = (
+        u32_at(query_registry::STATUS),
+        u32_at(query_registry::OUTPUT_VALUE_SIZE),
+    ) else {
+        return QueryRegistry::Unknown(u32::MAX);
+    };
+    match status {
+        query_registry::SUCCESS => {
+            let start = query_registry::OUTPUT;
+            let end = start
+                .saturating_add(size as usize)
+                .min(bytes.len())
+                .max(start);
+            let text = bytes.get(start..end).unwrap_or_default();
+            QueryRegistry::Value(utf16_to_string(&u16s_from_bytes(text)))
+        }
+        query_registry::BUFFER_OVERFLOW => QueryRegistry::Overflow { needed: size },
+        query_registry::FAIL => QueryRegistry::Fail,
+        other => QueryRegistry::Unknown(other),
+    }
+}
+
+/// The query JSON for `HcsGetServiceProperties`.
+pub const HCS_BASIC_QUERY: &str = r#"{"PropertyTypes":["Basic"]}"#;
+
+/// The highest minor version per major from an `HcsGetServiceProperties` `Basic` answer, e.g.
+/// `["2.5"]`.
+pub fn hcs_schema_versions(json: &str) -> Result<Vec<String>, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("HCS answered with invalid JSON: {e}"))?;
+    let versions = value
+        .get("Properties")
+        .and_then(|p| p.as_array())
+        .and_then(|props| {
+            props
+                .iter()
+                .find_map(|p| p.get("SupportedSchemaVersions").and_then(|v| v.as_array()))
+        })
+        .ok_or("HCS answer has no Properties[].SupportedSchemaVersions")?;
+    let mut highest: BTreeMap<u64, u64> = BTreeMap::new();
+    for v in versions {
+        let (Some(major), Some(minor)) = (
+            v.get("Major").and_then(|m| m.as_u64()),
+            v.get("Minor").and_then(|m| m.as_u64()),
+        ) else {
+            return Err(format!("HCS schema version without Major/Minor: {v}"));
+        };
+        let entry = highest.entry(major).or_insert(minor);
+        *entry = (*entry).max(minor);
+    }
+    Ok(highest
+        .into_iter()
+        .map(|(major, minor)| format!("{major}.{minor}"))
+        .collect())
+}
+
+/// `major.minor.build.UBR`, leaving out what is unknown.
+pub fn os_build(
+    major: Option<u64>,
+    minor: Option<u64>,
+    build: Option<&str>,
+    ubr: Option<u64>,
+) -> Option<String> {
+    let build = build.filter(|b| !b.is_empty())?;
+    let mut out = format!("{}.{}.{build}", major.unwrap_or(10), minor.unwrap_or(0));
+    if let Some(ubr) = ubr {
+        out.push_str(&format!(".{ubr}"));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utf16le(s: &str) -> Vec<u8> {
+        s.encode_utf16().flat_map(|u| u.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn multi_strings() {
+        let table: [(&str, Vec<&str>); 6] = [
+            ("a\0b\0\0", vec!["a", "b"]),
+            ("a\0b\0", vec!["a", "b"]),
+            ("a\0b", vec!["a", "b"]),
+            ("\0", vec![]),
+            ("", vec![]),
+            (
+                "nvcuda_loader64.dll\0nvcuda.dll\0\0garbage\0",
+                vec!["nvcuda_loader64.dll", "nvcuda.dll"],
+            ),
+        ];
+        for (raw, expected) in table {
+            let units: Vec<u16> = raw.encode_utf16().collect();
+            assert_eq!(parse_multi_sz(&units), expected, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn registry_values_from_recorded_bytes() {
+        let mut dword = 7u32.to_le_bytes().to_vec();
+        let table: Vec<(u32, Vec<u8>, RegType, RegData)> = vec![
+            (
+                1,
+                utf16le("OpenCL64.dll\0"),
+                RegType::REG_SZ,
+                RegData::String("OpenCL64.dll".into()),
+            ),
+            (
+                1,
+                utf16le("no-terminator"),
+                RegType::REG_SZ,
+                RegData::String("no-terminator".into()),
+            ),
+            (
+                2,
+                utf16le("%SystemRoot%\\x\0"),
+                RegType::REG_EXPAND_SZ,
+                RegData::String("%SystemRoot%\\x".into()),
+            ),
+            (
+                7,
+                utf16le("nvcuda_loader64.dll\0nvcuda.dll\0\0"),
+                RegType::REG_MULTI_SZ,
+                RegData::Strings(vec!["nvcuda_loader64.dll".into(), "nvcuda.dll".into()]),
+            ),
+            (7, vec![], RegType::REG_MULTI_SZ, RegData::Strings(vec![])),
+            (4, dword.clone(), RegType::REG_DWORD, RegData::Integer(7)),
+            (
+                5,
+                vec![0, 0, 1, 0],
+                RegType::REG_DWORD_BIG_ENDIAN,
+                RegData::Integer(256),
+            ),
+            (
+                11,
+                u64::MAX.to_le_bytes().to_vec(),
+                RegType::REG_QWORD,
+                RegData::Integer(u64::MAX),
+            ),
+            (
+                3,
+                vec![0xde, 0xad],
+                RegType::REG_BINARY,
+                RegData::String("dead".into()),
+            ),
+            (0, vec![], RegType::REG_NONE, RegData::String(String::new())),
+            (
+                4,
+                vec![1, 2],
+                RegType::REG_BINARY,
+                RegData::String("0102".into()),
+            ),
+            (
+                99,
+                vec![0xff],
+                RegType::REG_BINARY,
+                RegData::String("ff".into()),
+            ),
+            (
+                1,
+                vec![0x41, 0x00, 0x42],
+                RegType::REG_SZ,
+                RegData::String("A".into()),
+            ),
+        ];
+        dword.clear();
+        for (kind, bytes, want_type, want_data) in table {
+            let (t, d) = reg_value(kind, &bytes);
+            assert_eq!((t, &d), (want_type, &want_data), "type {kind} {bytes:?}");
+            assert!(
+                crate::facts::check_data_shape(t, &d).is_ok(),
+                "{t:?} {d:?} must be a valid snapshot value"
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_utf16_is_replaced_not_fatal() {
+        let units = [0xD800u16, 0x41, 0];
+        assert_eq!(utf16_to_string(&units), "\u{FFFD}A");
+    }
+
+    #[test]
+    fn driver_versions_and_luids() {
+        assert_eq!(driver_version(0x001F_0000_000F_0B08), "31.0.15.2824");
+        assert_eq!(driver_version(0), "0.0.0.0");
+        assert_eq!(luid_to_i64(0x006B_8B86, 0), 7048070);
+        assert_eq!(luid_to_i64(0, 1), 1 << 32);
+        assert_eq!(luid_to_i64(0xFFFF_FFFF, -1), -1);
+        for luid in [0i64, 7048070, -1, i64::MIN, i64::MAX, 1 << 32] {
+            let (low, high) = luid_from_i64(luid);
+            assert_eq!(luid_to_i64(low, high), luid);
+        }
+    }
+
+    fn recorded_query(status: u32, size: u32, output: &str) -> Vec<u8> {
+        let mut buf = vec![0u8; query_registry::SIZE];
+        buf[query_registry::QUERY_TYPE..4].copy_from_slice(&2u32.to_le_bytes());
+        buf[query_registry::OUTPUT_VALUE_SIZE..query_registry::OUTPUT_VALUE_SIZE + 4]
+            .copy_from_slice(&size.to_le_bytes());
+        buf[query_registry::STATUS..query_registry::STATUS + 4]
+            .copy_from_slice(&status.to_le_bytes());
+        buf.truncate(query_registry::OUTPUT);
+        buf.extend(utf16le(output));
+        buf.resize(buf.len().max(query_registry::SIZE), 0);
+        buf
+    }
+
+    #[test]
+    fn driver_store_query_buffers() {
+        let path = r"\SystemRoot\System32\DriverStore\FileRepository\nv.inf_amd64_1b50ef32b191cff1";
+        let bytes = utf16le(path).len() as u32 + 2;
+        let table = [
+            (
+                recorded_query(0, bytes, &format!("{path}\0")),
+                QueryRegistry::Value(path.into()),
+            ),
+            (
+                recorded_query(1, 180, ""),
+                QueryRegistry::Overflow { needed: 180 },
+            ),
+            (recorded_query(2, 0, ""), QueryRegistry::Fail),
+            (recorded_query(7, 0, ""), QueryRegistry::Unknown(7)),
+            // A size larger than the buffer is clamped, never a panic.
+            (
+                recorded_query(0, 10_000, "abc\0"),
+                QueryRegistry::Value("abc".into()),
+            ),
+            (vec![0u8; 10], QueryRegistry::Unknown(u32::MAX)),
+        ];
+        for (buf, expected) in table {
+            assert_eq!(parse_query_registry(&buf), expected);
+        }
+        let q = driver_store_query(100);
+        assert!(q.len() * 8 >= query_registry::SIZE + 100);
+        assert_eq!(q[0] as u32, query_registry::DRIVER_STORE_PATH);
+    }
+
+    #[test]
+    fn hcs_answers() {
+        let ws2022 = r#"{"Properties":[{"SupportedSchemaVersions":[{"Major":2,"Minor":1},{"Major":2,"Minor":5},{"Major":1,"Minor":0},{"Major":2,"Minor":3}]}]}"#;
+        assert_eq!(hcs_schema_versions(ws2022).unwrap(), ["1.0", "2.5"]);
+        assert_eq!(
+            hcs_schema_versions(r#"{"Properties":[{"SupportedSchemaVersions":[]}]}"#).unwrap(),
+            Vec::<String>::new()
+        );
+        for bad in [
+            "",
+            "{",
+            "[]",
+            r#"{"Properties":[]}"#,
+            r#"{"Properties":[{"SupportedSchemaVersions":[{"Major":"2"}]}]}"#,
+        ] {
+            assert!(hcs_schema_versions(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn os_builds() {
+        assert_eq!(
+            os_build(Some(10), Some(0), Some("20348"), Some(1547)).as_deref(),
+            Some("10.0.20348.1547")
+        );
+        assert_eq!(
+            os_build(None, None, Some("17763"), None).as_deref(),
+            Some("10.0.17763")
+        );
+        assert_eq!(os_build(Some(10), Some(0), None, Some(1)), None);
+    }
+
+    #[test]
+    fn wide_strings_round_trip() {
+        assert_eq!(utf16_to_string(&wide("Ünïcødé 日本")), "Ünïcødé 日本");
+        assert_eq!(wide("").len(), 1);
+    }
+}
