@@ -55,7 +55,7 @@ pub fn select(host_snapshot: Option<PathBuf>) -> Box<dyn HostFactsSource> {
 
 #[cfg(windows)]
 fn native() -> Box<dyn HostFactsSource> {
-    Box::new(windows::WindowsHost)
+    Box::new(windows::WindowsHost::new())
 }
 
 #[cfg(not(windows))]

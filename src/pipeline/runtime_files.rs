@@ -199,6 +199,28 @@ pub fn resolve(
     result
 }
 
+/// Every host path the runtime-file rules would look at for `facts`, whether or not it exists:
+/// what a backend must check for existence to fill `files`. Includes integrated and detachable
+/// adapters so that a later configuration change needs no new facts.
+pub fn candidate_host_paths(facts: &crate::facts::HostFacts) -> Vec<String> {
+    let mut without_files = facts.clone();
+    without_files.files.clear();
+    let config = crate::pipeline::PipelineConfig {
+        include_integrated: true,
+        include_detachable: true,
+        runtime_files: true,
+    };
+    let discovery = crate::pipeline::discover(&without_files, &config);
+    let mut paths: Vec<String> = discovery
+        .devices
+        .iter()
+        .flat_map(|d| d.runtime_files.iter().map(|(_, f)| f.host_path.clone()))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
 /// Turns one registry value into an entry, or explains in `warnings` why not.
 fn parse_value(
     value: &RegistryValue,
@@ -489,6 +511,19 @@ mod tests {
             warnings[0].contains(r"b.dll") && warnings[0].contains("GPU"),
             "{warnings:?}"
         );
+    }
+
+    #[test]
+    fn candidate_paths_cover_every_file_the_rules_look_at() {
+        let facts = crate::backend::sample_host().unwrap();
+        let candidates = candidate_host_paths(&facts);
+        let mut listed = facts.files.clone();
+        listed.sort();
+        // The sample host lists exactly the files that exist; all of them are candidates.
+        for f in &listed {
+            assert!(candidates.contains(f), "{f}");
+        }
+        assert!(candidates.iter().any(|c| c.ends_with("vulkaninfo-x86.exe")));
     }
 
     #[test]

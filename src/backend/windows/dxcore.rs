@@ -1,0 +1,299 @@
+//! DXCore: the adapter lists, each adapter's properties, attributes and driver-update state, and
+//! change notifications (AdapterListStale, AdapterNoLongerValid).
+//!
+//! `dxcore.dll` is loaded at run time, so dxdp starts where it is missing.
+
+use std::collections::HashSet;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use windows::core::{IUnknown, Interface, Ref, GUID, HRESULT};
+use windows::Win32::Foundation::LUID;
+use windows::Win32::Graphics::DXCore::{
+    AdapterListStale, AdapterNoLongerValid, DXCoreAdapterProperty, DXCoreHardwareID,
+    DXCoreNotificationType, DedicatedAdapterMemory, DriverDescription, DriverVersion, HardwareID,
+    IDXCoreAdapter, IDXCoreAdapterFactory, IDXCoreAdapterList, InstanceLuid, IsDetachable,
+    IsDriverUpdateInProgress, IsHardware, IsIntegrated, DXCORE_ADAPTER_ATTRIBUTE_D3D11_GRAPHICS,
+    DXCORE_ADAPTER_ATTRIBUTE_D3D12_CORE_COMPUTE, DXCORE_ADAPTER_ATTRIBUTE_D3D12_GRAPHICS,
+};
+
+use super::error::WinError;
+use super::library::Library;
+use crate::backend::winparse;
+use crate::facts::{AdapterFacts, Attribute, HardwareId};
+
+/// `DXCORE_ADAPTER_ATTRIBUTE_D3D12_GENERIC_ML` (newer SDKs only).
+const D3D12_GENERIC_ML: GUID = GUID::from_u128(0xb71b0d41_1088_422f_a27c_0250b7d3a988);
+/// `DXCORE_ADAPTER_ATTRIBUTE_D3D12_GENERIC_MEDIA` (newer SDKs only).
+const D3D12_GENERIC_MEDIA: GUID = GUID::from_u128(0x8eb2c848_82f6_4b49_aa87_aecfcf0174c6);
+
+const ATTRIBUTES: [(GUID, Attribute); 5] = [
+    (
+        DXCORE_ADAPTER_ATTRIBUTE_D3D11_GRAPHICS,
+        Attribute::D3D11_GRAPHICS,
+    ),
+    (
+        DXCORE_ADAPTER_ATTRIBUTE_D3D12_GRAPHICS,
+        Attribute::D3D12_GRAPHICS,
+    ),
+    (
+        DXCORE_ADAPTER_ATTRIBUTE_D3D12_CORE_COMPUTE,
+        Attribute::D3D12_CORE_COMPUTE,
+    ),
+    (D3D12_GENERIC_ML, Attribute::D3D12_GENERIC_ML),
+    (D3D12_GENERIC_MEDIA, Attribute::D3D12_GENERIC_MEDIA),
+];
+
+/// Set by DXCore's notification callback; taken by [`take_changed`].
+static CHANGED: AtomicBool = AtomicBool::new(false);
+
+unsafe extern "system" fn on_change(
+    _kind: DXCoreNotificationType,
+    _object: Ref<IUnknown>,
+    _context: *const c_void,
+) {
+    CHANGED.store(true, Ordering::SeqCst);
+}
+
+/// Whether DXCore reported a change since the last call.
+pub fn take_changed() -> bool {
+    CHANGED.swap(false, Ordering::SeqCst)
+}
+
+type CreateFactory = unsafe extern "system" fn(*const GUID, *mut *mut c_void) -> HRESULT;
+
+/// The DXCore objects of one enumeration, kept alive for their notifications.
+pub struct Session {
+    factory: IDXCoreAdapterFactory,
+    lists: Vec<IDXCoreAdapterList>,
+    adapters: Vec<IDXCoreAdapter>,
+    cookies: Vec<u32>,
+    // Declared last: dropped after the objects that live in it.
+    _library: Library,
+}
+
+// SAFETY: DXCore objects are free-threaded (agile); the session is only used behind a Mutex.
+unsafe impl Send for Session {}
+
+impl Session {
+    /// Whether any adapter list went stale (the slow-poll fallback for missed notifications).
+    pub fn any_stale(&self) -> bool {
+        // SAFETY: live COM objects.
+        self.lists.iter().any(|l| unsafe { l.IsStale() })
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        for cookie in self.cookies.drain(..) {
+            // SAFETY: unregistering before the objects are released, as DXCore requires.
+            let _ = unsafe { self.factory.UnregisterEventNotification(cookie) };
+        }
+        self.adapters.clear();
+        self.lists.clear();
+    }
+}
+
+fn property<T: Copy + Default>(
+    adapter: &IDXCoreAdapter,
+    property: DXCoreAdapterProperty,
+    name: &str,
+    errors: &mut Vec<String>,
+) -> Option<T> {
+    let mut value = T::default();
+    // SAFETY: the buffer is exactly size_of::<T>() bytes.
+    match unsafe {
+        adapter.GetProperty(
+            property,
+            std::mem::size_of::<T>(),
+            (&mut value as *mut T).cast(),
+        )
+    } {
+        Ok(()) => Some(value),
+        Err(e) => {
+            errors.push(
+                WinError::hresult(format!("IDXCoreAdapter::GetProperty({name})"), &e).to_string(),
+            );
+            None
+        }
+    }
+}
+
+fn description(adapter: &IDXCoreAdapter, errors: &mut Vec<String>) -> String {
+    // SAFETY: size query, then a buffer of that size.
+    let result = unsafe { adapter.GetPropertySize(DriverDescription) }.and_then(|size| {
+        let mut buf = vec![0u8; size];
+        unsafe { adapter.GetProperty(DriverDescription, size, buf.as_mut_ptr().cast()) }
+            .map(|()| buf)
+    });
+    match result {
+        Ok(buf) => {
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            String::from_utf8_lossy(&buf[..end]).trim().to_string()
+        }
+        Err(e) => {
+            errors.push(
+                WinError::hresult("IDXCoreAdapter::GetProperty(DriverDescription)", &e).to_string(),
+            );
+            String::new()
+        }
+    }
+}
+
+fn adapter_facts(adapter: &IDXCoreAdapter, luid: i64) -> AdapterFacts {
+    let mut errors = Vec::new();
+    let hw: DXCoreHardwareID =
+        property(adapter, HardwareID, "HardwareID", &mut errors).unwrap_or_default();
+    let flag = |p, name, errors: &mut Vec<String>| {
+        property::<u8>(adapter, p, name, errors).is_some_and(|b| b != 0)
+    };
+    let is_hardware = flag(IsHardware, "IsHardware", &mut errors);
+    let is_integrated = flag(IsIntegrated, "IsIntegrated", &mut errors);
+    let is_detachable = flag(IsDetachable, "IsDetachable", &mut errors);
+    let driver_version = property::<u64>(adapter, DriverVersion, "DriverVersion", &mut errors)
+        .map(winparse::driver_version)
+        .unwrap_or_default();
+    let memory = property::<u64>(
+        adapter,
+        DedicatedAdapterMemory,
+        "DedicatedAdapterMemory",
+        &mut errors,
+    )
+    .unwrap_or(0);
+    let attributes = ATTRIBUTES
+        .iter()
+        // SAFETY: a valid GUID pointer for the call.
+        .filter(|(guid, _)| unsafe { adapter.IsAttributeSupported(guid) })
+        .map(|(_, a)| *a)
+        .collect();
+    let mut updating = 0u8;
+    // SAFETY: a 1-byte output buffer for a bool state.
+    let driver_update_in_progress =
+        unsafe { adapter.IsQueryStateSupported(IsDriverUpdateInProgress) }
+            && unsafe {
+                adapter.QueryState(
+                    IsDriverUpdateInProgress,
+                    0,
+                    None,
+                    1,
+                    (&mut updating as *mut u8).cast(),
+                )
+            }
+            .is_ok()
+            && updating != 0;
+    AdapterFacts {
+        luid,
+        hardware_id: HardwareId {
+            vendor_id: hw.vendorID,
+            device_id: hw.deviceID,
+            sub_sys_id: hw.subSysID,
+            revision: hw.revision,
+        },
+        driver_description: description(adapter, &mut errors),
+        driver_version,
+        dedicated_adapter_memory: memory,
+        is_hardware,
+        is_integrated,
+        is_detachable,
+        attributes,
+        driver_update_in_progress,
+        driver_store_path: None,
+        pnp: None,
+        read_errors: errors,
+    }
+}
+
+/// Enumerates every adapter of every attribute list, deduplicated by LUID, and registers for
+/// change notifications.
+pub fn enumerate() -> Result<(Vec<AdapterFacts>, Session), WinError> {
+    let library = Library::load("dxcore.dll")?;
+    let symbol = library.symbol(c"DXCoreCreateAdapterFactory")?;
+    // SAFETY: the export has this signature (dxcore.h).
+    let create: CreateFactory = unsafe {
+        std::mem::transmute::<unsafe extern "system" fn() -> isize, CreateFactory>(symbol)
+    };
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: valid IID and out pointer; on success `raw` holds a factory reference we own.
+    unsafe { create(&IDXCoreAdapterFactory::IID, &mut raw) }
+        .ok()
+        .map_err(|e| WinError::hresult("DXCoreCreateAdapterFactory", &e))?;
+    // SAFETY: `raw` is an owned IDXCoreAdapterFactory pointer.
+    let factory = unsafe { IDXCoreAdapterFactory::from_raw(raw) };
+    let mut session = Session {
+        factory,
+        lists: Vec::new(),
+        adapters: Vec::new(),
+        cookies: Vec::new(),
+        _library: library,
+    };
+    for (guid, attribute) in ATTRIBUTES {
+        // SAFETY: live factory; an OS that does not know the attribute returns an error or an empty list.
+        match unsafe {
+            session
+                .factory
+                .CreateAdapterList::<IDXCoreAdapterList>(&[guid])
+        } {
+            Ok(list) => session.lists.push(list),
+            Err(e) => tracing::debug!("no DXCore list for {attribute:?}: {e}"),
+        }
+    }
+    let mut facts = Vec::new();
+    let mut seen = HashSet::new();
+    for list in &session.lists {
+        // SAFETY: live list.
+        let count = unsafe { list.GetAdapterCount() };
+        for index in 0..count {
+            // SAFETY: index < count.
+            let adapter: IDXCoreAdapter = match unsafe { list.GetAdapter(index) } {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(
+                        "{}",
+                        WinError::hresult(format!("IDXCoreAdapterList::GetAdapter({index})"), &e)
+                    );
+                    continue;
+                }
+            };
+            let mut errors = Vec::new();
+            let Some(luid) = property::<LUID>(&adapter, InstanceLuid, "InstanceLuid", &mut errors)
+            else {
+                tracing::warn!("skipping an adapter without a LUID: {}", errors.join("; "));
+                continue;
+            };
+            let luid = winparse::luid_to_i64(luid.LowPart, luid.HighPart);
+            if seen.insert(luid) {
+                facts.push(adapter_facts(&adapter, luid));
+                session.adapters.push(adapter);
+            }
+        }
+    }
+    register_notifications(&mut session);
+    Ok((facts, session))
+}
+
+fn register_notifications(session: &mut Session) {
+    let objects = session
+        .lists
+        .iter()
+        .map(|l| (l.cast::<IUnknown>(), AdapterListStale))
+        .chain(
+            session
+                .adapters
+                .iter()
+                .map(|a| (a.cast::<IUnknown>(), AdapterNoLongerValid)),
+        );
+    let mut cookies = Vec::new();
+    for (object, kind) in objects {
+        let Ok(object) = object else { continue };
+        // SAFETY: live objects; the callback only touches a static.
+        match unsafe {
+            session
+                .factory
+                .RegisterEventNotification(&object, kind, Some(on_change), None)
+        } {
+            Ok(cookie) => cookies.push(cookie),
+            Err(e) => tracing::debug!("DXCore notification {kind:?} unavailable: {e}"),
+        }
+    }
+    session.cookies = cookies;
+}

@@ -1,0 +1,60 @@
+//! Operating system facts: product, version, build and UBR from the registry, `%SystemRoot%`,
+//! and the HCS schema versions.
+
+use windows::Win32::System::Registry::HKEY_LOCAL_MACHINE;
+
+use super::{hcs, registry};
+use crate::backend::winparse;
+use crate::facts::{OsFacts, RegData};
+
+const CURRENT_VERSION: &str = r"SOFTWARE\Microsoft\Windows NT\CurrentVersion";
+
+fn string(name: &str) -> Option<String> {
+    match registry::read_value(HKEY_LOCAL_MACHINE, CURRENT_VERSION, name) {
+        Ok(Some(RegData::String(s))) if !s.is_empty() => Some(s),
+        _ => None,
+    }
+}
+
+fn number(name: &str) -> Option<u64> {
+    match registry::read_value(HKEY_LOCAL_MACHINE, CURRENT_VERSION, name) {
+        Ok(Some(RegData::Integer(n))) => Some(n),
+        _ => None,
+    }
+}
+
+/// Reads the OS facts; what cannot be read is left out, HCS problems are logged.
+pub fn read() -> OsFacts {
+    let build = winparse::os_build(
+        number("CurrentMajorVersionNumber"),
+        number("CurrentMinorVersionNumber"),
+        string("CurrentBuildNumber").as_deref(),
+        number("UBR"),
+    );
+    let hcs_schema_versions = match hcs::schema_versions() {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::info!("HCS is unavailable, so containers cannot run here: {e}");
+            Vec::new()
+        }
+    };
+    OsFacts {
+        product_name: string("ProductName"),
+        display_version: string("DisplayVersion").or_else(|| string("ReleaseId")),
+        build,
+        system_root: std::env::var("SystemRoot").ok().filter(|s| !s.is_empty()),
+        hcs_schema_versions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_the_os_version_from_the_registry() {
+        let os = super::read();
+        assert!(os.product_name.is_some(), "{os:?}");
+        let build = os.build.expect("a build number");
+        assert!(build.split('.').count() >= 3, "{build}");
+        assert!(os.system_root.is_some_and(|r| r.len() > 2));
+    }
+}
