@@ -37,6 +37,32 @@ case "${1:-}" in
     x86_64-w64-mingw32-gcc -shared -O2 -Wl,--kill-at -o "$deps/bcryptprimitives.dll" \
       tests/wine/processprng.c -ladvapi32
     /usr/bin/cargo test "${build_std[@]}" --lib "$@"
+
+    # The Windows binary under Wine must print exactly what the Linux binary prints for every
+    # fixture host, and fail cleanly (no panic) where DXCore is missing.
+    /usr/bin/cargo build "${build_std[@]}" --bin dxdp
+    exe_dir="$CARGO_TARGET_DIR/$target/debug"
+    cp "$deps/bcryptprimitives.dll" "$exe_dir/"
+    linux_dxdp="${LINUX_DXDP:-target/debug/dxdp}"
+    [ -x "$linux_dxdp" ] || cargo build --bin dxdp
+    for fixture in tests/fixtures/*.yaml; do
+      want=$("$linux_dxdp" discover --json --host-snapshot "$fixture" 2>/dev/null)
+      got=$(/usr/lib/wine/wine64 "$exe_dir/dxdp.exe" discover --json --host-snapshot "Z:$(realpath "$fixture" | tr / '\\')" 2>/dev/null | tr -d '\r')
+      if [ -z "$want" ] || [ "$want" != "$got" ]; then
+        echo "dxdp.exe under Wine differs from Linux for $fixture" >&2
+        diff <(echo "$want") <(echo "$got") | head -20 >&2
+        exit 1
+      fi
+    done
+    set +e
+    err=$(/usr/lib/wine/wine64 "$exe_dir/dxdp.exe" discover 2>&1 >/dev/null)
+    rc=$?
+    set -e
+    if [ "$rc" -ne 1 ] || ! grep -q "cannot enumerate DirectX adapters" <<<"$err" || grep -q panicked <<<"$err"; then
+      echo "dxdp.exe without DXCore should fail cleanly with exit 1, got $rc: $err" >&2
+      exit 1
+    fi
+    echo "dxdp.exe under Wine: same discover output as Linux for $(ls tests/fixtures/*.yaml | wc -l) fixture hosts; clean error without DXCore"
     ;;
   *)
     echo "usage: $0 clippy|test [test args...]" >&2
