@@ -132,18 +132,26 @@ pub fn allocate(
             physical.push(device);
         }
     }
-    let mut edits = ContainerEdits::default();
+    let mut edits = container_edits(&physical);
     if physical.len() > 1 {
         let names: Vec<&str> = physical.iter().map(|d| d.location_path.as_str()).collect();
-        edits.notes.push(format!(
+        edits.notes.insert(0, format!(
             "the request spans {} physical devices ({}); containerd on Windows attaches only the first, because the kubelet keeps one device per container",
             physical.len(),
             names.join(", ")
         ));
     }
+    Ok(edits)
+}
+
+/// The container edits for a set of distinct physical devices, in order: one device string each,
+/// and read-only mounts of their existing runtime files, deduplicated by container path (first
+/// device wins; clashes are noted).
+pub fn container_edits(physical: &[&Device]) -> ContainerEdits {
+    let mut edits = ContainerEdits::default();
     // lower-cased container path -> (index in mounts, device ID)
     let mut taken: HashMap<String, (usize, &str)> = HashMap::new();
-    for device in &physical {
+    for device in physical {
         edits.devices.push(device.host_path());
         for (target, file) in device.runtime_files.iter() {
             if !file.exists {
@@ -167,7 +175,7 @@ pub fn allocate(
             });
         }
     }
-    Ok(edits)
+    edits
 }
 
 #[cfg(test)]

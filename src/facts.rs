@@ -47,6 +47,9 @@ pub struct OsFacts {
     /// Highest supported minor per major HCS schema version, e.g. `["2.5"]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hcs_schema_versions: Vec<String>,
+    /// containerd version (`1.7.20`), for `dxdp doctor` on simulated hosts; a real host is probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containerd_version: Option<String>,
 }
 
 impl OsFacts {

@@ -25,4 +25,5 @@ pub mod pipeline;
 pub mod plugin;
 pub mod render;
 pub mod snapshot;
+pub mod tools;
 pub mod transport;

@@ -286,3 +286,184 @@ fn plugin_rejects_bad_settings_clearly() {
     let o = dxdp(&["plugin", "--resources", "gpu"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn mounts_selectors_combine_and_unknown_ones_are_named() {
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["mounts", "--format", "json"];
+        all.extend_from_slice(args);
+        let o = dxdp(&all);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let count = |v: &serde_json::Value| v["devices"].as_array().unwrap().len();
+    assert_eq!(count(&json(&["--all"])), 3);
+    assert_eq!(count(&json(&["--index", "0,2"])), 2);
+    assert_eq!(count(&json(&["--index", "0", "--index", "0"])), 1);
+    assert_eq!(count(&json(&["--display"])), 2);
+    assert_eq!(count(&json(&["--compute", "--index", "0"])), 2);
+    assert_eq!(count(&json(&["--vendor", "nvidia"])), 3);
+    assert_eq!(
+        count(&json(&[
+            "--location-path",
+            "PCIROOT(0)#PCI(0300)#PCI(0000)"
+        ])),
+        1
+    );
+    assert_eq!(count(&json(&["--luid", "55311"])), 1);
+    for (args, fragment) in [
+        (vec!["mounts"], "select devices with"),
+        (vec!["mounts", "--index", "5"], "--index 5"),
+        (vec!["mounts", "--vendor", "amd"], "--vendor amd"),
+        (vec!["mounts", "--luid", "0x1"], "--luid 0x1"),
+        (
+            vec!["mounts", "--all", "--location-path", "PCIROOT(7)"],
+            "--location-path PCIROOT(7)",
+        ),
+    ] {
+        let o = dxdp(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&o).contains(fragment), "{args:?}: {}", stderr(&o));
+        assert_no_panic(&o);
+    }
+}
+
+#[test]
+fn mounts_docker_format_warns_about_hcs_v1() {
+    let o = dxdp(&["mounts", "--all", "--format", "docker"]);
+    assert!(o.status.success());
+    assert_eq!(
+        stdout(&o).trim(),
+        "--isolation process --device class/5B45201D-F2F2-4F3B-85BB-30FF1F953599"
+    );
+    assert!(
+        stderr(&o).contains("cannot bind-mount single files"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn mounts_run_executes_ctr_and_propagates_its_exit_code() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("args.txt");
+    let ctr = dir.path().join("ctr");
+    std::fs::write(
+        &ctr,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > '{}'\nexit 7\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&ctr, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let o = dxdp_env(
+        &[
+            "mounts",
+            "--index",
+            "2",
+            "--run",
+            "mcr.microsoft.com/windows/servercore:ltsc2022",
+            "gpu-test",
+            "cmd",
+            "/c",
+            "nvidia-smi.exe",
+        ],
+        &[("PATH", &path)],
+    );
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("+ ctr run --rm --device"),
+        "{}",
+        stderr(&o)
+    );
+    let args = std::fs::read_to_string(&log).unwrap();
+    let args: Vec<&str> = args.lines().collect();
+    assert_eq!(
+        &args[..4],
+        [
+            "run",
+            "--rm",
+            "--device",
+            "vpci-location-path://PCIROOT(0)#PCI(0300)#PCI(0000)"
+        ]
+    );
+    assert!(args.contains(&"--mount"));
+    assert_eq!(
+        &args[args.len() - 5..],
+        [
+            "mcr.microsoft.com/windows/servercore:ltsc2022",
+            "gpu-test",
+            "cmd",
+            "/c",
+            "nvidia-smi.exe"
+        ]
+    );
+
+    let empty = tempfile::tempdir().unwrap();
+    let o = dxdp_env(
+        &["mounts", "--all", "--run", "img", "id"],
+        &[("PATH", empty.path().to_str().unwrap())],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("`ctr` was not found on PATH"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn hcs_verdict_and_exit_code() {
+    let o = dxdp(&["hcs"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        stdout(&o).contains("Verdict: Individual device assignment by location path is supported")
+    );
+    let o = dxdp(&[
+        "hcs",
+        "--json",
+        "--host-snapshot",
+        &fixture("ws2019-old.yaml"),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["locationPathAssignment"], false);
+    assert_eq!(v["recommendedAssignment"], "class-guid");
+}
+
+#[test]
+fn doctor_exit_code_follows_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let kdir = dir.path().to_str().unwrap();
+    // No kubelet.sock yet: FAIL, exit 1.
+    let o = dxdp(&["doctor", "--kubelet-dir", kdir]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stdout(&o).contains("FAIL  kubelet.sock"));
+    std::fs::write(dir.path().join("kubelet.sock"), b"").unwrap();
+    let o = dxdp(&["doctor", "--json", "--kubelet-dir", kdir]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["summary"]["fail"], 0);
+    let o = dxdp(&["doctor", "--kubelet-dir", "/no/such/dir"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("/no/such/dir does not exist"));
+}
+
+#[test]
+fn discover_states_zero_devices_plainly_and_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.yaml");
+    std::fs::write(&path, "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\n").unwrap();
+    let o = dxdp(&["discover", "--host-snapshot", path.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("No assignable DirectX devices were found on this host."));
+}

@@ -8,7 +8,7 @@ use dxdp::facts::HostFacts;
 use dxdp::pipeline::{discover, PipelineConfig};
 use dxdp::{render, snapshot};
 
-const FIXTURES: [&str; 7] = [
+const FIXTURES: [&str; 8] = [
     "nvidia-multi-gpu",
     "amd-radeon",
     "intel-igpu",
@@ -16,6 +16,7 @@ const FIXTURES: [&str; 7] = [
     "broken-drivers",
     "hostile-registry",
     "in-container",
+    "ws2019-old",
 ];
 
 fn fixture_path(name: &str) -> PathBuf {

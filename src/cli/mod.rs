@@ -2,6 +2,9 @@
 
 mod demo;
 mod discover;
+mod doctor;
+mod hcs;
+mod mounts;
 mod plugin;
 mod snapshot;
 
@@ -9,7 +12,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use dxdp::devices::Resource;
 
 use dxdp::backend::{self, HostFactsSource};
 use dxdp::facts::HostFacts;
@@ -39,6 +43,24 @@ struct GlobalArgs {
     /// Log level or tracing filter (error, warn, info, debug, trace) [default: info; warn for demo].
     #[arg(long, global = true, env = "DXDP_LOG_LEVEL")]
     log_level: Option<String>,
+}
+
+/// A resource on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ResourceArg {
+    /// directx.microsoft.com/display
+    Display,
+    /// directx.microsoft.com/compute
+    Compute,
+}
+
+impl From<ResourceArg> for Resource {
+    fn from(r: ResourceArg) -> Self {
+        match r {
+            ResourceArg::Display => Resource::Display,
+            ResourceArg::Compute => Resource::Compute,
+        }
+    }
 }
 
 /// Pipeline switches shared by the commands that discover devices.
@@ -72,6 +94,12 @@ enum Command {
     Plugin(plugin::PluginArgs),
     /// Run the plugin against an in-process kubelet stand-in and show what containerd receives.
     Demo(demo::DemoArgs),
+    /// Print the flags that give a standalone container devices and their runtime files.
+    Mounts(mounts::MountsArgs),
+    /// Show the OS, the HCS schema versions and whether devices can be assigned by location path.
+    Hcs(hcs::HcsArgs),
+    /// Check whether this node can run dxdp, with a remedy for every problem.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Parses arguments, runs the command and turns errors into a message and exit code 1.
@@ -102,6 +130,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Snapshot(args) => snapshot::run(&args, source.as_ref()),
         Command::Plugin(args) => plugin::run(&args, source.into()),
         Command::Demo(args) => demo::run(&args, source.into()),
+        Command::Mounts(args) => mounts::run(&args, source.as_ref()),
+        Command::Hcs(args) => hcs::run(&args, source.as_ref()),
+        Command::Doctor(args) => doctor::run(&args, source.as_ref()),
     }
 }
 

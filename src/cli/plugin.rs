@@ -4,11 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use dxdp::allocation::MAX_REPLICAS;
 use dxdp::backend::HostFactsSource;
 use dxdp::devices::Resource;
+
+use super::ResourceArg;
 use dxdp::plugin::{self, PluginConfig};
 
 /// Arguments of `dxdp plugin`.
@@ -26,24 +28,6 @@ pub struct PluginArgs {
     replicas: u32,
     #[command(flatten)]
     pipeline: super::PipelineArgs,
-}
-
-/// A resource on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ResourceArg {
-    /// directx.microsoft.com/display
-    Display,
-    /// directx.microsoft.com/compute
-    Compute,
-}
-
-impl From<ResourceArg> for Resource {
-    fn from(r: ResourceArg) -> Self {
-        match r {
-            ResourceArg::Display => Resource::Display,
-            ResourceArg::Compute => Resource::Compute,
-        }
-    }
 }
 
 impl PluginArgs {

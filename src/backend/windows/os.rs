@@ -44,6 +44,7 @@ pub fn read() -> OsFacts {
         build,
         system_root: std::env::var("SystemRoot").ok().filter(|s| !s.is_empty()),
         hcs_schema_versions,
+        containerd_version: None,
     }
 }
 

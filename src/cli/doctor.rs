@@ -1,0 +1,102 @@
+//! `dxdp doctor`: preflight checks of this node.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+
+use dxdp::backend::HostFactsSource;
+use dxdp::devices::Resource;
+use dxdp::kubelet::KUBELET_SOCKET;
+use dxdp::pipeline;
+use dxdp::tools::doctor::{self, DirState, Probes, Status};
+
+use super::ResourceArg;
+
+/// Arguments of `dxdp doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print the checks as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The kubelet's device-plugin directory [default: as for `dxdp plugin`].
+    #[arg(long, env = "DXDP_KUBELET_DIR", value_name = "DIR")]
+    kubelet_dir: Option<PathBuf>,
+    /// The resources the plugin serves, comma-separated.
+    #[arg(long, env = "DXDP_RESOURCES", value_enum, value_delimiter = ',', default_values_t = [ResourceArg::Display, ResourceArg::Compute])]
+    resources: Vec<ResourceArg>,
+    #[command(flatten)]
+    pipeline: super::PipelineArgs,
+}
+
+fn dir_state(dir: &Path) -> DirState {
+    if !dir.is_dir() {
+        return DirState::Missing;
+    }
+    let probe = dir.join(format!(".dxdp-doctor-{}", std::process::id()));
+    match std::fs::write(&probe, b"") {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&probe);
+            DirState::Writable
+        }
+        Err(e) => DirState::NotWritable(e.to_string()),
+    }
+}
+
+fn containerd(
+    source: &dyn HostFactsSource,
+    snapshot_version: Option<String>,
+) -> Option<(String, String)> {
+    if source.is_simulated() {
+        return snapshot_version.map(|v| (v, "from the host snapshot".to_string()));
+    }
+    let out = std::process::Command::new("containerd")
+        .arg("--version")
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    Some((text, "containerd --version".to_string()))
+}
+
+/// Runs the checks; exits 1 when any check fails.
+pub fn run(args: &DoctorArgs, source: &dyn HostFactsSource) -> anyhow::Result<ExitCode> {
+    let facts = super::load_facts(source)?;
+    let discovery = pipeline::discover(&facts, &args.pipeline.config());
+    let dir = args
+        .kubelet_dir
+        .clone()
+        .unwrap_or_else(dxdp::plugin::default_kubelet_dir);
+    let mut resources: Vec<Resource> = args.resources.iter().map(|&r| r.into()).collect();
+    resources.sort();
+    resources.dedup();
+    let probes = Probes {
+        kubelet_dir: dir.display().to_string(),
+        kubelet_dir_state: dir_state(&dir),
+        kubelet_socket: dir.join(KUBELET_SOCKET).exists(),
+        containerd: containerd(
+            source,
+            facts.os.as_ref().and_then(|o| o.containerd_version.clone()),
+        ),
+        resources,
+    };
+    let checks = doctor::checks(&facts, &discovery, &probes);
+    let text = if args.json {
+        let count = |s| checks.iter().filter(|c| c.status == s).count();
+        let doc = json!({
+            "checks": checks,
+            "summary": {"pass": count(Status::Pass), "warn": count(Status::Warn), "fail": count(Status::Fail)},
+            "ok": !doctor::failed(&checks),
+        });
+        serde_json::to_string_pretty(&doc)? + "\n"
+    } else {
+        doctor::text(&checks)
+    };
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(if doctor::failed(&checks) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,149 @@
+//! `dxdp mounts`: flags for standalone containers (ctr, nerdctl, docker) or JSON / OCI output,
+//! and `--run` to start `ctr run` with them.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+
+use dxdp::backend::HostFactsSource;
+use dxdp::devices::Resource;
+use dxdp::pipeline;
+use dxdp::tools::mounts::{self, Format};
+use dxdp::tools::quote::{self, Shell};
+use dxdp::tools::select::{self, Selector};
+
+/// Arguments of `dxdp mounts`.
+#[derive(Debug, Args)]
+pub struct MountsArgs {
+    /// Select every device.
+    #[arg(long)]
+    all: bool,
+    /// Select devices by position in `dxdp discover` order (0-based; repeatable, comma lists).
+    #[arg(long, value_delimiter = ',', value_name = "N")]
+    index: Vec<usize>,
+    /// Select devices by adapter LUID (decimal or 0x hex; repeatable, comma lists).
+    #[arg(long, value_delimiter = ',', value_name = "LUID")]
+    luid: Vec<String>,
+    /// Select devices by location path (repeatable, comma lists).
+    #[arg(long, value_delimiter = ',', value_name = "PATH")]
+    location_path: Vec<String>,
+    /// Select devices by vendor name or PCI vendor ID (repeatable, comma lists).
+    #[arg(long, value_delimiter = ',', value_name = "VENDOR")]
+    vendor: Vec<String>,
+    /// Select the devices of directx.microsoft.com/display.
+    #[arg(long)]
+    display: bool,
+    /// Select the devices of directx.microsoft.com/compute.
+    #[arg(long)]
+    compute: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Ctr)]
+    format: FormatArg,
+    /// Quote flags for this shell [default: powershell on Windows, sh elsewhere].
+    #[arg(long, value_enum)]
+    shell: Option<ShellArg>,
+    /// Print, then execute `ctr run --rm <flags> <ARGS>` (image, container ID, command), and exit
+    /// with ctr's exit code.
+    #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "ARGS")]
+    run: Option<Vec<String>>,
+    #[command(flatten)]
+    pipeline: super::PipelineArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Ctr,
+    Nerdctl,
+    Docker,
+    Json,
+    Oci,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ShellArg {
+    Sh,
+    Powershell,
+    Cmd,
+}
+
+impl MountsArgs {
+    fn selectors(&self) -> Vec<Selector> {
+        let mut s = Vec::new();
+        if self.all {
+            s.push(Selector::All);
+        }
+        s.extend(self.index.iter().map(|&i| Selector::Index(i)));
+        s.extend(self.luid.iter().cloned().map(Selector::Luid));
+        s.extend(
+            self.location_path
+                .iter()
+                .cloned()
+                .map(Selector::LocationPath),
+        );
+        s.extend(self.vendor.iter().cloned().map(Selector::Vendor));
+        if self.display {
+            s.push(Selector::Resource(Resource::Display));
+        }
+        if self.compute {
+            s.push(Selector::Resource(Resource::Compute));
+        }
+        s
+    }
+}
+
+/// Selects devices and prints (or runs) the flags.
+pub fn run(args: &MountsArgs, source: &dyn HostFactsSource) -> anyhow::Result<ExitCode> {
+    let facts = super::load_facts(source)?;
+    let discovery = pipeline::discover(&facts, &args.pipeline.config());
+    let devices = select::select(&discovery, &args.selectors())?;
+    let shell = match args.shell {
+        Some(ShellArg::Sh) => Shell::Sh,
+        Some(ShellArg::Powershell) => Shell::PowerShell,
+        Some(ShellArg::Cmd) => Shell::Cmd,
+        None => Shell::native(),
+    };
+    let format = match args.format {
+        FormatArg::Ctr => Format::Ctr,
+        FormatArg::Nerdctl => Format::Nerdctl,
+        FormatArg::Docker => Format::Docker,
+        FormatArg::Json => Format::Json,
+        FormatArg::Oci => Format::Oci,
+    };
+    if let Some(run_args) = &args.run {
+        if format != Format::Ctr {
+            bail!("--run starts `ctr run`; it works only with --format ctr");
+        }
+        return run_ctr(&devices, run_args, shell);
+    }
+    let rendered = mounts::render(&devices, format, shell);
+    for note in &rendered.notes {
+        tracing::warn!("{note}");
+    }
+    std::io::stdout().write_all(rendered.text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_ctr(
+    devices: &[&dxdp::devices::Device],
+    run_args: &[String],
+    shell: Shell,
+) -> anyhow::Result<ExitCode> {
+    let edits = dxdp::allocation::container_edits(devices);
+    let mut argv = vec!["run".to_string(), "--rm".to_string()];
+    argv.extend(mounts::ctr_args(&edits));
+    argv.extend(run_args.iter().cloned());
+    eprintln!("+ ctr {}", quote::join(&argv, shell));
+    let status = match std::process::Command::new("ctr").args(&argv).status() {
+        Ok(status) => status,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("`ctr` was not found on PATH: install containerd (which ships ctr) or run the printed command where ctr is available")
+        }
+        Err(e) => return Err(e).context("cannot start ctr"),
+    };
+    Ok(match status.code() {
+        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        None => ExitCode::FAILURE,
+    })
+}

@@ -1,0 +1,137 @@
+//! `dxdp mounts`: the flags that give a standalone container the selected devices and their
+//! runtime files, in the syntax of ctr, nerdctl or docker, or as JSON or an OCI spec fragment.
+//! The devices and mounts are exactly what the plugin's `Allocate` returns for them.
+
+use serde_json::json;
+
+use super::quote::{self, Shell};
+use crate::allocation::{container_edits, ContainerEdits};
+use crate::devices::Device;
+
+/// The display-adapter device interface class that Docker and the older plugins assign.
+pub const DISPLAY_CLASS_GUID: &str = "5B45201D-F2F2-4F3B-85BB-30FF1F953599";
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `ctr run` flags.
+    Ctr,
+    /// `nerdctl run` flags.
+    Nerdctl,
+    /// `docker run` flags (class GUID; no single-file mounts).
+    Docker,
+    /// `{"devices": [...], "mounts": [...]}`.
+    Json,
+    /// The `windows.devices` and `mounts` fragment of an OCI runtime spec.
+    Oci,
+}
+
+/// What `dxdp mounts` prints: the text for stdout and notes for stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The flags or document.
+    pub text: String,
+    /// Things the user must know (stderr).
+    pub notes: Vec<String>,
+}
+
+/// `ctr run` arguments for the devices: `--device` per device, `--mount` per runtime file.
+pub fn ctr_args(edits: &ContainerEdits) -> Vec<String> {
+    let mut args = Vec::new();
+    for d in &edits.devices {
+        args.push("--device".to_string());
+        args.push(d.clone());
+    }
+    for m in &edits.mounts {
+        args.push("--mount".to_string());
+        args.push(format!(
+            "type=bind,src={},dst={},options=rbind:ro",
+            m.host_path, m.container_path
+        ));
+    }
+    args
+}
+
+fn nerdctl_args(edits: &ContainerEdits) -> Vec<String> {
+    let mut args = Vec::new();
+    for d in &edits.devices {
+        args.push("--device".to_string());
+        args.push(d.clone());
+    }
+    for m in &edits.mounts {
+        args.push("--mount".to_string());
+        args.push(format!(
+            "type=bind,source={},target={},readonly",
+            m.host_path, m.container_path
+        ));
+    }
+    args
+}
+
+/// Renders the selected devices in `format`, quoting for `shell` where the format is flags.
+pub fn render(devices: &[&Device], format: Format, shell: Shell) -> Rendered {
+    let edits = container_edits(devices);
+    let mut notes = edits.notes.clone();
+    let missing: usize = devices
+        .iter()
+        .map(|d| d.runtime_files.iter().filter(|(_, f)| !f.exists).count())
+        .sum();
+    if missing > 0 {
+        notes.push(format!(
+            "{missing} runtime file(s) listed by the driver do not exist on the host and are not mounted (see `dxdp discover`)"
+        ));
+    }
+    let text = match format {
+        Format::Ctr => quote::join(&ctr_args(&edits), shell) + "\n",
+        Format::Nerdctl => quote::join(&nerdctl_args(&edits), shell) + "\n",
+        Format::Docker => {
+            notes.push(
+                "Docker uses HCS v1, which cannot bind-mount single files: the runtime files (CUDA, OpenCL, Vulkan, ...) are not mounted, so only DirectX works in the container"
+                    .into(),
+            );
+            notes.push(format!(
+                "--device class/{DISPLAY_CLASS_GUID} gives the container every GPU of the host, not only the selected ones"
+            ));
+            let args = vec![
+                "--isolation".to_string(),
+                "process".to_string(),
+                "--device".to_string(),
+                format!("class/{DISPLAY_CLASS_GUID}"),
+            ];
+            quote::join(&args, shell) + "\n"
+        }
+        Format::Json => {
+            let doc = json!({
+                "devices": devices.iter().map(|d| json!({
+                    "id": d.id,
+                    "description": d.description,
+                    "locationPath": d.location_path,
+                    "hostPath": d.host_path(),
+                })).collect::<Vec<_>>(),
+                "mounts": edits.mounts.iter().map(|m| json!({
+                    "source": m.host_path,
+                    "destination": m.container_path,
+                    "readOnly": true,
+                })).collect::<Vec<_>>(),
+            });
+            serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+        }
+        Format::Oci => {
+            let doc = json!({
+                "windows": {
+                    "devices": devices.iter().map(|d| json!({
+                        "idType": "vpci-location-path",
+                        "id": d.location_path,
+                    })).collect::<Vec<_>>(),
+                },
+                "mounts": edits.mounts.iter().map(|m| json!({
+                    "destination": m.container_path,
+                    "source": m.host_path,
+                    "options": ["ro"],
+                })).collect::<Vec<_>>(),
+            });
+            serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+        }
+    };
+    Rendered { text, notes }
+}

@@ -1,0 +1,220 @@
+//! Device selection for `dxdp mounts`: every selector adds devices (a union); a selector that
+//! matches nothing is an error naming it.
+
+use crate::devices::{Device, Discovery, Resource};
+use crate::pipeline::classify::vendor_name;
+use crate::pipeline::winpath::compare_key;
+
+/// One selector from the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    /// Every device.
+    All,
+    /// The device at this position in `dxdp discover` order (0-based).
+    Index(usize),
+    /// The device with this LUID (decimal, or hex with `0x`).
+    Luid(String),
+    /// The device at this location path (case-insensitive).
+    LocationPath(String),
+    /// Devices of a vendor: a name (`nvidia`) or PCI vendor ID (`0x10DE`, `10de`).
+    Vendor(String),
+    /// Devices of a resource.
+    Resource(Resource),
+}
+
+/// Why a selection failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectError {
+    /// Nothing was selected at all.
+    #[error("select devices with --all, --index, --luid, --location-path, --vendor, --display or --compute")]
+    Nothing,
+    /// A selector matched no device.
+    #[error("{0} matches no device (see `dxdp discover`)")]
+    NoMatch(String),
+    /// A selector value is malformed.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn parse_luid(text: &str) -> Option<i64> {
+    let t = text.trim();
+    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        return u64::from_str_radix(hex, 16).ok().map(|v| v as i64);
+    }
+    t.parse::<i64>().ok()
+}
+
+fn vendor_matches(device: &Device, wanted: &str) -> Option<bool> {
+    let w = wanted.trim().to_ascii_lowercase();
+    let hex = w.strip_prefix("0x").unwrap_or(&w);
+    if let Ok(id) = u32::from_str_radix(hex, 16) {
+        if w.starts_with("0x") || hex.len() == 4 {
+            return Some(device.vendor_id == id);
+        }
+    }
+    let known = ["nvidia", "amd", "intel", "microsoft", "qualcomm"];
+    if known.contains(&w.as_str()) || w.starts_with("pci-") {
+        return Some(device.vendor == w || vendor_name(device.vendor_id) == w);
+    }
+    None
+}
+
+/// The selected devices, in discover order, each once.
+pub fn select<'a>(
+    discovery: &'a Discovery,
+    selectors: &[Selector],
+) -> Result<Vec<&'a Device>, SelectError> {
+    if selectors.is_empty() {
+        return Err(SelectError::Nothing);
+    }
+    let mut chosen = vec![false; discovery.devices.len()];
+    for selector in selectors {
+        let mut any = false;
+        for (i, device) in discovery.devices.iter().enumerate() {
+            let hit = match selector {
+                Selector::All => true,
+                Selector::Index(n) => i == *n,
+                Selector::Luid(text) => {
+                    let luid = parse_luid(text)
+                        .ok_or_else(|| SelectError::Invalid(format!("--luid {text:?} is not a decimal or 0x-hex LUID")))?;
+                    device.luid == luid
+                }
+                Selector::LocationPath(p) => compare_key(&device.location_path) == compare_key(p),
+                Selector::Vendor(v) => vendor_matches(device, v).ok_or_else(|| {
+                    SelectError::Invalid(format!(
+                        "--vendor {v:?} is not a vendor name (nvidia, amd, intel, microsoft, qualcomm, pci-XXXX) or PCI vendor ID (0x10DE)"
+                    ))
+                })?,
+                Selector::Resource(r) => device.resource == Some(*r),
+            };
+            if hit {
+                chosen[i] = true;
+                any = true;
+            }
+        }
+        if !any && *selector != Selector::All {
+            let name = match selector {
+                Selector::All => "--all".to_string(),
+                Selector::Index(n) => format!(
+                    "--index {n} (there are {} devices, 0 to {})",
+                    discovery.devices.len(),
+                    discovery.devices.len().saturating_sub(1)
+                ),
+                Selector::Luid(l) => format!("--luid {l}"),
+                Selector::LocationPath(p) => format!("--location-path {p}"),
+                Selector::Vendor(v) => format!("--vendor {v}"),
+                Selector::Resource(r) => format!("--{r}"),
+            };
+            return Err(SelectError::NoMatch(name));
+        }
+    }
+    Ok(discovery
+        .devices
+        .iter()
+        .zip(chosen)
+        .filter_map(|(d, c)| c.then_some(d))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::{discover, PipelineConfig};
+
+    fn sample() -> Discovery {
+        discover(
+            &crate::backend::sample_host().unwrap(),
+            &PipelineConfig::default(),
+        )
+    }
+
+    fn paths(devices: &[&Device]) -> Vec<String> {
+        devices
+            .iter()
+            .map(|d| {
+                d.location_path
+                    .replace("PCIROOT(0)#PCI(", "")
+                    .replace(")#PCI(0000)", "")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn selectors_and_unions() {
+        let d = sample();
+        let a100_luid = d.devices[2].luid.to_string();
+        let table: Vec<(Vec<Selector>, Vec<&str>)> = vec![
+            (vec![Selector::All], vec!["0100", "0200", "0300"]),
+            (vec![Selector::Index(1)], vec!["0200"]),
+            (
+                vec![Selector::Index(2), Selector::Index(0)],
+                vec!["0100", "0300"],
+            ),
+            (vec![Selector::Luid(a100_luid)], vec!["0300"]),
+            (
+                vec![Selector::Luid(format!("0x{:x}", d.devices[0].luid))],
+                vec!["0100"],
+            ),
+            (
+                vec![Selector::LocationPath(
+                    "pciroot(0)#pci(0200)#pci(0000)".into(),
+                )],
+                vec!["0200"],
+            ),
+            (
+                vec![Selector::Vendor("nvidia".into())],
+                vec!["0100", "0200", "0300"],
+            ),
+            (
+                vec![Selector::Vendor("0x10DE".into())],
+                vec!["0100", "0200", "0300"],
+            ),
+            (
+                vec![Selector::Vendor("10de".into())],
+                vec!["0100", "0200", "0300"],
+            ),
+            (
+                vec![Selector::Resource(Resource::Display)],
+                vec!["0100", "0200"],
+            ),
+            (vec![Selector::Resource(Resource::Compute)], vec!["0300"]),
+            (
+                vec![Selector::Resource(Resource::Compute), Selector::Index(0)],
+                vec!["0100", "0300"],
+            ),
+            (vec![Selector::Index(0), Selector::Index(0)], vec!["0100"]),
+        ];
+        for (selectors, expected) in table {
+            let got = select(&d, &selectors).unwrap();
+            assert_eq!(paths(&got), expected, "{selectors:?}");
+        }
+    }
+
+    #[test]
+    fn selectors_that_match_nothing_are_named() {
+        let d = sample();
+        let table: Vec<(Vec<Selector>, &str)> = vec![
+            (vec![], "select devices with"),
+            (
+                vec![Selector::Index(7)],
+                "--index 7 (there are 3 devices, 0 to 2)",
+            ),
+            (vec![Selector::Luid("12".into())], "--luid 12"),
+            (vec![Selector::Luid("zz".into())], "not a decimal"),
+            (
+                vec![Selector::LocationPath("PCIROOT(9)".into())],
+                "--location-path PCIROOT(9)",
+            ),
+            (vec![Selector::Vendor("amd".into())], "--vendor amd"),
+            (vec![Selector::Vendor("acme".into())], "not a vendor name"),
+            (
+                vec![Selector::All, Selector::Vendor("intel".into())],
+                "--vendor intel",
+            ),
+        ];
+        for (selectors, fragment) in table {
+            let err = select(&d, &selectors).unwrap_err().to_string();
+            assert!(err.contains(fragment), "{selectors:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Node tools over fixture hosts: every `dxdp mounts` format (exact output), `dxdp hcs` verdicts
+//! and `dxdp doctor` checks, snapshot-tested; quoting checked by a real shell.
+
+use std::path::Path;
+
+use dxdp::devices::{Device, Discovery, Resource};
+use dxdp::facts::HostFacts;
+use dxdp::pipeline::{discover, PipelineConfig};
+use dxdp::tools::doctor::{self, DirState, Probes};
+use dxdp::tools::mounts::{self, Format};
+use dxdp::tools::quote::Shell;
+use dxdp::tools::{hcs, select};
+
+const HOSTS: [&str; 9] = [
+    "sample",
+    "nvidia-multi-gpu",
+    "amd-radeon",
+    "intel-igpu",
+    "compute-only",
+    "broken-drivers",
+    "hostile-registry",
+    "in-container",
+    "ws2019-old",
+];
+
+fn facts(name: &str) -> HostFacts {
+    if name == "sample" {
+        return dxdp::backend::sample_host().unwrap();
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(format!("{name}.yaml"));
+    dxdp::snapshot::read_file(&path).unwrap()
+}
+
+fn run(facts: &HostFacts) -> Discovery {
+    discover(facts, &PipelineConfig::default())
+}
+
+#[test]
+fn every_mounts_format_renders_as_recorded() {
+    let d = run(&facts("sample"));
+    let display: Vec<&Device> = select::select(&d, &[select::Selector::Index(0)]).unwrap();
+    let compute: Vec<&Device> =
+        select::select(&d, &[select::Selector::Resource(Resource::Compute)]).unwrap();
+    let cases = [
+        ("ctr-sh", Format::Ctr, Shell::Sh, &display),
+        ("ctr-powershell", Format::Ctr, Shell::PowerShell, &display),
+        ("ctr-cmd", Format::Ctr, Shell::Cmd, &compute),
+        ("nerdctl", Format::Nerdctl, Shell::PowerShell, &compute),
+        ("docker", Format::Docker, Shell::PowerShell, &display),
+        ("json", Format::Json, Shell::Sh, &compute),
+        ("oci", Format::Oci, Shell::Sh, &compute),
+    ];
+    for (name, format, shell, devices) in cases {
+        let r = mounts::render(devices, format, shell);
+        insta::assert_snapshot!(
+            format!("mounts-{name}"),
+            format!("{}--- notes ---\n{}\n", r.text, r.notes.join("\n"))
+        );
+    }
+}
+
+#[test]
+fn ctr_flags_survive_a_real_shell_even_with_spaces_in_paths() {
+    let mut f = facts("sample");
+    f.os.as_mut().unwrap().system_root = Some(r"C:\Program Files (x86)\It's Windows".into());
+    f.files = f
+        .files
+        .iter()
+        .map(|p| p.replace(r"C:\Windows", r"C:\Program Files (x86)\It's Windows"))
+        .collect();
+    let d = run(&f);
+    let devices: Vec<&Device> = d.devices.iter().take(1).collect();
+    let edits = dxdp::allocation::container_edits(&devices);
+    let expected = mounts::ctr_args(&edits);
+    assert!(expected.iter().any(|a| a.contains("Program Files (x86)")));
+    let line = mounts::render(&devices, Format::Ctr, Shell::Sh).text;
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "for a in {}; do printf '%s\\n' \"$a\"; done",
+            line.trim()
+        ))
+        .output()
+        .expect("sh runs");
+    let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn json_and_oci_are_valid_documents() {
+    let d = run(&facts("nvidia-multi-gpu"));
+    let all: Vec<&Device> = d.devices.iter().collect();
+    let json: serde_json::Value =
+        serde_json::from_str(&mounts::render(&all, Format::Json, Shell::Sh).text).unwrap();
+    assert_eq!(json["devices"].as_array().unwrap().len(), 4);
+    assert!(json["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["readOnly"] == true));
+    let oci: serde_json::Value =
+        serde_json::from_str(&mounts::render(&all, Format::Oci, Shell::Sh).text).unwrap();
+    assert_eq!(oci["windows"]["devices"][0]["idType"], "vpci-location-path");
+    assert!(oci["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["options"][0] == "ro"));
+}
+
+#[test]
+fn hcs_reports_for_every_host() {
+    for host in HOSTS {
+        let r = hcs::report(&facts(host).os.unwrap_or_default());
+        insta::assert_snapshot!(format!("hcs-{host}"), hcs::text(&r));
+    }
+}
+
+fn probes(state: DirState, socket: bool, containerd: Option<&str>) -> Probes {
+    Probes {
+        kubelet_dir: r"C:\var\lib\kubelet\device-plugins".into(),
+        kubelet_dir_state: state,
+        kubelet_socket: socket,
+        containerd: containerd.map(|v| (v.to_string(), "from the host snapshot".to_string())),
+        resources: Resource::ALL.to_vec(),
+    }
+}
+
+#[test]
+fn doctor_verdicts_for_every_host() {
+    for host in HOSTS {
+        let f = facts(host);
+        let d = run(&f);
+        let containerd = f.os.as_ref().and_then(|o| o.containerd_version.clone());
+        let checks = doctor::checks(
+            &f,
+            &d,
+            &probes(DirState::Writable, true, containerd.as_deref()),
+        );
+        insta::assert_snapshot!(format!("doctor-{host}"), doctor::text(&checks));
+    }
+}
+
+#[test]
+fn doctor_fails_on_what_breaks_a_node() {
+    let f = facts("sample");
+    let d = run(&f);
+    let status = |p: &Probes, name: &str| {
+        doctor::checks(&f, &d, p)
+            .into_iter()
+            .find(|c| c.name.starts_with(name))
+            .map(|c| c.status.as_str())
+    };
+    let good = probes(DirState::Writable, true, Some("1.7.22"));
+    assert!(!doctor::failed(&doctor::checks(&f, &d, &good)));
+    assert_eq!(
+        status(
+            &probes(DirState::Missing, true, Some("1.7.22")),
+            "kubelet device-plugin"
+        ),
+        Some("FAIL")
+    );
+    assert_eq!(
+        status(
+            &probes(DirState::NotWritable("denied".into()), true, Some("1.7.22")),
+            "kubelet device-plugin"
+        ),
+        Some("FAIL")
+    );
+    assert_eq!(
+        status(
+            &probes(DirState::Writable, false, Some("1.7.22")),
+            "kubelet.sock"
+        ),
+        Some("FAIL")
+    );
+    assert_eq!(
+        status(
+            &probes(DirState::Writable, true, Some("1.6.9")),
+            "containerd"
+        ),
+        Some("FAIL")
+    );
+    assert_eq!(
+        status(&probes(DirState::Writable, true, None), "containerd"),
+        Some("WARN")
+    );
+    let old = facts("ws2019-old");
+    let checks = doctor::checks(&old, &run(&old), &good);
+    assert!(checks
+        .iter()
+        .any(|c| c.name == "Windows build" && c.status.as_str() == "FAIL"));
+    assert!(checks
+        .iter()
+        .any(|c| c.name == "HCS schema 2.2+" && c.status.as_str() == "FAIL"));
+    let empty = HostFacts::default();
+    let checks = doctor::checks(&empty, &run(&empty), &good);
+    assert!(checks
+        .iter()
+        .any(|c| c.name == "assignable devices" && c.status.as_str() == "FAIL"));
+}
