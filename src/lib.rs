@@ -12,6 +12,7 @@
 //! - [`plugin`]: the device plugin daemon (gRPC service, registration, kubelet restarts).
 //! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.
 //! - [`transport`]: AF_UNIX sockets on Unix and Windows.
+//! - [`tools`]: the node tools (`mounts`, `hcs`, `doctor`) as pure functions.
 //! - [`render`]: output for people and machines.
 //! - [`logging`]: `tracing` setup.
 
