@@ -262,6 +262,8 @@ pub enum Origin {
     Registry,
     /// dxdp's built-in per-vendor additions.
     VendorDefault,
+    /// `runtimeFiles.additional` in the configuration.
+    Config,
 }
 
 impl Origin {
@@ -270,6 +272,7 @@ impl Origin {
         match self {
             Origin::Registry => "registry",
             Origin::VendorDefault => "vendor-default",
+            Origin::Config => "config",
         }
     }
 }
@@ -308,4 +311,8 @@ pub enum ExclusionCode {
     NoLocationPath,
     /// Another adapter already has the same location path.
     DuplicateLocationPath,
+    /// `devices.include` is set and matches no field of the device.
+    NotIncluded,
+    /// A `devices.exclude` selector matches the device.
+    ExcludedByConfig,
 }

@@ -4,6 +4,7 @@
 //! snapshots give identical results for identical facts.
 
 pub mod classify;
+pub mod filter;
 pub mod ids;
 pub mod runtime_files;
 pub mod winpath;
@@ -12,7 +13,8 @@ use std::collections::HashMap;
 
 use crate::devices::{Device, Discovery, Excluded, ExclusionCode, RuntimeFiles};
 use crate::facts::{AdapterFacts, HostFacts, DEFAULT_SYSTEM_ROOT};
-use runtime_files::{DeviceContext, FileIndex, RegistryIndex};
+use filter::DeviceSelector;
+use runtime_files::{AdditionalFile, DeviceContext, FileIndex, RegistryIndex};
 
 /// The settings the pipeline takes. The configuration file and environment fill it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +25,14 @@ pub struct PipelineConfig {
     pub include_detachable: bool,
     /// Enumerate `CopyToVm*` runtime files.
     pub runtime_files: bool,
+    /// When not empty, only devices matching one of these are kept.
+    pub include: Vec<DeviceSelector>,
+    /// Devices matching one of these are left out.
+    pub exclude: Vec<DeviceSelector>,
+    /// Runtime-file destinations never mounted (case-insensitive).
+    pub runtime_exclude: Vec<String>,
+    /// Runtime files added by configuration.
+    pub additional_files: Vec<AdditionalFile>,
 }
 
 impl Default for PipelineConfig {
@@ -31,6 +41,10 @@ impl Default for PipelineConfig {
             include_integrated: false,
             include_detachable: false,
             runtime_files: true,
+            include: Vec::new(),
+            exclude: Vec::new(),
+            runtime_exclude: Vec::new(),
+            additional_files: Vec::new(),
         }
     }
 }
@@ -136,6 +150,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
         seen_ids.insert(id.clone(), location_path.to_string());
 
         let label = format!("{description} ({location_path})");
+        let label = label.as_str();
         let driver_store_path = adapter
             .driver_store_path
             .as_deref()
@@ -146,7 +161,47 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             .is_some_and(|p| p.to_ascii_lowercase().contains("hostdriverstore"));
         out.in_container |= in_container;
 
-        let runtime_files = match (&driver_store_path, &pnp.driver_key) {
+        let mut device = Device {
+            id,
+            luid: adapter.luid,
+            description: description.clone(),
+            vendor: classify::vendor_name(adapter.hardware_id.vendor_id),
+            vendor_id: adapter.hardware_id.vendor_id,
+            device_id: adapter.hardware_id.device_id,
+            sub_sys_id: adapter.hardware_id.sub_sys_id,
+            revision: adapter.hardware_id.revision,
+            manufacturer: pnp.manufacturer.clone(),
+            location_path: location_path.to_string(),
+            instance_id: pnp.instance_id.clone(),
+            driver_key: pnp.driver_key.clone().filter(|k| !k.is_empty()),
+            driver_version: adapter.driver_version.clone(),
+            driver_store_path: driver_store_path.clone(),
+            dedicated_memory_bytes: adapter.dedicated_adapter_memory,
+            is_integrated: adapter.is_integrated,
+            is_detachable: adapter.is_detachable,
+            supports_display: classify::supports_display(adapter),
+            supports_compute: classify::supports_compute(adapter),
+            resource: classify::resource(adapter),
+            health: classify::health(pnp.problem_code, adapter.driver_update_in_progress),
+            runtime_files: RuntimeFiles::default(),
+        };
+        if !config.include.is_empty() && !config.include.iter().any(|s| s.matches(&device)) {
+            out.excluded.push(exclude(
+                ExclusionCode::NotIncluded,
+                "no devices.include selector of the configuration matches it".into(),
+                Some(location_path.to_string()),
+            ));
+            continue;
+        }
+        if let Some(i) = config.exclude.iter().position(|s| s.matches(&device)) {
+            out.excluded.push(exclude(
+                ExclusionCode::ExcludedByConfig,
+                format!("excluded by devices.exclude[{i}] of the configuration"),
+                Some(location_path.to_string()),
+            ));
+            continue;
+        }
+        device.runtime_files = match (&driver_store_path, &pnp.driver_key) {
             _ if !config.runtime_files || in_container => RuntimeFiles::default(),
             (Some(store), Some(driver_key)) if !driver_key.is_empty() => runtime_files::resolve(
                 &DeviceContext {
@@ -154,6 +209,8 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
                     driver_key,
                     driver_store: store,
                     vendor_id: adapter.hardware_id.vendor_id,
+                    additional: &config.additional_files,
+                    exclude: &config.runtime_exclude,
                 },
                 &registry,
                 &files,
@@ -173,30 +230,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             }
         };
 
-        out.devices.push(Device {
-            id,
-            luid: adapter.luid,
-            description,
-            vendor: classify::vendor_name(adapter.hardware_id.vendor_id),
-            vendor_id: adapter.hardware_id.vendor_id,
-            device_id: adapter.hardware_id.device_id,
-            sub_sys_id: adapter.hardware_id.sub_sys_id,
-            revision: adapter.hardware_id.revision,
-            manufacturer: pnp.manufacturer.clone(),
-            location_path: location_path.to_string(),
-            instance_id: pnp.instance_id.clone(),
-            driver_key: pnp.driver_key.clone().filter(|k| !k.is_empty()),
-            driver_version: adapter.driver_version.clone(),
-            driver_store_path,
-            dedicated_memory_bytes: adapter.dedicated_adapter_memory,
-            is_integrated: adapter.is_integrated,
-            is_detachable: adapter.is_detachable,
-            supports_display: classify::supports_display(adapter),
-            supports_compute: classify::supports_compute(adapter),
-            resource: classify::resource(adapter),
-            health: classify::health(pnp.problem_code, adapter.driver_update_in_progress),
-            runtime_files,
-        });
+        out.devices.push(device);
     }
     if out.in_container {
         out.warnings.insert(

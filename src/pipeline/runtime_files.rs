@@ -91,6 +91,19 @@ impl FileIndex {
     }
 }
 
+/// A runtime file added by configuration (`runtimeFiles.additional`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdditionalFile {
+    /// The PCI vendor whose devices get the file.
+    pub vendor_id: u32,
+    /// System32 or SysWOW64.
+    pub target: TargetDir,
+    /// Source relative to the driver store.
+    pub source: String,
+    /// Destination file name; the source's file name when absent.
+    pub destination: Option<String>,
+}
+
 /// What the rules need to know about one device.
 pub struct DeviceContext<'a> {
     /// How warnings name the device.
@@ -99,8 +112,12 @@ pub struct DeviceContext<'a> {
     pub driver_key: &'a str,
     /// The expanded driver store directory.
     pub driver_store: &'a str,
-    /// PCI vendor ID, for the built-in additions.
+    /// PCI vendor ID, for the built-in and configured additions.
     pub vendor_id: u32,
+    /// Configured additions (all vendors; filtered here).
+    pub additional: &'a [AdditionalFile],
+    /// Destination names never mounted (case-insensitive).
+    pub exclude: &'a [String],
 }
 
 /// An entry before its host path is resolved.
@@ -168,12 +185,40 @@ pub fn resolve(
                 registry_value: None,
             });
         }
+        for extra in device.additional.iter().filter(|a| a.vendor_id == device.vendor_id && a.target == target) {
+            let label = format!("runtimeFiles.additional {}", extra.source);
+            let strings: Vec<String> = std::iter::once(extra.source.clone())
+                .chain(extra.destination.clone())
+                .collect();
+            let value = RegistryValue {
+                name: label.clone(),
+                kind: RegType::REG_MULTI_SZ,
+                data: RegData::Strings(strings),
+            };
+            let Some(mut entry) = parse_value(&value, &label, device.label, warnings) else {
+                continue;
+            };
+            if taken.contains_key(&entry.destination.to_lowercase()) {
+                warnings.push(format!(
+                    "device {}: {label} maps to {}\\{} which the driver already provides; dropped",
+                    device.label,
+                    target.name(),
+                    entry.destination
+                ));
+                continue;
+            }
+            taken.insert(entry.destination.to_lowercase(), label);
+            entry.origin = Origin::Config;
+            entry.registry_value = None;
+            entries.push(entry);
+        }
+        entries.retain(|e| !device.exclude.iter().any(|x| x.eq_ignore_ascii_case(&e.destination)));
         let resolved: Vec<RuntimeFile> = entries
             .into_iter()
             .map(|e| {
                 let host_path = winpath::join(device.driver_store, &e.source);
                 let exists = files.contains(&host_path);
-                if !exists && e.origin == Origin::Registry {
+                if !exists && e.origin != Origin::VendorDefault {
                     warnings.push(format!(
                         "device {}: runtime file {host_path} (for {}\\{}) does not exist on the host; it will not be mounted",
                         device.label,
@@ -208,7 +253,7 @@ pub fn candidate_host_paths(facts: &crate::facts::HostFacts) -> Vec<String> {
     let config = crate::pipeline::PipelineConfig {
         include_integrated: true,
         include_detachable: true,
-        runtime_files: true,
+        ..crate::pipeline::PipelineConfig::default()
     };
     let discovery = crate::pipeline::discover(&without_files, &config);
     let mut paths: Vec<String> = discovery
@@ -315,6 +360,8 @@ mod tests {
             driver_key: DRIVER_KEY,
             driver_store: STORE,
             vendor_id,
+            additional: &[],
+            exclude: &[],
         };
         let mut warnings = Vec::new();
         let rf = resolve(
@@ -494,6 +541,34 @@ mod tests {
         assert!(!rf.syswow64[0].exists);
         let (amd, _) = run(&[], 0x1002, &[]);
         assert!(amd.is_empty());
+    }
+
+    #[test]
+    fn configured_additions_and_exclusions() {
+        let keys = vec![key("CopyToVmOverwrite", vec![multi("a", &["nvcuda_loader64.dll", "nvcuda.dll"]), multi("b", &["x.dll"])])];
+        let additional = vec![
+            AdditionalFile { vendor_id: 0x1002, target: TargetDir::System32, source: r"sub\extra.dll".into(), destination: None },
+            AdditionalFile { vendor_id: 0x1002, target: TargetDir::SysWow64, source: "e32.dll".into(), destination: Some("extra.dll".into()) },
+            AdditionalFile { vendor_id: 0x1002, target: TargetDir::System32, source: "other.dll".into(), destination: Some("X.DLL".into()) },
+            AdditionalFile { vendor_id: 0x1002, target: TargetDir::System32, source: r"..\evil.dll".into(), destination: None },
+            AdditionalFile { vendor_id: 0x10DE, target: TargetDir::System32, source: "nv-only.dll".into(), destination: None },
+        ];
+        let exclude = vec!["NVCUDA.dll".to_string()];
+        let ctx = DeviceContext {
+            label: "GPU",
+            driver_key: DRIVER_KEY,
+            driver_store: STORE,
+            vendor_id: 0x1002,
+            additional: &additional,
+            exclude: &exclude,
+        };
+        let mut warnings = Vec::new();
+        let rf = resolve(&ctx, &RegistryIndex::new(&keys), &FileIndex::new(&[]), &mut warnings);
+        assert_eq!(pairs(&rf.system32), p(&[("x.dll", "x.dll"), (r"sub\extra.dll", "extra.dll")]));
+        assert_eq!(rf.system32[1].origin, Origin::Config);
+        assert_eq!(pairs(&rf.syswow64), p(&[("e32.dll", "extra.dll")]));
+        assert!(warnings.iter().any(|w| w.contains("X.DLL") && w.contains("already provides")), "{warnings:?}");
+        assert!(warnings.iter().any(|w| w.contains("`..`")), "{warnings:?}");
     }
 
     #[test]
