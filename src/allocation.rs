@@ -7,8 +7,12 @@
 
 use std::collections::HashMap;
 
+use crate::config::file::Assignment;
 use crate::devices::{Device, Discovery, HealthState, Resource};
 use crate::pipeline::ids;
+
+/// The device string of the class-GUID assignment mode: every display adapter of the node.
+pub const DISPLAY_CLASS_DEVICE: &str = "class/5B45201D-F2F2-4F3B-85BB-30FF1F953599";
 
 /// The most replicas (time-sliced shares) one physical device can be advertised as.
 pub const MAX_REPLICAS: u32 = 64;
@@ -113,6 +117,7 @@ pub fn allocate(
     discovery: &Discovery,
     resource: Resource,
     replicas: u32,
+    assignment: Assignment,
     ids_requested: &[String],
 ) -> Result<ContainerEdits, AllocationError> {
     if ids_requested.is_empty() {
@@ -133,7 +138,9 @@ pub fn allocate(
         }
     }
     let mut edits = container_edits(&physical);
-    if physical.len() > 1 {
+    if assignment == Assignment::ClassGuid {
+        edits.devices = vec![DISPLAY_CLASS_DEVICE.to_string()];
+    } else if physical.len() > 1 {
         let names: Vec<&str> = physical.iter().map(|d| d.location_path.as_str()).collect();
         edits.notes.insert(0, format!(
             "the request spans {} physical devices ({}); containerd on Windows attaches only the first, because the kubelet keeps one device per container",
@@ -247,6 +254,7 @@ mod tests {
             &d,
             Resource::Display,
             2,
+            Assignment::LocationPath,
             &[dev.id.clone(), replica_id(&dev.id, 1)],
         )
         .unwrap();
@@ -275,9 +283,16 @@ mod tests {
             .devices_for(Resource::Display)
             .map(|x| x.id.clone())
             .collect();
-        let edits = allocate(&d, Resource::Display, 1, &ids).unwrap();
+        let edits = allocate(&d, Resource::Display, 1, Assignment::LocationPath, &ids).unwrap();
         assert_eq!(edits.devices.len(), 2);
-        let one = allocate(&d, Resource::Display, 1, &ids[..1]).unwrap();
+        let one = allocate(
+            &d,
+            Resource::Display,
+            1,
+            Assignment::LocationPath,
+            &ids[..1],
+        )
+        .unwrap();
         assert_eq!(
             edits.mounts.len(),
             one.mounts.len(),
@@ -306,9 +321,23 @@ mod tests {
         ];
         for (ids, check) in table {
             let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
-            let err = allocate(&d, Resource::Display, 1, &ids).unwrap_err();
+            let err =
+                allocate(&d, Resource::Display, 1, Assignment::LocationPath, &ids).unwrap_err();
             assert!(check(&err), "{ids:?}: {err}");
         }
+    }
+
+    #[test]
+    fn class_guid_assignment_gives_the_display_class_once() {
+        let d = sample();
+        let ids: Vec<String> = d
+            .devices_for(Resource::Display)
+            .map(|x| x.id.clone())
+            .collect();
+        let edits = allocate(&d, Resource::Display, 1, Assignment::ClassGuid, &ids).unwrap();
+        assert_eq!(edits.devices, vec![DISPLAY_CLASS_DEVICE.to_string()]);
+        assert!(!edits.mounts.is_empty());
+        assert!(edits.notes.is_empty(), "{:?}", edits.notes);
     }
 
     #[test]
@@ -322,7 +351,7 @@ mod tests {
         }
         d.devices.push(other);
         let ids = vec![d.devices[0].id.clone(), "other-device".to_string()];
-        let edits = allocate(&d, Resource::Display, 1, &ids).unwrap();
+        let edits = allocate(&d, Resource::Display, 1, Assignment::LocationPath, &ids).unwrap();
         let cuda = edits
             .mounts
             .iter()

@@ -18,6 +18,7 @@
 
 pub mod allocation;
 pub mod backend;
+pub mod config;
 pub mod devices;
 pub mod facts;
 pub mod kubelet;

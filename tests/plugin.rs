@@ -68,7 +68,7 @@ impl Harness {
             h.start_kubelet().await;
         }
         let mut config = PluginConfig::new(h.dir.path().to_path_buf());
-        config.replicas = replicas;
+        config.config = dxdp::config::Config::default().with_replicas(replicas);
         config.poll_interval = Duration::from_millis(50);
         config.initial_backoff = Duration::from_millis(100);
         config.max_backoff = Duration::from_millis(400);

@@ -11,7 +11,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use dxdp::backend::HostFactsSource;
-use dxdp::devices::{Discovery, Resource};
+use dxdp::config::{Config, Flags};
+use dxdp::devices::Discovery;
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::kubelet::v1beta1::AllocateResponse;
 use dxdp::pipeline;
@@ -21,18 +22,30 @@ use dxdp::render::clean;
 /// Arguments of `dxdp demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Advertise each physical device this many times.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
-    replicas: u32,
+    /// Advertise each physical device this many times [default: 1].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    replicas: Option<u32>,
     #[command(flatten)]
     pipeline: super::PipelineArgs,
 }
 
+impl DemoArgs {
+    /// Puts the configuration flags into `flags`.
+    pub(super) fn apply(&self, flags: &mut Flags) {
+        self.pipeline.apply(flags);
+        flags.replicas = self.replicas;
+    }
+}
+
 /// Runs the demo and prints it to stdout.
-pub fn run(args: &DemoArgs, source: Arc<dyn HostFactsSource>) -> anyhow::Result<ExitCode> {
+pub fn run(
+    args: &DemoArgs,
+    config: Config,
+    source: Arc<dyn HostFactsSource>,
+) -> anyhow::Result<ExitCode> {
     let dir = std::env::temp_dir().join(format!("dxdp-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let result = super::runtime()?.block_on(demo(args, source, dir.clone()));
+    let result = super::runtime()?.block_on(demo(args, config, source, dir.clone()));
     let _ = std::fs::remove_dir_all(&dir);
     let text = result?;
     std::io::stdout().write_all(text.as_bytes())?;
@@ -40,14 +53,15 @@ pub fn run(args: &DemoArgs, source: Arc<dyn HostFactsSource>) -> anyhow::Result<
 }
 
 async fn demo(
-    args: &DemoArgs,
+    _args: &DemoArgs,
+    config: Config,
     source: Arc<dyn HostFactsSource>,
     dir: PathBuf,
 ) -> anyhow::Result<String> {
     let facts = source
         .load()
         .with_context(|| format!("cannot collect host facts from {}", source.describe()))?;
-    let discovery = pipeline::discover(&facts, &args.pipeline.config());
+    let discovery = pipeline::discover(&facts, &config.pipeline);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -59,18 +73,14 @@ async fn demo(
     let kubelet = KubeletStandin::start(&dir)
         .await
         .context("cannot start the kubelet stand-in")?;
-    let mut config = PluginConfig::new(dir.clone());
-    config.replicas = args.replicas;
-    config.pipeline = args.pipeline.config();
+    let names: Vec<String> = config.endpoints().into_iter().map(|(_, n)| n).collect();
+    let mut plugin_config = PluginConfig::new(dir.clone());
+    plugin_config.config = config.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(plugin::run(config, source, async {
+    let daemon = tokio::spawn(plugin::run(plugin_config, source, async {
         let _ = stopped.await;
     }));
 
-    let names: Vec<&str> = Resource::ALL
-        .iter()
-        .map(|r| r.default_resource_name())
-        .collect();
     let ready = kubelet
         .wait_for(Duration::from_secs(10), |v| {
             names.iter().all(|n| v.devices(n).is_some())
@@ -80,14 +90,14 @@ async fn demo(
         let _ = stop.send(());
         let _ = daemon.await;
         kubelet.stop().await;
-        bail!("the plugin did not register both resources within 10 s (run with --log-level info to see why)");
+        bail!("the plugin did not register its resources within 10 s (run with --log-level info to see why)");
     }
     let view = kubelet.view();
     registration_section(&mut out, &view);
     devices_section(&mut out, &view, &discovery);
 
-    for (step, resource) in (3..).zip(Resource::ALL) {
-        let name = resource.default_resource_name();
+    for (step, (resource, name)) in (3..).zip(config.endpoints()) {
+        let name = name.as_str();
         let _ = writeln!(out, "\n{step}. Allocate one {name} device");
         let Some(id) = view
             .devices(name)

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use dxdp::backend::HostFactsSource;
+use dxdp::config::Config;
 use dxdp::pipeline;
 use dxdp::render;
 
@@ -16,13 +17,17 @@ pub struct DiscoverArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    pipeline: super::PipelineArgs,
+    pub(super) pipeline: super::PipelineArgs,
 }
 
 /// Runs the pipeline and prints the result to stdout.
-pub fn run(args: &DiscoverArgs, source: &dyn HostFactsSource) -> anyhow::Result<ExitCode> {
+pub fn run(
+    args: &DiscoverArgs,
+    config: &Config,
+    source: &dyn HostFactsSource,
+) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
-    let discovery = pipeline::discover(&facts, &args.pipeline.config());
+    let discovery = pipeline::discover(&facts, &config.pipeline);
     let text = if args.json {
         render::discovery_json(&discovery)
     } else {

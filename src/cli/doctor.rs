@@ -8,6 +8,7 @@ use clap::Args;
 use serde_json::json;
 
 use dxdp::backend::HostFactsSource;
+use dxdp::config::{Config, Flags};
 use dxdp::devices::Resource;
 use dxdp::kubelet::KUBELET_SOCKET;
 use dxdp::pipeline;
@@ -24,11 +25,22 @@ pub struct DoctorArgs {
     /// The kubelet's device-plugin directory [default: as for `dxdp plugin`].
     #[arg(long, env = "DXDP_KUBELET_DIR", value_name = "DIR")]
     kubelet_dir: Option<PathBuf>,
-    /// The resources the plugin serves, comma-separated.
-    #[arg(long, env = "DXDP_RESOURCES", value_enum, value_delimiter = ',', default_values_t = [ResourceArg::Display, ResourceArg::Compute])]
-    resources: Vec<ResourceArg>,
+    /// The resources the plugin serves, comma-separated [env: DXDP_RESOURCES; default: both].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    resources: Option<Vec<ResourceArg>>,
     #[command(flatten)]
     pipeline: super::PipelineArgs,
+}
+
+impl DoctorArgs {
+    /// Puts the configuration flags into `flags`.
+    pub(super) fn apply(&self, flags: &mut Flags) {
+        self.pipeline.apply(flags);
+        flags.resources = self
+            .resources
+            .as_ref()
+            .map(|list| list.iter().map(|&r| Resource::from(r)).collect());
+    }
 }
 
 fn dir_state(dir: &Path) -> DirState {
@@ -61,16 +73,23 @@ fn containerd(
 }
 
 /// Runs the checks; exits 1 when any check fails.
-pub fn run(args: &DoctorArgs, source: &dyn HostFactsSource) -> anyhow::Result<ExitCode> {
+pub fn run(
+    args: &DoctorArgs,
+    config: &Config,
+    source: &dyn HostFactsSource,
+) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
-    let discovery = pipeline::discover(&facts, &args.pipeline.config());
+    let discovery = pipeline::discover(&facts, &config.pipeline);
     let dir = args
         .kubelet_dir
         .clone()
         .unwrap_or_else(dxdp::plugin::default_kubelet_dir);
-    let mut resources: Vec<Resource> = args.resources.iter().map(|&r| r.into()).collect();
-    resources.sort();
-    resources.dedup();
+    let resources: Vec<Resource> = config
+        .resources
+        .iter()
+        .filter(|(_, s)| s.enabled)
+        .map(|(r, _)| *r)
+        .collect();
     let probes = Probes {
         kubelet_dir: dir.display().to_string(),
         kubelet_dir_state: dir_state(&dir),

@@ -1,5 +1,6 @@
 //! Command-line interface: global options, subcommands and error reporting.
 
+mod config_cmd;
 mod demo;
 mod discover;
 mod doctor;
@@ -16,6 +17,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use dxdp::devices::Resource;
 
 use dxdp::backend::{self, HostFactsSource};
+use dxdp::config::{self, Config, Flags, Inputs};
 use dxdp::facts::HostFacts;
 use dxdp::logging::{self, LogFormat};
 
@@ -36,12 +38,18 @@ struct GlobalArgs {
     #[arg(long, global = true, env = "DXDP_HOST_SNAPSHOT", value_name = "FILE")]
     host_snapshot: Option<PathBuf>,
 
-    /// Log format on stderr: `text` or `json`.
-    #[arg(long, global = true, env = "DXDP_LOG_FORMAT", default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
+    /// Configuration file [default: DXDP_CONFIG, else /etc/directx-device-plugins/config.yaml
+    /// (C:\etc\directx-device-plugins\config.yaml on Windows) when present].
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
 
-    /// Log level or tracing filter (error, warn, info, debug, trace) [default: info; warn for demo].
-    #[arg(long, global = true, env = "DXDP_LOG_LEVEL")]
+    /// Log format on stderr: `text` or `json` [env: DXDP_LOG_FORMAT; default: text].
+    #[arg(long, global = true)]
+    log_format: Option<LogFormat>,
+
+    /// Log level or tracing filter (error, warn, info, debug, trace) [env: DXDP_LOG_LEVEL;
+    /// default: info, warn for demo].
+    #[arg(long, global = true)]
     log_level: Option<String>,
 }
 
@@ -75,12 +83,9 @@ struct PipelineArgs {
 }
 
 impl PipelineArgs {
-    fn config(&self) -> dxdp::pipeline::PipelineConfig {
-        dxdp::pipeline::PipelineConfig {
-            include_integrated: self.include_integrated,
-            include_detachable: self.include_detachable,
-            ..dxdp::pipeline::PipelineConfig::default()
-        }
+    fn apply(&self, flags: &mut Flags) {
+        flags.include_integrated = self.include_integrated;
+        flags.include_detachable = self.include_detachable;
     }
 }
 
@@ -100,21 +105,63 @@ enum Command {
     Hcs(hcs::HcsArgs),
     /// Check whether this node can run dxdp, with a remedy for every problem.
     Doctor(doctor::DoctorArgs),
+    /// Show the effective configuration, or check a configuration file.
+    #[command(subcommand)]
+    Config(config_cmd::ConfigCommand),
+}
+
+impl Command {
+    /// The configuration flags this command was given.
+    fn flags(&self) -> Flags {
+        let mut flags = Flags::default();
+        match self {
+            Command::Discover(a) => a.pipeline.apply(&mut flags),
+            Command::Plugin(a) => a.apply(&mut flags),
+            Command::Demo(a) => a.apply(&mut flags),
+            Command::Mounts(a) => a.pipeline.apply(&mut flags),
+            Command::Doctor(a) => a.apply(&mut flags),
+            Command::Snapshot(_) | Command::Hcs(_) | Command::Config(_) => {}
+        }
+        flags
+    }
+}
+
+/// What the configuration is built from for this invocation.
+fn inputs(cli: &Cli) -> Inputs {
+    let env = config::process_env();
+    let mut flags = cli.command.flags();
+    flags.log_level = cli.global.log_level.clone();
+    flags.log_format = cli.global.log_format;
+    Inputs {
+        file: config::choose_path(cli.global.config.as_deref(), &env),
+        env,
+        flags,
+    }
 }
 
 /// Parses arguments, runs the command and turns errors into a message and exit code 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_level = match cli.command {
-        Command::Demo(_) => "warn",
-        _ => "info",
+    let inputs = inputs(&cli);
+    let config = match inputs.resolve() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
     };
-    let level = cli.global.log_level.as_deref().unwrap_or(default_level);
-    if let Err(e) = logging::init(cli.global.log_format, level) {
+    let level = match (
+        &cli.command,
+        config.origins.get("logLevel").map(String::as_str),
+    ) {
+        (Command::Demo(_), Some("default")) => "warn",
+        _ => config.log_level.as_str(),
+    };
+    if let Err(e) = logging::init(config.log_format, level) {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
-    match run(cli) {
+    match run(cli, config, inputs) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -123,16 +170,17 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
     let source = backend::select(cli.global.host_snapshot.clone());
     match cli.command {
-        Command::Discover(args) => discover::run(&args, source.as_ref()),
+        Command::Discover(args) => discover::run(&args, &config, source.as_ref()),
         Command::Snapshot(args) => snapshot::run(&args, source.as_ref()),
-        Command::Plugin(args) => plugin::run(&args, source.into()),
-        Command::Demo(args) => demo::run(&args, source.into()),
-        Command::Mounts(args) => mounts::run(&args, source.as_ref()),
+        Command::Plugin(args) => plugin::run(&args, config, inputs, source.into()),
+        Command::Demo(args) => demo::run(&args, config, source.into()),
+        Command::Mounts(args) => mounts::run(&args, &config, source.as_ref()),
         Command::Hcs(args) => hcs::run(&args, source.as_ref()),
-        Command::Doctor(args) => doctor::run(&args, source.as_ref()),
+        Command::Doctor(args) => doctor::run(&args, &config, source.as_ref()),
+        Command::Config(cmd) => config_cmd::run(&cmd, &config, &inputs),
     }
 }
 

@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 
 use dxdp::backend::HostFactsSource;
+use dxdp::config::Config;
 use dxdp::devices::Resource;
 use dxdp::pipeline;
 use dxdp::tools::mounts::{self, Format};
@@ -49,7 +50,7 @@ pub struct MountsArgs {
     #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "ARGS")]
     run: Option<Vec<String>>,
     #[command(flatten)]
-    pipeline: super::PipelineArgs,
+    pub(super) pipeline: super::PipelineArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -94,9 +95,13 @@ impl MountsArgs {
 }
 
 /// Selects devices and prints (or runs) the flags.
-pub fn run(args: &MountsArgs, source: &dyn HostFactsSource) -> anyhow::Result<ExitCode> {
+pub fn run(
+    args: &MountsArgs,
+    config: &Config,
+    source: &dyn HostFactsSource,
+) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
-    let discovery = pipeline::discover(&facts, &args.pipeline.config());
+    let discovery = pipeline::discover(&facts, &config.pipeline);
     let devices = select::select(&discovery, &args.selectors())?;
     let shell = match args.shell {
         Some(ShellArg::Sh) => Shell::Sh,

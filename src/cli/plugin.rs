@@ -4,10 +4,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Args;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use tokio::sync::watch;
 
 use dxdp::allocation::MAX_REPLICAS;
 use dxdp::backend::HostFactsSource;
+use dxdp::config::file::Assignment;
+use dxdp::config::{self, Config, Flags, Inputs};
 use dxdp::devices::Resource;
 
 use super::ResourceArg;
@@ -20,42 +25,107 @@ pub struct PluginArgs {
     /// Windows, /var/lib/kubelet/device-plugins elsewhere].
     #[arg(long, env = "DXDP_KUBELET_DIR", value_name = "DIR")]
     kubelet_dir: Option<PathBuf>,
-    /// The resources to serve, comma-separated.
-    #[arg(long, env = "DXDP_RESOURCES", value_enum, value_delimiter = ',', default_values_t = [ResourceArg::Display, ResourceArg::Compute])]
-    resources: Vec<ResourceArg>,
-    /// Advertise each physical device this many times, to share it by time-slicing (1 to 64).
-    #[arg(long, env = "DXDP_REPLICAS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_REPLICAS)))]
-    replicas: u32,
+    /// The resources to serve, comma-separated [env: DXDP_RESOURCES; default: display,compute].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    resources: Option<Vec<ResourceArg>>,
+    /// Advertise each physical device this many times, to share it by time-slicing (1 to 64)
+    /// [env: DXDP_REPLICAS; default: 1].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_REPLICAS)))]
+    replicas: Option<u32>,
+    /// How containers get devices [env: DXDP_ASSIGNMENT; default: location-path].
+    #[arg(long, value_enum)]
+    assignment: Option<AssignmentArg>,
     #[command(flatten)]
     pipeline: super::PipelineArgs,
 }
 
+/// An assignment mode on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AssignmentArg {
+    /// vpci-location-path://<path>: one device (HCS schema 2.2+)
+    LocationPath,
+    /// class/5B45201D-...: every display adapter of the node
+    ClassGuid,
+    /// location-path on HCS schema 2.2+, else class-guid
+    Auto,
+}
+
 impl PluginArgs {
-    fn config(&self) -> PluginConfig {
-        let mut config = PluginConfig::new(
-            self.kubelet_dir
-                .clone()
-                .unwrap_or_else(plugin::default_kubelet_dir),
-        );
-        let mut resources: Vec<Resource> = self.resources.iter().map(|&r| r.into()).collect();
-        resources.sort();
-        resources.dedup();
-        config.resources = resources;
-        config.replicas = self.replicas;
-        config.pipeline = self.pipeline.config();
-        config
+    /// Puts the configuration flags into `flags`.
+    pub(super) fn apply(&self, flags: &mut Flags) {
+        self.pipeline.apply(flags);
+        flags.resources = self
+            .resources
+            .as_ref()
+            .map(|list| list.iter().map(|&r| Resource::from(r)).collect());
+        flags.replicas = self.replicas;
+        flags.assignment = self.assignment.map(|a| match a {
+            AssignmentArg::LocationPath => Assignment::LocationPath,
+            AssignmentArg::ClassGuid => Assignment::ClassGuid,
+            AssignmentArg::Auto => Assignment::Auto,
+        });
     }
 }
 
-/// Runs the daemon until SIGTERM/SIGINT (Ctrl-C/Ctrl-Break on Windows).
-pub fn run(args: &PluginArgs, source: Arc<dyn HostFactsSource>) -> anyhow::Result<ExitCode> {
+/// Runs the daemon until SIGTERM/SIGINT (Ctrl-C/Ctrl-Break on Windows), reloading the
+/// configuration when its files change.
+pub fn run(
+    args: &PluginArgs,
+    config: Config,
+    inputs: Inputs,
+    source: Arc<dyn HostFactsSource>,
+) -> anyhow::Result<ExitCode> {
     if source.is_simulated() {
         tracing::info!("simulated host: using {}", source.describe());
     }
-    let config = args.config();
-    tracing::info!(kubelet_dir = %config.kubelet_dir.display(), "starting the dxdp device plugin");
-    super::runtime()?.block_on(plugin::run(config, source, shutdown_signal()))?;
+    let mut plugin_config = PluginConfig::new(
+        args.kubelet_dir
+            .clone()
+            .unwrap_or_else(plugin::default_kubelet_dir),
+    );
+    plugin_config.config = config.clone();
+    tracing::info!(kubelet_dir = %plugin_config.kubelet_dir.display(), "starting the dxdp device plugin");
+    let interval = plugin_config.poll_interval;
+    let runtime = super::runtime()?;
+    runtime.block_on(async move {
+        let (tx, updates) = watch::channel(Arc::new(config));
+        let reloader = tokio::spawn(reload(inputs, tx, interval));
+        let result =
+            plugin::run_with_updates(plugin_config, source, updates, shutdown_signal()).await;
+        reloader.abort();
+        result
+    })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Re-reads the configuration when one of its files changes; an invalid file keeps the old one.
+async fn reload(inputs: Inputs, tx: watch::Sender<Arc<Config>>, interval: Duration) {
+    let files = inputs.watched_files();
+    if files.is_empty() {
+        return;
+    }
+    let watcher = config::Watcher::new(files.clone());
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    loop {
+        tokio::time::sleep(interval).await;
+        if !watcher.changed() {
+            continue;
+        }
+        match inputs.resolve() {
+            Ok(new) if *tx.borrow().as_ref() == new => {
+                tracing::info!(files = ?names, "configuration reloaded: no effective change");
+            }
+            Ok(new) => {
+                tracing::info!(files = ?names, "configuration reloaded and applied");
+                if tx.send(Arc::new(new)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => tracing::error!(
+                "configuration reload failed; keeping the previous configuration: {e}"
+            ),
+        }
+    }
 }
 
 /// Completes on the first termination signal.

@@ -8,7 +8,11 @@ use crate::devices::Device;
 
 /// One configured selector.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, try_from = "RawSelector")]
+#[serde(
+    rename_all = "camelCase",
+    deny_unknown_fields,
+    try_from = "RawSelector"
+)]
 pub struct DeviceSelector {
     /// PCI vendor ID (configured as a name such as `nvidia` or an ID such as `0x10DE`).
     pub vendor: Option<u32>,
@@ -33,7 +37,11 @@ impl TryFrom<RawSelector> for DeviceSelector {
     type Error = String;
 
     fn try_from(raw: RawSelector) -> Result<Self, Self::Error> {
-        if raw.vendor.is_none() && raw.device_id.is_none() && raw.location_path.is_none() && raw.description.is_none() {
+        if raw.vendor.is_none()
+            && raw.device_id.is_none()
+            && raw.location_path.is_none()
+            && raw.description.is_none()
+        {
             return Err("a device selector needs at least one of vendor, deviceId, locationPath, description".into());
         }
         Ok(DeviceSelector {
@@ -80,7 +88,10 @@ impl VendorSpec {
             "microsoft" => Some(0x1414),
             "qualcomm" => Some(0x5143),
             _ => {
-                let hex = t.strip_prefix("pci-").or_else(|| t.strip_prefix("0x")).unwrap_or(&t);
+                let hex = t
+                    .strip_prefix("pci-")
+                    .or_else(|| t.strip_prefix("0x"))
+                    .unwrap_or(&t);
                 u32::from_str_radix(hex, 16).ok()
             }
         };
@@ -127,7 +138,10 @@ impl DeviceSelector {
                 .location_path
                 .as_deref()
                 .is_none_or(|p| compare_key(p) == compare_key(&device.location_path))
-            && self.description.as_deref().is_none_or(|g| glob_match(g, &device.description))
+            && self
+                .description
+                .as_deref()
+                .is_none_or(|g| glob_match(g, &device.description))
     }
 }
 
@@ -156,7 +170,14 @@ mod tests {
 
     #[test]
     fn vendors() {
-        let table = [("nvidia", Some(0x10DE)), ("NVIDIA", Some(0x10DE)), ("0x1002", Some(0x1002)), ("8086", Some(0x8086)), ("pci-1af4", Some(0x1AF4)), ("acme", None)];
+        let table = [
+            ("nvidia", Some(0x10DE)),
+            ("NVIDIA", Some(0x10DE)),
+            ("0x1002", Some(0x1002)),
+            ("8086", Some(0x8086)),
+            ("pci-1af4", Some(0x1AF4)),
+            ("acme", None),
+        ];
         for (text, id) in table {
             assert_eq!(VendorSpec::parse(text).ok().map(|v| v.0), id, "{text}");
         }
@@ -167,12 +188,13 @@ mod tests {
         let facts = crate::backend::sample_host().unwrap();
         let d = crate::pipeline::discover(&facts, &crate::pipeline::PipelineConfig::default());
         let a10 = &d.devices[0];
-        let sel = |v: Option<u32>, id: Option<u32>, p: Option<&str>, g: Option<&str>| DeviceSelector {
-            vendor: v,
-            device_id: id,
-            location_path: p.map(str::to_string),
-            description: g.map(str::to_string),
-        };
+        let sel =
+            |v: Option<u32>, id: Option<u32>, p: Option<&str>, g: Option<&str>| DeviceSelector {
+                vendor: v,
+                device_id: id,
+                location_path: p.map(str::to_string),
+                description: g.map(str::to_string),
+            };
         assert!(sel(Some(0x10DE), None, None, None).matches(a10));
         assert!(sel(Some(0x10DE), Some(0x2236), None, Some("*A10")).matches(a10));
         assert!(!sel(Some(0x10DE), Some(0x20B5), None, None).matches(a10));

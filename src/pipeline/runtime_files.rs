@@ -185,7 +185,11 @@ pub fn resolve(
                 registry_value: None,
             });
         }
-        for extra in device.additional.iter().filter(|a| a.vendor_id == device.vendor_id && a.target == target) {
+        for extra in device
+            .additional
+            .iter()
+            .filter(|a| a.vendor_id == device.vendor_id && a.target == target)
+        {
             let label = format!("runtimeFiles.additional {}", extra.source);
             let strings: Vec<String> = std::iter::once(extra.source.clone())
                 .chain(extra.destination.clone())
@@ -212,7 +216,12 @@ pub fn resolve(
             entry.registry_value = None;
             entries.push(entry);
         }
-        entries.retain(|e| !device.exclude.iter().any(|x| x.eq_ignore_ascii_case(&e.destination)));
+        entries.retain(|e| {
+            !device
+                .exclude
+                .iter()
+                .any(|x| x.eq_ignore_ascii_case(&e.destination))
+        });
         let resolved: Vec<RuntimeFile> = entries
             .into_iter()
             .map(|e| {
@@ -545,13 +554,44 @@ mod tests {
 
     #[test]
     fn configured_additions_and_exclusions() {
-        let keys = vec![key("CopyToVmOverwrite", vec![multi("a", &["nvcuda_loader64.dll", "nvcuda.dll"]), multi("b", &["x.dll"])])];
+        let keys = vec![key(
+            "CopyToVmOverwrite",
+            vec![
+                multi("a", &["nvcuda_loader64.dll", "nvcuda.dll"]),
+                multi("b", &["x.dll"]),
+            ],
+        )];
         let additional = vec![
-            AdditionalFile { vendor_id: 0x1002, target: TargetDir::System32, source: r"sub\extra.dll".into(), destination: None },
-            AdditionalFile { vendor_id: 0x1002, target: TargetDir::SysWow64, source: "e32.dll".into(), destination: Some("extra.dll".into()) },
-            AdditionalFile { vendor_id: 0x1002, target: TargetDir::System32, source: "other.dll".into(), destination: Some("X.DLL".into()) },
-            AdditionalFile { vendor_id: 0x1002, target: TargetDir::System32, source: r"..\evil.dll".into(), destination: None },
-            AdditionalFile { vendor_id: 0x10DE, target: TargetDir::System32, source: "nv-only.dll".into(), destination: None },
+            AdditionalFile {
+                vendor_id: 0x1002,
+                target: TargetDir::System32,
+                source: r"sub\extra.dll".into(),
+                destination: None,
+            },
+            AdditionalFile {
+                vendor_id: 0x1002,
+                target: TargetDir::SysWow64,
+                source: "e32.dll".into(),
+                destination: Some("extra.dll".into()),
+            },
+            AdditionalFile {
+                vendor_id: 0x1002,
+                target: TargetDir::System32,
+                source: "other.dll".into(),
+                destination: Some("X.DLL".into()),
+            },
+            AdditionalFile {
+                vendor_id: 0x1002,
+                target: TargetDir::System32,
+                source: r"..\evil.dll".into(),
+                destination: None,
+            },
+            AdditionalFile {
+                vendor_id: 0x10DE,
+                target: TargetDir::System32,
+                source: "nv-only.dll".into(),
+                destination: None,
+            },
         ];
         let exclude = vec!["NVCUDA.dll".to_string()];
         let ctx = DeviceContext {
@@ -563,11 +603,24 @@ mod tests {
             exclude: &exclude,
         };
         let mut warnings = Vec::new();
-        let rf = resolve(&ctx, &RegistryIndex::new(&keys), &FileIndex::new(&[]), &mut warnings);
-        assert_eq!(pairs(&rf.system32), p(&[("x.dll", "x.dll"), (r"sub\extra.dll", "extra.dll")]));
+        let rf = resolve(
+            &ctx,
+            &RegistryIndex::new(&keys),
+            &FileIndex::new(&[]),
+            &mut warnings,
+        );
+        assert_eq!(
+            pairs(&rf.system32),
+            p(&[("x.dll", "x.dll"), (r"sub\extra.dll", "extra.dll")])
+        );
         assert_eq!(rf.system32[1].origin, Origin::Config);
         assert_eq!(pairs(&rf.syswow64), p(&[("e32.dll", "extra.dll")]));
-        assert!(warnings.iter().any(|w| w.contains("X.DLL") && w.contains("already provides")), "{warnings:?}");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("X.DLL") && w.contains("already provides")),
+            "{warnings:?}"
+        );
         assert!(warnings.iter().any(|w| w.contains("`..`")), "{warnings:?}");
     }
 

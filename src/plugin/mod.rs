@@ -18,14 +18,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::backend::{HostFactsSource, SourceError};
+use crate::config::Config;
 use crate::devices::Resource;
 use crate::kubelet::v1beta1::device_plugin_server::DevicePluginServer;
 use crate::kubelet::v1beta1::registration_client::RegistrationClient;
 use crate::kubelet::v1beta1::RegisterRequest;
 use crate::kubelet::{API_VERSION, KUBELET_SOCKET};
-use crate::pipeline::{discover, PipelineConfig};
 use crate::transport;
-use inventory::InventoryRx;
+use inventory::{Inventory, InventoryRx};
 use service::ResourceService;
 
 /// The kubelet's device-plugin directory on this OS.
@@ -42,12 +42,8 @@ pub fn default_kubelet_dir() -> PathBuf {
 pub struct PluginConfig {
     /// The kubelet's device-plugin directory (holds `kubelet.sock`).
     pub kubelet_dir: PathBuf,
-    /// The resources to serve.
-    pub resources: Vec<Resource>,
-    /// Advertised IDs per physical device (time-slicing).
-    pub replicas: u32,
-    /// Pipeline settings.
-    pub pipeline: PipelineConfig,
+    /// The configuration at start (resources, names, replicas, pipeline, assignment).
+    pub config: Config,
     /// How often sockets, `kubelet.sock` and the host facts are checked for changes.
     pub poll_interval: Duration,
     /// First retry delay for a failed registration; doubles up to `max_backoff`.
@@ -61,9 +57,7 @@ impl PluginConfig {
     pub fn new(kubelet_dir: PathBuf) -> Self {
         PluginConfig {
             kubelet_dir,
-            resources: Resource::ALL.to_vec(),
-            replicas: 1,
-            pipeline: PipelineConfig::default(),
+            config: Config::default(),
             poll_interval: Duration::from_millis(200),
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
@@ -93,38 +87,53 @@ pub enum PluginError {
     NoResources,
 }
 
-/// Runs the daemon until `shutdown` completes, then removes its sockets.
+/// Runs the daemon with a fixed configuration until `shutdown` completes.
 pub async fn run(
     config: PluginConfig,
     source: Arc<dyn HostFactsSource>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), PluginError> {
-    if config.resources.is_empty() {
+    let (_keep, updates) = watch::channel(Arc::new(config.config.clone()));
+    run_with_updates(config, source, updates, shutdown).await
+}
+
+/// Runs the daemon until `shutdown` completes, then removes its sockets. Every configuration
+/// sent on `updates` takes effect at once: replicas and device selection re-advertise, and
+/// renamed, added or removed resources re-register.
+pub async fn run_with_updates(
+    config: PluginConfig,
+    source: Arc<dyn HostFactsSource>,
+    updates: watch::Receiver<Arc<Config>>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), PluginError> {
+    let first = updates.borrow().clone();
+    if first.endpoints().is_empty() {
         return Err(PluginError::NoResources);
     }
-    transport::check_socket_path(&config.kubelet_dir.join(socket_name(Resource::Display)))?;
+    for (_, name) in first.endpoints() {
+        transport::check_socket_path(&config.kubelet_dir.join(socket_name(&name)))?;
+    }
     let facts = {
         let source = source.clone();
         tokio::task::spawn_blocking(move || source.load())
             .await
             .map_err(|e| SourceError::Unavailable(e.to_string()))??
     };
-    let discovery = discover(&facts, &config.pipeline);
-    for w in &discovery.warnings {
-        tracing::warn!("{w}");
-    }
-    for r in &config.resources {
+    let inventory: Inventory = inventory::build(&facts, first.clone());
+    for (r, name) in first.endpoints() {
         tracing::info!(
-            resource = r.default_resource_name(),
-            devices = discovery.devices_for(*r).count(),
-            replicas = config.replicas,
+            resource = %name,
+            devices = inventory.discovery.devices_for(r).count(),
+            replicas = first.replicas(r),
+            assignment = inventory.assignment.as_str(),
             "serving"
         );
     }
-    let (tx, inventory) = watch::channel(Arc::new(discovery));
+    let (tx, inventory) = watch::channel(Arc::new(inventory));
     let refresher = tokio::spawn(inventory::refresh(
         source,
-        config.pipeline.clone(),
+        facts,
+        updates.clone(),
         tx,
         config.poll_interval,
     ));
@@ -136,7 +145,13 @@ pub async fn run(
             _ = &mut shutdown => break Ok(()),
             _ = wait_for_file(&kubelet_sock, config.poll_interval) => {}
         }
-        let generation = match Generation::start(&config, &inventory) {
+        let endpoints = updates.borrow().endpoints();
+        if endpoints.is_empty() {
+            tracing::warn!(
+                "the configuration enables no resource; waiting for a configuration that does"
+            );
+        }
+        let generation = match Generation::start(&config, &endpoints, &inventory) {
             Ok(g) => g,
             Err(e) => break Err(e),
         };
@@ -145,7 +160,7 @@ pub async fn run(
                 generation.stop().await;
                 break Ok(());
             }
-            reason = generation.supervise(&config, &kubelet_sock) => {
+            reason = generation.supervise(&config, &kubelet_sock, updates.clone()) => {
                 tracing::warn!("{reason}; starting new sockets and registering again");
                 generation.stop().await;
             }
@@ -156,13 +171,24 @@ pub async fn run(
     result
 }
 
-/// A fresh socket file name for `resource`.
-fn socket_name(resource: Resource) -> String {
+/// A fresh socket file name for a resource name (`directx.microsoft.com/display` gives
+/// `dxdp-directx.microsoft.com-display-<nanoseconds>.sock`).
+fn socket_name(resource_name: &str) -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default();
-    format!("dxdp-{}-{nanos}.sock", resource.as_str())
+    let safe: String = resource_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("dxdp-{safe}-{nanos}.sock")
 }
 
 async fn wait_for_file(path: &Path, interval: Duration) {
@@ -190,7 +216,7 @@ fn file_identity(path: &Path) -> Option<(Option<SystemTime>, u64)> {
 }
 
 struct Served {
-    resource: Resource,
+    name: String,
     path: PathBuf,
     task: JoinHandle<()>,
 }
@@ -202,23 +228,24 @@ struct Generation {
 }
 
 impl Generation {
-    fn start(config: &PluginConfig, inventory: &InventoryRx) -> Result<Self, PluginError> {
+    fn start(
+        config: &PluginConfig,
+        endpoints: &[(Resource, String)],
+        inventory: &InventoryRx,
+    ) -> Result<Self, PluginError> {
         let (stop, stopping) = watch::channel(false);
         let mut served = Vec::new();
-        for &resource in &config.resources {
-            let path = config.kubelet_dir.join(socket_name(resource));
+        for (resource, name) in endpoints {
+            let (resource, name) = (*resource, name.clone());
+            let path = config.kubelet_dir.join(socket_name(&name));
             transport::check_socket_path(&path)?;
             let _ = std::fs::remove_file(&path);
             let listener = transport::bind(&path).map_err(|source| PluginError::Bind {
                 path: path.clone(),
                 source,
             })?;
-            let svc = ResourceService::new(
-                resource,
-                config.replicas,
-                inventory.clone(),
-                stopping.clone(),
-            );
+            let svc =
+                ResourceService::new(resource, name.clone(), inventory.clone(), stopping.clone());
             let mut until_stopped = stopping.clone();
             let task = tokio::spawn(async move {
                 let result = tonic::transport::Server::builder()
@@ -231,20 +258,22 @@ impl Generation {
                     tracing::error!(resource = resource.as_str(), "gRPC server failed: {e}");
                 }
             });
-            tracing::info!(resource = resource.as_str(), socket = %path.display(), "listening");
-            served.push(Served {
-                resource,
-                path,
-                task,
-            });
+            tracing::info!(resource = %name, socket = %path.display(), "listening");
+            served.push(Served { name, path, task });
         }
         Ok(Generation { served, stop })
     }
 
     /// Registers every resource (retrying with capped backoff) and returns when the generation
     /// must be replaced: a socket was deleted or `kubelet.sock` was recreated.
-    async fn supervise(&self, config: &PluginConfig, kubelet_sock: &Path) -> String {
+    async fn supervise(
+        &self,
+        config: &PluginConfig,
+        kubelet_sock: &Path,
+        mut updates: watch::Receiver<Arc<Config>>,
+    ) -> String {
         let identity = file_identity(kubelet_sock);
+        let endpoints = updates.borrow_and_update().endpoints();
         let mut pending: Vec<&Served> = self.served.iter().collect();
         let mut backoff = config.initial_backoff;
         let mut next_attempt = tokio::time::Instant::now();
@@ -263,18 +292,23 @@ impl Generation {
                     format!("{} was recreated (kubelet restart)", kubelet_sock.display())
                 };
             }
+            if updates.has_changed().unwrap_or(false)
+                && updates.borrow_and_update().endpoints() != endpoints
+            {
+                return "the configuration changed the served resources or their names".to_string();
+            }
             if !pending.is_empty() && tokio::time::Instant::now() >= next_attempt {
                 let mut failed = Vec::new();
                 for served in pending {
                     match register(kubelet_sock, served).await {
                         Ok(()) => tracing::info!(
-                            resource = served.resource.default_resource_name(),
+                            resource = %served.name,
                             endpoint = %endpoint(served),
                             "registered with the kubelet"
                         ),
                         Err(e) => {
                             tracing::warn!(
-                                resource = served.resource.default_resource_name(),
+                                resource = %served.name,
                                 retry_in = ?backoff,
                                 "registration failed: {e}"
                             );
@@ -339,7 +373,7 @@ async fn register(kubelet_sock: &Path, served: &Served) -> Result<(), RegisterEr
     let request = RegisterRequest {
         version: API_VERSION.to_string(),
         endpoint: endpoint(served),
-        resource_name: served.resource.default_resource_name().to_string(),
+        resource_name: served.name.clone(),
         options: Some(service::options()),
     };
     tokio::time::timeout(Duration::from_secs(30), client.register(request))

@@ -16,26 +16,26 @@ use crate::kubelet::v1beta1::{
     PreferredAllocationResponse,
 };
 
-/// Serves one resource from the shared inventory.
+/// Serves one resource (under one of its names) from the shared inventory.
 #[derive(Debug, Clone)]
 pub struct ResourceService {
     resource: Resource,
-    replicas: u32,
+    name: String,
     inventory: InventoryRx,
     stopping: watch::Receiver<bool>,
 }
 
 impl ResourceService {
-    /// A service for `resource`; streams end when `stopping` turns true.
+    /// A service for `resource` registered as `name`; streams end when `stopping` turns true.
     pub fn new(
         resource: Resource,
-        replicas: u32,
+        name: String,
         inventory: InventoryRx,
         stopping: watch::Receiver<bool>,
     ) -> Self {
         ResourceService {
             resource,
-            replicas,
+            name,
             inventory,
             stopping,
         }
@@ -85,15 +85,15 @@ impl DevicePlugin for ResourceService {
     ) -> Result<Response<Self::ListAndWatchStream>, Status> {
         let mut inventory = self.inventory.clone();
         let mut stopping = self.stopping.clone();
-        let (resource, replicas) = (self.resource, self.replicas);
-        tracing::info!(
-            resource = resource.as_str(),
-            "kubelet is watching the device list"
-        );
+        let resource = self.resource;
+        tracing::info!(resource = %self.name, "kubelet is watching the device list");
         let stream = async_stream::stream! {
             let mut last: Option<Vec<v1beta1::Device>> = None;
             loop {
-                let list = device_list(&inventory.borrow_and_update(), resource, replicas);
+                let list = {
+                    let inv = inventory.borrow_and_update();
+                    device_list(&inv.discovery, resource, inv.config.replicas(resource))
+                };
                 if last.as_ref() != Some(&list) {
                     tracing::debug!(resource = resource.as_str(), devices = list.len(), "sending device list");
                     yield Ok(ListAndWatchResponse { devices: list.clone() });
@@ -124,17 +124,19 @@ impl DevicePlugin for ResourceService {
         &self,
         request: Request<AllocateRequest>,
     ) -> Result<Response<AllocateResponse>, Status> {
-        let discovery = self.inventory.borrow().clone();
+        let inventory = self.inventory.borrow().clone();
+        let replicas = inventory.config.replicas(self.resource);
         let mut response = AllocateResponse::default();
         for container in request.into_inner().container_requests {
             let edits = allocation::allocate(
-                &discovery,
+                &inventory.discovery,
                 self.resource,
-                self.replicas,
+                replicas,
+                inventory.assignment,
                 &container.devices_ids,
             )
             .map_err(|e| {
-                tracing::warn!(resource = self.resource.as_str(), "Allocate refused: {e}");
+                tracing::warn!(resource = %self.name, "Allocate refused: {e}");
                 match e {
                     AllocationError::Empty
                     | AllocationError::Malformed(_)
@@ -142,10 +144,10 @@ impl DevicePlugin for ResourceService {
                 }
             })?;
             for note in &edits.notes {
-                tracing::warn!(resource = self.resource.as_str(), "{note}");
+                tracing::warn!(resource = %self.name, "{note}");
             }
             tracing::info!(
-                resource = self.resource.as_str(),
+                resource = %self.name,
                 ids = ?container.devices_ids,
                 devices = ?edits.devices,
                 mounts = edits.mounts.len(),

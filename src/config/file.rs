@@ -1,0 +1,307 @@
+//! The configuration file formats: dxdp's own YAML, and the reference plugin's per-plugin files
+//! (`WDDM_DEVICE_PLUGIN_CONFIG_FILE`, `MCDM_DEVICE_PLUGIN_CONFIG_FILE`). Strict: unknown keys,
+//! wrong types and out-of-range values are errors with the file, line and column.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::allocation::MAX_REPLICAS;
+use crate::pipeline::filter::{DeviceSelector, VendorSpec};
+use crate::pipeline::winpath;
+
+/// How containers are given devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Assignment {
+    /// `vpci-location-path://<path>`: one device (HCS schema 2.2+).
+    LocationPath,
+    /// `class/5B45201D-…`: every display adapter of the node (Windows Server 2019, HCS < 2.2).
+    ClassGuid,
+    /// location-path when the host's HCS schema is at least 2.2, else class-guid.
+    Auto,
+}
+
+impl Assignment {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Assignment::LocationPath => "location-path",
+            Assignment::ClassGuid => "class-guid",
+            Assignment::Auto => "auto",
+        }
+    }
+
+    /// Parses the configuration spelling.
+    pub fn parse(text: &str) -> Option<Assignment> {
+        match text.trim() {
+            "location-path" => Some(Assignment::LocationPath),
+            "class-guid" => Some(Assignment::ClassGuid),
+            "auto" => Some(Assignment::Auto),
+            _ => None,
+        }
+    }
+}
+
+/// A replica count, 1 to [`MAX_REPLICAS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "u64")]
+pub struct Replicas(pub u32);
+
+impl TryFrom<u64> for Replicas {
+    type Error = String;
+
+    fn try_from(n: u64) -> Result<Self, Self::Error> {
+        Replicas::check(n)
+    }
+}
+
+impl Replicas {
+    /// Checks the range and says what is allowed.
+    pub fn check(n: u64) -> Result<Replicas, String> {
+        if (1..=u64::from(MAX_REPLICAS)).contains(&n) {
+            Ok(Replicas(n as u32))
+        } else {
+            Err(format!(
+                "replicas must be from 1 to {MAX_REPLICAS}, got {n}"
+            ))
+        }
+    }
+}
+
+/// An extended resource name (`domain/name`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct ResourceName(pub String);
+
+impl TryFrom<String> for ResourceName {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        ResourceName::check(&s).map(|()| ResourceName(s))
+    }
+}
+
+impl ResourceName {
+    /// Checks the Kubernetes extended-resource-name rules that matter here.
+    pub fn check(s: &str) -> Result<(), String> {
+        let ok_part = |p: &str| {
+            !p.is_empty()
+                && p.len() <= 63
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+                && p.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+                && p.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+        };
+        match s.split_once('/') {
+            Some((domain, name)) if ok_part(domain) && ok_part(name) && domain.contains('.') && !domain.ends_with("kubernetes.io") => Ok(()),
+            _ => Err(format!(
+                "resource name {s:?} must look like domain.example/name (letters, digits, '.', '-', '_'; not in kubernetes.io)"
+            )),
+        }
+    }
+}
+
+/// One runtime file in `runtimeFiles.additional` or the reference's `additionalMounts`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, try_from = "RawEntry")]
+pub struct FileEntry {
+    /// Relative to the driver store.
+    pub source: String,
+    /// Bare file name in the target directory; the source's file name when absent.
+    pub destination: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEntry {
+    source: String,
+    #[serde(default)]
+    destination: Option<String>,
+}
+
+impl TryFrom<RawEntry> for FileEntry {
+    type Error = String;
+
+    fn try_from(raw: RawEntry) -> Result<Self, Self::Error> {
+        let source = winpath::normalize_source(&raw.source)
+            .map_err(|why| format!("source {:?} {why}", raw.source))?;
+        let dest = raw.destination.clone().filter(|d| !d.is_empty());
+        let check = dest
+            .clone()
+            .unwrap_or_else(|| winpath::file_name(&source).to_string());
+        winpath::check_destination(&check).map_err(|why| format!("destination {check:?} {why}"))?;
+        Ok(FileEntry {
+            source,
+            destination: dest,
+        })
+    }
+}
+
+/// Additional runtime files of one vendor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VendorFiles {
+    /// Files for `C:\Windows\System32`.
+    #[serde(default)]
+    pub system32: Vec<FileEntry>,
+    /// Files for `C:\Windows\SysWOW64`.
+    #[serde(default)]
+    pub syswow64: Vec<FileEntry>,
+}
+
+/// `resources.display` / `resources.compute`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceFile {
+    /// Serve this resource.
+    pub enabled: Option<bool>,
+    /// The resource name.
+    pub name: Option<ResourceName>,
+    /// IDs per physical device.
+    pub replicas: Option<Replicas>,
+    /// Extra resource names advertising the same devices.
+    pub aliases: Option<Vec<ResourceName>>,
+}
+
+/// `resources`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourcesFile {
+    /// `directx.microsoft.com/display` settings.
+    #[serde(default)]
+    pub display: ResourceFile,
+    /// `directx.microsoft.com/compute` settings.
+    #[serde(default)]
+    pub compute: ResourceFile,
+}
+
+/// `devices`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DevicesFile {
+    /// Advertise integrated adapters.
+    pub include_integrated: Option<bool>,
+    /// Advertise detachable adapters.
+    pub include_detachable: Option<bool>,
+    /// Keep only devices matching one of these.
+    pub include: Option<Vec<DeviceSelector>>,
+    /// Leave out devices matching one of these.
+    pub exclude: Option<Vec<DeviceSelector>>,
+}
+
+/// `runtimeFiles`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuntimeFilesFile {
+    /// Mount runtime files at all.
+    pub enabled: Option<bool>,
+    /// Destination names never mounted.
+    pub exclude: Option<Vec<String>>,
+    /// Extra files per vendor (name or PCI vendor ID).
+    pub additional: Option<BTreeMap<VendorKey, VendorFiles>>,
+}
+
+/// A vendor as a map key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
+pub struct VendorKey(pub u32);
+
+impl TryFrom<String> for VendorKey {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        VendorSpec::parse(&s).map(|v| VendorKey(v.0))
+    }
+}
+
+/// Log format names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormatName {
+    /// Text.
+    Text,
+    /// JSON lines.
+    Json,
+}
+
+/// dxdp's configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Per-resource settings.
+    #[serde(default)]
+    pub resources: ResourcesFile,
+    /// Device selection.
+    #[serde(default)]
+    pub devices: DevicesFile,
+    /// Assignment mode.
+    pub assignment: Option<Assignment>,
+    /// Runtime-file control.
+    #[serde(default)]
+    pub runtime_files: RuntimeFilesFile,
+    /// Log level.
+    pub log_level: Option<String>,
+    /// Log format.
+    pub log_format: Option<LogFormatName>,
+}
+
+/// A reference-plugin configuration file (one per plugin: WDDM = display, MCDM = compute).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReferenceFile {
+    /// Replicas of the plugin's resource.
+    pub multitenancy: Option<Replicas>,
+    /// Include integrated adapters.
+    pub include_integrated: Option<bool>,
+    /// Include detachable adapters.
+    pub include_detachable: Option<bool>,
+    /// Extra System32 files keyed by vendor.
+    pub additional_mounts: Option<BTreeMap<VendorKey, Vec<FileEntry>>>,
+    /// Extra SysWOW64 files keyed by vendor.
+    pub additional_mounts_wow64: Option<BTreeMap<VendorKey, Vec<FileEntry>>>,
+}
+
+/// Why a configuration file is not valid: `file:line:column: what is wrong`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}{}: {message}", location.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
+pub struct FileError {
+    /// The file.
+    pub origin: String,
+    /// Line and column.
+    pub location: Option<(u64, u64)>,
+    /// What is wrong and what is allowed.
+    pub message: String,
+}
+
+/// Parses a YAML document of type `T`, with `origin` naming it in errors.
+pub fn parse<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result<T, FileError> {
+    if text.trim().is_empty() {
+        // An empty file (e.g. an empty ConfigMap key) is an empty configuration.
+        return serde_saphyr::from_str("{}").map_err(|e| FileError {
+            origin: origin.to_string(),
+            location: None,
+            message: e.to_string(),
+        });
+    }
+    let options = serde_saphyr::options! { with_snippet: false };
+    serde_saphyr::from_str_with_options(text, options).map_err(|e| {
+        let location = e.location().map(|l| (l.line(), l.column()));
+        let text = e.without_snippet().to_string();
+        let text = text.strip_prefix("error: ").unwrap_or(&text);
+        let first = text.lines().next().unwrap_or_default();
+        let message = match first.find(": ") {
+            Some(i) if first.starts_with("line ") => &first[i + 2..],
+            _ => first,
+        };
+        let message = match message.rfind(" at line ") {
+            Some(i) => &message[..i],
+            None => message,
+        };
+        FileError {
+            origin: origin.to_string(),
+            location,
+            message: message.to_string(),
+        }
+    })
+}

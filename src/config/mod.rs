@@ -1,0 +1,659 @@
+//! Configuration: built-in defaults < configuration file < environment < command-line flags,
+//! with where every value came from (`dxdp config show`), the reference plugin's environment
+//! variables and files for drop-in compatibility, and reloading when the file changes.
+
+pub mod file;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use crate::devices::{Resource, TargetDir};
+use crate::logging::LogFormat;
+use crate::pipeline::filter::DeviceSelector;
+use crate::pipeline::runtime_files::AdditionalFile;
+use crate::pipeline::PipelineConfig;
+use file::{
+    Assignment, ConfigFile, FileEntry, LogFormatName, ReferenceFile, Replicas, ResourceName,
+    VendorKey,
+};
+
+/// Settings of one resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceSettings {
+    /// Serve it.
+    pub enabled: bool,
+    /// The resource name registered with the kubelet.
+    pub name: String,
+    /// IDs per physical device.
+    pub replicas: u32,
+    /// Extra resource names advertising the same devices.
+    pub aliases: Vec<String>,
+}
+
+/// The effective configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `resources.display` and `resources.compute`.
+    pub resources: BTreeMap<Resource, ResourceSettings>,
+    /// Pipeline settings (device selection, runtime files).
+    pub pipeline: PipelineConfig,
+    /// Assignment mode.
+    pub assignment: Assignment,
+    /// Log level or filter.
+    pub log_level: String,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
+    pub origins: BTreeMap<String, String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let mut c = Config {
+            resources: Resource::ALL
+                .iter()
+                .map(|&r| {
+                    (
+                        r,
+                        ResourceSettings {
+                            enabled: true,
+                            name: r.default_resource_name().to_string(),
+                            replicas: 1,
+                            aliases: Vec::new(),
+                        },
+                    )
+                })
+                .collect(),
+            pipeline: PipelineConfig::default(),
+            assignment: Assignment::LocationPath,
+            log_level: "info".into(),
+            log_format: LogFormat::Text,
+            origins: BTreeMap::new(),
+        };
+        for key in c.keys() {
+            c.origins.insert(key, "default".into());
+        }
+        c
+    }
+}
+
+impl Config {
+    /// Every key `config show` prints.
+    fn keys(&self) -> Vec<String> {
+        let mut keys = Vec::new();
+        for r in Resource::ALL {
+            for k in ["enabled", "name", "replicas", "aliases"] {
+                keys.push(format!("resources.{r}.{k}"));
+            }
+        }
+        for k in [
+            "devices.includeIntegrated",
+            "devices.includeDetachable",
+            "devices.include",
+            "devices.exclude",
+            "assignment",
+            "runtimeFiles.enabled",
+            "runtimeFiles.exclude",
+            "runtimeFiles.additional",
+            "logLevel",
+            "logFormat",
+        ] {
+            keys.push(k.to_string());
+        }
+        keys
+    }
+
+    fn resource(&mut self, r: Resource) -> &mut ResourceSettings {
+        self.resources.entry(r).or_insert_with(|| ResourceSettings {
+            enabled: true,
+            name: r.default_resource_name().to_string(),
+            replicas: 1,
+            aliases: Vec::new(),
+        })
+    }
+
+    /// The enabled resources with every name they are advertised under (name first).
+    pub fn endpoints(&self) -> Vec<(Resource, String)> {
+        let mut out = Vec::new();
+        for (r, s) in &self.resources {
+            if !s.enabled {
+                continue;
+            }
+            out.push((*r, s.name.clone()));
+            out.extend(s.aliases.iter().map(|a| (*r, a.clone())));
+        }
+        out
+    }
+
+    /// This configuration with `n` replicas for every resource.
+    pub fn with_replicas(mut self, n: u32) -> Self {
+        for r in Resource::ALL {
+            self.resource(r).replicas = n;
+        }
+        self
+    }
+
+    /// Replicas of a resource (1 when unknown).
+    pub fn replicas(&self, r: Resource) -> u32 {
+        self.resources.get(&r).map(|s| s.replicas).unwrap_or(1)
+    }
+
+    /// The effective values with their origins, one `key: value  # origin` line each.
+    pub fn show(&self) -> String {
+        let mut out = String::new();
+        for key in self.keys() {
+            let origin = self
+                .origins
+                .get(&key)
+                .map(String::as_str)
+                .unwrap_or("default");
+            out.push_str(&format!("{key}: {}  # {origin}\n", self.value(&key)));
+        }
+        out
+    }
+
+    fn value(&self, key: &str) -> String {
+        let list = |v: &[String]| format!("[{}]", v.join(", "));
+        let selectors = |v: &[DeviceSelector]| format!("{} selector(s)", v.len());
+        if let Some(rest) = key.strip_prefix("resources.") {
+            let (r, k) = rest.split_once('.').unwrap_or((rest, ""));
+            let r = if r == "display" {
+                Resource::Display
+            } else {
+                Resource::Compute
+            };
+            let Some(s) = self.resources.get(&r) else {
+                return String::new();
+            };
+            return match k {
+                "enabled" => s.enabled.to_string(),
+                "name" => s.name.clone(),
+                "replicas" => s.replicas.to_string(),
+                _ => list(&s.aliases),
+            };
+        }
+        match key {
+            "devices.includeIntegrated" => self.pipeline.include_integrated.to_string(),
+            "devices.includeDetachable" => self.pipeline.include_detachable.to_string(),
+            "devices.include" => selectors(&self.pipeline.include),
+            "devices.exclude" => selectors(&self.pipeline.exclude),
+            "assignment" => self.assignment.as_str().to_string(),
+            "runtimeFiles.enabled" => self.pipeline.runtime_files.to_string(),
+            "runtimeFiles.exclude" => list(&self.pipeline.runtime_exclude),
+            "runtimeFiles.additional" => {
+                format!("{} file(s)", self.pipeline.additional_files.len())
+            }
+            "logLevel" => self.log_level.clone(),
+            "logFormat" => self.log_format.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    fn set_origin(&mut self, key: &str, origin: &str) {
+        self.origins.insert(key.to_string(), origin.to_string());
+    }
+}
+
+/// Command-line flags that override the configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// `--resources`.
+    pub resources: Option<Vec<Resource>>,
+    /// `--replicas` (both resources).
+    pub replicas: Option<u32>,
+    /// `--include-integrated`.
+    pub include_integrated: bool,
+    /// `--include-detachable`.
+    pub include_detachable: bool,
+    /// `--assignment`.
+    pub assignment: Option<Assignment>,
+    /// `--log-level`.
+    pub log_level: Option<String>,
+    /// `--log-format`.
+    pub log_format: Option<LogFormat>,
+}
+
+/// Why the configuration cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A file is invalid.
+    #[error(transparent)]
+    File(#[from] file::FileError),
+    /// A file cannot be read.
+    #[error("cannot read configuration file {path}: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The OS error.
+        reason: String,
+    },
+    /// An environment variable is invalid.
+    #[error("environment variable {name}={value:?}: {reason}")]
+    Env {
+        /// The variable.
+        name: String,
+        /// Its value.
+        value: String,
+        /// What is wrong and what is allowed.
+        reason: String,
+    },
+}
+
+/// The environment variables dxdp reads, as a plain map (so tests need not touch the process).
+pub type Env = BTreeMap<String, String>;
+
+/// The relevant variables of the process environment.
+pub fn process_env() -> Env {
+    std::env::vars()
+        .filter(|(k, _)| {
+            k.starts_with("DXDP_")
+                || k.starts_with("WDDM_DEVICE_PLUGIN_")
+                || k.starts_with("MCDM_DEVICE_PLUGIN_")
+        })
+        .collect()
+}
+
+/// The default configuration file path on this OS.
+pub fn default_path() -> PathBuf {
+    if cfg!(windows) {
+        PathBuf::from(r"C:\etc\directx-device-plugins\config.yaml")
+    } else {
+        PathBuf::from("/etc/directx-device-plugins/config.yaml")
+    }
+}
+
+/// Which configuration file to read: `--config`, else `DXDP_CONFIG`, else the default path when
+/// it exists. The flag says whether the file must exist.
+pub fn choose_path(flag: Option<&Path>, env: &Env) -> Option<(PathBuf, bool)> {
+    if let Some(p) = flag {
+        return Some((p.to_path_buf(), true));
+    }
+    if let Some(p) = env.get("DXDP_CONFIG").filter(|p| !p.is_empty()) {
+        return Some((PathBuf::from(p), true));
+    }
+    let default = default_path();
+    default.exists().then_some((default, false))
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(ConfigError::Env {
+            name: name.into(),
+            value: value.into(),
+            reason: "use true or false".into(),
+        }),
+    }
+}
+
+fn parse_replicas(name: &str, value: &str) -> Result<u32, ConfigError> {
+    let err = |reason: String| ConfigError::Env {
+        name: name.into(),
+        value: value.into(),
+        reason,
+    };
+    let n: u64 = value
+        .trim()
+        .parse()
+        .map_err(|_| err("not a whole number".into()))?;
+    Replicas::check(n).map(|r| r.0).map_err(err)
+}
+
+fn additional(vendor: VendorKey, target: TargetDir, entries: &[FileEntry]) -> Vec<AdditionalFile> {
+    entries
+        .iter()
+        .map(|e| AdditionalFile {
+            vendor_id: vendor.0,
+            target,
+            source: e.source.clone(),
+            destination: e.destination.clone(),
+        })
+        .collect()
+}
+
+fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, origin: &str) {
+    if let Some(n) = f.multitenancy {
+        c.resource(r).replicas = n.0;
+        c.set_origin(&format!("resources.{r}.replicas"), origin);
+    }
+    if let Some(b) = f.include_integrated {
+        c.pipeline.include_integrated |= b;
+        c.set_origin("devices.includeIntegrated", origin);
+    }
+    if let Some(b) = f.include_detachable {
+        c.pipeline.include_detachable |= b;
+        c.set_origin("devices.includeDetachable", origin);
+    }
+    for (map, target) in [
+        (&f.additional_mounts, TargetDir::System32),
+        (&f.additional_mounts_wow64, TargetDir::SysWow64),
+    ] {
+        if let Some(map) = map {
+            for (vendor, entries) in map {
+                c.pipeline
+                    .additional_files
+                    .extend(additional(*vendor, target, entries));
+            }
+            c.set_origin("runtimeFiles.additional", origin);
+        }
+    }
+}
+
+fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
+    for (r, rf) in [
+        (Resource::Display, &f.resources.display),
+        (Resource::Compute, &f.resources.compute),
+    ] {
+        if let Some(v) = rf.enabled {
+            c.resource(r).enabled = v;
+            c.set_origin(&format!("resources.{r}.enabled"), origin);
+        }
+        if let Some(ResourceName(v)) = &rf.name {
+            c.resource(r).name = v.clone();
+            c.set_origin(&format!("resources.{r}.name"), origin);
+        }
+        if let Some(v) = rf.replicas {
+            c.resource(r).replicas = v.0;
+            c.set_origin(&format!("resources.{r}.replicas"), origin);
+        }
+        if let Some(v) = &rf.aliases {
+            c.resource(r).aliases = v.iter().map(|a| a.0.clone()).collect();
+            c.set_origin(&format!("resources.{r}.aliases"), origin);
+        }
+    }
+    let d = &f.devices;
+    if let Some(v) = d.include_integrated {
+        c.pipeline.include_integrated = v;
+        c.set_origin("devices.includeIntegrated", origin);
+    }
+    if let Some(v) = d.include_detachable {
+        c.pipeline.include_detachable = v;
+        c.set_origin("devices.includeDetachable", origin);
+    }
+    if let Some(v) = &d.include {
+        c.pipeline.include = v.clone();
+        c.set_origin("devices.include", origin);
+    }
+    if let Some(v) = &d.exclude {
+        c.pipeline.exclude = v.clone();
+        c.set_origin("devices.exclude", origin);
+    }
+    if let Some(v) = f.assignment {
+        c.assignment = v;
+        c.set_origin("assignment", origin);
+    }
+    let rt = &f.runtime_files;
+    if let Some(v) = rt.enabled {
+        c.pipeline.runtime_files = v;
+        c.set_origin("runtimeFiles.enabled", origin);
+    }
+    if let Some(v) = &rt.exclude {
+        c.pipeline.runtime_exclude = v.clone();
+        c.set_origin("runtimeFiles.exclude", origin);
+    }
+    if let Some(map) = &rt.additional {
+        for (vendor, files) in map {
+            c.pipeline.additional_files.extend(additional(
+                *vendor,
+                TargetDir::System32,
+                &files.system32,
+            ));
+            c.pipeline.additional_files.extend(additional(
+                *vendor,
+                TargetDir::SysWow64,
+                &files.syswow64,
+            ));
+        }
+        c.set_origin("runtimeFiles.additional", origin);
+    }
+    if let Some(v) = &f.log_level {
+        c.log_level = v.clone();
+        c.set_origin("logLevel", origin);
+    }
+    if let Some(v) = f.log_format {
+        c.log_format = match v {
+            LogFormatName::Text => LogFormat::Text,
+            LogFormatName::Json => LogFormat::Json,
+        };
+        c.set_origin("logFormat", origin);
+    }
+}
+
+fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
+    // The reference plugin's variables: WDDM = display, MCDM = compute.
+    for (prefix, r) in [("WDDM", Resource::Display), ("MCDM", Resource::Compute)] {
+        let name = format!("{prefix}_DEVICE_PLUGIN_MULTITENANCY");
+        if let Some(v) = env.get(&name) {
+            c.resource(r).replicas = parse_replicas(&name, v)?;
+            c.set_origin(&format!("resources.{r}.replicas"), &format!("env {name}"));
+        }
+        for (suffix, key) in [
+            ("INCLUDE_INTEGRATED", "devices.includeIntegrated"),
+            ("INCLUDE_DETACHABLE", "devices.includeDetachable"),
+        ] {
+            let name = format!("{prefix}_DEVICE_PLUGIN_{suffix}");
+            if let Some(v) = env.get(&name) {
+                if parse_bool(&name, v)? {
+                    if suffix == "INCLUDE_INTEGRATED" {
+                        c.pipeline.include_integrated = true;
+                    } else {
+                        c.pipeline.include_detachable = true;
+                    }
+                    c.set_origin(key, &format!("env {name}"));
+                }
+            }
+        }
+    }
+    if let Some(v) = env.get("DXDP_REPLICAS") {
+        let n = parse_replicas("DXDP_REPLICAS", v)?;
+        for r in Resource::ALL {
+            c.resource(r).replicas = n;
+            c.set_origin(&format!("resources.{r}.replicas"), "env DXDP_REPLICAS");
+        }
+    }
+    if let Some(v) = env.get("DXDP_RESOURCES") {
+        let wanted = parse_resources(v).map_err(|reason| ConfigError::Env {
+            name: "DXDP_RESOURCES".into(),
+            value: v.clone(),
+            reason,
+        })?;
+        for r in Resource::ALL {
+            c.resource(r).enabled = wanted.contains(&r);
+            c.set_origin(&format!("resources.{r}.enabled"), "env DXDP_RESOURCES");
+        }
+    }
+    for (name, key) in [
+        ("DXDP_INCLUDE_INTEGRATED", "devices.includeIntegrated"),
+        ("DXDP_INCLUDE_DETACHABLE", "devices.includeDetachable"),
+    ] {
+        if let Some(v) = env.get(name) {
+            let b = parse_bool(name, v)?;
+            if key == "devices.includeIntegrated" {
+                c.pipeline.include_integrated = b;
+            } else {
+                c.pipeline.include_detachable = b;
+            }
+            c.set_origin(key, &format!("env {name}"));
+        }
+    }
+    if let Some(v) = env.get("DXDP_ASSIGNMENT") {
+        c.assignment = Assignment::parse(v).ok_or_else(|| ConfigError::Env {
+            name: "DXDP_ASSIGNMENT".into(),
+            value: v.clone(),
+            reason: "use location-path, class-guid or auto".into(),
+        })?;
+        c.set_origin("assignment", "env DXDP_ASSIGNMENT");
+    }
+    if let Some(v) = env.get("DXDP_LOG_LEVEL") {
+        c.log_level = v.clone();
+        c.set_origin("logLevel", "env DXDP_LOG_LEVEL");
+    }
+    if let Some(v) = env.get("DXDP_LOG_FORMAT") {
+        c.log_format = v.parse().map_err(|reason| ConfigError::Env {
+            name: "DXDP_LOG_FORMAT".into(),
+            value: v.clone(),
+            reason,
+        })?;
+        c.set_origin("logFormat", "env DXDP_LOG_FORMAT");
+    }
+    Ok(())
+}
+
+/// Parses `display,compute`.
+pub fn parse_resources(text: &str) -> Result<Vec<Resource>, String> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        out.push(match part {
+            "display" => Resource::Display,
+            "compute" => Resource::Compute,
+            other => {
+                return Err(format!(
+                    "unknown resource {other:?}; use display, compute or both"
+                ))
+            }
+        });
+    }
+    Ok(out)
+}
+
+fn apply_flags(c: &mut Config, f: &Flags) {
+    if let Some(list) = &f.resources {
+        for r in Resource::ALL {
+            c.resource(r).enabled = list.contains(&r);
+            c.set_origin(&format!("resources.{r}.enabled"), "flag --resources");
+        }
+    }
+    if let Some(n) = f.replicas {
+        for r in Resource::ALL {
+            c.resource(r).replicas = n;
+            c.set_origin(&format!("resources.{r}.replicas"), "flag --replicas");
+        }
+    }
+    if f.include_integrated {
+        c.pipeline.include_integrated = true;
+        c.set_origin("devices.includeIntegrated", "flag --include-integrated");
+    }
+    if f.include_detachable {
+        c.pipeline.include_detachable = true;
+        c.set_origin("devices.includeDetachable", "flag --include-detachable");
+    }
+    if let Some(a) = f.assignment {
+        c.assignment = a;
+        c.set_origin("assignment", "flag --assignment");
+    }
+    if let Some(v) = &f.log_level {
+        c.log_level = v.clone();
+        c.set_origin("logLevel", "flag --log-level");
+    }
+    if let Some(v) = f.log_format {
+        c.log_format = v;
+        c.set_origin("logFormat", "flag --log-format");
+    }
+}
+
+/// Everything the configuration is built from.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// dxdp's configuration file and whether it must exist.
+    pub file: Option<(PathBuf, bool)>,
+    /// The environment.
+    pub env: Env,
+    /// The flags.
+    pub flags: Flags,
+}
+
+impl Inputs {
+    /// The files whose changes trigger a reload.
+    pub fn watched_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = self.file.iter().map(|(p, _)| p.clone()).collect();
+        for prefix in ["WDDM", "MCDM"] {
+            if let Some(p) = self
+                .env
+                .get(&format!("{prefix}_DEVICE_PLUGIN_CONFIG_FILE"))
+                .filter(|p| !p.is_empty())
+            {
+                files.push(PathBuf::from(p));
+            }
+        }
+        files
+    }
+
+    /// Builds the effective configuration: defaults < reference files < file < env < flags.
+    pub fn resolve(&self) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        for (prefix, r) in [("WDDM", Resource::Display), ("MCDM", Resource::Compute)] {
+            let name = format!("{prefix}_DEVICE_PLUGIN_CONFIG_FILE");
+            if let Some(p) = self.env.get(&name).filter(|p| !p.is_empty()) {
+                let path = PathBuf::from(p);
+                let text = read(&path)?;
+                let f: ReferenceFile = file::parse(&text, &path.display().to_string())?;
+                apply_reference(&mut c, r, &f, &format!("file {} ({name})", path.display()));
+            }
+        }
+        if let Some((path, required)) = &self.file {
+            match read(path) {
+                Ok(text) => {
+                    let f: ConfigFile = file::parse(&text, &path.display().to_string())?;
+                    apply_file(&mut c, &f, &format!("file {}", path.display()));
+                }
+                Err(e) if *required => return Err(e),
+                Err(_) => {}
+            }
+        }
+        apply_env(&mut c, &self.env)?;
+        apply_flags(&mut c, &self.flags);
+        Ok(c)
+    }
+}
+
+/// What identifies a version of a file, following symlinks (a ConfigMap update swaps one).
+type Stamp = Option<(Option<SystemTime>, u64, u64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    let m = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let id = std::os::unix::fs::MetadataExt::ino(&m);
+    #[cfg(not(unix))]
+    let id = 0;
+    Some((m.modified().ok(), m.len(), id))
+}
+
+/// Notices changes of the configuration files.
+#[derive(Debug)]
+pub struct Watcher {
+    files: Vec<PathBuf>,
+    seen: Mutex<Vec<Stamp>>,
+}
+
+impl Watcher {
+    /// Watches `files` from their current state.
+    pub fn new(files: Vec<PathBuf>) -> Self {
+        let seen = files.iter().map(|f| stamp(f)).collect();
+        Watcher {
+            files,
+            seen: Mutex::new(seen),
+        }
+    }
+
+    /// Whether any file changed since the last call.
+    pub fn changed(&self) -> bool {
+        let now: Vec<Stamp> = self.files.iter().map(|f| stamp(f)).collect();
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = *seen != now;
+        *seen = now;
+        changed
+    }
+}
+
+#[cfg(test)]
+mod tests;

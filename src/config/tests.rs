@@ -1,0 +1,317 @@
+//! Configuration tests: every key, precedence, compatibility variables and files.
+
+use super::*;
+use std::io::Write;
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.path().join(name);
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    path
+}
+
+fn inputs(file: Option<PathBuf>, env: &[(&str, &str)], flags: Flags) -> Inputs {
+    Inputs {
+        file: file.map(|p| (p, true)),
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        flags,
+    }
+}
+
+const FULL: &str = r#"
+resources:
+  display:
+    enabled: true
+    name: example.com/gpu
+    replicas: 4
+    aliases: [microsoft.com/directx]
+  compute:
+    enabled: false
+devices:
+  includeIntegrated: true
+  includeDetachable: true
+  include:
+    - vendor: nvidia
+    - {vendor: 0x1002, deviceId: 0x7362}
+  exclude:
+    - locationPath: 'PCIROOT(0)#PCI(0200)#PCI(0000)'
+    - description: '*Basic*'
+assignment: class-guid
+runtimeFiles:
+  enabled: false
+  exclude: [nvcuda.dll]
+  additional:
+    nvidia:
+      system32: [{source: 'extra\nvextra64.dll', destination: nvextra.dll}]
+      syswow64: [{source: nvextra32.dll}]
+logLevel: debug
+logFormat: json
+"#;
+
+#[test]
+fn every_key_of_the_file_is_applied_with_its_origin() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "config.yaml", FULL);
+    let c = inputs(Some(path.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    let d = &c.resources[&Resource::Display];
+    assert_eq!(
+        (d.enabled, d.name.as_str(), d.replicas),
+        (true, "example.com/gpu", 4)
+    );
+    assert_eq!(d.aliases, ["microsoft.com/directx"]);
+    assert!(!c.resources[&Resource::Compute].enabled);
+    assert!(c.pipeline.include_integrated && c.pipeline.include_detachable);
+    assert_eq!(c.pipeline.include.len(), 2);
+    assert_eq!(c.pipeline.include[1].device_id, Some(0x7362));
+    assert_eq!(
+        c.pipeline.exclude[1].description.as_deref(),
+        Some("*Basic*")
+    );
+    assert_eq!(c.assignment, Assignment::ClassGuid);
+    assert!(!c.pipeline.runtime_files);
+    assert_eq!(c.pipeline.runtime_exclude, ["nvcuda.dll"]);
+    assert_eq!(c.pipeline.additional_files.len(), 2);
+    assert_eq!(
+        c.pipeline.additional_files[0].source,
+        r"extra\nvextra64.dll"
+    );
+    assert_eq!(c.log_level, "debug");
+    assert_eq!(c.log_format, LogFormat::Json);
+    let origin = format!("file {}", path.display());
+    for key in c.keys() {
+        if key != "resources.compute.name"
+            && key != "resources.compute.replicas"
+            && key != "resources.compute.aliases"
+        {
+            assert_eq!(c.origins[&key], origin, "{key}");
+        }
+    }
+    assert_eq!(c.origins["resources.compute.replicas"], "default");
+    assert_eq!(
+        c.endpoints(),
+        [
+            (Resource::Display, "example.com/gpu".to_string()),
+            (Resource::Display, "microsoft.com/directx".to_string())
+        ]
+    );
+}
+
+#[test]
+fn defaults() {
+    let c = Inputs::default().resolve().unwrap();
+    assert_eq!(c, Config::default());
+    assert_eq!(c.endpoints().len(), 2);
+    assert!(c
+        .show()
+        .contains("resources.display.replicas: 1  # default"));
+}
+
+#[test]
+fn precedence_is_defaults_file_env_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "c.yaml", "resources: {display: {replicas: 2}, compute: {replicas: 2}}\nassignment: class-guid\nlogLevel: warn\n");
+    let table: Vec<(Vec<(&str, &str)>, Flags, u32, Assignment, &str, &str)> = vec![
+        (
+            vec![],
+            Flags::default(),
+            2,
+            Assignment::ClassGuid,
+            "warn",
+            "file",
+        ),
+        (
+            vec![
+                ("DXDP_REPLICAS", "3"),
+                ("DXDP_ASSIGNMENT", "auto"),
+                ("DXDP_LOG_LEVEL", "error"),
+            ],
+            Flags::default(),
+            3,
+            Assignment::Auto,
+            "error",
+            "env DXDP_REPLICAS",
+        ),
+        (
+            vec![("DXDP_REPLICAS", "3"), ("DXDP_ASSIGNMENT", "auto")],
+            Flags {
+                replicas: Some(5),
+                assignment: Some(Assignment::LocationPath),
+                log_level: Some("trace".into()),
+                ..Flags::default()
+            },
+            5,
+            Assignment::LocationPath,
+            "trace",
+            "flag --replicas",
+        ),
+    ];
+    for (env, flags, replicas, assignment, level, origin) in table {
+        let c = inputs(Some(path.clone()), &env, flags).resolve().unwrap();
+        assert_eq!(c.replicas(Resource::Display), replicas, "{env:?}");
+        assert_eq!(c.assignment, assignment);
+        assert_eq!(c.log_level, level);
+        assert!(
+            c.origins["resources.display.replicas"].starts_with(origin),
+            "{}",
+            c.origins["resources.display.replicas"]
+        );
+    }
+}
+
+#[test]
+fn reference_plugin_variables_behave_as_they_did() {
+    let table: Vec<(&str, &str, fn(&Config) -> bool)> = vec![
+        ("WDDM_DEVICE_PLUGIN_MULTITENANCY", "3", |c| {
+            c.replicas(Resource::Display) == 3 && c.replicas(Resource::Compute) == 1
+        }),
+        ("MCDM_DEVICE_PLUGIN_MULTITENANCY", "4", |c| {
+            c.replicas(Resource::Compute) == 4 && c.replicas(Resource::Display) == 1
+        }),
+        ("WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED", "true", |c| {
+            c.pipeline.include_integrated
+        }),
+        ("MCDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED", "1", |c| {
+            c.pipeline.include_integrated
+        }),
+        ("WDDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE", "true", |c| {
+            c.pipeline.include_detachable
+        }),
+        ("MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE", "true", |c| {
+            c.pipeline.include_detachable
+        }),
+        ("WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED", "false", |c| {
+            !c.pipeline.include_integrated
+        }),
+    ];
+    for (name, value, check) in table {
+        let c = inputs(None, &[(name, value)], Flags::default())
+            .resolve()
+            .unwrap();
+        assert!(check(&c), "{name}={value}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let wddm = write(
+        &dir,
+        "wddm.yml",
+        "multitenancy: 2\nincludeIntegrated: true\nadditionalMounts:\n  nvidia:\n    - {source: nvextra64.dll, destination: nvextra.dll}\nadditionalMountsWow64:\n  nvidia:\n    - {source: nvextra32.dll, destination: nvextra.dll}\n",
+    );
+    let mcdm = write(&dir, "mcdm.yml", "multitenancy: 6\n");
+    let c = inputs(
+        None,
+        &[
+            ("WDDM_DEVICE_PLUGIN_CONFIG_FILE", wddm.to_str().unwrap()),
+            ("MCDM_DEVICE_PLUGIN_CONFIG_FILE", mcdm.to_str().unwrap()),
+        ],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(
+        (c.replicas(Resource::Display), c.replicas(Resource::Compute)),
+        (2, 6)
+    );
+    assert!(c.pipeline.include_integrated);
+    assert_eq!(c.pipeline.additional_files.len(), 2);
+    assert_eq!(c.pipeline.additional_files[1].target, TargetDir::SysWow64);
+    // The env variable beats the reference file.
+    let c = inputs(
+        None,
+        &[
+            ("WDDM_DEVICE_PLUGIN_CONFIG_FILE", wddm.to_str().unwrap()),
+            ("WDDM_DEVICE_PLUGIN_MULTITENANCY", "9"),
+        ],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(c.replicas(Resource::Display), 9);
+}
+
+#[test]
+fn bad_values_are_rejected_with_what_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let table: Vec<(&str, &str)> = vec![
+        ("resources: {display: {replicas: 0}}\n", ":1:"),
+        ("resources: {display: {replicas: 65}}\n", "from 1 to 64"),
+        ("resources:\n  display:\n    replicas: many\n", ":3:"),
+        ("resources: {display: {name: gpu}}\n", "domain.example/name"),
+        ("resources: {gpu: {}}\n", "unknown field `gpu`"),
+        ("devices: {include: [{}]}\n", "at least one of vendor"),
+        ("devices: {include: [{vendor: acme}]}\n", "unknown vendor"),
+        ("devices: {include: [{model: x}]}\n", "unknown field `model`"),
+        ("assignment: pci\n", "location-path"),
+        ("runtimeFiles: {additional: {nvidia: {system32: [{source: '..\\x.dll'}]}}}\n", "`..`"),
+        ("runtimeFiles: {additional: {nvidia: {system32: [{source: x.dll, destination: 'a\\b.dll'}]}}}\n", "bare file name"),
+        ("runtimeFiles: {additional: {acme: {}}}\n", "unknown vendor"),
+        ("logFormat: xml\n", "text"),
+    ];
+    for (text, fragment) in table {
+        let path = write(&dir, "bad.yaml", text);
+        let err = inputs(Some(path), &[], Flags::default())
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(fragment), "{text:?}: {err}");
+        assert!(err.contains("bad.yaml"), "{err}");
+    }
+    for (name, value, fragment) in [
+        ("DXDP_REPLICAS", "0", "from 1 to 64"),
+        ("WDDM_DEVICE_PLUGIN_MULTITENANCY", "x", "whole number"),
+        ("DXDP_ASSIGNMENT", "gpu", "class-guid"),
+        ("DXDP_RESOURCES", "gpu", "display, compute"),
+        (
+            "MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE",
+            "maybe",
+            "true or false",
+        ),
+    ] {
+        let err = inputs(None, &[(name, value)], Flags::default())
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(name) && err.contains(fragment), "{err}");
+    }
+    let err = inputs(Some(dir.path().join("missing.yaml")), &[], Flags::default())
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("missing.yaml"), "{err}");
+}
+
+#[test]
+fn empty_file_is_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "empty.yaml", "");
+    let c = inputs(Some(path), &[], Flags::default()).resolve().unwrap();
+    assert_eq!(c.replicas(Resource::Display), 1);
+}
+
+#[test]
+fn config_path_choice() {
+    let env: Env = [("DXDP_CONFIG".to_string(), "/x/env.yaml".to_string())].into();
+    assert_eq!(
+        choose_path(Some(Path::new("/x/flag.yaml")), &env),
+        Some((PathBuf::from("/x/flag.yaml"), true))
+    );
+    assert_eq!(
+        choose_path(None, &env),
+        Some((PathBuf::from("/x/env.yaml"), true))
+    );
+}
+
+#[test]
+fn watcher_sees_changes_including_replacement() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "c.yaml", "logLevel: info\n");
+    let w = Watcher::new(vec![path.clone()]);
+    assert!(!w.changed());
+    let tmp = write(&dir, "c.tmp", "logLevel: debug\n");
+    std::fs::rename(&tmp, &path).unwrap();
+    assert!(w.changed());
+    assert!(!w.changed());
+}
