@@ -115,7 +115,15 @@ fn defaults() {
 fn precedence_is_defaults_file_env_flags() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, "c.yaml", "resources: {display: {replicas: 2}, compute: {replicas: 2}}\nassignment: class-guid\nlogLevel: warn\n");
-    let table: Vec<(Vec<(&str, &str)>, Flags, u32, Assignment, &str, &str)> = vec![
+    type Row<'a> = (
+        Vec<(&'a str, &'a str)>,
+        Flags,
+        u32,
+        Assignment,
+        &'a str,
+        &'a str,
+    );
+    let table: Vec<Row> = vec![
         (
             vec![],
             Flags::default(),
@@ -165,7 +173,8 @@ fn precedence_is_defaults_file_env_flags() {
 
 #[test]
 fn reference_plugin_variables_behave_as_they_did() {
-    let table: Vec<(&str, &str, fn(&Config) -> bool)> = vec![
+    type Check = fn(&Config) -> bool;
+    let table: Vec<(&str, &str, Check)> = vec![
         ("WDDM_DEVICE_PLUGIN_MULTITENANCY", "3", |c| {
             c.replicas(Resource::Display) == 3 && c.replicas(Resource::Compute) == 1
         }),

@@ -205,7 +205,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             _ if !config.runtime_files || in_container => RuntimeFiles::default(),
             (Some(store), Some(driver_key)) if !driver_key.is_empty() => runtime_files::resolve(
                 &DeviceContext {
-                    label: &label,
+                    label,
                     driver_key,
                     driver_store: store,
                     vendor_id: adapter.hardware_id.vendor_id,
