@@ -13,6 +13,11 @@ fn dxdp_env(args: &[&str], env: &[(&str, &str)]) -> Output {
         .env_remove("DXDP_HOST_SNAPSHOT")
         .env_remove("DXDP_LOG_FORMAT")
         .env_remove("DXDP_LOG_LEVEL")
+        .env_remove("DXDP_CONFIG")
+        .env_remove("DXDP_REPLICAS")
+        .env_remove("DXDP_RESOURCES")
+        .env_remove("WDDM_DEVICE_PLUGIN_MULTITENANCY")
+        .env_remove("MCDM_DEVICE_PLUGIN_MULTITENANCY")
         .env_remove("RUST_LOG");
     for (k, v) in env {
         cmd.env(k, v);
@@ -466,4 +471,125 @@ fn discover_states_zero_devices_plainly_and_succeeds() {
     let o = dxdp(&["discover", "--host-snapshot", path.to_str().unwrap()]);
     assert!(o.status.success());
     assert!(stdout(&o).contains("No assignable DirectX devices were found on this host."));
+}
+
+#[test]
+fn config_show_names_where_each_value_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(
+        &path,
+        "resources:\n  display:\n    replicas: 2\nassignment: auto\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let o = dxdp_env(
+        &["config", "show", "--config", p],
+        &[
+            ("DXDP_CONFIG", "/ignored.yaml"),
+            ("MCDM_DEVICE_PLUGIN_MULTITENANCY", "3"),
+            ("DXDP_LOG_LEVEL", "warn"),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in [
+        format!("resources.display.replicas: 2  # file {p}"),
+        "resources.compute.replicas: 3  # env MCDM_DEVICE_PLUGIN_MULTITENANCY".to_string(),
+        format!("assignment: auto  # file {p}"),
+        "logLevel: warn  # env DXDP_LOG_LEVEL".to_string(),
+        "resources.display.name: directx.microsoft.com/display  # default".to_string(),
+    ] {
+        assert!(out.contains(&line), "missing {line:?} in:\n{out}");
+    }
+    let o = dxdp(&[
+        "config",
+        "show",
+        "--json",
+        "--config",
+        p,
+        "--log-level",
+        "debug",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["values"]["logLevel"]["origin"], "flag --log-level");
+    assert_eq!(v["values"]["resources.display.replicas"]["value"], "2");
+}
+
+#[test]
+fn config_check_reports_file_line_column_and_what_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("valid", "resources: {display: {replicas: 4, aliases: [microsoft.com/directx]}}\nassignment: location-path\n"),
+        ("unknown-key", "resources:\n  display:\n    replica: 4\n"),
+        ("wrong-type", "devices:\n  includeIntegrated: sometimes\n"),
+        ("replicas-zero", "resources:\n  compute:\n    replicas: 0\n"),
+        ("replicas-absurd", "resources:\n  compute:\n    replicas: 100000\n"),
+        ("bad-selector", "devices:\n  exclude:\n    - vendor: acme\n"),
+        ("bad-assignment", "assignment: gpu-p\n"),
+        ("escaping-file", "runtimeFiles:\n  additional:\n    nvidia:\n      system32:\n        - source: '..\\..\\evil.dll'\n"),
+        ("bad-name", "resources:\n  display:\n    name: gpu\n"),
+    ];
+    let mut report = String::new();
+    for (name, text) in cases {
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        let o = dxdp(&["config", "check", path.to_str().unwrap()]);
+        let shown = format!("{}{}", stdout(&o), stderr(&o))
+            .replace(&dir.path().display().to_string(), "DIR");
+        report.push_str(&format!("{name}: exit {:?}\n{shown}\n", o.status.code()));
+        assert_eq!(o.status.success(), name == "valid", "{name}: {shown}");
+        assert_no_panic(&o);
+    }
+    insta::assert_snapshot!("config-check", report);
+}
+
+#[test]
+fn reference_plugin_environment_reaches_the_plugin_settings() {
+    let o = dxdp_env(
+        &["config", "show"],
+        &[
+            ("WDDM_DEVICE_PLUGIN_MULTITENANCY", "4"),
+            ("WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED", "true"),
+            ("MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE", "true"),
+        ],
+    );
+    let out = stdout(&o);
+    assert!(
+        out.contains("resources.display.replicas: 4  # env WDDM_DEVICE_PLUGIN_MULTITENANCY"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "devices.includeIntegrated: true  # env WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "devices.includeDetachable: true  # env MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE"
+        ),
+        "{out}"
+    );
+    let o = dxdp_env(
+        &[
+            "discover",
+            "--json",
+            "--host-snapshot",
+            &fixture("intel-igpu.yaml"),
+        ],
+        &[("WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED", "1")],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["devices"].as_array().unwrap().len(), 2);
+    let o = dxdp_env(
+        &["discover"],
+        &[("WDDM_DEVICE_PLUGIN_MULTITENANCY", "zero")],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("WDDM_DEVICE_PLUGIN_MULTITENANCY"),
+        "{}",
+        stderr(&o)
+    );
 }

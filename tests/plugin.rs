@@ -558,3 +558,132 @@ async fn sigterm_stops_the_binary_and_removes_its_sockets() {
     );
     kubelet.stop().await;
 }
+
+/// Starts the plugin with configuration inputs that are watched and reloaded, as `dxdp plugin`.
+async fn start_with_config_file(config_text: &str) -> (Harness, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let snapshot = dir.path().join("host.yaml");
+    let config_path = dir.path().join("config.yaml");
+    std::fs::write(&config_path, config_text).unwrap();
+    let mut h = Harness {
+        dir,
+        snapshot,
+        kubelet: None,
+        stop: None,
+        daemon: None,
+    };
+    h.write_facts(&load_facts("sample"));
+    h.start_kubelet().await;
+    let inputs = dxdp::config::Inputs {
+        file: Some((config_path.clone(), true)),
+        ..Default::default()
+    };
+    let first = inputs.resolve().unwrap();
+    let mut config = PluginConfig::new(h.dir.path().to_path_buf());
+    config.config = first.clone();
+    config.poll_interval = Duration::from_millis(50);
+    config.initial_backoff = Duration::from_millis(100);
+    let (tx, updates) = tokio::sync::watch::channel(Arc::new(first));
+    tokio::spawn(plugin::reload::watch(inputs, tx, Duration::from_millis(50)));
+    let source = Arc::new(SnapshotFile::new(h.snapshot.clone()));
+    let (stop, stopped) = oneshot::channel::<()>();
+    h.stop = Some(stop);
+    h.daemon = Some(tokio::spawn(plugin::run_with_updates(
+        config,
+        source,
+        updates,
+        async {
+            let _ = stopped.await;
+        },
+    )));
+    (h, config_path)
+}
+
+fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_changes_apply_without_a_restart_and_bad_edits_are_ignored() {
+    let (h, path) = start_with_config_file("resources: {display: {replicas: 1}}\n").await;
+    h.registered().await;
+    assert_eq!(h.ids(DISPLAY).len(), 2);
+    // Replicas re-advertise.
+    replace(&path, "resources: {display: {replicas: 3}}\n");
+    h.wait("3 replicas", |v| {
+        v.devices(DISPLAY).is_some_and(|d| d.len() == 6)
+    })
+    .await;
+    // An invalid edit keeps the running configuration.
+    let registrations = h.kubelet().view().registrations.len();
+    replace(&path, "resources: {display: {replicas: 0}}\n");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(h.ids(DISPLAY).len(), 6);
+    assert_eq!(h.kubelet().view().registrations.len(), registrations);
+    // Selectors re-advertise.
+    replace(&path, "resources: {display: {replicas: 3}}\ndevices: {exclude: [{locationPath: 'PCIROOT(0)#PCI(0100)#PCI(0000)'}]}\n");
+    h.wait("one GPU excluded", |v| {
+        v.devices(DISPLAY).is_some_and(|d| d.len() == 3)
+    })
+    .await;
+    // A renamed resource and a disabled one re-register.
+    replace(
+        &path,
+        "resources: {display: {name: example.com/gpu}, compute: {enabled: false}}\n",
+    );
+    h.wait("the new name", |v| {
+        v.devices("example.com/gpu").is_some_and(|d| d.len() == 2)
+    })
+    .await;
+    let view = h.kubelet().view();
+    let last: Vec<&str> = view
+        .registrations
+        .iter()
+        .rev()
+        .take(1)
+        .map(|r| r.resource_name.as_str())
+        .collect();
+    assert_eq!(last, ["example.com/gpu"]);
+    assert_eq!(
+        h.plugin_sockets().len(),
+        1,
+        "only the display socket remains: {:?}",
+        h.plugin_sockets()
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aliases_advertise_the_same_devices_and_class_guid_allocates_the_class() {
+    let (h, _path) = start_with_config_file(
+        "resources: {display: {aliases: [microsoft.com/directx]}}\nassignment: class-guid\n",
+    )
+    .await;
+    h.wait("the alias", |v| {
+        v.devices("microsoft.com/directx").is_some() && v.devices(DISPLAY).is_some()
+    })
+    .await;
+    let view = h.kubelet().view();
+    assert_eq!(view.devices("microsoft.com/directx"), view.devices(DISPLAY));
+    let id = h.ids(DISPLAY)[0].clone();
+    for name in [DISPLAY, "microsoft.com/directx"] {
+        let r = h
+            .kubelet()
+            .allocate(name, std::slice::from_ref(&id))
+            .await
+            .unwrap();
+        let c = &r.container_responses[0];
+        assert_eq!(c.devices.len(), 1);
+        assert_eq!(
+            c.devices[0].host_path,
+            "class/5B45201D-F2F2-4F3B-85BB-30FF1F953599"
+        );
+        assert!(!c.mounts.is_empty());
+    }
+    h.shutdown().await;
+}

@@ -4,15 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use std::time::Duration;
-
 use clap::{Args, ValueEnum};
 use tokio::sync::watch;
 
 use dxdp::allocation::MAX_REPLICAS;
 use dxdp::backend::HostFactsSource;
 use dxdp::config::file::Assignment;
-use dxdp::config::{self, Config, Flags, Inputs};
+use dxdp::config::{Config, Flags, Inputs};
 use dxdp::devices::Resource;
 
 use super::ResourceArg;
@@ -89,43 +87,13 @@ pub fn run(
     let runtime = super::runtime()?;
     runtime.block_on(async move {
         let (tx, updates) = watch::channel(Arc::new(config));
-        let reloader = tokio::spawn(reload(inputs, tx, interval));
+        let reloader = tokio::spawn(plugin::reload::watch(inputs, tx, interval));
         let result =
             plugin::run_with_updates(plugin_config, source, updates, shutdown_signal()).await;
         reloader.abort();
         result
     })?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Re-reads the configuration when one of its files changes; an invalid file keeps the old one.
-async fn reload(inputs: Inputs, tx: watch::Sender<Arc<Config>>, interval: Duration) {
-    let files = inputs.watched_files();
-    if files.is_empty() {
-        return;
-    }
-    let watcher = config::Watcher::new(files.clone());
-    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-    loop {
-        tokio::time::sleep(interval).await;
-        if !watcher.changed() {
-            continue;
-        }
-        match inputs.resolve() {
-            Ok(new) if *tx.borrow().as_ref() == new => {
-                tracing::info!(files = ?names, "configuration reloaded: no effective change");
-            }
-            Ok(new) => {
-                tracing::info!(files = ?names, "configuration reloaded and applied");
-                if tx.send(Arc::new(new)).is_err() {
-                    return;
-                }
-            }
-            Err(e) => tracing::error!(
-                "configuration reload failed; keeping the previous configuration: {e}"
-            ),
-        }
-    }
 }
 
 /// Completes on the first termination signal.

@@ -298,10 +298,15 @@ pub fn parse<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result
             Some(i) => &message[..i],
             None => message,
         };
+        let message = match message {
+            "invalid boolean" => "invalid boolean: use true or false".to_string(),
+            m if m.starts_with("invalid u") || m.starts_with("invalid i") => format!("{m}: use a whole number"),
+            m => m.to_string(),
+        };
         FileError {
             origin: origin.to_string(),
             location,
-            message: message.to_string(),
+            message,
         }
     })
 }

@@ -7,6 +7,7 @@
 //! `kubelet.sock`) the generation is torn down and a new one starts and registers again.
 
 pub mod inventory;
+pub mod reload;
 pub mod service;
 
 use std::future::Future;
