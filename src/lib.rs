@@ -5,6 +5,7 @@
 //!
 //! - [`facts`]: the host facts model, plain data as the Windows APIs report it.
 //! - [`snapshot`]: the host snapshot file format (the same facts as YAML or JSON).
+//! - [`config`]: configuration layers (defaults, files, environment, flags) and their origins.
 //! - [`backend`]: where facts come from (snapshot file, built-in sample host, native Windows).
 //! - [`pipeline`]: pure rules turning facts into devices.
 //! - [`devices`]: the devices, their health and runtime files.
