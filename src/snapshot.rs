@@ -157,8 +157,9 @@ fn parse_yaml(text: &str, origin: &str) -> Result<Document, SnapshotError> {
     })
 }
 
-/// The error message without serde-saphyr's own `line N column M:` prefix.
-fn yaml_message(e: &serde_saphyr::Error) -> String {
+/// The error message without serde-saphyr's own `line N column M:` prefix and position suffix
+/// (callers report the position themselves).
+pub(crate) fn yaml_message(e: &serde_saphyr::Error) -> String {
     let text = e.without_snippet().to_string();
     let text = text.strip_prefix("error: ").unwrap_or(&text);
     let first = text.lines().next().unwrap_or_default();

@@ -49,14 +49,14 @@ struct Harness {
 }
 
 impl Harness {
-    /// Writes `facts` as the host snapshot, optionally starts the kubelet, then the plugin.
-    async fn start(facts: &HostFacts, replicas: u32, kubelet_first: bool) -> Harness {
+    /// A temporary kubelet directory holding `facts` as the host snapshot; nothing running yet.
+    fn new(facts: &HostFacts) -> Harness {
         let dir = tempfile::Builder::new()
             .prefix("dxdp")
             .tempdir_in("/tmp")
             .unwrap();
         let snapshot = dir.path().join("host.yaml");
-        let mut h = Harness {
+        let h = Harness {
             dir,
             snapshot,
             kubelet: None,
@@ -64,21 +64,39 @@ impl Harness {
             daemon: None,
         };
         h.write_facts(facts);
+        h
+    }
+
+    /// Writes `facts` as the host snapshot, optionally starts the kubelet, then the plugin.
+    async fn start(facts: &HostFacts, replicas: u32, kubelet_first: bool) -> Harness {
+        let mut h = Harness::new(facts);
         if kubelet_first {
             h.start_kubelet().await;
         }
-        let mut config = PluginConfig::new(h.dir.path().to_path_buf());
-        config.config = dxdp::config::Config::default().with_replicas(replicas);
+        let config = dxdp::config::Config::default().with_replicas(replicas);
+        let (_keep, updates) = tokio::sync::watch::channel(Arc::new(config));
+        h.spawn_plugin(updates);
+        h
+    }
+
+    /// Starts the plugin with fast polling, following configuration `updates`.
+    fn spawn_plugin(&mut self, updates: tokio::sync::watch::Receiver<Arc<dxdp::config::Config>>) {
+        let mut config = PluginConfig::new(self.dir.path().to_path_buf());
+        config.config = updates.borrow().as_ref().clone();
         config.poll_interval = Duration::from_millis(50);
         config.initial_backoff = Duration::from_millis(100);
         config.max_backoff = Duration::from_millis(400);
-        let source = Arc::new(SnapshotFile::new(h.snapshot.clone()));
+        let source = Arc::new(SnapshotFile::new(self.snapshot.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
-        h.stop = Some(stop);
-        h.daemon = Some(tokio::spawn(plugin::run(config, source, async {
-            let _ = stopped.await;
-        })));
-        h
+        self.stop = Some(stop);
+        self.daemon = Some(tokio::spawn(plugin::run_with_updates(
+            config,
+            source,
+            updates,
+            async {
+                let _ = stopped.await;
+            },
+        )));
     }
 
     async fn start_kubelet(&mut self) {
@@ -561,44 +579,17 @@ async fn sigterm_stops_the_binary_and_removes_its_sockets() {
 
 /// Starts the plugin with configuration inputs that are watched and reloaded, as `dxdp plugin`.
 async fn start_with_config_file(config_text: &str) -> (Harness, PathBuf) {
-    let dir = tempfile::Builder::new()
-        .prefix("dxdp")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let snapshot = dir.path().join("host.yaml");
-    let config_path = dir.path().join("config.yaml");
+    let mut h = Harness::new(&load_facts("sample"));
+    let config_path = h.dir.path().join("config.yaml");
     std::fs::write(&config_path, config_text).unwrap();
-    let mut h = Harness {
-        dir,
-        snapshot,
-        kubelet: None,
-        stop: None,
-        daemon: None,
-    };
-    h.write_facts(&load_facts("sample"));
     h.start_kubelet().await;
     let inputs = dxdp::config::Inputs {
         file: Some((config_path.clone(), true)),
         ..Default::default()
     };
-    let first = inputs.resolve().unwrap();
-    let mut config = PluginConfig::new(h.dir.path().to_path_buf());
-    config.config = first.clone();
-    config.poll_interval = Duration::from_millis(50);
-    config.initial_backoff = Duration::from_millis(100);
-    let (tx, updates) = tokio::sync::watch::channel(Arc::new(first));
+    let (tx, updates) = tokio::sync::watch::channel(Arc::new(inputs.resolve().unwrap()));
     tokio::spawn(plugin::reload::watch(inputs, tx, Duration::from_millis(50)));
-    let source = Arc::new(SnapshotFile::new(h.snapshot.clone()));
-    let (stop, stopped) = oneshot::channel::<()>();
-    h.stop = Some(stop);
-    h.daemon = Some(tokio::spawn(plugin::run_with_updates(
-        config,
-        source,
-        updates,
-        async {
-            let _ = stopped.await;
-        },
-    )));
+    h.spawn_plugin(updates);
     (h, config_path)
 }
 

@@ -36,10 +36,7 @@ impl DoctorArgs {
     /// Puts the configuration flags into `flags`.
     pub(super) fn apply(&self, flags: &mut Flags) {
         self.pipeline.apply(flags);
-        flags.resources = self
-            .resources
-            .as_ref()
-            .map(|list| list.iter().map(|&r| Resource::from(r)).collect());
+        flags.resources = super::resources(&self.resources);
     }
 }
 

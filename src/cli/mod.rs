@@ -62,6 +62,12 @@ enum ResourceArg {
     Compute,
 }
 
+/// The resources named on the command line.
+fn resources(list: &Option<Vec<ResourceArg>>) -> Option<Vec<Resource>> {
+    list.as_ref()
+        .map(|l| l.iter().map(|&r| Resource::from(r)).collect())
+}
+
 impl From<ResourceArg> for Resource {
     fn from(r: ResourceArg) -> Self {
         match r {

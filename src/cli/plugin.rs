@@ -11,7 +11,6 @@ use dxdp::allocation::MAX_REPLICAS;
 use dxdp::backend::HostFactsSource;
 use dxdp::config::file::Assignment;
 use dxdp::config::{Config, Flags, Inputs};
-use dxdp::devices::Resource;
 
 use super::ResourceArg;
 use dxdp::plugin::{self, PluginConfig};
@@ -52,10 +51,7 @@ impl PluginArgs {
     /// Puts the configuration flags into `flags`.
     pub(super) fn apply(&self, flags: &mut Flags) {
         self.pipeline.apply(flags);
-        flags.resources = self
-            .resources
-            .as_ref()
-            .map(|list| list.iter().map(|&r| Resource::from(r)).collect());
+        flags.resources = super::resources(&self.resources);
         flags.replicas = self.replicas;
         flags.assignment = self.assignment.map(|a| match a {
             AssignmentArg::LocationPath => Assignment::LocationPath,

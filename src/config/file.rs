@@ -287,20 +287,12 @@ pub fn parse<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result
     let options = serde_saphyr::options! { with_snippet: false };
     serde_saphyr::from_str_with_options(text, options).map_err(|e| {
         let location = e.location().map(|l| (l.line(), l.column()));
-        let text = e.without_snippet().to_string();
-        let text = text.strip_prefix("error: ").unwrap_or(&text);
-        let first = text.lines().next().unwrap_or_default();
-        let message = match first.find(": ") {
-            Some(i) if first.starts_with("line ") => &first[i + 2..],
-            _ => first,
-        };
-        let message = match message.rfind(" at line ") {
-            Some(i) => &message[..i],
-            None => message,
-        };
-        let message = match message {
+        let message = crate::snapshot::yaml_message(&e);
+        let message = match message.as_str() {
             "invalid boolean" => "invalid boolean: use true or false".to_string(),
-            m if m.starts_with("invalid u") || m.starts_with("invalid i") => format!("{m}: use a whole number"),
+            m if m.starts_with("invalid u") || m.starts_with("invalid i") => {
+                format!("{m}: use a whole number")
+            }
             m => m.to_string(),
         };
         FileError {

@@ -75,6 +75,7 @@ pub async fn refresh(
 ) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut config_open = true;
     loop {
         tokio::select! {
             _ = ticker.tick() => {
@@ -94,7 +95,11 @@ pub async fn refresh(
                     }
                 }
             }
-            changed = config.changed() => if changed.is_err() { return },
+            changed = config.changed(), if config_open => if changed.is_err() {
+                // No more configuration updates: keep following the host facts.
+                config_open = false;
+                continue;
+            },
             _ = tx.closed() => return,
         }
         let inventory = build(&facts, config.borrow_and_update().clone());

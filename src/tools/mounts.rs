@@ -35,37 +35,35 @@ pub struct Rendered {
     pub notes: Vec<String>,
 }
 
+/// `--device` per device and `--mount <spec(host, container)>` per runtime file.
+fn device_and_mount_args(
+    edits: &ContainerEdits,
+    mount: impl Fn(&str, &str) -> String,
+) -> Vec<String> {
+    let devices = edits
+        .devices
+        .iter()
+        .flat_map(|d| ["--device".to_string(), d.clone()]);
+    let mounts = edits.mounts.iter().flat_map(|m| {
+        [
+            "--mount".to_string(),
+            mount(&m.host_path, &m.container_path),
+        ]
+    });
+    devices.chain(mounts).collect()
+}
+
 /// `ctr run` arguments for the devices: `--device` per device, `--mount` per runtime file.
 pub fn ctr_args(edits: &ContainerEdits) -> Vec<String> {
-    let mut args = Vec::new();
-    for d in &edits.devices {
-        args.push("--device".to_string());
-        args.push(d.clone());
-    }
-    for m in &edits.mounts {
-        args.push("--mount".to_string());
-        args.push(format!(
-            "type=bind,src={},dst={},options=rbind:ro",
-            m.host_path, m.container_path
-        ));
-    }
-    args
+    device_and_mount_args(edits, |src, dst| {
+        format!("type=bind,src={src},dst={dst},options=rbind:ro")
+    })
 }
 
 fn nerdctl_args(edits: &ContainerEdits) -> Vec<String> {
-    let mut args = Vec::new();
-    for d in &edits.devices {
-        args.push("--device".to_string());
-        args.push(d.clone());
-    }
-    for m in &edits.mounts {
-        args.push("--mount".to_string());
-        args.push(format!(
-            "type=bind,source={},target={},readonly",
-            m.host_path, m.container_path
-        ));
-    }
-    args
+    device_and_mount_args(edits, |src, dst| {
+        format!("type=bind,source={src},target={dst},readonly")
+    })
 }
 
 /// Renders the selected devices in `format`, quoting for `shell` where the format is flags.
