@@ -92,6 +92,40 @@ fn ctr_flags_survive_a_real_shell_even_with_spaces_in_paths() {
 }
 
 #[test]
+fn class_guid_assignment_replaces_the_location_paths() {
+    let d = run(&facts("sample"));
+    let all: Vec<&Device> = d.devices.iter().collect();
+    let r = mounts::render_with(
+        &all,
+        Format::Ctr,
+        Shell::Sh,
+        dxdp::config::file::Assignment::ClassGuid,
+    );
+    assert!(
+        r.text
+            .starts_with("--device class/5B45201D-F2F2-4F3B-85BB-30FF1F953599 --mount"),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("vpci-location-path"));
+    let oci: serde_json::Value = serde_json::from_str(
+        &mounts::render_with(
+            &all,
+            Format::Oci,
+            Shell::Sh,
+            dxdp::config::file::Assignment::ClassGuid,
+        )
+        .text,
+    )
+    .unwrap();
+    assert_eq!(oci["windows"]["devices"][0]["idType"], "class");
+    assert_eq!(
+        oci["windows"]["devices"][0]["id"],
+        "5B45201D-F2F2-4F3B-85BB-30FF1F953599"
+    );
+}
+
+#[test]
 fn json_and_oci_are_valid_documents() {
     let d = run(&facts("nvidia-multi-gpu"));
     let all: Vec<&Device> = d.devices.iter().collect();

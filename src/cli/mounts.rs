@@ -122,7 +122,8 @@ pub fn run(
         }
         return run_ctr(&devices, run_args, shell);
     }
-    let rendered = mounts::render(&devices, format, shell);
+    let assignment = dxdp::plugin::inventory::effective_assignment(config.assignment, &facts);
+    let rendered = mounts::render_with(&devices, format, shell, assignment);
     for note in &rendered.notes {
         tracing::warn!("{note}");
     }

@@ -119,3 +119,42 @@ pub async fn refresh(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::OsFacts;
+
+    fn host(versions: &[&str]) -> HostFacts {
+        HostFacts {
+            os: Some(OsFacts {
+                hcs_schema_versions: versions.iter().map(|v| v.to_string()).collect(),
+                ..OsFacts::default()
+            }),
+            ..HostFacts::default()
+        }
+    }
+
+    #[test]
+    fn auto_assignment_follows_the_hcs_schema() {
+        let table = [
+            (Assignment::Auto, &["2.5"][..], Assignment::LocationPath),
+            (Assignment::Auto, &["2.2"][..], Assignment::LocationPath),
+            (Assignment::Auto, &["2.1"][..], Assignment::ClassGuid),
+            (Assignment::Auto, &[][..], Assignment::ClassGuid),
+            (
+                Assignment::LocationPath,
+                &["2.1"][..],
+                Assignment::LocationPath,
+            ),
+            (Assignment::ClassGuid, &["2.5"][..], Assignment::ClassGuid),
+        ];
+        for (configured, versions, expected) in table {
+            assert_eq!(
+                effective_assignment(configured, &host(versions)),
+                expected,
+                "{configured:?} {versions:?}"
+            );
+        }
+    }
+}

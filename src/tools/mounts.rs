@@ -5,7 +5,8 @@
 use serde_json::json;
 
 use super::quote::{self, Shell};
-use crate::allocation::{container_edits, ContainerEdits};
+use crate::allocation::{container_edits, ContainerEdits, DISPLAY_CLASS_DEVICE};
+use crate::config::file::Assignment;
 use crate::devices::Device;
 
 /// The display-adapter device interface class that Docker and the older plugins assign.
@@ -68,8 +69,23 @@ fn nerdctl_args(edits: &ContainerEdits) -> Vec<String> {
 
 /// Renders the selected devices in `format`, quoting for `shell` where the format is flags.
 pub fn render(devices: &[&Device], format: Format, shell: Shell) -> Rendered {
-    let edits = container_edits(devices);
+    render_with(devices, format, shell, Assignment::LocationPath)
+}
+
+/// As [`render`], for an assignment mode: class-guid gives the display-adapter class instead of
+/// the devices' location paths (every GPU of the host).
+pub fn render_with(
+    devices: &[&Device],
+    format: Format,
+    shell: Shell,
+    assignment: Assignment,
+) -> Rendered {
+    let mut edits = container_edits(devices);
     let mut notes = edits.notes.clone();
+    if assignment == Assignment::ClassGuid && format != Format::Docker {
+        edits.devices = vec![DISPLAY_CLASS_DEVICE.to_string()];
+        notes.push("assignment class-guid: the container gets every display adapter of the host, not only the selected devices".into());
+    }
     let missing: usize = devices
         .iter()
         .map(|d| d.runtime_files.iter().filter(|(_, f)| !f.exists).count())
@@ -117,10 +133,10 @@ pub fn render(devices: &[&Device], format: Format, shell: Shell) -> Rendered {
         Format::Oci => {
             let doc = json!({
                 "windows": {
-                    "devices": devices.iter().map(|d| json!({
-                        "idType": "vpci-location-path",
-                        "id": d.location_path,
-                    })).collect::<Vec<_>>(),
+                    "devices": edits.devices.iter().map(|d| {
+                        let (id_type, id) = d.split_once("://").or_else(|| d.split_once('/')).unwrap_or(("", d));
+                        json!({"idType": id_type, "id": id})
+                    }).collect::<Vec<_>>(),
                 },
                 "mounts": edits.mounts.iter().map(|m| json!({
                     "destination": m.container_path,
