@@ -304,6 +304,24 @@ mod tests {
         assert_eq!(facts.adapters[0].luid, -5);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,400}") {
+            let _ = parse(&text, "fuzz");
+        }
+
+        #[test]
+        fn mangled_snapshots_never_panic(cut in 0usize..4000, junk in "[\\[\\]{}:,'\"\\-\\n 0-9a-z]{0,8}") {
+            let sample = crate::backend::SAMPLE_HOST_YAML;
+            let mut at = cut.min(sample.len());
+            while !sample.is_char_boundary(at) {
+                at -= 1;
+            }
+            let text = format!("{}{junk}{}", &sample[..at], &sample[at..]);
+            let _ = parse(&text, "fuzz");
+        }
+    }
+
     #[test]
     fn missing_file_names_the_path() {
         let err = read_file(Path::new("/nonexistent/dir/host.yaml"))

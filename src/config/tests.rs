@@ -352,3 +352,11 @@ fn watcher_sees_a_configmap_style_symlink_swap() {
         "same content, new file: still a change to reload"
     );
 }
+
+proptest::proptest! {
+    #[test]
+    fn arbitrary_config_text_never_panics(text in "\\PC{0,300}") {
+        let _ = file::parse::<ConfigFile>(&text, "fuzz");
+        let _ = file::parse::<ReferenceFile>(&text, "fuzz");
+    }
+}
