@@ -109,6 +109,25 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl AdapterFacts {
+    /// A hardware adapter with only a LUID and attributes, everything else empty or false.
+    pub fn minimal(luid: i64, attributes: Vec<Attribute>) -> Self {
+        AdapterFacts {
+            luid,
+            hardware_id: HardwareId::default(),
+            driver_description: String::new(),
+            driver_version: String::new(),
+            dedicated_adapter_memory: 0,
+            is_hardware: true,
+            is_integrated: false,
+            is_detachable: false,
+            attributes,
+            driver_update_in_progress: false,
+            driver_store_path: None,
+            pnp: None,
+            read_errors: Vec::new(),
+        }
+    }
+
     /// Whether the adapter reports `attribute`.
     pub fn has(&self, attribute: Attribute) -> bool {
         self.attributes.contains(&attribute)

@@ -1,32 +1,17 @@
 //! The pipeline over every fixture host: snapshot-tested output plus the facts each fixture exists
 //! to show, and snapshot round trips.
 
-use std::path::{Path, PathBuf};
-
 use dxdp::devices::{Discovery, ExclusionCode, HealthState, Origin, Resource};
 use dxdp::facts::HostFacts;
 use dxdp::pipeline::{discover, PipelineConfig};
 use dxdp::{render, snapshot};
 
-const FIXTURES: [&str; 8] = [
-    "nvidia-multi-gpu",
-    "amd-radeon",
-    "intel-igpu",
-    "compute-only",
-    "broken-drivers",
-    "hostile-registry",
-    "in-container",
-    "ws2019-old",
-];
+mod common;
 
-fn fixture_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(format!("{name}.yaml"))
-}
+use common::FIXTURES;
 
 fn load(name: &str) -> HostFacts {
-    snapshot::read_file(&fixture_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    common::facts(name)
 }
 
 fn run(name: &str) -> Discovery {

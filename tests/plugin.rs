@@ -26,18 +26,12 @@ const COMPUTE: &str = "directx.microsoft.com/compute";
 /// of 200 ms, documented, not asserted here).
 const WAIT: Duration = Duration::from_secs(10);
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(format!("{name}.yaml"))
-}
+mod common;
+
+use common::fixture_path as fixture;
 
 fn load_facts(name: &str) -> HostFacts {
-    if name == "sample" {
-        dxdp::backend::sample_host().unwrap()
-    } else {
-        snapshot::read_file(&fixture(name)).unwrap()
-    }
+    common::facts(name)
 }
 
 struct Harness {

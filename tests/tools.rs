@@ -1,8 +1,6 @@
 //! Node tools over fixture hosts: every `dxdp mounts` format (exact output), `dxdp hcs` verdicts
 //! and `dxdp doctor` checks, snapshot-tested; quoting checked by a real shell.
 
-use std::path::Path;
-
 use dxdp::devices::{Device, Discovery, Resource};
 use dxdp::facts::HostFacts;
 use dxdp::pipeline::{discover, PipelineConfig};
@@ -11,26 +9,13 @@ use dxdp::tools::mounts::{self, Format};
 use dxdp::tools::quote::Shell;
 use dxdp::tools::{hcs, select};
 
-const HOSTS: [&str; 9] = [
-    "sample",
-    "nvidia-multi-gpu",
-    "amd-radeon",
-    "intel-igpu",
-    "compute-only",
-    "broken-drivers",
-    "hostile-registry",
-    "in-container",
-    "ws2019-old",
-];
+mod common;
 
-fn facts(name: &str) -> HostFacts {
-    if name == "sample" {
-        return dxdp::backend::sample_host().unwrap();
-    }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(format!("{name}.yaml"));
-    dxdp::snapshot::read_file(&path).unwrap()
+use common::facts;
+
+/// The sample host and every fixture.
+fn hosts() -> impl Iterator<Item = &'static str> {
+    std::iter::once("sample").chain(common::FIXTURES)
 }
 
 fn run(facts: &HostFacts) -> Discovery {
@@ -149,7 +134,7 @@ fn json_and_oci_are_valid_documents() {
 
 #[test]
 fn hcs_reports_for_every_host() {
-    for host in HOSTS {
+    for host in hosts() {
         let r = hcs::report(&facts(host).os.unwrap_or_default());
         insta::assert_snapshot!(format!("hcs-{host}"), hcs::text(&r));
     }
@@ -167,7 +152,7 @@ fn probes(state: DirState, socket: bool, containerd: Option<&str>) -> Probes {
 
 #[test]
 fn doctor_verdicts_for_every_host() {
-    for host in HOSTS {
+    for host in hosts() {
         let f = facts(host);
         let d = run(&f);
         let containerd = f.os.as_ref().and_then(|o| o.containerd_version.clone());

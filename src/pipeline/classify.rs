@@ -79,25 +79,10 @@ fn problem_meaning(code: u32) -> Option<&'static str> {
 mod tests {
     use super::*;
     use crate::devices::HealthState;
-    use crate::facts::HardwareId;
     use Attribute::*;
 
     fn adapter(attributes: &[Attribute]) -> AdapterFacts {
-        AdapterFacts {
-            luid: 1,
-            hardware_id: HardwareId::default(),
-            driver_description: String::new(),
-            driver_version: String::new(),
-            dedicated_adapter_memory: 0,
-            is_hardware: true,
-            is_integrated: false,
-            is_detachable: false,
-            attributes: attributes.to_vec(),
-            driver_update_in_progress: false,
-            driver_store_path: None,
-            pnp: None,
-            read_errors: Vec::new(),
-        }
+        AdapterFacts::minimal(1, attributes.to_vec())
     }
 
     #[test]

@@ -485,28 +485,18 @@ mod properties {
 
     fn adapter(luid: i64, location: String) -> AdapterFacts {
         AdapterFacts {
-            luid,
             hardware_id: HardwareId {
                 vendor_id: 0x10DE,
                 device_id: 1,
                 sub_sys_id: 0,
                 revision: 0,
             },
-            driver_description: String::new(),
-            driver_version: String::new(),
-            dedicated_adapter_memory: 0,
-            is_hardware: true,
-            is_integrated: false,
-            is_detachable: false,
-            attributes: vec![Attribute::D3D12_GRAPHICS],
-            driver_update_in_progress: false,
-            driver_store_path: None,
             pnp: Some(PnpFacts {
                 instance_id: format!("PCI\\{luid}"),
                 location_paths: vec![location],
                 ..PnpFacts::default()
             }),
-            read_errors: Vec::new(),
+            ..AdapterFacts::minimal(luid, vec![Attribute::D3D12_GRAPHICS])
         }
     }
 
