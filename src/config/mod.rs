@@ -429,6 +429,15 @@ fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
     }
 }
 
+/// The pipeline switch behind `devices.includeIntegrated` or `devices.includeDetachable`.
+fn include_switch<'a>(c: &'a mut Config, key: &str) -> &'a mut bool {
+    if key == "devices.includeIntegrated" {
+        &mut c.pipeline.include_integrated
+    } else {
+        &mut c.pipeline.include_detachable
+    }
+}
+
 fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
     // The reference plugin's variables: WDDM = display, MCDM = compute.
     for (prefix, r) in [("WDDM", Resource::Display), ("MCDM", Resource::Compute)] {
@@ -444,11 +453,7 @@ fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             let name = format!("{prefix}_DEVICE_PLUGIN_{suffix}");
             if let Some(v) = env.get(&name) {
                 if parse_bool(&name, v)? {
-                    if suffix == "INCLUDE_INTEGRATED" {
-                        c.pipeline.include_integrated = true;
-                    } else {
-                        c.pipeline.include_detachable = true;
-                    }
+                    *include_switch(c, key) = true;
                     c.set_origin(key, &format!("env {name}"));
                 }
             }
@@ -477,12 +482,7 @@ fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         ("DXDP_INCLUDE_DETACHABLE", "devices.includeDetachable"),
     ] {
         if let Some(v) = env.get(name) {
-            let b = parse_bool(name, v)?;
-            if key == "devices.includeIntegrated" {
-                c.pipeline.include_integrated = b;
-            } else {
-                c.pipeline.include_detachable = b;
-            }
+            *include_switch(c, key) = parse_bool(name, v)?;
             c.set_origin(key, &format!("env {name}"));
         }
     }
