@@ -3,13 +3,10 @@
 //!
 //! The architecture, in the order data flows:
 //!
-//! - [`facts`]: the host facts model, plain data as the Windows APIs report it.
-//! - [`snapshot`]: the host snapshot file format (the same facts as YAML or JSON).
+//! - [`dxdp_core`] (its own crate): the host facts model, the host snapshot format, the pipeline
+//!   rules turning facts into devices, the devices, assignment modes and allocation. Pure.
 //! - [`config`]: configuration layers (defaults, files, environment, flags) and their origins.
 //! - [`backend`]: where facts come from (snapshot file, built-in sample host, native Windows).
-//! - [`pipeline`]: pure rules turning facts into devices.
-//! - [`devices`]: the devices, their health and runtime files.
-//! - [`allocation`]: replicas and the container edits of an `Allocate` call.
 //! - [`plugin`]: the device plugin daemon (gRPC service, registration, kubelet restarts).
 //! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.
 //! - [`transport`]: AF_UNIX sockets on Unix and Windows.
@@ -17,16 +14,11 @@
 //! - [`render`]: output for people and machines.
 //! - [`logging`]: `tracing` setup.
 
-pub mod allocation;
 pub mod backend;
 pub mod config;
-pub mod devices;
-pub mod facts;
 pub mod kubelet;
 pub mod logging;
-pub mod pipeline;
 pub mod plugin;
 pub mod render;
-pub mod snapshot;
 pub mod tools;
 pub mod transport;

@@ -4,8 +4,8 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::devices::{Device, Discovery, RuntimeFile};
-use crate::facts::OsFacts;
+use dxdp_core::devices::{Device, Discovery, RuntimeFile};
+use dxdp_core::facts::OsFacts;
 
 /// The `discover --json` document.
 pub fn discovery_json(discovery: &Discovery) -> String {
@@ -13,7 +13,7 @@ pub fn discovery_json(discovery: &Discovery) -> String {
     #[serde(rename_all = "camelCase")]
     struct Doc<'a> {
         devices: &'a [Device],
-        excluded: &'a [crate::devices::Excluded],
+        excluded: &'a [dxdp_core::devices::Excluded],
         warnings: &'a [String],
         in_container: bool,
     }

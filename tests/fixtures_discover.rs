@@ -1,10 +1,11 @@
 //! The pipeline over every fixture host: snapshot-tested output plus the facts each fixture exists
 //! to show, and snapshot round trips.
 
-use dxdp::devices::{Discovery, ExclusionCode, HealthState, Origin, Resource};
-use dxdp::facts::HostFacts;
-use dxdp::pipeline::{discover, PipelineConfig};
-use dxdp::{render, snapshot};
+use dxdp::render;
+use dxdp_core::devices::{Discovery, ExclusionCode, HealthState, Origin, Resource};
+use dxdp_core::facts::HostFacts;
+use dxdp_core::pipeline::{discover, PipelineConfig};
+use dxdp_core::snapshot;
 
 mod common;
 
@@ -33,7 +34,7 @@ fn every_fixture_renders_as_recorded() {
 
 #[test]
 fn sample_host_renders_as_recorded() {
-    let facts = dxdp::backend::sample_host().unwrap();
+    let facts = dxdp_core::sample::sample_host().unwrap();
     let d = discover(&facts, &PipelineConfig::default());
     insta::assert_snapshot!("sample-host-json", render::discovery_json(&d));
 }
@@ -42,7 +43,7 @@ fn sample_host_renders_as_recorded() {
 fn snapshots_round_trip_through_yaml_and_json() {
     let mut hosts: Vec<(String, HostFacts)> =
         FIXTURES.iter().map(|n| (n.to_string(), load(n))).collect();
-    hosts.push(("sample".into(), dxdp::backend::sample_host().unwrap()));
+    hosts.push(("sample".into(), dxdp_core::sample::sample_host().unwrap()));
     for (name, facts) in hosts {
         for format in [snapshot::Format::Yaml, snapshot::Format::Json] {
             let text = snapshot::write(&facts, format).unwrap();
@@ -209,7 +210,7 @@ fn hostile_registry_keeps_only_safe_entries() {
     }
     // 21 rejected or dropped registry values plus missing files.
     assert!(d.warnings.len() >= 21, "{}", d.warnings.len());
-    assert!(dxdp::pipeline::ids::is_valid_kubelet_id(&dev.id));
+    assert!(dxdp_core::pipeline::ids::is_valid_kubelet_id(&dev.id));
 }
 
 #[test]

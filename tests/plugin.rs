@@ -8,15 +8,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dxdp::allocation;
 use dxdp::backend::SnapshotFile;
-use dxdp::devices::Resource;
-use dxdp::facts::HostFacts;
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::kubelet::v1beta1::{Empty, PreStartContainerRequest, PreferredAllocationRequest};
-use dxdp::pipeline::{discover, PipelineConfig};
 use dxdp::plugin::{self, PluginConfig, PluginError};
-use dxdp::snapshot;
+use dxdp_core::allocation;
+use dxdp_core::devices::Resource;
+use dxdp_core::facts::HostFacts;
+use dxdp_core::pipeline::{discover, PipelineConfig};
+use dxdp_core::snapshot;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 

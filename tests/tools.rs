@@ -1,13 +1,13 @@
 //! Node tools over fixture hosts: every `dxdp mounts` format (exact output), `dxdp hcs` verdicts
 //! and `dxdp doctor` checks, snapshot-tested; quoting checked by a real shell.
 
-use dxdp::devices::{Device, Discovery, Resource};
-use dxdp::facts::HostFacts;
-use dxdp::pipeline::{discover, PipelineConfig};
 use dxdp::tools::doctor::{self, DirState, Probes};
 use dxdp::tools::mounts::{self, Format};
 use dxdp::tools::quote::Shell;
 use dxdp::tools::{hcs, select};
+use dxdp_core::devices::{Device, Discovery, Resource};
+use dxdp_core::facts::HostFacts;
+use dxdp_core::pipeline::{discover, PipelineConfig};
 
 mod common;
 
@@ -57,7 +57,7 @@ fn ctr_flags_survive_a_real_shell_even_with_spaces_in_paths() {
         .collect();
     let d = run(&f);
     let devices: Vec<&Device> = d.devices.iter().take(1).collect();
-    let edits = dxdp::allocation::container_edits(&devices);
+    let edits = dxdp_core::allocation::container_edits(&devices);
     let expected = mounts::ctr_args(&edits);
     assert!(expected.iter().any(|a| a.contains("Program Files (x86)")));
     let line = mounts::render(&devices, Format::Ctr, Shell::Sh).text;
@@ -84,7 +84,7 @@ fn class_guid_assignment_replaces_the_location_paths() {
         &all,
         Format::Ctr,
         Shell::Sh,
-        dxdp::config::file::Assignment::ClassGuid,
+        dxdp_core::assignment::Assignment::ClassGuid,
     );
     assert!(
         r.text
@@ -98,7 +98,7 @@ fn class_guid_assignment_replaces_the_location_paths() {
             &all,
             Format::Oci,
             Shell::Sh,
-            dxdp::config::file::Assignment::ClassGuid,
+            dxdp_core::assignment::Assignment::ClassGuid,
         )
         .text,
     )

@@ -11,10 +11,10 @@ pub mod winparse;
 
 use std::path::PathBuf;
 
-use crate::facts::HostFacts;
-use crate::snapshot::SnapshotError;
+use dxdp_core::facts::HostFacts;
+use dxdp_core::snapshot::SnapshotError;
 
-pub use sample::{sample_host, SampleHost, SAMPLE_HOST_YAML};
+pub use sample::SampleHost;
 pub use snapshot_file::SnapshotFile;
 
 /// Why host facts could not be collected.

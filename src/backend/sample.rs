@@ -1,16 +1,8 @@
-//! The built-in sample host, embedded in the binary for machines that are not Windows.
+//! The built-in sample host as a host-facts source (the facts themselves live in the core).
 
 use super::{HostFactsSource, SourceError};
-use crate::facts::HostFacts;
-use crate::snapshot;
-
-/// The sample host as a host snapshot document.
-pub const SAMPLE_HOST_YAML: &str = include_str!("sample-host.yaml");
-
-/// Parses the embedded sample host.
-pub fn sample_host() -> Result<HostFacts, SourceError> {
-    Ok(snapshot::parse(SAMPLE_HOST_YAML, "built-in sample host")?)
-}
+use dxdp_core::facts::HostFacts;
+use dxdp_core::sample::{sample_host, SAMPLE_HOST_DESCRIPTION};
 
 /// A simulated GPU node: two NVIDIA A10 GPUs, one NVIDIA A100 in compute-only (MCDM) mode and
 /// the Microsoft Basic Render Driver.
@@ -19,7 +11,7 @@ pub struct SampleHost;
 
 impl HostFactsSource for SampleHost {
     fn describe(&self) -> String {
-        "the built-in sample host (2x NVIDIA A10, 1x NVIDIA A100 compute-only)".into()
+        SAMPLE_HOST_DESCRIPTION.into()
     }
 
     fn is_simulated(&self) -> bool {
@@ -27,24 +19,6 @@ impl HostFactsSource for SampleHost {
     }
 
     fn load(&self) -> Result<HostFacts, SourceError> {
-        sample_host()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::devices::Resource;
-    use crate::pipeline::{discover, PipelineConfig};
-
-    #[test]
-    fn sample_host_parses_and_has_both_resources_without_warnings() {
-        let facts = sample_host().unwrap();
-        let d = discover(&facts, &PipelineConfig::default());
-        assert_eq!(d.devices_for(Resource::Display).count(), 2);
-        assert_eq!(d.devices_for(Resource::Compute).count(), 1);
-        assert_eq!(d.excluded.len(), 1);
-        assert!(d.warnings.is_empty(), "{:?}", d.warnings);
-        assert!(d.devices.iter().all(|d| d.runtime_files.len() > 5));
+        Ok(sample_host()?)
     }
 }

@@ -5,8 +5,8 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use super::{HostFactsSource, SourceError};
-use crate::facts::HostFacts;
-use crate::snapshot;
+use dxdp_core::facts::HostFacts;
+use dxdp_core::snapshot;
 
 /// What identifies a version of the file: modification time and length (or absence).
 type Stamp = Option<(Option<SystemTime>, u64)>;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::facts::{RegData, RegType};
+use dxdp_core::facts::{RegData, RegType};
 
 /// UTF-16 code units from little-endian bytes (a trailing odd byte is ignored).
 pub fn u16s_from_bytes(bytes: &[u8]) -> Vec<u16> {
@@ -361,7 +361,7 @@ mod tests {
             let (t, d) = reg_value(kind, &bytes);
             assert_eq!((t, &d), (want_type, &want_data), "type {kind} {bytes:?}");
             assert!(
-                crate::facts::check_data_shape(t, &d).is_ok(),
+                dxdp_core::facts::check_data_shape(t, &d).is_ok(),
                 "{t:?} {d:?} must be a valid snapshot value"
             );
         }

@@ -12,12 +12,12 @@ use clap::Args;
 
 use dxdp::backend::HostFactsSource;
 use dxdp::config::{Config, Flags};
-use dxdp::devices::Discovery;
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::kubelet::v1beta1::AllocateResponse;
-use dxdp::pipeline;
 use dxdp::plugin::{self, PluginConfig};
 use dxdp::render::clean;
+use dxdp_core::devices::Discovery;
+use dxdp_core::pipeline;
 
 /// Arguments of `dxdp demo`.
 #[derive(Debug, Args)]

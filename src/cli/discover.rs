@@ -7,8 +7,8 @@ use clap::Args;
 
 use dxdp::backend::HostFactsSource;
 use dxdp::config::Config;
-use dxdp::pipeline;
 use dxdp::render;
+use dxdp_core::pipeline;
 
 /// Arguments of `dxdp discover`.
 #[derive(Debug, Args)]

@@ -9,10 +9,10 @@ use serde_json::json;
 
 use dxdp::backend::HostFactsSource;
 use dxdp::config::{Config, Flags};
-use dxdp::devices::Resource;
 use dxdp::kubelet::KUBELET_SOCKET;
-use dxdp::pipeline;
 use dxdp::tools::doctor::{self, DirState, Probes, Status};
+use dxdp_core::devices::Resource;
+use dxdp_core::pipeline;
 
 use super::ResourceArg;
 

@@ -14,12 +14,12 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use dxdp::devices::Resource;
+use dxdp_core::devices::Resource;
 
 use dxdp::backend::{self, HostFactsSource};
 use dxdp::config::{self, Config, Flags, Inputs};
-use dxdp::facts::HostFacts;
 use dxdp::logging::{self, LogFormat};
+use dxdp_core::facts::HostFacts;
 
 /// Kubernetes device plugins for DirectX GPUs and compute accelerators in Windows containers.
 #[derive(Debug, Parser)]

@@ -9,11 +9,11 @@ use clap::{Args, ValueEnum};
 
 use dxdp::backend::HostFactsSource;
 use dxdp::config::Config;
-use dxdp::devices::Resource;
-use dxdp::pipeline;
 use dxdp::tools::mounts::{self, Format};
 use dxdp::tools::quote::{self, Shell};
 use dxdp::tools::select::{self, Selector};
+use dxdp_core::devices::Resource;
+use dxdp_core::pipeline;
 
 /// Arguments of `dxdp mounts`.
 #[derive(Debug, Args)]
@@ -132,11 +132,11 @@ pub fn run(
 }
 
 fn run_ctr(
-    devices: &[&dxdp::devices::Device],
+    devices: &[&dxdp_core::devices::Device],
     run_args: &[String],
     shell: Shell,
 ) -> anyhow::Result<ExitCode> {
-    let edits = dxdp::allocation::container_edits(devices);
+    let edits = dxdp_core::allocation::container_edits(devices);
     let mut argv = vec!["run".to_string(), "--rm".to_string()];
     argv.extend(mounts::ctr_args(&edits));
     argv.extend(run_args.iter().cloned());

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use tokio::sync::watch;
 
-use dxdp::allocation::MAX_REPLICAS;
 use dxdp::backend::HostFactsSource;
-use dxdp::config::file::Assignment;
 use dxdp::config::{Config, Flags, Inputs};
+use dxdp_core::allocation::MAX_REPLICAS;
+use dxdp_core::assignment::Assignment;
 
 use super::ResourceArg;
 use dxdp::plugin::{self, PluginConfig};

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use dxdp::backend::HostFactsSource;
-use dxdp::snapshot::{self, Format};
+use dxdp_core::snapshot::{self, Format};
 
 /// Arguments of `dxdp snapshot`.
 #[derive(Debug, Args)]

@@ -6,42 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::allocation::MAX_REPLICAS;
-use crate::pipeline::filter::{DeviceSelector, VendorSpec};
-use crate::pipeline::winpath;
-
-/// How containers are given devices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Assignment {
-    /// `vpci-location-path://<path>`: one device (HCS schema 2.2+).
-    LocationPath,
-    /// `class/5B45201D-…`: every display adapter of the node (Windows Server 2019, HCS < 2.2).
-    ClassGuid,
-    /// location-path when the host's HCS schema is at least 2.2, else class-guid.
-    Auto,
-}
-
-impl Assignment {
-    /// The configuration spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Assignment::LocationPath => "location-path",
-            Assignment::ClassGuid => "class-guid",
-            Assignment::Auto => "auto",
-        }
-    }
-
-    /// Parses the configuration spelling.
-    pub fn parse(text: &str) -> Option<Assignment> {
-        match text.trim() {
-            "location-path" => Some(Assignment::LocationPath),
-            "class-guid" => Some(Assignment::ClassGuid),
-            "auto" => Some(Assignment::Auto),
-            _ => None,
-        }
-    }
-}
+use dxdp_core::allocation::MAX_REPLICAS;
+pub use dxdp_core::assignment::Assignment;
+use dxdp_core::pipeline::filter::{DeviceSelector, VendorSpec};
+use dxdp_core::pipeline::winpath;
 
 /// A replica count, 1 to [`MAX_REPLICAS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -287,7 +255,7 @@ pub fn parse<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result
     let options = serde_saphyr::options! { with_snippet: false };
     serde_saphyr::from_str_with_options(text, options).map_err(|e| {
         let location = e.location().map(|l| (l.line(), l.column()));
-        let message = crate::snapshot::yaml_message(&e);
+        let message = dxdp_core::snapshot::yaml_message(&e);
         let message = match message.as_str() {
             "invalid boolean" => "invalid boolean: use true or false".to_string(),
             m if m.starts_with("invalid u") || m.starts_with("invalid i") => {

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use crate::devices::{Resource, TargetDir};
 use crate::logging::LogFormat;
-use crate::pipeline::filter::DeviceSelector;
-use crate::pipeline::runtime_files::AdditionalFile;
-use crate::pipeline::PipelineConfig;
+use dxdp_core::devices::{Resource, TargetDir};
+use dxdp_core::pipeline::filter::DeviceSelector;
+use dxdp_core::pipeline::runtime_files::AdditionalFile;
+use dxdp_core::pipeline::PipelineConfig;
 use file::{
     Assignment, ConfigFile, FileEntry, LogFormatName, ReferenceFile, Replicas, ResourceName,
     VendorKey,

@@ -12,12 +12,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::backend::HostFactsSource;
-use crate::config::file::Assignment;
 use crate::config::Config;
-use crate::devices::Discovery;
-use crate::facts::HostFacts;
-use crate::pipeline::discover;
-use crate::tools::hcs;
+use dxdp_core::assignment::Assignment;
+use dxdp_core::devices::Discovery;
+use dxdp_core::facts::HostFacts;
+use dxdp_core::pipeline::discover;
 
 /// What the services serve.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,23 +32,17 @@ pub struct Inventory {
 /// Receives the current inventory and every change.
 pub type InventoryRx = watch::Receiver<Arc<Inventory>>;
 
-/// `auto` becomes location-path on HCS schema 2.2+, else class-guid.
+/// `auto` resolved against the host's HCS schema, with a warning when it falls back to class-guid.
 pub fn effective_assignment(configured: Assignment, facts: &HostFacts) -> Assignment {
-    match configured {
-        Assignment::Auto => {
-            let os = facts.os.clone().unwrap_or_default();
-            if hcs::report(&os).location_path_assignment {
-                Assignment::LocationPath
-            } else {
-                tracing::warn!(
-                    "assignment auto: HCS schema {:?} is below 2.2, so containers get every GPU of the node (class-guid)",
-                    os.hcs_schema_versions
-                );
-                Assignment::ClassGuid
-            }
-        }
-        other => other,
+    let os = facts.os.clone().unwrap_or_default();
+    let resolved = configured.resolve(&os);
+    if configured == Assignment::Auto && resolved == Assignment::ClassGuid {
+        tracing::warn!(
+            "assignment auto: HCS schema {:?} is below 2.2, so containers get every GPU of the node (class-guid)",
+            os.hcs_schema_versions
+        );
     }
+    resolved
 }
 
 /// Builds the inventory for `facts` under `config`, logging the pipeline's warnings.
@@ -115,45 +108,6 @@ pub async fn refresh(
             tracing::info!(
                 devices = tx.borrow().discovery.devices.len(),
                 "devices or configuration changed; re-advertising"
-            );
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::facts::OsFacts;
-
-    fn host(versions: &[&str]) -> HostFacts {
-        HostFacts {
-            os: Some(OsFacts {
-                hcs_schema_versions: versions.iter().map(|v| v.to_string()).collect(),
-                ..OsFacts::default()
-            }),
-            ..HostFacts::default()
-        }
-    }
-
-    #[test]
-    fn auto_assignment_follows_the_hcs_schema() {
-        let table = [
-            (Assignment::Auto, &["2.5"][..], Assignment::LocationPath),
-            (Assignment::Auto, &["2.2"][..], Assignment::LocationPath),
-            (Assignment::Auto, &["2.1"][..], Assignment::ClassGuid),
-            (Assignment::Auto, &[][..], Assignment::ClassGuid),
-            (
-                Assignment::LocationPath,
-                &["2.1"][..],
-                Assignment::LocationPath,
-            ),
-            (Assignment::ClassGuid, &["2.5"][..], Assignment::ClassGuid),
-        ];
-        for (configured, versions, expected) in table {
-            assert_eq!(
-                effective_assignment(configured, &host(versions)),
-                expected,
-                "{configured:?} {versions:?}"
             );
         }
     }

@@ -20,12 +20,12 @@ use tokio::task::JoinHandle;
 
 use crate::backend::{HostFactsSource, SourceError};
 use crate::config::Config;
-use crate::devices::Resource;
 use crate::kubelet::v1beta1::device_plugin_server::DevicePluginServer;
 use crate::kubelet::v1beta1::registration_client::RegistrationClient;
 use crate::kubelet::v1beta1::RegisterRequest;
 use crate::kubelet::{API_VERSION, KUBELET_SOCKET};
 use crate::transport;
+use dxdp_core::devices::Resource;
 use inventory::{Inventory, InventoryRx};
 use service::ResourceService;
 

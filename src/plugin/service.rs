@@ -7,14 +7,14 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use super::inventory::InventoryRx;
-use crate::allocation::{self, AllocationError};
-use crate::devices::{Discovery, Resource};
 use crate::kubelet::v1beta1::{
     self, device_plugin_server::DevicePlugin, AllocateRequest, AllocateResponse,
     ContainerAllocateResponse, DevicePluginOptions, Empty, ListAndWatchResponse,
     PreStartContainerRequest, PreStartContainerResponse, PreferredAllocationRequest,
     PreferredAllocationResponse,
 };
+use dxdp_core::allocation::{self, AllocationError};
+use dxdp_core::devices::{Discovery, Resource};
 
 /// Serves one resource (under one of its names) from the shared inventory.
 #[derive(Debug, Clone)]

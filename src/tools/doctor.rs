@@ -6,8 +6,8 @@
 use serde::Serialize;
 
 use super::hcs;
-use crate::devices::{Discovery, ExclusionCode, Resource};
-use crate::facts::HostFacts;
+use dxdp_core::devices::{Discovery, ExclusionCode, Resource};
+use dxdp_core::facts::HostFacts;
 
 /// A check's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -250,7 +250,7 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
         let missing = device
             .runtime_files
             .iter()
-            .filter(|(_, f)| !f.exists && f.origin == crate::devices::Origin::Registry)
+            .filter(|(_, f)| !f.exists && f.origin == dxdp_core::devices::Origin::Registry)
             .count();
         let name = format!(
             "driver files of {} ({})",

@@ -3,10 +3,8 @@
 
 use serde::Serialize;
 
-use crate::facts::OsFacts;
-
-/// The schema version that added `Device.LocationPath` (Windows 10 1903 / Server 2022).
-pub const LOCATION_PATH_SCHEMA: (u64, u64) = (2, 2);
+use dxdp_core::assignment::{highest, LOCATION_PATH_SCHEMA};
+use dxdp_core::facts::OsFacts;
 
 /// The verdict of `dxdp hcs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -28,17 +26,6 @@ pub struct HcsReport {
     pub recommended_assignment: Option<String>,
     /// One line for people.
     pub verdict: String,
-}
-
-/// Parses `major.minor`.
-pub fn parse_version(v: &str) -> Option<(u64, u64)> {
-    let (major, minor) = v.trim().split_once('.')?;
-    Some((major.parse().ok()?, minor.parse().ok()?))
-}
-
-/// The highest version in a list.
-pub fn highest(versions: &[String]) -> Option<(u64, u64)> {
-    versions.iter().filter_map(|v| parse_version(v)).max()
 }
 
 /// Builds the report from the OS facts.

@@ -5,9 +5,9 @@
 use serde_json::json;
 
 use super::quote::{self, Shell};
-use crate::allocation::{container_edits, ContainerEdits, DISPLAY_CLASS_DEVICE};
-use crate::config::file::Assignment;
-use crate::devices::Device;
+use dxdp_core::allocation::{container_edits, ContainerEdits, DISPLAY_CLASS_DEVICE};
+use dxdp_core::assignment::Assignment;
+use dxdp_core::devices::Device;
 
 /// The display-adapter device interface class that Docker and the older plugins assign.
 pub const DISPLAY_CLASS_GUID: &str = "5B45201D-F2F2-4F3B-85BB-30FF1F953599";

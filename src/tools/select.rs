@@ -1,9 +1,9 @@
 //! Device selection for `dxdp mounts`: every selector adds devices (a union); a selector that
 //! matches nothing is an error naming it.
 
-use crate::devices::{Device, Discovery, Resource};
-use crate::pipeline::classify::vendor_name;
-use crate::pipeline::winpath::compare_key;
+use dxdp_core::devices::{Device, Discovery, Resource};
+use dxdp_core::pipeline::classify::vendor_name;
+use dxdp_core::pipeline::winpath::compare_key;
 
 /// One selector from the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,11 +119,11 @@ pub fn select<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::{discover, PipelineConfig};
+    use dxdp_core::pipeline::{discover, PipelineConfig};
 
     fn sample() -> Discovery {
         discover(
-            &crate::backend::sample_host().unwrap(),
+            &dxdp_core::sample::sample_host().unwrap(),
             &PipelineConfig::default(),
         )
     }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dxdp::facts::HostFacts;
+use dxdp_core::facts::HostFacts;
 
 /// Every fixture host in `tests/fixtures/`.
 pub const FIXTURES: [&str; 8] = [
@@ -27,7 +27,7 @@ pub fn fixture_path(name: &str) -> PathBuf {
 /// The facts of a fixture host, or of the built-in sample host for `"sample"`.
 pub fn facts(name: &str) -> HostFacts {
     if name == "sample" {
-        return dxdp::backend::sample_host().unwrap_or_else(|e| panic!("sample host: {e}"));
+        return dxdp_core::sample::sample_host().unwrap_or_else(|e| panic!("sample host: {e}"));
     }
-    dxdp::snapshot::read_file(&fixture_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    dxdp_core::snapshot::read_file(&fixture_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }

@@ -19,7 +19,7 @@ use windows::Win32::Foundation::DEVPROPKEY;
 
 use super::error::WinError;
 use crate::backend::winparse::{self, wide};
-use crate::facts::PnpFacts;
+use dxdp_core::facts::PnpFacts;
 
 /// Display adapters (WDDM).
 pub const DISPLAY_CLASS: &str = "{4d36e968-e325-11ce-bfc1-08002be10318}";

@@ -20,7 +20,7 @@ use windows::Win32::Graphics::DXCore::{
 use super::error::WinError;
 use super::library::Library;
 use crate::backend::winparse;
-use crate::facts::{AdapterFacts, Attribute, HardwareId};
+use dxdp_core::facts::{AdapterFacts, Attribute, HardwareId};
 
 /// `DXCORE_ADAPTER_ATTRIBUTE_D3D12_GENERIC_ML` (newer SDKs only).
 const D3D12_GENERIC_ML: GUID = GUID::from_u128(0xb71b0d41_1088_422f_a27c_0250b7d3a988);

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use windows::Win32::System::Registry::HKEY_LOCAL_MACHINE;
 
 use super::{HostFactsSource, SourceError};
-use crate::facts::{HostFacts, RegistryKey};
-use crate::pipeline::runtime_files::{CLASS_ROOT, SUBKEYS};
+use dxdp_core::facts::{HostFacts, RegistryKey};
+use dxdp_core::pipeline::runtime_files::{CLASS_ROOT, SUBKEYS};
 
 pub use error::WinError;
 
@@ -130,7 +130,7 @@ fn collect() -> Result<(HostFacts, dxcore::Session), WinError> {
         registry,
         files: Vec::new(),
     };
-    facts.files = crate::pipeline::runtime_files::candidate_host_paths(&facts)
+    facts.files = dxdp_core::pipeline::runtime_files::candidate_host_paths(&facts)
         .into_iter()
         .filter(|p| Path::new(p).is_file())
         .collect();

@@ -5,7 +5,7 @@ use windows::Win32::System::Registry::HKEY_LOCAL_MACHINE;
 
 use super::{hcs, registry};
 use crate::backend::winparse;
-use crate::facts::{OsFacts, RegData};
+use dxdp_core::facts::{OsFacts, RegData};
 
 const CURRENT_VERSION: &str = r"SOFTWARE\Microsoft\Windows NT\CurrentVersion";
 

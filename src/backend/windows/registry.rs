@@ -11,7 +11,7 @@ use windows::Win32::System::Registry::{
 
 use super::error::WinError;
 use crate::backend::winparse::{self, wide};
-use crate::facts::{RegData, RegistryValue};
+use dxdp_core::facts::{RegData, RegistryValue};
 
 /// An open key, closed on drop.
 struct Key(HKEY);
@@ -158,7 +158,7 @@ pub fn read_value(root: HKEY, path: &str, name: &str) -> Result<Option<RegData>,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::RegType;
+    use dxdp_core::facts::RegType;
     use windows::Win32::System::Registry::{
         RegDeleteKeyW, RegDeleteTreeW, RegSetKeyValueW, HKEY_CURRENT_USER, REG_BINARY, REG_DWORD,
         REG_MULTI_SZ, REG_QWORD, REG_SZ,

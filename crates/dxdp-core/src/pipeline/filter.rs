@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn selectors_match_all_given_fields() {
-        let facts = crate::backend::sample_host().unwrap();
+        let facts = crate::sample::sample_host().unwrap();
         let d = crate::pipeline::discover(&facts, &crate::pipeline::PipelineConfig::default());
         let a10 = &d.devices[0];
         let sel =

@@ -643,7 +643,7 @@ mod tests {
 
     #[test]
     fn candidate_paths_cover_every_file_the_rules_look_at() {
-        let facts = crate::backend::sample_host().unwrap();
+        let facts = crate::sample::sample_host().unwrap();
         let candidates = candidate_host_paths(&facts);
         let mut listed = facts.files.clone();
         listed.sort();

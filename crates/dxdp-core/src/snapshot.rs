@@ -159,7 +159,7 @@ fn parse_yaml(text: &str, origin: &str) -> Result<Document, SnapshotError> {
 
 /// The error message without serde-saphyr's own `line N column M:` prefix and position suffix
 /// (callers report the position themselves).
-pub(crate) fn yaml_message(e: &serde_saphyr::Error) -> String {
+pub fn yaml_message(e: &serde_saphyr::Error) -> String {
     let text = e.without_snippet().to_string();
     let text = text.strip_prefix("error: ").unwrap_or(&text);
     let first = text.lines().next().unwrap_or_default();
@@ -312,7 +312,7 @@ mod tests {
 
         #[test]
         fn mangled_snapshots_never_panic(cut in 0usize..4000, junk in "[\\[\\]{}:,'\"\\-\\n 0-9a-z]{0,8}") {
-            let sample = crate::backend::SAMPLE_HOST_YAML;
+            let sample = crate::sample::SAMPLE_HOST_YAML;
             let mut at = cut.min(sample.len());
             while !sample.is_char_boundary(at) {
                 at -= 1;

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use crate::config::file::Assignment;
+use crate::assignment::Assignment;
 use crate::devices::{Device, Discovery, HealthState, Resource};
 use crate::pipeline::ids;
 
@@ -191,7 +191,7 @@ mod tests {
     use crate::pipeline::{discover, PipelineConfig};
 
     fn sample() -> Discovery {
-        let facts = crate::backend::sample_host().unwrap();
+        let facts = crate::sample::sample_host().unwrap();
         discover(&facts, &PipelineConfig::default())
     }
 

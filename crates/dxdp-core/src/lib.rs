@@ -1,0 +1,23 @@
+//! The pure core of dxdp: host facts in, devices and container edits out.
+//!
+//! Nothing here does I/O beyond reading a named snapshot file, starts a thread or calls an OS
+//! API; Cargo enforces it (no tokio, tonic, clap or Windows dependency). The daemon, the OS
+//! backends and the command line depend on this crate, never the reverse.
+//!
+//! In the order data flows:
+//!
+//! - [`facts`]: the host facts model, plain data as the Windows APIs report it.
+//! - [`snapshot`]: the host snapshot file format (the same facts as YAML or JSON).
+//! - [`sample`]: the built-in sample host.
+//! - [`pipeline`]: pure rules turning facts into devices.
+//! - [`devices`]: the devices, their health and runtime files.
+//! - [`assignment`]: how containers are given devices, and what the host's HCS allows.
+//! - [`allocation`]: replicas and the container edits of an `Allocate` call.
+
+pub mod allocation;
+pub mod assignment;
+pub mod devices;
+pub mod facts;
+pub mod pipeline;
+pub mod sample;
+pub mod snapshot;
