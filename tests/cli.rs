@@ -513,7 +513,10 @@ fn config_show_names_where_each_value_came_from() {
     ]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["values"]["logLevel"]["origin"], "flag --log-level");
-    assert_eq!(v["values"]["resources.display.replicas"]["value"], "2");
+    // Typed: numbers are numbers, lists are lists.
+    assert_eq!(v["values"]["resources.display.replicas"]["value"], 2);
+    assert!(v["values"]["resources.display.aliases"]["value"].is_array());
+    assert_eq!(v["values"]["resources.display.enabled"]["value"], true);
 }
 
 #[test]
@@ -561,14 +564,14 @@ fn reference_plugin_environment_reaches_the_plugin_settings() {
     );
     assert!(
         out.contains(
-            "devices.includeIntegrated: true  # env WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED"
-        ),
+            "resources.display.includeIntegrated: true  # env WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED"
+        ) && out.contains("resources.compute.includeIntegrated: false  # default"),
         "{out}"
     );
     assert!(
         out.contains(
-            "devices.includeDetachable: true  # env MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE"
-        ),
+            "resources.compute.includeDetachable: true  # env MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE"
+        ) && out.contains("resources.display.includeDetachable: false  # default"),
         "{out}"
     );
     let o = dxdp_env(

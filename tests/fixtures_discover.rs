@@ -115,7 +115,7 @@ fn intel_integrated_is_left_out_unless_included() {
     assert_eq!(d.devices.len(), 1);
     assert_eq!(d.excluded[0].code, ExclusionCode::Integrated);
     let config = PipelineConfig {
-        include_integrated: true,
+        include_integrated: dxdp_core::devices::PerResource::both(true),
         ..PipelineConfig::default()
     };
     let d = discover(&load("intel-igpu"), &config);

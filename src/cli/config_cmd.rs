@@ -31,18 +31,7 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
         ConfigCommand::Show { json } => {
             let file = inputs.file.as_ref().map(|(p, _)| p.display().to_string());
             let text = if *json {
-                let values: serde_json::Map<String, serde_json::Value> = config
-                    .show()
-                    .lines()
-                    .filter_map(|line| {
-                        let (kv, origin) = line.rsplit_once("  # ")?;
-                        let (k, v) = kv.split_once(": ")?;
-                        Some((
-                            k.to_string(),
-                            serde_json::json!({"value": v, "origin": origin}),
-                        ))
-                    })
-                    .collect();
+                let values = config.show_json();
                 serde_json::to_string_pretty(&serde_json::json!({"file": file, "values": values}))?
                     + "\n"
             } else {

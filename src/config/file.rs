@@ -130,6 +130,10 @@ pub struct ResourceFile {
     pub replicas: Option<Replicas>,
     /// Extra resource names advertising the same devices.
     pub aliases: Option<Vec<ResourceName>>,
+    /// Advertise integrated adapters of this resource (overrides `devices.includeIntegrated`).
+    pub include_integrated: Option<bool>,
+    /// Advertise detachable adapters of this resource (overrides `devices.includeDetachable`).
+    pub include_detachable: Option<bool>,
 }
 
 /// `resources`.

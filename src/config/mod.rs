@@ -84,13 +84,18 @@ impl Config {
     fn keys(&self) -> Vec<String> {
         let mut keys = Vec::new();
         for r in Resource::ALL {
-            for k in ["enabled", "name", "replicas", "aliases"] {
+            for k in [
+                "enabled",
+                "name",
+                "replicas",
+                "aliases",
+                "includeIntegrated",
+                "includeDetachable",
+            ] {
                 keys.push(format!("resources.{r}.{k}"));
             }
         }
         for k in [
-            "devices.includeIntegrated",
-            "devices.includeDetachable",
             "devices.include",
             "devices.exclude",
             "assignment",
@@ -144,56 +149,128 @@ impl Config {
     pub fn show(&self) -> String {
         let mut out = String::new();
         for key in self.keys() {
-            let origin = self
-                .origins
-                .get(&key)
-                .map(String::as_str)
-                .unwrap_or("default");
-            out.push_str(&format!("{key}: {}  # {origin}\n", self.value(&key)));
+            out.push_str(&format!(
+                "{key}: {}  # {}\n",
+                human(&self.value(&key)),
+                self.origin(&key)
+            ));
         }
         out
     }
 
-    fn value(&self, key: &str) -> String {
-        let list = |v: &[String]| format!("[{}]", v.join(", "));
-        let selectors = |v: &[DeviceSelector]| format!("{} selector(s)", v.len());
+    /// The effective values with their origins as JSON: `{key: {"value", "origin"}}`, values
+    /// typed (booleans, numbers, lists, objects).
+    pub fn show_json(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.keys()
+            .into_iter()
+            .map(|key| {
+                let entry =
+                    serde_json::json!({"value": self.value(&key), "origin": self.origin(&key)});
+                (key, entry)
+            })
+            .collect()
+    }
+
+    /// Where a key's value came from.
+    pub fn origin(&self, key: &str) -> &str {
+        self.origins
+            .get(key)
+            .map(String::as_str)
+            .unwrap_or("default")
+    }
+
+    /// A key's value, typed.
+    fn value(&self, key: &str) -> serde_json::Value {
+        use serde_json::{json, Value};
         if let Some(rest) = key.strip_prefix("resources.") {
             let (r, k) = rest.split_once('.').unwrap_or((rest, ""));
-            let r = if r == "display" {
-                Resource::Display
-            } else {
-                Resource::Compute
+            let Some(r) = Resource::ALL.into_iter().find(|x| x.as_str() == r) else {
+                return Value::Null;
             };
             let Some(s) = self.resources.get(&r) else {
-                return String::new();
+                return Value::Null;
             };
             return match k {
-                "enabled" => s.enabled.to_string(),
-                "name" => s.name.clone(),
-                "replicas" => s.replicas.to_string(),
-                _ => list(&s.aliases),
+                "enabled" => json!(s.enabled),
+                "name" => json!(s.name),
+                "replicas" => json!(s.replicas),
+                "aliases" => json!(s.aliases),
+                "includeIntegrated" => json!(self.pipeline.include_integrated.get(r)),
+                "includeDetachable" => json!(self.pipeline.include_detachable.get(r)),
+                _ => Value::Null,
             };
         }
         match key {
-            "devices.includeIntegrated" => self.pipeline.include_integrated.to_string(),
-            "devices.includeDetachable" => self.pipeline.include_detachable.to_string(),
-            "devices.include" => selectors(&self.pipeline.include),
-            "devices.exclude" => selectors(&self.pipeline.exclude),
-            "assignment" => self.assignment.as_str().to_string(),
-            "runtimeFiles.enabled" => self.pipeline.runtime_files.to_string(),
-            "runtimeFiles.exclude" => list(&self.pipeline.runtime_exclude),
-            "runtimeFiles.additional" => {
-                format!("{} file(s)", self.pipeline.additional_files.len())
-            }
-            "logLevel" => self.log_level.clone(),
-            "logFormat" => self.log_format.to_string(),
-            _ => String::new(),
+            "devices.include" => selectors_json(&self.pipeline.include),
+            "devices.exclude" => selectors_json(&self.pipeline.exclude),
+            "assignment" => json!(self.assignment.as_str()),
+            "runtimeFiles.enabled" => json!(self.pipeline.runtime_files),
+            "runtimeFiles.exclude" => json!(self.pipeline.runtime_exclude),
+            "runtimeFiles.additional" => Value::Array(
+                self.pipeline
+                    .additional_files
+                    .iter()
+                    .map(|f| {
+                        json!({
+                            "vendor": format!("0x{:04X}", f.vendor_id),
+                            "target": match f.target {
+                                TargetDir::System32 => "system32",
+                                TargetDir::SysWow64 => "syswow64",
+                            },
+                            "source": f.source,
+                            "destination": f.destination,
+                        })
+                    })
+                    .collect(),
+            ),
+            "logLevel" => json!(self.log_level),
+            "logFormat" => json!(self.log_format.to_string()),
+            _ => Value::Null,
         }
     }
 
     fn set_origin(&mut self, key: &str, origin: &str) {
         self.origins.insert(key.to_string(), origin.to_string());
     }
+}
+
+/// A typed value as `config show` prints it for people: lists in brackets, selectors and
+/// files as compact JSON.
+fn human(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(human).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn selectors_json(selectors: &[DeviceSelector]) -> serde_json::Value {
+    serde_json::Value::Array(
+        selectors
+            .iter()
+            .map(|s| {
+                let mut m = serde_json::Map::new();
+                if let Some(v) = s.vendor {
+                    m.insert("vendor".into(), format!("0x{v:04X}").into());
+                }
+                if let Some(v) = s.device_id {
+                    m.insert("deviceId".into(), format!("0x{v:04X}").into());
+                }
+                if let Some(v) = &s.location_path {
+                    m.insert("locationPath".into(), v.clone().into());
+                }
+                if let Some(v) = &s.description {
+                    m.insert("description".into(), v.clone().into());
+                }
+                serde_json::Value::Object(m)
+            })
+            .collect(),
+    )
 }
 
 /// Command-line flags that override the configuration.
@@ -327,12 +404,10 @@ fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, origin: &str)
         c.set_origin(&format!("resources.{r}.replicas"), origin);
     }
     if let Some(b) = f.include_integrated {
-        c.pipeline.include_integrated |= b;
-        c.set_origin("devices.includeIntegrated", origin);
+        set_include(c, Some(r), Switch::Integrated, b, origin);
     }
     if let Some(b) = f.include_detachable {
-        c.pipeline.include_detachable |= b;
-        c.set_origin("devices.includeDetachable", origin);
+        set_include(c, Some(r), Switch::Detachable, b, origin);
     }
     for (map, target) in [
         (&f.additional_mounts, TargetDir::System32),
@@ -373,12 +448,22 @@ fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
     }
     let d = &f.devices;
     if let Some(v) = d.include_integrated {
-        c.pipeline.include_integrated = v;
-        c.set_origin("devices.includeIntegrated", origin);
+        set_include(c, None, Switch::Integrated, v, origin);
     }
     if let Some(v) = d.include_detachable {
-        c.pipeline.include_detachable = v;
-        c.set_origin("devices.includeDetachable", origin);
+        set_include(c, None, Switch::Detachable, v, origin);
+    }
+    // Per-resource switches override the node-wide ones.
+    for (r, rf) in [
+        (Resource::Display, &f.resources.display),
+        (Resource::Compute, &f.resources.compute),
+    ] {
+        if let Some(v) = rf.include_integrated {
+            set_include(c, Some(r), Switch::Integrated, v, origin);
+        }
+        if let Some(v) = rf.include_detachable {
+            set_include(c, Some(r), Switch::Detachable, v, origin);
+        }
     }
     if let Some(v) = &d.include {
         c.pipeline.include = v.clone();
@@ -429,12 +514,28 @@ fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
     }
 }
 
-/// The pipeline switch behind `devices.includeIntegrated` or `devices.includeDetachable`.
-fn include_switch<'a>(c: &'a mut Config, key: &str) -> &'a mut bool {
-    if key == "devices.includeIntegrated" {
-        &mut c.pipeline.include_integrated
-    } else {
-        &mut c.pipeline.include_detachable
+/// The two adapter-kind switches.
+#[derive(Debug, Clone, Copy)]
+enum Switch {
+    Integrated,
+    Detachable,
+}
+
+/// Sets an include switch for one resource (`Some`) or both (`None`), recording the origin.
+fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool, origin: &str) {
+    let (flags, key) = match switch {
+        Switch::Integrated => (&mut c.pipeline.include_integrated, "includeIntegrated"),
+        Switch::Detachable => (&mut c.pipeline.include_detachable, "includeDetachable"),
+    };
+    let targets: &[Resource] = match &r {
+        Some(r) => std::slice::from_ref(r),
+        None => &Resource::ALL,
+    };
+    for &r in targets {
+        *flags.get_mut(r) = value;
+    }
+    for &r in targets {
+        c.set_origin(&format!("resources.{r}.{key}"), origin);
     }
 }
 
@@ -446,16 +547,15 @@ fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             c.resource(r).replicas = parse_replicas(&name, v)?;
             c.set_origin(&format!("resources.{r}.replicas"), &format!("env {name}"));
         }
-        for (suffix, key) in [
-            ("INCLUDE_INTEGRATED", "devices.includeIntegrated"),
-            ("INCLUDE_DETACHABLE", "devices.includeDetachable"),
+        // Each plugin's switch acts on its own resource, in both directions.
+        for (suffix, switch) in [
+            ("INCLUDE_INTEGRATED", Switch::Integrated),
+            ("INCLUDE_DETACHABLE", Switch::Detachable),
         ] {
             let name = format!("{prefix}_DEVICE_PLUGIN_{suffix}");
             if let Some(v) = env.get(&name) {
-                if parse_bool(&name, v)? {
-                    *include_switch(c, key) = true;
-                    c.set_origin(key, &format!("env {name}"));
-                }
+                let value = parse_bool(&name, v)?;
+                set_include(c, Some(r), switch, value, &format!("env {name}"));
             }
         }
     }
@@ -477,13 +577,13 @@ fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             c.set_origin(&format!("resources.{r}.enabled"), "env DXDP_RESOURCES");
         }
     }
-    for (name, key) in [
-        ("DXDP_INCLUDE_INTEGRATED", "devices.includeIntegrated"),
-        ("DXDP_INCLUDE_DETACHABLE", "devices.includeDetachable"),
+    for (name, switch) in [
+        ("DXDP_INCLUDE_INTEGRATED", Switch::Integrated),
+        ("DXDP_INCLUDE_DETACHABLE", Switch::Detachable),
     ] {
         if let Some(v) = env.get(name) {
-            *include_switch(c, key) = parse_bool(name, v)?;
-            c.set_origin(key, &format!("env {name}"));
+            let value = parse_bool(name, v)?;
+            set_include(c, None, switch, value, &format!("env {name}"));
         }
     }
     if let Some(v) = env.get("DXDP_ASSIGNMENT") {
@@ -540,12 +640,22 @@ fn apply_flags(c: &mut Config, f: &Flags) {
         }
     }
     if f.include_integrated {
-        c.pipeline.include_integrated = true;
-        c.set_origin("devices.includeIntegrated", "flag --include-integrated");
+        set_include(
+            c,
+            None,
+            Switch::Integrated,
+            true,
+            "flag --include-integrated",
+        );
     }
     if f.include_detachable {
-        c.pipeline.include_detachable = true;
-        c.set_origin("devices.includeDetachable", "flag --include-detachable");
+        set_include(
+            c,
+            None,
+            Switch::Detachable,
+            true,
+            "flag --include-detachable",
+        );
     }
     if let Some(a) = f.assignment {
         c.assignment = a;

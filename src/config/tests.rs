@@ -1,6 +1,7 @@
 //! Configuration tests: every key, precedence, compatibility variables and files.
 
 use super::*;
+use dxdp_core::devices::PerResource;
 use std::io::Write;
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
@@ -65,7 +66,8 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
     );
     assert_eq!(d.aliases, ["microsoft.com/directx"]);
     assert!(!c.resources[&Resource::Compute].enabled);
-    assert!(c.pipeline.include_integrated && c.pipeline.include_detachable);
+    assert_eq!(c.pipeline.include_integrated, PerResource::both(true));
+    assert_eq!(c.pipeline.include_detachable, PerResource::both(true));
     assert_eq!(c.pipeline.include.len(), 2);
     assert_eq!(c.pipeline.include[1].device_id, Some(0x7362));
     assert_eq!(
@@ -181,20 +183,38 @@ fn reference_plugin_variables_behave_as_they_did() {
         ("MCDM_DEVICE_PLUGIN_MULTITENANCY", "4", |c| {
             c.replicas(Resource::Compute) == 4 && c.replicas(Resource::Display) == 1
         }),
+        // Each plugin's switch acts on its own resource only.
         ("WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED", "true", |c| {
             c.pipeline.include_integrated
+                == PerResource {
+                    display: true,
+                    compute: false,
+                }
         }),
         ("MCDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED", "1", |c| {
             c.pipeline.include_integrated
+                == PerResource {
+                    display: false,
+                    compute: true,
+                }
         }),
         ("WDDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE", "true", |c| {
             c.pipeline.include_detachable
+                == PerResource {
+                    display: true,
+                    compute: false,
+                }
+                && c.pipeline.include_integrated == PerResource::both(false)
         }),
         ("MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE", "true", |c| {
             c.pipeline.include_detachable
+                == PerResource {
+                    display: false,
+                    compute: true,
+                }
         }),
         ("WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED", "false", |c| {
-            !c.pipeline.include_integrated
+            c.pipeline.include_integrated == PerResource::both(false)
         }),
     ];
     for (name, value, check) in table {
@@ -224,7 +244,14 @@ fn reference_plugin_variables_behave_as_they_did() {
         (c.replicas(Resource::Display), c.replicas(Resource::Compute)),
         (2, 6)
     );
-    assert!(c.pipeline.include_integrated);
+    // The WDDM file's includeIntegrated is the display plugin's.
+    assert_eq!(
+        c.pipeline.include_integrated,
+        PerResource {
+            display: true,
+            compute: false
+        }
+    );
     assert_eq!(c.pipeline.additional_files.len(), 2);
     assert_eq!(c.pipeline.additional_files[1].target, TargetDir::SysWow64);
     // The env variable beats the reference file.
@@ -359,4 +386,99 @@ proptest::proptest! {
         let _ = file::parse::<ConfigFile>(&text, "fuzz");
         let _ = file::parse::<ReferenceFile>(&text, "fuzz");
     }
+}
+
+#[test]
+fn false_in_a_reference_variable_turns_a_switch_off_and_config_show_names_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        "devices:\n  includeIntegrated: true\n  includeDetachable: true\n",
+    );
+    let c = inputs(
+        Some(file.clone()),
+        &[
+            ("WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED", "false"),
+            ("MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE", "no"),
+        ],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(
+        c.pipeline.include_integrated,
+        PerResource {
+            display: false,
+            compute: true
+        }
+    );
+    assert_eq!(
+        c.pipeline.include_detachable,
+        PerResource {
+            display: true,
+            compute: false
+        }
+    );
+    let file_origin = format!("file {}", file.display());
+    assert_eq!(
+        c.origin("resources.display.includeIntegrated"),
+        "env WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED"
+    );
+    assert_eq!(c.origin("resources.compute.includeIntegrated"), file_origin);
+    assert_eq!(
+        c.origin("resources.compute.includeDetachable"),
+        "env MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE"
+    );
+    assert_eq!(c.origin("resources.display.includeDetachable"), file_origin);
+    // A per-resource key in dxdp's own file overrides the node-wide one.
+    let file = write(
+        &dir,
+        "per-resource.yaml",
+        "devices:\n  includeIntegrated: true\nresources:\n  compute:\n    includeIntegrated: false\n",
+    );
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    assert_eq!(
+        c.pipeline.include_integrated,
+        PerResource {
+            display: true,
+            compute: false
+        }
+    );
+}
+
+#[test]
+fn config_show_json_values_are_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        "resources:\n  display:\n    replicas: 4\n    aliases: [microsoft.com/directx]\ndevices:\n  exclude:\n    - vendor: nvidia\nruntimeFiles:\n  exclude: [nvml.dll]\n",
+    );
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    let json = c.show_json();
+    let value = |k: &str| json[k]["value"].clone();
+    assert_eq!(value("resources.display.replicas"), serde_json::json!(4));
+    assert_eq!(value("resources.display.enabled"), serde_json::json!(true));
+    assert_eq!(
+        value("resources.display.aliases"),
+        serde_json::json!(["microsoft.com/directx"])
+    );
+    assert_eq!(
+        value("devices.exclude"),
+        serde_json::json!([{"vendor": "0x10DE"}])
+    );
+    assert_eq!(
+        value("runtimeFiles.exclude"),
+        serde_json::json!(["nvml.dll"])
+    );
+    assert_eq!(value("assignment"), serde_json::json!("location-path"));
+    assert_eq!(
+        json["resources.display.replicas"]["origin"],
+        serde_json::json!(format!("file {}", file.display()))
+    );
 }

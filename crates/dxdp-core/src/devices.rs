@@ -72,6 +72,41 @@ impl fmt::Display for Resource {
     }
 }
 
+/// One value per resource (a setting that the reference plugins kept per plugin).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PerResource<T> {
+    /// The value for `display`.
+    pub display: T,
+    /// The value for `compute`.
+    pub compute: T,
+}
+
+impl<T: Copy> PerResource<T> {
+    /// The same value for both resources.
+    pub fn both(value: T) -> Self {
+        PerResource {
+            display: value,
+            compute: value,
+        }
+    }
+
+    /// The value for `r`.
+    pub fn get(&self, r: Resource) -> T {
+        match r {
+            Resource::Display => self.display,
+            Resource::Compute => self.compute,
+        }
+    }
+
+    /// The value for `r`, to change.
+    pub fn get_mut(&mut self, r: Resource) -> &mut T {
+        match r {
+            Resource::Display => &mut self.display,
+            Resource::Compute => &mut self.compute,
+        }
+    }
+}
+
 /// One physical DirectX device that can be assigned to a container by location path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

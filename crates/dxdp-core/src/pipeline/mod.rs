@@ -11,7 +11,7 @@ pub mod winpath;
 
 use std::collections::HashMap;
 
-use crate::devices::{Device, Discovery, Excluded, ExclusionCode, RuntimeFiles};
+use crate::devices::{Device, Discovery, Excluded, ExclusionCode, PerResource, RuntimeFiles};
 use crate::facts::{AdapterFacts, HostFacts, DEFAULT_SYSTEM_ROOT};
 use filter::DeviceSelector;
 use runtime_files::{AdditionalFile, DeviceContext, FileIndex, RegistryIndex};
@@ -19,10 +19,10 @@ use runtime_files::{AdditionalFile, DeviceContext, FileIndex, RegistryIndex};
 /// The settings the pipeline takes. The configuration file and environment fill it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PipelineConfig {
-    /// Advertise integrated adapters.
-    pub include_integrated: bool,
-    /// Advertise detachable adapters.
-    pub include_detachable: bool,
+    /// Advertise integrated adapters, per resource.
+    pub include_integrated: PerResource<bool>,
+    /// Advertise detachable adapters, per resource.
+    pub include_detachable: PerResource<bool>,
     /// Enumerate `CopyToVm*` runtime files.
     pub runtime_files: bool,
     /// When not empty, only devices matching one of these are kept.
@@ -38,8 +38,8 @@ pub struct PipelineConfig {
 impl Default for PipelineConfig {
     fn default() -> Self {
         PipelineConfig {
-            include_integrated: false,
-            include_detachable: false,
+            include_integrated: PerResource::both(false),
+            include_detachable: PerResource::both(false),
             runtime_files: true,
             include: Vec::new(),
             exclude: Vec::new(),
@@ -88,7 +88,14 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             ));
             continue;
         }
-        if adapter.is_integrated && !config.include_integrated {
+        // The switches are per resource; an adapter that fits neither resource is never
+        // advertised, so either switch lets it through to its real exclusion reason.
+        let resource = classify::resource(adapter);
+        let included = |switch: &PerResource<bool>| match resource {
+            Some(r) => switch.get(r),
+            None => switch.display || switch.compute,
+        };
+        if adapter.is_integrated && !included(&config.include_integrated) {
             out.excluded.push(exclude(
                 ExclusionCode::Integrated,
                 "integrated adapter; integrated devices are not included (includeIntegrated is off)"
@@ -97,7 +104,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             ));
             continue;
         }
-        if adapter.is_detachable && !config.include_detachable {
+        if adapter.is_detachable && !included(&config.include_detachable) {
             out.excluded.push(exclude(
                 ExclusionCode::Detachable,
                 "detachable adapter; detachable devices are not included (includeDetachable is off)"
@@ -181,7 +188,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             is_detachable: adapter.is_detachable,
             supports_display: classify::supports_display(adapter),
             supports_compute: classify::supports_compute(adapter),
-            resource: classify::resource(adapter),
+            resource,
             health: classify::health(pnp.problem_code, adapter.driver_update_in_progress),
             runtime_files: RuntimeFiles::default(),
         };
@@ -324,7 +331,7 @@ mod tests {
                 "integrated included",
                 |a| a.is_integrated = true,
                 PipelineConfig {
-                    include_integrated: true,
+                    include_integrated: PerResource::both(true),
                     ..PipelineConfig::default()
                 },
                 None,
@@ -339,7 +346,7 @@ mod tests {
                 "detachable included",
                 |a| a.is_detachable = true,
                 PipelineConfig {
-                    include_detachable: true,
+                    include_detachable: PerResource::both(true),
                     ..PipelineConfig::default()
                 },
                 None,

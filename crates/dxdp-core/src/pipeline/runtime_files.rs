@@ -260,8 +260,8 @@ pub fn candidate_host_paths(facts: &crate::facts::HostFacts) -> Vec<String> {
     let mut without_files = facts.clone();
     without_files.files.clear();
     let config = crate::pipeline::PipelineConfig {
-        include_integrated: true,
-        include_detachable: true,
+        include_integrated: crate::devices::PerResource::both(true),
+        include_detachable: crate::devices::PerResource::both(true),
         ..crate::pipeline::PipelineConfig::default()
     };
     let discovery = crate::pipeline::discover(&without_files, &config);
