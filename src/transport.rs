@@ -48,6 +48,12 @@ pub async fn channel(path: &Path) -> Result<Channel, tonic::transport::Error> {
         .await
 }
 
+/// Whether something accepts connections on the socket at `path` (a stale socket file left by
+/// a dead process refuses them).
+pub async fn probe(path: &Path) -> io::Result<()> {
+    imp::connect(path).await.map(drop)
+}
+
 pub use imp::{bind, Conn, Listener};
 
 #[cfg(unix)]

@@ -10,6 +10,7 @@ pub mod windows;
 pub mod winparse;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use dxdp_core::facts::HostFacts;
 use dxdp_core::snapshot::SnapshotError;
@@ -36,13 +37,26 @@ pub trait HostFactsSource: Send + Sync {
     fn is_simulated(&self) -> bool;
     /// Collects the facts now.
     fn load(&self) -> Result<HostFacts, SourceError>;
+    /// Files whose changes may change the facts. The daemon watches their directories and
+    /// reloads as soon as one changes.
+    fn watched_files(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+    /// Registers `wake`, which the source calls (from any thread) as soon as it learns that the
+    /// facts may have changed, such as a DXCore adapter notification. The default never calls.
+    fn on_change(&self, wake: Wake) {
+        let _ = wake;
+    }
     /// Whether the facts may have changed since the last [`load`](Self::load) (or the last call).
-    /// Polled by the plugin every poll interval; a true answer makes it reload and re-advertise
-    /// when the devices differ. Cheap: never collects the facts itself.
+    /// Asked by the daemon's slow safety poll, for changes no event reports (device health on
+    /// Windows). Cheap: never collects the facts itself.
     fn changed(&self) -> bool {
         false
     }
 }
+
+/// A callback that wakes the daemon's refresh; cheap and callable from any thread.
+pub type Wake = Arc<dyn Fn() + Send + Sync>;
 
 /// Picks the source: the snapshot file when given, else the native backend on Windows,
 /// else the built-in sample host.

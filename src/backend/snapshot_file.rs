@@ -56,6 +56,10 @@ impl HostFactsSource for SnapshotFile {
         Ok(snapshot::read_file(&self.path)?)
     }
 
+    fn watched_files(&self) -> Vec<PathBuf> {
+        vec![self.path.clone()]
+    }
+
     fn changed(&self) -> bool {
         self.remember(stamp(&self.path))
     }

@@ -122,7 +122,9 @@ pub fn run(
         }
         return run_ctr(&devices, run_args, shell);
     }
-    let assignment = dxdp::plugin::inventory::effective_assignment(config.assignment, &facts);
+    let assignment = config
+        .assignment
+        .resolve(&facts.os.clone().unwrap_or_default());
     let rendered = mounts::render_with(&devices, format, shell, assignment);
     for note in &rendered.notes {
         tracing::warn!("{note}");

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use tokio::sync::watch;
@@ -32,6 +33,11 @@ pub struct PluginArgs {
     /// How containers get devices [env: DXDP_ASSIGNMENT; default: location-path].
     #[arg(long, value_enum)]
     assignment: Option<AssignmentArg>,
+    /// Seconds between safety checks of sockets, kubelet.sock, the configuration and device
+    /// health (changes are otherwise acted on at once, from file-system and DXCore events).
+    #[arg(long, env = "DXDP_SAFETY_POLL", value_name = "SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    safety_poll: u64,
     #[command(flatten)]
     pipeline: super::PipelineArgs,
 }
@@ -78,12 +84,24 @@ pub fn run(
             .unwrap_or_else(plugin::default_kubelet_dir),
     );
     plugin_config.config = config.clone();
-    tracing::info!(kubelet_dir = %plugin_config.kubelet_dir.display(), "starting the dxdp device plugin");
-    let interval = plugin_config.poll_interval;
+    plugin_config.safety_poll = Duration::from_secs(args.safety_poll);
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        kubelet_dir = %plugin_config.kubelet_dir.display(),
+        host_facts = %source.describe(),
+        config_file = %inputs
+            .file
+            .as_ref()
+            .map(|(p, _)| p.display().to_string())
+            .unwrap_or_else(|| "none".into()),
+        "starting the dxdp device plugin"
+    );
+    let safety_poll = plugin_config.safety_poll;
+    let kubelet_dir = plugin_config.kubelet_dir.clone();
     let runtime = super::runtime()?;
     runtime.block_on(async move {
         let (tx, updates) = watch::channel(Arc::new(config));
-        let reloader = tokio::spawn(plugin::reload::watch(inputs, tx, interval));
+        let reloader = tokio::spawn(plugin::reload::watch(inputs, tx, kubelet_dir, safety_poll));
         let result =
             plugin::run_with_updates(plugin_config, source, updates, shutdown_signal()).await;
         reloader.abort();

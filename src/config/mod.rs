@@ -6,8 +6,6 @@ pub mod file;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::SystemTime;
 
 use crate::logging::LogFormat;
 use dxdp_core::devices::{Resource, TargetDir};
@@ -341,8 +339,9 @@ pub fn default_path() -> PathBuf {
     }
 }
 
-/// Which configuration file to read: `--config`, else `DXDP_CONFIG`, else the default path when
-/// it exists. The flag says whether the file must exist.
+/// Which configuration file to read: `--config`, else `DXDP_CONFIG` (both must exist), else the
+/// default path, read when it exists and watched so that it is loaded when it appears later.
+/// The flag says whether the file must exist.
 pub fn choose_path(flag: Option<&Path>, env: &Env) -> Option<(PathBuf, bool)> {
     if let Some(p) = flag {
         return Some((p.to_path_buf(), true));
@@ -350,8 +349,7 @@ pub fn choose_path(flag: Option<&Path>, env: &Env) -> Option<(PathBuf, bool)> {
     if let Some(p) = env.get("DXDP_CONFIG").filter(|p| !p.is_empty()) {
         return Some((PathBuf::from(p), true));
     }
-    let default = default_path();
-    default.exists().then_some((default, false))
+    Some((default_path(), false))
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
@@ -723,45 +721,6 @@ impl Inputs {
         apply_env(&mut c, &self.env)?;
         apply_flags(&mut c, &self.flags);
         Ok(c)
-    }
-}
-
-/// What identifies a version of a file, following symlinks (a ConfigMap update swaps one).
-type Stamp = Option<(Option<SystemTime>, u64, u64)>;
-
-fn stamp(path: &Path) -> Stamp {
-    let m = std::fs::metadata(path).ok()?;
-    #[cfg(unix)]
-    let id = std::os::unix::fs::MetadataExt::ino(&m);
-    #[cfg(not(unix))]
-    let id = 0;
-    Some((m.modified().ok(), m.len(), id))
-}
-
-/// Notices changes of the configuration files.
-#[derive(Debug)]
-pub struct Watcher {
-    files: Vec<PathBuf>,
-    seen: Mutex<Vec<Stamp>>,
-}
-
-impl Watcher {
-    /// Watches `files` from their current state.
-    pub fn new(files: Vec<PathBuf>) -> Self {
-        let seen = files.iter().map(|f| stamp(f)).collect();
-        Watcher {
-            files,
-            seen: Mutex::new(seen),
-        }
-    }
-
-    /// Whether any file changed since the last call.
-    pub fn changed(&self) -> bool {
-        let now: Vec<Stamp> = self.files.iter().map(|f| stamp(f)).collect();
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let changed = *seen != now;
-        *seen = now;
-        changed
     }
 }
 

@@ -1,16 +1,22 @@
 //! The live inventory: the latest devices and the configuration they were made with,
 //! republished whenever the host facts or the configuration change.
 //!
-//! The refresher asks the source every poll interval whether the facts may have changed (a
-//! snapshot file was edited; DXCore reported an adapter change) and then reloads them; a new
-//! configuration reruns the pipeline over the last facts. A load that fails keeps the last good
-//! inventory.
+//! The refresher reloads the facts at once when a file of the source changes (a host snapshot
+//! edited or replaced) or the source wakes it (a DXCore adapter notification), asks the source
+//! on every slow safety poll whether facts without events changed (device health on Windows),
+//! and reruns the pipeline over the last facts when the configuration changes. A load that fails
+//! keeps the last good inventory. Warnings and load errors are logged when they change, not on
+//! every refresh.
 
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
+use super::watch::{parent_dir, DirEvent, DirWatch};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
 use dxdp_core::assignment::Assignment;
@@ -32,70 +38,141 @@ pub struct Inventory {
 /// Receives the current inventory and every change.
 pub type InventoryRx = watch::Receiver<Arc<Inventory>>;
 
-/// `auto` resolved against the host's HCS schema, with a warning when it falls back to class-guid.
-pub fn effective_assignment(configured: Assignment, facts: &HostFacts) -> Assignment {
+/// Builds the inventory for `facts` under `config`, with the notices to show the operator (the
+/// pipeline's warnings, and what `auto` assignment fell back to).
+pub fn build(facts: &HostFacts, config: Arc<Config>) -> (Inventory, Vec<String>) {
+    let discovery = discover(facts, &config.pipeline);
+    let mut notices = discovery.warnings.clone();
     let os = facts.os.clone().unwrap_or_default();
-    let resolved = configured.resolve(&os);
-    if configured == Assignment::Auto && resolved == Assignment::ClassGuid {
-        tracing::warn!(
+    let assignment = config.assignment.resolve(&os);
+    if config.assignment == Assignment::Auto && assignment == Assignment::ClassGuid {
+        notices.push(format!(
             "assignment auto: HCS schema {:?} is below 2.2, so containers get every GPU of the node (class-guid)",
             os.hcs_schema_versions
-        );
+        ));
     }
-    resolved
-}
-
-/// Builds the inventory for `facts` under `config`, logging the pipeline's warnings.
-pub fn build(facts: &HostFacts, config: Arc<Config>) -> Inventory {
-    let discovery = discover(facts, &config.pipeline);
-    for w in &discovery.warnings {
-        tracing::warn!("{w}");
-    }
-    Inventory {
-        assignment: effective_assignment(config.assignment, facts),
+    let inventory = Inventory {
+        assignment,
         discovery,
         config,
+    };
+    (inventory, notices)
+}
+
+/// Logs each notice that was not in `logged` and remembers the current set.
+fn log_new(notices: Vec<String>, logged: &mut BTreeSet<String>) {
+    for n in &notices {
+        if !logged.contains(n) {
+            tracing::warn!("{n}");
+        }
+    }
+    *logged = notices.into_iter().collect();
+}
+
+/// The files of a source and the directories watched for them.
+struct Files {
+    dirs: Vec<PathBuf>,
+    names: BTreeSet<OsString>,
+}
+
+impl Files {
+    fn new(files: &[PathBuf]) -> Self {
+        let mut dirs: Vec<PathBuf> = files.iter().map(|f| parent_dir(f)).collect();
+        dirs.sort();
+        dirs.dedup();
+        Files {
+            dirs,
+            names: files
+                .iter()
+                .filter_map(|f| f.file_name().map(|n| n.to_os_string()))
+                .collect(),
+        }
+    }
+
+    /// Whether an event may concern one of the files: the file itself, or a ConfigMap-style
+    /// `..data` swap beside it.
+    fn concerns(&self, e: &DirEvent) -> bool {
+        self.dirs.contains(&e.dir)
+            && (self.names.contains(&e.name) || e.name.to_string_lossy().starts_with(".."))
+    }
+
+    fn watch(&self, watch: &mut DirWatch) {
+        for d in &self.dirs {
+            watch.add(d);
+        }
     }
 }
 
-/// Keeps the inventory up to date until every receiver is gone.
+/// Keeps the inventory up to date until every receiver is gone. `logged` are the notices
+/// already shown for the first inventory.
 pub async fn refresh(
     source: Arc<dyn HostFactsSource>,
     mut facts: HostFacts,
+    logged: Vec<String>,
     mut config: watch::Receiver<Arc<Config>>,
     tx: watch::Sender<Arc<Inventory>>,
-    interval: Duration,
+    safety_poll: Duration,
 ) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let woken = Arc::new(Notify::new());
+    {
+        let woken = woken.clone();
+        source.on_change(Arc::new(move || woken.notify_one()));
+    }
+    let files = Files::new(&source.watched_files());
+    let mut watch = DirWatch::new();
+    files.watch(&mut watch);
+    let mut safety =
+        tokio::time::interval_at(tokio::time::Instant::now() + safety_poll, safety_poll);
+    safety.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut logged: BTreeSet<String> = logged.into_iter().collect();
+    let mut last_error: Option<String> = None;
     let mut config_open = true;
     loop {
-        tokio::select! {
-            _ = ticker.tick() => {
-                if !source.changed() {
+        let reload = tokio::select! {
+            event = watch.next() => {
+                let mut events = vec![event];
+                events.extend(watch.drain());
+                events.iter().any(|e| files.concerns(e))
+            }
+            _ = woken.notified() => true,
+            _ = safety.tick() => {
+                files.watch(&mut watch);
+                source.changed()
+            }
+            changed = config.changed(), if config_open => {
+                if changed.is_err() {
+                    // No more configuration updates: keep following the host facts.
+                    config_open = false;
                     continue;
                 }
-                let loader = source.clone();
-                match tokio::task::spawn_blocking(move || loader.load()).await {
-                    Ok(Ok(new)) => facts = new,
-                    Ok(Err(e)) => {
+                false
+            }
+            _ = tx.closed() => return,
+        };
+        if reload {
+            let loader = source.clone();
+            let loaded = tokio::task::spawn_blocking(move || loader.load())
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            match loaded {
+                Ok(new) => {
+                    if last_error.take().is_some() {
+                        tracing::info!("host facts can be read again");
+                    }
+                    facts = new;
+                }
+                Err(e) => {
+                    if last_error.as_deref() != Some(e.as_str()) {
                         tracing::error!("keeping the last good device list: {e}");
-                        continue;
+                        last_error = Some(e);
                     }
-                    Err(e) => {
-                        tracing::error!("host facts refresh failed: {e}");
-                        continue;
-                    }
+                    continue;
                 }
             }
-            changed = config.changed(), if config_open => if changed.is_err() {
-                // No more configuration updates: keep following the host facts.
-                config_open = false;
-                continue;
-            },
-            _ = tx.closed() => return,
         }
-        let inventory = build(&facts, config.borrow_and_update().clone());
+        let (inventory, notices) = build(&facts, config.borrow_and_update().clone());
+        log_new(notices, &mut logged);
         let changed = tx.send_if_modified(|current| {
             if **current == inventory {
                 false
@@ -110,5 +187,48 @@ pub async fn refresh(
                 "devices or configuration changed; re-advertising"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dxdp_core::facts::OsFacts;
+
+    #[test]
+    fn auto_assignment_falling_back_is_a_notice() {
+        let facts = HostFacts {
+            os: Some(OsFacts {
+                hcs_schema_versions: vec!["2.1".into()],
+                ..OsFacts::default()
+            }),
+            ..HostFacts::default()
+        };
+        let mut config = Config {
+            assignment: Assignment::Auto,
+            ..Config::default()
+        };
+        let (inv, notices) = build(&facts, Arc::new(config.clone()));
+        assert_eq!(inv.assignment, Assignment::ClassGuid);
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert!(notices[0].contains("class-guid"));
+        config.assignment = Assignment::LocationPath;
+        let (inv, notices) = build(&facts, Arc::new(config));
+        assert_eq!(inv.assignment, Assignment::LocationPath);
+        assert!(notices.is_empty());
+    }
+
+    #[test]
+    fn events_concern_the_file_or_a_configmap_swap_in_its_directory() {
+        let files = Files::new(&[PathBuf::from("/etc/dxdp/host.yaml")]);
+        let event = |dir: &str, name: &str| DirEvent {
+            dir: PathBuf::from(dir),
+            name: name.into(),
+            change: super::super::watch::Change::Created,
+        };
+        assert!(files.concerns(&event("/etc/dxdp", "host.yaml")));
+        assert!(files.concerns(&event("/etc/dxdp", "..data")));
+        assert!(!files.concerns(&event("/etc/dxdp", "other.yaml")));
+        assert!(!files.concerns(&event("/etc", "host.yaml")));
     }
 }

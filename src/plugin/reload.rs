@@ -1,40 +1,254 @@
-//! Configuration hot reload: re-reads the configuration when one of its files changes (including
-//! a ConfigMap update, which swaps a symlink) and publishes it to the running plugin. An invalid
-//! file keeps the previous configuration; every outcome is logged.
+//! Configuration hot reload: re-reads the configuration as soon as one of its files changes
+//! (including a ConfigMap update, which swaps a `..data` symlink, and a default file that
+//! appears after start), validates it, and publishes it to the running plugin. A file that does
+//! not parse, or a configuration that cannot be served, is rejected whole and the running
+//! configuration stays; only what is published is logged as applied.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::config::{self, Config, Inputs};
+use super::watch::{parent_dir, DirWatch};
+use crate::config::{Config, Inputs};
 
-/// Re-reads the configuration when one of its files changes; an invalid file keeps the old one.
-pub async fn watch(inputs: Inputs, tx: watch::Sender<Arc<Config>>, interval: Duration) {
+/// How long a burst of file events (an editor's save, a ConfigMap swap) may take before the
+/// file is read.
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// What one reload attempt did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Published to the plugin.
+    Applied,
+    /// Read and valid, but the same as the running configuration.
+    Unchanged,
+    /// Not published: the reason.
+    Rejected(String),
+}
+
+/// Re-reads the configuration; publishes it on `tx` only when it differs and can be served from
+/// `kubelet_dir`.
+pub fn reload_once(
+    inputs: &Inputs,
+    tx: &watch::Sender<Arc<Config>>,
+    kubelet_dir: &Path,
+) -> Outcome {
+    let new = match inputs.resolve() {
+        Ok(c) => c,
+        Err(e) => return Outcome::Rejected(e.to_string()),
+    };
+    if *tx.borrow().as_ref() == new {
+        return Outcome::Unchanged;
+    }
+    if let Err(e) = super::check_servable(&new, kubelet_dir) {
+        return Outcome::Rejected(e.to_string());
+    }
+    tx.send_replace(Arc::new(new));
+    Outcome::Applied
+}
+
+/// Reloads on file events and on every safety poll until `tx` has no receivers.
+pub async fn watch(
+    inputs: Inputs,
+    tx: watch::Sender<Arc<Config>>,
+    kubelet_dir: PathBuf,
+    safety_poll: Duration,
+) {
     let files = inputs.watched_files();
     if files.is_empty() {
         return;
     }
-    let watcher = config::Watcher::new(files.clone());
+    let mut dirs: Vec<PathBuf> = files.iter().map(|f| parent_dir(f)).collect();
+    dirs.sort();
+    dirs.dedup();
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let mut watch = DirWatch::new();
+    let mut safety =
+        tokio::time::interval_at(tokio::time::Instant::now() + safety_poll, safety_poll);
+    safety.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_rejection: Option<String> = None;
     loop {
-        tokio::time::sleep(interval).await;
-        if !watcher.changed() {
-            continue;
+        for d in &dirs {
+            watch.add(d);
         }
-        match inputs.resolve() {
-            Ok(new) if *tx.borrow().as_ref() == new => {
-                tracing::info!(files = ?names, "configuration reloaded: no effective change");
+        let from_event = tokio::select! {
+            event = watch.next() => {
+                let mut events = vec![event];
+                tokio::time::sleep(SETTLE).await;
+                events.extend(watch.drain());
+                let relevant = events.iter().any(|e| {
+                    dirs.contains(&e.dir)
+                        && (files.iter().any(|f| f.file_name() == Some(e.name.as_os_str()))
+                            || e.name.to_string_lossy().starts_with(".."))
+                });
+                if !relevant {
+                    continue;
+                }
+                true
             }
-            Ok(new) => {
+            _ = safety.tick() => false,
+            _ = tx.closed() => return,
+        };
+        match reload_once(&inputs, &tx, &kubelet_dir) {
+            Outcome::Applied => {
+                last_rejection = None;
                 tracing::info!(files = ?names, "configuration reloaded and applied");
-                if tx.send(Arc::new(new)).is_err() {
-                    return;
+            }
+            Outcome::Unchanged => {
+                if last_rejection.take().is_some() || from_event {
+                    tracing::info!(files = ?names, "configuration re-read: no effective change");
                 }
             }
-            Err(e) => tracing::error!(
-                "configuration reload failed; keeping the previous configuration: {e}"
-            ),
+            Outcome::Rejected(why) => {
+                if last_rejection.as_deref() != Some(why.as_str()) {
+                    tracing::error!(
+                        "configuration rejected; keeping the running configuration: {why}"
+                    );
+                    last_rejection = Some(why);
+                }
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(text: &str) -> (tempfile::TempDir, Inputs, watch::Sender<Arc<Config>>) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        std::fs::write(&file, text).unwrap();
+        let inputs = Inputs {
+            file: Some((file, true)),
+            ..Inputs::default()
+        };
+        let first = inputs.resolve().unwrap();
+        let (tx, _) = watch::channel(Arc::new(first));
+        (dir, inputs, tx)
+    }
+
+    #[test]
+    fn a_valid_change_is_applied_and_an_identical_one_is_not() {
+        let (dir, inputs, tx) = setup("resources: {display: {replicas: 2}}\n");
+        let _rx = tx.subscribe();
+        assert_eq!(reload_once(&inputs, &tx, dir.path()), Outcome::Unchanged);
+        std::fs::write(
+            dir.path().join("config.yaml"),
+            "resources: {display: {replicas: 3}}\n",
+        )
+        .unwrap();
+        assert_eq!(reload_once(&inputs, &tx, dir.path()), Outcome::Applied);
+        assert_eq!(
+            tx.borrow().replicas(dxdp_core::devices::Resource::Display),
+            3
+        );
+    }
+
+    #[test]
+    fn unservable_or_invalid_configurations_are_rejected_whole() {
+        let (dir, inputs, tx) = setup("resources: {display: {replicas: 2}}\n");
+        let before = tx.borrow().clone();
+        let long = format!("a{}.example/x", "b".repeat(90));
+        let cases = [
+            // An alias whose socket path would not fit in sun_path.
+            format!("resources: {{display: {{replicas: 5, aliases: [{long}]}}}}\n"),
+            // Nothing left to serve.
+            "resources: {display: {enabled: false}, compute: {enabled: false}}\n".to_string(),
+            // One name twice.
+            "resources: {compute: {name: directx.microsoft.com/display}}\n".to_string(),
+            // Not even valid YAML for dxdp.
+            "resources: {display: {replicas: zero}}\n".to_string(),
+        ];
+        for text in cases {
+            std::fs::write(dir.path().join("config.yaml"), &text).unwrap();
+            let outcome = reload_once(&inputs, &tx, dir.path());
+            assert!(
+                matches!(outcome, Outcome::Rejected(_)),
+                "{text}: {outcome:?}"
+            );
+            assert_eq!(
+                *tx.borrow(),
+                before,
+                "{text}: the running configuration stays"
+            );
+        }
+    }
+
+    async fn wait_for_replicas(rx: &mut watch::Receiver<Arc<Config>>, n: u32) {
+        let r = dxdp_core::devices::Resource::Display;
+        tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|c| c.replicas(r) == n))
+            .await
+            .unwrap_or_else(|_| panic!("no configuration with {n} replicas was published"))
+            .unwrap();
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_configmap_symlink_swap_is_applied_without_waiting_for_the_safety_poll() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = dir.path().join("..2026_11_22_v1");
+        let v2 = dir.path().join("..2026_11_22_v2");
+        std::fs::create_dir(&v1).unwrap();
+        std::fs::create_dir(&v2).unwrap();
+        std::fs::write(
+            v1.join("config.yaml"),
+            "resources: {display: {replicas: 2}}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            v2.join("config.yaml"),
+            "resources: {display: {replicas: 7}}\n",
+        )
+        .unwrap();
+        symlink(&v1, dir.path().join("..data")).unwrap();
+        symlink(
+            dir.path().join("..data/config.yaml"),
+            dir.path().join("config.yaml"),
+        )
+        .unwrap();
+        let inputs = Inputs {
+            file: Some((dir.path().join("config.yaml"), true)),
+            ..Inputs::default()
+        };
+        let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let task = tokio::spawn(watch(
+            inputs,
+            tx,
+            dir.path().to_path_buf(),
+            Duration::from_secs(3600),
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The kubelet's atomic update: a new ..data symlink renamed over the old one.
+        symlink(&v2, dir.path().join("..data_tmp")).unwrap();
+        std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+        wait_for_replicas(&mut rx, 7).await;
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_default_file_that_appears_after_start_is_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        let inputs = Inputs {
+            file: Some((file.clone(), false)),
+            ..Inputs::default()
+        };
+        let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let task = tokio::spawn(watch(
+            inputs,
+            tx,
+            dir.path().to_path_buf(),
+            Duration::from_secs(3600),
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let tmp = dir.path().join("config.yaml.tmp");
+        std::fs::write(&tmp, "resources: {display: {replicas: 4}}\n").unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+        wait_for_replicas(&mut rx, 4).await;
+        task.abort();
     }
 }

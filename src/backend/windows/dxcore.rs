@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use windows::core::{IUnknown, Interface, Ref, GUID, HRESULT};
 use windows::Win32::Foundation::LUID;
@@ -19,7 +20,7 @@ use windows::Win32::Graphics::DXCore::{
 
 use super::error::WinError;
 use super::library::Library;
-use crate::backend::winparse;
+use crate::backend::{winparse, Wake};
 use dxdp_core::facts::{AdapterFacts, Attribute, HardwareId};
 
 /// `DXCORE_ADAPTER_ATTRIBUTE_D3D12_GENERIC_ML` (newer SDKs only).
@@ -47,12 +48,25 @@ const ATTRIBUTES: [(GUID, Attribute); 5] = [
 /// Set by DXCore's notification callback; taken by [`take_changed`].
 static CHANGED: AtomicBool = AtomicBool::new(false);
 
+/// Called by DXCore's notification callback to wake the daemon's refresh at once.
+static WAKE: Mutex<Option<Wake>> = Mutex::new(None);
+
 unsafe extern "system" fn on_change(
     _kind: DXCoreNotificationType,
     _object: Ref<IUnknown>,
     _context: *const c_void,
 ) {
     CHANGED.store(true, Ordering::SeqCst);
+    // Clone out of the lock: the callback must not hold it while the daemon runs.
+    let wake = WAKE.lock().ok().and_then(|w| w.clone());
+    if let Some(wake) = wake {
+        wake();
+    }
+}
+
+/// Makes DXCore notifications call `wake`.
+pub fn set_wake(wake: Wake) {
+    *WAKE.lock().unwrap_or_else(|p| p.into_inner()) = Some(wake);
 }
 
 /// Whether DXCore reported a change since the last call.

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use windows::Win32::System::Registry::HKEY_LOCAL_MACHINE;
 
-use super::{HostFactsSource, SourceError};
+use super::{HostFactsSource, SourceError, Wake};
 use dxdp_core::facts::{HostFacts, RegistryKey};
 use dxdp_core::pipeline::runtime_files::{CLASS_ROOT, SUBKEYS};
 
@@ -35,7 +35,11 @@ const HEALTH_POLL: Duration = Duration::from_secs(10);
 #[derive(Default)]
 pub struct WindowsHost {
     session: Mutex<Option<dxcore::Session>>,
-    loaded_at: Mutex<Option<Instant>>,
+    /// When the last load was attempted, successful or not (so a failing host is retried at
+    /// the health-poll pace, not on every safety tick).
+    attempted_at: Mutex<Option<Instant>>,
+    /// The device-node enumeration errors last logged, so the same ones are not logged again.
+    node_errors: Mutex<Vec<String>>,
 }
 
 impl WindowsHost {
@@ -55,15 +59,26 @@ impl HostFactsSource for WindowsHost {
     }
 
     fn load(&self) -> Result<HostFacts, SourceError> {
-        let (facts, session) = collect().map_err(|e| {
+        *self.attempted_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let (facts, session, node_errors) = collect().map_err(|e| {
             SourceError::Unavailable(format!(
                 "cannot enumerate DirectX adapters ({e}); DXCore needs Windows 10 1903 / Windows Server 2022 or later"
             ))
         })?;
         // Replacing the session unregisters the old notifications before releasing its objects.
         *self.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(session);
-        *self.loaded_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let mut logged = self.node_errors.lock().unwrap_or_else(|p| p.into_inner());
+        if *logged != node_errors {
+            for e in &node_errors {
+                tracing::warn!("device node enumeration: {e}");
+            }
+            *logged = node_errors;
+        }
         Ok(facts)
+    }
+
+    fn on_change(&self, wake: Wake) {
+        dxcore::set_wake(wake);
     }
 
     fn changed(&self) -> bool {
@@ -77,7 +92,7 @@ impl HostFactsSource for WindowsHost {
             .as_ref()
             .is_some_and(dxcore::Session::any_stale);
         let due = self
-            .loaded_at
+            .attempted_at
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_none_or(|t| t.elapsed() >= HEALTH_POLL);
@@ -85,14 +100,11 @@ impl HostFactsSource for WindowsHost {
     }
 }
 
-/// Collects every fact the pipeline uses.
-fn collect() -> Result<(HostFacts, dxcore::Session), WinError> {
+/// Collects every fact the pipeline uses, with the device-node enumeration errors.
+fn collect() -> Result<(HostFacts, dxcore::Session, Vec<String>), WinError> {
     let os = os::read();
     let (mut adapters, session) = dxcore::enumerate()?;
     let (mut nodes, node_errors) = devnodes::enumerate();
-    for e in &node_errors {
-        tracing::warn!("device node enumeration: {e}");
-    }
     let mut registry = Vec::new();
     for adapter in &mut adapters {
         if !adapter.is_hardware {
@@ -134,7 +146,7 @@ fn collect() -> Result<(HostFacts, dxcore::Session), WinError> {
         .into_iter()
         .filter(|p| Path::new(p).is_file())
         .collect();
-    Ok((facts, session))
+    Ok((facts, session, node_errors))
 }
 
 #[cfg(test)]

@@ -1,0 +1,242 @@
+//! Registration with the kubelet: one `Register` call per served name, retried with capped
+//! exponential backoff and jitter until it succeeds, in its own task so that the supervisor keeps
+//! watching while a registration hangs or fails.
+
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::kubelet::v1beta1::registration_client::RegistrationClient;
+use crate::kubelet::v1beta1::RegisterRequest;
+use crate::kubelet::API_VERSION;
+use crate::transport;
+
+use super::service;
+
+/// How registration retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The first retry delay (before jitter).
+    pub initial: Duration,
+    /// The longest retry delay (before jitter).
+    pub max: Duration,
+    /// How long one `Register` call may take.
+    pub timeout: Duration,
+}
+
+impl Backoff {
+    /// The base delay before retry number `failures` (1 for the first retry): `initial`
+    /// doubled per earlier failure, at most `max`.
+    pub fn base(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(31);
+        self.initial.saturating_mul(1u32 << doublings).min(self.max)
+    }
+
+    /// The delay actually slept: uniformly between half the base delay and the base delay
+    /// ("equal jitter"), so that many nodes restarted together do not retry in lockstep.
+    /// `random` is any 64-bit value.
+    pub fn delay(&self, failures: u32, random: u64) -> Duration {
+        let base = self.base(failures);
+        let half = base / 2;
+        let span = (base - half).as_nanos() as u64;
+        let extra = if span == 0 { 0 } else { random % (span + 1) };
+        half + Duration::from_nanos(extra)
+    }
+}
+
+/// A random 64-bit value from the standard library's per-process random keys.
+pub fn random() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x5eed);
+    h.finish()
+}
+
+/// Why a registration failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    /// The kubelet's socket could not be reached.
+    #[error("cannot connect to the kubelet at {}: {}", path.display(), chain(source))]
+    Connect {
+        /// `kubelet.sock`.
+        path: std::path::PathBuf,
+        /// What went wrong (its causes are in the message, not repeated as a source).
+        source: tonic::transport::Error,
+    },
+    /// The kubelet answered with an error.
+    #[error("the kubelet refused: {}", .0.message())]
+    Refused(tonic::Status),
+    /// The kubelet did not answer in time.
+    #[error("the kubelet did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// An error and its causes on one line, each cause once (`a: b: c`).
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = vec![error.to_string()];
+    let mut next = error.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
+}
+
+/// Registers `resource_name` served at `endpoint` (a file name in the kubelet's directory).
+pub async fn register(
+    kubelet_sock: &Path,
+    endpoint: &str,
+    resource_name: &str,
+    timeout: Duration,
+) -> Result<(), RegisterError> {
+    let call = async {
+        let channel =
+            transport::channel(kubelet_sock)
+                .await
+                .map_err(|source| RegisterError::Connect {
+                    path: kubelet_sock.to_path_buf(),
+                    source,
+                })?;
+        let request = RegisterRequest {
+            version: API_VERSION.to_string(),
+            endpoint: endpoint.to_string(),
+            resource_name: resource_name.to_string(),
+            options: Some(service::options()),
+        };
+        RegistrationClient::new(channel)
+            .register(request)
+            .await
+            .map_err(RegisterError::Refused)?;
+        Ok(())
+    };
+    tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| RegisterError::Timeout(timeout))?
+}
+
+/// Calls `attempt` until it succeeds, sleeping [`Backoff::delay`] between failures, and
+/// reports every outcome to `report` (the attempt's number from 1, and its result).
+pub async fn until_registered<A, F>(
+    backoff: Backoff,
+    mut attempt: A,
+    mut report: impl FnMut(u32, &Result<(), RegisterError>, Option<Duration>),
+) where
+    A: FnMut() -> F,
+    F: Future<Output = Result<(), RegisterError>>,
+{
+    let mut failures = 0u32;
+    loop {
+        let result = attempt().await;
+        if result.is_ok() {
+            report(failures + 1, &result, None);
+            return;
+        }
+        failures = failures.saturating_add(1);
+        let delay = backoff.delay(failures, random());
+        report(failures, &result, Some(delay));
+        tokio::time::sleep(delay).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tokio::time::Instant;
+
+    const B: Backoff = Backoff {
+        initial: Duration::from_millis(500),
+        max: Duration::from_secs(30),
+        timeout: Duration::from_secs(30),
+    };
+
+    #[test]
+    fn base_delay_doubles_up_to_the_cap() {
+        let expected_ms = [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000];
+        for (i, ms) in expected_ms.iter().enumerate() {
+            assert_eq!(
+                B.base(i as u32 + 1),
+                Duration::from_millis(*ms),
+                "retry {}",
+                i + 1
+            );
+        }
+        assert_eq!(B.base(u32::MAX), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn jitter_stays_between_half_and_the_whole_base_delay() {
+        for failures in 1..10 {
+            let base = B.base(failures);
+            for random in [0, 1, u64::MAX, 0x1234_5678_9abc_def0, random()] {
+                let d = B.delay(failures, random);
+                assert!(d >= base / 2 && d <= base, "{failures} {random}: {d:?}");
+            }
+        }
+        assert_eq!(B.delay(1, 0), Duration::from_millis(250));
+        assert_eq!(
+            B.delay(1, 250_000_000),
+            Duration::from_millis(500),
+            "the top of the range is reachable"
+        );
+    }
+
+    #[test]
+    fn two_processes_do_not_retry_in_lockstep() {
+        // RandomState keys differ per instance, so draws differ (a collision of 64-bit values
+        // in eight draws would be astronomically unlikely).
+        let draws: std::collections::BTreeSet<u64> = (0..8).map(|_| random()).collect();
+        assert!(draws.len() > 1);
+    }
+
+    #[test]
+    fn errors_name_the_socket_and_print_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer: {0}")]
+        struct Outer(#[source] std::io::Error);
+        let e = Outer(std::io::Error::new(std::io::ErrorKind::NotFound, "gone"));
+        assert_eq!(chain(&e), "outer: gone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_with_backoff_until_the_kubelet_accepts() {
+        let start = Instant::now();
+        let attempts = Arc::new(Mutex::new(Vec::new()));
+        let seen = attempts.clone();
+        let mut reports = Vec::new();
+        until_registered(
+            B,
+            || {
+                let seen = seen.clone();
+                async move {
+                    let mut at = seen.lock().unwrap();
+                    at.push(Instant::now());
+                    if at.len() < 5 {
+                        Err(RegisterError::Timeout(Duration::ZERO))
+                    } else {
+                        Ok(())
+                    }
+                }
+            },
+            |n, r, delay| reports.push((n, r.is_ok(), delay)),
+        )
+        .await;
+        let at = attempts.lock().unwrap();
+        assert_eq!(at.len(), 5, "stops after the first success");
+        for i in 1..at.len() {
+            let gap = at[i] - at[i - 1];
+            let base = Duration::from_millis(500 * (1 << (i - 1)));
+            assert!(
+                gap >= base / 2 && gap <= base,
+                "gap {i}: {gap:?} vs base {base:?}"
+            );
+        }
+        assert!(at[4] - start <= Duration::from_millis(500 + 1000 + 2000 + 4000));
+        assert_eq!(reports.len(), 5);
+        assert_eq!(reports.last().map(|r| r.1), Some(true));
+        assert!(reports[..4].iter().all(|r| !r.1 && r.2.is_some()));
+    }
+}

@@ -1,0 +1,152 @@
+//! Supervisor tests: socket names, servability, claiming the directory, and healing a unit
+//! whose server died, against the kubelet stand-in over real sockets.
+
+use super::*;
+use crate::kubelet::standin::KubeletStandin;
+
+#[test]
+fn socket_names_round_trip_to_their_resource() {
+    let table = [
+        (
+            "dxdp-directx.microsoft.com-display-1763860000000000000.sock",
+            Some("directx.microsoft.com-display"),
+        ),
+        (
+            "dxdp-microsoft.com-directx-1.sock",
+            Some("microsoft.com-directx"),
+        ),
+        ("dxdp-directx.microsoft.com-display-.sock", None),
+        ("dxdp-directx.microsoft.com-display-12x.sock", None),
+        ("kubelet.sock", None),
+        ("dxdp-x-1.sock.tmp", None),
+        ("nvidia-gpu.sock", None),
+    ];
+    for (name, want) in table {
+        assert_eq!(socket_resource(name), want, "{name}");
+    }
+    let made = socket_name("directx.microsoft.com/compute");
+    assert_eq!(
+        socket_resource(&made),
+        Some("directx.microsoft.com-compute")
+    );
+}
+
+#[test]
+fn servable_configurations() {
+    let dir = Path::new("/var/lib/kubelet/device-plugins");
+    let ok = Config::default();
+    assert!(check_servable(&ok, dir).is_ok());
+    let mut none = Config::default();
+    for s in none.resources.values_mut() {
+        s.enabled = false;
+    }
+    assert!(matches!(
+        check_servable(&none, dir),
+        Err(Unservable::NoResources)
+    ));
+    let mut twice = Config::default();
+    twice.resources.get_mut(&Resource::Compute).unwrap().name =
+        "directx.microsoft.com/display".into();
+    assert!(
+        matches!(check_servable(&twice, dir), Err(Unservable::Duplicate(n)) if n == "directx.microsoft.com/display")
+    );
+    let mut alias = Config::default();
+    alias.resources.get_mut(&Resource::Display).unwrap().aliases =
+        vec!["microsoft.com/directx".into()];
+    assert!(check_servable(&alias, dir).is_ok());
+    // 107 bytes is the limit: "dxdp-" + name + "-" + 20 digits + ".sock" after the directory.
+    let room = 107 - dir.as_os_str().len() - 1 - "dxdp--.sock".len() - 20;
+    let fits = format!("a.io/{}", "x".repeat(room - 5));
+    let too_long = format!("a.io/{}", "x".repeat(room - 4));
+    alias.resources.get_mut(&Resource::Display).unwrap().aliases = vec![fits];
+    assert!(check_servable(&alias, dir).is_ok());
+    alias.resources.get_mut(&Resource::Display).unwrap().aliases = vec![too_long];
+    assert!(matches!(
+        check_servable(&alias, dir),
+        Err(Unservable::SocketPath(_))
+    ));
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn claiming_removes_stale_sockets_and_refuses_a_live_dxdp_for_the_same_resource() {
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let display = [(
+        Resource::Display,
+        "directx.microsoft.com/display".to_string(),
+    )];
+    // A stale socket (bound, then its listener dropped) and an unrelated file.
+    let stale = dir.path().join("dxdp-directx.microsoft.com-display-1.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    std::fs::write(dir.path().join("kubelet_internal_checkpoint"), b"{}").unwrap();
+    claim_directory(dir.path(), &display).await.unwrap();
+    assert!(!stale.exists(), "stale socket removed");
+    assert!(dir.path().join("kubelet_internal_checkpoint").exists());
+    // A live one for another resource is left alone; one for ours refuses the start.
+    let other = dir.path().join("dxdp-directx.microsoft.com-compute-2.sock");
+    let _other_listener = std::os::unix::net::UnixListener::bind(&other).unwrap();
+    claim_directory(dir.path(), &display).await.unwrap();
+    assert!(other.exists());
+    let live = dir.path().join("dxdp-directx.microsoft.com-display-3.sock");
+    let _live_listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+    match claim_directory(dir.path(), &display).await {
+        Err(PluginError::AlreadyServed { resource, socket }) => {
+            assert_eq!(resource, "directx.microsoft.com/display");
+            assert_eq!(socket, live);
+        }
+        other => panic!("expected AlreadyServed, got {other:?}"),
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_again() {
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let facts = dxdp_core::sample::sample_host().unwrap();
+    let config = PluginConfig::new(dir.path().to_path_buf());
+    let (inventory, _) = inventory::build(&facts, Arc::new(config.config.clone()));
+    let (_tx, rx) = channel::channel(Arc::new(inventory));
+    let display = "directx.microsoft.com/display".to_string();
+    let mut sup = Supervisor::new(&config, rx, vec![(Resource::Display, display.clone())]);
+    sup.check();
+    let wait = Duration::from_secs(10);
+    assert!(kubelet.wait_for(wait, |v| v.registrations.len() == 1).await);
+    let first = sup.units[&display].path.clone();
+    // Kill the server as a crash would.
+    sup.units[&display].server.abort();
+    let ended = tokio::time::timeout(wait, sup.ended_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended.name, display);
+    assert_eq!(ended.reason, "aborted");
+    sup.on_ended(ended);
+    let second = sup.units[&display].path.clone();
+    assert_ne!(first, second, "a fresh socket");
+    assert!(kubelet.wait_for(wait, |v| v.registrations.len() == 2).await);
+    let view = kubelet.view();
+    assert_eq!(
+        view.registrations[1].endpoint,
+        second.file_name().unwrap().to_string_lossy()
+    );
+    assert!(
+        kubelet
+            .wait_for(wait, |v| v.devices(&display).is_some_and(|d| d.len() == 2))
+            .await
+    );
+    // The end of a unit that was replaced on purpose is not a crash.
+    sup.stop_all().await;
+    assert!(!second.exists() && !first.exists());
+    while let Ok(ended) = sup.ended_rx.try_recv() {
+        sup.on_ended(ended);
+        assert!(sup.units.is_empty());
+    }
+    kubelet.stop().await;
+}
