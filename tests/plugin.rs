@@ -683,3 +683,162 @@ async fn aliases_advertise_the_same_devices_and_class_guid_allocates_the_class()
     }
     h.shutdown().await;
 }
+
+/// Starts the plugin following `updates` that the test sends itself.
+fn start_with_updates(
+    h: &mut Harness,
+    first: dxdp::config::Config,
+) -> tokio::sync::watch::Sender<Arc<dxdp::config::Config>> {
+    let (tx, updates) = tokio::sync::watch::channel(Arc::new(first));
+    h.spawn_plugin(updates);
+    tx
+}
+
+fn renamed_display(name: &str) -> dxdp::config::Config {
+    let mut c = dxdp::config::Config::default();
+    c.resources.get_mut(&Resource::Display).unwrap().name = name.to_string();
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_that_cannot_be_served_is_rejected_and_the_daemon_keeps_serving() {
+    let mut h = Harness::new(&load_facts("sample"));
+    h.start_kubelet().await;
+    let tx = start_with_updates(&mut h, dxdp::config::Config::default());
+    h.registered().await;
+    let registrations = h.kubelet().view().registrations.len();
+    // An alias whose socket path cannot fit in sun_path, then a name used twice.
+    let mut too_long = dxdp::config::Config::default();
+    too_long
+        .resources
+        .get_mut(&Resource::Display)
+        .unwrap()
+        .aliases = vec![format!("example.com/{}", "x".repeat(100))];
+    tx.send(Arc::new(too_long)).unwrap();
+    tx.send(Arc::new(renamed_display(COMPUTE))).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !h.daemon.as_ref().unwrap().is_finished(),
+        "the daemon is still running"
+    );
+    assert_eq!(h.kubelet().view().registrations.len(), registrations);
+    assert_eq!(h.plugin_sockets().len(), 2);
+    // A servable one afterwards still applies.
+    tx.send(Arc::new(renamed_display("example.com/gpu")))
+        .unwrap();
+    h.wait("the renamed resource", |v| {
+        v.devices("example.com/gpu").is_some()
+    })
+    .await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_right_after_start_is_not_lost() {
+    let mut h = Harness::new(&load_facts("sample"));
+    h.start_kubelet().await;
+    let tx = start_with_updates(&mut h, dxdp::config::Config::default());
+    // Before the first registration has happened.
+    tx.send(Arc::new(renamed_display("example.com/gpu")))
+        .unwrap();
+    h.wait("the renamed resource registered", |v| {
+        v.devices("example.com/gpu").is_some() && v.devices(COMPUTE).is_some()
+    })
+    .await;
+    // The old name is no longer served: only two sockets, none of them for display.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sockets = h.plugin_sockets();
+    assert_eq!(sockets.len(), 2, "{sockets:?}");
+    assert!(
+        sockets.iter().all(|s| !s.contains("display")),
+        "{sockets:?}"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_registration_does_not_stop_the_daemon_from_noticing_a_removed_socket() {
+    let mut h = Harness::new(&load_facts("sample"));
+    // A "kubelet" that accepts connections and never answers.
+    let kubelet_sock = h.dir.path().join("kubelet.sock");
+    let listener = tokio::net::UnixListener::bind(&kubelet_sock).unwrap();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    let (tx, updates) = tokio::sync::watch::channel(Arc::new(dxdp::config::Config::default()));
+    h.spawn_plugin(updates);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while h.plugin_sockets().len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sockets never appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first = h.plugin_sockets();
+    // Registration is now hanging (timeout 5 s). Remove one socket: it must come back at once.
+    std::fs::remove_file(h.dir.path().join(&first[0])).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let now = h.plugin_sockets();
+        if now.len() == 2 && !now.contains(&first[0]) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the removed socket was not replaced while registration hung: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    silent.abort();
+    drop(tx);
+    if let Some(stop) = h.stop.take() {
+        let _ = stop.send(());
+    }
+    let daemon = h.daemon.take().unwrap();
+    tokio::time::timeout(WAIT, daemon)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(h.plugin_sockets().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_dxdp_for_the_same_resource_refuses_to_start_and_stale_sockets_are_cleaned() {
+    let mut h = Harness::new(&load_facts("sample"));
+    h.start_kubelet().await;
+    // A stale socket from a crashed run.
+    let stale = h
+        .dir
+        .path()
+        .join("dxdp-directx.microsoft.com-display-42.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let _tx = start_with_updates(&mut h, dxdp::config::Config::default());
+    h.registered().await;
+    assert!(!stale.exists(), "the stale socket was removed at start");
+    let mut second = PluginConfig::new(h.dir.path().to_path_buf());
+    second.safety_poll = NO_SAFETY_POLL;
+    let source = Arc::new(SnapshotFile::new(h.snapshot.clone()));
+    let result = tokio::time::timeout(
+        WAIT,
+        plugin::run(second, source, std::future::pending::<()>()),
+    )
+    .await
+    .expect("refuses at once");
+    match result {
+        Err(PluginError::AlreadyServed { resource, .. }) => {
+            assert!(resource == DISPLAY || resource == COMPUTE, "{resource}")
+        }
+        other => panic!("expected AlreadyServed, got {other:?}"),
+    }
+    assert_eq!(
+        h.plugin_sockets().len(),
+        2,
+        "the first one's sockets are intact"
+    );
+    h.shutdown().await;
+}

@@ -5,6 +5,7 @@ use dxdp::tools::doctor::{self, DirState, Probes};
 use dxdp::tools::mounts::{self, Format};
 use dxdp::tools::quote::Shell;
 use dxdp::tools::{hcs, select};
+use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::{Device, Discovery, Resource};
 use dxdp_core::facts::HostFacts;
 use dxdp_core::pipeline::{discover, PipelineConfig};
@@ -147,6 +148,7 @@ fn probes(state: DirState, socket: bool, containerd: Option<&str>) -> Probes {
         kubelet_socket: socket,
         containerd: containerd.map(|v| (v.to_string(), "from the host snapshot".to_string())),
         resources: Resource::ALL.to_vec(),
+        assignment: Assignment::LocationPath,
     }
 }
 
@@ -214,9 +216,33 @@ fn doctor_fails_on_what_breaks_a_node() {
     assert!(checks
         .iter()
         .any(|c| c.name == "Windows build" && c.status.as_str() == "FAIL"));
-    assert!(checks
-        .iter()
-        .any(|c| c.name == "HCS schema 2.2+" && c.status.as_str() == "FAIL"));
+    // The HCS verdict follows the configured assignment mode.
+    let hcs_status = |assignment: Assignment| {
+        let p = Probes {
+            assignment,
+            ..good.clone()
+        };
+        doctor::checks(&old, &run(&old), &p)
+            .into_iter()
+            .find(|c| c.name == "HCS device assignment")
+            .map(|c| c.status.as_str())
+    };
+    assert_eq!(hcs_status(Assignment::LocationPath), Some("FAIL"));
+    assert_eq!(hcs_status(Assignment::Auto), Some("WARN"));
+    assert_eq!(hcs_status(Assignment::ClassGuid), Some("PASS"));
+    let new = |assignment: Assignment| {
+        let p = Probes {
+            assignment,
+            ..good.clone()
+        };
+        doctor::checks(&f, &d, &p)
+            .into_iter()
+            .find(|c| c.name == "HCS device assignment")
+            .map(|c| c.status.as_str())
+    };
+    for a in Assignment::ALL {
+        assert_eq!(new(a), Some("PASS"), "{a:?} on a 2.2+ host");
+    }
     let empty = HostFacts::default();
     let checks = doctor::checks(&empty, &run(&empty), &good);
     assert!(checks

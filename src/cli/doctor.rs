@@ -96,6 +96,7 @@ pub fn run(
             facts.os.as_ref().and_then(|o| o.containerd_version.clone()),
         ),
         resources,
+        assignment: config.assignment,
     };
     let checks = doctor::checks(&facts, &discovery, &probes);
     let text = if args.json {

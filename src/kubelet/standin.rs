@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -57,11 +57,18 @@ impl StandinView {
     }
 }
 
-#[derive(Default)]
 struct Shared {
     view: StandinView,
     clients: BTreeMap<String, DevicePluginClient<Channel>>,
     refuse: Option<String>,
+    /// Bumped on every change of the view, so that waiting needs no polling.
+    changed: watch::Sender<()>,
+}
+
+impl Shared {
+    fn touch(&self) {
+        self.changed.send_replace(());
+    }
 }
 
 fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -89,7 +96,9 @@ impl Registration for RegistrationService {
         let req = request.into_inner();
         let refusal = lock(&self.shared).refuse.clone();
         if let Some(reason) = refusal {
-            lock(&self.shared).view.refused.push(req);
+            let mut shared = lock(&self.shared);
+            shared.view.refused.push(req);
+            shared.touch();
             return Err(Status::unavailable(reason));
         }
         if req.version != API_VERSION {
@@ -130,6 +139,7 @@ impl Registration for RegistrationService {
                 },
             );
             shared.view.registrations.push(req);
+            shared.touch();
         }
         let shared = self.shared.clone();
         tokio::spawn(async move {
@@ -144,15 +154,20 @@ impl Registration for RegistrationService {
                 else {
                     return; // replaced by a newer registration
                 };
-                match message {
+                let more = match message {
                     Ok(Some(list)) => {
                         plugin.devices = Some(list.devices);
                         plugin.updates += 1;
+                        true
                     }
                     _ => {
                         plugin.connected = false;
-                        return;
+                        false
                     }
+                };
+                guard.touch();
+                if !more {
+                    return;
                 }
             }
         });
@@ -167,7 +182,12 @@ impl KubeletStandin {
         transport::check_socket_path(&socket).map_err(io::Error::other)?;
         let _ = std::fs::remove_file(&socket);
         let listener = transport::bind(&socket)?;
-        let shared = Arc::new(Mutex::new(Shared::default()));
+        let shared = Arc::new(Mutex::new(Shared {
+            view: StandinView::default(),
+            clients: BTreeMap::new(),
+            refuse: None,
+            changed: watch::Sender::new(()),
+        }));
         let service = RegistrationService {
             dir: dir.to_path_buf(),
             shared: shared.clone(),
@@ -204,17 +224,20 @@ impl KubeletStandin {
         lock(&self.shared).view.clone()
     }
 
-    /// Polls until `done` holds for the view, or `timeout` passes; returns whether it held.
+    /// Waits until `done` holds for the view, or `timeout` passes; returns whether it held.
+    /// Wakes on every change of the view (no polling).
     pub async fn wait_for(&self, timeout: Duration, done: impl Fn(&StandinView) -> bool) -> bool {
+        let mut changes = lock(&self.shared).changed.subscribe();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
+            changes.borrow_and_update();
             if done(&self.view()) {
                 return true;
             }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { return done(&self.view()) },
+                _ = tokio::time::sleep_until(deadline) => return done(&self.view()),
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

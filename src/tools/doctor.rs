@@ -6,8 +6,9 @@
 use serde::Serialize;
 
 use super::hcs;
+use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::{Discovery, ExclusionCode, Resource};
-use dxdp_core::facts::HostFacts;
+use dxdp_core::facts::{HostFacts, OsFacts};
 
 /// A check's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -69,6 +70,8 @@ pub struct Probes {
     pub containerd: Option<(String, String)>,
     /// The resources the plugin would serve.
     pub resources: Vec<Resource>,
+    /// The configured assignment mode.
+    pub assignment: Assignment,
 }
 
 fn check(name: &str, status: Status, detail: impl Into<String>, remedy: Option<&str>) -> Check {
@@ -105,6 +108,53 @@ pub fn containerd_release(text: &str) -> Option<(u64, u64)> {
     })
 }
 
+/// Whether the host's HCS can do the configured assignment mode.
+fn assignment_check(os: &OsFacts, configured: Assignment) -> Check {
+    const NAME: &str = "HCS device assignment";
+    let hcs = hcs::report(os);
+    let schema = hcs.highest_schema.clone().unwrap_or_default();
+    if hcs.hcs_schema_versions.is_empty() || hcs.highest_schema.is_none() {
+        return check(
+            NAME,
+            Status::Fail,
+            hcs.verdict,
+            Some("install the Containers feature (Install-WindowsFeature Containers) and restart"),
+        );
+    }
+    match (
+        configured,
+        dxdp_core::assignment::supports_location_path(os),
+    ) {
+        (_, true) => check(
+            NAME,
+            Status::Pass,
+            format!(
+                "assignment {}: HCS schema {schema} assigns each device by location path",
+                configured.as_str()
+            ),
+            None,
+        ),
+        (Assignment::LocationPath, false) => check(
+            NAME,
+            Status::Fail,
+            format!("assignment location-path needs HCS schema 2.2+, this host has {schema}: every container start would fail"),
+            Some("use assignment auto or class-guid on this host (every GPU of the node then goes to each container), or upgrade to Windows Server 2022 or later"),
+        ),
+        (Assignment::Auto, false) => check(
+            NAME,
+            Status::Warn,
+            format!("assignment auto falls back to class-guid on HCS schema {schema}: every container gets every GPU of the node"),
+            Some("upgrade to Windows Server 2022 or later for one device per container"),
+        ),
+        (Assignment::ClassGuid, false) => check(
+            NAME,
+            Status::Pass,
+            format!("assignment class-guid works on HCS schema {schema}; every container gets every GPU of the node"),
+            None,
+        ),
+    }
+}
+
 /// Runs every check.
 pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<Check> {
     let os = facts.os.clone().unwrap_or_default();
@@ -138,21 +188,7 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
         ),
     });
 
-    let hcs = hcs::report(&os);
-    out.push(check(
-        "HCS schema 2.2+",
-        if hcs.location_path_assignment {
-            Status::Pass
-        } else {
-            Status::Fail
-        },
-        hcs.verdict.clone(),
-        Some(if hcs.hcs_schema_versions.is_empty() {
-            "install the Containers feature (Install-WindowsFeature Containers) and restart"
-        } else {
-            "upgrade to Windows Server 2022 or later, or use the class-guid assignment mode"
-        }),
-    ));
+    out.push(assignment_check(&os, probes.assignment));
 
     out.push(match &probes.containerd {
         None => check(

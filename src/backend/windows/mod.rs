@@ -163,6 +163,18 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_load_is_retried_at_the_health_poll_pace_not_on_every_tick() {
+        // Under Wine DXCore is missing, so the load fails; asking right after must not say
+        // "changed" (which made the daemon reload and log an error on every tick).
+        let host = WindowsHost::new();
+        assert!(host.changed(), "never loaded: due");
+        if host.load().is_err() {
+            assert!(!host.changed());
+            assert!(!host.changed());
+        }
+    }
+
+    #[test]
     fn loading_never_panics_where_dxcore_is_missing_or_incomplete() {
         // Under Wine DXCore is absent or a stub: the error must name what is missing.
         let host = WindowsHost::new();

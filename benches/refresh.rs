@@ -1,0 +1,198 @@
+//! How fast a host change reaches the kubelet, and what the idle daemon costs.
+//!
+//! 1. Edit latency: the host snapshot is replaced atomically (write, then rename) at random
+//!    intervals, alternating between two hosts; each time, the time from the rename to the kubelet
+//!    stand-in receiving the new device list. Reports p50/p99 (target: p99 under 20 ms).
+//! 2. Idle cost: `dxdp plugin` as its own process, registered with the stand-in and left alone;
+//!    the CPU time and the number of times its threads ran, from `/proc/<pid>/task/*/schedstat`
+//!    (target: under 0.05% of a core, about one wake-up per second or fewer).
+//!
+//! Run with `cargo bench --bench refresh`. `DXDP_BENCH_EDITS` (default 200) and
+//! `DXDP_BENCH_IDLE_SECS` (default 60) change the sizes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dxdp::backend::SnapshotFile;
+use dxdp::kubelet::standin::KubeletStandin;
+use dxdp::plugin::{self, PluginConfig};
+use dxdp_core::facts::HostFacts;
+use dxdp_core::snapshot;
+
+const DISPLAY: &str = "directx.microsoft.com/display";
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write snapshot");
+    std::fs::rename(&tmp, path).expect("rename snapshot");
+}
+
+/// A small deterministic generator for the random intervals (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+async fn edit_latency(edits: usize) {
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp-bench")
+        .tempdir_in(std::env::temp_dir())
+        .expect("temp dir");
+    let full = dxdp_core::sample::sample_host().expect("sample host");
+    let mut less: HostFacts = full.clone();
+    less.adapters.remove(0);
+    let texts = [
+        snapshot::write(&full, snapshot::Format::Yaml).expect("yaml"),
+        snapshot::write(&less, snapshot::Format::Yaml).expect("yaml"),
+    ];
+    let counts = [2, 1];
+    let path = dir.path().join("host.yaml");
+    replace(&path, &texts[0]);
+    let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(plugin::run(
+        PluginConfig::new(dir.path().to_path_buf()),
+        Arc::new(SnapshotFile::new(path.clone())),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let registered = kubelet
+        .wait_for(Duration::from_secs(10), |v| {
+            v.devices(DISPLAY).is_some_and(|d| d.len() == 2)
+        })
+        .await;
+    assert!(registered, "plugin registered");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut latencies = Vec::with_capacity(edits);
+    for i in 1..=edits {
+        tokio::time::sleep(Duration::from_millis(5 + rng.next() % 46)).await;
+        let want = counts[i % 2];
+        let start = Instant::now();
+        replace(&path, &texts[i % 2]);
+        let seen = kubelet
+            .wait_for(Duration::from_secs(5), |v| {
+                v.devices(DISPLAY).is_some_and(|d| d.len() == want)
+            })
+            .await;
+        assert!(seen, "edit {i} reached the kubelet");
+        latencies.push(start.elapsed());
+    }
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "host snapshot edit -> kubelet list ({} edits, 5-50 ms apart): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (target p99 < 20 ms)",
+        latencies.len(),
+        ms(percentile(&latencies, 0.50)),
+        ms(percentile(&latencies, 0.99)),
+        ms(latencies[latencies.len() - 1]),
+    );
+    let _ = stop.send(());
+    let _ = daemon.await;
+    kubelet.stop().await;
+}
+
+/// CPU nanoseconds and times scheduled, summed over the threads of `pid`.
+fn schedstat(pid: u32) -> Option<(u64, u64)> {
+    let mut cpu = 0;
+    let mut runs = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let text = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        let fields: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        cpu += fields.first()?;
+        runs += fields.get(2)?;
+    }
+    Some((cpu, runs))
+}
+
+async fn idle_cost(seconds: u64) {
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp-bench")
+        .tempdir_in(std::env::temp_dir())
+        .expect("temp dir");
+    let path = dir.path().join("host.yaml");
+    let facts = dxdp_core::sample::sample_host().expect("sample host");
+    replace(
+        &path,
+        &snapshot::write(&facts, snapshot::Format::Yaml).expect("yaml"),
+    );
+    let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
+        .args(["plugin", "--log-level", "warn", "--kubelet-dir"])
+        .arg(dir.path())
+        .arg("--host-snapshot")
+        .arg(&path)
+        .env_clear()
+        .kill_on_drop(true)
+        .spawn()
+        .expect("dxdp plugin");
+    let pid = child.id().expect("pid");
+    let registered = kubelet
+        .wait_for(Duration::from_secs(10), |v| {
+            v.devices(DISPLAY).is_some() && v.registrations.len() == 2
+        })
+        .await;
+    assert!(registered, "plugin registered");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (Some(before), start) = (schedstat(pid), Instant::now()) else {
+        println!("idle cost: /proc/<pid>/task/*/schedstat is not available here");
+        return;
+    };
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let elapsed = start.elapsed();
+    let Some(after) = schedstat(pid) else {
+        println!("idle cost: the plugin exited during the measurement");
+        return;
+    };
+    let cpu = Duration::from_nanos(after.0 - before.0);
+    let runs = after.1 - before.1;
+    println!(
+        "idle dxdp plugin over {:.0} s: CPU {:.3} ms = {:.4}% of a core (target < 0.05%), {} thread wake-ups = {:.2}/s",
+        elapsed.as_secs_f64(),
+        cpu.as_secs_f64() * 1000.0,
+        cpu.as_secs_f64() / elapsed.as_secs_f64() * 100.0,
+        runs,
+        runs as f64 / elapsed.as_secs_f64(),
+    );
+    let _ = child.kill().await;
+    kubelet.stop().await;
+}
+
+fn main() {
+    let edits = env_number("DXDP_BENCH_EDITS", 200) as usize;
+    let idle = env_number("DXDP_BENCH_IDLE_SECS", 60);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async move {
+        edit_latency(edits).await;
+        idle_cost(idle).await;
+    });
+}
