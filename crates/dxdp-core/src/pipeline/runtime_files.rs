@@ -257,19 +257,37 @@ pub fn resolve(
 /// what a backend must check for existence to fill `files`. Includes integrated and detachable
 /// adapters so that a later configuration change needs no new facts.
 pub fn candidate_host_paths(facts: &crate::facts::HostFacts) -> Vec<String> {
-    let mut without_files = facts.clone();
-    without_files.files.clear();
-    let config = crate::pipeline::PipelineConfig {
-        include_integrated: crate::devices::PerResource::both(true),
-        include_detachable: crate::devices::PerResource::both(true),
-        ..crate::pipeline::PipelineConfig::default()
-    };
-    let discovery = crate::pipeline::discover(&without_files, &config);
-    let mut paths: Vec<String> = discovery
-        .devices
-        .iter()
-        .flat_map(|d| d.runtime_files.iter().map(|(_, f)| f.host_path.clone()))
-        .collect();
+    let system_root = facts
+        .os
+        .as_ref()
+        .map(|os| os.system_root())
+        .unwrap_or(crate::facts::DEFAULT_SYSTEM_ROOT);
+    let registry = RegistryIndex::new(&facts.registry);
+    let nothing_exists = FileIndex::new(&[]);
+    let mut paths = Vec::new();
+    for adapter in &facts.adapters {
+        let (Some(store), Some(driver_key)) = (
+            adapter.driver_store_path.as_deref().filter(|p| !p.is_empty()),
+            adapter
+                .pnp
+                .as_ref()
+                .and_then(|p| p.driver_key.as_deref())
+                .filter(|k| !k.is_empty()),
+        ) else {
+            continue;
+        };
+        let store = winpath::expand_system_root(store, system_root);
+        let device = DeviceContext {
+            label: "",
+            driver_key,
+            driver_store: &store,
+            vendor_id: adapter.hardware_id.vendor_id,
+            additional: &[],
+            exclude: &[],
+        };
+        let files = resolve(&device, &registry, &nothing_exists, &mut Vec::new());
+        paths.extend(files.iter().map(|(_, f)| f.host_path.clone()));
+    }
     paths.sort();
     paths.dedup();
     paths
@@ -652,6 +670,14 @@ mod tests {
             assert!(candidates.contains(f), "{f}");
         }
         assert!(candidates.iter().any(|c| c.ends_with("vulkaninfo-x86.exe")));
+        // Adapters the default configuration does not advertise are covered too, so that a
+        // configuration change needs no new facts.
+        let mut hidden = facts.clone();
+        for a in &mut hidden.adapters {
+            a.is_integrated = true;
+            a.is_detachable = true;
+        }
+        assert_eq!(candidate_host_paths(&hidden), candidates);
     }
 
     #[test]
