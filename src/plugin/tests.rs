@@ -2,7 +2,6 @@
 //! whose server died, against the kubelet stand-in over real sockets.
 
 use super::*;
-use crate::kubelet::standin::KubeletStandin;
 
 #[test]
 fn socket_names_round_trip_to_their_resource() {
@@ -104,6 +103,7 @@ async fn claiming_removes_stale_sockets_and_refuses_a_live_dxdp_for_the_same_res
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_again() {
+    use crate::kubelet::standin::KubeletStandin;
     let dir = tempfile::Builder::new()
         .prefix("dxdp")
         .tempdir_in("/tmp")

@@ -27,12 +27,23 @@ pub struct DirEvent {
 /// The kind of change, as far as the daemon cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
-    /// Created (or renamed into place).
+    /// Created empty (a writer may still be filling it).
     Created,
+    /// Renamed into place: complete by construction (an atomic replace).
+    Replaced,
+    /// Closed after writing (Linux): whoever wrote it is done.
+    Closed,
     /// Removed (or renamed away).
     Removed,
-    /// Written, or anything else.
+    /// Written, or anything else (a writer may still be at work).
     Other,
+}
+
+impl Change {
+    /// Whether the entry is known to be complete after this change.
+    pub fn completes(self) -> bool {
+        matches!(self, Change::Replaced | Change::Closed)
+    }
 }
 
 /// Watches directories (not recursively) until dropped.
@@ -54,18 +65,26 @@ impl DirWatch {
                     return;
                 }
             };
-            let change = match event.kind {
-                EventKind::Create(_) => Change::Created,
-                EventKind::Remove(_) => Change::Removed,
-                EventKind::Modify(notify::event::ModifyKind::Name(mode)) => match mode {
-                    notify::event::RenameMode::From => Change::Removed,
-                    notify::event::RenameMode::To => Change::Created,
-                    _ => Change::Other,
-                },
+            use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+            let changes: &[Change] = match event.kind {
+                EventKind::Create(_) => &[Change::Created],
+                EventKind::Remove(_) => &[Change::Removed],
+                EventKind::Modify(ModifyKind::Name(RenameMode::From)) => &[Change::Removed],
+                EventKind::Modify(ModifyKind::Name(RenameMode::To)) => &[Change::Replaced],
+                // Both names of one rename: the old one goes, the new one is complete.
+                EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
+                    &[Change::Removed, Change::Replaced]
+                }
+                EventKind::Access(AccessKind::Close(AccessMode::Write)) => &[Change::Closed],
                 EventKind::Access(_) => return,
-                _ => Change::Other,
+                _ => &[Change::Other],
             };
-            for path in event.paths {
+            for (i, path) in event.paths.into_iter().enumerate() {
+                let change = changes
+                    .get(i)
+                    .or(changes.last())
+                    .copied()
+                    .unwrap_or(Change::Other);
                 let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
                     continue;
                 };
@@ -194,7 +213,10 @@ mod tests {
             dir.path().join("host.yaml"),
         )
         .unwrap();
-        next_matching(&mut w, "host.yaml", Change::Created).await;
+        next_matching(&mut w, "host.yaml", Change::Replaced).await;
+        // Written in place: modified, then closed.
+        std::fs::write(dir.path().join("host.yaml"), b"y").unwrap();
+        next_matching(&mut w, "host.yaml", Change::Closed).await;
     }
 
     #[tokio::test]

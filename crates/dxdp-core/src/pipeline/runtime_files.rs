@@ -267,7 +267,10 @@ pub fn candidate_host_paths(facts: &crate::facts::HostFacts) -> Vec<String> {
     let mut paths = Vec::new();
     for adapter in &facts.adapters {
         let (Some(store), Some(driver_key)) = (
-            adapter.driver_store_path.as_deref().filter(|p| !p.is_empty()),
+            adapter
+                .driver_store_path
+                .as_deref()
+                .filter(|p| !p.is_empty()),
             adapter
                 .pnp
                 .as_ref()
