@@ -307,7 +307,7 @@ pub enum ConfigError {
         reason: String,
     },
     /// An environment variable is invalid.
-    #[error("environment variable {name}={value:?}: {reason}")]
+    #[error("environment variable {name}={}: {reason}", dxdp_core::quote::quote(.value))]
     Env {
         /// The variable.
         name: String,
