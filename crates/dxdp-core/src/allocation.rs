@@ -337,7 +337,7 @@ mod tests {
     #[test]
     fn errors_quote_a_bounded_prefix_of_the_id() {
         let d = sample();
-        for len in [64, 100_000, 3 << 20] {
+        for len in [crate::quote::MAX_QUOTED + 1, 100_000, 3 << 20] {
             let id = "a".repeat(len);
             let err =
                 allocate(&d, Resource::Display, 1, Assignment::LocationPath, &[id]).unwrap_err();
@@ -346,7 +346,17 @@ mod tests {
             assert!(message.len() < 300, "{len}: {} bytes", message.len());
             assert!(message.contains(&format!("({len} bytes)")), "{message}");
         }
-        // A well-formed but unknown ID is quoted whole.
+        // A short malformed ID and a well-formed but unknown ID are quoted whole.
+        let short = "a".repeat(64);
+        let err = allocate(
+            &d,
+            Resource::Display,
+            1,
+            Assignment::LocationPath,
+            &[short.clone()],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains(&format!("{short:?}")), "{err}");
         let err = allocate(
             &d,
             Resource::Display,
