@@ -355,9 +355,11 @@ pub fn choose_path(flag: Option<&Path>, env: &Env) -> Option<(PathBuf, bool)> {
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-        path: path.display().to_string(),
-        reason: e.to_string(),
+    crate::backend::stable_read::read_settled(path, Default::default()).map_err(|e| {
+        ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        }
     })
 }
 

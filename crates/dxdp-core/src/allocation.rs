@@ -353,7 +353,7 @@ mod tests {
             Resource::Display,
             1,
             Assignment::LocationPath,
-            &[short.clone()],
+            std::slice::from_ref(&short),
         )
         .unwrap_err();
         assert!(err.to_string().contains(&format!("{short:?}")), "{err}");

@@ -655,7 +655,7 @@ mod tests {
                     d.warnings
                 ),
             }
-            if !mounted && !warning.is_some_and(|w| w == "os.systemRoot") {
+            if !mounted && warning.is_none_or(|w| w != "os.systemRoot") {
                 assert!(
                     d.warnings
                         .iter()
