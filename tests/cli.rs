@@ -532,9 +532,13 @@ fn config_check_reports_file_line_column_and_what_is_allowed() {
         ("bad-assignment", "assignment: gpu-p\n"),
         ("escaping-file", "runtimeFiles:\n  additional:\n    nvidia:\n      system32:\n        - source: '..\\..\\evil.dll'\n"),
         ("bad-name", "resources:\n  display:\n    name: gpu\n"),
+        ("device-name-destination", "runtimeFiles:\n  additional:\n    nvidia:\n      system32:\n        - {source: x.dll, destination: 'COM\u{b9}.dll'}\n"),
+        ("device-name-source", "runtimeFiles:\n  additional:\n    amd:\n      syswow64:\n        - source: 'lib\\CONOUT$'\n"),
+        ("huge-vendor", &format!("devices:\n  exclude:\n    - vendor: {}\n", "v".repeat(100_000))),
     ];
     let mut report = String::new();
     for (name, text) in cases {
+        let text: &str = text;
         let path = dir.path().join(format!("{name}.yaml"));
         std::fs::write(&path, text).unwrap();
         let o = dxdp(&["config", "check", path.to_str().unwrap()]);

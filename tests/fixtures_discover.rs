@@ -214,6 +214,80 @@ fn hostile_registry_keeps_only_safe_entries() {
 }
 
 #[test]
+fn hostile_paths_mount_only_from_local_stores_and_never_over_device_names() {
+    let d = run("hostile-paths");
+    assert_eq!(d.devices.len(), 9);
+    let with_files: Vec<&str> = d
+        .devices
+        .iter()
+        .filter(|dev| !dev.runtime_files.is_empty())
+        .map(|dev| dev.description.as_str())
+        .collect();
+    assert_eq!(
+        with_files,
+        ["Good GPU (reserved destinations)", "Outside store"]
+    );
+    for dev in &d.devices {
+        for (_, f) in dev.runtime_files.iter() {
+            assert!(["good.dll", "COM10.dll", "outside.dll"].contains(&f.destination.as_str()));
+            let b = f.host_path.as_bytes();
+            assert!(
+                b[0].is_ascii_alphabetic() && &b[1..3] == b":\\",
+                "{}",
+                f.host_path
+            );
+        }
+        if dev.runtime_files.is_empty() {
+            let name = format!("device {} ({})", dev.description, dev.location_path);
+            assert!(
+                d.warnings
+                    .iter()
+                    .any(|w| w.starts_with(&name) && w.contains("driver store path")),
+                "no warning names {name}: {:#?}",
+                d.warnings
+            );
+        }
+    }
+    // 11 device-name destinations, for each of the two devices with a usable store.
+    let reserved = d
+        .warnings
+        .iter()
+        .filter(|w| w.contains("is a Windows device name"))
+        .count();
+    assert_eq!(reserved, 22);
+    assert_eq!(
+        d.warnings
+            .iter()
+            .filter(|w| w.contains(r"is outside C:\Windows\System32\DriverStore"))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn an_unusable_system_root_drops_only_stores_relative_to_it() {
+    let d = run("hostile-system-root");
+    assert!(
+        d.warnings[0].starts_with(r#"os.systemRoot "\\\\fileserver"#),
+        "{:?}",
+        d.warnings
+    );
+    assert!(d.devices[0].runtime_files.is_empty());
+    let mounted: Vec<&str> = d.devices[1]
+        .runtime_files
+        .iter()
+        .filter(|(_, f)| f.exists)
+        .map(|(_, f)| f.host_path.as_str())
+        .collect();
+    assert_eq!(
+        mounted,
+        [r"C:\Windows\System32\DriverStore\FileRepository\nv.inf_amd64_1\nvcuda_loader64.dll"]
+    );
+    assert!(d.warnings[1].starts_with("device SystemRoot-relative store"));
+    assert_eq!(d.warnings.len(), 2, "{:?}", d.warnings);
+}
+
+#[test]
 fn in_container_skips_runtime_files() {
     let d = run("in-container");
     assert!(d.in_container);

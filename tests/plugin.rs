@@ -842,3 +842,105 @@ async fn a_second_dxdp_for_the_same_resource_refuses_to_start_and_stale_sockets_
     );
     h.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_device_ids_fail_with_invalid_argument_and_a_bounded_message() {
+    let h = Harness::start(&load_facts("sample"), 1, true).await;
+    h.registered().await;
+    for len in [100_000, 3 << 20] {
+        let id = "a".repeat(len);
+        let status = h.kubelet().allocate(DISPLAY, &[id]).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{len}");
+        assert!(
+            status.message().len() < 400,
+            "{len}: {} bytes",
+            status.message().len()
+        );
+        assert!(
+            status.message().contains(&format!("({len} bytes)")),
+            "{}",
+            status.message()
+        );
+    }
+    let id = h.ids(DISPLAY)[0].clone();
+    assert!(h.kubelet().allocate(DISPLAY, &[id]).await.is_ok());
+    h.shutdown().await;
+}
+
+/// The longest prefix of `text` ending at a line boundary that is itself a valid snapshot with
+/// fewer display devices than `text`: what a reader sees of a file rewritten in place.
+fn valid_smaller_prefix(text: &str) -> usize {
+    let full = discover(
+        &snapshot::parse(text, "full").unwrap(),
+        &PipelineConfig::default(),
+    )
+    .devices_for(Resource::Display)
+    .count();
+    text.match_indices('\n')
+        .map(|(i, _)| i + 1)
+        .rev()
+        .find(|&end| {
+            snapshot::parse(&text[..end], "prefix").is_ok_and(|f| {
+                discover(&f, &PipelineConfig::default())
+                    .devices_for(Resource::Display)
+                    .count()
+                    < full
+            })
+        })
+        .expect("a valid smaller prefix")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_rewritten_slowly_in_place_never_shows_a_partial_list() {
+    use std::io::Write;
+    let facts = load_facts("nvidia-multi-gpu");
+    let mut unhealthy = facts.clone();
+    unhealthy.adapters[0].pnp.as_mut().unwrap().problem_code = 43;
+    let versions: Vec<(String, usize)> = [&facts, &unhealthy]
+        .into_iter()
+        .map(|f| {
+            let text = snapshot::write(f, snapshot::Format::Yaml).unwrap();
+            let cut = valid_smaller_prefix(&text);
+            (text, cut)
+        })
+        .collect();
+    let h = Harness::start(&facts, 1, true).await;
+    h.registered().await;
+    assert_eq!(h.ids(DISPLAY).len(), 4);
+    let path = h.snapshot.clone();
+    const REWRITES: usize = 12;
+    let writer = std::thread::spawn(move || {
+        for i in 0..REWRITES {
+            let (text, cut) = &versions[(i + 1) % 2];
+            // In place: truncate, write up to a line boundary, pause, write the rest.
+            let mut f = std::fs::File::create(&path).unwrap();
+            f.write_all(&text.as_bytes()[..*cut]).unwrap();
+            f.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            f.write_all(&text.as_bytes()[*cut..]).unwrap();
+            f.flush().unwrap();
+            drop(f);
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    });
+    tokio::task::spawn_blocking(move || writer.join().unwrap())
+        .await
+        .unwrap();
+    // Versions alternate, starting with the unhealthy one: the last (REWRITES is even) is healthy.
+    h.wait("the last version", |v| {
+        v.devices(DISPLAY)
+            .is_some_and(|d| d.iter().all(|x| x.health == "Healthy"))
+    })
+    .await;
+    let view = h.kubelet().view();
+    let sizes = &view.plugins[DISPLAY].list_sizes;
+    assert!(
+        sizes.iter().all(|&n| n == 4),
+        "the kubelet saw a partial list: {sizes:?}"
+    );
+    assert!(
+        sizes.len() >= 3,
+        "the rewrites were picked up (health flips): {sizes:?}"
+    );
+    h.shutdown().await;
+}

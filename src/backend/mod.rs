@@ -5,6 +5,7 @@
 
 mod sample;
 mod snapshot_file;
+pub mod stable_read;
 #[cfg(windows)]
 pub mod windows;
 pub mod winparse;

@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+use super::stable_read::{read_settled, Settle};
 use super::{HostFactsSource, SourceError};
 use dxdp_core::facts::HostFacts;
-use dxdp_core::snapshot;
+use dxdp_core::snapshot::{self, SnapshotError};
 
 /// What identifies a version of the file: modification time and length (or absence).
 type Stamp = Option<(Option<SystemTime>, u64)>;
@@ -19,10 +20,13 @@ fn stamp(path: &Path) -> Stamp {
 
 /// Reads host facts from a snapshot file every time they are loaded; a change of the file's
 /// modification time or size (including an atomic replace) counts as a change of the facts.
+/// The file is read once it has settled (see [`read_settled`]), so a file being rewritten in
+/// place is not taken half-written.
 #[derive(Debug)]
 pub struct SnapshotFile {
     path: PathBuf,
     seen: Mutex<Option<Stamp>>,
+    settle: Settle,
 }
 
 impl SnapshotFile {
@@ -31,7 +35,13 @@ impl SnapshotFile {
         SnapshotFile {
             path,
             seen: Mutex::new(None),
+            settle: Settle::DEFAULT,
         }
+    }
+
+    /// The same source with another settle time.
+    pub fn with_settle(self, settle: Settle) -> Self {
+        SnapshotFile { settle, ..self }
     }
 
     fn remember(&self, now: Stamp) -> bool {
@@ -53,7 +63,11 @@ impl HostFactsSource for SnapshotFile {
 
     fn load(&self) -> Result<HostFacts, SourceError> {
         self.remember(stamp(&self.path));
-        Ok(snapshot::read_file(&self.path)?)
+        let text = read_settled(&self.path, self.settle).map_err(|e| SnapshotError::Read {
+            path: self.path.clone(),
+            source: e.into(),
+        })?;
+        Ok(snapshot::parse(&text, &self.path.display().to_string())?)
     }
 
     fn watched_files(&self) -> Vec<PathBuf> {

@@ -10,6 +10,7 @@ use dxdp_core::allocation::MAX_REPLICAS;
 pub use dxdp_core::assignment::Assignment;
 use dxdp_core::pipeline::filter::{DeviceSelector, VendorSpec};
 use dxdp_core::pipeline::winpath;
+use dxdp_core::quote::quote;
 
 /// A replica count, 1 to [`MAX_REPLICAS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -64,7 +65,8 @@ impl ResourceName {
         match s.split_once('/') {
             Some((domain, name)) if ok_part(domain) && ok_part(name) && domain.contains('.') && !domain.ends_with("kubernetes.io") => Ok(()),
             _ => Err(format!(
-                "resource name {s:?} must look like domain.example/name (letters, digits, '.', '-', '_'; not in kubernetes.io)"
+                "resource name {} must look like domain.example/name (letters, digits, '.', '-', '_'; not in kubernetes.io)",
+                quote(s)
             )),
         }
     }
@@ -93,12 +95,13 @@ impl TryFrom<RawEntry> for FileEntry {
 
     fn try_from(raw: RawEntry) -> Result<Self, Self::Error> {
         let source = winpath::normalize_source(&raw.source)
-            .map_err(|why| format!("source {:?} {why}", raw.source))?;
+            .map_err(|why| format!("source {} {why}", quote(&raw.source)))?;
         let dest = raw.destination.clone().filter(|d| !d.is_empty());
         let check = dest
             .clone()
             .unwrap_or_else(|| winpath::file_name(&source).to_string());
-        winpath::check_destination(&check).map_err(|why| format!("destination {check:?} {why}"))?;
+        winpath::check_destination(&check)
+            .map_err(|why| format!("destination {} {why}", quote(&check)))?;
         Ok(FileEntry {
             source,
             destination: dest,

@@ -305,7 +305,7 @@ pub enum ConfigError {
         reason: String,
     },
     /// An environment variable is invalid.
-    #[error("environment variable {name}={value:?}: {reason}")]
+    #[error("environment variable {name}={}: {reason}", dxdp_core::quote::quote(.value))]
     Env {
         /// The variable.
         name: String,
@@ -353,9 +353,11 @@ pub fn choose_path(flag: Option<&Path>, env: &Env) -> Option<(PathBuf, bool)> {
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-        path: path.display().to_string(),
-        reason: e.to_string(),
+    crate::backend::stable_read::read_settled(path, Default::default()).map_err(|e| {
+        ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        }
     })
 }
 

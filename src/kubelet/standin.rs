@@ -35,6 +35,8 @@ pub struct PluginView {
     pub devices: Option<Vec<Device>>,
     /// How many ListAndWatch messages arrived.
     pub updates: usize,
+    /// The number of devices in every ListAndWatch message, in order of arrival.
+    pub list_sizes: Vec<usize>,
     /// Whether the ListAndWatch stream is still open.
     pub connected: bool,
 }
@@ -135,6 +137,7 @@ impl Registration for RegistrationService {
                     options,
                     devices: None,
                     updates: 0,
+                    list_sizes: Vec::new(),
                     connected: true,
                 },
             );
@@ -156,6 +159,7 @@ impl Registration for RegistrationService {
                 };
                 let more = match message {
                     Ok(Some(list)) => {
+                        plugin.list_sizes.push(list.devices.len());
                         plugin.devices = Some(list.devices);
                         plugin.updates += 1;
                         true

@@ -15,6 +15,7 @@ use crate::kubelet::v1beta1::{
 };
 use dxdp_core::allocation::{self, AllocationError};
 use dxdp_core::devices::{Discovery, Resource};
+use dxdp_core::quote;
 
 /// Serves one resource (under one of its names) from the shared inventory.
 #[derive(Debug, Clone)]
@@ -148,7 +149,7 @@ impl DevicePlugin for ResourceService {
             }
             tracing::info!(
                 resource = %self.name,
-                ids = ?container.devices_ids,
+                ids = %quote::bounded(&container.devices_ids.join(",")),
                 devices = ?edits.devices,
                 mounts = edits.mounts.len(),
                 "allocated"

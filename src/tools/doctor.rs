@@ -9,6 +9,7 @@ use super::hcs;
 use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::{Discovery, ExclusionCode, Resource};
 use dxdp_core::facts::{HostFacts, OsFacts};
+use dxdp_core::pipeline::winpath;
 
 /// A check's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -292,7 +293,21 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
             "driver files of {} ({})",
             device.description, device.location_path
         );
+        let bad_store = device
+            .driver_store_path
+            .as_deref()
+            .and_then(|store| winpath::check_local_absolute(store).err());
         out.push(match (&device.driver_store_path, missing) {
+            (Some(store), _) if bad_store.is_some() => check(
+                &name,
+                Status::Warn,
+                format!(
+                    "the driver store path {} {}: no runtime files will be mounted",
+                    dxdp_core::quote::quote(store),
+                    bad_store.unwrap_or_default()
+                ),
+                Some("a driver store must be a local directory (C:\\Windows\\System32\\DriverStore\\...); reinstall the driver, or fix the host snapshot"),
+            ),
             (None, _) => check(&name, Status::Warn, "the driver store path is unknown: no runtime files will be mounted", Some("reinstall the driver; attach `dxdp snapshot` to a bug report")),
             (Some(store), 0) => check(&name, Status::Pass, format!("{} runtime files present in {store}", device.runtime_files.len()), None),
             (Some(store), n) => check(

@@ -6,13 +6,15 @@ use std::path::{Path, PathBuf};
 use dxdp_core::facts::HostFacts;
 
 /// Every fixture host in `tests/fixtures/`.
-pub const FIXTURES: [&str; 8] = [
+pub const FIXTURES: [&str; 10] = [
     "nvidia-multi-gpu",
     "amd-radeon",
     "intel-igpu",
     "compute-only",
     "broken-drivers",
     "hostile-registry",
+    "hostile-paths",
+    "hostile-system-root",
     "in-container",
     "ws2019-old",
 ];

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use crate::assignment::Assignment;
 use crate::devices::{Device, Discovery, HealthState, Resource};
 use crate::pipeline::ids;
+use crate::quote::quote;
 
 /// The device string of the class-GUID assignment mode: every display adapter of the node.
 pub const DISPLAY_CLASS_DEVICE: &str = "class/5B45201D-F2F2-4F3B-85BB-30FF1F953599";
@@ -100,10 +101,16 @@ pub enum AllocationError {
     #[error("the request names no devices")]
     Empty,
     /// An ID that can never be a device ID.
-    #[error("malformed device ID {0:?}: device IDs are 1 to 63 characters of [A-Za-z0-9._-]")]
+    #[error(
+        "malformed device ID {}: device IDs are 1 to 63 characters of [A-Za-z0-9._-]",
+        quote(.0)
+    )]
     Malformed(String),
     /// An ID this resource does not advertise.
-    #[error("unknown device ID {id:?} for {resource}: it is not advertised (now) by this plugin")]
+    #[error(
+        "unknown device ID {} for {resource}: it is not advertised (now) by this plugin",
+        quote(.id)
+    )]
     Unknown {
         /// The ID.
         id: String,
@@ -325,6 +332,40 @@ mod tests {
                 allocate(&d, Resource::Display, 1, Assignment::LocationPath, &ids).unwrap_err();
             assert!(check(&err), "{ids:?}: {err}");
         }
+    }
+
+    #[test]
+    fn errors_quote_a_bounded_prefix_of_the_id() {
+        let d = sample();
+        for len in [crate::quote::MAX_QUOTED + 1, 100_000, 3 << 20] {
+            let id = "a".repeat(len);
+            let err =
+                allocate(&d, Resource::Display, 1, Assignment::LocationPath, &[id]).unwrap_err();
+            assert!(matches!(err, AllocationError::Malformed(_)));
+            let message = err.to_string();
+            assert!(message.len() < 300, "{len}: {} bytes", message.len());
+            assert!(message.contains(&format!("({len} bytes)")), "{message}");
+        }
+        // A short malformed ID and a well-formed but unknown ID are quoted whole.
+        let short = "a".repeat(64);
+        let err = allocate(
+            &d,
+            Resource::Display,
+            1,
+            Assignment::LocationPath,
+            std::slice::from_ref(&short),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains(&format!("{short:?}")), "{err}");
+        let err = allocate(
+            &d,
+            Resource::Display,
+            1,
+            Assignment::LocationPath,
+            &["nope".to_string()],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("\"nope\""), "{err}");
     }
 
     #[test]

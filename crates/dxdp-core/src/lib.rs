@@ -13,11 +13,13 @@
 //! - [`devices`]: the devices, their health and runtime files.
 //! - [`assignment`]: how containers are given devices, and what the host's HCS allows.
 //! - [`allocation`]: replicas and the container edits of an `Allocate` call.
+//! - [`quote`]: bounded quoting of untrusted values in messages.
 
 pub mod allocation;
 pub mod assignment;
 pub mod devices;
 pub mod facts;
 pub mod pipeline;
+pub mod quote;
 pub mod sample;
 pub mod snapshot;

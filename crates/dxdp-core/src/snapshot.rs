@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::facts::{AdapterFacts, HostFacts, OsFacts, RegistryKey};
+use crate::quote::{bounded, bounded_prefix};
 
 /// The only snapshot `apiVersion` this build reads and writes.
 pub const API_VERSION: &str = "dxdp/v1alpha1";
@@ -79,9 +80,9 @@ fn format_invalid(
     }
     out.push_str(": ");
     if let Some(field) = field.filter(|f| !f.is_empty() && *f != ".") {
-        out.push_str(&format!("field `{field}`: "));
+        out.push_str(&format!("field `{}`: ", bounded(field)));
     }
-    out.push_str(message);
+    out.push_str(&bounded_prefix(message, MAX_MESSAGE));
     out.push_str(&format!(
         " (the host snapshot format is described in docs/host-snapshot.md; apiVersion {API_VERSION})"
     ));
@@ -167,8 +168,11 @@ pub fn yaml_message(e: &serde_saphyr::Error) -> String {
         Some(i) if first.starts_with("line ") => &first[i + 2..],
         _ => first,
     };
-    strip_position(message)
+    bounded_prefix(&strip_position(message), MAX_MESSAGE)
 }
+
+/// The most bytes of a parser message quoted in an error (parser messages can echo values).
+const MAX_MESSAGE: usize = 400;
 
 fn check_header(doc: &Document, origin: &str) -> Result<(), SnapshotError> {
     let invalid = |field: &str, message: String| SnapshotError::Invalid {
@@ -183,14 +187,14 @@ fn check_header(doc: &Document, origin: &str) -> Result<(), SnapshotError> {
             "apiVersion",
             format!(
                 "unsupported apiVersion `{}`; this dxdp reads `{API_VERSION}`",
-                doc.api_version
+                bounded(&doc.api_version)
             ),
         ));
     }
     if doc.kind != KIND {
         return Err(invalid(
             "kind",
-            format!("kind must be `{KIND}`, found `{}`", doc.kind),
+            format!("kind must be `{KIND}`, found `{}`", bounded(&doc.kind)),
         ));
     }
     Ok(())

@@ -96,7 +96,7 @@ impl VendorSpec {
             }
         };
         id.map(VendorSpec).ok_or_else(|| {
-            format!("unknown vendor {text:?}: use nvidia, amd, intel, microsoft, qualcomm, pci-XXXX or a PCI vendor ID such as 0x10DE")
+            format!("unknown vendor {}: use nvidia, amd, intel, microsoft, qualcomm, pci-XXXX or a PCI vendor ID such as 0x10DE", crate::quote::quote(text))
         })
     }
 }

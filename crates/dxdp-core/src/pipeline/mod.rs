@@ -13,6 +13,7 @@ use std::collections::HashMap;
 
 use crate::devices::{Device, Discovery, Excluded, ExclusionCode, PerResource, RuntimeFiles};
 use crate::facts::{AdapterFacts, HostFacts, DEFAULT_SYSTEM_ROOT};
+use crate::quote;
 use filter::DeviceSelector;
 use runtime_files::{AdditionalFile, DeviceContext, FileIndex, RegistryIndex};
 
@@ -51,14 +52,10 @@ impl Default for PipelineConfig {
 
 /// Runs every rule over `facts`.
 pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
-    let system_root = facts
-        .os
-        .as_ref()
-        .map(|os| os.system_root())
-        .unwrap_or(DEFAULT_SYSTEM_ROOT);
+    let mut out = Discovery::default();
+    let system_root = checked_system_root(facts, &mut out.warnings);
     let registry = RegistryIndex::new(&facts.registry);
     let files = FileIndex::new(&facts.files);
-    let mut out = Discovery::default();
     // compare key of location path -> device ID
     let mut seen_paths: HashMap<String, String> = HashMap::new();
     let mut seen_ids: HashMap<String, String> = HashMap::new();
@@ -67,8 +64,10 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
         let description = describe(adapter);
         for error in &adapter.read_errors {
             out.warnings.push(format!(
-                "adapter {description} (LUID {}): {error}",
-                adapter.luid
+                "adapter {} (LUID {}): {}",
+                quote::bounded(&description),
+                adapter.luid,
+                quote::bounded_prefix(error, 400)
             ));
         }
         let exclude =
@@ -140,7 +139,10 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
         if let Some(other) = seen_paths.get(&path_key) {
             out.excluded.push(exclude(
                 ExclusionCode::DuplicateLocationPath,
-                format!("device {other} already has location path {location_path}"),
+                format!(
+                    "device {other} already has location path {}",
+                    quote::bounded(location_path)
+                ),
                 Some(location_path.to_string()),
             ));
             continue;
@@ -148,7 +150,10 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
         if let Some(other_path) = seen_ids.get(&id) {
             out.excluded.push(exclude(
                 ExclusionCode::DuplicateLocationPath,
-                format!("its device ID {id} collides with location path {other_path}"),
+                format!(
+                    "its device ID {id} collides with location path {}",
+                    quote::bounded(other_path)
+                ),
                 Some(location_path.to_string()),
             ));
             continue;
@@ -156,16 +161,23 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
         seen_paths.insert(path_key, id.clone());
         seen_ids.insert(id.clone(), location_path.to_string());
 
-        let label = format!("{description} ({location_path})");
+        let label = format!(
+            "{} ({})",
+            quote::bounded(&description),
+            quote::bounded(location_path)
+        );
         let label = label.as_str();
-        let driver_store_path = adapter
+        let raw_store = adapter
             .driver_store_path
             .as_deref()
-            .filter(|p| !p.is_empty())
-            .map(|p| winpath::expand_system_root(p, system_root));
-        let in_container = driver_store_path
-            .as_deref()
-            .is_some_and(|p| p.to_ascii_lowercase().contains("hostdriverstore"));
+            .filter(|p| !p.is_empty());
+        let checked_store = raw_store.map(|p| driver_store(p, &system_root));
+        let driver_store_path = match &checked_store {
+            Some(Ok(p)) => Some(p.clone()),
+            Some(Err(_)) => raw_store.map(str::to_string),
+            None => None,
+        };
+        let in_container = matches!(&checked_store, Some(Ok(p)) if p.to_ascii_lowercase().contains("hostdriverstore"));
         out.in_container |= in_container;
 
         let mut device = Device {
@@ -208,21 +220,39 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             ));
             continue;
         }
-        device.runtime_files = match (&driver_store_path, &pnp.driver_key) {
+        device.runtime_files = match (&checked_store, &pnp.driver_key) {
             _ if !config.runtime_files || in_container => RuntimeFiles::default(),
-            (Some(store), Some(driver_key)) if !driver_key.is_empty() => runtime_files::resolve(
-                &DeviceContext {
-                    label,
-                    driver_key,
-                    driver_store: store,
-                    vendor_id: adapter.hardware_id.vendor_id,
-                    additional: &config.additional_files,
-                    exclude: &config.runtime_exclude,
-                },
-                &registry,
-                &files,
-                &mut out.warnings,
-            ),
+            (Some(Err(why)), _) => {
+                out.warnings.push(format!(
+                    "device {label}: driver store path {} {why}, so no runtime files (CUDA, OpenCL, Vulkan, ...) are mounted",
+                    quote::quote(raw_store.unwrap_or_default())
+                ));
+                RuntimeFiles::default()
+            }
+            (Some(Ok(store)), Some(driver_key)) if !driver_key.is_empty() => {
+                if let Ok(root) = &system_root {
+                    let system_store = winpath::join(root, r"System32\DriverStore");
+                    if !winpath::is_within(store, &system_store) {
+                        out.warnings.push(format!(
+                            "device {label}: driver store {} is outside {system_store}; its runtime files are mounted from there anyway, check that this is the driver's own store",
+                            quote::bounded(store)
+                        ));
+                    }
+                }
+                runtime_files::resolve(
+                    &DeviceContext {
+                        label,
+                        driver_key,
+                        driver_store: store,
+                        vendor_id: adapter.hardware_id.vendor_id,
+                        additional: &config.additional_files,
+                        exclude: &config.runtime_exclude,
+                    },
+                    &registry,
+                    &files,
+                    &mut out.warnings,
+                )
+            }
             (None, _) => {
                 out.warnings.push(format!(
                     "device {label}: the driver store path is unknown, so no runtime files (CUDA, OpenCL, Vulkan, ...) are mounted"
@@ -249,6 +279,39 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
     out.devices
         .sort_by_cached_key(|d| winpath::compare_key(&d.location_path));
     out
+}
+
+/// `%SystemRoot%` from the facts (`C:\Windows` when absent), or why it cannot be used: it must be
+/// an absolute local path like every other host directory. An invalid one is warned about once.
+fn checked_system_root<'a>(
+    facts: &'a HostFacts,
+    warnings: &mut Vec<String>,
+) -> Result<&'a str, String> {
+    let root = facts
+        .os
+        .as_ref()
+        .map(|os| os.system_root())
+        .unwrap_or(DEFAULT_SYSTEM_ROOT);
+    winpath::check_local_absolute(root).map(|()| root).map_err(|why| {
+        let quoted = quote::quote(root);
+        warnings.push(format!(
+            "os.systemRoot {quoted} {why}; driver store paths relative to %SystemRoot% cannot be resolved, so those devices get no runtime files"
+        ));
+        format!("is relative to %SystemRoot%, which is not usable ({quoted} {why})")
+    })
+}
+
+/// The driver store directory of an adapter: `raw` with `\SystemRoot` expanded, checked to be an
+/// absolute local path (see [`winpath::check_local_absolute`]); else why not.
+fn driver_store(raw: &str, system_root: &Result<&str, String>) -> Result<String, String> {
+    let expanded = match (winpath::system_root_relative(raw), system_root) {
+        (Some(_), Err(why)) => return Err(why.clone()),
+        (Some(_), Ok(root)) => winpath::expand_system_root(raw, root),
+        (None, _) => raw.to_string(),
+    };
+    winpath::check_local_absolute(&expanded)
+        .map(|()| expanded)
+        .map_err(str::to_string)
 }
 
 /// The adapter's description: DXCore's, else the device node's, else its LUID.
@@ -457,6 +520,154 @@ mod tests {
         assert!(d.warnings.iter().any(|w| w.contains("no driver key")));
     }
 
+    /// A GPU whose driver lists one runtime file, and a host where that file exists in `store`.
+    fn host_with_store(store: &str, system_root: Option<&str>) -> HostFacts {
+        use crate::facts::{OsFacts, RegData, RegType, RegistryKey, RegistryValue};
+        let mut a = gpu(1, "PCIROOT(0)#PCI(0100)");
+        a.driver_store_path = Some(store.into());
+        let driver_key = a.pnp.as_ref().unwrap().driver_key.clone().unwrap();
+        let root = system_root.unwrap_or(DEFAULT_SYSTEM_ROOT);
+        HostFacts {
+            os: system_root.map(|r| OsFacts {
+                system_root: Some(r.into()),
+                ..OsFacts::default()
+            }),
+            adapters: vec![a],
+            registry: vec![RegistryKey {
+                key: format!(
+                    r"{}\{driver_key}\CopyToVmOverwrite",
+                    runtime_files::CLASS_ROOT
+                ),
+                values: vec![RegistryValue {
+                    name: "cuda".into(),
+                    kind: RegType::REG_SZ,
+                    data: RegData::String("nvcuda.dll".into()),
+                }],
+            }],
+            files: vec![format!(
+                r"{}\nvcuda.dll",
+                winpath::expand_system_root(store, root)
+            )],
+        }
+    }
+
+    #[test]
+    fn driver_store_paths_must_be_local_and_absolute() {
+        // (store, system root, runtime files mounted, warning fragment)
+        let table: [(&str, Option<&str>, bool, Option<&str>); 16] = [
+            (
+                r"\SystemRoot\System32\DriverStore\FileRepository\x",
+                None,
+                true,
+                None,
+            ),
+            (
+                r"C:\Windows\System32\DriverStore\FileRepository\x",
+                None,
+                true,
+                None,
+            ),
+            (
+                r"\SystemRoot\System32\DriverStore\FileRepository\x",
+                Some(r"D:\WIN\"),
+                true,
+                None,
+            ),
+            (
+                r"D:\Drivers\x",
+                None,
+                true,
+                Some("outside C:\\Windows\\System32\\DriverStore"),
+            ),
+            (
+                r"C:\Windows\System32\DriverStore",
+                None,
+                true,
+                Some("outside"),
+            ),
+            (r"\\host\share\store", None, false, Some("UNC")),
+            (
+                r"\\?\C:\Windows\System32\DriverStore\FileRepository\x",
+                None,
+                false,
+                Some("UNC or device"),
+            ),
+            (
+                r"\??\C:\Windows\System32\DriverStore\FileRepository\x",
+                None,
+                false,
+                Some(r"\??\"),
+            ),
+            (
+                r"System32\DriverStore\FileRepository\x",
+                None,
+                false,
+                Some("is relative"),
+            ),
+            (
+                r"\Windows\System32\DriverStore\FileRepository\x",
+                None,
+                false,
+                Some("current drive"),
+            ),
+            ("C:", None, false, Some("bare drive")),
+            (
+                r"C:\Windows\System32\DriverStore\..\..\x",
+                None,
+                false,
+                Some("`..`"),
+            ),
+            (r"\SystemRoot\..\x", None, false, Some("`..`")),
+            (
+                r"\SystemRoot\System32\DriverStore\FileRepository\x",
+                Some(r"\\host\share"),
+                false,
+                Some("os.systemRoot"),
+            ),
+            (
+                r"\SystemRoot\System32\DriverStore\FileRepository\x",
+                Some("Windows"),
+                false,
+                Some("not usable"),
+            ),
+            // A drive-qualified store does not need the (invalid) system root.
+            (
+                r"C:\Windows\System32\DriverStore\FileRepository\x",
+                Some("C:"),
+                true,
+                Some("os.systemRoot"),
+            ),
+        ];
+        for (store, root, mounted, warning) in table {
+            let d = discover(&host_with_store(store, root), &PipelineConfig::default());
+            let files = &d.devices[0].runtime_files;
+            assert_eq!(
+                !files.is_empty(),
+                mounted,
+                "{store} {root:?}: {:?}",
+                d.warnings
+            );
+            match warning {
+                None => assert!(d.warnings.is_empty(), "{store}: {:?}", d.warnings),
+                Some(fragment) => assert!(
+                    d.warnings.iter().any(|w| w.contains(fragment)),
+                    "{store} {root:?}: want {fragment:?} in {:?}",
+                    d.warnings
+                ),
+            }
+            if !mounted && warning.is_none_or(|w| w != "os.systemRoot") {
+                assert!(
+                    d.warnings
+                        .iter()
+                        .any(|w| w.contains("GPU 1 (PCIROOT(0)#PCI(0100))")
+                            && w.contains("no runtime files")),
+                    "{store}: the warning names the device: {:?}",
+                    d.warnings
+                );
+            }
+        }
+    }
+
     #[test]
     fn read_errors_become_warnings_naming_the_adapter() {
         let mut a = gpu(5, "PCIROOT(0)#PCI(0100)");
@@ -515,6 +726,36 @@ mod properties {
     }
 
     proptest! {
+        #[test]
+        fn runtime_files_come_only_from_local_absolute_stores(
+            store in "(\\\\SystemRoot|%SystemRoot%|[A-Za-z]:|[\\\\/?.]{0,4}|\\\\\\?\\?|)([\\\\/]([a-zA-Z. ]{0,5}|\\.\\.|[a-z]:)){0,4}",
+            root in prop::option::of("([A-Za-z]:|[\\\\/]{0,2}[a-z]{0,3}|)([\\\\/]([a-zA-Z]{0,5}|\\.\\.)){0,2}"),
+        ) {
+            let mut a = adapter(1, "PCIROOT(0)".into());
+            a.driver_store_path = Some(store.clone());
+            a.pnp.as_mut().unwrap().driver_key = Some("k".into());
+            let facts = HostFacts {
+                os: Some(crate::facts::OsFacts { system_root: root.clone(), ..Default::default() }),
+                adapters: vec![a],
+                registry: vec![crate::facts::RegistryKey {
+                    key: format!(r"{}\k\CopyToVmOverwrite", runtime_files::CLASS_ROOT),
+                    values: vec![crate::facts::RegistryValue {
+                        name: "v".into(),
+                        kind: crate::facts::RegType::REG_SZ,
+                        data: crate::facts::RegData::String("x.dll".into()),
+                    }],
+                }],
+                files: Vec::new(),
+            };
+            let d = discover(&facts, &PipelineConfig::default());
+            for (_, file) in d.devices[0].runtime_files.iter() {
+                prop_assert!(winpath::check_local_absolute(&file.host_path).is_ok(), "{} from {:?} {:?}", file.host_path, store, root);
+            }
+            if d.devices[0].runtime_files.is_empty() && !store.is_empty() {
+                prop_assert!(d.warnings.iter().any(|w| w.contains("no runtime files")), "{:?}", d.warnings);
+            }
+        }
+
         #[test]
         fn device_ids_are_unique_and_independent_of_order(
             paths in prop::collection::vec("(PCIROOT\\([0-9]\\)(#PCI\\([0-9A-F]{2}00\\)){1,3}|ACPI\\(_SB_\\)#ACPI\\([A-Z]{4}\\)|\\PC{0,20})", 0..12),

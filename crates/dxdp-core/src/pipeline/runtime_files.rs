@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use crate::devices::{Origin, RuntimeFile, RuntimeFiles, TargetDir};
 use crate::facts::{RegData, RegType, RegistryKey, RegistryValue};
 use crate::pipeline::winpath;
+use crate::quote;
 
 /// The driver class root in the registry.
 pub const CLASS_ROOT: &str = r"HKLM\SYSTEM\CurrentControlSet\Control\Class";
@@ -152,7 +153,7 @@ pub fn resolve(
                     .then_with(|| a.name.cmp(&b.name))
             });
             for value in values {
-                let label = format!(r"{subkey}\{}", value.name);
+                let label = format!(r"{subkey}\{}", quote::bounded(&value.name));
                 let Some(entry) = parse_value(value, &label, device.label, warnings) else {
                     continue;
                 };
@@ -162,7 +163,7 @@ pub fn resolve(
                         "device {}: registry value {label} maps to {}\\{} which {first} already provides; dropped",
                         device.label,
                         target.name(),
-                        entry.destination
+                        quote::bounded(&entry.destination)
                     ));
                     continue;
                 }
@@ -190,7 +191,7 @@ pub fn resolve(
             .iter()
             .filter(|a| a.vendor_id == device.vendor_id && a.target == target)
         {
-            let label = format!("runtimeFiles.additional {}", extra.source);
+            let label = format!("runtimeFiles.additional {}", quote::bounded(&extra.source));
             let strings: Vec<String> = std::iter::once(extra.source.clone())
                 .chain(extra.destination.clone())
                 .collect();
@@ -207,7 +208,7 @@ pub fn resolve(
                     "device {}: {label} maps to {}\\{} which the driver already provides; dropped",
                     device.label,
                     target.name(),
-                    entry.destination
+                    quote::bounded(&entry.destination)
                 ));
                 continue;
             }
@@ -229,10 +230,11 @@ pub fn resolve(
                 let exists = files.contains(&host_path);
                 if !exists && e.origin != Origin::VendorDefault {
                     warnings.push(format!(
-                        "device {}: runtime file {host_path} (for {}\\{}) does not exist on the host; it will not be mounted",
+                        "device {}: runtime file {} (for {}\\{}) does not exist on the host; it will not be mounted",
                         device.label,
+                        quote::bounded(&host_path),
                         target.name(),
-                        e.destination
+                        quote::bounded(&e.destination)
                     ));
                 }
                 RuntimeFile {
@@ -332,7 +334,10 @@ fn parse_value(
     let source = match winpath::normalize_source(raw_source) {
         Ok(s) => s,
         Err(why) => {
-            warn(format!("rejected: source {raw_source:?} {why}"));
+            warn(format!(
+                "rejected: source {} {why}",
+                quote::quote(raw_source)
+            ));
             return None;
         }
     };
@@ -341,7 +346,10 @@ fn parse_value(
         None => winpath::file_name(&source).to_string(),
     };
     if let Err(why) = winpath::check_destination(&destination) {
-        warn(format!("rejected: destination {destination:?} {why}"));
+        warn(format!(
+            "rejected: destination {} {why}",
+            quote::quote(&destination)
+        ));
         return None;
     }
     Some(Entry {

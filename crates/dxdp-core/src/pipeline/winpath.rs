@@ -3,19 +3,88 @@
 //! Host paths are Windows paths even when dxdp runs on Linux (simulated hosts), so nothing here
 //! uses `std::path`.
 
-/// Expands a leading `\SystemRoot` or `%SystemRoot%` (any case) to `system_root`.
-pub fn expand_system_root(path: &str, system_root: &str) -> String {
+/// The rest of `path` after a leading `\SystemRoot` or `%SystemRoot%` (any case) that is followed
+/// by a separator or nothing; `None` when the path does not start with one.
+pub fn system_root_relative(path: &str) -> Option<&str> {
     for prefix in [r"\SystemRoot", "%SystemRoot%"] {
         if let Some(head) = path.get(..prefix.len()) {
             if head.eq_ignore_ascii_case(prefix) {
                 let rest = &path[prefix.len()..];
                 if rest.is_empty() || rest.starts_with(['\\', '/']) {
-                    return format!("{}{}", system_root.trim_end_matches(['\\', '/']), rest);
+                    return Some(rest);
                 }
             }
         }
     }
-    path.to_string()
+    None
+}
+
+/// Expands a leading `\SystemRoot` or `%SystemRoot%` (any case) to `system_root`.
+pub fn expand_system_root(path: &str, system_root: &str) -> String {
+    match system_root_relative(path) {
+        Some(rest) => format!("{}{}", system_root.trim_end_matches(['\\', '/']), rest),
+        None => path.to_string(),
+    }
+}
+
+/// Checks that `path` is an absolute local path: a drive letter, `:` and a separator
+/// (`C:\...`), then components that are not `..` (or only dots and spaces), without a further
+/// `:` (alternate data streams), wildcards or control characters. UNC paths (`\\host\share`),
+/// device and NT prefixes (`\\?\`, `\\.\`, `\??\`), paths relative to the current drive
+/// (`\x`) or directory (`x`, `C:x`) and a bare `C:` are rejected. The error says what is wrong.
+pub fn check_local_absolute(path: &str) -> Result<(), &'static str> {
+    if path.is_empty() {
+        return Err("is empty");
+    }
+    if path.chars().any(char::is_control) {
+        return Err("contains control characters");
+    }
+    let is_sep = |c: char| c == '\\' || c == '/';
+    let mut chars = path.chars();
+    let (first, second, third) = (chars.next(), chars.next(), chars.next());
+    match (first, second, third) {
+        (Some(a), Some(b), _) if is_sep(a) && is_sep(b) => {
+            return Err("is a UNC or device path (\\\\server\\share, \\\\?\\, \\\\.\\); it must be a local path such as C:\\...")
+        }
+        (Some(a), Some('?'), Some('?')) if is_sep(a) => {
+            return Err("has the NT object prefix \\??\\; it must be a plain local path such as C:\\...")
+        }
+        (Some(a), _, _) if is_sep(a) => {
+            return Err("is relative to the current drive; it must start with a drive letter (C:\\...)")
+        }
+        (Some(d), Some(':'), None) if d.is_ascii_alphabetic() => {
+            return Err("is a bare drive; it must name a directory (C:\\...)")
+        }
+        (Some(d), Some(':'), Some(s)) if d.is_ascii_alphabetic() && is_sep(s) => {}
+        (Some(d), Some(':'), Some(_)) if d.is_ascii_alphabetic() => {
+            return Err("is relative to the current directory of its drive (C:x); it must be C:\\...")
+        }
+        _ => return Err("is relative; it must be an absolute local path such as C:\\..."),
+    }
+    let rest = &path[3..];
+    if rest.contains(':') {
+        return Err("contains `:` after the drive (an alternate data stream?)");
+    }
+    if rest.contains(['<', '>', '"', '|', '?', '*']) {
+        return Err("contains a character Windows does not allow in paths");
+    }
+    for part in rest.split(is_sep) {
+        if part == ".." {
+            return Err("has a `..` component");
+        }
+        if !part.is_empty() && part.trim_end_matches(['.', ' ']).is_empty() {
+            return Err("has a component of only dots or spaces");
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` is strictly inside the directory `dir` (compared as Windows does).
+pub fn is_within(path: &str, dir: &str) -> bool {
+    let dir = compare_key(dir);
+    compare_key(path)
+        .strip_prefix(dir.as_str())
+        .is_some_and(|rest| rest.len() > 1 && rest.starts_with('\\'))
 }
 
 /// Joins a directory and a relative path with one `\`.
@@ -85,12 +154,29 @@ pub fn file_name(normalized_source: &str) -> &str {
         .unwrap_or(normalized_source)
 }
 
-const RESERVED_NAMES: [&str; 22] = [
-    "CON", "PRN", "AUX", "NUL", "COM1", "COM2", "COM3", "COM4", "COM5", "COM6", "COM7", "COM8",
-    "COM9", "LPT1", "LPT2", "LPT3", "LPT4", "LPT5", "LPT6", "LPT7", "LPT8", "LPT9",
+/// Names Windows opens as devices whatever the directory, extension or case (`¹²³` are the
+/// superscript digits Windows also accepts after `COM` and `LPT`).
+const RESERVED_NAMES: [&str; 33] = [
+    "CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", "CLOCK$", "COM0", "COM1", "COM2", "COM3",
+    "COM4", "COM5", "COM6", "COM7", "COM8", "COM9", "COM¹", "COM²", "COM³", "LPT0", "LPT1", "LPT2",
+    "LPT3", "LPT4", "LPT5", "LPT6", "LPT7", "LPT8", "LPT9", "LPT¹", "LPT²", "LPT³",
 ];
 
-/// Checks that `name` is a bare file name that stays in its target directory.
+/// Whether Windows treats the file name `name` as a device (`CON`, `com1.dll`, `LPT¹`,
+/// `CONOUT$`, `nul .txt`, `AUX.`): the part before the first dot, without trailing spaces and
+/// dots, is a reserved name in any case.
+pub fn is_reserved_device_name(name: &str) -> bool {
+    let trimmed = name.trim_end_matches(['.', ' ']);
+    let stem = trimmed
+        .split('.')
+        .next()
+        .unwrap_or(trimmed)
+        .trim_end_matches(' ');
+    RESERVED_NAMES.iter().any(|r| r.eq_ignore_ascii_case(stem))
+}
+
+/// Checks that `name` is a bare file name that stays in its target directory and is not a
+/// Windows device name.
 pub fn check_destination(name: &str) -> Result<(), &'static str> {
     if name.is_empty() {
         return Err("is empty");
@@ -110,12 +196,11 @@ pub fn check_destination(name: &str) -> Result<(), &'static str> {
     if name == "." || name == ".." {
         return Err("is `.` or `..`");
     }
+    if is_reserved_device_name(name) {
+        return Err("is a Windows device name (CON, PRN, AUX, NUL, COM0-9, LPT0-9, CONIN$, CONOUT$, CLOCK$); mounting over it would break the container");
+    }
     if name.ends_with(['.', ' ']) {
         return Err("ends with a dot or space, which Windows strips");
-    }
-    let stem = name.split('.').next().unwrap_or(name).trim_end();
-    if RESERVED_NAMES.iter().any(|r| r.eq_ignore_ascii_case(stem)) {
-        return Err("is a reserved device name");
     }
     Ok(())
 }
@@ -197,10 +282,92 @@ mod tests {
             ("CON.dll", false),
             ("con1.dll", true),
             ("a*.dll", false),
+            ("COM\u{b9}", false),
+            ("COM\u{b2}.dll", false),
+            ("LPT\u{b9}.dll", false),
+            ("lpt\u{b3}", false),
+            ("CONIN$", false),
+            ("conout$.dll", false),
+            ("CLOCK$", false),
+            ("COM0", false),
+            ("lpt0.dll", false),
+            ("Nul .txt", false),
+            ("aux.", false),
+            ("PRN.tar.gz", false),
+            ("COM10.dll", true),
+            ("COM\u{b9}0.dll", true),
+            ("LPT\u{2074}.dll", true),
+            ("CONIN.dll", true),
+            ("xCON.dll", true),
+            ("CLOCK.dll", true),
+            (" con.dll", true),
         ];
         for (name, ok) in table {
             assert_eq!(check_destination(name).is_ok(), ok, "{name:?}");
         }
+    }
+
+    #[test]
+    fn local_absolute_rules() {
+        let table = [
+            (r"C:\Windows\System32\DriverStore\FileRepository\x", true),
+            (r"c:/Windows/System32", true),
+            (r"D:\", true),
+            (r"C:\a\.\b", false),
+            (r"C:\a\..\b", false),
+            (r"C:\a\...\b", false),
+            (r"C:\a\..", false),
+            (r"\\host\share\store", false),
+            (r"//host/share/store", false),
+            (r"\/host\share", false),
+            (r"\\?\C:\Windows", false),
+            (r"\\.\C:\Windows", false),
+            (r"\??\C:\Windows", false),
+            (r"\Windows\System32", false),
+            (r"Windows\System32", false),
+            (r"..\x", false),
+            ("C:", false),
+            ("C:x", false),
+            (r"C:\x:stream", false),
+            (r"C:\x*", false),
+            ("C:\\x\u{0}", false),
+            (r"1:\x", false),
+            ("", false),
+            (r"\SystemRoot\System32", false),
+        ];
+        for (path, ok) in table {
+            assert_eq!(
+                check_local_absolute(path).is_ok(),
+                ok,
+                "{path:?}: {:?}",
+                check_local_absolute(path)
+            );
+        }
+    }
+
+    #[test]
+    fn within_rules() {
+        let dir = r"C:\Windows\System32\DriverStore";
+        let table = [
+            (r"C:\Windows\System32\DriverStore\FileRepository\x", true),
+            (r"c:\windows\system32\driverstore\x", true),
+            (r"C:\Windows\System32\DriverStore", false),
+            (r"C:\Windows\System32\DriverStore\", false),
+            (r"C:\Windows\System32\DriverStoreX\x", false),
+            (r"C:\Windows\System32\HostDriverStore\x", false),
+            (r"D:\DriverStore\x", false),
+        ];
+        for (path, inside) in table {
+            assert_eq!(is_within(path, dir), inside, "{path}");
+        }
+    }
+
+    #[test]
+    fn system_root_relative_rest() {
+        assert_eq!(system_root_relative(r"\SYSTEMROOT\x"), Some(r"\x"));
+        assert_eq!(system_root_relative("%systemroot%"), Some(""));
+        assert_eq!(system_root_relative(r"\SystemRootX\x"), None);
+        assert_eq!(system_root_relative(r"C:\x"), None);
     }
 
     #[test]
@@ -214,5 +381,73 @@ mod tests {
         assert_eq!(join(r"C:\x\", r"a\b.dll"), r"C:\x\a\b.dll");
         assert_eq!(file_name(r"a\b.dll"), "b.dll");
         assert_eq!(file_name("b.dll"), "b.dll");
+    }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn any_case(s: &str, mask: u64) -> String {
+            s.chars()
+                .enumerate()
+                .map(|(i, c)| {
+                    if mask >> (i % 64) & 1 == 1 {
+                        c.to_ascii_lowercase()
+                    } else {
+                        c
+                    }
+                })
+                .collect()
+        }
+
+        proptest! {
+            #[test]
+            fn device_names_are_rejected_in_every_spelling(
+                index in 0usize..RESERVED_NAMES.len(),
+                mask in any::<u64>(),
+                spaces in " {0,2}",
+                extension in prop::option::of("\\.[a-zA-Z0-9]{0,4}(\\.[a-z]{1,3})?"),
+                trailing in "[. ]{0,3}",
+            ) {
+                let name = format!(
+                    "{}{spaces}{}{trailing}",
+                    any_case(RESERVED_NAMES[index], mask),
+                    extension.unwrap_or_default()
+                );
+                prop_assert!(is_reserved_device_name(&name), "{:?}", name);
+                prop_assert!(check_destination(&name).is_err(), "{:?}", name);
+            }
+
+            #[test]
+            fn accepted_destinations_are_plain_names(name in "\\PC{1,12}") {
+                if check_destination(&name).is_ok() {
+                    prop_assert!(!name.contains(['\\', '/', ':']));
+                    prop_assert!(!is_reserved_device_name(&name));
+                    prop_assert!(!name.ends_with(['.', ' ']));
+                }
+            }
+
+            #[test]
+            fn accepted_local_paths_are_drive_qualified_without_dot_dot(
+                path in "([A-Za-z]:|[\\\\/?.]{0,3}|%SystemRoot%)([\\\\/]([a-zA-Z. ]{0,4}|\\.\\.)){0,5}",
+            ) {
+                if check_local_absolute(&path).is_ok() {
+                    let b = path.as_bytes();
+                    prop_assert!(b[0].is_ascii_alphabetic() && b[1] == b':' && (b[2] == b'\\' || b[2] == b'/'), "{}", path);
+                    prop_assert!(!path.split(['\\', '/']).any(|c| c == ".." || c == "."), "{}", path);
+                }
+            }
+
+            #[test]
+            fn unc_and_device_prefixes_are_rejected(
+                prefix in prop_oneof![Just(r"\\"), Just("//"), Just(r"\\?\"), Just(r"\\.\"), Just(r"\??\"), Just(r"\"), Just("")],
+                rest in "[A-Za-z]:?[\\\\a-z]{0,10}",
+            ) {
+                let path = format!("{prefix}{rest}");
+                if !prefix.is_empty() {
+                    prop_assert!(check_local_absolute(&path).is_err(), "{}", path);
+                }
+            }
+        }
     }
 }
