@@ -285,6 +285,21 @@ def chart_checks():
         check(f"chart refuses {name}", code != 0 and needle in err, f"exit {code}: {err.strip()[:200]}")
 
 
+def readme_checks():
+    """The chart README documents every value (top-level, and the keys of small groups)."""
+    values = load_values(os.path.join(CHART, "values.yaml"))
+    readme = open(os.path.join(CHART, "README.md")).read()
+    grouped = ("image", "namespace", "serviceAccount", "metrics", "probes")
+    keys = []
+    for k, v in values.items():
+        if k in grouped and isinstance(v, dict):
+            keys += [f"{k}.{sub}" for sub in v]
+        else:
+            keys.append(k)
+    missing = [k for k in keys if f"| `{k}` |" not in readme]
+    check(f"chart README documents all {len(keys)} values", not missing, f"missing: {missing}")
+
+
 def manifest_checks(update):
     names = variants()
     required = {"default", "replicas-inline", "replicas-configmap", "legacy-name"}
@@ -374,6 +389,7 @@ def main():
         except kubernetes_validate.ValidationError:
             ok(f"strict validation rejects unknown fields ({version})")
     chart_checks()
+    readme_checks()
     manifest_checks(args.update)
     example_checks()
     print(f"\n{passed} passed, {failed} failed")
