@@ -3,6 +3,11 @@
 #
 #   .ci/windows.sh clippy   clippy --all-targets -D warnings for the Windows target
 #   .ci/windows.sh test     the library's unit tests, run under Wine
+#   .ci/windows.sh release [DIR]
+#                           the release dxdp.exe and dxdp.exe.sha256 in DIR (default dist/)
+#   .ci/windows.sh release-check [DIR]
+#                           DIR/dxdp.exe is a PE32+ x86-64 console executable, matches its
+#                           SHA-256 file, and `dxdp.exe --version` runs under Wine
 #
 # rustup has no Windows std here, so std is built from Debian's rust-web-src 1.96 with
 # Debian's rustc/cargo/clippy 1.96 (RUSTC_BOOTSTRAP for -Zbuild-std). /usr/bin comes first on
@@ -64,8 +69,42 @@ case "${1:-}" in
     fi
     echo "dxdp.exe under Wine: same discover output as Linux for $(ls tests/fixtures/*.yaml | wc -l) fixture hosts; clean error without DXCore"
     ;;
+  release)
+    out="${2:-dist}"
+    /usr/bin/cargo build "${build_std[@]}" --release --locked --bin dxdp
+    mkdir -p "$out"
+    cp "$CARGO_TARGET_DIR/$target/release/dxdp.exe" "$out/dxdp.exe"
+    (cd "$out" && sha256sum dxdp.exe >dxdp.exe.sha256)
+    echo "$out/dxdp.exe: $(cut -d' ' -f1 "$out/dxdp.exe.sha256")"
+    ;;
+  release-check)
+    out="${2:-dist}"
+    kind=$(file -b "$out/dxdp.exe")
+    case "$kind" in
+      "PE32+ executable (console) x86-64"*) echo "dxdp.exe: $kind" ;;
+      *) echo "dxdp.exe is not a PE32+ x86-64 console executable: $kind" >&2; exit 1 ;;
+    esac
+    (cd "$out" && sha256sum --check --quiet dxdp.exe.sha256)
+    export WINEDEBUG=-all
+    export WINEDLLOVERRIDES="bcryptprimitives=n,b;mscoree=;mshtml="
+    WINEPREFIX="$(mktemp -d /tmp/dxdp-wine.XXXXXX)"
+    export WINEPREFIX
+    # The ProcessPrng stand-in goes next to a copy of the exe, never into the release directory.
+    run_dir="$(mktemp -d /tmp/dxdp-release.XXXXXX)"
+    trap '/usr/lib/wine/wineserver -k >/dev/null 2>&1 || true; rm -rf "$WINEPREFIX" "$run_dir"' EXIT
+    cp "$out/dxdp.exe" "$run_dir/"
+    x86_64-w64-mingw32-gcc -shared -O2 -Wl,--kill-at -o "$run_dir/bcryptprimitives.dll" \
+      tests/wine/processprng.c -ladvapi32
+    version=$(/usr/lib/wine/wine64 "$run_dir/dxdp.exe" --version | tr -d '\r')
+    want="dxdp $(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
+    if [ "$version" != "$want" ]; then
+      echo "dxdp.exe --version under Wine printed '$version', want '$want'" >&2
+      exit 1
+    fi
+    echo "dxdp.exe --version under Wine: $version"
+    ;;
   *)
-    echo "usage: $0 clippy|test [test args...]" >&2
+    echo "usage: $0 clippy|test [test args...]|release [DIR]|release-check [DIR]" >&2
     exit 2
     ;;
 esac

@@ -142,11 +142,21 @@ fn hcs_reports_for_every_host() {
 }
 
 fn probes(state: DirState, socket: bool, containerd: Option<&str>) -> Probes {
+    probes_with_kubelet(state, socket, containerd, None)
+}
+
+fn probes_with_kubelet(
+    state: DirState,
+    socket: bool,
+    containerd: Option<&str>,
+    kubelet: Option<&str>,
+) -> Probes {
     Probes {
         kubelet_dir: r"C:\var\lib\kubelet\device-plugins".into(),
         kubelet_dir_state: state,
         kubelet_socket: socket,
         containerd: containerd.map(|v| (v.to_string(), "from the host snapshot".to_string())),
+        kubelet: kubelet.map(|v| (v.to_string(), "from the host snapshot".to_string())),
         resources: Resource::ALL.to_vec(),
         assignment: Assignment::LocationPath,
     }
@@ -158,10 +168,16 @@ fn doctor_verdicts_for_every_host() {
         let f = facts(host);
         let d = run(&f);
         let containerd = f.os.as_ref().and_then(|o| o.containerd_version.clone());
+        let kubelet = f.os.as_ref().and_then(|o| o.kubelet_version.clone());
         let checks = doctor::checks(
             &f,
             &d,
-            &probes(DirState::Writable, true, containerd.as_deref()),
+            &probes_with_kubelet(
+                DirState::Writable,
+                true,
+                containerd.as_deref(),
+                kubelet.as_deref(),
+            ),
         );
         insta::assert_snapshot!(format!("doctor-{host}"), doctor::text(&checks));
     }

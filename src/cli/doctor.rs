@@ -69,6 +69,31 @@ fn containerd(
     Some((text, "containerd --version".to_string()))
 }
 
+/// The kubelet version: from the snapshot on a simulated host, else `kubelet --version` (on
+/// `PATH`, then `C:\k\kubelet.exe` on Windows, where most installers put it). `None` when it
+/// cannot be found; the check is then skipped.
+fn kubelet(
+    source: &dyn HostFactsSource,
+    snapshot_version: Option<String>,
+) -> Option<(String, String)> {
+    if source.is_simulated() {
+        return snapshot_version.map(|v| (v, "from the host snapshot".to_string()));
+    }
+    let candidates: &[&str] = if cfg!(windows) {
+        &["kubelet", r"C:\k\kubelet.exe"]
+    } else {
+        &["kubelet"]
+    };
+    candidates.iter().find_map(|exe| {
+        let out = std::process::Command::new(exe)
+            .arg("--version")
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && !text.is_empty()).then(|| (text, format!("{exe} --version")))
+    })
+}
+
 /// Runs the checks; exits 1 when any check fails.
 pub fn run(
     args: &DoctorArgs,
@@ -94,6 +119,10 @@ pub fn run(
         containerd: containerd(
             source,
             facts.os.as_ref().and_then(|o| o.containerd_version.clone()),
+        ),
+        kubelet: kubelet(
+            source,
+            facts.os.as_ref().and_then(|o| o.kubelet_version.clone()),
         ),
         resources,
         assignment: config.assignment,

@@ -7,6 +7,7 @@ mod doctor;
 mod hcs;
 mod mounts;
 mod plugin;
+mod sandbox;
 mod snapshot;
 
 use std::path::PathBuf;
@@ -134,15 +135,21 @@ impl Command {
 
 /// What the configuration is built from for this invocation.
 fn inputs(cli: &Cli) -> Inputs {
-    let env = config::process_env();
+    let mut env = config::process_env();
     let mut flags = cli.command.flags();
     flags.log_level = cli.global.log_level.clone();
     flags.log_format = cli.global.log_format;
-    Inputs {
-        file: config::choose_path(cli.global.config.as_deref(), &env),
-        env,
-        flags,
-    }
+    let file = config::choose_path(cli.global.config.as_deref(), &env);
+    // In a HostProcess container on containerd 1.6, volumes are under the sandbox mount point.
+    let sandbox = std::env::var(sandbox::SANDBOX_VAR).ok();
+    let file = sandbox::resolve_inputs(
+        file,
+        &mut env,
+        &config::default_path(),
+        sandbox.as_deref(),
+        |p| p.exists(),
+    );
+    Inputs { file, env, flags }
 }
 
 /// Parses arguments, runs the command and turns errors into a message and exit code 1.

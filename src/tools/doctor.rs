@@ -69,6 +69,8 @@ pub struct Probes {
     pub kubelet_socket: bool,
     /// The containerd version and where it came from (`None`: not found).
     pub containerd: Option<(String, String)>,
+    /// The kubelet version and where it came from (`None`: unknown, and the check is skipped).
+    pub kubelet: Option<(String, String)>,
     /// The resources the plugin would serve.
     pub resources: Vec<Resource>,
     /// The configured assignment mode.
@@ -156,6 +158,40 @@ fn assignment_check(os: &OsFacts, configured: Assignment) -> Check {
     }
 }
 
+/// The oldest kubelet dxdp works with: older kubelets dial device plugins with the socket path
+/// as the HTTP/2 `:authority`, which the Rust HTTP/2 stack (h2) rejects, so registration fails.
+pub const MIN_KUBELET: (u64, u64) = (1, 26);
+
+/// The kubelet version check, or nothing when the version is unknown.
+fn kubelet_check(kubelet: Option<&(String, String)>) -> Option<Check> {
+    const NAME: &str = "kubelet 1.26+";
+    let (version, source) = kubelet?;
+    Some(match containerd_release(version) {
+        Some(v) if v >= MIN_KUBELET => check(
+            NAME,
+            Status::Pass,
+            format!("kubelet {}.{} ({source})", v.0, v.1),
+            None,
+        ),
+        Some(v) => check(
+            NAME,
+            Status::Warn,
+            format!(
+                "kubelet {}.{} ({source}) sends the plugin socket path as the HTTP/2 :authority, \
+                 which dxdp's HTTP/2 stack rejects: registration will fail",
+                v.0, v.1
+            ),
+            Some("upgrade the node to Kubernetes 1.26 or later (see docs/install.md)"),
+        ),
+        None => check(
+            NAME,
+            Status::Warn,
+            format!("cannot read a version from {version:?} ({source})"),
+            Some("check `kubelet --version`; dxdp needs Kubernetes 1.26 or later"),
+        ),
+    })
+}
+
 /// Runs every check.
 pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<Check> {
     let os = facts.os.clone().unwrap_or_default();
@@ -222,6 +258,10 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
             ),
         },
     });
+
+    if let Some(c) = kubelet_check(probes.kubelet.as_ref()) {
+        out.push(c);
+    }
 
     out.push(match &probes.kubelet_dir_state {
         DirState::Writable => check(
@@ -401,6 +441,22 @@ mod tests {
         for (text, expected) in table {
             assert_eq!(containerd_release(text), expected, "{text}");
         }
+    }
+
+    #[test]
+    fn kubelet_versions() {
+        let probe = |v: &str| {
+            kubelet_check(Some(&(v.to_string(), "kubelet --version".to_string()))).map(|c| c.status)
+        };
+        assert_eq!(kubelet_check(None), None, "unknown: no check");
+        assert_eq!(probe("Kubernetes v1.26.0"), Some(Status::Pass));
+        assert_eq!(probe("Kubernetes v1.31.4-eks-1234"), Some(Status::Pass));
+        assert_eq!(probe("1.25.16"), Some(Status::Warn));
+        assert_eq!(probe("Kubernetes v1.24.7"), Some(Status::Warn));
+        assert_eq!(probe("garbage"), Some(Status::Warn));
+        let old = kubelet_check(Some(&("v1.25.3".into(), "from the host snapshot".into())));
+        let old = old.map(|c| c.detail).unwrap_or_default();
+        assert!(old.contains(":authority"), "{old}");
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub struct OsFacts {
     /// containerd version (`1.7.20`), for `dxdp doctor` on simulated hosts; a real host is probed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub containerd_version: Option<String>,
+    /// kubelet version (`1.29.3`), for `dxdp doctor` on simulated hosts; a real host is probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_version: Option<String>,
 }
 
 impl OsFacts {

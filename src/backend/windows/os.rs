@@ -45,6 +45,7 @@ pub fn read() -> OsFacts {
         system_root: std::env::var("SystemRoot").ok().filter(|s| !s.is_empty()),
         hcs_schema_versions,
         containerd_version: None,
+        kubelet_version: None,
     }
 }
 

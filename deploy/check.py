@@ -1,0 +1,400 @@
+#!/usr/bin/env python3
+"""Checks dxdp's deployment: the Helm chart, the plain manifests and the example Jobs.
+
+    deploy/check.py            run every check; ends with "N passed, M failed", exit 1 on failure
+    deploy/check.py --update   re-render deploy/manifests/*.yaml from the chart, then check
+
+Checks:
+  * `helm lint --strict` and `helm template` of deploy/helm/dxdp with the default values and
+    every deploy/helm/dxdp/ci/*-values.yaml, and values the schema or the templates must refuse;
+  * deploy/manifests/<variant>.yaml equals `helm template` with
+    deploy/manifests/variants/{common,<variant>}.values.yaml (drift);
+  * every rendered object, plain manifest and example validates against the Kubernetes OpenAPI
+    schemas of the oldest and newest supported Kubernetes in strict mode (kubernetes-validate);
+  * the DaemonSet's HostProcess settings, node selection (no build pin), probes, config mount,
+    and that every rendered config.yaml passes `dxdp config check` (when a dxdp binary exists);
+  * the example Jobs: unique names, Windows nodes without build pin, one DirectX device.
+
+Needs: helm 3 ($HELM or on PATH), python3 with PyYAML and kubernetes-validate.
+"""
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import yaml
+import kubernetes_validate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHART = os.path.join(ROOT, "deploy", "helm", "dxdp")
+MANIFESTS = os.path.join(ROOT, "deploy", "manifests")
+VARIANTS = os.path.join(MANIFESTS, "variants")
+EXAMPLES = os.path.join(ROOT, "examples")
+RELEASE = "dxdp"
+NAMESPACE = "dxdp-system"
+# The oldest supported Kubernetes (HostProcess GA; older kubelets send the socket path as the
+# HTTP/2 :authority, which dxdp rejects) and the newest kubernetes-validate has schemas for.
+KUBE_VERSIONS = ["1.26.0", "1.37.0"]
+CONFIG_DIR = "C:\\etc\\dxdp"
+RESOURCES = ("directx.microsoft.com/display", "directx.microsoft.com/compute")
+
+passed = 0
+failed = 0
+
+
+def ok(name):
+    global passed
+    passed += 1
+    print(f"PASS  {name}")
+
+
+def fail(name, why):
+    global failed
+    failed += 1
+    print(f"FAIL  {name}: {why}")
+
+
+def check(name, condition, why=""):
+    if condition:
+        ok(name)
+    else:
+        fail(name, why or "assertion failed")
+    return condition
+
+
+def helm_binary():
+    helm = os.environ.get("HELM") or shutil.which("helm")
+    if not helm:
+        sys.exit("error: helm 3 not found: set HELM or put helm on PATH (.ci/run installs one)")
+    return helm
+
+
+def helm(*args):
+    """Runs helm; returns (exit code, stdout, stderr)."""
+    p = subprocess.run([HELM, *args], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def template(*values, release=RELEASE, namespace=NAMESPACE):
+    args = ["template", release, CHART, "--namespace", namespace, "--kube-version", KUBE_VERSIONS[0]]
+    for v in values:
+        args += ["--values", v]
+    return helm(*args)
+
+
+def docs(text):
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def header(variant):
+    return (
+        f"# dxdp plain manifest: {variant}. Generated from deploy/helm/dxdp with\n"
+        f"# deploy/manifests/variants/{variant}.values.yaml by `deploy/check.py --update`;\n"
+        f"# do not edit (CI fails when it differs from the chart).\n"
+        f"#   kubectl apply -f deploy/manifests/{variant}.yaml\n"
+    )
+
+
+def variants():
+    names = []
+    for path in sorted(glob.glob(os.path.join(VARIANTS, "*.values.yaml"))):
+        name = os.path.basename(path)[: -len(".values.yaml")]
+        if name != "common":
+            names.append(name)
+    return names
+
+
+def render_variant(name):
+    code, out, err = template(
+        os.path.join(VARIANTS, "common.values.yaml"), os.path.join(VARIANTS, f"{name}.values.yaml")
+    )
+    if code != 0:
+        return None, err
+    return header(name) + out, None
+
+
+def find(objs, kind):
+    return [o for o in objs if o.get("kind") == kind]
+
+
+def env_of(container):
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def dxdp_binary():
+    explicit = os.environ.get("DXDP")
+    if explicit:
+        return explicit
+    for p in ("target/release/dxdp", "target/debug/dxdp"):
+        full = os.path.join(ROOT, p)
+        if os.access(full, os.X_OK):
+            return full
+    return None
+
+
+def validate(label, objs):
+    """Strict OpenAPI validation of every object for every supported Kubernetes version."""
+    for version in KUBE_VERSIONS:
+        errors = []
+        for o in objs:
+            try:
+                kubernetes_validate.validate(o, version, strict=True)
+            except Exception as e:  # ValidationError, SchemaNotFoundError, ...
+                name = f"{o.get('kind')}/{o.get('metadata', {}).get('name')}"
+                msg = getattr(e, "message", None) or str(e)
+                path = "/".join(str(p) for p in getattr(e, "path", []) or [])
+                errors.append(f"{name} {path}: {msg}".strip())
+        check(f"{label}: valid Kubernetes {version} (strict)", not errors, "; ".join(errors[:3]))
+
+
+def assert_daemonset(label, objs, values):
+    """The invariants of every rendering of the chart."""
+    sets = find(objs, "DaemonSet")
+    if not check(f"{label}: one DaemonSet", len(sets) == 1, f"found {len(sets)}"):
+        return
+    ds = sets[0]
+    pod = ds["spec"]["template"]["spec"]
+    win = pod.get("securityContext", {}).get("windowsOptions", {})
+    check(f"{label}: HostProcess", win.get("hostProcess") is True, str(win))
+    check(
+        f"{label}: runs as NT AUTHORITY\\SYSTEM",
+        win.get("runAsUserName") == "NT AUTHORITY\\SYSTEM",
+        repr(win.get("runAsUserName")),
+    )
+    check(f"{label}: hostNetwork", pod.get("hostNetwork") is True)
+    selector = pod.get("nodeSelector", {})
+    check(f"{label}: no Windows build pin", "node.kubernetes.io/windows-build" not in selector, str(selector))
+    affinity_text = yaml.safe_dump(pod.get("affinity", {}))
+    check(f"{label}: no build pin in affinity", "windows-build" not in affinity_text)
+    check(
+        f"{label}: DaemonSet update strategy",
+        ds["spec"].get("updateStrategy", {}).get("type") in ("RollingUpdate", "OnDelete"),
+    )
+    containers = pod["containers"]
+    check(f"{label}: one container", len(containers) == 1)
+    c = containers[0]
+    check(f"{label}: runs `dxdp plugin`", c.get("args", [])[:1] == ["plugin"], str(c.get("args")))
+    env = env_of(c)
+    mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+    vols = {v["name"]: v for v in pod.get("volumes", [])}
+    mount = mounts.get("config", {})
+    check(f"{label}: config volume mounted read-only at {CONFIG_DIR}",
+          mount.get("mountPath") == CONFIG_DIR and mount.get("readOnly") is True, str(mount))
+    check(f"{label}: DXDP_CONFIG is in the config mount",
+          env.get("DXDP_CONFIG") == CONFIG_DIR + "\\config.yaml", repr(env.get("DXDP_CONFIG")))
+    check(f"{label}: no subPath (it would stop ConfigMap updates)", "subPath" not in mount)
+    cm_name = vols.get("config", {}).get("configMap", {}).get("name")
+    maps = {m["metadata"]["name"]: m for m in find(objs, "ConfigMap")}
+    if values.get("existingConfigMap"):
+        check(f"{label}: uses the existing ConfigMap", cm_name == values["existingConfigMap"] and not maps)
+    elif check(f"{label}: the mounted ConfigMap is rendered", cm_name in maps, f"{cm_name} not in {list(maps)}"):
+        text = maps[cm_name]["data"].get("config.yaml")
+        check(f"{label}: ConfigMap has config.yaml", text is not None)
+        want = values.get("config") or None
+        check(f"{label}: config.yaml is the config value", yaml.safe_load(text or "") == want,
+              f"{text!r} != {want!r}")
+        dxdp = dxdp_binary()
+        if dxdp:
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+                f.write(text or "")
+            p = subprocess.run([dxdp, "config", "check", f.name], capture_output=True, text=True)
+            os.unlink(f.name)
+            check(f"{label}: `dxdp config check` accepts config.yaml", p.returncode == 0, p.stderr.strip())
+    if "replicas" in values and values["replicas"] is not None:
+        check(f"{label}: DXDP_REPLICAS", env.get("DXDP_REPLICAS") == str(values["replicas"]), str(env))
+    else:
+        check(f"{label}: DXDP_REPLICAS unset", "DXDP_REPLICAS" not in env)
+    probes = values.get("probes", {}).get("enabled", False)
+    if probes:
+        port = values["metrics"]["port"]
+        ports = {p["name"]: p for p in c.get("ports", [])}
+        check(f"{label}: metrics port {port}", ports.get("metrics", {}).get("containerPort") == port, str(ports))
+        check(f"{label}: DXDP_METRICS_ADDRESS on port {port}",
+              (env.get("DXDP_METRICS_ADDRESS") or "").endswith(f":{port}"), str(env))
+        for kind, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            get = c.get(kind, {}).get("httpGet", {})
+            check(f"{label}: {kind} GET {path} on the metrics port",
+                  get.get("path") == path and get.get("port") == "metrics" and "host" not in get, str(get))
+    else:
+        check(f"{label}: no probes by default",
+              "livenessProbe" not in c and "readinessProbe" not in c and "DXDP_METRICS_ADDRESS" not in env)
+    # Permissions: dxdp uses no Kubernetes API.
+    rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    check(f"{label}: no RBAC objects (dxdp calls no API)", not rbac, str([o["kind"] for o in rbac]))
+    check(f"{label}: no service account token", pod.get("automountServiceAccountToken") is False)
+    for o in objs:
+        if o["kind"] != "Namespace" and o["metadata"].get("namespace") != NAMESPACE:
+            fail(f"{label}: {o['kind']} in the release namespace", str(o["metadata"].get("namespace")))
+            break
+    else:
+        ok(f"{label}: every object in the release namespace")
+
+
+def load_values(*paths):
+    merged = {}
+    for p in paths:
+        with open(p) as f:
+            v = yaml.safe_load(f) or {}
+        merged.update(v)
+    return merged
+
+
+def chart_checks():
+    value_files = [None] + sorted(glob.glob(os.path.join(CHART, "ci", "*-values.yaml")))
+    for vf in value_files:
+        label = "chart " + (os.path.basename(vf) if vf else "defaults")
+        extra = ["--values", vf] if vf else []
+        code, out, err = helm("lint", "--strict", CHART, *extra)
+        check(f"{label}: helm lint --strict", code == 0, (out + err).strip()[-400:])
+        code, out, err = template(*([vf] if vf else []))
+        if not check(f"{label}: helm template", code == 0, err.strip()):
+            continue
+        objs = docs(out)
+        values = load_values(vf) if vf else {}
+        if not vf:
+            d = find(objs, "DaemonSet")
+            pod = d[0]["spec"]["template"]["spec"] if d else {}
+            check(f"{label}: priorityClassName system-node-critical",
+                  pod.get("priorityClassName") == "system-node-critical")
+            check(f"{label}: Windows nodes", pod.get("nodeSelector", {}).get("kubernetes.io/os") == "windows")
+            check(f"{label}: GPU taints tolerated",
+                  {"nvidia.com/gpu", "amd.com/gpu", "sku"} <= {t.get("key") for t in pod.get("tolerations", [])})
+            res = pod.get("containers", [{}])[0].get("resources", {})
+            check(f"{label}: requests and limits", bool(res.get("requests")) and bool(res.get("limits")))
+            check(f"{label}: RollingUpdate", d and d[0]["spec"]["updateStrategy"]["type"] == "RollingUpdate")
+            check(f"{label}: no Namespace unless namespace.create", not find(objs, "Namespace"))
+        assert_daemonset(label, objs, values)
+        validate(label, objs)
+
+    # Values that must be refused, with the reason helm gives.
+    refused = [
+        ("a Windows build pin", ["--set", "nodeSelector.node\\.kubernetes\\.io/windows-build=10.0.20348"], "nodeSelector"),
+        ("an unknown value", ["--set", "replicaz=4"], "replicaz"),
+        ("replicas above 64", ["--set", "replicas=65"], "replicas"),
+        ("an unknown config key", ["--set", "config.resources.display.replica=2"], "replica"),
+        ("probes without the health endpoint", ["--set", "probes.enabled=true"], "metrics.enabled"),
+        ("a bad assignment mode", ["--set", "config.assignment=guid"], "assignment"),
+    ]
+    for name, args, needle in refused:
+        code, out, err = helm("template", RELEASE, CHART, *args)
+        check(f"chart refuses {name}", code != 0 and needle in err, f"exit {code}: {err.strip()[:200]}")
+
+
+def readme_checks():
+    """The chart README documents every value (top-level, and the keys of small groups)."""
+    values = load_values(os.path.join(CHART, "values.yaml"))
+    readme = open(os.path.join(CHART, "README.md")).read()
+    grouped = ("image", "namespace", "serviceAccount", "metrics", "probes")
+    keys = []
+    for k, v in values.items():
+        if k in grouped and isinstance(v, dict):
+            keys += [f"{k}.{sub}" for sub in v]
+        else:
+            keys.append(k)
+    missing = [k for k in keys if f"| `{k}` |" not in readme]
+    check(f"chart README documents all {len(keys)} values", not missing, f"missing: {missing}")
+
+
+def manifest_checks(update):
+    names = variants()
+    required = {"default", "replicas-inline", "replicas-configmap", "legacy-name"}
+    check("manifest variants: default, replicas-inline, replicas-configmap, legacy-name",
+          required <= set(names), str(names))
+    for name in names:
+        path = os.path.join(MANIFESTS, f"{name}.yaml")
+        text, err = render_variant(name)
+        if not check(f"manifest {name}: renders", text is not None, err or ""):
+            continue
+        if update:
+            with open(path, "w") as f:
+                f.write(text)
+        current = open(path).read() if os.path.exists(path) else None
+        if not check(f"manifest {name}: matches the chart", current == text,
+                     "deploy/manifests differs from the chart: run deploy/check.py --update and commit"):
+            continue
+        objs = docs(current)
+        values = load_values(os.path.join(VARIANTS, "common.values.yaml"), os.path.join(VARIANTS, f"{name}.values.yaml"))
+        check(f"manifest {name}: has its Namespace", [n["metadata"]["name"] for n in find(objs, "Namespace")] == [NAMESPACE])
+        assert_daemonset(f"manifest {name}", objs, values)
+        validate(f"manifest {name}", objs)
+    stale = [p for p in glob.glob(os.path.join(MANIFESTS, "*.yaml"))
+             if os.path.basename(p)[: -len(".yaml")] not in names]
+    check("no manifest without a variant", not stale, str(stale))
+    legacy = docs(open(os.path.join(MANIFESTS, "legacy-name.yaml")).read()) if "legacy-name" in names else []
+    cm = find(legacy, "ConfigMap")
+    aliases = (yaml.safe_load(cm[0]["data"]["config.yaml"]) if cm else {}).get("resources", {}).get("display", {}).get("aliases")
+    check("manifest legacy-name: advertises microsoft.com/directx", aliases == ["microsoft.com/directx"], str(aliases))
+
+
+def example_checks():
+    files = sorted(glob.glob(os.path.join(EXAMPLES, "**", "*.yaml"), recursive=True))
+    check("examples exist", len(files) > 0)
+    names = {}
+    for path in files:
+        rel = os.path.relpath(path, ROOT)
+        with open(path) as f:
+            objs = docs(f.read())
+        validate(rel, objs)
+        jobs = find(objs, "Job")
+        if not check(f"{rel}: one Job", len(jobs) == 1, f"found {len(jobs)}"):
+            continue
+        job = jobs[0]
+        names.setdefault(job["metadata"]["name"], []).append(rel)
+        spec = job["spec"]
+        pod = spec["template"]["spec"]
+        sel = pod.get("nodeSelector", {})
+        problems = []
+        if sel.get("kubernetes.io/os") != "windows":
+            problems.append("nodeSelector kubernetes.io/os is not windows")
+        if "node.kubernetes.io/windows-build" in sel:
+            problems.append("pins a Windows build")
+        if pod.get("restartPolicy") != "Never":
+            problems.append("restartPolicy is not Never")
+        if "backoffLimit" not in spec:
+            problems.append("no backoffLimit")
+        if pod.get("securityContext", {}).get("windowsOptions", {}).get("hostProcess"):
+            problems.append("is HostProcess (devices are not assigned to HostProcess containers)")
+        limits = [c.get("resources", {}).get("limits", {}) for c in pod["containers"]]
+        wanted = [{k: v for k, v in l.items() if k in RESOURCES} for l in limits]
+        if [w for w in wanted if w] != [w for w in wanted if w and list(w.values()) in ([1], ["1"])] or not any(wanted):
+            problems.append(f"limits {wanted}: want one directx.microsoft.com/display or /compute: 1")
+        kind = "display" if "display" in os.path.basename(path) else "compute"
+        if not any(f"directx.microsoft.com/{kind}" in w for w in wanted):
+            problems.append(f"file name says {kind} but the Job does not request it")
+        check(f"{rel}: Job conventions", not problems, "; ".join(problems))
+    dupes = {n: f for n, f in names.items() if len(f) > 1}
+    check("example Job names are unique", not dupes, str(dupes))
+
+
+def main():
+    global HELM
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--update", action="store_true", help="re-render deploy/manifests/*.yaml")
+    args = parser.parse_args()
+    HELM = helm_binary()
+    code, out, _ = helm("version", "--short")
+    print(f"helm {out.strip()}, kubernetes-validate {kubernetes_validate.version.__version__ if hasattr(kubernetes_validate.version, '__version__') else ''}".rstrip())
+    print(f"dxdp for config checks: {dxdp_binary() or 'none found (skipped)'}")
+    # The validator itself must reject unknown fields, or every strict check above is void.
+    bogus = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "dta": {}}
+    for version in KUBE_VERSIONS:
+        try:
+            kubernetes_validate.validate(bogus, version, strict=True)
+            fail(f"strict validation rejects unknown fields ({version})", "accepted ConfigMap.dta")
+        except kubernetes_validate.ValidationError:
+            ok(f"strict validation rejects unknown fields ({version})")
+    chart_checks()
+    readme_checks()
+    manifest_checks(args.update)
+    example_checks()
+    print(f"\n{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

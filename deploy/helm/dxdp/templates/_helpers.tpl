@@ -1,0 +1,53 @@
+{{/* The chart name, or nameOverride. */}}
+{{- define "dxdp.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name, or fullnameOverride. */}}
+{{- define "dxdp.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains (include "dxdp.name" .) .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "dxdp.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select the pods. */}}
+{{- define "dxdp.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dxdp.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "dxdp.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "dxdp.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: device-plugin
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The service account's name. */}}
+{{- define "dxdp.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "dxdp.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The ConfigMap holding config.yaml. */}}
+{{- define "dxdp.configMapName" -}}
+{{- default (printf "%s-config" (include "dxdp.fullname" .)) .Values.existingConfigMap }}
+{{- end }}
+
+{{/* The image reference. */}}
+{{- define "dxdp.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,211 @@
+//! Configuration files inside a HostProcess container.
+//!
+//! A HostProcess container sees the host's file system. Its volumes (e.g. the Helm chart's
+//! ConfigMap) appear at their `mountPath` on containerd 1.7 and later, but under the container's
+//! sandbox mount point (`%CONTAINER_SANDBOX_MOUNT_POINT%\<mountPath without the drive>`) on
+//! containerd 1.6. So a configuration path that does not exist as given is looked up under
+//! `CONTAINER_SANDBOX_MOUNT_POINT` too, and the first that exists is used. Outside a
+//! HostProcess container the variable is unset and paths are used as given.
+
+use std::path::{Path, PathBuf};
+
+use dxdp::config::Env;
+
+/// The variable containerd sets in HostProcess containers: where the image's files are.
+pub const SANDBOX_VAR: &str = "CONTAINER_SANDBOX_MOUNT_POINT";
+
+/// The environment variables that name configuration files.
+const FILE_VARS: [&str; 3] = [
+    "DXDP_CONFIG",
+    "WDDM_DEVICE_PLUGIN_CONFIG_FILE",
+    "MCDM_DEVICE_PLUGIN_CONFIG_FILE",
+];
+
+/// `path` under the sandbox mount point: the drive (`C:`) and leading separators are dropped
+/// and the rest is joined to `sandbox` with the sandbox's separator. `None` for an empty rest.
+fn under_sandbox(sandbox: &str, path: &str) -> Option<String> {
+    let rest = match path.as_bytes() {
+        [d, b':', ..] if d.is_ascii_alphabetic() => &path[2..],
+        _ => path,
+    };
+    let rest = rest.trim_start_matches(['\\', '/']);
+    if rest.is_empty() {
+        return None;
+    }
+    let sep = if sandbox.contains('\\') { '\\' } else { '/' };
+    let other = if sep == '\\' { '/' } else { '\\' };
+    let base = sandbox.trim_end_matches(['\\', '/']);
+    Some(format!(
+        "{base}{sep}{}",
+        rest.replace(other, &sep.to_string())
+    ))
+}
+
+/// `path` if it exists or there is no sandbox; else the same path under the sandbox mount
+/// point when that exists; else `path` (so errors name the path the user gave).
+pub fn resolve(path: &Path, sandbox: Option<&str>, exists: impl Fn(&Path) -> bool) -> PathBuf {
+    let Some(sandbox) = sandbox.filter(|s| !s.is_empty()) else {
+        return path.to_path_buf();
+    };
+    if exists(path) {
+        return path.to_path_buf();
+    }
+    match under_sandbox(sandbox, &path.to_string_lossy()) {
+        Some(candidate) if exists(Path::new(&candidate)) => PathBuf::from(candidate),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Resolves the configuration file choice and the file-naming variables in `env` against the
+/// sandbox mount point. `default` is the default configuration path, used (not required) when
+/// no file was chosen and it exists under the sandbox.
+pub fn resolve_inputs(
+    file: Option<(PathBuf, bool)>,
+    env: &mut Env,
+    default: &Path,
+    sandbox: Option<&str>,
+    exists: impl Fn(&Path) -> bool,
+) -> Option<(PathBuf, bool)> {
+    for var in FILE_VARS {
+        if let Some(value) = env.get_mut(var).filter(|v| !v.is_empty()) {
+            *value = resolve(Path::new(value.as_str()), sandbox, &exists)
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    match file {
+        Some((path, required)) => Some((resolve(&path, sandbox, &exists), required)),
+        None => {
+            let found = resolve(default, sandbox, &exists);
+            (found != default && exists(&found)).then_some((found, false))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    const SANDBOX: &str = r"C:\C\0f3a";
+
+    fn fs(files: &[&str]) -> impl Fn(&Path) -> bool {
+        let set: BTreeSet<String> = files.iter().map(|s| s.to_string()).collect();
+        move |p: &Path| set.contains(p.to_string_lossy().as_ref())
+    }
+
+    #[test]
+    fn joins_without_the_drive() {
+        let cases = [
+            (
+                r"C:\etc\dxdp\config.yaml",
+                Some(r"C:\C\0f3a\etc\dxdp\config.yaml"),
+            ),
+            (
+                "C:/etc/dxdp/config.yaml",
+                Some(r"C:\C\0f3a\etc\dxdp\config.yaml"),
+            ),
+            (
+                r"\etc\dxdp\config.yaml",
+                Some(r"C:\C\0f3a\etc\dxdp\config.yaml"),
+            ),
+            (
+                r"etc\dxdp\config.yaml",
+                Some(r"C:\C\0f3a\etc\dxdp\config.yaml"),
+            ),
+            (r"C:\", None),
+            ("", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(under_sandbox(SANDBOX, path).as_deref(), want, "{path}");
+        }
+        assert_eq!(
+            under_sandbox("/sandbox/", "/etc/dxdp/config.yaml").as_deref(),
+            Some("/sandbox/etc/dxdp/config.yaml")
+        );
+        assert_eq!(
+            under_sandbox(r"C:\hpc\", r"D:\x").as_deref(),
+            Some(r"C:\hpc\x")
+        );
+    }
+
+    #[test]
+    fn containerd_1_7_uses_the_mount_path() {
+        let path = Path::new(r"C:\etc\dxdp\config.yaml");
+        let exists = fs(&[
+            r"C:\etc\dxdp\config.yaml",
+            r"C:\C\0f3a\etc\dxdp\config.yaml",
+        ]);
+        assert_eq!(resolve(path, Some(SANDBOX), exists), path);
+    }
+
+    #[test]
+    fn containerd_1_6_finds_the_file_under_the_sandbox() {
+        let path = Path::new(r"C:\etc\dxdp\config.yaml");
+        let exists = fs(&[r"C:\C\0f3a\etc\dxdp\config.yaml"]);
+        assert_eq!(
+            resolve(path, Some(SANDBOX), exists),
+            Path::new(r"C:\C\0f3a\etc\dxdp\config.yaml")
+        );
+    }
+
+    #[test]
+    fn missing_everywhere_or_no_sandbox_keeps_the_given_path() {
+        let path = Path::new(r"C:\etc\dxdp\config.yaml");
+        assert_eq!(resolve(path, Some(SANDBOX), fs(&[])), path);
+        let only_sandbox = fs(&[r"C:\C\0f3a\etc\dxdp\config.yaml"]);
+        assert_eq!(resolve(path, None, &only_sandbox), path);
+        assert_eq!(resolve(path, Some(""), &only_sandbox), path);
+    }
+
+    #[test]
+    fn resolves_the_file_and_the_reference_variables() {
+        let exists = fs(&[
+            r"C:\C\0f3a\etc\dxdp\config.yaml",
+            r"C:\C\0f3a\ref\wddm.yaml",
+        ]);
+        let mut env = Env::new();
+        env.insert("DXDP_CONFIG".into(), r"C:\etc\dxdp\config.yaml".into());
+        env.insert(
+            "WDDM_DEVICE_PLUGIN_CONFIG_FILE".into(),
+            r"C:\ref\wddm.yaml".into(),
+        );
+        env.insert("MCDM_DEVICE_PLUGIN_CONFIG_FILE".into(), String::new());
+        env.insert("DXDP_REPLICAS".into(), r"C:\ref\wddm.yaml".into());
+        let file = Some((PathBuf::from(r"C:\etc\dxdp\config.yaml"), true));
+        let got = resolve_inputs(file, &mut env, Path::new(r"C:\d"), Some(SANDBOX), &exists);
+        assert_eq!(
+            got,
+            Some((PathBuf::from(r"C:\C\0f3a\etc\dxdp\config.yaml"), true))
+        );
+        assert_eq!(env["DXDP_CONFIG"], r"C:\C\0f3a\etc\dxdp\config.yaml");
+        assert_eq!(
+            env["WDDM_DEVICE_PLUGIN_CONFIG_FILE"],
+            r"C:\C\0f3a\ref\wddm.yaml"
+        );
+        assert_eq!(env["MCDM_DEVICE_PLUGIN_CONFIG_FILE"], "");
+        assert_eq!(
+            env["DXDP_REPLICAS"], r"C:\ref\wddm.yaml",
+            "not a file variable"
+        );
+    }
+
+    #[test]
+    fn the_default_file_under_the_sandbox_is_optional() {
+        let default = Path::new(r"C:\etc\directx-device-plugins\config.yaml");
+        let mut env = Env::new();
+        let exists = fs(&[r"C:\C\0f3a\etc\directx-device-plugins\config.yaml"]);
+        assert_eq!(
+            resolve_inputs(None, &mut env, default, Some(SANDBOX), &exists),
+            Some((
+                PathBuf::from(r"C:\C\0f3a\etc\directx-device-plugins\config.yaml"),
+                false
+            ))
+        );
+        assert_eq!(
+            resolve_inputs(None, &mut env, default, Some(SANDBOX), fs(&[])),
+            None
+        );
+        assert_eq!(resolve_inputs(None, &mut env, default, None, &exists), None);
+    }
+}
