@@ -38,6 +38,12 @@ pub trait HostFactsSource: Send + Sync {
     fn is_simulated(&self) -> bool;
     /// Collects the facts now.
     fn load(&self) -> Result<HostFacts, SourceError>;
+    /// Collects the facts when the caller knows the source's files are complete: they were just
+    /// renamed into place, or closed after writing. A file source can then skip waiting for a
+    /// writer to finish ([`load`](Self::load) must not trust a file that may be half-written).
+    fn load_complete(&self) -> Result<HostFacts, SourceError> {
+        self.load()
+    }
     /// Files whose changes may change the facts. The daemon watches their directories and
     /// reloads as soon as one changes.
     fn watched_files(&self) -> Vec<PathBuf> {

@@ -70,6 +70,12 @@ impl HostFactsSource for SnapshotFile {
         Ok(snapshot::parse(&text, &self.path.display().to_string())?)
     }
 
+    fn load_complete(&self) -> Result<HostFacts, SourceError> {
+        // The daemon saw the file renamed into place or closed after writing: read it once.
+        self.remember(stamp(&self.path));
+        Ok(snapshot::read_file(&self.path)?)
+    }
+
     fn watched_files(&self) -> Vec<PathBuf> {
         vec![self.path.clone()]
     }

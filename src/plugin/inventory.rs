@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
-use super::watch::{parent_dir, DirEvent, DirWatch};
+use super::watch::{parent_dir, Change, DirEvent, DirWatch};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
 use dxdp_core::assignment::Assignment;
@@ -92,8 +92,21 @@ impl Files {
     /// Whether an event may concern one of the files: the file itself, or a ConfigMap-style
     /// `..data` swap beside it.
     fn concerns(&self, e: &DirEvent) -> bool {
-        self.dirs.contains(&e.dir)
-            && (self.names.contains(&e.name) || e.name.to_string_lossy().starts_with(".."))
+        self.dirs.contains(&e.dir) && (self.names.contains(&e.name) || is_swap(e))
+    }
+
+    /// What a batch of events means for the files.
+    fn classify(&self, events: &[DirEvent]) -> Batch {
+        let relevant: Vec<&DirEvent> = events.iter().filter(|e| self.concerns(e)).collect();
+        if relevant.is_empty() {
+            Batch::Unrelated
+        } else if relevant.iter().any(|e| e.change.completes() || is_swap(e)) {
+            Batch::Complete
+        } else if relevant.iter().all(|e| e.change == Change::Removed) {
+            Batch::Removed
+        } else {
+            Batch::Writing
+        }
     }
 
     fn watch(&self, watch: &mut DirWatch) {
@@ -101,6 +114,38 @@ impl Files {
             watch.add(d);
         }
     }
+}
+
+/// A ConfigMap-style swap (`..data`, `..2026_11_23_…`): atomic by construction.
+fn is_swap(e: &DirEvent) -> bool {
+    e.name.to_string_lossy().starts_with("..")
+}
+
+/// What a batch of file events means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Batch {
+    /// Nothing about the source's files.
+    Unrelated,
+    /// A file was renamed into place or closed after writing: read it now.
+    Complete,
+    /// A file is being written (created, modified): wait for it to be closed.
+    Writing,
+    /// A file was removed.
+    Removed,
+}
+
+/// How long a file may be written in place before it is read anyway (with the source's own
+/// settle check): enough for any editor's save, short enough to notice a writer that never
+/// closes, and the only path on Windows, which reports no close events.
+const WRITE_GRACE: Duration = Duration::from_millis(300);
+
+/// How a reload reads the facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// The files are complete.
+    Complete,
+    /// The files may be mid-write: let the source make sure.
+    Careful,
 }
 
 /// Keeps the inventory up to date until every receiver is gone. `logged` are the notices
@@ -127,17 +172,34 @@ pub async fn refresh(
     let mut logged: BTreeSet<String> = logged.into_iter().collect();
     let mut last_error: Option<String> = None;
     let mut config_open = true;
+    // Set while a file is being written in place: when to read it anyway.
+    let mut writing_until: Option<tokio::time::Instant> = None;
     loop {
+        let grace = async {
+            match writing_until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
         let reload = tokio::select! {
             event = watch.next() => {
                 let mut events = vec![event];
                 events.extend(watch.drain());
-                events.iter().any(|e| files.concerns(e))
+                match files.classify(&events) {
+                    Batch::Unrelated => continue,
+                    Batch::Writing => {
+                        writing_until = Some(tokio::time::Instant::now() + WRITE_GRACE);
+                        continue;
+                    }
+                    Batch::Complete => Some(Read::Complete),
+                    Batch::Removed => Some(Read::Careful),
+                }
             }
-            _ = woken.notified() => true,
+            _ = grace => Some(Read::Careful),
+            _ = woken.notified() => Some(Read::Careful),
             _ = safety.tick() => {
                 files.watch(&mut watch);
-                source.changed()
+                source.changed().then_some(Read::Careful)
             }
             changed = config.changed(), if config_open => {
                 if changed.is_err() {
@@ -145,16 +207,20 @@ pub async fn refresh(
                     config_open = false;
                     continue;
                 }
-                false
+                None
             }
             _ = tx.closed() => return,
         };
-        if reload {
+        if let Some(how) = reload {
+            writing_until = None;
             let loader = source.clone();
-            let loaded = tokio::task::spawn_blocking(move || loader.load())
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
+            let loaded = tokio::task::spawn_blocking(move || match how {
+                Read::Complete => loader.load_complete(),
+                Read::Careful => loader.load(),
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
             match loaded {
                 Ok(new) => {
                     if last_error.take().is_some() {
@@ -216,6 +282,45 @@ mod tests {
         let (inv, notices) = build(&facts, Arc::new(config));
         assert_eq!(inv.assignment, Assignment::LocationPath);
         assert!(notices.is_empty());
+    }
+
+    #[test]
+    fn batches_of_events_say_whether_the_file_is_complete() {
+        let files = Files::new(&[PathBuf::from("/d/host.yaml")]);
+        let e = |name: &str, change: Change| DirEvent {
+            dir: PathBuf::from("/d"),
+            name: name.into(),
+            change,
+        };
+        use Change::*;
+        let table: [(&[DirEvent], Batch); 8] = [
+            (&[e("other.yaml", Replaced)], Batch::Unrelated),
+            (&[e("host.yaml", Other)], Batch::Writing),
+            (
+                &[e("host.yaml", Created), e("host.yaml", Other)],
+                Batch::Writing,
+            ),
+            (
+                &[e("host.yaml", Other), e("host.yaml", Closed)],
+                Batch::Complete,
+            ),
+            (
+                &[e("host.yaml.tmp", Closed), e("host.yaml", Replaced)],
+                Batch::Complete,
+            ),
+            (
+                &[e("..data_tmp", Created), e("..data", Replaced)],
+                Batch::Complete,
+            ),
+            (&[e("host.yaml", Removed)], Batch::Removed),
+            (
+                &[e("host.yaml", Removed), e("host.yaml", Created)],
+                Batch::Writing,
+            ),
+        ];
+        for (events, want) in table {
+            assert_eq!(files.classify(events), want, "{events:?}");
+        }
     }
 
     #[test]
