@@ -8,17 +8,14 @@ fn dxdp(args: &[&str]) -> Output {
 }
 
 fn dxdp_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    // A cleared environment: nothing from the machine running the tests (DXDP_*, the reference
+    // plugin's variables, RUST_LOG, CONTAINER_SANDBOX_MOUNT_POINT, ...) can change an outcome.
+    // PATH is kept only so that the probes `doctor` runs behave as on a bare machine.
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dxdp"));
-    cmd.args(args)
-        .env_remove("DXDP_HOST_SNAPSHOT")
-        .env_remove("DXDP_LOG_FORMAT")
-        .env_remove("DXDP_LOG_LEVEL")
-        .env_remove("DXDP_CONFIG")
-        .env_remove("DXDP_REPLICAS")
-        .env_remove("DXDP_RESOURCES")
-        .env_remove("WDDM_DEVICE_PLUGIN_MULTITENANCY")
-        .env_remove("MCDM_DEVICE_PLUGIN_MULTITENANCY")
-        .env_remove("RUST_LOG");
+    cmd.args(args).env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }

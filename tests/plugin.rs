@@ -540,7 +540,7 @@ async fn sigterm_stops_the_binary_and_removes_its_sockets() {
         .arg(dir.path())
         .args(["--host-snapshot"])
         .arg(fixture("nvidia-multi-gpu"))
-        .env_remove("DXDP_LOG_LEVEL")
+        .env_clear()
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
