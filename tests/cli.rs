@@ -409,6 +409,37 @@ fn mounts_run_executes_ctr_and_propagates_its_exit_code() {
         ]
     );
 
+    // Global ctr arguments go before `run`; --id selects by kubelet device ID (a replica here).
+    let ids = dxdp(&["discover", "--json"]);
+    let ids: serde_json::Value = serde_json::from_slice(&ids.stdout).unwrap();
+    let replica = format!("{}-r2", ids["devices"][1]["id"].as_str().unwrap());
+    let o = dxdp_env(
+        &[
+            "mounts",
+            "--id",
+            &replica,
+            "--ctr-arg",
+            "--namespace=k8s.io",
+            "--run",
+            "img",
+            "id",
+        ],
+        &[("PATH", &path)],
+    );
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    let args = std::fs::read_to_string(&log).unwrap();
+    let args: Vec<&str> = args.lines().collect();
+    assert_eq!(
+        &args[..5],
+        [
+            "--namespace=k8s.io",
+            "run",
+            "--rm",
+            "--device",
+            "vpci-location-path://PCIROOT(0)#PCI(0200)#PCI(0000)"
+        ]
+    );
+
     let empty = tempfile::tempdir().unwrap();
     let o = dxdp_env(
         &["mounts", "--all", "--run", "img", "id"],

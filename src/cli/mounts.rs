@@ -24,6 +24,10 @@ pub struct MountsArgs {
     /// Select devices by position in `dxdp discover` order (0-based; repeatable, comma lists).
     #[arg(long, value_delimiter = ',', value_name = "N")]
     index: Vec<usize>,
+    /// Select devices by kubelet device ID, as `discover` and the kubelet show them, replicas
+    /// (`<id>-r<k>`) included (repeatable, comma lists).
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    id: Vec<String>,
     /// Select devices by adapter LUID (decimal or 0x hex; repeatable, comma lists).
     #[arg(long, value_delimiter = ',', value_name = "LUID")]
     luid: Vec<String>,
@@ -49,6 +53,10 @@ pub struct MountsArgs {
     /// with ctr's exit code.
     #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "ARGS")]
     run: Option<Vec<String>>,
+    /// With --run: a global `ctr` argument placed before `run`, such as `--namespace=k8s.io`
+    /// or `--address=\\.\pipe\containerd-containerd` (repeatable).
+    #[arg(long = "ctr-arg", allow_hyphen_values = true, value_name = "ARG", requires = "run")]
+    ctr_args: Vec<String>,
     #[command(flatten)]
     pub(super) pipeline: super::PipelineArgs,
 }
@@ -76,6 +84,7 @@ impl MountsArgs {
             s.push(Selector::All);
         }
         s.extend(self.index.iter().map(|&i| Selector::Index(i)));
+        s.extend(self.id.iter().cloned().map(Selector::Id));
         s.extend(self.luid.iter().cloned().map(Selector::Luid));
         s.extend(
             self.location_path
@@ -120,7 +129,7 @@ pub fn run(
         if format != Format::Ctr {
             bail!("--run starts `ctr run`; it works only with --format ctr");
         }
-        return run_ctr(&devices, run_args, shell);
+        return run_ctr(&devices, &args.ctr_args, run_args, shell);
     }
     let assignment = config
         .assignment
@@ -135,11 +144,13 @@ pub fn run(
 
 fn run_ctr(
     devices: &[&dxdp_core::devices::Device],
+    ctr_args: &[String],
     run_args: &[String],
     shell: Shell,
 ) -> anyhow::Result<ExitCode> {
     let edits = dxdp_core::allocation::container_edits(devices);
-    let mut argv = vec!["run".to_string(), "--rm".to_string()];
+    let mut argv = ctr_args.to_vec();
+    argv.extend(["run".to_string(), "--rm".to_string()]);
     argv.extend(mounts::ctr_args(&edits));
     argv.extend(run_args.iter().cloned());
     eprintln!("+ ctr {}", quote::join(&argv, shell));

@@ -22,11 +22,15 @@ impl Shell {
     }
 }
 
+/// Whether `arg` reaches the program as one unchanged word without quotes. PowerShell splits a
+/// bare word at commas (an array) and treats a leading `@` as splatting, so both need quotes
+/// there; sh needs quotes for backslashes.
 fn plain(arg: &str, shell: Shell) -> bool {
     !arg.is_empty()
         && arg.chars().all(|c| {
             c.is_ascii_alphanumeric()
-                || matches!(c, '_' | '-' | '.' | ',' | '/' | ':' | '=' | '+' | '@')
+                || matches!(c, '_' | '-' | '.' | '/' | ':' | '=' | '+')
+                || (matches!(c, ',' | '@') && shell != Shell::PowerShell)
                 || (c == '\\' && shell != Shell::Sh)
         })
 }
@@ -39,7 +43,8 @@ pub fn quote(arg: &str, shell: Shell) -> String {
     match shell {
         Shell::Sh => format!("'{}'", arg.replace('\'', r"'\''")),
         Shell::PowerShell => format!("'{}'", arg.replace('\'', "''")),
-        Shell::Cmd => format!("\"{}\"", arg.replace('"', "\"\"")),
+        // cmd passes the line through; the program's C runtime reads \" as a quote.
+        Shell::Cmd => format!("\"{}\"", arg.replace('"', "\\\"")),
     }
 }
 
@@ -96,7 +101,20 @@ mod tests {
             ),
             ("it's", Shell::Sh, r"'it'\''s'"),
             ("it's", Shell::PowerShell, "'it''s'"),
-            ("say \"hi\"", Shell::Cmd, "\"say \"\"hi\"\"\""),
+            ("say \"hi\"", Shell::Cmd, r#""say \"hi\"""#),
+            // PowerShell would split these at the commas into an array.
+            (
+                "type=bind,src=C:\\a.dll,dst=C:\\b.dll,options=rbind:ro",
+                Shell::PowerShell,
+                "'type=bind,src=C:\\a.dll,dst=C:\\b.dll,options=rbind:ro'",
+            ),
+            (
+                "type=bind,src=C:\\a.dll,dst=C:\\b.dll,options=rbind:ro",
+                Shell::Cmd,
+                "type=bind,src=C:\\a.dll,dst=C:\\b.dll,options=rbind:ro",
+            ),
+            ("@args", Shell::PowerShell, "'@args'"),
+            ("a,b", Shell::Sh, "a,b"),
             ("", Shell::Sh, "''"),
             ("$HOME", Shell::PowerShell, "'$HOME'"),
         ];

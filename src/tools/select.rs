@@ -1,6 +1,7 @@
 //! Device selection for `dxdp mounts`: every selector adds devices (a union); a selector that
 //! matches nothing is an error naming it.
 
+use dxdp_core::allocation::{self, MAX_REPLICAS};
 use dxdp_core::devices::{Device, Discovery, Resource};
 use dxdp_core::pipeline::classify::vendor_name;
 use dxdp_core::pipeline::winpath::compare_key;
@@ -20,13 +21,15 @@ pub enum Selector {
     Vendor(String),
     /// Devices of a resource.
     Resource(Resource),
+    /// The device behind a kubelet device ID (a physical ID or a replica `<id>-r<k>`).
+    Id(String),
 }
 
 /// Why a selection failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectError {
     /// Nothing was selected at all.
-    #[error("select devices with --all, --index, --luid, --location-path, --vendor, --display or --compute")]
+    #[error("select devices with --all, --index, --id, --luid, --location-path, --vendor, --display or --compute")]
     Nothing,
     /// A selector matched no device.
     #[error("{0} matches no device (see `dxdp discover`)")]
@@ -86,6 +89,10 @@ pub fn select<'a>(
                     ))
                 })?,
                 Selector::Resource(r) => device.resource == Some(*r),
+                Selector::Id(id) => device.resource.is_some_and(|r| {
+                    allocation::resolve(discovery, r, MAX_REPLICAS, id.trim())
+                        .is_some_and(|d| d.id == device.id)
+                }),
             };
             if hit {
                 chosen[i] = true;
@@ -104,6 +111,7 @@ pub fn select<'a>(
                 Selector::LocationPath(p) => format!("--location-path {p}"),
                 Selector::Vendor(v) => format!("--vendor {v}"),
                 Selector::Resource(r) => format!("--{r}"),
+                Selector::Id(id) => format!("--id {}", dxdp_core::quote::quote(id)),
             };
             return Err(SelectError::NoMatch(name));
         }
@@ -151,6 +159,12 @@ mod tests {
                 vec!["0100", "0300"],
             ),
             (vec![Selector::Luid(a100_luid)], vec!["0300"]),
+            // Kubelet device IDs, physical and replica, computed from the discovered IDs.
+            (vec![Selector::Id(d.devices[1].id.clone())], vec!["0200"]),
+            (
+                vec![Selector::Id(format!("{}-r3", d.devices[0].id))],
+                vec!["0100"],
+            ),
             (
                 vec![Selector::Luid(format!("0x{:x}", d.devices[0].luid))],
                 vec!["0100"],
@@ -207,6 +221,11 @@ mod tests {
             ),
             (vec![Selector::Vendor("amd".into())], "--vendor amd"),
             (vec![Selector::Vendor("acme".into())], "not a vendor name"),
+            (vec![Selector::Id("gpu-0".into())], "--id \"gpu-0\""),
+            (
+                vec![Selector::Id(format!("{}-r0", d.devices[0].id))],
+                "-r0",
+            ),
             (
                 vec![Selector::All, Selector::Vendor("intel".into())],
                 "--vendor intel",
