@@ -1,7 +1,39 @@
 //! Compiles the kubelet device plugin API (`proto/deviceplugin_v1beta1.proto`) with protox, a
-//! pure-Rust protobuf compiler, so no system `protoc` is needed.
+//! pure-Rust protobuf compiler, so no system `protoc` is needed, and records the git commit and
+//! target for `dxdp --version`.
+
+use std::process::Command;
+
+/// `git` with `args` in the source tree, or `None` when git or the repository is missing.
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+fn version_facts() {
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=DXDP_GIT_COMMIT={commit}");
+    let target = std::env::var("TARGET").unwrap_or_else(|_| "unknown".into());
+    println!("cargo:rustc-env=DXDP_TARGET={target}");
+    // Rebuild when HEAD moves: the HEAD file, and the branch it points at.
+    for path in [
+        Some("HEAD".to_string()),
+        git(&["symbolic-ref", "-q", "HEAD"]),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let Some(file) = git(&["rev-parse", "--git-path", &path]) {
+            println!("cargo:rerun-if-changed={file}");
+        }
+    }
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    version_facts();
     let proto = "proto/deviceplugin_v1beta1.proto";
     println!("cargo:rerun-if-changed={proto}");
     let fds = protox::compile([proto], ["proto"])?;

@@ -96,9 +96,13 @@ case "${1:-}" in
     x86_64-w64-mingw32-gcc -shared -O2 -Wl,--kill-at -o "$run_dir/bcryptprimitives.dll" \
       tests/wine/processprng.c -ladvapi32
     version=$(/usr/lib/wine/wine64 "$run_dir/dxdp.exe" --version | tr -d '\r')
-    want="dxdp $(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
-    if [ "$version" != "$want" ]; then
-      echo "dxdp.exe --version under Wine printed '$version', want '$want'" >&2
+    want="dxdp $(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1) (commit "
+    case "$version" in
+      "$want"*", x86_64-pc-windows-gnu)") ok=1 ;;
+      *) ok=0 ;;
+    esac
+    if [ "$ok" != 1 ]; then
+      echo "dxdp.exe --version under Wine printed '$version', want '$want…, x86_64-pc-windows-gnu)'" >&2
       exit 1
     fi
     echo "dxdp.exe --version under Wine: $version"

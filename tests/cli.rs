@@ -46,10 +46,7 @@ fn assert_no_panic(o: &Output) {
 fn version_and_help_for_every_command() {
     let v = dxdp(&["--version"]);
     assert!(v.status.success());
-    assert_eq!(
-        stdout(&v).trim(),
-        format!("dxdp {}", env!("CARGO_PKG_VERSION"))
-    );
+    assert!(stdout(&v).starts_with(&format!("dxdp {} (commit ", env!("CARGO_PKG_VERSION"))));
     for args in [
         vec!["--help"],
         vec!["discover", "--help"],
@@ -627,4 +624,42 @@ fn reference_plugin_environment_reaches_the_plugin_settings() {
         "{}",
         stderr(&o)
     );
+}
+
+#[test]
+fn version_names_the_commit_and_target_and_completions_and_man_pages_are_generated() {
+    let o = dxdp(&["--version"]);
+    assert!(o.status.success());
+    let v = stdout(&o);
+    let target = if cfg!(target_os = "linux") {
+        "unknown-linux"
+    } else {
+        ""
+    };
+    assert!(
+        v.starts_with(&format!("dxdp {} (commit ", env!("CARGO_PKG_VERSION")))
+            && v.contains(target),
+        "{v}"
+    );
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let o = dxdp(&["completion", shell]);
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        let script = stdout(&o);
+        assert!(
+            script.contains("plugin") && script.contains("discover"),
+            "{shell}"
+        );
+    }
+    let o = dxdp(&["completion", "tcsh"]);
+    assert_eq!(o.status.code(), Some(2), "clap refuses an unknown shell");
+    let dir = tempfile::tempdir().unwrap();
+    let o = dxdp(&["man", "--out-dir", dir.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for page in ["dxdp.1", "dxdp-plugin.1", "dxdp-mounts.1", "dxdp-config.1"] {
+        let text = std::fs::read_to_string(dir.path().join(page)).unwrap();
+        assert!(
+            text.starts_with(".ie") && text.contains(".SH NAME"),
+            "{page}"
+        );
+    }
 }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use dxdp_core::devices::Resource;
 
 use dxdp::backend::{self, HostFactsSource};
@@ -22,9 +22,19 @@ use dxdp::config::{self, Config, Flags, Inputs};
 use dxdp::logging::{self, LogFormat};
 use dxdp_core::facts::HostFacts;
 
+/// `dxdp --version`: the version, the git commit it was built from and the target.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("DXDP_GIT_COMMIT"),
+    ", ",
+    env!("DXDP_TARGET"),
+    ")"
+);
+
 /// Kubernetes device plugins for DirectX GPUs and compute accelerators in Windows containers.
 #[derive(Debug, Parser)]
-#[command(name = "dxdp", version, about, propagate_version = true)]
+#[command(name = "dxdp", version = VERSION, about, propagate_version = true)]
 struct Cli {
     #[command(flatten)]
     global: GlobalArgs,
@@ -115,6 +125,17 @@ enum Command {
     /// Show the effective configuration, or check a configuration file.
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (roff): dxdp.1 and one per subcommand.
+    Man {
+        /// The directory to write them to.
+        #[arg(long, value_name = "DIR")]
+        out_dir: PathBuf,
+    },
 }
 
 impl Command {
@@ -127,7 +148,11 @@ impl Command {
             Command::Demo(a) => a.apply(&mut flags),
             Command::Mounts(a) => a.pipeline.apply(&mut flags),
             Command::Doctor(a) => a.apply(&mut flags),
-            Command::Snapshot(_) | Command::Hcs(_) | Command::Config(_) => {}
+            Command::Snapshot(_)
+            | Command::Hcs(_)
+            | Command::Config(_)
+            | Command::Completion { .. }
+            | Command::Man { .. } => {}
         }
         flags
     }
@@ -194,6 +219,46 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
         Command::Hcs(args) => hcs::run(&args, source.as_ref()),
         Command::Doctor(args) => doctor::run(&args, &config, source.as_ref()),
         Command::Config(cmd) => config_cmd::run(&cmd, &config, &inputs),
+        Command::Completion { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "dxdp", &mut script);
+            write_stdout(&script)
+        }
+        Command::Man { out_dir } => man_pages(&out_dir),
+    }
+}
+
+/// Writes `dxdp.1` and `dxdp-<subcommand>.1` into `dir`.
+fn man_pages(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the man page directory {}", dir.display()))?;
+    let cmd = Cli::command();
+    let mut pages = vec![("dxdp".to_string(), cmd.clone())];
+    for sub in cmd.get_subcommands() {
+        let name = format!("dxdp-{}", sub.get_name());
+        pages.push((name.clone(), sub.clone().display_name(name)));
+    }
+    for (name, page) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut roff = Vec::new();
+        clap_mangen::Man::new(page)
+            .title(name.to_uppercase())
+            .render(&mut roff)
+            .with_context(|| format!("cannot render the man page {name}"))?;
+        std::fs::write(&path, roff).with_context(|| format!("cannot write {}", path.display()))?;
+        write_stdout(format!("{}\n", path.display()).as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes to stdout; a reader that went away (`| head`) ends the command quietly.
+fn write_stdout(bytes: &[u8]) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(e).context("cannot write to stdout"),
     }
 }
 
