@@ -47,12 +47,29 @@ pub struct LogLevelError {
     reason: String,
 }
 
+/// The plain levels.
+pub const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks a log level or filter and builds it. A bare word must be a level: tracing would take
+/// any other word (`verbose`) as a target name and silence every dxdp log line.
+pub fn filter(level: &str) -> Result<EnvFilter, LogLevelError> {
+    let err = |reason: String| LogLevelError {
+        level: level.to_string(),
+        reason,
+    };
+    let text = level.trim();
+    let is_filter = text.contains(['=', ',', '[', ':']);
+    if !is_filter && !LEVELS.iter().any(|l| l.eq_ignore_ascii_case(text)) {
+        return Err(err(format!("`{text}` is not a level")));
+    }
+    EnvFilter::builder()
+        .parse(text)
+        .map_err(|e| err(e.to_string()))
+}
+
 /// Installs the global subscriber writing to stderr. Calling it twice keeps the first one.
 pub fn init(format: LogFormat, level: &str) -> Result<(), LogLevelError> {
-    let filter = EnvFilter::try_new(level).map_err(|e| LogLevelError {
-        level: level.to_string(),
-        reason: e.to_string(),
-    })?;
+    let filter = filter(level)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -64,4 +81,27 @@ pub fn init(format: LogFormat, level: &str) -> Result<(), LogLevelError> {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_and_filters_are_checked() {
+        let table = [
+            ("info", true),
+            ("WARN", true),
+            ("off", true),
+            ("dxdp=debug", true),
+            ("warn,dxdp=trace", true),
+            ("dxdp::plugin=debug", true),
+            ("verbose", false),
+            ("", false),
+            ("dxdp=loud", false),
+        ];
+        for (level, ok) in table {
+            assert_eq!(filter(level).is_ok(), ok, "{level:?}");
+        }
+    }
 }

@@ -6,8 +6,11 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use dxdp::config::file::{self, ConfigFile};
+use clap::ValueEnum;
+use dxdp::config::file::{self, ConfigFile, ReferenceFile};
+use dxdp::config::reference_mapping;
 use dxdp::config::{Config, Inputs};
+use dxdp_core::devices::Resource;
 
 /// `dxdp config` subcommands.
 #[derive(Debug, Subcommand)]
@@ -18,10 +21,15 @@ pub enum ConfigCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Validate a configuration file; exit 1 with file:line:column and what is allowed.
+    /// Validate a configuration file; exit 1 with file:line:column and what is allowed. A
+    /// reference-plugin file (WDDM_/MCDM_DEVICE_PLUGIN_CONFIG_FILE) is detected, or named with
+    /// --reference, and each of its keys is shown with the dxdp key it sets.
     Check {
         /// The file.
         file: PathBuf,
+        /// Check it as the reference plugin's file of this plugin.
+        #[arg(long, value_enum, value_name = "PLUGIN")]
+        reference: Option<ReferencePlugin>,
     },
 }
 
@@ -44,13 +52,33 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
             std::io::stdout().write_all(text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
-        ConfigCommand::Check { file: path } => {
+        ConfigCommand::Check {
+            file: path,
+            reference,
+        } => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 anyhow::anyhow!("cannot read configuration file {}: {e}", path.display())
             })?;
-            match file::parse::<ConfigFile>(&text, &path.display().to_string()) {
-                Ok(_) => {
-                    println!("{}: valid", path.display());
+            let origin = path.display().to_string();
+            let outcome = match reference {
+                Some(plugin) => file::parse::<ReferenceFile>(&text, &origin)
+                    .map(|f| reference_report(&origin, &f, &[*plugin])),
+                None => match file::parse::<ConfigFile>(&text, &origin) {
+                    Ok(_) => Ok(format!("{origin}: valid\n")),
+                    // Not dxdp's format: maybe the reference plugin's.
+                    Err(e) => match file::parse::<ReferenceFile>(&text, &origin) {
+                        Ok(f) if !text.trim().is_empty() => Ok(reference_report(
+                            &origin,
+                            &f,
+                            &[ReferencePlugin::Wddm, ReferencePlugin::Mcdm],
+                        )),
+                        _ => Err(e),
+                    },
+                },
+            };
+            match outcome {
+                Ok(report) => {
+                    std::io::stdout().write_all(report.as_bytes())?;
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
@@ -60,4 +88,29 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
             }
         }
     }
+}
+
+/// Which reference plugin a file belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReferencePlugin {
+    /// The WDDM plugin (WDDM_DEVICE_PLUGIN_CONFIG_FILE): directx.microsoft.com/display.
+    Wddm,
+    /// The MCDM plugin (MCDM_DEVICE_PLUGIN_CONFIG_FILE): directx.microsoft.com/compute.
+    Mcdm,
+}
+
+/// "valid", and how each key maps for each plugin the file may belong to.
+fn reference_report(origin: &str, f: &ReferenceFile, plugins: &[ReferencePlugin]) -> String {
+    let mut out = format!("{origin}: valid reference-plugin file\n");
+    for plugin in plugins {
+        let (var, resource) = match plugin {
+            ReferencePlugin::Wddm => ("WDDM_DEVICE_PLUGIN_CONFIG_FILE", Resource::Display),
+            ReferencePlugin::Mcdm => ("MCDM_DEVICE_PLUGIN_CONFIG_FILE", Resource::Compute),
+        };
+        out.push_str(&format!("as {var}:\n"));
+        for line in reference_mapping(f, resource) {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    out
 }

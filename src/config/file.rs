@@ -139,16 +139,71 @@ pub struct ResourceFile {
     pub include_detachable: Option<bool>,
 }
 
-/// `resources`.
+/// `resources`. Every name it serves (each enabled resource's name and aliases) must be unique:
+/// the kubelet would take one name registered twice as one resource, and the other resource's
+/// devices would vanish.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawResources")]
 pub struct ResourcesFile {
     /// `directx.microsoft.com/display` settings.
-    #[serde(default)]
     pub display: ResourceFile,
     /// `directx.microsoft.com/compute` settings.
-    #[serde(default)]
     pub compute: ResourceFile,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResources {
+    #[serde(default)]
+    display: ResourceFile,
+    #[serde(default)]
+    compute: ResourceFile,
+}
+
+impl TryFrom<RawResources> for ResourcesFile {
+    type Error = String;
+
+    fn try_from(raw: RawResources) -> Result<Self, Self::Error> {
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for (r, f) in [("display", &raw.display), ("compute", &raw.compute)] {
+            if f.enabled == Some(false) {
+                continue;
+            }
+            let default = format!("directx.microsoft.com/{r}");
+            let name = f.name.as_ref().map(|n| n.0.clone()).unwrap_or(default);
+            let mut names = vec![(name, format!("resources.{r}.name"))];
+            for (i, a) in f.aliases.iter().flatten().enumerate() {
+                names.push((a.0.clone(), format!("resources.{r}.aliases[{i}]")));
+            }
+            for (name, key) in names {
+                if let Some((_, first)) = seen.iter().find(|(n, _)| *n == name) {
+                    return Err(format!(
+                        "resource name {name} is used twice ({first} and {key}); every served name must be unique"
+                    ));
+                }
+                seen.push((name, key));
+            }
+        }
+        Ok(ResourcesFile {
+            display: raw.display,
+            compute: raw.compute,
+        })
+    }
+}
+
+/// A log level or tracing filter, checked as logging would use it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct LogLevelName(pub String);
+
+impl TryFrom<String> for LogLevelName {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        crate::logging::filter(&s)
+            .map(|_| LogLevelName(s.trim().to_string()))
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// `devices`.
@@ -216,7 +271,7 @@ pub struct ConfigFile {
     #[serde(default)]
     pub runtime_files: RuntimeFilesFile,
     /// Log level.
-    pub log_level: Option<String>,
+    pub log_level: Option<LogLevelName>,
     /// Log format.
     pub log_format: Option<LogFormatName>,
 }

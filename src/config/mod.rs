@@ -398,6 +398,56 @@ fn additional(vendor: VendorKey, target: TargetDir, entries: &[FileEntry]) -> Ve
         .collect()
 }
 
+/// How each key of a reference-plugin file maps onto dxdp's keys when the file is `r`'s plugin's
+/// (`multitenancy: 2 -> resources.display.replicas: 2`).
+pub fn reference_mapping(f: &ReferenceFile, r: Resource) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(n) = f.multitenancy {
+        out.push(format!(
+            "multitenancy: {} -> resources.{r}.replicas: {}",
+            n.0, n.0
+        ));
+    }
+    if let Some(b) = f.include_integrated {
+        out.push(format!(
+            "includeIntegrated: {b} -> resources.{r}.includeIntegrated: {b}"
+        ));
+    }
+    if let Some(b) = f.include_detachable {
+        out.push(format!(
+            "includeDetachable: {b} -> resources.{r}.includeDetachable: {b}"
+        ));
+    }
+    for (key, map, dir) in [
+        ("additionalMounts", &f.additional_mounts, "system32"),
+        (
+            "additionalMountsWow64",
+            &f.additional_mounts_wow64,
+            "syswow64",
+        ),
+    ] {
+        for (vendor, entries) in map.iter().flatten() {
+            for e in entries {
+                out.push(format!(
+                    "{key}[0x{:04X}]: {} -> runtimeFiles.additional[0x{:04X}].{dir}: {}{}",
+                    vendor.0,
+                    e.source,
+                    vendor.0,
+                    e.source,
+                    e.destination
+                        .as_deref()
+                        .map(|d| format!(" as {d}"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push("(no keys: nothing changes)".into());
+    }
+    out
+}
+
 fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, origin: &str) {
     if let Some(n) = f.multitenancy {
         c.resource(r).replicas = n.0;
@@ -502,7 +552,7 @@ fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.set_origin("runtimeFiles.additional", origin);
     }
     if let Some(v) = &f.log_level {
-        c.log_level = v.clone();
+        c.log_level = v.0.clone();
         c.set_origin("logLevel", origin);
     }
     if let Some(v) = f.log_format {
@@ -595,7 +645,12 @@ fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         c.set_origin("assignment", "env DXDP_ASSIGNMENT");
     }
     if let Some(v) = env.get("DXDP_LOG_LEVEL") {
-        c.log_level = v.clone();
+        crate::logging::filter(v).map_err(|e| ConfigError::Env {
+            name: "DXDP_LOG_LEVEL".into(),
+            value: v.clone(),
+            reason: e.to_string(),
+        })?;
+        c.log_level = v.trim().to_string();
         c.set_origin("logLevel", "env DXDP_LOG_LEVEL");
     }
     if let Some(v) = env.get("DXDP_LOG_FORMAT") {
