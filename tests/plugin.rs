@@ -978,7 +978,8 @@ async fn preferred_allocation_spreads_replicas_and_answers_hostile_requests() {
     let k = h.kubelet();
     let s = |ids: &[&String]| ids.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     // (available, must include, size, expected in any order)
-    let table: Vec<(Vec<String>, Vec<String>, i32, Vec<String>)> = vec![
+    type Case = (Vec<String>, Vec<String>, i32, Vec<String>);
+    let table: Vec<Case> = vec![
         // A replica of `a` is in use: spread gives `b`.
         (s(&[&a1, &b, &b1]), vec![], 1, s(&[&b])),
         // Two replicas: one physical device.

@@ -306,7 +306,13 @@ mod tests {
             })
         };
         // (instance ID, bus buffer, address buffer, expected)
-        let table: [(&str, Option<&[u8]>, Option<&[u8]>, Option<PciLocation>); 8] = [
+        type Case<'a> = (
+            &'a str,
+            Option<&'a [u8]>,
+            Option<&'a [u8]>,
+            Option<PciLocation>,
+        );
+        let table: [Case; 8] = [
             (
                 gpu,
                 Some(&[0x3b, 0, 0, 0]),

@@ -204,7 +204,12 @@ mod tests {
     fn cuda_order_counts_working_nvidia_hardware_by_pci_bus() {
         let loc = |bus| PciLocation::from_bus_and_address(bus, 0);
         // (case, adapters, expected order or part of the reason)
-        let table: [(&str, Vec<AdapterFacts>, Result<Vec<PciLocation>, &str>); 6] = [
+        type Case = (
+            &'static str,
+            Vec<AdapterFacts>,
+            Result<Vec<PciLocation>, &'static str>,
+        );
+        let table: [Case; 6] = [
             ("no adapters", vec![], Ok(vec![])),
             (
                 "sorted by bus, other vendors ignored",
