@@ -138,9 +138,9 @@ impl DevicePlugin for ResourceService {
                     resource = %self.name,
                     policy = policy.as_str(),
                     available = c.available_device_i_ds.len(),
-                    must_include = ?c.must_include_device_i_ds,
+                    must_include = %quote::bounded(&c.must_include_device_i_ds.join(",")),
                     size = c.allocation_size,
-                    preferred = ?ids,
+                    preferred = %quote::bounded(&ids.join(",")),
                     "preferred allocation"
                 );
                 ContainerPreferredAllocationResponse { device_i_ds: ids }
