@@ -55,7 +55,12 @@ pub struct MountsArgs {
     run: Option<Vec<String>>,
     /// With --run: a global `ctr` argument placed before `run`, such as `--namespace=k8s.io`
     /// or `--address=\\.\pipe\containerd-containerd` (repeatable).
-    #[arg(long = "ctr-arg", allow_hyphen_values = true, value_name = "ARG", requires = "run")]
+    #[arg(
+        long = "ctr-arg",
+        allow_hyphen_values = true,
+        value_name = "ARG",
+        requires = "run"
+    )]
     ctr_args: Vec<String>,
     #[command(flatten)]
     pub(super) pipeline: super::PipelineArgs,

@@ -222,10 +222,7 @@ mod tests {
             (vec![Selector::Vendor("amd".into())], "--vendor amd"),
             (vec![Selector::Vendor("acme".into())], "not a vendor name"),
             (vec![Selector::Id("gpu-0".into())], "--id \"gpu-0\""),
-            (
-                vec![Selector::Id(format!("{}-r0", d.devices[0].id))],
-                "-r0",
-            ),
+            (vec![Selector::Id(format!("{}-r0", d.devices[0].id))], "-r0"),
             (
                 vec![Selector::All, Selector::Vendor("intel".into())],
                 "--vendor intel",
