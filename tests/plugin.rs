@@ -208,7 +208,7 @@ async fn registers_both_resources_with_the_full_lists_of_several_hosts() {
             );
             assert!(h.dir.path().join(&r.endpoint).exists());
             let options = r.options.unwrap();
-            assert!(!options.pre_start_required && !options.get_preferred_allocation_available);
+            assert!(!options.pre_start_required && options.get_preferred_allocation_available);
         }
         for (name, resource) in [(DISPLAY, Resource::Display), (COMPUTE, Resource::Compute)] {
             assert_eq!(
@@ -275,7 +275,11 @@ async fn allocate_returns_the_device_spec_and_read_only_mounts_of_existing_files
     expected.sort();
     // amdvlk64.dll is listed by the driver but missing on the host: never mounted.
     assert_eq!(mounts, expected);
-    assert!(c.envs.is_empty() && c.annotations.is_empty() && c.cdi_devices.is_empty());
+    assert!(c.cdi_devices.is_empty());
+    assert_eq!(c.envs["DXDP_VENDOR"], "amd");
+    assert_eq!(c.envs["DXDP_DEVICE_IDS"], id);
+    assert!(!c.envs.contains_key("CUDA_VISIBLE_DEVICES"));
+    assert_eq!(c.annotations["directx.microsoft.com/display.vendor"], "amd");
     h.shutdown().await;
 }
 
@@ -513,12 +517,14 @@ async fn options_preferred_allocation_and_pre_start() {
         .await
         .unwrap()
         .into_inner();
-    assert!(!options.get_preferred_allocation_available);
-    let status = client
+    assert!(options.get_preferred_allocation_available);
+    // An empty request gets an empty answer, not an error.
+    let empty = client
         .get_preferred_allocation(PreferredAllocationRequest::default())
         .await
-        .unwrap_err();
-    assert_eq!(status.code(), tonic::Code::Unimplemented);
+        .unwrap()
+        .into_inner();
+    assert!(empty.container_responses.is_empty());
     client
         .pre_start_container(PreStartContainerRequest {
             devices_ids: h.ids(DISPLAY),
@@ -942,5 +948,127 @@ async fn a_snapshot_rewritten_slowly_in_place_never_shows_a_partial_list() {
         sizes.len() >= 3,
         "the rewrites were picked up (health flips): {sizes:?}"
     );
+    h.shutdown().await;
+}
+
+/// The sample host's display devices in location-path order, with their LUIDs and paths (from
+/// `crates/dxdp-core/src/sample-host.yaml`).
+fn sample_displays() -> [(String, &'static str, &'static str); 2] {
+    let id = dxdp_core::pipeline::ids::device_id;
+    [
+        (
+            id("PCIROOT(0)#PCI(0100)#PCI(0000)"),
+            "55027",
+            "PCIROOT(0)#PCI(0100)#PCI(0000)",
+        ),
+        (
+            id("PCIROOT(0)#PCI(0200)#PCI(0000)"),
+            "55311",
+            "PCIROOT(0)#PCI(0200)#PCI(0000)",
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferred_allocation_spreads_replicas_and_answers_hostile_requests() {
+    let h = Harness::start(&load_facts("sample"), 2, true).await;
+    h.registered().await;
+    let [(a, _, _), (b, _, _)] = sample_displays();
+    let (a1, b1) = (allocation::replica_id(&a, 1), allocation::replica_id(&b, 1));
+    let k = h.kubelet();
+    let s = |ids: &[&String]| ids.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    // (available, must include, size, expected in any order)
+    type Case = (Vec<String>, Vec<String>, i32, Vec<String>);
+    let table: Vec<Case> = vec![
+        // A replica of `a` is in use: spread gives `b`.
+        (s(&[&a1, &b, &b1]), vec![], 1, s(&[&b])),
+        // Two replicas: one physical device.
+        (s(&[&a, &a1, &b1]), vec![], 2, s(&[&a, &a1])),
+        // Must-include is kept.
+        (s(&[&a, &a1, &b, &b1]), s(&[&b1]), 2, s(&[&b1, &b])),
+        // Unknown IDs are ignored, sizes are capped.
+        (
+            vec!["nope".into(), a.clone(), a.clone()],
+            vec!["x".into()],
+            5,
+            s(&[&a]),
+        ),
+        (s(&[&a, &b]), vec![], -1, vec![]),
+    ];
+    for (available, must, size, expected) in table {
+        let mut got = k
+            .preferred_allocation(DISPLAY, &available, &must, size)
+            .await
+            .unwrap();
+        got.sort();
+        let mut expected = expected.clone();
+        expected.sort();
+        assert_eq!(got, expected, "{available:?} {must:?} {size}");
+    }
+    // A huge list does not break the plugin.
+    let huge: Vec<String> = (0..100_000).map(|i| format!("junk-{i}")).collect();
+    assert!(k
+        .preferred_allocation(DISPLAY, &huge, &huge[..10], i32::MAX)
+        .await
+        .unwrap()
+        .is_empty());
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_gives_hints_and_follows_the_pack_and_multi_device_options() {
+    let (h, _path) = start_with_config_file(
+        "resources:\n  display: {replicas: 2, allocationPolicy: pack, multiDevice: fail, cudaVisibleDevices: true}\n  compute: {replicas: 2}\n",
+    )
+    .await;
+    h.registered().await;
+    let [(a, luid_a, path_a), (b, _, _)] = sample_displays();
+    let a1 = allocation::replica_id(&a, 1);
+    let k = h.kubelet();
+    // Pack: with `a` in use, the next pod goes to `a`'s other replica.
+    let all = h.ids(DISPLAY);
+    let rest: Vec<String> = all.iter().filter(|x| **x != a).cloned().collect();
+    assert_eq!(
+        k.preferred_allocation(DISPLAY, &rest, &[], 1)
+            .await
+            .unwrap(),
+        vec![a1.clone()]
+    );
+    let r = k
+        .allocate(DISPLAY, std::slice::from_ref(&a1))
+        .await
+        .unwrap();
+    let c = &r.container_responses[0];
+    let env = |key: &str| c.envs.get(key).cloned().unwrap_or_default();
+    assert_eq!(env("DXDP_DEVICE_IDS"), a);
+    assert_eq!(env("DXDP_ADAPTER_LUIDS"), luid_a);
+    assert_eq!(env("DXDP_LOCATION_PATHS"), path_a);
+    assert_eq!(env("DXDP_VENDOR"), "nvidia");
+    // The sample host's NVIDIA devices by PCI bus: A100 (0x18), this A10 (0x3b), the other (0x5e).
+    assert_eq!(env("CUDA_VISIBLE_DEVICES"), "1");
+    assert_eq!(env("CUDA_DEVICE_ORDER"), "PCI_BUS_ID");
+    assert_eq!(
+        c.annotations
+            .get("directx.microsoft.com/display.adapter-luids"),
+        Some(&luid_a.to_string())
+    );
+    // multiDevice: fail refuses two devices and two replicas of one, saying what to do.
+    for ids in [vec![a.clone(), b.clone()], vec![a.clone(), a1.clone()]] {
+        let status = k.allocate(DISPLAY, &ids).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{ids:?}");
+        assert!(
+            status
+                .message()
+                .contains("request 1 directx.microsoft.com/display per container"),
+            "{}",
+            status.message()
+        );
+    }
+    // Compute keeps the defaults: a warning annotation, no CUDA hint.
+    let compute = h.ids(COMPUTE);
+    let r = k.allocate(COMPUTE, &compute).await.unwrap();
+    let c = &r.container_responses[0];
+    assert!(c.annotations["directx.microsoft.com/compute.multi-device"].contains("merged"));
+    assert!(!c.envs.contains_key("CUDA_VISIBLE_DEVICES"));
     h.shutdown().await;
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use dxdp_core::facts::{RegData, RegType};
+use dxdp_core::facts::{PciLocation, RegData, RegType};
 
 /// UTF-16 code units from little-endian bytes (a trailing odd byte is ignored).
 pub fn u16s_from_bytes(bytes: &[u8]) -> Vec<u16> {
@@ -114,6 +114,32 @@ pub fn reg_value(kind: u32, data: &[u8]) -> (RegType, RegData) {
 pub fn u64_le(bytes: &[u8]) -> Option<u64> {
     let b: [u8; 8] = bytes.get(..8)?.try_into().ok()?;
     Some(u64::from_le_bytes(b))
+}
+
+/// A `u32` from exactly 4 little-endian bytes (a `DEVPROP_TYPE_UINT32` property buffer).
+pub fn u32_le(bytes: &[u8]) -> Option<u32> {
+    let b: [u8; 4] = bytes.try_into().ok()?;
+    Some(u32::from_le_bytes(b))
+}
+
+/// The PCI location of a device node from its `DEVPKEY_Device_BusNumber` and
+/// `DEVPKEY_Device_Address` buffers (UINT32 each); `None` unless the node is a PCI device
+/// (instance ID `PCI\...`, where the address is `(device << 16) | function`) and both read.
+pub fn pci_location(
+    instance_id: &str,
+    bus_number: Option<&[u8]>,
+    address: Option<&[u8]>,
+) -> Option<PciLocation> {
+    let is_pci = instance_id
+        .get(..4)
+        .is_some_and(|p| p.eq_ignore_ascii_case("PCI\\"));
+    if !is_pci {
+        return None;
+    }
+    Some(PciLocation::from_bus_and_address(
+        u32_le(bus_number?)?,
+        u32_le(address?)?,
+    ))
 }
 
 /// DXCore `DriverVersion` (four 16-bit parts, most significant first) as `a.b.c.d`.
@@ -267,6 +293,64 @@ mod tests {
 
     fn utf16le(s: &str) -> Vec<u8> {
         s.encode_utf16().flat_map(|u| u.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn pci_locations_from_recorded_property_buffers() {
+        let gpu = r"PCI\VEN_10DE&DEV_2236&SUBSYS_148210DE&REV_A1\4&2B7E6F3C&0&0008";
+        let loc = |bus, device, function| {
+            Some(PciLocation {
+                bus,
+                device,
+                function,
+            })
+        };
+        // (instance ID, bus buffer, address buffer, expected)
+        type Case<'a> = (
+            &'a str,
+            Option<&'a [u8]>,
+            Option<&'a [u8]>,
+            Option<PciLocation>,
+        );
+        let table: [Case; 8] = [
+            (
+                gpu,
+                Some(&[0x3b, 0, 0, 0]),
+                Some(&[0, 0, 0, 0]),
+                loc(0x3b, 0, 0),
+            ),
+            (gpu, Some(&[1, 0, 0, 0]), Some(&[1, 0, 2, 0]), loc(1, 2, 1)),
+            (
+                "pci\\ven_8086",
+                Some(&[0, 0, 0, 0]),
+                Some(&[0, 0, 0x1f, 0]),
+                loc(0, 0x1f, 0),
+            ),
+            // Not PCI: the address means something else.
+            (
+                r"ACPI\MSFT0101\0",
+                Some(&[1, 0, 0, 0]),
+                Some(&[0, 0, 0, 0]),
+                None,
+            ),
+            (
+                r"ROOT\DISPLAY\0000",
+                Some(&[0, 0, 0, 0]),
+                Some(&[0, 0, 0, 0]),
+                None,
+            ),
+            // Missing or wrongly sized buffers.
+            (gpu, None, Some(&[0, 0, 0, 0]), None),
+            (gpu, Some(&[1, 0, 0, 0]), None, None),
+            (gpu, Some(&[1, 0, 0]), Some(&[0, 0, 0, 0, 0]), None),
+        ];
+        for (id, bus, address, expected) in table {
+            assert_eq!(
+                pci_location(id, bus, address),
+                expected,
+                "{id} {bus:?} {address:?}"
+            );
+        }
     }
 
     #[test]

@@ -99,16 +99,33 @@ async fn demo(
     for (step, (resource, name)) in (3..).zip(config.endpoints()) {
         let name = name.as_str();
         let _ = writeln!(out, "\n{step}. Allocate one {name} device");
-        let Some(id) = view
+        let healthy: Vec<String> = view
             .devices(name)
-            .and_then(|list| list.iter().find(|d| d.health == "Healthy"))
+            .unwrap_or_default()
+            .iter()
+            .filter(|d| d.health == "Healthy")
             .map(|d| d.id.clone())
-        else {
+            .collect();
+        if healthy.is_empty() {
             let _ = writeln!(
                 out,
                 "   (no healthy {} device on this host)",
                 resource.as_str()
             );
+            continue;
+        }
+        let policy = config.policy(resource).allocation.as_str();
+        let _ = writeln!(
+            out,
+            "   GetPreferredAllocation: 1 of {} available IDs (policy {policy})",
+            healthy.len()
+        );
+        let preferred = kubelet
+            .preferred_allocation(name, &healthy, &[], 1)
+            .await
+            .unwrap_or_default();
+        let _ = writeln!(out, "   Plugin prefers:   {}", preferred.join(", "));
+        let Some(id) = preferred.first().or(healthy.first()).cloned() else {
             continue;
         };
         let _ = writeln!(out, "   Kubelet asks for: {id}");
@@ -117,6 +134,19 @@ async fn demo(
             Err(status) => {
                 let _ = writeln!(out, "   Allocate failed: {}", status.message());
             }
+        }
+        // A second pod: the first pod's ID is no longer available.
+        let rest: Vec<String> = healthy.into_iter().filter(|h| *h != id).collect();
+        if !rest.is_empty() {
+            let second = kubelet
+                .preferred_allocation(name, &rest, &[], 1)
+                .await
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "   A second pod: GetPreferredAllocation without {id}\n   Plugin prefers:   {}",
+                second.join(", ")
+            );
         }
     }
 
@@ -197,6 +227,12 @@ fn containerd_section(out: &mut String, response: &AllocateResponse) {
                 d.permissions
             );
         }
+        for (k, v) in sorted(&c.envs) {
+            let _ = writeln!(out, "     env     {k}={}", clean(v));
+        }
+        for (k, v) in sorted(&c.annotations) {
+            let _ = writeln!(out, "     annot.  {k}: {}", clean(v));
+        }
         for m in &c.mounts {
             let _ = writeln!(
                 out,
@@ -211,4 +247,10 @@ fn containerd_section(out: &mut String, response: &AllocateResponse) {
             );
         }
     }
+}
+
+fn sorted(map: &std::collections::HashMap<String, String>) -> Vec<(&String, &String)> {
+    let mut v: Vec<_> = map.iter().collect();
+    v.sort();
+    v
 }

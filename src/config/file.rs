@@ -10,6 +10,7 @@ use dxdp_core::allocation::MAX_REPLICAS;
 pub use dxdp_core::assignment::Assignment;
 use dxdp_core::pipeline::filter::{DeviceSelector, VendorSpec};
 use dxdp_core::pipeline::winpath;
+pub use dxdp_core::policy::{AllocationPolicy, MultiDevice};
 use dxdp_core::quote::quote;
 
 /// A replica count, 1 to [`MAX_REPLICAS`].
@@ -137,6 +138,12 @@ pub struct ResourceFile {
     pub include_integrated: Option<bool>,
     /// Advertise detachable adapters of this resource (overrides `devices.includeDetachable`).
     pub include_detachable: Option<bool>,
+    /// `spread` or `pack`: how preferred allocations pick physical devices.
+    pub allocation_policy: Option<AllocationPolicy>,
+    /// `warn` or `fail`: what Allocate does with a request for several IDs.
+    pub multi_device: Option<MultiDevice>,
+    /// Set `CUDA_VISIBLE_DEVICES` for NVIDIA devices.
+    pub cuda_visible_devices: Option<bool>,
 }
 
 /// `resources`. Every name it serves (each enabled resource's name and aliases) must be unique:

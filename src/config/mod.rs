@@ -12,6 +12,7 @@ use dxdp_core::devices::{Resource, TargetDir};
 use dxdp_core::pipeline::filter::DeviceSelector;
 use dxdp_core::pipeline::runtime_files::AdditionalFile;
 use dxdp_core::pipeline::PipelineConfig;
+use dxdp_core::policy::ResourcePolicy;
 use file::{
     Assignment, ConfigFile, FileEntry, LogFormatName, ReferenceFile, Replicas, ResourceName,
     VendorKey,
@@ -28,6 +29,8 @@ pub struct ResourceSettings {
     pub replicas: u32,
     /// Extra resource names advertising the same devices.
     pub aliases: Vec<String>,
+    /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices`.
+    pub policy: ResourcePolicy,
 }
 
 /// The effective configuration.
@@ -60,6 +63,7 @@ impl Default for Config {
                             name: r.default_resource_name().to_string(),
                             replicas: 1,
                             aliases: Vec::new(),
+                            policy: ResourcePolicy::default(),
                         },
                     )
                 })
@@ -89,6 +93,9 @@ impl Config {
                 "aliases",
                 "includeIntegrated",
                 "includeDetachable",
+                "allocationPolicy",
+                "multiDevice",
+                "cudaVisibleDevices",
             ] {
                 keys.push(format!("resources.{r}.{k}"));
             }
@@ -114,6 +121,7 @@ impl Config {
             name: r.default_resource_name().to_string(),
             replicas: 1,
             aliases: Vec::new(),
+            policy: ResourcePolicy::default(),
         })
     }
 
@@ -136,6 +144,11 @@ impl Config {
             self.resource(r).replicas = n;
         }
         self
+    }
+
+    /// The allocation policy of a resource (the defaults when unknown).
+    pub fn policy(&self, r: Resource) -> ResourcePolicy {
+        self.resources.get(&r).map(|s| s.policy).unwrap_or_default()
     }
 
     /// Replicas of a resource (1 when unknown).
@@ -195,6 +208,9 @@ impl Config {
                 "aliases" => json!(s.aliases),
                 "includeIntegrated" => json!(self.pipeline.include_integrated.get(r)),
                 "includeDetachable" => json!(self.pipeline.include_detachable.get(r)),
+                "allocationPolicy" => json!(s.policy.allocation.as_str()),
+                "multiDevice" => json!(s.policy.multi_device.as_str()),
+                "cudaVisibleDevices" => json!(s.policy.cuda_visible_devices),
                 _ => Value::Null,
             };
         }
@@ -495,6 +511,7 @@ fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
             c.resource(r).aliases = v.iter().map(|a| a.0.clone()).collect();
             c.set_origin(&format!("resources.{r}.aliases"), origin);
         }
+        apply_policy(c, r, rf, origin);
     }
     let d = &f.devices;
     if let Some(v) = d.include_integrated {
@@ -561,6 +578,22 @@ fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
             LogFormatName::Json => LogFormat::Json,
         };
         c.set_origin("logFormat", origin);
+    }
+}
+
+/// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
+fn apply_policy(c: &mut Config, r: Resource, rf: &file::ResourceFile, origin: &str) {
+    if let Some(v) = rf.allocation_policy {
+        c.resource(r).policy.allocation = v;
+        c.set_origin(&format!("resources.{r}.allocationPolicy"), origin);
+    }
+    if let Some(v) = rf.multi_device {
+        c.resource(r).policy.multi_device = v;
+        c.set_origin(&format!("resources.{r}.multiDevice"), origin);
+    }
+    if let Some(v) = rf.cuda_visible_devices {
+        c.resource(r).policy.cuda_visible_devices = v;
+        c.set_origin(&format!("resources.{r}.cudaVisibleDevices"), origin);
     }
 }
 

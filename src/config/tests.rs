@@ -4,6 +4,8 @@ use super::*;
 use dxdp_core::devices::PerResource;
 use std::io::Write;
 
+use dxdp_core::policy::{AllocationPolicy, MultiDevice};
+
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
     let path = dir.path().join(name);
     let mut f = std::fs::File::create(&path).unwrap();
@@ -29,6 +31,9 @@ resources:
     name: example.com/gpu
     replicas: 4
     aliases: [microsoft.com/directx]
+    allocationPolicy: pack
+    multiDevice: fail
+    cudaVisibleDevices: true
   compute:
     enabled: false
 devices:
@@ -65,6 +70,15 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
         (true, "example.com/gpu", 4)
     );
     assert_eq!(d.aliases, ["microsoft.com/directx"]);
+    assert_eq!(
+        c.policy(Resource::Display),
+        ResourcePolicy {
+            allocation: AllocationPolicy::Pack,
+            multi_device: MultiDevice::Fail,
+            cuda_visible_devices: true,
+        }
+    );
+    assert_eq!(c.policy(Resource::Compute), ResourcePolicy::default());
     assert!(!c.resources[&Resource::Compute].enabled);
     assert_eq!(c.pipeline.include_integrated, PerResource::both(true));
     assert_eq!(c.pipeline.include_detachable, PerResource::both(true));
@@ -86,10 +100,7 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
     assert_eq!(c.log_format, LogFormat::Json);
     let origin = format!("file {}", path.display());
     for key in c.keys() {
-        if key != "resources.compute.name"
-            && key != "resources.compute.replicas"
-            && key != "resources.compute.aliases"
-        {
+        if !key.starts_with("resources.compute.") || key == "resources.compute.enabled" {
             assert_eq!(c.origins[&key], origin, "{key}");
         }
     }
@@ -285,6 +296,9 @@ fn bad_values_are_rejected_with_what_is_allowed() {
         ("runtimeFiles: {additional: {nvidia: {system32: [{source: x.dll, destination: 'a\\b.dll'}]}}}\n", "bare file name"),
         ("runtimeFiles: {additional: {acme: {}}}\n", "unknown vendor"),
         ("logFormat: xml\n", "text"),
+        ("resources: {display: {allocationPolicy: even}}\n", "spread, pack"),
+        ("resources: {compute: {multiDevice: error}}\n", "warn, fail"),
+        ("resources: {display: {cudaVisibleDevices: yes please}}\n", "true or false"),
     ];
     for (text, fragment) in table {
         let path = write(&dir, "bad.yaml", text);

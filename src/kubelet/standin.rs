@@ -18,8 +18,9 @@ use tonic::{Request, Response, Status};
 use super::v1beta1::device_plugin_client::DevicePluginClient;
 use super::v1beta1::registration_server::{Registration, RegistrationServer};
 use super::v1beta1::{
-    AllocateRequest, AllocateResponse, ContainerAllocateRequest, Device, DevicePluginOptions,
-    Empty, RegisterRequest,
+    AllocateRequest, AllocateResponse, ContainerAllocateRequest,
+    ContainerPreferredAllocationRequest, Device, DevicePluginOptions, Empty,
+    PreferredAllocationRequest, RegisterRequest,
 };
 use super::{API_VERSION, KUBELET_SOCKET};
 use crate::transport;
@@ -265,6 +266,34 @@ impl KubeletStandin {
             }],
         };
         Ok(client.allocate(request).await?.into_inner())
+    }
+
+    /// Calls `GetPreferredAllocation` for one container and returns the preferred IDs, as the
+    /// kubelet does before `Allocate` when the plugin offers it.
+    pub async fn preferred_allocation(
+        &self,
+        resource_name: &str,
+        available: &[String],
+        must_include: &[String],
+        size: i32,
+    ) -> Result<Vec<String>, Status> {
+        let mut client = self.client(resource_name).ok_or_else(|| {
+            Status::not_found(format!("no plugin registered for {resource_name}"))
+        })?;
+        let request = PreferredAllocationRequest {
+            container_requests: vec![ContainerPreferredAllocationRequest {
+                available_device_i_ds: available.to_vec(),
+                must_include_device_i_ds: must_include.to_vec(),
+                allocation_size: size,
+            }],
+        };
+        let response = client.get_preferred_allocation(request).await?.into_inner();
+        Ok(response
+            .container_responses
+            .into_iter()
+            .next()
+            .map(|c| c.device_i_ds)
+            .unwrap_or_default())
     }
 
     /// Stops serving and removes `kubelet.sock`, as a stopping kubelet does.

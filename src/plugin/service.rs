@@ -9,12 +9,13 @@ use tonic::{Request, Response, Status};
 use super::inventory::InventoryRx;
 use crate::kubelet::v1beta1::{
     self, device_plugin_server::DevicePlugin, AllocateRequest, AllocateResponse,
-    ContainerAllocateResponse, DevicePluginOptions, Empty, ListAndWatchResponse,
-    PreStartContainerRequest, PreStartContainerResponse, PreferredAllocationRequest,
-    PreferredAllocationResponse,
+    ContainerAllocateResponse, ContainerPreferredAllocationResponse, DevicePluginOptions, Empty,
+    ListAndWatchResponse, PreStartContainerRequest, PreStartContainerResponse,
+    PreferredAllocationRequest, PreferredAllocationResponse,
 };
 use dxdp_core::allocation::{self, AllocationError};
 use dxdp_core::devices::{Discovery, Resource};
+use dxdp_core::preferred;
 use dxdp_core::quote;
 
 /// Serves one resource (under one of its names) from the shared inventory.
@@ -43,11 +44,11 @@ impl ResourceService {
     }
 }
 
-/// The plugin's options: no PreStartContainer, no preferred allocation (yet).
+/// The plugin's options: no PreStartContainer; preferred allocations.
 pub fn options() -> DevicePluginOptions {
     DevicePluginOptions {
         pre_start_required: false,
-        get_preferred_allocation_available: false,
+        get_preferred_allocation_available: true,
     }
 }
 
@@ -114,11 +115,40 @@ impl DevicePlugin for ResourceService {
 
     async fn get_preferred_allocation(
         &self,
-        _request: Request<PreferredAllocationRequest>,
+        request: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
-        Err(Status::unimplemented(
-            "dxdp does not offer preferred allocations (get_preferred_allocation_available is false)",
-        ))
+        let inventory = self.inventory.borrow().clone();
+        let replicas = inventory.config.replicas(self.resource);
+        let policy = inventory.config.policy(self.resource).allocation;
+        let container_responses = request
+            .into_inner()
+            .container_requests
+            .into_iter()
+            .map(|c| {
+                let ids = preferred::preferred_allocation(
+                    &inventory.discovery,
+                    self.resource,
+                    replicas,
+                    policy,
+                    &c.available_device_i_ds,
+                    &c.must_include_device_i_ds,
+                    c.allocation_size,
+                );
+                tracing::debug!(
+                    resource = %self.name,
+                    policy = policy.as_str(),
+                    available = c.available_device_i_ds.len(),
+                    must_include = %quote::bounded(&c.must_include_device_i_ds.join(",")),
+                    size = c.allocation_size,
+                    preferred = %quote::bounded(&ids.join(",")),
+                    "preferred allocation"
+                );
+                ContainerPreferredAllocationResponse { device_i_ds: ids }
+            })
+            .collect();
+        Ok(Response::new(PreferredAllocationResponse {
+            container_responses,
+        }))
     }
 
     async fn allocate(
@@ -134,6 +164,7 @@ impl DevicePlugin for ResourceService {
                 self.resource,
                 replicas,
                 inventory.assignment,
+                &inventory.config.policy(self.resource),
                 &container.devices_ids,
             )
             .map_err(|e| {
@@ -142,6 +173,7 @@ impl DevicePlugin for ResourceService {
                     AllocationError::Empty
                     | AllocationError::Malformed(_)
                     | AllocationError::Unknown { .. } => Status::invalid_argument(e.to_string()),
+                    AllocationError::MultiDevice(_) => Status::failed_precondition(e.to_string()),
                 }
             })?;
             for note in &edits.notes {
@@ -175,6 +207,8 @@ impl DevicePlugin for ResourceService {
                             read_only: true,
                         })
                         .collect(),
+                    envs: edits.envs.into_iter().collect(),
+                    annotations: edits.annotations.into_iter().collect(),
                     ..ContainerAllocateResponse::default()
                 });
         }

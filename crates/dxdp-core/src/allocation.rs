@@ -3,13 +3,17 @@
 //! Pure functions over [`Discovery`]; the gRPC service only translates their results to the wire.
 //! The contract with containerd on Windows (see `docs/allocation.md`): one
 //! `vpci-location-path://<LocationPath>` device per physical device with empty container path
-//! and permissions, and read-only single-file mounts of the runtime files that exist.
+//! and permissions, and read-only single-file mounts of the runtime files that exist, plus the
+//! container hints of [`crate::hints`]. A request for several IDs follows the resource's
+//! `multiDevice` option.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::assignment::Assignment;
 use crate::devices::{Device, Discovery, HealthState, Resource};
+use crate::hints;
 use crate::pipeline::ids;
+use crate::policy::{MultiDevice, ResourcePolicy};
 use crate::quote::quote;
 
 /// The device string of the class-GUID assignment mode: every display adapter of the node.
@@ -81,7 +85,11 @@ pub struct ContainerEdits {
     pub devices: Vec<String>,
     /// Read-only file mounts.
     pub mounts: Vec<MountEdit>,
-    /// Things to log: mount clashes, multi-device requests.
+    /// Environment variables (the container hints).
+    pub envs: BTreeMap<String, String>,
+    /// Annotations (the container hints, and the multi-device warning).
+    pub annotations: BTreeMap<String, String>,
+    /// Things to log: mount clashes, multi-device requests, hints left out.
     pub notes: Vec<String>,
 }
 
@@ -117,20 +125,28 @@ pub enum AllocationError {
         /// The resource name.
         resource: String,
     },
+    /// More than one ID while the resource's `multiDevice` option is `fail`.
+    #[error("{0}")]
+    MultiDevice(String),
 }
 
-/// The container edits for one container's device IDs.
+/// The annotation that carries the multi-device warning.
+pub const MULTI_DEVICE_ANNOTATION: &str = "multi-device";
+
+/// The container edits for one container's device IDs under the resource's `policy`.
 pub fn allocate(
     discovery: &Discovery,
     resource: Resource,
     replicas: u32,
     assignment: Assignment,
+    policy: &ResourcePolicy,
     ids_requested: &[String],
 ) -> Result<ContainerEdits, AllocationError> {
     if ids_requested.is_empty() {
         return Err(AllocationError::Empty);
     }
     let mut physical: Vec<&Device> = Vec::new();
+    let mut distinct_ids: Vec<&str> = Vec::new();
     for id in ids_requested {
         if !ids::is_valid_kubelet_id(id) {
             return Err(AllocationError::Malformed(id.clone()));
@@ -140,22 +156,68 @@ pub fn allocate(
                 id: id.clone(),
                 resource: resource.default_resource_name().to_string(),
             })?;
+        if !distinct_ids.contains(&id.as_str()) {
+            distinct_ids.push(id);
+        }
         if !physical.iter().any(|d| d.id == device.id) {
             physical.push(device);
         }
     }
+    let multi = multi_device_note(resource, assignment, distinct_ids.len(), &physical);
+    if let (Some(note), MultiDevice::Fail) = (&multi, policy.multi_device) {
+        return Err(AllocationError::MultiDevice(format!(
+            "{note}; multiDevice is fail for {resource}: request 1 {} per container (one container or pod per GPU)",
+            resource.default_resource_name()
+        )));
+    }
     let mut edits = container_edits(&physical);
     if assignment == Assignment::ClassGuid {
         edits.devices = vec![DISPLAY_CLASS_DEVICE.to_string()];
-    } else if physical.len() > 1 {
-        let names: Vec<&str> = physical.iter().map(|d| d.location_path.as_str()).collect();
-        edits.notes.insert(0, format!(
-            "the request spans {} physical devices ({}); containerd on Windows attaches only the first, because the kubelet keeps one device per container",
-            physical.len(),
-            names.join(", ")
-        ));
+    }
+    let cuda = policy.cuda_visible_devices.then_some(&discovery.cuda_order);
+    let hints = hints::hints(resource, &physical, cuda);
+    edits.envs = hints.envs;
+    edits.annotations = hints.annotations;
+    edits.notes.extend(hints.notes);
+    if let Some(note) = multi {
+        edits.annotations.insert(
+            hints::annotation_key(resource, MULTI_DEVICE_ANNOTATION),
+            note.clone(),
+        );
+        edits.notes.insert(0, note);
     }
     Ok(edits)
+}
+
+/// What is wrong with a request for several IDs, if it is one: several physical devices (of
+/// which containerd on Windows attaches only the first; class-guid gives every GPU anyway), or
+/// several replicas of one device (merged into one device).
+fn multi_device_note(
+    resource: Resource,
+    assignment: Assignment,
+    ids: usize,
+    physical: &[&Device],
+) -> Option<String> {
+    if physical.len() > 1 && assignment == Assignment::ClassGuid {
+        Some(format!(
+            "the request for {ids} {resource} devices spans {} physical devices; with class-guid assignment the container is given every display adapter of the node anyway",
+            physical.len()
+        ))
+    } else if physical.len() > 1 {
+        let names: Vec<&str> = physical.iter().map(|d| d.location_path.as_str()).collect();
+        Some(format!(
+            "the request for {ids} {resource} devices spans {} physical devices ({}); containerd on Windows attaches only the first, because the kubelet keeps one device per container",
+            physical.len(),
+            names.join(", ")
+        ))
+    } else if ids > 1 {
+        let id = physical.first().map(|d| d.id.as_str()).unwrap_or_default();
+        Some(format!(
+            "the request for {ids} {resource} devices names {ids} replicas of one physical device ({id}); they are merged into one device, which gives the container no more of the GPU than one replica"
+        ))
+    } else {
+        None
+    }
 }
 
 /// The container edits for a set of distinct physical devices, in order: one device string each,
@@ -196,6 +258,7 @@ pub fn container_edits(physical: &[&Device]) -> ContainerEdits {
 mod tests {
     use super::*;
     use crate::pipeline::{discover, PipelineConfig};
+    use crate::policy::ResourcePolicy;
 
     fn sample() -> Discovery {
         let facts = crate::sample::sample_host().unwrap();
@@ -262,6 +325,7 @@ mod tests {
             Resource::Display,
             2,
             Assignment::LocationPath,
+            &ResourcePolicy::default(),
             &[dev.id.clone(), replica_id(&dev.id, 1)],
         )
         .unwrap();
@@ -280,7 +344,8 @@ mod tests {
             .mounts
             .iter()
             .any(|m| m.container_path == r"C:\Windows\SysWOW64\nvcuda.dll"));
-        assert!(edits.notes.is_empty(), "{:?}", edits.notes);
+        assert_eq!(edits.notes.len(), 1, "{:?}", edits.notes);
+        assert!(edits.notes[0].contains("merged into one device"));
     }
 
     #[test]
@@ -290,13 +355,22 @@ mod tests {
             .devices_for(Resource::Display)
             .map(|x| x.id.clone())
             .collect();
-        let edits = allocate(&d, Resource::Display, 1, Assignment::LocationPath, &ids).unwrap();
+        let edits = allocate(
+            &d,
+            Resource::Display,
+            1,
+            Assignment::LocationPath,
+            &ResourcePolicy::default(),
+            &ids,
+        )
+        .unwrap();
         assert_eq!(edits.devices.len(), 2);
         let one = allocate(
             &d,
             Resource::Display,
             1,
             Assignment::LocationPath,
+            &ResourcePolicy::default(),
             &ids[..1],
         )
         .unwrap();
@@ -328,8 +402,15 @@ mod tests {
         ];
         for (ids, check) in table {
             let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
-            let err =
-                allocate(&d, Resource::Display, 1, Assignment::LocationPath, &ids).unwrap_err();
+            let err = allocate(
+                &d,
+                Resource::Display,
+                1,
+                Assignment::LocationPath,
+                &ResourcePolicy::default(),
+                &ids,
+            )
+            .unwrap_err();
             assert!(check(&err), "{ids:?}: {err}");
         }
     }
@@ -339,8 +420,15 @@ mod tests {
         let d = sample();
         for len in [crate::quote::MAX_QUOTED + 1, 100_000, 3 << 20] {
             let id = "a".repeat(len);
-            let err =
-                allocate(&d, Resource::Display, 1, Assignment::LocationPath, &[id]).unwrap_err();
+            let err = allocate(
+                &d,
+                Resource::Display,
+                1,
+                Assignment::LocationPath,
+                &ResourcePolicy::default(),
+                &[id],
+            )
+            .unwrap_err();
             assert!(matches!(err, AllocationError::Malformed(_)));
             let message = err.to_string();
             assert!(message.len() < 300, "{len}: {} bytes", message.len());
@@ -353,6 +441,7 @@ mod tests {
             Resource::Display,
             1,
             Assignment::LocationPath,
+            &ResourcePolicy::default(),
             std::slice::from_ref(&short),
         )
         .unwrap_err();
@@ -362,6 +451,7 @@ mod tests {
             Resource::Display,
             1,
             Assignment::LocationPath,
+            &ResourcePolicy::default(),
             &["nope".to_string()],
         )
         .unwrap_err();
@@ -375,10 +465,230 @@ mod tests {
             .devices_for(Resource::Display)
             .map(|x| x.id.clone())
             .collect();
-        let edits = allocate(&d, Resource::Display, 1, Assignment::ClassGuid, &ids).unwrap();
+        let edits = allocate(
+            &d,
+            Resource::Display,
+            1,
+            Assignment::ClassGuid,
+            &ResourcePolicy::default(),
+            &ids,
+        )
+        .unwrap();
         assert_eq!(edits.devices, vec![DISPLAY_CLASS_DEVICE.to_string()]);
         assert!(!edits.mounts.is_empty());
-        assert!(edits.notes.is_empty(), "{:?}", edits.notes);
+        assert_eq!(edits.notes.len(), 1, "{:?}", edits.notes);
+        assert!(edits.notes[0].contains("every display adapter of the node anyway"));
+    }
+
+    /// The sample host's display devices: (ID, LUID, location path), from the sample host file.
+    fn sample_displays() -> [(String, &'static str, &'static str); 2] {
+        [
+            (
+                ids::device_id("PCIROOT(0)#PCI(0100)#PCI(0000)"),
+                "55027",
+                "PCIROOT(0)#PCI(0100)#PCI(0000)",
+            ),
+            (
+                ids::device_id("PCIROOT(0)#PCI(0200)#PCI(0000)"),
+                "55311",
+                "PCIROOT(0)#PCI(0200)#PCI(0000)",
+            ),
+        ]
+    }
+
+    #[test]
+    fn multi_device_requests_follow_the_option() {
+        let d = sample();
+        let [(a, _, _), (b, _, _)] = sample_displays();
+        let key = "directx.microsoft.com/display.multi-device";
+        // (case, IDs, option, Ok(note contains) or Err(message contains))
+        type Expect = Result<Option<&'static str>, &'static str>;
+        let table: [(&str, Vec<String>, MultiDevice, Expect); 7] = [
+            ("one ID", vec![a.clone()], MultiDevice::Warn, Ok(None)),
+            ("one ID under fail", vec![a.clone()], MultiDevice::Fail, Ok(None)),
+            ("the same ID twice", vec![a.clone(), a.clone()], MultiDevice::Fail, Ok(None)),
+            (
+                "two replicas, warn",
+                vec![a.clone(), replica_id(&a, 1)],
+                MultiDevice::Warn,
+                Ok(Some("merged into one device")),
+            ),
+            (
+                "two replicas, fail",
+                vec![a.clone(), replica_id(&a, 1)],
+                MultiDevice::Fail,
+                Err("multiDevice is fail for display: request 1 directx.microsoft.com/display per container"),
+            ),
+            (
+                "two devices, warn",
+                vec![a.clone(), b.clone()],
+                MultiDevice::Warn,
+                Ok(Some("containerd on Windows attaches only the first")),
+            ),
+            (
+                "two devices, fail",
+                vec![b.clone(), a.clone()],
+                MultiDevice::Fail,
+                Err("spans 2 physical devices"),
+            ),
+        ];
+        for (case, ids, multi_device, expect) in table {
+            let policy = ResourcePolicy {
+                multi_device,
+                ..ResourcePolicy::default()
+            };
+            let got = allocate(
+                &d,
+                Resource::Display,
+                2,
+                Assignment::LocationPath,
+                &policy,
+                &ids,
+            );
+            match (got, expect) {
+                (Ok(edits), Ok(None)) => {
+                    assert!(edits.notes.is_empty(), "{case}: {:?}", edits.notes);
+                    assert!(!edits.annotations.contains_key(key), "{case}");
+                }
+                (Ok(edits), Ok(Some(text))) => {
+                    assert!(edits.notes[0].contains(text), "{case}: {:?}", edits.notes);
+                    assert!(edits.annotations[key].contains(text), "{case}");
+                }
+                (Err(AllocationError::MultiDevice(message)), Err(text)) => {
+                    assert!(message.contains(text), "{case}: {message}");
+                }
+                (got, expect) => panic!("{case}: got {got:?}, expected {expect:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn hints_name_the_devices_in_request_order() {
+        let d = sample();
+        let [(a, luid_a, path_a), (b, luid_b, path_b)] = sample_displays();
+        let edits = allocate(
+            &d,
+            Resource::Display,
+            1,
+            Assignment::LocationPath,
+            &ResourcePolicy::default(),
+            &[b.clone(), a.clone()],
+        )
+        .unwrap();
+        let expected = [
+            ("DXDP_DEVICE_IDS", "device-ids", format!("{b},{a}")),
+            (
+                "DXDP_ADAPTER_LUIDS",
+                "adapter-luids",
+                format!("{luid_b},{luid_a}"),
+            ),
+            (
+                "DXDP_LOCATION_PATHS",
+                "location-paths",
+                format!("{path_b},{path_a}"),
+            ),
+            ("DXDP_VENDOR", "vendor", "nvidia,nvidia".to_string()),
+        ];
+        for (env, annotation, value) in &expected {
+            assert_eq!(edits.envs.get(*env), Some(value), "{env}");
+            assert_eq!(
+                edits
+                    .annotations
+                    .get(&format!("directx.microsoft.com/display.{annotation}")),
+                Some(value),
+                "{annotation}"
+            );
+        }
+        assert_eq!(
+            edits.envs.len(),
+            4,
+            "no CUDA hints unless asked: {:?}",
+            edits.envs
+        );
+    }
+
+    #[test]
+    fn cuda_visible_devices_follow_the_pci_order_of_every_nvidia_device() {
+        // The sample host's NVIDIA devices by PCI bus: A100 (0x18, compute), A10 at PCI(0100)
+        // (0x3b), A10 at PCI(0200) (0x5e). CUDA counts all three, advertised or not.
+        let d = sample();
+        let [(a, _, _), (b, _, _)] = sample_displays();
+        let policy = ResourcePolicy {
+            cuda_visible_devices: true,
+            ..ResourcePolicy::default()
+        };
+        let table: [(Vec<String>, &str); 3] = [
+            (vec![a.clone()], "1"),
+            (vec![b.clone()], "2"),
+            (vec![b.clone(), a.clone()], "2,1"),
+        ];
+        for (ids, expected) in table {
+            let edits = allocate(
+                &d,
+                Resource::Display,
+                1,
+                Assignment::LocationPath,
+                &policy,
+                &ids,
+            )
+            .unwrap();
+            assert_eq!(edits.envs["CUDA_VISIBLE_DEVICES"], expected, "{ids:?}");
+            assert_eq!(edits.envs["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+            assert_eq!(
+                edits.annotations["directx.microsoft.com/display.cuda-visible-devices"],
+                expected
+            );
+        }
+        let compute = d.devices_for(Resource::Compute).next().unwrap().id.clone();
+        let edits = allocate(
+            &d,
+            Resource::Compute,
+            1,
+            Assignment::LocationPath,
+            &policy,
+            &[compute],
+        )
+        .unwrap();
+        assert_eq!(edits.envs["CUDA_VISIBLE_DEVICES"], "0");
+    }
+
+    #[test]
+    fn cuda_visible_devices_are_left_out_when_the_order_is_unknown() {
+        let mut facts = crate::sample::sample_host().unwrap();
+        // The A100's PCI location is unknown: the A10s' indexes are unknown too.
+        let a100 = facts
+            .adapters
+            .iter_mut()
+            .find(|x| x.driver_description.contains("A100"))
+            .unwrap();
+        a100.pnp.as_mut().unwrap().pci = None;
+        let d = discover(&facts, &PipelineConfig::default());
+        let [(a, _, _), _] = sample_displays();
+        let policy = ResourcePolicy {
+            cuda_visible_devices: true,
+            ..ResourcePolicy::default()
+        };
+        let edits = allocate(
+            &d,
+            Resource::Display,
+            1,
+            Assignment::LocationPath,
+            &policy,
+            &[a],
+        )
+        .unwrap();
+        assert!(!edits.envs.contains_key("CUDA_VISIBLE_DEVICES"));
+        assert!(!edits.envs.contains_key("CUDA_DEVICE_ORDER"));
+        assert!(edits.envs.contains_key("DXDP_ADAPTER_LUIDS"));
+        assert!(
+            edits
+                .notes
+                .iter()
+                .any(|n| n.contains("CUDA_VISIBLE_DEVICES is not set")
+                    && n.contains("PCI location of NVIDIA device")),
+            "{:?}",
+            edits.notes
+        );
     }
 
     #[test]
@@ -392,7 +702,15 @@ mod tests {
         }
         d.devices.push(other);
         let ids = vec![d.devices[0].id.clone(), "other-device".to_string()];
-        let edits = allocate(&d, Resource::Display, 1, Assignment::LocationPath, &ids).unwrap();
+        let edits = allocate(
+            &d,
+            Resource::Display,
+            1,
+            Assignment::LocationPath,
+            &ResourcePolicy::default(),
+            &ids,
+        )
+        .unwrap();
         let cuda = edits
             .mounts
             .iter()

@@ -7,6 +7,9 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::facts::PciLocation;
+use crate::hints::CudaOrder;
+
 /// The result of running the pipeline over one host.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -19,6 +22,9 @@ pub struct Discovery {
     pub warnings: Vec<String>,
     /// True when dxdp itself runs inside a container (driver store under `HostDriverStore`).
     pub in_container: bool,
+    /// How CUDA numbers the host's NVIDIA devices (for `CUDA_VISIBLE_DEVICES`).
+    #[serde(skip)]
+    pub cuda_order: CudaOrder,
 }
 
 impl Discovery {
@@ -131,6 +137,9 @@ pub struct Device {
     pub manufacturer: Option<String>,
     /// First location path of the device node: what containerd assigns.
     pub location_path: String,
+    /// PCI bus, device and function, when the device node reports them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci: Option<PciLocation>,
     /// PnP device instance ID.
     pub instance_id: String,
     /// Driver key below `HKLM\SYSTEM\CurrentControlSet\Control\Class`.

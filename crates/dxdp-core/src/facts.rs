@@ -190,6 +190,46 @@ pub struct PnpFacts {
     /// CfgMgr problem code; 0 means the device works.
     #[serde(default)]
     pub problem_code: u32,
+    /// PCI bus, device and function (`DEVPKEY_Device_BusNumber` and `DEVPKEY_Device_Address`);
+    /// absent when unknown or not a PCI device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci: Option<PciLocation>,
+}
+
+/// Where a device sits on the PCI bus. Windows reports no PCI domain (segment) through these
+/// properties, so there is none here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PciLocation {
+    /// Bus number (`DEVPKEY_Device_BusNumber`).
+    pub bus: u32,
+    /// Device number: the high 16 bits of `DEVPKEY_Device_Address`.
+    pub device: u32,
+    /// Function number: the low 16 bits of `DEVPKEY_Device_Address`.
+    pub function: u32,
+}
+
+impl PciLocation {
+    /// The location from `DEVPKEY_Device_BusNumber` and a PCI device's `DEVPKEY_Device_Address`
+    /// (`(device << 16) | function`).
+    pub fn from_bus_and_address(bus: u32, address: u32) -> Self {
+        PciLocation {
+            bus,
+            device: address >> 16,
+            function: address & 0xFFFF,
+        }
+    }
+}
+
+impl std::fmt::Display for PciLocation {
+    /// `bus:device.function` in hex, the way `lspci` and `nvidia-smi` show it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:02x}:{:02x}.{:x}",
+            self.bus, self.device, self.function
+        )
+    }
 }
 
 /// One registry key and its values.
@@ -368,6 +408,23 @@ mod tests {
                 check_data_shape(kind, &data).is_ok(),
                 ok,
                 "{kind:?} {data:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn pci_location_splits_the_address_into_device_and_function() {
+        // (bus, address, bus:device.function)
+        let table = [
+            (0, 0, "00:00.0"),
+            (1, 0x0000_0000, "01:00.0"),
+            (0x3b, 0x0002_0001, "3b:02.1"),
+            (255, 0x001F_0007, "ff:1f.7"),
+        ];
+        for (bus, address, text) in table {
+            assert_eq!(
+                PciLocation::from_bus_and_address(bus, address).to_string(),
+                text
             );
         }
     }

@@ -12,14 +12,20 @@
 //! - [`pipeline`]: pure rules turning facts into devices.
 //! - [`devices`]: the devices, their health and runtime files.
 //! - [`assignment`]: how containers are given devices, and what the host's HCS allows.
+//! - [`policy`]: per-resource allocation settings (spread or pack, multi-device requests, hints).
+//! - [`preferred`]: the preferred allocation (`GetPreferredAllocation`).
 //! - [`allocation`]: replicas and the container edits of an `Allocate` call.
 //! - [`quote`]: bounded quoting of untrusted values in messages.
+//! - [`hints`]: the environment variables and annotations that tell a container its devices.
 
 pub mod allocation;
 pub mod assignment;
 pub mod devices;
 pub mod facts;
+pub mod hints;
 pub mod pipeline;
+pub mod policy;
+pub mod preferred;
 pub mod quote;
 pub mod sample;
 pub mod snapshot;

@@ -12,8 +12,8 @@ use windows::Win32::Devices::DeviceAndDriverInstallation::{
     CR_BUFFER_SMALL, CR_NO_SUCH_VALUE, CR_SUCCESS,
 };
 use windows::Win32::Devices::Properties::{
-    DEVPKEY_Device_DeviceDesc, DEVPKEY_Device_Driver, DEVPKEY_Device_LocationPaths,
-    DEVPKEY_Device_Manufacturer, DEVPROPTYPE,
+    DEVPKEY_Device_Address, DEVPKEY_Device_BusNumber, DEVPKEY_Device_DeviceDesc,
+    DEVPKEY_Device_Driver, DEVPKEY_Device_LocationPaths, DEVPKEY_Device_Manufacturer, DEVPROPTYPE,
 };
 use windows::Win32::Foundation::DEVPROPKEY;
 
@@ -144,6 +144,11 @@ fn node(instance_id: &str, errors: &mut Vec<String>) -> Result<Option<(i64, PnpF
     .map(|b| winparse::parse_multi_sz(&winparse::u16s_from_bytes(&b)))
     .unwrap_or_default();
     let driver_key = string(optional(&DEVPKEY_Device_Driver, "DEVPKEY_Device_Driver"));
+    let pci = winparse::pci_location(
+        instance_id,
+        optional(&DEVPKEY_Device_BusNumber, "DEVPKEY_Device_BusNumber").as_deref(),
+        optional(&DEVPKEY_Device_Address, "DEVPKEY_Device_Address").as_deref(),
+    );
     let mut status = CM_DEVNODE_STATUS_FLAGS(0);
     let mut problem = CM_PROB(0);
     // SAFETY: valid out pointers and device instance.
@@ -163,6 +168,7 @@ fn node(instance_id: &str, errors: &mut Vec<String>) -> Result<Option<(i64, PnpF
             location_paths,
             driver_key,
             problem_code: problem.0,
+            pci,
         },
     )))
 }

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 
 use crate::devices::{Device, Discovery, Excluded, ExclusionCode, PerResource, RuntimeFiles};
 use crate::facts::{AdapterFacts, HostFacts, DEFAULT_SYSTEM_ROOT};
+use crate::hints::CudaOrder;
 use crate::quote;
 use filter::DeviceSelector;
 use runtime_files::{AdditionalFile, DeviceContext, FileIndex, RegistryIndex};
@@ -191,6 +192,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             revision: adapter.hardware_id.revision,
             manufacturer: pnp.manufacturer.clone(),
             location_path: location_path.to_string(),
+            pci: pnp.pci,
             instance_id: pnp.instance_id.clone(),
             driver_key: pnp.driver_key.clone().filter(|k| !k.is_empty()),
             driver_version: adapter.driver_version.clone(),
@@ -278,6 +280,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
     }
     out.devices
         .sort_by_cached_key(|d| winpath::compare_key(&d.location_path));
+    out.cuda_order = CudaOrder::of(facts);
     out
 }
 
@@ -361,6 +364,7 @@ mod tests {
                 location_paths: vec![location.into()],
                 driver_key: Some(r"{4d36e968-e325-11ce-bfc1-08002be10318}\0000".into()),
                 problem_code: 0,
+                pci: None,
             }),
             read_errors: Vec::new(),
         }
