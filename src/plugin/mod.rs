@@ -621,21 +621,24 @@ async fn registration(kubelet_sock: PathBuf, socket: PathBuf, name: String, back
     .await;
 }
 
-/// Stops a unit: ends its streams and server (2 s grace), its registration, and removes its
-/// socket.
-async fn stop_unit(unit: Unit) {
+/// Stops a unit. At once: its socket file is removed (so the kubelet cannot dial it again and
+/// the directory shows it gone), its registration stops and its streams are told to end. The
+/// returned future waits for the server to finish (2 s grace, then it is aborted).
+fn stop_unit(unit: Unit) -> impl Future<Output = ()> {
     let _ = unit.stop.send(true);
     unit.registrar.abort();
-    if tokio::time::timeout(Duration::from_secs(2), unit.monitor)
-        .await
-        .is_err()
-    {
-        unit.server.abort();
-    }
     match std::fs::remove_file(&unit.path) {
         Ok(()) => tracing::debug!(socket = %unit.path.display(), "removed"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => tracing::warn!(socket = %unit.path.display(), "cannot remove socket: {e}"),
+    }
+    async move {
+        if tokio::time::timeout(Duration::from_secs(2), unit.monitor)
+            .await
+            .is_err()
+        {
+            unit.server.abort();
+        }
     }
 }
 
