@@ -464,16 +464,57 @@ fn hcs_verdict_and_exit_code() {
     assert!(
         stdout(&o).contains("Verdict: Individual device assignment by location path is supported")
     );
-    let o = dxdp(&[
-        "hcs",
-        "--json",
-        "--host-snapshot",
-        &fixture("ws2019-old.yaml"),
-    ]);
-    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).contains("Configured assignment: auto (default): location-path"),
+        "{}",
+        stdout(&o)
+    );
+    // Windows Server 2019: the default auto works (as class-guid); location-path does not.
+    let ws2019 = fixture("ws2019-old.yaml");
+    let o = dxdp(&["hcs", "--json", "--host-snapshot", &ws2019]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["locationPathAssignment"], false);
     assert_eq!(v["recommendedAssignment"], "class-guid");
+    assert_eq!(v["assignment"]["configured"], "auto");
+    assert_eq!(v["assignment"]["inForce"], "class-guid");
+    let o = dxdp(&[
+        "hcs",
+        "--assignment",
+        "location-path",
+        "--host-snapshot",
+        &ws2019,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).contains("location-path needs HCS schema 2.2+"),
+        "{}",
+        stdout(&o)
+    );
+    // mounts follows the same flag: class-guid there.
+    let o = dxdp(&["mounts", "--all", "--host-snapshot", &ws2019]);
+    assert!(
+        stdout(&o).contains("class/5B45201D-F2F2-4F3B-85BB-30FF1F953599"),
+        "{}",
+        stdout(&o)
+    );
+    // And the plugin refuses an explicit location-path there at start.
+    let dir = tempfile::tempdir().unwrap();
+    let o = dxdp(&[
+        "plugin",
+        "--assignment",
+        "location-path",
+        "--kubelet-dir",
+        dir.path().to_str().unwrap(),
+        "--host-snapshot",
+        &ws2019,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("assignment location-path needs HCS schema 2.2"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -30,12 +30,15 @@ pub struct DoctorArgs {
     resources: Option<Vec<ResourceArg>>,
     #[command(flatten)]
     pipeline: super::PipelineArgs,
+    #[command(flatten)]
+    assignment: super::AssignmentArgs,
 }
 
 impl DoctorArgs {
     /// Puts the configuration flags into `flags`.
     pub(super) fn apply(&self, flags: &mut Flags) {
         self.pipeline.apply(flags);
+        self.assignment.apply(flags);
         flags.resources = super::resources(&self.resources);
     }
 }

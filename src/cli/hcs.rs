@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use dxdp::backend::HostFactsSource;
+use dxdp::config::Config;
 use dxdp::tools::hcs;
 
 /// Arguments of `dxdp hcs`.
@@ -14,19 +15,42 @@ pub struct HcsArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    pub(super) assignment: super::AssignmentArgs,
 }
 
-/// Prints the report; exits 0 when devices can be assigned by location path, 1 otherwise.
-pub fn run(args: &HcsArgs, source: &dyn HostFactsSource) -> anyhow::Result<ExitCode> {
+/// Prints the report and what the configured assignment does here; exits 0 when it works,
+/// 1 otherwise.
+pub fn run(
+    args: &HcsArgs,
+    config: &Config,
+    source: &dyn HostFactsSource,
+) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
-    let report = hcs::report(&facts.os.unwrap_or_default());
+    let os = facts.os.unwrap_or_default();
+    let report = hcs::report(&os);
+    let verdict = hcs::assignment(&os, config.assignment);
     let text = if args.json {
-        serde_json::to_string_pretty(&report)? + "\n"
+        let mut value = serde_json::to_value(&report)?;
+        if let Some(map) = value.as_object_mut() {
+            map.insert("assignment".into(), serde_json::to_value(&verdict)?);
+        }
+        serde_json::to_string_pretty(&value)? + "\n"
     } else {
-        hcs::text(&report)
+        format!(
+            "{}Configured assignment: {} ({}): {}\n",
+            hcs::text(&report),
+            verdict.configured,
+            config.origin("assignment"),
+            if verdict.configured == verdict.in_force {
+                verdict.verdict.clone()
+            } else {
+                format!("{} here; {}", verdict.in_force, verdict.verdict)
+            }
+        )
     };
     std::io::stdout().write_all(text.as_bytes())?;
-    Ok(if report.location_path_assignment {
+    Ok(if verdict.works {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

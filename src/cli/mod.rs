@@ -15,6 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::Resource;
 
 use dxdp::backend::{self, HostFactsSource};
@@ -88,6 +89,35 @@ impl From<ResourceArg> for Resource {
     }
 }
 
+/// An assignment mode on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AssignmentArg {
+    /// vpci-location-path://<path>: one device (HCS schema 2.2+)
+    LocationPath,
+    /// class/5B45201D-...: every display adapter of the node
+    ClassGuid,
+    /// location-path on HCS schema 2.2+, else class-guid
+    Auto,
+}
+
+/// `--assignment`, for every command whose answer depends on it.
+#[derive(Debug, Clone, Args)]
+struct AssignmentArgs {
+    /// How containers get devices [env: DXDP_ASSIGNMENT; default: auto].
+    #[arg(long, value_enum)]
+    assignment: Option<AssignmentArg>,
+}
+
+impl AssignmentArgs {
+    fn apply(&self, flags: &mut Flags) {
+        flags.assignment = self.assignment.map(|a| match a {
+            AssignmentArg::LocationPath => Assignment::LocationPath,
+            AssignmentArg::ClassGuid => Assignment::ClassGuid,
+            AssignmentArg::Auto => Assignment::Auto,
+        });
+    }
+}
+
 /// Pipeline switches shared by the commands that discover devices.
 #[derive(Debug, Clone, Args)]
 struct PipelineArgs {
@@ -146,10 +176,13 @@ impl Command {
             Command::Discover(a) => a.pipeline.apply(&mut flags),
             Command::Plugin(a) => a.apply(&mut flags),
             Command::Demo(a) => a.apply(&mut flags),
-            Command::Mounts(a) => a.pipeline.apply(&mut flags),
+            Command::Mounts(a) => {
+                a.pipeline.apply(&mut flags);
+                a.assignment.apply(&mut flags);
+            }
+            Command::Hcs(a) => a.assignment.apply(&mut flags),
             Command::Doctor(a) => a.apply(&mut flags),
             Command::Snapshot(_)
-            | Command::Hcs(_)
             | Command::Config(_)
             | Command::Completion { .. }
             | Command::Man { .. } => {}
@@ -216,7 +249,7 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
         Command::Plugin(args) => plugin::run(&args, config, inputs, source.into()),
         Command::Demo(args) => demo::run(&args, config, source.into()),
         Command::Mounts(args) => mounts::run(&args, &config, source.as_ref()),
-        Command::Hcs(args) => hcs::run(&args, source.as_ref()),
+        Command::Hcs(args) => hcs::run(&args, &config, source.as_ref()),
         Command::Doctor(args) => doctor::run(&args, &config, source.as_ref()),
         Command::Config(cmd) => config_cmd::run(&cmd, &config, &inputs),
         Command::Completion { shell } => {

@@ -64,6 +64,8 @@ pub struct MountsArgs {
     ctr_args: Vec<String>,
     #[command(flatten)]
     pub(super) pipeline: super::PipelineArgs,
+    #[command(flatten)]
+    pub(super) assignment: super::AssignmentArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

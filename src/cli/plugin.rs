@@ -5,13 +5,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use tokio::sync::watch;
 
 use dxdp::backend::HostFactsSource;
 use dxdp::config::{Config, Flags, Inputs};
 use dxdp_core::allocation::MAX_REPLICAS;
-use dxdp_core::assignment::Assignment;
 
 use super::ResourceArg;
 use dxdp::plugin::{self, PluginConfig};
@@ -30,9 +29,8 @@ pub struct PluginArgs {
     /// [env: DXDP_REPLICAS; default: 1].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_REPLICAS)))]
     replicas: Option<u32>,
-    /// How containers get devices [env: DXDP_ASSIGNMENT; default: location-path].
-    #[arg(long, value_enum)]
-    assignment: Option<AssignmentArg>,
+    #[command(flatten)]
+    assignment: super::AssignmentArgs,
     /// Seconds between safety checks of sockets, kubelet.sock, the configuration and device
     /// health (changes are otherwise acted on at once, from file-system and DXCore events).
     #[arg(long, env = "DXDP_SAFETY_POLL", value_name = "SECONDS", default_value_t = 10,
@@ -42,28 +40,13 @@ pub struct PluginArgs {
     pipeline: super::PipelineArgs,
 }
 
-/// An assignment mode on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum AssignmentArg {
-    /// vpci-location-path://<path>: one device (HCS schema 2.2+)
-    LocationPath,
-    /// class/5B45201D-...: every display adapter of the node
-    ClassGuid,
-    /// location-path on HCS schema 2.2+, else class-guid
-    Auto,
-}
-
 impl PluginArgs {
     /// Puts the configuration flags into `flags`.
     pub(super) fn apply(&self, flags: &mut Flags) {
         self.pipeline.apply(flags);
         flags.resources = super::resources(&self.resources);
         flags.replicas = self.replicas;
-        flags.assignment = self.assignment.map(|a| match a {
-            AssignmentArg::LocationPath => Assignment::LocationPath,
-            AssignmentArg::ClassGuid => Assignment::ClassGuid,
-            AssignmentArg::Auto => Assignment::Auto,
-        });
+        self.assignment.apply(flags);
     }
 }
 

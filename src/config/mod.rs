@@ -69,7 +69,7 @@ impl Default for Config {
                 })
                 .collect(),
             pipeline: PipelineConfig::default(),
-            assignment: Assignment::LocationPath,
+            assignment: Assignment::Auto,
             log_level: "info".into(),
             log_format: LogFormat::Text,
             origins: BTreeMap::new(),

@@ -450,7 +450,7 @@ fn config_show_json_values_are_typed() {
         value("runtimeFiles.exclude"),
         serde_json::json!(["nvml.dll"])
     );
-    assert_eq!(value("assignment"), serde_json::json!("location-path"));
+    assert_eq!(value("assignment"), serde_json::json!("auto"));
     assert_eq!(
         json["resources.display.replicas"]["origin"],
         serde_json::json!(format!("file {}", file.display()))

@@ -47,7 +47,16 @@ pub fn build(facts: &HostFacts, config: Arc<Config>) -> (Inventory, Vec<String>)
     let assignment = config.assignment.resolve(&os);
     if config.assignment == Assignment::Auto && assignment == Assignment::ClassGuid {
         notices.push(format!(
-            "assignment auto: HCS schema {:?} is below 2.2, so containers get every GPU of the node (class-guid)",
+            "assignment auto: HCS schema {:?} is below 2.2, so containers get every GPU of the node (class-guid): no isolation between GPU pods on this node",
+            os.hcs_schema_versions
+        ));
+    }
+    if config.assignment == Assignment::LocationPath
+        && !os.hcs_schema_versions.is_empty()
+        && !dxdp_core::assignment::supports_location_path(&os)
+    {
+        notices.push(format!(
+            "assignment location-path needs HCS schema 2.2+, this host has {:?}: every container start will fail; use assignment auto or class-guid",
             os.hcs_schema_versions
         ));
     }
@@ -278,10 +287,16 @@ mod tests {
         assert_eq!(inv.assignment, Assignment::ClassGuid);
         assert_eq!(notices.len(), 1, "{notices:?}");
         assert!(notices[0].contains("class-guid"));
+        // An explicit location-path on such a host is kept (the daemon refuses it at start) and
+        // said on every reload that brings it.
         config.assignment = Assignment::LocationPath;
-        let (inv, notices) = build(&facts, Arc::new(config));
+        let (inv, notices) = build(&facts, Arc::new(config.clone()));
         assert_eq!(inv.assignment, Assignment::LocationPath);
-        assert!(notices.is_empty());
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert!(notices[0].contains("every container start will fail"));
+        config.assignment = Assignment::ClassGuid;
+        let (_, notices) = build(&facts, Arc::new(config));
+        assert!(notices.is_empty(), "{notices:?}");
     }
 
     #[test]

@@ -106,6 +106,12 @@ pub enum PluginError {
     /// The configuration cannot be served.
     #[error(transparent)]
     Unservable(#[from] Unservable),
+    /// The configured assignment cannot work on this host.
+    #[error("assignment location-path needs HCS schema 2.2 or later (Windows Server 2022+), and this host has {schema}: every container start would fail. Use assignment auto (class-guid here, every container then gets every GPU) or class-guid")]
+    Assignment {
+        /// The host's highest schema version.
+        schema: String,
+    },
     /// Another live dxdp serves the same resource in the same directory.
     #[error("another dxdp is already serving {resource} at {} (it answers on that socket): stop it first, or use a different --kubelet-dir", socket.display())]
     AlreadyServed {
@@ -174,6 +180,15 @@ pub async fn run_with_updates(
             .await
             .map_err(|e| SourceError::Unavailable(e.to_string()))??
     };
+    let os = facts.os.clone().unwrap_or_default();
+    if first.assignment == dxdp_core::assignment::Assignment::LocationPath
+        && !os.hcs_schema_versions.is_empty()
+        && !dxdp_core::assignment::supports_location_path(&os)
+    {
+        return Err(PluginError::Assignment {
+            schema: os.hcs_schema_versions.join(", "),
+        });
+    }
     let (inventory, notices) = inventory::build(&facts, first.clone());
     for n in &notices {
         tracing::warn!("{n}");

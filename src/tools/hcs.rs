@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use dxdp_core::assignment::{highest, LOCATION_PATH_SCHEMA};
+use dxdp_core::assignment::{highest, Assignment, LOCATION_PATH_SCHEMA};
 use dxdp_core::facts::OsFacts;
 
 /// The verdict of `dxdp hcs`.
@@ -26,6 +26,46 @@ pub struct HcsReport {
     pub recommended_assignment: Option<String>,
     /// One line for people.
     pub verdict: String,
+}
+
+/// What the configured assignment mode does on a host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentVerdict {
+    /// The configured mode (`location-path`, `class-guid`, `auto`).
+    pub configured: String,
+    /// The mode in force on this host (`auto` resolved).
+    pub in_force: String,
+    /// Whether containers can get devices in that mode here.
+    pub works: bool,
+    /// One line for people.
+    pub verdict: String,
+}
+
+/// Whether `configured` works on the host with `os`: location-path needs HCS schema 2.2+,
+/// class-guid needs HCS, auto works wherever HCS does.
+pub fn assignment(os: &OsFacts, configured: Assignment) -> AssignmentVerdict {
+    let in_force = configured.resolve(os);
+    let hcs = highest(&os.hcs_schema_versions).is_some();
+    let location_path = dxdp_core::assignment::supports_location_path(os);
+    let (works, verdict) = match (configured, in_force) {
+        _ if !hcs => (false, "no container can get a device without HCS".to_string()),
+        (Assignment::LocationPath, _) if !location_path => (
+            false,
+            "location-path needs HCS schema 2.2+: every container start would fail; use auto or class-guid here".to_string(),
+        ),
+        (_, Assignment::ClassGuid) => (
+            true,
+            "class-guid: each container gets every GPU of the node".to_string(),
+        ),
+        _ => (true, "location-path: each container gets exactly its devices".to_string()),
+    };
+    AssignmentVerdict {
+        configured: configured.as_str().into(),
+        in_force: in_force.as_str().into(),
+        works,
+        verdict,
+    }
 }
 
 /// Builds the report from the OS facts.
@@ -92,6 +132,34 @@ pub fn text(r: &HcsReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_configured_assignment_works_or_says_why_not() {
+        use Assignment::*;
+        let table: [(&[&str], Assignment, &str, bool); 9] = [
+            (&["2.5"], LocationPath, "location-path", true),
+            (&["2.5"], Auto, "location-path", true),
+            (&["2.5"], ClassGuid, "class-guid", true),
+            (&["2.1"], LocationPath, "location-path", false),
+            (&["2.1"], Auto, "class-guid", true),
+            (&["2.1"], ClassGuid, "class-guid", true),
+            (&[], LocationPath, "location-path", false),
+            (&[], Auto, "class-guid", false),
+            (&[], ClassGuid, "class-guid", false),
+        ];
+        for (versions, configured, in_force, works) in table {
+            let os = OsFacts {
+                hcs_schema_versions: versions.iter().map(|s| s.to_string()).collect(),
+                ..OsFacts::default()
+            };
+            let v = assignment(&os, configured);
+            assert_eq!(
+                (v.in_force.as_str(), v.works),
+                (in_force, works),
+                "{versions:?} {configured:?}"
+            );
+        }
+    }
 
     #[test]
     fn verdicts() {
