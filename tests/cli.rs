@@ -720,3 +720,26 @@ fn version_names_the_commit_and_target_and_completions_and_man_pages_are_generat
         );
     }
 }
+
+#[test]
+fn errors_print_each_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.yaml");
+    let missing = missing.to_str().unwrap();
+    let kdir = dir.path().to_str().unwrap();
+    for args in [
+        vec!["discover", "--host-snapshot", missing],
+        vec!["plugin", "--kubelet-dir", kdir, "--host-snapshot", missing],
+        vec!["config", "show", "--config", missing],
+    ] {
+        let o = dxdp(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = stderr(&o);
+        assert_eq!(
+            err.matches("No such file or directory").count(),
+            1,
+            "{args:?}: {err}"
+        );
+        assert!(err.contains(missing), "names the path: {err}");
+    }
+}

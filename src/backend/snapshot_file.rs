@@ -65,7 +65,7 @@ impl HostFactsSource for SnapshotFile {
         self.remember(stamp(&self.path));
         let text = read_settled(&self.path, self.settle).map_err(|e| SnapshotError::Read {
             path: self.path.clone(),
-            source: e.into(),
+            error: e.into(),
         })?;
         Ok(snapshot::parse(&text, &self.path.display().to_string())?)
     }

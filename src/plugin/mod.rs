@@ -100,9 +100,9 @@ pub enum Unservable {
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
-    /// The host facts could not be collected at start.
+    /// The host facts could not be collected at start (the cause is in the message).
     #[error("cannot collect host facts: {0}")]
-    Facts(#[from] SourceError),
+    Facts(SourceError),
     /// The configuration cannot be served.
     #[error(transparent)]
     Unservable(#[from] Unservable),
@@ -120,6 +120,12 @@ pub enum PluginError {
         /// Its live socket.
         socket: PathBuf,
     },
+}
+
+impl From<SourceError> for PluginError {
+    fn from(e: SourceError) -> Self {
+        PluginError::Facts(e)
+    }
 }
 
 /// Checks that `config` can be served from `kubelet_dir`: something enabled, every name once,

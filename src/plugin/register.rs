@@ -56,12 +56,12 @@ pub fn random() -> u64 {
 #[derive(Debug, thiserror::Error)]
 pub enum RegisterError {
     /// The kubelet's socket could not be reached.
-    #[error("cannot connect to the kubelet at {}: {}", path.display(), chain(source))]
+    #[error("cannot connect to the kubelet at {}: {}", path.display(), chain(error))]
     Connect {
         /// `kubelet.sock`.
         path: std::path::PathBuf,
         /// What went wrong (its causes are in the message, not repeated as a source).
-        source: tonic::transport::Error,
+        error: tonic::transport::Error,
     },
     /// The kubelet answered with an error.
     #[error("the kubelet refused: {}", .0.message())]
@@ -96,9 +96,9 @@ pub async fn register(
         let channel =
             transport::channel(kubelet_sock)
                 .await
-                .map_err(|source| RegisterError::Connect {
+                .map_err(|error| RegisterError::Connect {
                     path: kubelet_sock.to_path_buf(),
-                    source,
+                    error,
                 })?;
         let request = RegisterRequest {
             version: API_VERSION.to_string(),

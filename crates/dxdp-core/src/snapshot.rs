@@ -37,13 +37,14 @@ struct Document {
 /// Why a snapshot could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    /// The file could not be read.
-    #[error("cannot read host snapshot {}: {source}", path.display())]
+    /// The file could not be read. The OS error is part of the message (not a separate
+    /// source), so that it is printed once.
+    #[error("cannot read host snapshot {}: {error}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file is not a valid snapshot.
     #[error("{}", format_invalid(origin, *line, *column, field.as_deref(), message))]
@@ -91,9 +92,9 @@ fn format_invalid(
 
 /// Reads a snapshot file.
 pub fn read_file(path: &Path) -> Result<HostFacts, SnapshotError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SnapshotError::Read {
+    let text = std::fs::read_to_string(path).map_err(|error| SnapshotError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     parse(&text, &path.display().to_string())
 }
