@@ -77,6 +77,39 @@ fn sample_host_is_used_and_announced_on_stderr() {
         serde_json::from_str(&stdout(&o)).expect("stdout is one JSON document");
     assert_eq!(json["devices"].as_array().unwrap().len(), 3);
     assert!(stderr(&o).contains("simulated host"), "{}", stderr(&o));
+    // Notices are shown whatever the log level.
+    for args in [
+        vec!["discover", "--log-level", "error"],
+        vec![
+            "mounts",
+            "--all",
+            "--format",
+            "docker",
+            "--log-level",
+            "off",
+        ],
+    ] {
+        let o = dxdp(&args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("note: simulated host"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = dxdp(&[
+        "mounts",
+        "--all",
+        "--format",
+        "docker",
+        "--log-level",
+        "off",
+    ]);
+    assert!(
+        stderr(&o).matches("note: ").count() >= 2,
+        "the Docker notes too: {}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -228,6 +228,7 @@ pub fn main() -> ExitCode {
         (Command::Demo(_), Some("default")) => "warn",
         _ => config.log_level.as_str(),
     };
+    let _ = NOTICE_FORMAT.set(config.log_format);
     if let Err(e) = logging::init(config.log_format, level) {
         eprintln!("error: {e}");
         return ExitCode::from(2);
@@ -295,6 +296,18 @@ fn write_stdout(bytes: &[u8]) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The log format, for [`notice`].
+static NOTICE_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// Something the user must see whatever the log level: a plain `note:` line on stderr, or a
+/// warning log event when logs are JSON (so stderr stays JSON lines).
+fn notice(message: &str) {
+    match NOTICE_FORMAT.get() {
+        Some(LogFormat::Json) => tracing::warn!("{message}"),
+        _ => eprintln!("note: {message}"),
+    }
+}
+
 /// A multi-threaded tokio runtime for the commands that serve gRPC.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -306,7 +319,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// Loads host facts, telling stderr when they are simulated.
 fn load_facts(source: &dyn HostFactsSource) -> anyhow::Result<HostFacts> {
     if source.is_simulated() {
-        tracing::info!("simulated host: using {}", source.describe());
+        notice(&format!("simulated host: using {}", source.describe()));
     }
     source
         .load()

@@ -143,7 +143,7 @@ pub fn run(
         .resolve(&facts.os.clone().unwrap_or_default());
     let rendered = mounts::render_with(&devices, format, shell, assignment);
     for note in &rendered.notes {
-        tracing::warn!("{note}");
+        super::notice(note);
     }
     std::io::stdout().write_all(rendered.text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
