@@ -1,7 +1,7 @@
 //! Configuration tests: every key, precedence, compatibility variables and files.
 
 use super::*;
-use dxdp_core::devices::PerResource;
+use dxdp_core::devices::{PerResource, TargetDir};
 use std::io::Write;
 
 use dxdp_core::policy::{AllocationPolicy, MultiDevice};

@@ -1,0 +1,405 @@
+//! The configuration layers: how the reference plugin's files, dxdp's file, the environment and
+//! the flags each change a [`Config`], recording the origin of every key they set.
+
+use dxdp_core::devices::{Resource, TargetDir};
+use dxdp_core::pipeline::runtime_files::AdditionalFile;
+
+use super::file::{
+    self, ConfigFile, FileEntry, LogFormatName, ReferenceFile, Replicas, ResourceName, VendorKey,
+};
+use super::{Config, ConfigError, Env, Flags};
+use crate::logging::LogFormat;
+use dxdp_core::assignment::Assignment;
+
+/// The relevant variables of the process environment.
+pub fn process_env() -> Env {
+    std::env::vars()
+        .filter(|(k, _)| {
+            k.starts_with("DXDP_")
+                || k.starts_with("WDDM_DEVICE_PLUGIN_")
+                || k.starts_with("MCDM_DEVICE_PLUGIN_")
+        })
+        .collect()
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(ConfigError::Env {
+            name: name.into(),
+            value: value.into(),
+            reason: "use true or false".into(),
+        }),
+    }
+}
+
+fn parse_replicas(name: &str, value: &str) -> Result<u32, ConfigError> {
+    let err = |reason: String| ConfigError::Env {
+        name: name.into(),
+        value: value.into(),
+        reason,
+    };
+    let n: u64 = value
+        .trim()
+        .parse()
+        .map_err(|_| err("not a whole number".into()))?;
+    Replicas::check(n).map(|r| r.0).map_err(err)
+}
+
+fn additional(vendor: VendorKey, target: TargetDir, entries: &[FileEntry]) -> Vec<AdditionalFile> {
+    entries
+        .iter()
+        .map(|e| AdditionalFile {
+            vendor_id: vendor.0,
+            target,
+            source: e.source.clone(),
+            destination: e.destination.clone(),
+        })
+        .collect()
+}
+
+/// How each key of a reference-plugin file maps onto dxdp's keys when the file is `r`'s plugin's
+/// (`multitenancy: 2 -> resources.display.replicas: 2`).
+pub fn reference_mapping(f: &ReferenceFile, r: Resource) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(n) = f.multitenancy {
+        out.push(format!(
+            "multitenancy: {} -> resources.{r}.replicas: {}",
+            n.0, n.0
+        ));
+    }
+    if let Some(b) = f.include_integrated {
+        out.push(format!(
+            "includeIntegrated: {b} -> resources.{r}.includeIntegrated: {b}"
+        ));
+    }
+    if let Some(b) = f.include_detachable {
+        out.push(format!(
+            "includeDetachable: {b} -> resources.{r}.includeDetachable: {b}"
+        ));
+    }
+    for (key, map, dir) in [
+        ("additionalMounts", &f.additional_mounts, "system32"),
+        (
+            "additionalMountsWow64",
+            &f.additional_mounts_wow64,
+            "syswow64",
+        ),
+    ] {
+        for (vendor, entries) in map.iter().flatten() {
+            for e in entries {
+                out.push(format!(
+                    "{key}[0x{:04X}]: {} -> runtimeFiles.additional[0x{:04X}].{dir}: {}{}",
+                    vendor.0,
+                    e.source,
+                    vendor.0,
+                    e.source,
+                    e.destination
+                        .as_deref()
+                        .map(|d| format!(" as {d}"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push("(no keys: nothing changes)".into());
+    }
+    out
+}
+
+pub(super) fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, origin: &str) {
+    if let Some(n) = f.multitenancy {
+        c.resource(r).replicas = n.0;
+        c.set_origin(&format!("resources.{r}.replicas"), origin);
+    }
+    if let Some(b) = f.include_integrated {
+        set_include(c, Some(r), Switch::Integrated, b, origin);
+    }
+    if let Some(b) = f.include_detachable {
+        set_include(c, Some(r), Switch::Detachable, b, origin);
+    }
+    for (map, target) in [
+        (&f.additional_mounts, TargetDir::System32),
+        (&f.additional_mounts_wow64, TargetDir::SysWow64),
+    ] {
+        if let Some(map) = map {
+            for (vendor, entries) in map {
+                c.pipeline
+                    .additional_files
+                    .extend(additional(*vendor, target, entries));
+            }
+            c.set_origin("runtimeFiles.additional", origin);
+        }
+    }
+}
+
+pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
+    for (r, rf) in [
+        (Resource::Display, &f.resources.display),
+        (Resource::Compute, &f.resources.compute),
+    ] {
+        if let Some(v) = rf.enabled {
+            c.resource(r).enabled = v;
+            c.set_origin(&format!("resources.{r}.enabled"), origin);
+        }
+        if let Some(ResourceName(v)) = &rf.name {
+            c.resource(r).name = v.clone();
+            c.set_origin(&format!("resources.{r}.name"), origin);
+        }
+        if let Some(v) = rf.replicas {
+            c.resource(r).replicas = v.0;
+            c.set_origin(&format!("resources.{r}.replicas"), origin);
+        }
+        if let Some(v) = &rf.aliases {
+            c.resource(r).aliases = v.iter().map(|a| a.0.clone()).collect();
+            c.set_origin(&format!("resources.{r}.aliases"), origin);
+        }
+        apply_policy(c, r, rf, origin);
+    }
+    let d = &f.devices;
+    if let Some(v) = d.include_integrated {
+        set_include(c, None, Switch::Integrated, v, origin);
+    }
+    if let Some(v) = d.include_detachable {
+        set_include(c, None, Switch::Detachable, v, origin);
+    }
+    // Per-resource switches override the node-wide ones.
+    for (r, rf) in [
+        (Resource::Display, &f.resources.display),
+        (Resource::Compute, &f.resources.compute),
+    ] {
+        if let Some(v) = rf.include_integrated {
+            set_include(c, Some(r), Switch::Integrated, v, origin);
+        }
+        if let Some(v) = rf.include_detachable {
+            set_include(c, Some(r), Switch::Detachable, v, origin);
+        }
+    }
+    if let Some(v) = &d.include {
+        c.pipeline.include = v.clone();
+        c.set_origin("devices.include", origin);
+    }
+    if let Some(v) = &d.exclude {
+        c.pipeline.exclude = v.clone();
+        c.set_origin("devices.exclude", origin);
+    }
+    if let Some(v) = f.assignment {
+        c.assignment = v;
+        c.set_origin("assignment", origin);
+    }
+    let rt = &f.runtime_files;
+    if let Some(v) = rt.enabled {
+        c.pipeline.runtime_files = v;
+        c.set_origin("runtimeFiles.enabled", origin);
+    }
+    if let Some(v) = &rt.exclude {
+        c.pipeline.runtime_exclude = v.clone();
+        c.set_origin("runtimeFiles.exclude", origin);
+    }
+    if let Some(map) = &rt.additional {
+        for (vendor, files) in map {
+            c.pipeline.additional_files.extend(additional(
+                *vendor,
+                TargetDir::System32,
+                &files.system32,
+            ));
+            c.pipeline.additional_files.extend(additional(
+                *vendor,
+                TargetDir::SysWow64,
+                &files.syswow64,
+            ));
+        }
+        c.set_origin("runtimeFiles.additional", origin);
+    }
+    if let Some(v) = &f.log_level {
+        c.log_level = v.0.clone();
+        c.set_origin("logLevel", origin);
+    }
+    if let Some(v) = f.log_format {
+        c.log_format = match v {
+            LogFormatName::Text => LogFormat::Text,
+            LogFormatName::Json => LogFormat::Json,
+        };
+        c.set_origin("logFormat", origin);
+    }
+}
+
+/// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
+fn apply_policy(c: &mut Config, r: Resource, rf: &file::ResourceFile, origin: &str) {
+    if let Some(v) = rf.allocation_policy {
+        c.resource(r).policy.allocation = v;
+        c.set_origin(&format!("resources.{r}.allocationPolicy"), origin);
+    }
+    if let Some(v) = rf.multi_device {
+        c.resource(r).policy.multi_device = v;
+        c.set_origin(&format!("resources.{r}.multiDevice"), origin);
+    }
+    if let Some(v) = rf.cuda_visible_devices {
+        c.resource(r).policy.cuda_visible_devices = v;
+        c.set_origin(&format!("resources.{r}.cudaVisibleDevices"), origin);
+    }
+}
+
+/// The two adapter-kind switches.
+#[derive(Debug, Clone, Copy)]
+enum Switch {
+    Integrated,
+    Detachable,
+}
+
+/// Sets an include switch for one resource (`Some`) or both (`None`), recording the origin.
+fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool, origin: &str) {
+    let (flags, key) = match switch {
+        Switch::Integrated => (&mut c.pipeline.include_integrated, "includeIntegrated"),
+        Switch::Detachable => (&mut c.pipeline.include_detachable, "includeDetachable"),
+    };
+    let targets: &[Resource] = match &r {
+        Some(r) => std::slice::from_ref(r),
+        None => &Resource::ALL,
+    };
+    for &r in targets {
+        *flags.get_mut(r) = value;
+    }
+    for &r in targets {
+        c.set_origin(&format!("resources.{r}.{key}"), origin);
+    }
+}
+
+pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
+    // The reference plugin's variables: WDDM = display, MCDM = compute.
+    for (prefix, r) in [("WDDM", Resource::Display), ("MCDM", Resource::Compute)] {
+        let name = format!("{prefix}_DEVICE_PLUGIN_MULTITENANCY");
+        if let Some(v) = env.get(&name) {
+            c.resource(r).replicas = parse_replicas(&name, v)?;
+            c.set_origin(&format!("resources.{r}.replicas"), &format!("env {name}"));
+        }
+        // Each plugin's switch acts on its own resource, in both directions.
+        for (suffix, switch) in [
+            ("INCLUDE_INTEGRATED", Switch::Integrated),
+            ("INCLUDE_DETACHABLE", Switch::Detachable),
+        ] {
+            let name = format!("{prefix}_DEVICE_PLUGIN_{suffix}");
+            if let Some(v) = env.get(&name) {
+                let value = parse_bool(&name, v)?;
+                set_include(c, Some(r), switch, value, &format!("env {name}"));
+            }
+        }
+    }
+    if let Some(v) = env.get("DXDP_REPLICAS") {
+        let n = parse_replicas("DXDP_REPLICAS", v)?;
+        for r in Resource::ALL {
+            c.resource(r).replicas = n;
+            c.set_origin(&format!("resources.{r}.replicas"), "env DXDP_REPLICAS");
+        }
+    }
+    if let Some(v) = env.get("DXDP_RESOURCES") {
+        let wanted = parse_resources(v).map_err(|reason| ConfigError::Env {
+            name: "DXDP_RESOURCES".into(),
+            value: v.clone(),
+            reason,
+        })?;
+        for r in Resource::ALL {
+            c.resource(r).enabled = wanted.contains(&r);
+            c.set_origin(&format!("resources.{r}.enabled"), "env DXDP_RESOURCES");
+        }
+    }
+    for (name, switch) in [
+        ("DXDP_INCLUDE_INTEGRATED", Switch::Integrated),
+        ("DXDP_INCLUDE_DETACHABLE", Switch::Detachable),
+    ] {
+        if let Some(v) = env.get(name) {
+            let value = parse_bool(name, v)?;
+            set_include(c, None, switch, value, &format!("env {name}"));
+        }
+    }
+    if let Some(v) = env.get("DXDP_ASSIGNMENT") {
+        c.assignment = Assignment::parse(v).ok_or_else(|| ConfigError::Env {
+            name: "DXDP_ASSIGNMENT".into(),
+            value: v.clone(),
+            reason: "use location-path, class-guid or auto".into(),
+        })?;
+        c.set_origin("assignment", "env DXDP_ASSIGNMENT");
+    }
+    if let Some(v) = env.get("DXDP_LOG_LEVEL") {
+        crate::logging::filter(v).map_err(|e| ConfigError::Env {
+            name: "DXDP_LOG_LEVEL".into(),
+            value: v.clone(),
+            reason: e.to_string(),
+        })?;
+        c.log_level = v.trim().to_string();
+        c.set_origin("logLevel", "env DXDP_LOG_LEVEL");
+    }
+    if let Some(v) = env.get("DXDP_LOG_FORMAT") {
+        c.log_format = v.parse().map_err(|reason| ConfigError::Env {
+            name: "DXDP_LOG_FORMAT".into(),
+            value: v.clone(),
+            reason,
+        })?;
+        c.set_origin("logFormat", "env DXDP_LOG_FORMAT");
+    }
+    Ok(())
+}
+
+/// Parses `display,compute`.
+pub fn parse_resources(text: &str) -> Result<Vec<Resource>, String> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        out.push(match part {
+            "display" => Resource::Display,
+            "compute" => Resource::Compute,
+            other => {
+                return Err(format!(
+                    "unknown resource {other:?}; use display, compute or both"
+                ))
+            }
+        });
+    }
+    Ok(out)
+}
+
+pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
+    if let Some(list) = &f.resources {
+        for r in Resource::ALL {
+            c.resource(r).enabled = list.contains(&r);
+            c.set_origin(&format!("resources.{r}.enabled"), "flag --resources");
+        }
+    }
+    if let Some(n) = f.replicas {
+        for r in Resource::ALL {
+            c.resource(r).replicas = n;
+            c.set_origin(&format!("resources.{r}.replicas"), "flag --replicas");
+        }
+    }
+    if f.include_integrated {
+        set_include(
+            c,
+            None,
+            Switch::Integrated,
+            true,
+            "flag --include-integrated",
+        );
+    }
+    if f.include_detachable {
+        set_include(
+            c,
+            None,
+            Switch::Detachable,
+            true,
+            "flag --include-detachable",
+        );
+    }
+    if let Some(a) = f.assignment {
+        c.assignment = a;
+        c.set_origin("assignment", "flag --assignment");
+    }
+    if let Some(v) = &f.log_level {
+        c.log_level = v.clone();
+        c.set_origin("logLevel", "flag --log-level");
+    }
+    if let Some(v) = f.log_format {
+        c.log_format = v;
+        c.set_origin("logFormat", "flag --log-format");
+    }
+}
