@@ -331,3 +331,32 @@ fn json_has_the_documented_device_fields() {
     }
     assert!(json["excluded"].is_array() && json["warnings"].is_array());
 }
+
+#[test]
+fn status_flags_and_unsupported_properties_decide_health_and_hardware() {
+    let d = run("status-and-unsupported");
+    let health = |luid: i64| {
+        d.devices
+            .iter()
+            .find(|dev| dev.luid == luid)
+            .map(|dev| dev.health.state)
+    };
+    // Problem code 28 without DN_HAS_PROBLEM is stale: healthy.
+    assert_eq!(health(2001), Some(HealthState::Healthy));
+    assert_eq!(health(2002), Some(HealthState::Unhealthy));
+    // An unreadable status is never healthy.
+    assert_eq!(health(2003), Some(HealthState::Unhealthy));
+    // IsHardware unsupported, PCI device node: a device, with a warning.
+    assert_eq!(health(2004), Some(HealthState::Healthy));
+    let software: Vec<_> = d
+        .excluded
+        .iter()
+        .filter(|e| e.code == ExclusionCode::SoftwareAdapter)
+        .map(|e| e.luid)
+        .collect();
+    assert_eq!(software, [2005]);
+    let warnings = d.warnings.join("\n");
+    assert!(warnings.contains("(LUID 2004): DXCore does not support IsHardware"));
+    assert!(warnings.contains("(LUID 2005): DXCore does not support IsHardware"));
+    assert!(warnings.contains("does not support driverVersion, dedicatedAdapterMemory"));
+}

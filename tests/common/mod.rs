@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use dxdp_core::facts::HostFacts;
 
 /// Every fixture host in `tests/fixtures/`.
-pub const FIXTURES: [&str; 10] = [
+pub const FIXTURES: [&str; 11] = [
     "nvidia-multi-gpu",
     "amd-radeon",
     "intel-igpu",
@@ -17,6 +17,7 @@ pub const FIXTURES: [&str; 10] = [
     "hostile-system-root",
     "in-container",
     "ws2019-old",
+    "status-and-unsupported",
 ];
 
 /// The file of a fixture host.

@@ -82,7 +82,8 @@ pub struct AdapterFacts {
     /// DXCore `DedicatedAdapterMemory` in bytes.
     #[serde(default)]
     pub dedicated_adapter_memory: u64,
-    /// DXCore `IsHardware`; false for software renderers (WARP, Basic Render Driver).
+    /// DXCore `IsHardware`; false for software renderers (WARP, Basic Render Driver). Ignored when
+    /// listed in `unsupported_properties`.
     pub is_hardware: bool,
     /// DXCore `IsIntegrated`.
     #[serde(default)]
@@ -102,9 +103,48 @@ pub struct AdapterFacts {
     /// The PnP device node whose adapter LUID matches; absent if none matched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pnp: Option<PnpFacts>,
+    /// DXCore properties the adapter does not support (`IsPropertySupported` said no): their
+    /// fields above hold defaults (false, 0, empty) that mean "unknown", not a reported value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsupported_properties: Vec<AdapterProperty>,
     /// Facts the backend could not read for this adapter, with the API and error code.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub read_errors: Vec<String>,
+}
+
+/// The DXCore adapter properties recorded in [`AdapterFacts`], named by their snapshot field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AdapterProperty {
+    /// DXCore `HardwareID` (`hardwareId`).
+    HardwareId,
+    /// DXCore `DriverDescription` (`driverDescription`).
+    DriverDescription,
+    /// DXCore `DriverVersion` (`driverVersion`).
+    DriverVersion,
+    /// DXCore `DedicatedAdapterMemory` (`dedicatedAdapterMemory`).
+    DedicatedAdapterMemory,
+    /// DXCore `IsHardware` (`isHardware`).
+    IsHardware,
+    /// DXCore `IsIntegrated` (`isIntegrated`).
+    IsIntegrated,
+    /// DXCore `IsDetachable` (`isDetachable`).
+    IsDetachable,
+}
+
+impl AdapterProperty {
+    /// The snapshot field name (`isHardware`).
+    pub fn field(self) -> &'static str {
+        match self {
+            AdapterProperty::HardwareId => "hardwareId",
+            AdapterProperty::DriverDescription => "driverDescription",
+            AdapterProperty::DriverVersion => "driverVersion",
+            AdapterProperty::DedicatedAdapterMemory => "dedicatedAdapterMemory",
+            AdapterProperty::IsHardware => "isHardware",
+            AdapterProperty::IsIntegrated => "isIntegrated",
+            AdapterProperty::IsDetachable => "isDetachable",
+        }
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -127,6 +167,7 @@ impl AdapterFacts {
             driver_update_in_progress: false,
             driver_store_path: None,
             pnp: None,
+            unsupported_properties: Vec::new(),
             read_errors: Vec::new(),
         }
     }
@@ -134,6 +175,11 @@ impl AdapterFacts {
     /// Whether the adapter reports `attribute`.
     pub fn has(&self, attribute: Attribute) -> bool {
         self.attributes.contains(&attribute)
+    }
+
+    /// Whether DXCore does not support `property` for this adapter.
+    pub fn unsupported(&self, property: AdapterProperty) -> bool {
+        self.unsupported_properties.contains(&property)
     }
 }
 
@@ -187,13 +233,20 @@ pub struct PnpFacts {
     /// `DEVPKEY_Device_Driver`, e.g. `{4d36e968-e325-11ce-bfc1-08002be10318}\0004`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver_key: Option<String>,
-    /// CfgMgr problem code; 0 means the device works.
+    /// CfgMgr problem code (`CM_Get_DevNode_Status`). Meaningful only when `status_flags` has
+    /// `DN_HAS_PROBLEM`; without `status_flags` (older snapshots), non-zero means a problem.
     #[serde(default)]
     pub problem_code: u32,
     /// PCI bus, device and function (`DEVPKEY_Device_BusNumber` and `DEVPKEY_Device_Address`);
     /// absent when unknown or not a PCI device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci: Option<PciLocation>,
+    /// The raw `DN_*` status flags of `CM_Get_DevNode_Status`; absent when not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_flags: Option<u32>,
+    /// Why `CM_Get_DevNode_Status` failed; the device is then treated as unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_error: Option<String>,
 }
 
 /// Where a device sits on the PCI bus. Windows reports no PCI domain (segment) through these
@@ -231,6 +284,9 @@ impl std::fmt::Display for PciLocation {
         )
     }
 }
+
+/// `DN_HAS_PROBLEM` (`cfg.h`): the device node has a problem; the problem code says which.
+pub const DN_HAS_PROBLEM: u32 = 0x0000_0400;
 
 /// One registry key and its values.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

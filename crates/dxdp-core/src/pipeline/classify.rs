@@ -1,7 +1,49 @@
-//! Per-adapter rules: capabilities, resource, vendor name and health.
+//! Per-adapter rules: hardware or software, capabilities, resource, vendor name and health.
 
 use crate::devices::{Health, Resource};
-use crate::facts::{AdapterFacts, Attribute};
+use crate::facts::{AdapterFacts, AdapterProperty, Attribute, PnpFacts, DN_HAS_PROBLEM};
+
+/// Whether an adapter is treated as hardware, and why when DXCore did not say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HardwareVerdict {
+    /// Treated as a hardware adapter.
+    pub hardware: bool,
+    /// Set when DXCore does not support `IsHardware` and the verdict is dxdp's inference.
+    pub inferred: Option<String>,
+}
+
+/// DXCore's `IsHardware` when supported. When it is not, an adapter whose device node has a PCI
+/// location path (`PCIROOT(…)`) is treated as hardware, anything else as software; either way
+/// the verdict says it was inferred, so the pipeline warns instead of dropping it silently.
+pub fn hardware(adapter: &AdapterFacts) -> HardwareVerdict {
+    if !adapter.unsupported(AdapterProperty::IsHardware) {
+        return HardwareVerdict {
+            hardware: adapter.is_hardware,
+            inferred: None,
+        };
+    }
+    let pci = adapter.pnp.as_ref().and_then(|p| {
+        p.location_paths
+            .iter()
+            .map(|l| l.trim())
+            .find(|l| l.len() >= 8 && l[..8].eq_ignore_ascii_case("PCIROOT("))
+    });
+    match pci {
+        Some(path) => HardwareVerdict {
+            hardware: true,
+            inferred: Some(format!(
+                "DXCore does not support IsHardware for this adapter; treated as hardware because its device node has the PCI location path {path}"
+            )),
+        },
+        None => HardwareVerdict {
+            hardware: false,
+            inferred: Some(
+                "DXCore does not support IsHardware for this adapter and no device node with a PCI location path matches it; treated as a software adapter"
+                    .into(),
+            ),
+        },
+    }
+}
 
 /// D3D11 or D3D12 graphics.
 pub fn supports_display(adapter: &AdapterFacts) -> bool {
@@ -37,15 +79,30 @@ pub fn vendor_name(vendor_id: u32) -> String {
     }
 }
 
-/// Health from the device node's problem code and the driver-update state.
-pub fn health(problem_code: u32, driver_update_in_progress: bool) -> Health {
-    if problem_code != 0 {
-        let meaning = problem_meaning(problem_code)
+/// Health from the device node's status and the driver-update state. A status that could not be
+/// read is unhealthy; the problem code counts only with `DN_HAS_PROBLEM` (or, in snapshots
+/// without status flags, when it is not 0).
+pub fn health(pnp: &PnpFacts, driver_update_in_progress: bool) -> Health {
+    if let Some(error) = &pnp.status_error {
+        return Health::unhealthy(format!(
+            "the device node status cannot be read ({error}), so the device is not trusted"
+        ));
+    }
+    let has_problem = match pnp.status_flags {
+        Some(flags) => flags & DN_HAS_PROBLEM != 0,
+        None => pnp.problem_code != 0,
+    };
+    if has_problem {
+        let code = pnp.problem_code;
+        if code == 0 {
+            return Health::unhealthy(
+                "device node reports a problem (DN_HAS_PROBLEM) without a problem code",
+            );
+        }
+        let meaning = problem_meaning(code)
             .map(|m| format!(": {m}"))
             .unwrap_or_default();
-        return Health::unhealthy(format!(
-            "device node has problem code {problem_code}{meaning}"
-        ));
+        return Health::unhealthy(format!("device node has problem code {code}{meaning}"));
     }
     if driver_update_in_progress {
         return Health::unhealthy("driver update in progress");
@@ -135,6 +192,98 @@ mod tests {
 
     #[test]
     fn health_rules() {
+        // (problem code, status flags, status error, driver update, state, reason fragment)
+        let started = 0x0180_600A; // DN_DRIVER_LOADED | DN_STARTED | DN_DISABLEABLE | DN_NT_* (no DN_HAS_PROBLEM)
+        let problem = 0x0180_240A; // DN_HAS_PROBLEM (0x400) set, DN_STARTED clear
+        let table: &[(u32, Option<u32>, Option<&str>, bool, HealthState, Option<&str>)] = &[
+            (0, Some(started), None, false, HealthState::Healthy, None),
+            // Stale problem numbers without DN_HAS_PROBLEM mean nothing.
+            (43, Some(started), None, false, HealthState::Healthy, None),
+            (43, Some(problem), None, false, HealthState::Unhealthy, Some("problem code 43: CM_PROB_FAILED_POST_START")),
+            (0, Some(problem), None, false, HealthState::Unhealthy, Some("(DN_HAS_PROBLEM) without a problem code")),
+            // A failed status call is never healthy, whatever else was recorded.
+            (0, None, Some("CM_Get_DevNode_Status failed: CR_NO_SUCH_DEVINST (0xd)"), false, HealthState::Unhealthy, Some("status cannot be read (CM_Get_DevNode_Status failed: CR_NO_SUCH_DEVINST (0xd))")),
+            (0, Some(started), Some("x"), false, HealthState::Unhealthy, Some("status cannot be read")),
+            (0, Some(started), None, true, HealthState::Unhealthy, Some("driver update in progress")),
+            // Older snapshots without status flags: a non-zero code is a problem.
+            (22, None, None, false, HealthState::Unhealthy, Some("problem code 22")),
+            (0, None, None, false, HealthState::Healthy, None),
+        ];
+        for (code, flags, error, updating, state, reason) in table {
+            let pnp = PnpFacts {
+                problem_code: *code,
+                status_flags: *flags,
+                status_error: error.map(str::to_string),
+                ..PnpFacts::default()
+            };
+            let h = health(&pnp, *updating);
+            assert_eq!(h.state, *state, "{code} {flags:?} {error:?}");
+            match reason {
+                Some(r) => assert!(h.reason.as_deref().unwrap_or("").contains(r), "{h:?}"),
+                None => assert_eq!(h.reason, None),
+            }
+        }
+    }
+
+    #[test]
+    fn hardware_when_is_hardware_is_unsupported() {
+        let node = |paths: &[&str]| PnpFacts {
+            instance_id: "PCI\\X".into(),
+            location_paths: paths.iter().map(|p| p.to_string()).collect(),
+            ..PnpFacts::default()
+        };
+        // (isHardware value, unsupported?, device node, hardware, inferred)
+        let table: Vec<(bool, bool, Option<PnpFacts>, bool, bool)> = vec![
+            (true, false, None, true, false),
+            (
+                false,
+                false,
+                Some(node(&["PCIROOT(0)#PCI(0100)"])),
+                false,
+                false,
+            ),
+            (
+                false,
+                true,
+                Some(node(&["PCIROOT(0)#PCI(0100)"])),
+                true,
+                true,
+            ),
+            (
+                false,
+                true,
+                Some(node(&["ACPI(_SB_)#ACPI(GPU0)", "pciroot(0)#pci(0200)"])),
+                true,
+                true,
+            ),
+            (
+                true,
+                true,
+                Some(node(&["ACPI(_SB_)#ACPI(GPU0)"])),
+                false,
+                true,
+            ),
+            (true, true, Some(node(&[])), false, true),
+            (false, true, None, false, true),
+        ];
+        for (value, unsupported, pnp, hw, inferred) in table {
+            let mut a = AdapterFacts::minimal(1, vec![]);
+            a.is_hardware = value;
+            a.pnp = pnp.clone();
+            if unsupported {
+                a.unsupported_properties = vec![AdapterProperty::IsHardware];
+            }
+            let v = hardware(&a);
+            assert_eq!(
+                (v.hardware, v.inferred.is_some()),
+                (hw, inferred),
+                "{value} {unsupported} {pnp:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn old_health_table() {
         let table = [
             (0, false, HealthState::Healthy, None),
             (
@@ -154,7 +303,11 @@ mod tests {
             (43, true, HealthState::Unhealthy, Some("problem code 43")),
         ];
         for (code, updating, state, reason) in table {
-            let h = health(code, updating);
+            let pnp = PnpFacts {
+                problem_code: code,
+                ..PnpFacts::default()
+            };
+            let h = health(&pnp, updating);
             assert_eq!(h.state, state, "{code} {updating}");
             match reason {
                 Some(r) => assert!(h.reason.as_deref().unwrap_or("").contains(r), "{h:?}"),

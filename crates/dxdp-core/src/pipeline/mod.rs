@@ -12,7 +12,7 @@ pub mod winpath;
 use std::collections::HashMap;
 
 use crate::devices::{Device, Discovery, Excluded, ExclusionCode, PerResource, RuntimeFiles};
-use crate::facts::{AdapterFacts, HostFacts, DEFAULT_SYSTEM_ROOT};
+use crate::facts::{AdapterFacts, AdapterProperty, HostFacts, DEFAULT_SYSTEM_ROOT};
 use crate::hints::CudaOrder;
 use crate::quote;
 use filter::DeviceSelector;
@@ -80,10 +80,33 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
                 code,
                 reason,
             };
-        if !adapter.is_hardware {
+        let unsupported: Vec<&str> = adapter
+            .unsupported_properties
+            .iter()
+            .filter(|p| **p != AdapterProperty::IsHardware)
+            .map(|p| p.field())
+            .collect();
+        if !unsupported.is_empty() {
+            out.warnings.push(format!(
+                "adapter {description} (LUID {}): DXCore does not support {} for it; dxdp uses false, 0 or empty instead",
+                adapter.luid,
+                unsupported.join(", ")
+            ));
+        }
+        let hardware = classify::hardware(adapter);
+        if let Some(why) = &hardware.inferred {
+            out.warnings.push(format!(
+                "adapter {description} (LUID {}): {why}",
+                adapter.luid
+            ));
+        }
+        if !hardware.hardware {
             out.excluded.push(exclude(
                 ExclusionCode::SoftwareAdapter,
-                "software adapter (not hardware); it cannot be assigned to a container".into(),
+                match hardware.inferred {
+                    Some(_) => "treated as a software adapter: DXCore does not support IsHardware and no PCI device node matches; it cannot be assigned to a container".into(),
+                    None => "software adapter (not hardware); it cannot be assigned to a container".into(),
+                },
                 None,
             ));
             continue;
@@ -203,7 +226,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             supports_display: classify::supports_display(adapter),
             supports_compute: classify::supports_compute(adapter),
             resource,
-            health: classify::health(pnp.problem_code, adapter.driver_update_in_progress),
+            health: classify::health(pnp, adapter.driver_update_in_progress),
             runtime_files: RuntimeFiles::default(),
         };
         if !config.include.is_empty() && !config.include.iter().any(|s| s.matches(&device)) {
@@ -365,7 +388,10 @@ mod tests {
                 driver_key: Some(r"{4d36e968-e325-11ce-bfc1-08002be10318}\0000".into()),
                 problem_code: 0,
                 pci: None,
+                status_flags: None,
+                status_error: None,
             }),
+            unsupported_properties: Vec::new(),
             read_errors: Vec::new(),
         }
     }
@@ -473,6 +499,45 @@ mod tests {
         assert_eq!(d.devices.len(), 1);
         assert_eq!(d.devices[0].luid, 1);
         assert_eq!(d.excluded[0].code, ExclusionCode::DuplicateLocationPath);
+    }
+
+    #[test]
+    fn unsupported_properties_are_never_dropped_silently() {
+        use crate::facts::AdapterProperty::*;
+        let mut pci = gpu(1, "PCIROOT(0)#PCI(0100)");
+        pci.is_hardware = false;
+        pci.unsupported_properties = vec![IsHardware, IsDetachable];
+        let mut acpi = gpu(2, "ACPI(_SB_)#ACPI(GPU0)");
+        acpi.is_hardware = false;
+        acpi.unsupported_properties = vec![IsHardware];
+        let d = discover(&host(vec![pci, acpi]), &PipelineConfig::default());
+        assert_eq!(d.devices.len(), 1);
+        assert_eq!(d.devices[0].luid, 1);
+        assert_eq!(d.excluded.len(), 1);
+        assert_eq!(d.excluded[0].luid, 2);
+        assert_eq!(d.excluded[0].code, ExclusionCode::SoftwareAdapter);
+        assert!(d.excluded[0].reason.contains("does not support IsHardware"));
+        let warnings = d.warnings.join("\n");
+        for fragment in [
+            "GPU 1 (LUID 1): DXCore does not support isDetachable for it",
+            "GPU 1 (LUID 1): DXCore does not support IsHardware for this adapter; treated as hardware because its device node has the PCI location path PCIROOT(0)#PCI(0100)",
+            "GPU 2 (LUID 2): DXCore does not support IsHardware for this adapter and no device node with a PCI location path matches it",
+        ] {
+            assert!(warnings.contains(fragment), "{fragment} not in {warnings}");
+        }
+    }
+
+    #[test]
+    fn problem_codes_count_only_with_dn_has_problem() {
+        let mut stale = gpu(1, "PCIROOT(0)#PCI(0100)");
+        let pnp = stale.pnp.as_mut().unwrap();
+        pnp.problem_code = 43;
+        pnp.status_flags = Some(0x0180_200A);
+        let mut failed = gpu(2, "PCIROOT(0)#PCI(0200)");
+        failed.pnp.as_mut().unwrap().status_error = Some("CR_FAILURE".into());
+        let d = discover(&host(vec![stale, failed]), &PipelineConfig::default());
+        assert_eq!(d.devices[0].health.state, HealthState::Healthy);
+        assert_eq!(d.devices[1].health.state, HealthState::Unhealthy);
     }
 
     #[test]
