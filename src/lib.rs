@@ -10,6 +10,7 @@
 //! - [`plugin`]: the device plugin daemon (gRPC service, registration, kubelet restarts).
 //! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.
 //! - [`transport`]: AF_UNIX sockets on Unix and Windows.
+//! - [`shutdown`]: termination signals and console events, and the cleanup handshake.
 //! - [`tools`]: the node tools (`mounts`, `hcs`, `doctor`) as pure functions.
 //! - [`render`]: output for people and machines.
 //! - [`logging`]: `tracing` setup.
@@ -20,5 +21,6 @@ pub mod kubelet;
 pub mod logging;
 pub mod plugin;
 pub mod render;
+pub mod shutdown;
 pub mod tools;
 pub mod transport;

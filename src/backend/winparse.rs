@@ -1,11 +1,12 @@
 //! Byte-level parsing of what the Windows APIs return, kept free of FFI so it is tested on every
 //! target from recorded buffers: UTF-16 strings and multi-strings, registry value data, device
-//! property buffers, DXCore driver versions and LUIDs, the D3DKMT registry-query struct and the
-//! HCS service-properties JSON.
+//! property buffers (checked against their `DEVPROPTYPE`), device node status, DXCore property
+//! reads (supported, unsupported or failed), driver versions and LUIDs, the D3DKMT
+//! registry-query struct and the HCS service-properties JSON.
 
 use std::collections::BTreeMap;
 
-use dxdp_core::facts::{PciLocation, RegData, RegType};
+use dxdp_core::facts::{AdapterProperty, PciLocation, RegData, RegType};
 
 /// UTF-16 code units from little-endian bytes (a trailing odd byte is ignored).
 pub fn u16s_from_bytes(bytes: &[u8]) -> Vec<u16> {
@@ -107,6 +108,166 @@ pub fn reg_value(kind: u32, data: &[u8]) -> (RegType, RegData) {
             RegData::String(hex(data)),
         ),
         _ => (RegType::REG_BINARY, RegData::String(hex(data))),
+    }
+}
+
+/// Device property types (`devpropdef.h`) that dxdp reads.
+pub mod devprop_type {
+    /// `DEVPROP_TYPE_UINT32`.
+    pub const UINT32: u32 = 0x0000_0007;
+    /// `DEVPROP_TYPE_UINT64`.
+    pub const UINT64: u32 = 0x0000_0009;
+    /// `DEVPROP_TYPE_STRING`.
+    pub const STRING: u32 = 0x0000_0012;
+    /// `DEVPROP_TYPE_STRING_LIST` (`DEVPROP_TYPEMOD_LIST | DEVPROP_TYPE_STRING`).
+    pub const STRING_LIST: u32 = 0x0000_2012;
+
+    /// The `DEVPROP_TYPE_*` name of a type, or its number.
+    pub fn name(kind: u32) -> String {
+        match kind {
+            0x0000_0000 => "DEVPROP_TYPE_EMPTY".into(),
+            0x0000_0001 => "DEVPROP_TYPE_NULL".into(),
+            0x0000_0005 => "DEVPROP_TYPE_INT32".into(),
+            UINT32 => "DEVPROP_TYPE_UINT32".into(),
+            0x0000_0008 => "DEVPROP_TYPE_INT64".into(),
+            UINT64 => "DEVPROP_TYPE_UINT64".into(),
+            0x0000_000D => "DEVPROP_TYPE_GUID".into(),
+            0x0000_0011 => "DEVPROP_TYPE_BOOLEAN".into(),
+            STRING => "DEVPROP_TYPE_STRING".into(),
+            0x0000_0019 => "DEVPROP_TYPE_STRING_INDIRECT".into(),
+            0x0000_1003 => "DEVPROP_TYPE_BINARY".into(),
+            STRING_LIST => "DEVPROP_TYPE_STRING_LIST".into(),
+            other => format!("DEVPROPTYPE 0x{other:08X}"),
+        }
+    }
+}
+
+/// Checks a device property's type and size before it is decoded; the error says what was found.
+fn devprop_check(
+    kind: u32,
+    expected: u32,
+    bytes: &[u8],
+    size: Option<usize>,
+) -> Result<(), String> {
+    if kind != expected {
+        return Err(format!(
+            "has type {}, expected {}",
+            devprop_type::name(kind),
+            devprop_type::name(expected)
+        ));
+    }
+    match size {
+        Some(size) if bytes.len() != size => Err(format!(
+            "{} value has {} bytes, expected {size}",
+            devprop_type::name(kind),
+            bytes.len()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A `DEVPROP_TYPE_UINT64` property (the adapter LUID).
+pub fn devprop_u64(kind: u32, bytes: &[u8]) -> Result<u64, String> {
+    devprop_check(kind, devprop_type::UINT64, bytes, Some(8))?;
+    u64_le(bytes).ok_or_else(|| "UINT64 value is truncated".into())
+}
+
+/// A `DEVPROP_TYPE_UINT32` property (bus numbers, addresses).
+pub fn devprop_u32(kind: u32, bytes: &[u8]) -> Result<u32, String> {
+    devprop_check(kind, devprop_type::UINT32, bytes, Some(4))?;
+    let b: [u8; 4] = bytes
+        .try_into()
+        .map_err(|_| "UINT32 value is truncated".to_string())?;
+    Ok(u32::from_le_bytes(b))
+}
+
+/// A `DEVPROP_TYPE_STRING` property; `None` when empty.
+pub fn devprop_string(kind: u32, bytes: &[u8]) -> Result<Option<String>, String> {
+    devprop_check(kind, devprop_type::STRING, bytes, None)?;
+    let s = utf16_to_string(&u16s_from_bytes(bytes));
+    Ok(Some(s).filter(|s| !s.is_empty()))
+}
+
+/// A `DEVPROP_TYPE_STRING_LIST` property (location paths).
+pub fn devprop_string_list(kind: u32, bytes: &[u8]) -> Result<Vec<String>, String> {
+    devprop_check(kind, devprop_type::STRING_LIST, bytes, None)?;
+    Ok(parse_multi_sz(&u16s_from_bytes(bytes)))
+}
+
+/// The device node status as the snapshot records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevNodeStatus {
+    /// The problem number as returned (meaningful only with `DN_HAS_PROBLEM`).
+    pub problem_code: u32,
+    /// The `DN_*` flags, when the call succeeded.
+    pub status_flags: Option<u32>,
+    /// Why the call failed.
+    pub status_error: Option<String>,
+}
+
+/// What `CM_Get_DevNode_Status` returned: its `CONFIGRET` and out values. A failed call records
+/// the error and no flags or problem (whatever the out values hold), so the device is never taken
+/// for healthy.
+pub fn devnode_status(configret: u32, flags: u32, problem: u32) -> DevNodeStatus {
+    if configret != 0 {
+        return DevNodeStatus {
+            problem_code: 0,
+            status_flags: None,
+            status_error: Some(format!(
+                "CM_Get_DevNode_Status failed: CONFIGRET {configret}"
+            )),
+        };
+    }
+    DevNodeStatus {
+        problem_code: problem,
+        status_flags: Some(flags),
+        status_error: None,
+    }
+}
+
+/// The outcome of reading one DXCore adapter property.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PropertyRead<T> {
+    /// The value.
+    Value(T),
+    /// `IsPropertySupported` said no; nothing was read.
+    Unsupported,
+    /// `GetProperty` failed (the API and status code).
+    Failed(String),
+}
+
+impl<T> PropertyRead<T> {
+    /// Records an unsupported property or a failure on the adapter, and gives the value if any.
+    pub fn record(
+        self,
+        property: AdapterProperty,
+        unsupported: &mut Vec<AdapterProperty>,
+        errors: &mut Vec<String>,
+    ) -> Option<T> {
+        match self {
+            PropertyRead::Value(v) => Some(v),
+            PropertyRead::Unsupported => {
+                if !unsupported.contains(&property) {
+                    unsupported.push(property);
+                }
+                None
+            }
+            PropertyRead::Failed(e) => {
+                errors.push(e);
+                None
+            }
+        }
+    }
+}
+
+/// A DXCore `bool` property (1 byte, as `IsHardware` is) from its recorded bytes.
+pub fn dxcore_bool(bytes: &[u8]) -> Result<bool, String> {
+    match bytes {
+        [b] => Ok(*b != 0),
+        other => Err(format!(
+            "a bool property has {} bytes, expected 1",
+            other.len()
+        )),
     }
 }
 
@@ -449,6 +610,145 @@ mod tests {
                 "{t:?} {d:?} must be a valid snapshot value"
             );
         }
+    }
+
+    #[test]
+    fn device_properties_are_checked_against_their_type() {
+        use devprop_type::*;
+        let luid = 0x0000_0001_006B_8B86u64.to_le_bytes().to_vec();
+        // The adapter LUID: UINT64 of 8 bytes only.
+        let table: Vec<(u32, Vec<u8>, Result<u64, &str>)> = vec![
+            (UINT64, luid.clone(), Ok(0x0000_0001_006B_8B86)),
+            (
+                UINT32,
+                luid[..4].to_vec(),
+                Err("has type DEVPROP_TYPE_UINT32, expected DEVPROP_TYPE_UINT64"),
+            ),
+            (
+                0x0000_1003,
+                luid.clone(),
+                Err("has type DEVPROP_TYPE_BINARY, expected DEVPROP_TYPE_UINT64"),
+            ),
+            (
+                UINT64,
+                luid[..7].to_vec(),
+                Err("DEVPROP_TYPE_UINT64 value has 7 bytes, expected 8"),
+            ),
+            (UINT64, [luid.clone(), vec![0]].concat(), Err("has 9 bytes")),
+            (0xBEEF, vec![], Err("DEVPROPTYPE 0x0000BEEF")),
+        ];
+        for (kind, bytes, want) in table {
+            match (devprop_u64(kind, &bytes), want) {
+                (Ok(v), Ok(w)) => assert_eq!(v, w),
+                (Err(e), Err(w)) => assert!(e.contains(w), "{e} lacks {w}"),
+                (got, want) => panic!("{kind:#x} {bytes:?}: got {got:?}, want {want:?}"),
+            }
+        }
+        assert_eq!(devprop_u32(UINT32, &[1, 2, 0, 0]), Ok(0x0201));
+        assert!(devprop_u32(UINT64, &[1, 2, 0, 0]).is_err());
+        assert!(devprop_u32(UINT32, &[1, 2]).is_err());
+
+        // Location paths: STRING_LIST; a plain STRING is refused, not read as one path.
+        let paths = utf16le("PCIROOT(0)#PCI(1B00)\0ACPI(_SB_)#ACPI(PCI0)#ACPI(S1B_)\0\0");
+        assert_eq!(
+            devprop_string_list(STRING_LIST, &paths).unwrap(),
+            ["PCIROOT(0)#PCI(1B00)", "ACPI(_SB_)#ACPI(PCI0)#ACPI(S1B_)"]
+        );
+        assert_eq!(
+            devprop_string_list(STRING_LIST, &[]).unwrap(),
+            Vec::<String>::new()
+        );
+        let err = devprop_string_list(STRING, &utf16le("PCIROOT(0)\0")).unwrap_err();
+        assert_eq!(
+            err,
+            "has type DEVPROP_TYPE_STRING, expected DEVPROP_TYPE_STRING_LIST"
+        );
+
+        // Descriptions, manufacturers, driver keys: STRING.
+        assert_eq!(
+            devprop_string(STRING, &utf16le("NVIDIA Tesla T4\0"))
+                .unwrap()
+                .as_deref(),
+            Some("NVIDIA Tesla T4")
+        );
+        assert_eq!(devprop_string(STRING, &utf16le("\0")).unwrap(), None);
+        assert!(devprop_string(0x19, &utf16le("@oem3.inf,%desc%\0"))
+            .unwrap_err()
+            .contains("DEVPROP_TYPE_STRING_INDIRECT"));
+        assert!(devprop_string(STRING_LIST, &utf16le("a\0\0")).is_err());
+    }
+
+    #[test]
+    fn device_node_status_from_recorded_calls() {
+        // (CONFIGRET, DN_* flags, problem) as CM_Get_DevNode_Status left them.
+        let table = [
+            // A started GPU: DN_DRIVER_LOADED | DN_STARTED | DN_DISABLEABLE | DN_NT_ENUMERATOR | DN_NT_DRIVER.
+            ((0, 0x0180_200A, 0), (0, Some(0x0180_200A), None)),
+            // Code 43 with DN_HAS_PROBLEM.
+            ((0, 0x0180_2402, 43), (43, Some(0x0180_2402), None)),
+            // A problem number without DN_HAS_PROBLEM is recorded as returned; the pipeline ignores it.
+            ((0, 0x0180_200A, 28), (28, Some(0x0180_200A), None)),
+            // CR_NO_SUCH_DEVNODE: out values are garbage and must not be used.
+            (
+                (0x0D, 0xFFFF_FFFF, 0),
+                (0, None, Some("CM_Get_DevNode_Status failed: CONFIGRET 13")),
+            ),
+            ((0x01, 0, 7), (0, None, Some("CONFIGRET 1"))),
+        ];
+        for ((cr, flags, problem), (code, want_flags, error)) in table {
+            let s = devnode_status(cr, flags, problem);
+            assert_eq!(
+                (s.problem_code, s.status_flags),
+                (code, want_flags),
+                "{cr} {flags:#x}"
+            );
+            match error {
+                Some(e) => assert!(s.status_error.as_deref().unwrap_or("").contains(e), "{s:?}"),
+                None => assert_eq!(s.status_error, None),
+            }
+            // The status as a snapshot records it, through the pipeline's health rule.
+            let pnp = dxdp_core::facts::PnpFacts {
+                problem_code: s.problem_code,
+                status_flags: s.status_flags,
+                status_error: s.status_error.clone(),
+                ..Default::default()
+            };
+            let healthy = dxdp_core::pipeline::classify::health(&pnp, false).is_healthy();
+            let expected = cr == 0 && flags & 0x400 == 0;
+            assert_eq!(healthy, expected, "{cr} {flags:#x} {problem}");
+        }
+    }
+
+    #[test]
+    fn dxcore_reads_record_unsupported_and_failed_properties() {
+        use AdapterProperty::*;
+        let mut unsupported = Vec::new();
+        let mut errors = Vec::new();
+        let reads = [
+            (IsHardware, PropertyRead::Unsupported),
+            (IsIntegrated, PropertyRead::Value(true)),
+            (
+                IsDetachable,
+                PropertyRead::Failed(
+                    "IDXCoreAdapter::GetProperty(IsDetachable) failed: HRESULT 0x80070057".into(),
+                ),
+            ),
+            (IsHardware, PropertyRead::Unsupported),
+        ];
+        let values: Vec<Option<bool>> = reads
+            .into_iter()
+            .map(|(p, r)| r.record(p, &mut unsupported, &mut errors))
+            .collect();
+        assert_eq!(values, [None, Some(true), None, None]);
+        assert_eq!(unsupported, [IsHardware]);
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].contains("IsDetachable"));
+
+        assert_eq!(dxcore_bool(&[1]), Ok(true));
+        assert_eq!(dxcore_bool(&[0]), Ok(false));
+        assert_eq!(dxcore_bool(&[0xFF]), Ok(true));
+        assert!(dxcore_bool(&[]).is_err());
+        assert!(dxcore_bool(&[1, 0, 0, 0]).is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use dxdp_core::allocation::MAX_REPLICAS;
 
 use super::ResourceArg;
 use dxdp::plugin::{self, PluginConfig};
+use dxdp::shutdown;
 
 /// Arguments of `dxdp plugin`.
 #[derive(Debug, Args)]
@@ -50,14 +51,18 @@ impl PluginArgs {
     }
 }
 
-/// Runs the daemon until SIGTERM/SIGINT (Ctrl-C/Ctrl-Break on Windows), reloading the
-/// configuration when its files change.
+/// Runs the daemon until SIGTERM/SIGINT (on Windows: Ctrl-C, Ctrl-Break, console close or
+/// CTRL_SHUTDOWN_EVENT, which hcsshim sends to stop a HostProcess container), reloading the
+/// configuration when its files change. Once the daemon has removed its sockets, a console
+/// handler waiting for cleanup is released (see [`dxdp::shutdown`]).
 pub fn run(
     args: &PluginArgs,
     config: Config,
     inputs: Inputs,
     source: Arc<dyn HostFactsSource>,
 ) -> anyhow::Result<ExitCode> {
+    // Releases a waiting console handler however this function ends.
+    let _cleanup = shutdown::CleanupGuard::new();
     if source.is_simulated() {
         tracing::info!("simulated host: using {}", source.describe());
     }
@@ -82,49 +87,16 @@ pub fn run(
     let safety_poll = plugin_config.safety_poll;
     let kubelet_dir = plugin_config.kubelet_dir.clone();
     let runtime = super::runtime()?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let (tx, updates) = watch::channel(Arc::new(config));
         let reloader = tokio::spawn(plugin::reload::watch(inputs, tx, kubelet_dir, safety_poll));
         let result =
-            plugin::run_with_updates(plugin_config, source, updates, shutdown_signal()).await;
+            plugin::run_with_updates(plugin_config, source, updates, shutdown::signal()).await;
         reloader.abort();
         result
-    })?;
+    });
+    // Sockets are removed and streams ended: Windows may end the process now.
+    shutdown::global().mark_done();
+    result?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Completes on the first termination signal.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!("cannot listen for SIGTERM: {e}");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(windows)]
-    {
-        match tokio::signal::windows::ctrl_break() {
-            Ok(mut brk) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = brk.recv() => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!("cannot listen for Ctrl-Break: {e}");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    tracing::info!("termination signal received; shutting down");
 }

@@ -12,8 +12,8 @@ use windows::Win32::Devices::DeviceAndDriverInstallation::{
     CR_BUFFER_SMALL, CR_NO_SUCH_VALUE, CR_SUCCESS,
 };
 use windows::Win32::Devices::Properties::{
-    DEVPKEY_Device_Address, DEVPKEY_Device_BusNumber, DEVPKEY_Device_DeviceDesc,
-    DEVPKEY_Device_Driver, DEVPKEY_Device_LocationPaths, DEVPKEY_Device_Manufacturer, DEVPROPTYPE,
+    DEVPKEY_Device_DeviceDesc, DEVPKEY_Device_Driver, DEVPKEY_Device_LocationPaths,
+    DEVPKEY_Device_Manufacturer, DEVPROPTYPE,
 };
 use windows::Win32::Foundation::DEVPROPKEY;
 
@@ -65,7 +65,12 @@ fn device_ids(class: &str) -> Result<Vec<String>, WinError> {
     ))
 }
 
-fn property(devinst: u32, key: &DEVPROPKEY, name: &str) -> Result<Option<Vec<u8>>, WinError> {
+/// A property's `DEVPROPTYPE` and bytes, or `None` when the device node does not have it.
+fn raw_property(
+    devinst: u32,
+    key: &DEVPROPKEY,
+    name: &str,
+) -> Result<Option<(u32, Vec<u8>)>, WinError> {
     let mut kind = DEVPROPTYPE(0);
     let mut size = 0u32;
     for _ in 0..5 {
@@ -90,7 +95,7 @@ fn property(devinst: u32, key: &DEVPROPKEY, name: &str) -> Result<Option<Vec<u8>
             ));
         }
         buf.truncate(size as usize);
-        return Ok(Some(buf));
+        return Ok(Some((kind.0, buf)));
     }
     Err(WinError::other(
         format!("CM_Get_DevNode_PropertyW({name})"),
@@ -98,14 +103,33 @@ fn property(devinst: u32, key: &DEVPROPKEY, name: &str) -> Result<Option<Vec<u8>
     ))
 }
 
-fn string(bytes: Option<Vec<u8>>) -> Option<String> {
-    bytes
-        .map(|b| winparse::utf16_to_string(&winparse::u16s_from_bytes(&b)))
-        .filter(|s| !s.is_empty())
+/// A property decoded by `decode` after its type is checked (see [`winparse`]'s `devprop_*`).
+/// Other code that reads device properties (e.g. PCI bus numbers) should use this too.
+pub(super) fn typed_property<T>(
+    devinst: u32,
+    key: &DEVPROPKEY,
+    name: &str,
+    decode: fn(u32, &[u8]) -> Result<T, String>,
+) -> Result<Option<T>, WinError> {
+    let Some((kind, bytes)) = raw_property(devinst, key, name)? else {
+        return Ok(None);
+    };
+    decode(kind, &bytes)
+        .map(Some)
+        .map_err(|why| WinError::other(format!("CM_Get_DevNode_PropertyW({name})"), why))
 }
 
-/// The device node of one instance ID, if it is a DirectX adapter (has a LUID).
-fn node(instance_id: &str, errors: &mut Vec<String>) -> Result<Option<(i64, PnpFacts)>, WinError> {
+/// A device node that reports an adapter LUID, and what could not be read from it.
+pub struct Node {
+    /// The facts that could be read.
+    pub pnp: PnpFacts,
+    /// What could not be read, naming the instance ID, API and status.
+    pub errors: Vec<String>,
+}
+
+/// The device node of one instance ID, if it is a DirectX adapter (has a LUID). An error means
+/// the node's LUID is unknown, so it cannot be matched to an adapter.
+fn node(instance_id: &str) -> Result<Option<(i64, Node)>, WinError> {
     let id = wide(instance_id);
     let mut devinst = 0u32;
     // SAFETY: valid instance ID and out pointer.
@@ -117,83 +141,99 @@ fn node(instance_id: &str, errors: &mut Vec<String>) -> Result<Option<(i64, PnpF
             cr.0,
         ));
     }
-    let Some(luid) = property(devinst, &DEVPKEY_GPU_LUID, "DEVPKEY_Gpu_Luid")?
-        .and_then(|b| winparse::u64_le(&b))
+    let Some(luid) = typed_property(
+        devinst,
+        &DEVPKEY_GPU_LUID,
+        "DEVPKEY_Gpu_Luid",
+        winparse::devprop_u64,
+    )
+    .map_err(|e| WinError::other(format!("{instance_id}: {}", e.api), e.status))?
     else {
         return Ok(None);
     };
-    let mut optional = |key: &DEVPROPKEY, name: &str| match property(devinst, key, name) {
+    let mut errors = Vec::new();
+    let mut optional = |result: Result<Option<_>, WinError>| match result {
         Ok(v) => v,
         Err(e) => {
-            errors.push(format!("{instance_id}: {e}"));
+            errors.push(format!("device node {instance_id}: {e}"));
             None
         }
     };
-    let description = string(optional(
+    let string = |key, name| typed_property(devinst, key, name, winparse::devprop_string);
+    let description = optional(string(
         &DEVPKEY_Device_DeviceDesc,
         "DEVPKEY_Device_DeviceDesc",
-    ));
-    let manufacturer = string(optional(
+    ))
+    .flatten();
+    let manufacturer = optional(string(
         &DEVPKEY_Device_Manufacturer,
         "DEVPKEY_Device_Manufacturer",
-    ));
-    let location_paths = optional(
+    ))
+    .flatten();
+    let driver_key = optional(string(&DEVPKEY_Device_Driver, "DEVPKEY_Device_Driver")).flatten();
+    let location_paths = optional(typed_property(
+        devinst,
         &DEVPKEY_Device_LocationPaths,
         "DEVPKEY_Device_LocationPaths",
-    )
-    .map(|b| winparse::parse_multi_sz(&winparse::u16s_from_bytes(&b)))
+        winparse::devprop_string_list,
+    ))
     .unwrap_or_default();
-    let driver_key = string(optional(&DEVPKEY_Device_Driver, "DEVPKEY_Device_Driver"));
-    let pci = winparse::pci_location(
-        instance_id,
-        optional(&DEVPKEY_Device_BusNumber, "DEVPKEY_Device_BusNumber").as_deref(),
-        optional(&DEVPKEY_Device_Address, "DEVPKEY_Device_Address").as_deref(),
-    );
-    let mut status = CM_DEVNODE_STATUS_FLAGS(0);
+    let mut flags = CM_DEVNODE_STATUS_FLAGS(0);
     let mut problem = CM_PROB(0);
     // SAFETY: valid out pointers and device instance.
-    let cr = unsafe { CM_Get_DevNode_Status(&mut status, &mut problem, devinst, 0) };
-    if cr != CR_SUCCESS {
-        errors.push(format!(
-            "{instance_id}: {}",
-            WinError::configret("CM_Get_DevNode_Status", cr.0)
-        ));
-    }
+    let cr = unsafe { CM_Get_DevNode_Status(&mut flags, &mut problem, devinst, 0) };
+    // A failed call is recorded in `status_error` (the pipeline makes the device unhealthy).
+    let status = winparse::devnode_status(cr.0, flags.0, problem.0);
     Ok(Some((
         luid as i64,
-        PnpFacts {
-            instance_id: instance_id.to_string(),
-            description,
-            manufacturer,
-            location_paths,
-            driver_key,
-            problem_code: problem.0,
-            pci,
+        Node {
+            pnp: PnpFacts {
+                instance_id: instance_id.to_string(),
+                description,
+                manufacturer,
+                location_paths,
+                driver_key,
+                problem_code: status.problem_code,
+                status_flags: status.status_flags,
+                status_error: status.status_error,
+            },
+            errors,
         },
     )))
 }
 
-/// Device nodes by adapter LUID, and what could not be read (never fails as a whole).
-pub fn enumerate() -> (HashMap<i64, PnpFacts>, Vec<String>) {
-    let mut nodes = HashMap::new();
-    let mut errors = Vec::new();
+/// The device nodes of the DirectX classes, and what could not be read.
+#[derive(Default)]
+pub struct Enumeration {
+    /// Device nodes by adapter LUID, each with its own read errors.
+    pub nodes: HashMap<i64, Node>,
+    /// Device lists that could not be read: any adapter without a node may be missing from them.
+    pub list_errors: Vec<String>,
+    /// Device nodes whose LUID could not be read, so they belong to no known adapter.
+    pub unmatched_errors: Vec<String>,
+}
+
+/// Device nodes by adapter LUID, and what could not be read (never fails as a whole). Errors
+/// stay with the node they concern; only list failures concern every unmatched adapter.
+pub fn enumerate() -> Enumeration {
+    let mut out = Enumeration::default();
     for class in [DISPLAY_CLASS, COMPUTE_ACCELERATOR_CLASS] {
         let ids = match device_ids(class) {
             Ok(ids) => ids,
             Err(e) => {
-                errors.push(e.to_string());
+                out.list_errors.push(e.to_string());
                 continue;
             }
         };
         for id in ids {
-            match node(&id, &mut errors) {
-                Ok(Some((luid, pnp))) => {
-                    nodes.entry(luid).or_insert(pnp);
+            match node(&id) {
+                Ok(Some((luid, node))) => {
+                    out.nodes.entry(luid).or_insert(node);
                 }
                 Ok(None) => {}
-                Err(e) => errors.push(e.to_string()),
+                Err(e) => out.unmatched_errors.push(e.to_string()),
             }
         }
     }
-    (nodes, errors)
+    out
 }

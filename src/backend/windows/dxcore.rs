@@ -20,8 +20,9 @@ use windows::Win32::Graphics::DXCore::{
 
 use super::error::WinError;
 use super::library::Library;
-use crate::backend::{winparse, Wake};
-use dxdp_core::facts::{AdapterFacts, Attribute, HardwareId};
+use crate::backend::winparse::{self, PropertyRead};
+use crate::backend::Wake;
+use dxdp_core::facts::{AdapterFacts, AdapterProperty, Attribute, HardwareId};
 
 /// `DXCORE_ADAPTER_ATTRIBUTE_D3D12_GENERIC_ML` (newer SDKs only).
 const D3D12_GENERIC_ML: GUID = GUID::from_u128(0xb71b0d41_1088_422f_a27c_0250b7d3a988);
@@ -108,12 +109,17 @@ impl Drop for Session {
     }
 }
 
-fn property<T: Copy + Default>(
+/// Reads a fixed-size property, asking `IsPropertySupported` first so that "unsupported" is told
+/// apart from a failure.
+fn read<T: Copy + Default>(
     adapter: &IDXCoreAdapter,
     property: DXCoreAdapterProperty,
     name: &str,
-    errors: &mut Vec<String>,
-) -> Option<T> {
+) -> PropertyRead<T> {
+    // SAFETY: live adapter.
+    if !unsafe { adapter.IsPropertySupported(property) } {
+        return PropertyRead::Unsupported;
+    }
     let mut value = T::default();
     // SAFETY: the buffer is exactly size_of::<T>() bytes.
     match unsafe {
@@ -123,17 +129,34 @@ fn property<T: Copy + Default>(
             (&mut value as *mut T).cast(),
         )
     } {
-        Ok(()) => Some(value),
-        Err(e) => {
-            errors.push(
-                WinError::hresult(format!("IDXCoreAdapter::GetProperty({name})"), &e).to_string(),
-            );
-            None
-        }
+        Ok(()) => PropertyRead::Value(value),
+        Err(e) => PropertyRead::Failed(
+            WinError::hresult(format!("IDXCoreAdapter::GetProperty({name})"), &e).to_string(),
+        ),
     }
 }
 
-fn description(adapter: &IDXCoreAdapter, errors: &mut Vec<String>) -> String {
+/// A DXCore `bool` property (one byte).
+fn read_bool(
+    adapter: &IDXCoreAdapter,
+    property: DXCoreAdapterProperty,
+    name: &str,
+) -> PropertyRead<bool> {
+    match read::<[u8; 1]>(adapter, property, name) {
+        PropertyRead::Value(bytes) => match winparse::dxcore_bool(&bytes) {
+            Ok(b) => PropertyRead::Value(b),
+            Err(e) => PropertyRead::Failed(format!("IDXCoreAdapter::GetProperty({name}): {e}")),
+        },
+        PropertyRead::Unsupported => PropertyRead::Unsupported,
+        PropertyRead::Failed(e) => PropertyRead::Failed(e),
+    }
+}
+
+fn description(adapter: &IDXCoreAdapter) -> PropertyRead<String> {
+    // SAFETY: live adapter.
+    if !unsafe { adapter.IsPropertySupported(DriverDescription) } {
+        return PropertyRead::Unsupported;
+    }
     // SAFETY: size query, then a buffer of that size.
     let result = unsafe { adapter.GetPropertySize(DriverDescription) }.and_then(|size| {
         let mut buf = vec![0u8; size];
@@ -143,37 +166,50 @@ fn description(adapter: &IDXCoreAdapter, errors: &mut Vec<String>) -> String {
     match result {
         Ok(buf) => {
             let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-            String::from_utf8_lossy(&buf[..end]).trim().to_string()
+            PropertyRead::Value(String::from_utf8_lossy(&buf[..end]).trim().to_string())
         }
-        Err(e) => {
-            errors.push(
-                WinError::hresult("IDXCoreAdapter::GetProperty(DriverDescription)", &e).to_string(),
-            );
-            String::new()
-        }
+        Err(e) => PropertyRead::Failed(
+            WinError::hresult("IDXCoreAdapter::GetProperty(DriverDescription)", &e).to_string(),
+        ),
     }
 }
 
 fn adapter_facts(adapter: &IDXCoreAdapter, luid: i64) -> AdapterFacts {
     let mut errors = Vec::new();
-    let hw: DXCoreHardwareID =
-        property(adapter, HardwareID, "HardwareID", &mut errors).unwrap_or_default();
-    let flag = |p, name, errors: &mut Vec<String>| {
-        property::<u8>(adapter, p, name, errors).is_some_and(|b| b != 0)
+    let mut unsupported = Vec::new();
+    let hw: DXCoreHardwareID = read(adapter, HardwareID, "HardwareID")
+        .record(AdapterProperty::HardwareId, &mut unsupported, &mut errors)
+        .unwrap_or_default();
+    let mut flag = |p, name, property| {
+        read_bool(adapter, p, name)
+            .record(property, &mut unsupported, &mut errors)
+            .unwrap_or(false)
     };
-    let is_hardware = flag(IsHardware, "IsHardware", &mut errors);
-    let is_integrated = flag(IsIntegrated, "IsIntegrated", &mut errors);
-    let is_detachable = flag(IsDetachable, "IsDetachable", &mut errors);
-    let driver_version = property::<u64>(adapter, DriverVersion, "DriverVersion", &mut errors)
+    let is_hardware = flag(IsHardware, "IsHardware", AdapterProperty::IsHardware);
+    let is_integrated = flag(IsIntegrated, "IsIntegrated", AdapterProperty::IsIntegrated);
+    let is_detachable = flag(IsDetachable, "IsDetachable", AdapterProperty::IsDetachable);
+    let driver_version = read::<u64>(adapter, DriverVersion, "DriverVersion")
+        .record(
+            AdapterProperty::DriverVersion,
+            &mut unsupported,
+            &mut errors,
+        )
         .map(winparse::driver_version)
         .unwrap_or_default();
-    let memory = property::<u64>(
-        adapter,
-        DedicatedAdapterMemory,
-        "DedicatedAdapterMemory",
-        &mut errors,
-    )
-    .unwrap_or(0);
+    let memory = read::<u64>(adapter, DedicatedAdapterMemory, "DedicatedAdapterMemory")
+        .record(
+            AdapterProperty::DedicatedAdapterMemory,
+            &mut unsupported,
+            &mut errors,
+        )
+        .unwrap_or(0);
+    let driver_description = description(adapter)
+        .record(
+            AdapterProperty::DriverDescription,
+            &mut unsupported,
+            &mut errors,
+        )
+        .unwrap_or_default();
     let attributes = ATTRIBUTES
         .iter()
         // SAFETY: a valid GUID pointer for the call.
@@ -195,6 +231,7 @@ fn adapter_facts(adapter: &IDXCoreAdapter, luid: i64) -> AdapterFacts {
             }
             .is_ok()
             && updating != 0;
+    unsupported.sort();
     AdapterFacts {
         luid,
         hardware_id: HardwareId {
@@ -203,7 +240,7 @@ fn adapter_facts(adapter: &IDXCoreAdapter, luid: i64) -> AdapterFacts {
             sub_sys_id: hw.subSysID,
             revision: hw.revision,
         },
-        driver_description: description(adapter, &mut errors),
+        driver_description,
         driver_version,
         dedicated_adapter_memory: memory,
         is_hardware,
@@ -213,6 +250,7 @@ fn adapter_facts(adapter: &IDXCoreAdapter, luid: i64) -> AdapterFacts {
         driver_update_in_progress,
         driver_store_path: None,
         pnp: None,
+        unsupported_properties: unsupported,
         read_errors: errors,
     }
 }
@@ -268,11 +306,16 @@ pub fn enumerate() -> Result<(Vec<AdapterFacts>, Session), WinError> {
                     continue;
                 }
             };
-            let mut errors = Vec::new();
-            let Some(luid) = property::<LUID>(&adapter, InstanceLuid, "InstanceLuid", &mut errors)
-            else {
-                tracing::warn!("skipping an adapter without a LUID: {}", errors.join("; "));
-                continue;
+            let luid = match read::<LUID>(&adapter, InstanceLuid, "InstanceLuid") {
+                PropertyRead::Value(luid) => luid,
+                PropertyRead::Unsupported => {
+                    tracing::warn!("skipping an adapter whose DXCore InstanceLuid is unsupported");
+                    continue;
+                }
+                PropertyRead::Failed(e) => {
+                    tracing::warn!("skipping an adapter without a LUID: {e}");
+                    continue;
+                }
             };
             let luid = winparse::luid_to_i64(luid.LowPart, luid.HighPart);
             if seen.insert(luid) {

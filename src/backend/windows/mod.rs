@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use windows::Win32::System::Registry::HKEY_LOCAL_MACHINE;
 
 use super::{HostFactsSource, SourceError, Wake};
-use dxdp_core::facts::{HostFacts, RegistryKey};
+use dxdp_core::facts::{AdapterProperty, HostFacts, RegistryKey};
 use dxdp_core::pipeline::runtime_files::{CLASS_ROOT, SUBKEYS};
 
 pub use error::WinError;
@@ -62,7 +62,7 @@ impl HostFactsSource for WindowsHost {
         *self.attempted_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         let (facts, session, node_errors) = collect().map_err(|e| {
             SourceError::Unavailable(format!(
-                "cannot enumerate DirectX adapters ({e}); DXCore needs Windows 10 1903 / Windows Server 2022 or later"
+                "cannot enumerate DirectX adapters ({e}); DXCore needs Windows 10 build 18936 or later (Windows Server 2022 or later for containers)"
             ))
         })?;
         // Replacing the session unregisters the old notifications before releasing its objects.
@@ -104,15 +104,30 @@ impl HostFactsSource for WindowsHost {
 fn collect() -> Result<(HostFacts, dxcore::Session, Vec<String>), WinError> {
     let os = os::read();
     let (mut adapters, session) = dxcore::enumerate()?;
-    let (mut nodes, node_errors) = devnodes::enumerate();
+    let mut nodes = devnodes::enumerate();
+    // Logged by the caller (when they change); not attached to any adapter but by the rule below.
+    let node_errors: Vec<String> = nodes
+        .list_errors
+        .iter()
+        .chain(&nodes.unmatched_errors)
+        .cloned()
+        .collect();
     let mut registry = Vec::new();
     for adapter in &mut adapters {
-        if !adapter.is_hardware {
+        // Software adapters have no device node; an adapter whose IsHardware is unsupported gets
+        // its node looked up so the pipeline can decide from its location path.
+        if !adapter.is_hardware && !adapter.unsupported(AdapterProperty::IsHardware) {
             continue;
         }
-        adapter.pnp = nodes.remove(&adapter.luid);
-        if adapter.pnp.is_none() && !node_errors.is_empty() {
-            adapter.read_errors.extend(node_errors.iter().cloned());
+        match nodes.nodes.remove(&adapter.luid) {
+            Some(node) => {
+                adapter.pnp = Some(node.pnp);
+                adapter.read_errors.extend(node.errors);
+            }
+            // A device list that could not be read may be why no node matched.
+            None => adapter
+                .read_errors
+                .extend(nodes.list_errors.iter().cloned()),
         }
         match d3dkmt::driver_store_path(adapter.luid) {
             Ok(path) => adapter.driver_store_path = Some(path),

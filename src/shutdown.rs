@@ -1,0 +1,378 @@
+//! Shutdown requests and the cleanup handshake: one future that completes on SIGTERM/SIGINT
+//! (Unix) or on Ctrl-C, Ctrl-Break, console close and system shutdown (Windows), and a way for
+//! the Windows console handler to wait until the daemon has cleaned up.
+//!
+//! hcsshim stops a HostProcess container by sending `CTRL_SHUTDOWN_EVENT`, then terminates it
+//! after a grace period. Windows runs console handlers on a thread of their own and terminates the
+//! process as soon as a handler returns from `CTRL_CLOSE_EVENT`, `CTRL_LOGOFF_EVENT` or
+//! `CTRL_SHUTDOWN_EVENT` (about 5 s after a close event at the latest). So for those events the
+//! handler requests shutdown and then *blocks* until [`Coordinator::mark_done`] (called once the
+//! daemon has removed its sockets and ended its streams) or [`CLEANUP_BUDGET`] runs out.
+//!
+//! The pure part (event → action, the handshake) is tested on every target; only the handler
+//! registration is Windows-specific.
+
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+/// How long the console handler waits for cleanup before it lets Windows terminate the process:
+/// under the 5 s Windows allows after `CTRL_CLOSE_EVENT`, and well inside hcsshim's grace period.
+pub const CLEANUP_BUDGET: Duration = Duration::from_secs(4);
+
+/// A console control event (`wincon.h` `CTRL_*_EVENT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsoleEvent {
+    /// `CTRL_C_EVENT` (0).
+    CtrlC,
+    /// `CTRL_BREAK_EVENT` (1).
+    CtrlBreak,
+    /// `CTRL_CLOSE_EVENT` (2): the console window is closing.
+    Close,
+    /// `CTRL_LOGOFF_EVENT` (5): a user is logging off (any user, for processes outside sessions).
+    Logoff,
+    /// `CTRL_SHUTDOWN_EVENT` (6): the system is shutting down, or hcsshim stops the container.
+    Shutdown,
+    /// Any other value.
+    Other(u32),
+}
+
+impl ConsoleEvent {
+    /// The event of a `CTRL_*_EVENT` code.
+    pub fn from_code(code: u32) -> Self {
+        match code {
+            0 => ConsoleEvent::CtrlC,
+            1 => ConsoleEvent::CtrlBreak,
+            2 => ConsoleEvent::Close,
+            5 => ConsoleEvent::Logoff,
+            6 => ConsoleEvent::Shutdown,
+            other => ConsoleEvent::Other(other),
+        }
+    }
+
+    /// The Win32 name, for logs.
+    pub fn name(self) -> String {
+        match self {
+            ConsoleEvent::CtrlC => "CTRL_C_EVENT".into(),
+            ConsoleEvent::CtrlBreak => "CTRL_BREAK_EVENT".into(),
+            ConsoleEvent::Close => "CTRL_CLOSE_EVENT".into(),
+            ConsoleEvent::Logoff => "CTRL_LOGOFF_EVENT".into(),
+            ConsoleEvent::Shutdown => "CTRL_SHUTDOWN_EVENT".into(),
+            ConsoleEvent::Other(code) => format!("console control event {code}"),
+        }
+    }
+}
+
+/// What the console handler does with an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Not a request to stop dxdp: return FALSE so the next handler (Windows' default) decides,
+    /// exactly as without dxdp's handler.
+    PassOn,
+    /// Request shutdown and return TRUE at once; the process lives on until `main` returns.
+    Shutdown,
+    /// Request shutdown, wait for cleanup (at most [`CLEANUP_BUDGET`]) and return TRUE; Windows
+    /// terminates the process when the handler returns.
+    ShutdownAndWait,
+}
+
+/// The action for an event. Logoff is passed on: a process outside the user's session (a
+/// HostProcess container, a service) gets it whenever *any* user logs off, which is no reason to
+/// stop serving devices.
+pub fn action(event: ConsoleEvent) -> Action {
+    match event {
+        ConsoleEvent::CtrlC | ConsoleEvent::CtrlBreak => Action::Shutdown,
+        ConsoleEvent::Close | ConsoleEvent::Shutdown => Action::ShutdownAndWait,
+        ConsoleEvent::Logoff | ConsoleEvent::Other(_) => Action::PassOn,
+    }
+}
+
+/// Shared by whatever requests shutdown (signals, the console handler) and the daemon.
+pub struct Coordinator {
+    requested: watch::Sender<Option<String>>,
+    done: Mutex<bool>,
+    finished: Condvar,
+}
+
+impl Default for Coordinator {
+    fn default() -> Self {
+        Coordinator::new()
+    }
+}
+
+impl Coordinator {
+    /// Nothing requested, nothing done.
+    pub fn new() -> Self {
+        Coordinator {
+            requested: watch::channel(None).0,
+            done: Mutex::new(false),
+            finished: Condvar::new(),
+        }
+    }
+
+    /// Asks the daemon to stop; the first reason wins.
+    pub fn request(&self, reason: &str) {
+        let first = self.requested.send_if_modified(|current| {
+            if current.is_some() {
+                return false;
+            }
+            *current = Some(reason.to_string());
+            true
+        });
+        if first {
+            tracing::info!("{reason}: shutting down");
+        }
+    }
+
+    /// Completes with the reason once shutdown was requested (at once if it already was).
+    pub async fn requested(&self) -> String {
+        let mut rx = self.requested.subscribe();
+        let reason = match rx.wait_for(Option::is_some).await {
+            Ok(r) => r.clone(),
+            // The sender lives in `self`, so it cannot be gone while we borrow it.
+            Err(_) => None,
+        };
+        reason.unwrap_or_default()
+    }
+
+    /// Says that cleanup is finished (sockets removed, streams ended): a waiting console handler
+    /// returns and Windows may terminate the process.
+    pub fn mark_done(&self) {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.finished.notify_all();
+    }
+
+    /// Waits until [`Coordinator::mark_done`] or `timeout`; true when cleanup finished.
+    pub fn wait_done(&self, timeout: Duration) -> bool {
+        let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        let (done, _) = self
+            .finished
+            .wait_timeout_while(done, timeout, |done| !*done)
+            .unwrap_or_else(|p| p.into_inner());
+        *done
+    }
+
+    /// What the console handler does: requests shutdown when the event calls for it, waits for
+    /// cleanup when Windows will terminate the process on return, and returns whether the event
+    /// was handled (the handler's TRUE/FALSE).
+    pub fn handle(&self, event: ConsoleEvent, budget: Duration) -> bool {
+        match action(event) {
+            Action::PassOn => {
+                tracing::debug!("{} ignored", event.name());
+                false
+            }
+            Action::Shutdown => {
+                self.request(&event.name());
+                true
+            }
+            Action::ShutdownAndWait => {
+                self.request(&event.name());
+                if !self.wait_done(budget) {
+                    tracing::warn!(
+                        "cleanup did not finish within {} s of {}; Windows ends the process now",
+                        budget.as_secs(),
+                        event.name()
+                    );
+                }
+                true
+            }
+        }
+    }
+}
+
+/// The process-wide coordinator.
+pub fn global() -> &'static Coordinator {
+    static GLOBAL: OnceLock<Coordinator> = OnceLock::new();
+    GLOBAL.get_or_init(Coordinator::new)
+}
+
+/// Marks cleanup done on the global coordinator when dropped, so a waiting console handler is
+/// released however the daemon ends (success, error or panic).
+pub struct CleanupGuard(());
+
+impl CleanupGuard {
+    /// A guard for the daemon's lifetime.
+    pub fn new() -> Self {
+        CleanupGuard(())
+    }
+}
+
+impl Default for CleanupGuard {
+    fn default() -> Self {
+        CleanupGuard::new()
+    }
+}
+
+impl Drop for CleanupGuard {
+    fn drop(&mut self) {
+        global().mark_done();
+    }
+}
+
+/// Completes on the first termination request: SIGTERM or SIGINT on Unix; Ctrl-C, Ctrl-Break,
+/// console close or system/container shutdown on Windows. Installs the handlers on first use.
+pub async fn signal() {
+    let coordinator = global();
+    #[cfg(unix)]
+    {
+        tokio::select! {
+            _ = coordinator.requested() => {}
+            reason = unix_signal() => coordinator.request(reason),
+        }
+    }
+    #[cfg(windows)]
+    {
+        if let Err(e) = windows_handler::install() {
+            tracing::warn!("cannot install the console control handler ({e}); only Ctrl-C stops dxdp gracefully");
+            tokio::select! {
+                _ = coordinator.requested() => {}
+                _ = tokio::signal::ctrl_c() => coordinator.request("Ctrl-C"),
+            }
+            return;
+        }
+        coordinator.requested().await;
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        tokio::select! {
+            _ = coordinator.requested() => {}
+            _ = tokio::signal::ctrl_c() => coordinator.request("Ctrl-C"),
+        }
+    }
+}
+
+#[cfg(unix)]
+async fn unix_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            }
+        }
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGTERM: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    }
+}
+
+#[cfg(windows)]
+mod windows_handler {
+    //! The `SetConsoleCtrlHandler` registration.
+
+    use std::sync::OnceLock;
+
+    use windows::core::BOOL;
+    use windows::Win32::System::Console::SetConsoleCtrlHandler;
+
+    use super::{global, ConsoleEvent, CLEANUP_BUDGET};
+
+    unsafe extern "system" fn handler(ctrl: u32) -> BOOL {
+        BOOL::from(global().handle(ConsoleEvent::from_code(ctrl), CLEANUP_BUDGET))
+    }
+
+    /// Registers the handler once; later calls return the first result.
+    pub fn install() -> Result<(), String> {
+        static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+        INSTALLED
+            .get_or_init(|| {
+                // SAFETY: `handler` is a valid handler routine for the life of the process.
+                unsafe { SetConsoleCtrlHandler(Some(handler), true) }
+                    .map_err(|e| format!("SetConsoleCtrlHandler failed: {e}"))
+            })
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn events_map_to_actions() {
+        let table = [
+            (0, ConsoleEvent::CtrlC, Action::Shutdown),
+            (1, ConsoleEvent::CtrlBreak, Action::Shutdown),
+            (2, ConsoleEvent::Close, Action::ShutdownAndWait),
+            (5, ConsoleEvent::Logoff, Action::PassOn),
+            (6, ConsoleEvent::Shutdown, Action::ShutdownAndWait),
+            (3, ConsoleEvent::Other(3), Action::PassOn),
+            (99, ConsoleEvent::Other(99), Action::PassOn),
+        ];
+        for (code, event, act) in table {
+            assert_eq!(ConsoleEvent::from_code(code), event, "{code}");
+            assert_eq!(action(event), act, "{event:?}");
+        }
+        assert_eq!(ConsoleEvent::Shutdown.name(), "CTRL_SHUTDOWN_EVENT");
+    }
+
+    #[test]
+    fn passed_on_events_request_nothing() {
+        let c = Coordinator::new();
+        assert!(!c.handle(ConsoleEvent::Logoff, Duration::ZERO));
+        assert!(c.requested.borrow().is_none());
+    }
+
+    #[test]
+    fn ctrl_c_requests_shutdown_without_waiting() {
+        let c = Coordinator::new();
+        // Cleanup never finishes, and the handler must still return at once.
+        assert!(c.handle(ConsoleEvent::CtrlC, Duration::from_secs(3600)));
+        assert_eq!(c.requested.borrow().as_deref(), Some("CTRL_C_EVENT"));
+    }
+
+    #[test]
+    fn the_first_reason_wins() {
+        let c = Coordinator::new();
+        c.request("SIGTERM");
+        c.request("SIGINT");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert_eq!(rt.block_on(c.requested()), "SIGTERM");
+    }
+
+    #[test]
+    fn shutdown_event_waits_for_cleanup_done() {
+        // The "daemon": a runtime thread that waits for the request, cleans up, and marks done.
+        let c = Arc::new(Coordinator::new());
+        let cleaned = Arc::new(Mutex::new(false));
+        let daemon = {
+            let (c, cleaned) = (c.clone(), cleaned.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                let reason = rt.block_on(c.requested());
+                *cleaned.lock().unwrap() = true;
+                c.mark_done();
+                reason
+            })
+        };
+        // The "console handler": generous budget; returns only once cleanup happened.
+        assert!(c.handle(ConsoleEvent::Shutdown, Duration::from_secs(3600)));
+        assert!(*cleaned.lock().unwrap(), "handler returned before cleanup");
+        assert_eq!(daemon.join().unwrap(), "CTRL_SHUTDOWN_EVENT");
+    }
+
+    #[test]
+    fn waiting_is_bounded_when_cleanup_never_finishes() {
+        let c = Coordinator::new();
+        assert!(c.handle(ConsoleEvent::Close, Duration::from_millis(1)));
+        assert!(!c.wait_done(Duration::ZERO));
+        c.mark_done();
+        assert!(c.wait_done(Duration::ZERO));
+    }
+
+    #[test]
+    fn cleanup_done_before_the_event_releases_at_once() {
+        let c = Coordinator::new();
+        c.mark_done();
+        assert!(c.handle(ConsoleEvent::Shutdown, Duration::from_secs(3600)));
+    }
+}
