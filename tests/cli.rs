@@ -566,7 +566,9 @@ fn doctor_exit_code_follows_failures() {
     assert_eq!(v["summary"]["fail"], 0);
     let o = dxdp(&["doctor", "--kubelet-dir", "/no/such/dir"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stdout(&o).contains("/no/such/dir does not exist"));
+    assert!(stdout(&o).contains("/no/such/dir (from --kubelet-dir) does not exist"));
+    let o = dxdp_env(&["doctor"], &[("DXDP_KUBELET_DIR", "/no/such/env/dir")]);
+    assert!(stdout(&o).contains("/no/such/env/dir (from DXDP_KUBELET_DIR) does not exist"));
 }
 
 #[test]

@@ -153,6 +153,7 @@ fn probes_with_kubelet(
 ) -> Probes {
     Probes {
         kubelet_dir: r"C:\var\lib\kubelet\device-plugins".into(),
+        kubelet_dir_reason: dxdp::kubelet::paths::windows_default(Some("C:")).reason,
         kubelet_dir_state: state,
         kubelet_socket: socket,
         containerd: containerd.map(|v| (v.to_string(), "from the host snapshot".to_string())),

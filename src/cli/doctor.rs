@@ -105,10 +105,11 @@ pub fn run(
 ) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
     let discovery = pipeline::discover(&facts, &config.pipeline);
-    let dir = args
-        .kubelet_dir
-        .clone()
-        .unwrap_or_else(dxdp::plugin::default_kubelet_dir);
+    let kubelet_dir = dxdp::kubelet::paths::resolve(
+        args.kubelet_dir.clone(),
+        std::env::var("DXDP_KUBELET_DIR").ok().as_deref(),
+    );
+    let dir = kubelet_dir.path;
     let resources: Vec<Resource> = config
         .resources
         .iter()
@@ -117,6 +118,7 @@ pub fn run(
         .collect();
     let probes = Probes {
         kubelet_dir: dir.display().to_string(),
+        kubelet_dir_reason: kubelet_dir.reason,
         kubelet_dir_state: dir_state(&dir),
         kubelet_socket: dir.join(KUBELET_SOCKET).exists(),
         containerd: containerd(

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use dxdp::backend::HostFactsSource;
 use dxdp::config::{Config, Flags, Inputs};
+use dxdp::kubelet::paths;
 use dxdp_core::allocation::MAX_REPLICAS;
 
 use super::ResourceArg;
@@ -19,8 +20,8 @@ use dxdp::shutdown;
 /// Arguments of `dxdp plugin`.
 #[derive(Debug, Args)]
 pub struct PluginArgs {
-    /// The kubelet's device-plugin directory [default: C:\var\lib\kubelet\device-plugins on
-    /// Windows, /var/lib/kubelet/device-plugins elsewhere].
+    /// The kubelet's device-plugin directory [default: %SystemDrive%\var\lib\kubelet\device-plugins
+    /// on Windows, as the kubelet computes it; /var/lib/kubelet/device-plugins elsewhere].
     #[arg(long, env = "DXDP_KUBELET_DIR", value_name = "DIR")]
     kubelet_dir: Option<PathBuf>,
     /// The resources to serve, comma-separated [env: DXDP_RESOURCES; default: display,compute].
@@ -66,16 +67,17 @@ pub fn run(
     if source.is_simulated() {
         tracing::info!("simulated host: using {}", source.describe());
     }
-    let mut plugin_config = PluginConfig::new(
-        args.kubelet_dir
-            .clone()
-            .unwrap_or_else(plugin::default_kubelet_dir),
+    let kubelet_dir = paths::resolve(
+        args.kubelet_dir.clone(),
+        std::env::var("DXDP_KUBELET_DIR").ok().as_deref(),
     );
+    let mut plugin_config = PluginConfig::new(kubelet_dir.path);
     plugin_config.config = config.clone();
     plugin_config.safety_poll = Duration::from_secs(args.safety_poll);
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         kubelet_dir = %plugin_config.kubelet_dir.display(),
+        kubelet_dir_reason = %kubelet_dir.reason,
         host_facts = %source.describe(),
         config_file = %inputs
             .file

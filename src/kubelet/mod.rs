@@ -1,6 +1,7 @@
-//! The kubelet side of the device plugin API: generated v1beta1 types, and an in-process kubelet
-//! stand-in used by `dxdp demo` and the integration tests.
+//! The kubelet side of the device plugin API: generated v1beta1 types, the kubelet's directory
+//! ([`paths`]), and an in-process kubelet stand-in used by `dxdp demo` and the integration tests.
 
+pub mod paths;
 pub mod standin;
 
 /// The kubelet device plugin API v1beta1, generated from `proto/deviceplugin_v1beta1.proto`.

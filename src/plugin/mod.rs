@@ -40,13 +40,9 @@ use register::Backoff;
 use service::ResourceService;
 use watch::{Change, DirEvent, DirWatch};
 
-/// The kubelet's device-plugin directory on this OS.
+/// The kubelet's device-plugin directory on this OS (on Windows from `%SystemDrive%`).
 pub fn default_kubelet_dir() -> PathBuf {
-    if cfg!(windows) {
-        PathBuf::from(r"C:\var\lib\kubelet\device-plugins")
-    } else {
-        PathBuf::from("/var/lib/kubelet/device-plugins")
-    }
+    crate::kubelet::paths::default_dir().path
 }
 
 /// How the daemon runs.

@@ -63,6 +63,8 @@ pub enum DirState {
 pub struct Probes {
     /// The kubelet's device-plugin directory.
     pub kubelet_dir: String,
+    /// Why that directory (`default from %SystemDrive%=D:`, `from --kubelet-dir`).
+    pub kubelet_dir_reason: String,
     /// Its state.
     pub kubelet_dir_state: DirState,
     /// Whether `kubelet.sock` exists there.
@@ -263,23 +265,24 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
         out.push(c);
     }
 
+    let dir = format!("{} ({})", probes.kubelet_dir, probes.kubelet_dir_reason);
     out.push(match &probes.kubelet_dir_state {
         DirState::Writable => check(
             "kubelet device-plugin directory",
             Status::Pass,
-            format!("{} exists and is writable", probes.kubelet_dir),
+            format!("{dir} exists and is writable"),
             None,
         ),
         DirState::Missing => check(
             "kubelet device-plugin directory",
             Status::Fail,
-            format!("{} does not exist", probes.kubelet_dir),
+            format!("{dir} does not exist"),
             Some("is this a Kubernetes node? start the kubelet, or pass --kubelet-dir"),
         ),
         DirState::NotWritable(why) => check(
             "kubelet device-plugin directory",
             Status::Fail,
-            format!("{} is not writable: {why}", probes.kubelet_dir),
+            format!("{dir} is not writable: {why}"),
             Some("run dxdp as a HostProcess container (NT AUTHORITY\\SYSTEM) or as administrator"),
         ),
     });
