@@ -7,7 +7,7 @@
 //! use a rooted path on its own current drive, which dxdp cannot know: dxdp then uses `C:` and
 //! says so (`dxdp doctor` shows the reason; pass `--kubelet-dir` to be sure).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The device-plugin directory below the system drive on Windows.
 pub const WINDOWS_SUFFIX: &str = r"\var\lib\kubelet\device-plugins";
@@ -68,7 +68,7 @@ pub fn default_dir() -> KubeletDir {
 pub fn resolve(flag: Option<PathBuf>, env_value: Option<&str>) -> KubeletDir {
     match flag {
         Some(path) => {
-            let reason = if env_value.is_some_and(|v| PathBuf::from(v) == path) {
+            let reason = if env_value.is_some_and(|v| path == Path::new(v)) {
                 "from DXDP_KUBELET_DIR"
             } else {
                 "from --kubelet-dir"

@@ -195,7 +195,15 @@ mod tests {
         // (problem code, status flags, status error, driver update, state, reason fragment)
         let started = 0x0180_600A; // DN_DRIVER_LOADED | DN_STARTED | DN_DISABLEABLE | DN_NT_* (no DN_HAS_PROBLEM)
         let problem = 0x0180_240A; // DN_HAS_PROBLEM (0x400) set, DN_STARTED clear
-        let table: &[(u32, Option<u32>, Option<&str>, bool, HealthState, Option<&str>)] = &[
+        type Row<'a> = (
+            u32,
+            Option<u32>,
+            Option<&'a str>,
+            bool,
+            HealthState,
+            Option<&'a str>,
+        );
+        let table: &[Row] = &[
             (0, Some(started), None, false, HealthState::Healthy, None),
             // Stale problem numbers without DN_HAS_PROBLEM mean nothing.
             (43, Some(started), None, false, HealthState::Healthy, None),
