@@ -127,6 +127,21 @@ pub struct Node {
     pub errors: Vec<String>,
 }
 
+/// The value of an optional property; a failure is recorded against the device node.
+fn keep<T>(
+    result: Result<Option<T>, WinError>,
+    instance_id: &str,
+    errors: &mut Vec<String>,
+) -> Option<T> {
+    match result {
+        Ok(v) => v,
+        Err(e) => {
+            errors.push(format!("device node {instance_id}: {e}"));
+            None
+        }
+    }
+}
+
 /// The device node of one instance ID, if it is a DirectX adapter (has a LUID). An error means
 /// the node's LUID is unknown, so it cannot be matched to an adapter.
 fn node(instance_id: &str) -> Result<Option<(i64, Node)>, WinError> {
@@ -152,31 +167,35 @@ fn node(instance_id: &str) -> Result<Option<(i64, Node)>, WinError> {
         return Ok(None);
     };
     let mut errors = Vec::new();
-    let mut optional = |result: Result<Option<_>, WinError>| match result {
-        Ok(v) => v,
-        Err(e) => {
-            errors.push(format!("device node {instance_id}: {e}"));
-            None
-        }
-    };
     let string = |key, name| typed_property(devinst, key, name, winparse::devprop_string);
-    let description = optional(string(
-        &DEVPKEY_Device_DeviceDesc,
-        "DEVPKEY_Device_DeviceDesc",
-    ))
+    let description = keep(
+        string(&DEVPKEY_Device_DeviceDesc, "DEVPKEY_Device_DeviceDesc"),
+        instance_id,
+        &mut errors,
+    )
     .flatten();
-    let manufacturer = optional(string(
-        &DEVPKEY_Device_Manufacturer,
-        "DEVPKEY_Device_Manufacturer",
-    ))
+    let manufacturer = keep(
+        string(&DEVPKEY_Device_Manufacturer, "DEVPKEY_Device_Manufacturer"),
+        instance_id,
+        &mut errors,
+    )
     .flatten();
-    let driver_key = optional(string(&DEVPKEY_Device_Driver, "DEVPKEY_Device_Driver")).flatten();
-    let location_paths = optional(typed_property(
-        devinst,
-        &DEVPKEY_Device_LocationPaths,
-        "DEVPKEY_Device_LocationPaths",
-        winparse::devprop_string_list,
-    ))
+    let driver_key = keep(
+        string(&DEVPKEY_Device_Driver, "DEVPKEY_Device_Driver"),
+        instance_id,
+        &mut errors,
+    )
+    .flatten();
+    let location_paths = keep(
+        typed_property(
+            devinst,
+            &DEVPKEY_Device_LocationPaths,
+            "DEVPKEY_Device_LocationPaths",
+            winparse::devprop_string_list,
+        ),
+        instance_id,
+        &mut errors,
+    )
     .unwrap_or_default();
     let mut flags = CM_DEVNODE_STATUS_FLAGS(0);
     let mut problem = CM_PROB(0);
