@@ -369,6 +369,27 @@ mod tests {
         assert!(c.wait_done(Duration::ZERO));
     }
 
+    /// The real registration: a console event generated for this process's console reaches the
+    /// handler and requests shutdown through the global coordinator.
+    #[cfg(windows)]
+    #[test]
+    #[ignore = "Wine refuses GenerateConsoleCtrlEvent (docs/plugin.md); run with --ignored on Windows"]
+    fn a_real_console_event_reaches_the_handler() {
+        use windows::Win32::System::Console::{GenerateConsoleCtrlEvent, CTRL_BREAK_EVENT};
+        windows_handler::install().unwrap();
+        // SAFETY: sends Ctrl-Break to the processes of this console; our handler takes it.
+        unsafe { GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, 0) }.unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let reason = rt.block_on(tokio::time::timeout(
+            Duration::from_secs(30),
+            global().requested(),
+        ));
+        assert_eq!(reason.ok().as_deref(), Some("CTRL_BREAK_EVENT"));
+    }
+
     #[test]
     fn cleanup_done_before_the_event_releases_at_once() {
         let c = Coordinator::new();
