@@ -6,7 +6,8 @@
 .DESCRIPTION
     Runs `dxdp snapshot`, `dxdp discover`, `dxdp doctor` and `dxdp hcs`; starts `dxdp plugin`
     against the node's real kubelet for a short time and stops it with Ctrl-C (checking that it
-    removed its sockets); when kubectl is available, runs the device-discovery example Job; and
+    removed its sockets); when kubectl is available, runs the device-discovery example Job
+    (examples/device-discovery/display.yaml, pinned to this node); and
     writes everything (outputs, logs, versions, the host snapshot) into one folder and one .zip.
 
     Nothing is installed or changed on the node, except that the plugin registers with the
@@ -32,8 +33,11 @@ param(
     [int]$PluginSeconds = 20,
     # The kubelet's device-plugin directory; empty: dxdp's default (from %SystemDrive%).
     [string]$KubeletDir = '',
-    # The example Job; empty: device-discovery-job.yaml beside this script.
+    # The example Job; empty: examples\device-discovery\display.yaml of the repository.
     [string]$JobManifest = '',
+    # The image of the example Job (built from examples/device-discovery/Dockerfile); required
+    # while the manifest names the placeholder registry.example.com.
+    [string]$JobImage = '',
     # Skip the kubectl Job even when kubectl is available.
     [switch]$SkipJob,
     # Run the plugin step even when another dxdp plugin serves this node.
@@ -178,26 +182,39 @@ Get-ChildItem -Path $pluginDir -ErrorAction SilentlyContinue |
 
 # --- The example Job ---------------------------------------------------------------------------
 $kubectl = Get-Command 'kubectl' -ErrorAction SilentlyContinue
-if ($JobManifest -eq '') { $JobManifest = Join-Path $PSScriptRoot 'device-discovery-job.yaml' }
+if ($JobManifest -eq '') {
+    $JobManifest = Join-Path (Split-Path -Parent $PSScriptRoot) 'examples\device-discovery\display.yaml'
+}
+$manifest = ''
+if (Test-Path $JobManifest) { $manifest = Get-Content -Raw -Path $JobManifest }
+if ($JobImage -ne '') { $manifest = $manifest -replace '(?m)^(\s+image:\s*).*$', "`${1}$JobImage" }
+$jobName = ''
+if ($manifest -match '(?m)^metadata:\s*\r?\n\s+name:\s*(\S+)') { $jobName = $Matches[1] }
 if ($SkipJob) {
     Write-Summary ("{0,-22} skipped (-SkipJob)" -f 'job')
 } elseif ($null -eq $kubectl) {
     Write-Summary ("{0,-22} skipped: kubectl not found" -f 'job')
-} elseif (-not (Test-Path $JobManifest)) {
-    Write-Summary ("{0,-22} skipped: {1} not found" -f 'job', $JobManifest)
+} elseif ($manifest -eq '' -or $jobName -eq '') {
+    Write-Summary ("{0,-22} skipped: no Job in {1} (pass -JobManifest)" -f 'job', $JobManifest)
+} elseif ($manifest -match 'image:\s*registry\.example\.com') {
+    Write-Summary ("{0,-22} skipped: the manifest names the placeholder image; build examples/device-discovery/Dockerfile and pass -JobImage" -f 'job')
 } else {
     $jobLog = Join-Path $bundle 'job.txt'
+    $job = "job/$jobName"
+    # Pin the Job to this node: the kubelet's node name is the lower-case computer name.
     $node = $env:COMPUTERNAME.ToLowerInvariant()
-    $manifest = (Get-Content -Raw -Path $JobManifest) -replace 'NODE_NAME', $node
-    & $kubectl.Source 'delete' 'job/dxdp-device-discovery' '--ignore-not-found' 2>&1 | Out-File $jobLog -Encoding utf8
+    $manifest = $manifest -replace '(?m)^(\s+)kubernetes\.io/os:\s*windows\s*$', "`${1}kubernetes.io/os: windows`n`${1}kubernetes.io/hostname: $node"
+    Set-Content -Path (Join-Path $bundle 'job.yaml') -Value $manifest -Encoding utf8
+    & $kubectl.Source 'delete' $job '--ignore-not-found' 2>&1 | Out-File $jobLog -Encoding utf8
     $manifest | & $kubectl.Source 'apply' '-f' '-' 2>&1 | Out-File $jobLog -Append -Encoding utf8
-    & $kubectl.Source 'wait' '--for=condition=complete' '--timeout=300s' 'job/dxdp-device-discovery' 2>&1 |
+    & $kubectl.Source 'wait' '--for=condition=complete' '--timeout=300s' $job 2>&1 |
         Out-File $jobLog -Append -Encoding utf8
     $ok = ($LASTEXITCODE -eq 0)
-    & $kubectl.Source 'describe' 'job/dxdp-device-discovery' 2>&1 | Out-File $jobLog -Append -Encoding utf8
-    & $kubectl.Source 'logs' 'job/dxdp-device-discovery' 2>&1 | Out-File $jobLog -Append -Encoding utf8
-    & $kubectl.Source 'delete' 'job/dxdp-device-discovery' '--wait=false' 2>&1 | Out-File $jobLog -Append -Encoding utf8
-    Write-Summary ("{0,-22} completed: {1} (see job.txt)" -f 'job', $ok)
+    & $kubectl.Source 'describe' $job 2>&1 | Out-File $jobLog -Append -Encoding utf8
+    & $kubectl.Source 'describe' 'pod' '-l' "job-name=$jobName" 2>&1 | Out-File $jobLog -Append -Encoding utf8
+    & $kubectl.Source 'logs' $job 2>&1 | Out-File $jobLog -Append -Encoding utf8
+    & $kubectl.Source 'delete' $job '--wait=false' 2>&1 | Out-File $jobLog -Append -Encoding utf8
+    Write-Summary ("{0,-22} {1} completed: {2} (see job.txt)" -f 'job', $jobName, $ok)
 }
 
 # --- The bundle --------------------------------------------------------------------------------
