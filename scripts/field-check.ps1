@@ -11,8 +11,9 @@
     writes everything (outputs, logs, versions, the host snapshot) into one folder and one .zip.
 
     Nothing is installed or changed on the node, except that the plugin registers with the
-    kubelet for -PluginSeconds. If a dxdp DaemonSet already serves this node, the plugin step is
-    skipped unless -Force is given: a second plugin would take over the resources while it runs.
+    kubelet for -PluginSeconds. If dxdp sockets are already in the kubelet directory (a dxdp
+    DaemonSet serves this node, or a crashed run left them), the plugin step is skipped unless
+    -Force is given.
 
     docs/field-verification.md explains the procedure and docs/troubleshooting.md how to read
     the bundle.
@@ -40,7 +41,7 @@ param(
     [string]$JobImage = '',
     # Skip the kubectl Job even when kubectl is available.
     [switch]$SkipJob,
-    # Run the plugin step even when another dxdp plugin serves this node.
+    # Run the plugin step even when dxdp sockets are already in the kubelet directory.
     [switch]$Force
 )
 
@@ -153,7 +154,7 @@ Get-ChildItem -Path $pluginDir -ErrorAction SilentlyContinue |
 if ($PluginSeconds -le 0) {
     Write-Summary ("{0,-22} skipped (-PluginSeconds 0)" -f 'plugin')
 } elseif ($before.Count -gt 0 -and -not $Force) {
-    Write-Summary ("{0,-22} skipped: {1} dxdp socket(s) in {2} (a dxdp plugin serves this node; -Force runs anyway)" -f 'plugin', $before.Count, $pluginDir)
+    Write-Summary ("{0,-22} skipped: {1} dxdp socket(s) in {2} (a dxdp plugin may serve this node; -Force runs anyway: dxdp removes stale sockets and refuses to start next to a live plugin)" -f 'plugin', $before.Count, $pluginDir)
 } else {
     $out = Join-Path $bundle 'plugin.stdout.txt'
     $err = Join-Path $bundle 'plugin.log'
