@@ -129,6 +129,11 @@ fn collect() -> Result<(HostFacts, dxcore::Session, Vec<String>), WinError> {
                 .read_errors
                 .extend(nodes.list_errors.iter().cloned()),
         }
+        // IsHardware unsupported and no device node: the pipeline treats it as software, so its
+        // driver store and registry are not read.
+        if !adapter.is_hardware && adapter.pnp.is_none() {
+            continue;
+        }
         match d3dkmt::driver_store_path(adapter.luid) {
             Ok(path) => adapter.driver_store_path = Some(path),
             Err(e) => adapter.read_errors.push(e.to_string()),
