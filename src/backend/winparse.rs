@@ -175,10 +175,7 @@ pub fn devprop_u64(kind: u32, bytes: &[u8]) -> Result<u64, String> {
 /// A `DEVPROP_TYPE_UINT32` property (bus numbers, addresses).
 pub fn devprop_u32(kind: u32, bytes: &[u8]) -> Result<u32, String> {
     devprop_check(kind, devprop_type::UINT32, bytes, Some(4))?;
-    let b: [u8; 4] = bytes
-        .try_into()
-        .map_err(|_| "UINT32 value is truncated".to_string())?;
-    Ok(u32::from_le_bytes(b))
+    u32_le(bytes).ok_or_else(|| "UINT32 value is truncated".into())
 }
 
 /// A `DEVPROP_TYPE_STRING` property; `None` when empty.

@@ -12,8 +12,8 @@ use windows::Win32::Devices::DeviceAndDriverInstallation::{
     CR_BUFFER_SMALL, CR_NO_SUCH_VALUE, CR_SUCCESS,
 };
 use windows::Win32::Devices::Properties::{
-    DEVPKEY_Device_DeviceDesc, DEVPKEY_Device_Driver, DEVPKEY_Device_LocationPaths,
-    DEVPKEY_Device_Manufacturer, DEVPROPTYPE,
+    DEVPKEY_Device_Address, DEVPKEY_Device_BusNumber, DEVPKEY_Device_DeviceDesc,
+    DEVPKEY_Device_Driver, DEVPKEY_Device_LocationPaths, DEVPKEY_Device_Manufacturer, DEVPROPTYPE,
 };
 use windows::Win32::Foundation::DEVPROPKEY;
 
@@ -197,6 +197,22 @@ fn node(instance_id: &str) -> Result<Option<(i64, Node)>, WinError> {
         &mut errors,
     )
     .unwrap_or_default();
+    // PCI bus number and address: UINT32 each, type-checked, then located by `pci_location`.
+    let mut uint32 = |key, name| {
+        keep(
+            typed_property(devinst, key, name, winparse::devprop_u32),
+            instance_id,
+            &mut errors,
+        )
+        .map(u32::to_le_bytes)
+    };
+    let bus = uint32(&DEVPKEY_Device_BusNumber, "DEVPKEY_Device_BusNumber");
+    let address = uint32(&DEVPKEY_Device_Address, "DEVPKEY_Device_Address");
+    let pci = winparse::pci_location(
+        instance_id,
+        bus.as_ref().map(|b| &b[..]),
+        address.as_ref().map(|b| &b[..]),
+    );
     let mut flags = CM_DEVNODE_STATUS_FLAGS(0);
     let mut problem = CM_PROB(0);
     // SAFETY: valid out pointers and device instance.
@@ -213,6 +229,7 @@ fn node(instance_id: &str) -> Result<Option<(i64, Node)>, WinError> {
                 location_paths,
                 driver_key,
                 problem_code: status.problem_code,
+                pci,
                 status_flags: status.status_flags,
                 status_error: status.status_error,
             },
