@@ -19,5 +19,5 @@ if (-not $found) {
     Write-Output "no hardware encoder runtime in System32 (looked for $($encoders.Keys -join ', '))"
     exit 1
 }
-& ffmpeg.exe -hide_banner -f lavfi -i 'testsrc2=size=1920x1080:rate=30' -t 10 -c:v $found -f null -
+& ffmpeg.exe -hide_banner -f lavfi -i 'testsrc2=size=1920x1080:rate=30' -t 10 -c:v $found -f null '-'
 exit $LASTEXITCODE
