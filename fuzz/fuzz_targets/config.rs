@@ -1,0 +1,15 @@
+//! The configuration file parser (`src/config/file.rs`): any text gives a configuration or an
+//! error that names the file.
+#![no_main]
+
+use dxdp_fuzz::config_file::{parse, ConfigFile};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Err(e) = parse::<ConfigFile>(text, "fuzz.yaml") {
+        assert!(e.to_string().starts_with("fuzz.yaml"), "{e}");
+    }
+});

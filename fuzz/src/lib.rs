@@ -1,0 +1,15 @@
+//! Shared pieces of the fuzz targets: the root crate's pure parsers compiled from their own source
+//! files (so fuzzing builds only `dxdp-core` and serde, not tokio/tonic), and a byte decoder that
+//! turns fuzz input into host facts.
+
+/// `src/config/file.rs`: the configuration file schema and its YAML parser.
+#[path = "../../src/config/file.rs"]
+#[allow(dead_code)]
+pub mod config_file;
+
+/// `src/backend/winparse.rs`: parsers of what the Windows APIs return.
+#[path = "../../src/backend/winparse.rs"]
+#[allow(dead_code)]
+pub mod winparse;
+
+pub mod bytes;
