@@ -10,7 +10,7 @@ use dxdp::backend::winparse;
 use dxdp_core::allocation::{self, AllocationError};
 use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::Resource;
-use dxdp_core::facts::{HostFacts, RegistryKey, RegistryValue};
+use dxdp_core::facts::{RegistryKey, RegistryValue};
 use dxdp_core::pipeline::{discover, PipelineConfig};
 use dxdp_core::snapshot;
 
@@ -100,6 +100,7 @@ fn hostile_snapshots_give_an_error_naming_the_file_and_line() {
         assert!(err.starts_with("hostile.yaml"), "{what}: {err}");
         assert!(err.contains(mentions), "{what}: {err}");
         assert!(err.len() < 2000, "{what}: a {} byte message", err.len());
+        eprintln!("{what}: {err}");
     }
 }
 
@@ -225,12 +226,12 @@ fn hostile_configuration_files_give_an_error_naming_the_file() {
         (
             "replicas is a map",
             "resources: {display: {replicas: {a: 1}}}\n".into(),
-            "replicas",
+            "config.yaml:1:",
         ),
         (
             "replicas too large",
             "resources: {display: {replicas: 18446744073709551616}}\n".into(),
-            "replicas",
+            "config.yaml:1:33:",
         ),
         ("a list at the top", "- a\n- b\n".into(), ""),
         (
@@ -255,6 +256,7 @@ fn hostile_configuration_files_give_an_error_naming_the_file() {
         assert!(err.contains("config.yaml"), "{what}: {err}");
         assert!(err.contains(mentions), "{what}: {err}");
         assert!(err.len() < 2000, "{what}: a {} byte message", err.len());
+        eprintln!("{what}: {err}");
     }
     // A large valid file is read.
     let many = format!(
