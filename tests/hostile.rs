@@ -165,9 +165,17 @@ fn registry_values_with_invalid_utf16_from_windows_become_replaced_text_then_saf
     // REG_MULTI_SZ bytes as RegQueryValueExW returns them: an unpaired surrogate, a lone low
     // surrogate, an odd trailing byte and no final terminator.
     let table: Vec<(&str, Vec<u8>, usize)> = vec![
-        ("unpaired high surrogate", vec![0x00, 0xD8, b'a', 0, 0, 0], 1),
+        (
+            "unpaired high surrogate",
+            vec![0x00, 0xD8, b'a', 0, 0, 0],
+            1,
+        ),
         ("lone low surrogate", vec![0x00, 0xDC, 0, 0], 1),
-        ("odd trailing byte", vec![b'a', 0, b'.', 0, b'd', 0, 0, 0, 0, 0, 0x41], 1),
+        (
+            "odd trailing byte",
+            vec![b'a', 0, b'.', 0, b'd', 0, 0, 0, 0, 0, 0x41],
+            1,
+        ),
         ("no terminator", vec![b'x', 0, b'y', 0], 1),
         ("two strings", vec![b'a', 0, 0, 0, b'b', 0, 0, 0, 0, 0], 2),
         ("empty", vec![], 0),
@@ -214,7 +222,11 @@ fn hostile_configuration_files_give_an_error_naming_the_file() {
     let table: Vec<(&str, String, &str)> = vec![
         (
             "deep flow nesting",
-            format!("devices: {{exclude: {}{}}}\n", rep("[", deep), rep("]", deep)),
+            format!(
+                "devices: {{exclude: {}{}}}\n",
+                rep("[", deep),
+                rep("]", deep)
+            ),
             "",
         ),
         (
@@ -270,14 +282,19 @@ fn hostile_configuration_files_give_an_error_naming_the_file() {
 fn device_ids_with_odd_bytes_are_refused_as_malformed() {
     let facts = common::facts("sample");
     let d = discover(&facts, &PipelineConfig::default());
-    let good = allocation::advertise(&d, Resource::Display, 2)[0].id.clone();
+    let good = allocation::advertise(&d, Resource::Display, 2)[0]
+        .id
+        .clone();
     let table: Vec<(&str, String)> = vec![
         ("empty", String::new()),
         ("NUL", format!("{good}\0")),
         ("newline", format!("{good}\n")),
         ("escape sequence", format!("\u{1b}[31m{good}")),
         ("right-to-left override", format!("{good}\u{202e}")),
-        ("replacement character (invalid UTF-8 decoded)", format!("{good}\u{fffd}")),
+        (
+            "replacement character (invalid UTF-8 decoded)",
+            format!("{good}\u{fffd}"),
+        ),
         ("path", format!("../{good}")),
         ("backslash", format!(r"{good}\x")),
         ("64 characters", rep("a", 64)),
@@ -306,9 +323,19 @@ fn device_ids_with_odd_bytes_are_refused_as_malformed() {
         }
     }
     // Well-formed IDs that are not advertised are unknown, not malformed.
-    for id in [format!("{good}-r2"), format!("{good}-r01"), "gpu-0".to_string()] {
-        let err = allocation::allocate(&d, Resource::Display, 2, Assignment::Auto, &[id.clone()])
-            .unwrap_err();
+    for id in [
+        format!("{good}-r2"),
+        format!("{good}-r01"),
+        "gpu-0".to_string(),
+    ] {
+        let err = allocation::allocate(
+            &d,
+            Resource::Display,
+            2,
+            Assignment::Auto,
+            std::slice::from_ref(&id),
+        )
+        .unwrap_err();
         assert!(
             matches!(err, AllocationError::Unknown { .. }),
             "{id}: {err:?}"
