@@ -12,6 +12,7 @@ use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::{RegistryKey, RegistryValue};
 use dxdp_core::pipeline::{discover, PipelineConfig};
+use dxdp_core::policy::ResourcePolicy;
 use dxdp_core::snapshot;
 
 mod common;
@@ -308,6 +309,7 @@ fn device_ids_with_odd_bytes_are_refused_as_malformed() {
                 Resource::Display,
                 2,
                 assignment,
+                &ResourcePolicy::default(),
                 &[good.clone(), id.clone()],
             )
             .unwrap_err();
@@ -333,6 +335,7 @@ fn device_ids_with_odd_bytes_are_refused_as_malformed() {
             Resource::Display,
             2,
             Assignment::Auto,
+            &ResourcePolicy::default(),
             std::slice::from_ref(&id),
         )
         .unwrap_err();

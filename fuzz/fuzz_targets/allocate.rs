@@ -1,6 +1,7 @@
-//! Allocate request handling: device IDs of any bytes (decoded as the kubelet's protobuf strings
-//! would be) against the sample host, with any replica count and assignment. Never a panic; an
-//! answer names only advertised devices; malformed IDs are refused as such.
+//! Allocate and GetPreferredAllocation request handling: device IDs of any bytes (decoded as the
+//! kubelet's protobuf strings would be) against the sample host, with any replica count,
+//! assignment, policy and allocation size. Never a panic; an answer names only advertised devices;
+//! malformed IDs are refused as such; a preferred allocation is drawn from the available IDs.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -9,6 +10,8 @@ use dxdp_core::allocation::{self, AllocationError};
 use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::{Discovery, Resource};
 use dxdp_core::pipeline::{discover, ids, PipelineConfig};
+use dxdp_core::policy::{AllocationPolicy, MultiDevice, ResourcePolicy};
+use dxdp_core::preferred;
 use libfuzzer_sys::fuzz_target;
 
 fn discovery() -> &'static Discovery {
@@ -34,6 +37,13 @@ fuzz_target!(|data: &[u8]| {
         _ => Assignment::Auto,
     };
     let replicas = u32::from(head >> 3) * 3; // 0..=93: below, at and above the limit
+    let (&flags, rest) = rest.split_first().unwrap_or((&0, &[]));
+    let policy = ResourcePolicy {
+        allocation: AllocationPolicy::ALL[usize::from(flags & 1)],
+        multi_device: MultiDevice::ALL[usize::from(flags >> 1 & 1)],
+        cuda_visible_devices: flags & 4 == 4,
+    };
+    let size = i32::from(flags >> 3) - 4; // -4..=27
     let ids: Vec<String> = rest
         .split(|&b| b == b'\n')
         .map(|b| String::from_utf8_lossy(b).into_owned())
@@ -42,7 +52,24 @@ fuzz_target!(|data: &[u8]| {
     for id in &ids {
         let _ = allocation::resolve(d, resource, replicas, id);
     }
-    match allocation::allocate(d, resource, replicas, assignment, &ids) {
+    // The kubelet's preferred-allocation request: the first half available, the rest must-include.
+    let (available, must_include) = ids.split_at(ids.len() / 2);
+    let preferred = preferred::preferred_allocation(
+        d,
+        resource,
+        replicas,
+        policy.allocation,
+        available,
+        must_include,
+        size,
+    );
+    for id in &preferred {
+        assert!(
+            available.contains(id) || must_include.contains(id),
+            "preferred {id:?} was not offered"
+        );
+    }
+    match allocation::allocate(d, resource, replicas, assignment, &policy, &ids) {
         Ok(edits) => {
             assert!(!edits.devices.is_empty());
             for id in &ids {
@@ -55,5 +82,9 @@ fuzz_target!(|data: &[u8]| {
             assert!(allocation::resolve(d, resource, replicas, &id).is_none())
         }
         Err(AllocationError::Empty) => assert!(ids.is_empty()),
+        Err(AllocationError::MultiDevice(_)) => {
+            assert_eq!(policy.multi_device, MultiDevice::Fail);
+            assert!(ids.len() > 1);
+        }
     }
 });

@@ -1,11 +1,16 @@
 //! Shared pieces of the fuzz targets: the root crate's pure parsers compiled from their own source
-//! files (so fuzzing builds only `dxdp-core` and serde, not tokio/tonic), and a byte decoder that
+//! files (so fuzzing builds only `dxdp-core`, serde and tracing-subscriber, not tokio/tonic), and a byte decoder that
 //! turns fuzz input into host facts.
 
 /// `src/config/file.rs`: the configuration file schema and its YAML parser.
 #[path = "../../src/config/file.rs"]
 #[allow(dead_code)]
 pub mod config_file;
+
+/// `src/logging.rs`: the log level check that the configuration file's `logLevel` uses.
+#[path = "../../src/logging.rs"]
+#[allow(dead_code)]
+pub mod logging;
 
 /// `src/backend/winparse.rs`: parsers of what the Windows APIs return.
 #[path = "../../src/backend/winparse.rs"]
