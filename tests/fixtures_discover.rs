@@ -360,3 +360,42 @@ fn status_flags_and_unsupported_properties_decide_health_and_hardware() {
     assert!(warnings.contains("(LUID 2005): DXCore does not support IsHardware"));
     assert!(warnings.contains("does not support driverVersion, dedicatedAdapterMemory"));
 }
+
+#[test]
+fn health_checks_can_ignore_problem_codes_or_be_switched_off() {
+    use dxdp_core::pipeline::HealthChecks;
+    let facts = load("broken-drivers");
+    let unhealthy = |d: &Discovery| {
+        d.devices
+            .iter()
+            .filter(|d| d.health.state == HealthState::Unhealthy)
+            .count()
+    };
+    let default = discover(&facts, &PipelineConfig::default());
+    // The fixture has a Code 43 device; the expected count comes from the fixture's own facts.
+    let code43 = facts
+        .adapters
+        .iter()
+        .filter(|a| a.pnp.as_ref().is_some_and(|p| p.problem_code == 43))
+        .count();
+    assert!(code43 >= 1 && unhealthy(&default) >= code43);
+    let ignoring = PipelineConfig {
+        health: HealthChecks {
+            enabled: true,
+            ignore_problem_codes: vec![43],
+        },
+        ..PipelineConfig::default()
+    };
+    assert_eq!(
+        unhealthy(&discover(&facts, &ignoring)),
+        unhealthy(&default) - code43
+    );
+    let off = PipelineConfig {
+        health: HealthChecks {
+            enabled: false,
+            ignore_problem_codes: Vec::new(),
+        },
+        ..PipelineConfig::default()
+    };
+    assert_eq!(unhealthy(&discover(&facts, &off)), 0);
+}

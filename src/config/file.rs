@@ -227,6 +227,16 @@ pub struct DevicesFile {
     pub exclude: Option<Vec<DeviceSelector>>,
 }
 
+/// `health`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HealthFile {
+    /// Check device health at all.
+    pub enabled: Option<bool>,
+    /// Problem codes that do not make a device Unhealthy.
+    pub ignore_problem_codes: Option<Vec<u32>>,
+}
+
 /// `runtimeFiles`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -277,6 +287,9 @@ pub struct ConfigFile {
     /// Runtime-file control.
     #[serde(default)]
     pub runtime_files: RuntimeFilesFile,
+    /// Health checks.
+    #[serde(default)]
+    pub health: HealthFile,
     /// Log level.
     pub log_level: Option<LogLevelName>,
     /// Log format.

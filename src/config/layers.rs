@@ -189,6 +189,14 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.assignment = v;
         c.set_origin("assignment", origin);
     }
+    if let Some(v) = f.health.enabled {
+        c.pipeline.health.enabled = v;
+        c.set_origin("health.enabled", origin);
+    }
+    if let Some(v) = &f.health.ignore_problem_codes {
+        c.pipeline.health.ignore_problem_codes = v.clone();
+        c.set_origin("health.ignoreProblemCodes", origin);
+    }
     let rt = &f.runtime_files;
     if let Some(v) = rt.enabled {
         c.pipeline.runtime_files = v;

@@ -32,6 +32,8 @@ impl Config {
             "runtimeFiles.enabled",
             "runtimeFiles.exclude",
             "runtimeFiles.additional",
+            "health.enabled",
+            "health.ignoreProblemCodes",
             "logLevel",
             "logFormat",
         ] {
@@ -103,6 +105,8 @@ impl Config {
             "devices.exclude" => selectors_json(&self.pipeline.exclude),
             "assignment" => json!(self.assignment.as_str()),
             "runtimeFiles.enabled" => json!(self.pipeline.runtime_files),
+            "health.enabled" => json!(self.pipeline.health.enabled),
+            "health.ignoreProblemCodes" => json!(self.pipeline.health.ignore_problem_codes),
             "runtimeFiles.exclude" => json!(self.pipeline.runtime_exclude),
             "runtimeFiles.additional" => Value::Array(
                 self.pipeline

@@ -53,6 +53,9 @@ runtimeFiles:
     nvidia:
       system32: [{source: 'extra\nvextra64.dll', destination: nvextra.dll}]
       syswow64: [{source: nvextra32.dll}]
+health:
+  enabled: true
+  ignoreProblemCodes: [43]
 logLevel: debug
 logFormat: json
 "#;
@@ -455,4 +458,36 @@ fn config_show_json_values_are_typed() {
         json["resources.display.replicas"]["origin"],
         serde_json::json!(format!("file {}", file.display()))
     );
+}
+
+#[test]
+fn health_checks_are_configurable_and_reach_the_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        "health:\n  enabled: false\n  ignoreProblemCodes: [43, 31]\n",
+    );
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    assert!(!c.pipeline.health.enabled);
+    assert_eq!(c.pipeline.health.ignore_problem_codes, vec![43, 31]);
+    assert_eq!(
+        c.origin("health.enabled"),
+        format!("file {}", file.display())
+    );
+    let json = c.show_json();
+    assert_eq!(
+        json["health.ignoreProblemCodes"]["value"],
+        serde_json::json!([43, 31])
+    );
+    let d = Config::default();
+    assert!(d.pipeline.health.enabled && d.pipeline.health.ignore_problem_codes.is_empty());
+    let bad = write(
+        &dir,
+        "bad.yaml",
+        "health:\n  ignoreProblemCodes: [forty-three]\n",
+    );
+    assert!(inputs(Some(bad), &[], Flags::default()).resolve().is_err());
 }

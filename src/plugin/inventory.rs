@@ -43,6 +43,11 @@ pub type InventoryRx = watch::Receiver<Arc<Inventory>>;
 pub fn build(facts: &HostFacts, config: Arc<Config>) -> (Inventory, Vec<String>) {
     let discovery = discover(facts, &config.pipeline);
     let mut notices = discovery.warnings.clone();
+    if !config.pipeline.health.enabled {
+        notices.push(
+            "health checks are off (health.enabled: false): every device is advertised Healthy, even one with a problem code or a driver update in progress".into(),
+        );
+    }
     let os = facts.os.clone().unwrap_or_default();
     let assignment = config.assignment.resolve(&os);
     if config.assignment == Assignment::Auto && assignment == Assignment::ClassGuid {

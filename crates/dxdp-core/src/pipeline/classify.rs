@@ -82,7 +82,7 @@ pub fn vendor_name(vendor_id: u32) -> String {
 /// Health from the device node's status and the driver-update state. A status that could not be
 /// read is unhealthy; the problem code counts only with `DN_HAS_PROBLEM` (or, in snapshots
 /// without status flags, when it is not 0).
-pub fn health(pnp: &PnpFacts, driver_update_in_progress: bool) -> Health {
+pub fn health(pnp: &PnpFacts, driver_update_in_progress: bool, ignore_codes: &[u32]) -> Health {
     if let Some(error) = &pnp.status_error {
         return Health::unhealthy(format!(
             "the device node status cannot be read ({error}), so the device is not trusted"
@@ -92,7 +92,8 @@ pub fn health(pnp: &PnpFacts, driver_update_in_progress: bool) -> Health {
         Some(flags) => flags & DN_HAS_PROBLEM != 0,
         None => pnp.problem_code != 0,
     };
-    if has_problem {
+    let ignored = pnp.problem_code != 0 && ignore_codes.contains(&pnp.problem_code);
+    if has_problem && !ignored {
         let code = pnp.problem_code;
         if code == 0 {
             return Health::unhealthy(
@@ -224,7 +225,7 @@ mod tests {
                 status_error: error.map(str::to_string),
                 ..PnpFacts::default()
             };
-            let h = health(&pnp, *updating);
+            let h = health(&pnp, *updating, &[]);
             assert_eq!(h.state, *state, "{code} {flags:?} {error:?}");
             match reason {
                 Some(r) => assert!(h.reason.as_deref().unwrap_or("").contains(r), "{h:?}"),
@@ -315,12 +316,47 @@ mod tests {
                 problem_code: code,
                 ..PnpFacts::default()
             };
-            let h = health(&pnp, updating);
+            let h = health(&pnp, updating, &[]);
             assert_eq!(h.state, state, "{code} {updating}");
             match reason {
                 Some(r) => assert!(h.reason.as_deref().unwrap_or("").contains(r), "{h:?}"),
                 None => assert_eq!(h.reason, None),
             }
+        }
+    }
+
+    #[test]
+    fn ignored_problem_codes_do_not_make_a_device_unhealthy_but_other_conditions_still_do() {
+        let problem = 0x0180_240A; // DN_HAS_PROBLEM set
+                                   // (problem code, status error, driver update, ignored codes, healthy?)
+        type Row<'a> = (u32, Option<&'a str>, bool, &'a [u32], bool);
+        let table: [Row; 6] = [
+            (43, None, false, &[43], true),
+            (43, None, false, &[22], false),
+            (22, None, false, &[22, 43], true),
+            // Ignoring a code never hides a status that cannot be read or a driver update.
+            (
+                43,
+                Some("CM_Get_DevNode_Status failed"),
+                false,
+                &[43],
+                false,
+            ),
+            (43, None, true, &[43], false),
+            (0, None, false, &[0], false),
+        ];
+        for (code, error, updating, ignore, healthy) in table {
+            let pnp = PnpFacts {
+                problem_code: code,
+                status_flags: Some(problem),
+                status_error: error.map(str::to_string),
+                ..PnpFacts::default()
+            };
+            assert_eq!(
+                health(&pnp, updating, ignore).is_healthy(),
+                healthy,
+                "{code} {error:?} {updating} {ignore:?}"
+            );
         }
     }
 }

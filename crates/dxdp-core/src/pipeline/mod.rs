@@ -35,6 +35,27 @@ pub struct PipelineConfig {
     pub runtime_exclude: Vec<String>,
     /// Runtime files added by configuration.
     pub additional_files: Vec<AdditionalFile>,
+    /// Which device-node conditions make a device Unhealthy.
+    pub health: HealthChecks,
+}
+
+/// Health checks (`health` in the configuration), as users of the NVIDIA plugin needed: some
+/// problem codes are benign on some hosts, and some operators want no checks at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthChecks {
+    /// Check health at all; when off, every device is Healthy.
+    pub enabled: bool,
+    /// Problem codes that do not make a device Unhealthy.
+    pub ignore_problem_codes: Vec<u32>,
+}
+
+impl Default for HealthChecks {
+    fn default() -> Self {
+        HealthChecks {
+            enabled: true,
+            ignore_problem_codes: Vec::new(),
+        }
+    }
 }
 
 impl Default for PipelineConfig {
@@ -47,6 +68,7 @@ impl Default for PipelineConfig {
             exclude: Vec::new(),
             runtime_exclude: Vec::new(),
             additional_files: Vec::new(),
+            health: HealthChecks::default(),
         }
     }
 }
@@ -226,7 +248,15 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             supports_display: classify::supports_display(adapter),
             supports_compute: classify::supports_compute(adapter),
             resource,
-            health: classify::health(pnp, adapter.driver_update_in_progress),
+            health: if config.health.enabled {
+                classify::health(
+                    pnp,
+                    adapter.driver_update_in_progress,
+                    &config.health.ignore_problem_codes,
+                )
+            } else {
+                crate::devices::Health::healthy()
+            },
             runtime_files: RuntimeFiles::default(),
         };
         if !config.include.is_empty() && !config.include.iter().any(|s| s.matches(&device)) {
