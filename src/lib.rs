@@ -9,6 +9,8 @@
 //! - [`backend`]: where facts come from (snapshot file, built-in sample host, native Windows).
 //! - [`plugin`]: the device plugin daemon (gRPC service, registration, kubelet restarts).
 //! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.
+//! - [`cluster`]: the node's Kubernetes object: dxdp's node labels and the label that selects a
+//!   named configuration.
 //! - [`transport`]: AF_UNIX sockets on Unix and Windows.
 //! - [`shutdown`]: termination signals and console events, and the cleanup handshake.
 //! - [`tools`]: the node tools (`mounts`, `hcs`, `doctor`) as pure functions.
@@ -16,6 +18,7 @@
 //! - [`logging`]: `tracing` setup.
 
 pub mod backend;
+pub mod cluster;
 pub mod config;
 pub mod kubelet;
 pub mod logging;

@@ -599,6 +599,7 @@ async fn start_with_config_file(config_text: &str) -> (Harness, PathBuf) {
         tx,
         h.dir.path().to_path_buf(),
         NO_SAFETY_POLL,
+        None,
     ));
     h.spawn_plugin(updates);
     (h, config_path)

@@ -419,6 +419,7 @@ async fn configuration_flapping_between_valid_and_invalid_ends_in_the_last_valid
         tx,
         d.dir.path().to_path_buf(),
         NO_SAFETY_POLL,
+        None,
     ));
     let compute = expected_ids(&facts, Resource::Compute, 1);
     d.lists(&expected_ids(&facts, Resource::Display, 1), &compute)

@@ -55,6 +55,12 @@ struct GlobalArgs {
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
 
+    /// Apply this named configuration (`configurations.NAME` in the configuration file) instead
+    /// of the one the node's `directx.microsoft.com/device-plugin.config` label selects
+    /// [env: DXDP_CONFIGURATION].
+    #[arg(long, global = true, value_name = "NAME")]
+    configuration: Option<String>,
+
     /// Log format on stderr: `text` or `json` [env: DXDP_LOG_FORMAT; default: text].
     #[arg(long, global = true)]
     log_format: Option<LogFormat>,
@@ -197,6 +203,7 @@ fn inputs(cli: &Cli) -> Inputs {
     let mut flags = cli.command.flags();
     flags.log_level = cli.global.log_level.clone();
     flags.log_format = cli.global.log_format;
+    flags.configuration = cli.global.configuration.clone();
     let file = config::choose_path(cli.global.config.as_deref(), &env);
     // In a HostProcess container on containerd 1.6, volumes are under the sandbox mount point.
     let sandbox = std::env::var(sandbox::SANDBOX_VAR).ok();
@@ -207,7 +214,12 @@ fn inputs(cli: &Cli) -> Inputs {
         sandbox.as_deref(),
         |p| p.exists(),
     );
-    Inputs { file, env, flags }
+    Inputs {
+        file,
+        env,
+        flags,
+        node: None,
+    }
 }
 
 /// Parses arguments, runs the command and turns errors into a message and exit code 1.

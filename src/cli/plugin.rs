@@ -9,8 +9,10 @@ use clap::Args;
 use tokio::sync::watch;
 
 use dxdp::backend::HostFactsSource;
+use dxdp::cluster::{self, Cluster};
 use dxdp::config::{Config, Flags, Inputs};
 use dxdp::kubelet::paths;
+use dxdp::plugin::register::Backoff;
 use dxdp_core::allocation::MAX_REPLICAS;
 
 use super::ResourceArg;
@@ -90,15 +92,102 @@ pub fn run(
     let kubelet_dir = plugin_config.kubelet_dir.clone();
     let runtime = super::runtime()?;
     let result = runtime.block_on(async move {
+        let mut inputs = inputs;
+        let mut config = config;
+        let mut tasks = Vec::new();
+        let mut node_rx = None;
+        match connect_cluster(&config, &mut inputs).await {
+            Ok(Some((cluster, resolved))) => {
+                config = resolved;
+                let (node_tx, rx) = watch::channel(inputs.node.clone());
+                let (tap_tx, tap_rx) = watch::channel(None);
+                plugin_config.inventory_tap = Some(tap_tx);
+                tasks.push(tokio::spawn(cluster::labels::keep(
+                    cluster.clone(),
+                    tap_rx,
+                    rx.clone(),
+                    API_BACKOFF,
+                )));
+                tasks.push(tokio::spawn(cluster::node::follow(
+                    cluster,
+                    node_tx,
+                    API_BACKOFF,
+                )));
+                node_rx = Some(rx);
+            }
+            Ok(None) => {}
+            Err(e) => return Err(e),
+        }
+        plugin_config.config = config.clone();
         let (tx, updates) = watch::channel(Arc::new(config));
-        let reloader = tokio::spawn(plugin::reload::watch(inputs, tx, kubelet_dir, safety_poll));
+        tasks.push(tokio::spawn(plugin::reload::watch(
+            inputs,
+            tx,
+            kubelet_dir,
+            safety_poll,
+            node_rx,
+        )));
         let result =
             plugin::run_with_updates(plugin_config, source, updates, shutdown::signal()).await;
-        reloader.abort();
-        result
+        for t in tasks {
+            t.abort();
+        }
+        Ok(result)
     });
     // Sockets are removed and streams ended: Windows may end the process now.
     shutdown::global().mark_done();
-    result?;
+    result??;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Retries of API server calls (node labels, following the node): 1 s doubling to 60 s, with
+/// jitter.
+const API_BACKOFF: Backoff = Backoff {
+    initial: Duration::from_secs(1),
+    max: Duration::from_secs(60),
+    timeout: Duration::from_secs(30),
+};
+
+/// How long the start waits for the node's labels (they select the named configuration).
+const NODE_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connects to the API server when `NODE_NAME` and credentials are there (else says once why
+/// not), reads the node's labels and re-resolves the configuration with them, so that the
+/// named configuration the node selects applies from the start.
+async fn connect_cluster(
+    config: &Config,
+    inputs: &mut Inputs,
+) -> Result<Option<(Cluster, Config)>, anyhow::Error> {
+    let node_name = std::env::var(cluster::NODE_NAME_VAR).ok();
+    let cluster = match Cluster::connect(node_name.as_deref()).await {
+        Ok(c) => c,
+        Err(why) => {
+            tracing::info!("node labels and per-node configuration are off: {why}");
+            return Ok(None);
+        }
+    };
+    if config.node_labels.enabled {
+        tracing::info!(node = %cluster.node(), prefix = %config.node_labels.prefix, "node labels on");
+    } else {
+        tracing::info!(node = %cluster.node(), "node labels off (nodeLabels.enabled: false)");
+    }
+    match tokio::time::timeout(NODE_READ_TIMEOUT, cluster.get()).await {
+        Ok(Ok(info)) => inputs.node = Some(info),
+        Ok(Err(e)) => tracing::warn!(
+            "cannot read the node's labels yet, starting with the default configuration: {e}"
+        ),
+        Err(_) => {
+            tracing::warn!(node = %cluster.node(), "the API server did not answer within {NODE_READ_TIMEOUT:?}; starting with the default configuration")
+        }
+    }
+    let resolved = inputs.resolve()?;
+    tracing::info!(
+        configuration = resolved.selection.name.as_deref().unwrap_or("default"),
+        reason = %resolved.selection.reason,
+        "configuration selected"
+    );
+    if let Some(w) = &resolved.selection.warning {
+        tracing::warn!("{w}");
+    }
+    Ok(Some((cluster, resolved)))
 }

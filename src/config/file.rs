@@ -294,6 +294,91 @@ pub struct ConfigFile {
     pub log_level: Option<LogLevelName>,
     /// Log format.
     pub log_format: Option<LogFormatName>,
+    /// Node labels.
+    #[serde(default)]
+    pub node_labels: NodeLabelsFile,
+    /// Named configurations, one of which a node selects with its
+    /// `<prefix>device-plugin.config` label.
+    pub configurations: Option<BTreeMap<ConfigName, NamedConfigFile>>,
+}
+
+/// `nodeLabels`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeLabelsFile {
+    /// Keep the node's labels up to date.
+    pub enabled: Option<bool>,
+    /// The label key prefix.
+    pub prefix: Option<LabelPrefix>,
+}
+
+/// A label key prefix, checked as a DNS subdomain followed by `/`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct LabelPrefix(pub String);
+
+impl TryFrom<String> for LabelPrefix {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        dxdp_core::labels::check_prefix(&s).map(|()| LabelPrefix(s))
+    }
+}
+
+/// The name of a configuration in `configurations` (a valid label value, as nodes select it by
+/// label).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
+pub struct ConfigName(pub String);
+
+impl TryFrom<String> for ConfigName {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        if !s.is_empty() && dxdp_core::labels::is_label_value(&s) {
+            Ok(ConfigName(s))
+        } else {
+            Err(format!(
+                "configuration name {} is not a valid label value: use 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+                quote(&s)
+            ))
+        }
+    }
+}
+
+/// One named configuration: the device settings a node can select. Process-wide settings
+/// (`logLevel`, `logFormat`, `nodeLabels`, `metrics`) and nested `configurations` are only
+/// allowed at the top level.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamedConfigFile {
+    /// Per-resource settings.
+    #[serde(default)]
+    pub resources: ResourcesFile,
+    /// Device selection.
+    #[serde(default)]
+    pub devices: DevicesFile,
+    /// Assignment mode.
+    pub assignment: Option<Assignment>,
+    /// Runtime-file control.
+    #[serde(default)]
+    pub runtime_files: RuntimeFilesFile,
+    /// Health checks.
+    #[serde(default)]
+    pub health: HealthFile,
+}
+
+impl From<&NamedConfigFile> for ConfigFile {
+    fn from(n: &NamedConfigFile) -> Self {
+        ConfigFile {
+            resources: n.resources.clone(),
+            devices: n.devices.clone(),
+            assignment: n.assignment,
+            runtime_files: n.runtime_files.clone(),
+            health: n.health.clone(),
+            ..ConfigFile::default()
+        }
+    }
 }
 
 /// A reference-plugin configuration file (one per plugin: WDDM = display, MCDM = compute).

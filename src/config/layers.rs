@@ -225,6 +225,14 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.log_level = v.0.clone();
         c.set_origin("logLevel", origin);
     }
+    if let Some(v) = f.node_labels.enabled {
+        c.node_labels.enabled = v;
+        c.set_origin("nodeLabels.enabled", origin);
+    }
+    if let Some(v) = &f.node_labels.prefix {
+        c.node_labels.prefix = v.0.clone();
+        c.set_origin("nodeLabels.prefix", origin);
+    }
     if let Some(v) = f.log_format {
         c.log_format = match v {
             LogFormatName::Text => LogFormat::Text,
@@ -329,6 +337,19 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             reason: "use location-path, class-guid or auto".into(),
         })?;
         c.set_origin("assignment", "env DXDP_ASSIGNMENT");
+    }
+    if let Some(v) = env.get("DXDP_NODE_LABELS") {
+        c.node_labels.enabled = parse_bool("DXDP_NODE_LABELS", v)?;
+        c.set_origin("nodeLabels.enabled", "env DXDP_NODE_LABELS");
+    }
+    if let Some(v) = env.get("DXDP_NODE_LABEL_PREFIX") {
+        dxdp_core::labels::check_prefix(v).map_err(|reason| ConfigError::Env {
+            name: "DXDP_NODE_LABEL_PREFIX".into(),
+            value: v.clone(),
+            reason,
+        })?;
+        c.node_labels.prefix = v.clone();
+        c.set_origin("nodeLabels.prefix", "env DXDP_NODE_LABEL_PREFIX");
     }
     if let Some(v) = env.get("DXDP_LOG_LEVEL") {
         crate::logging::filter(v).map_err(|e| ConfigError::Env {

@@ -53,8 +53,52 @@ pub struct Config {
     pub log_level: String,
     /// Log format.
     pub log_format: LogFormat,
+    /// Node labels.
+    pub node_labels: NodeLabels,
+    /// Which named configuration is in force, and why.
+    pub selection: Selection,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
     pub origins: BTreeMap<String, String>,
+}
+
+/// Why the default configuration applies when nothing selects another.
+const NO_SELECTION: &str = "default: no configuration selected";
+
+/// `nodeLabels`: the labels dxdp keeps on its Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeLabels {
+    /// Keep them up to date (needs `NODE_NAME` and Kubernetes credentials too).
+    pub enabled: bool,
+    /// The key prefix, e.g. `directx.microsoft.com/`.
+    pub prefix: String,
+}
+
+impl NodeLabels {
+    /// The label that selects a named configuration: `<prefix>device-plugin.config`.
+    pub fn selector_key(&self) -> String {
+        format!("{}{}", self.prefix, dxdp_core::labels::CONFIG_SELECTOR)
+    }
+}
+
+/// Which named configuration (`configurations.<name>` in the file) is in force.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// The configuration applied over the file's top level; `None`: the top level alone (the
+    /// default).
+    pub name: Option<String>,
+    /// Why this one, e.g. `node label directx.microsoft.com/device-plugin.config on node n1`.
+    pub reason: String,
+    /// Set when a name was asked for that the file does not have (the default is used).
+    pub warning: Option<String>,
+}
+
+/// The Node this process runs on, as the API server reported it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Default for Config {
@@ -79,11 +123,21 @@ impl Default for Config {
             assignment: Assignment::Auto,
             log_level: "info".into(),
             log_format: LogFormat::Text,
+            node_labels: NodeLabels {
+                enabled: true,
+                prefix: dxdp_core::labels::DEFAULT_PREFIX.into(),
+            },
+            selection: Selection {
+                name: None,
+                reason: NO_SELECTION.into(),
+                warning: None,
+            },
             origins: BTreeMap::new(),
         };
         for key in c.keys() {
             c.origins.insert(key, "default".into());
         }
+        c.set_origin("configuration", NO_SELECTION);
         c
     }
 }
@@ -152,6 +206,8 @@ pub struct Flags {
     pub log_level: Option<String>,
     /// `--log-format`.
     pub log_format: Option<LogFormat>,
+    /// `--configuration`: the named configuration to apply, whatever the node's label says.
+    pub configuration: Option<String>,
 }
 
 /// Why the configuration cannot be built.
@@ -223,6 +279,9 @@ pub struct Inputs {
     pub env: Env,
     /// The flags.
     pub flags: Flags,
+    /// The Node this process runs on, when the API server told (for the node's selection of a
+    /// named configuration).
+    pub node: Option<NodeInfo>,
 }
 
 impl Inputs {
@@ -253,19 +312,92 @@ impl Inputs {
                 apply_reference(&mut c, r, &f, &format!("file {} ({name})", path.display()));
             }
         }
+        let mut named = None;
         if let Some((path, required)) = &self.file {
             match read(path) {
                 Ok(text) => {
                     let f: ConfigFile = file::parse(&text, &path.display().to_string())?;
                     apply_file(&mut c, &f, &format!("file {}", path.display()));
+                    named = Some((path, f.configurations.unwrap_or_default()));
                 }
                 Err(e) if *required => return Err(e),
                 Err(_) => {}
             }
         }
+        // The node labels' prefix (which names the selecting label) as env and flags make it.
+        let mut probe = c.clone();
+        apply_env(&mut probe, &self.env)?;
+        c.selection = self.select(&probe.node_labels, named.as_ref().map(|(p, n)| (*p, n)));
+        if let (Some(name), Some((path, configurations))) = (&c.selection.name, &named) {
+            if let Some(f) = configurations.get(&file::ConfigName(name.clone())) {
+                let origin = format!("file {} (configuration {name})", path.display());
+                apply_file(&mut c, &ConfigFile::from(f), &origin);
+            }
+        }
+        c.set_origin("configuration", &c.selection.reason.clone());
         apply_env(&mut c, &self.env)?;
         apply_flags(&mut c, &self.flags);
         Ok(c)
+    }
+
+    /// Which named configuration applies: `--configuration`, else `DXDP_CONFIGURATION`, else
+    /// the node's `<prefix>device-plugin.config` label, else none. A name the file does not
+    /// have falls back to none, with a warning.
+    fn select(
+        &self,
+        labels: &NodeLabels,
+        named: Option<(&PathBuf, &BTreeMap<file::ConfigName, file::NamedConfigFile>)>,
+    ) -> Selection {
+        let key = labels.selector_key();
+        let asked = if let Some(n) = &self.flags.configuration {
+            Some((n.clone(), "flag --configuration".to_string()))
+        } else if let Some(n) = self.env.get("DXDP_CONFIGURATION").filter(|n| !n.is_empty()) {
+            Some((n.clone(), "env DXDP_CONFIGURATION".to_string()))
+        } else {
+            self.node.as_ref().and_then(|node| {
+                node.labels
+                    .get(&key)
+                    .filter(|v| !v.is_empty())
+                    .map(|v| (v.clone(), format!("node label {key} on node {}", node.name)))
+            })
+        };
+        let Some((name, why)) = asked else {
+            let reason = match &self.node {
+                Some(node) => format!("default: node {} has no label {key}", node.name),
+                None => NO_SELECTION.to_string(),
+            };
+            return Selection {
+                name: None,
+                reason,
+                warning: None,
+            };
+        };
+        let known: Vec<&str> = named
+            .map(|(_, m)| m.keys().map(|k| k.0.as_str()).collect())
+            .unwrap_or_default();
+        if known.contains(&name.as_str()) {
+            return Selection {
+                name: Some(name),
+                reason: why,
+                warning: None,
+            };
+        }
+        let file = named
+            .map(|(p, _)| p.display().to_string())
+            .unwrap_or_else(|| "the configuration file".into());
+        let known = if known.is_empty() {
+            "it has none".to_string()
+        } else {
+            format!("it has {}", known.join(", "))
+        };
+        Selection {
+            name: None,
+            reason: format!("default: {} ({why}) is unknown", dxdp_core::quote::quote(&name)),
+            warning: Some(format!(
+                "configuration {} ({why}) is not in {file}'s configurations ({known}): using the default configuration; add it under configurations: or fix the selection",
+                dxdp_core::quote::quote(&name)
+            )),
+        }
     }
 }
 

@@ -36,6 +36,9 @@ impl Config {
             "health.ignoreProblemCodes",
             "logLevel",
             "logFormat",
+            "nodeLabels.enabled",
+            "nodeLabels.prefix",
+            "configuration",
         ] {
             keys.push(k.to_string());
         }
@@ -127,6 +130,9 @@ impl Config {
             ),
             "logLevel" => json!(self.log_level),
             "logFormat" => json!(self.log_format.to_string()),
+            "nodeLabels.enabled" => json!(self.node_labels.enabled),
+            "nodeLabels.prefix" => json!(self.node_labels.prefix),
+            "configuration" => json!(self.selection.name.as_deref().unwrap_or("default")),
             _ => Value::Null,
         }
     }

@@ -21,6 +21,7 @@ fn inputs(file: Option<PathBuf>, env: &[(&str, &str)], flags: Flags) -> Inputs {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         flags,
+        node: None,
     }
 }
 
@@ -58,6 +59,9 @@ health:
   ignoreProblemCodes: [43]
 logLevel: debug
 logFormat: json
+nodeLabels:
+  enabled: false
+  prefix: example.com/gpu-
 "#;
 
 #[test]
@@ -101,9 +105,18 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
     );
     assert_eq!(c.log_level, "debug");
     assert_eq!(c.log_format, LogFormat::Json);
+    assert_eq!(
+        c.node_labels,
+        NodeLabels {
+            enabled: false,
+            prefix: "example.com/gpu-".into()
+        }
+    );
     let origin = format!("file {}", path.display());
     for key in c.keys() {
-        if !key.starts_with("resources.compute.") || key == "resources.compute.enabled" {
+        if key == "configuration" {
+            assert_eq!(c.origins[&key], "default: no configuration selected");
+        } else if !key.starts_with("resources.compute.") || key == "resources.compute.enabled" {
             assert_eq!(c.origins[&key], origin, "{key}");
         }
     }
@@ -302,6 +315,14 @@ fn bad_values_are_rejected_with_what_is_allowed() {
         ("resources: {display: {allocationPolicy: even}}\n", "spread, pack"),
         ("resources: {compute: {multiDevice: error}}\n", "warn, fail"),
         ("resources: {display: {cudaVisibleDevices: yes please}}\n", "true or false"),
+        ("nodeLabels: {prefix: directx.microsoft.com}\n", "must contain '/'"),
+        ("nodeLabels: {prefix: Example.com/}\n", "not a DNS subdomain"),
+        ("nodeLabels: {labels: true}\n", "unknown field `labels`"),
+        ("configurations: {'big gpu': {}}\n", "not a valid label value"),
+        ("configurations:\n  big:\n    logLevel: debug\n", ":3:"),
+        ("configurations: {big: {nodeLabels: {enabled: false}}}\n", "unknown field `nodeLabels`"),
+        ("configurations: {big: {configurations: {}}}\n", "unknown field `configurations`"),
+        ("configurations: {big: {resources: {display: {replicas: 0}}}}\n", "from 1 to 64"),
     ];
     for (text, fragment) in table {
         let path = write(&dir, "bad.yaml", text);
@@ -316,6 +337,8 @@ fn bad_values_are_rejected_with_what_is_allowed() {
         ("DXDP_REPLICAS", "0", "from 1 to 64"),
         ("WDDM_DEVICE_PLUGIN_MULTITENANCY", "x", "whole number"),
         ("DXDP_ASSIGNMENT", "gpu", "class-guid"),
+        ("DXDP_NODE_LABELS", "maybe", "true or false"),
+        ("DXDP_NODE_LABEL_PREFIX", "gpu", "must contain '/'"),
         ("DXDP_RESOURCES", "gpu", "display, compute"),
         (
             "MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE",
@@ -490,4 +513,100 @@ fn health_checks_are_configurable_and_reach_the_pipeline() {
         "health:\n  ignoreProblemCodes: [forty-three]\n",
     );
     assert!(inputs(Some(bad), &[], Flags::default()).resolve().is_err());
+}
+
+const NAMED: &str = r#"
+resources:
+  display:
+    replicas: 2
+configurations:
+  big:
+    resources:
+      display:
+        replicas: 8
+    assignment: class-guid
+  small: {}
+"#;
+
+fn node(labels: &[(&str, &str)]) -> Option<NodeInfo> {
+    Some(NodeInfo {
+        name: "n1".into(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    })
+}
+
+#[test]
+fn the_node_label_selects_a_named_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "config.yaml", NAMED);
+    let file = format!("file {}", path.display());
+    let key = "directx.microsoft.com/device-plugin.config";
+    // (node labels, env, flag) -> (replicas, assignment, selected, reason, warned)
+    type Want<'a> = (u32, Assignment, Option<&'a str>, &'a str, bool);
+    type Row<'a> = (
+        Option<NodeInfo>,
+        Vec<(&'a str, &'a str)>,
+        Option<&'a str>,
+        Want<'a>,
+    );
+    let table: Vec<Row> = vec![
+        (None, vec![], None, (2, Assignment::Auto, None, "default: no configuration selected", false)),
+        (node(&[]), vec![], None, (2, Assignment::Auto, None, "default: node n1 has no label directx.microsoft.com/device-plugin.config", false)),
+        (node(&[(key, "big")]), vec![], None, (8, Assignment::ClassGuid, Some("big"), "node label directx.microsoft.com/device-plugin.config on node n1", false)),
+        (node(&[(key, "small")]), vec![], None, (2, Assignment::Auto, Some("small"), "node label directx.microsoft.com/device-plugin.config on node n1", false)),
+        (node(&[(key, "huge")]), vec![], None, (2, Assignment::Auto, None, "default: \"huge\" (node label directx.microsoft.com/device-plugin.config on node n1) is unknown", true)),
+        (node(&[("example.com/device-plugin.config", "big")]), vec![], None, (2, Assignment::Auto, None, "default: node n1 has no label directx.microsoft.com/device-plugin.config", false)),
+        (node(&[("example.com/device-plugin.config", "big")]), vec![("DXDP_NODE_LABEL_PREFIX", "example.com/")], None, (8, Assignment::ClassGuid, Some("big"), "node label example.com/device-plugin.config on node n1", false)),
+        (node(&[(key, "small")]), vec![("DXDP_CONFIGURATION", "big")], None, (8, Assignment::ClassGuid, Some("big"), "env DXDP_CONFIGURATION", false)),
+        (node(&[(key, "small")]), vec![("DXDP_CONFIGURATION", "big")], Some("small"), (2, Assignment::Auto, Some("small"), "flag --configuration", false)),
+        // The environment still overrides what the named configuration sets.
+        (node(&[(key, "big")]), vec![("DXDP_REPLICAS", "3")], None, (3, Assignment::ClassGuid, Some("big"), "node label directx.microsoft.com/device-plugin.config on node n1", false)),
+    ];
+    for (node, env, flag, want) in table {
+        let mut i = inputs(
+            Some(path.clone()),
+            &env,
+            Flags {
+                configuration: flag.map(str::to_string),
+                ..Flags::default()
+            },
+        );
+        i.node = node.clone();
+        let c = i.resolve().unwrap();
+        let got = (
+            c.replicas(Resource::Display),
+            c.assignment,
+            c.selection.name.as_deref(),
+            c.selection.reason.as_str(),
+            c.selection.warning.is_some(),
+        );
+        assert_eq!(got, want, "{node:?} {env:?} {flag:?}");
+        assert_eq!(c.origins["configuration"], c.selection.reason);
+        let replicas_origin = &c.origins["resources.display.replicas"];
+        match (c.selection.name.as_deref(), env.is_empty()) {
+            (Some("big"), true) => {
+                assert_eq!(replicas_origin, &format!("{file} (configuration big)"))
+            }
+            (_, true) => assert_eq!(replicas_origin, &file),
+            _ => {}
+        }
+        let shown = c.show();
+        let line = format!(
+            "configuration: {}  # {}",
+            c.selection.name.as_deref().unwrap_or("default"),
+            c.selection.reason
+        );
+        assert!(shown.contains(&line), "{shown}");
+    }
+    // The warning names the file, what asked and what the file has.
+    let mut i = inputs(Some(path.clone()), &[], Flags::default());
+    i.node = node(&[(key, "huge")]);
+    let w = i.resolve().unwrap().selection.warning.unwrap();
+    assert!(
+        w.contains("config.yaml") && w.contains("big, small") && w.contains("node n1"),
+        "{w}"
+    );
 }

@@ -57,6 +57,8 @@ pub struct PluginConfig {
     pub safety_poll: Duration,
     /// Registration retries.
     pub backoff: Backoff,
+    /// Receives every inventory the daemon serves (for the node labels).
+    pub inventory_tap: Option<channel::Sender<Option<Arc<inventory::Inventory>>>>,
 }
 
 /// The default safety poll.
@@ -75,6 +77,7 @@ impl PluginConfig {
                 max: Duration::from_secs(30),
                 timeout: Duration::from_secs(30),
             },
+            inventory_tap: None,
         }
     }
 }
@@ -205,6 +208,19 @@ pub async fn run_with_updates(
         );
     }
     let (tx, inventory) = channel::channel(Arc::new(inventory));
+    let tap = config.inventory_tap.clone().map(|tap| {
+        let mut rx = inventory.clone();
+        tokio::spawn(async move {
+            loop {
+                let current = rx.borrow_and_update().clone();
+                tap.send_replace(Some(current));
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { return },
+                    _ = tap.closed() => return,
+                }
+            }
+        })
+    });
     let refresher = tokio::spawn(inventory::refresh(
         source,
         facts,
@@ -250,6 +266,9 @@ pub async fn run_with_updates(
     }
     sup.stop_all().await;
     refresher.abort();
+    if let Some(tap) = tap {
+        tap.abort();
+    }
     tracing::info!("device plugin stopped");
     Ok(())
 }

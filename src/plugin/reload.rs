@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::watch::{parent_dir, DirWatch};
-use crate::config::{Config, Inputs};
+use crate::config::{Config, Inputs, NodeInfo};
 
 /// How long a burst of file events (an editor's save, a ConfigMap swap) may take before the
 /// file is read.
@@ -49,12 +49,14 @@ pub fn reload_once(
     Outcome::Applied
 }
 
-/// Reloads on file events and on every safety poll until `tx` has no receivers.
+/// Reloads on file events, on every change of the node's labels (`node`: they select the named
+/// configuration) and on every safety poll until `tx` has no receivers.
 pub async fn watch(
-    inputs: Inputs,
+    mut inputs: Inputs,
     tx: watch::Sender<Arc<Config>>,
     kubelet_dir: PathBuf,
     safety_poll: Duration,
+    mut node: Option<watch::Receiver<Option<NodeInfo>>>,
 ) {
     let files = inputs.watched_files();
     if files.is_empty() {
@@ -90,11 +92,35 @@ pub async fn watch(
             }
             _ = safety.tick() => false,
             _ = tx.closed() => return,
+            changed = async { match node.as_mut() {
+                Some(rx) => rx.changed().await,
+                None => std::future::pending().await,
+            } } => {
+                match (changed, node.as_mut()) {
+                    (Ok(()), Some(rx)) => {
+                        let info = rx.borrow_and_update().clone();
+                        if info.is_none() || info == inputs.node {
+                            continue;
+                        }
+                        inputs.node = info;
+                    }
+                    // The node is no longer followed: keep the last selection.
+                    _ => {
+                        node = None;
+                        continue;
+                    }
+                }
+                true
+            }
         };
         match reload_once(&inputs, &tx, &kubelet_dir) {
             Outcome::Applied => {
                 last_rejection = None;
-                tracing::info!(files = ?names, "configuration reloaded and applied");
+                let selection = tx.borrow().selection.clone();
+                tracing::info!(files = ?names, configuration = selection.name.as_deref().unwrap_or("default"), reason = %selection.reason, "configuration reloaded and applied");
+                if let Some(w) = &selection.warning {
+                    tracing::warn!("{w}");
+                }
             }
             Outcome::Unchanged => {
                 if last_rejection.take().is_some() || from_event {
@@ -220,6 +246,7 @@ mod tests {
             tx,
             dir.path().to_path_buf(),
             Duration::from_secs(3600),
+            None,
         ));
         tokio::time::sleep(Duration::from_millis(100)).await;
         // The kubelet's atomic update: a new ..data symlink renamed over the old one.
@@ -243,6 +270,7 @@ mod tests {
             tx,
             dir.path().to_path_buf(),
             Duration::from_secs(3600),
+            None,
         ));
         tokio::time::sleep(Duration::from_millis(100)).await;
         let tmp = dir.path().join("config.yaml.tmp");

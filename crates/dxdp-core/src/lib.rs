@@ -17,12 +17,14 @@
 //! - [`allocation`]: replicas and the container edits of an `Allocate` call.
 //! - [`quote`]: bounded quoting of untrusted values in messages.
 //! - [`hints`]: the environment variables and annotations that tell a container its devices.
+//! - [`labels`]: the Node labels that describe the node's devices.
 
 pub mod allocation;
 pub mod assignment;
 pub mod devices;
 pub mod facts;
 pub mod hints;
+pub mod labels;
 pub mod pipeline;
 pub mod policy;
 pub mod preferred;

@@ -1,0 +1,158 @@
+//! The node's own Kubernetes object: who this node is (`NODE_NAME`), the API server connection
+//! (in-cluster service account or `KUBECONFIG`, rustls), reading the Node, and applying dxdp's
+//! labels to it with server-side apply.
+//!
+//! - [`labels`]: keeps the Node's labels in step with the devices and the configuration;
+//! - [`node`]: follows the Node (its labels select a named configuration).
+//!
+//! Everything here is optional: without `NODE_NAME` or credentials the daemon serves devices
+//! as before and says once why the cluster features are off. API errors are retried with
+//! backoff and never stop the daemon.
+
+pub mod labels;
+pub mod node;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::config::NodeInfo;
+use crate::plugin::register::chain;
+
+/// The field manager of dxdp's server-side applies: the labels it sets are owned by it, so a
+/// label it stops setting is removed and labels it never set are untouched.
+pub const FIELD_MANAGER: &str = "dxdp";
+
+/// The environment variable naming this node (the chart sets it from `spec.nodeName`).
+pub const NODE_NAME_VAR: &str = "NODE_NAME";
+
+/// Why the cluster features are off.
+#[derive(Debug, thiserror::Error)]
+pub enum Off {
+    /// `NODE_NAME` is unset or empty.
+    #[error("NODE_NAME is not set (the chart sets it from spec.nodeName)")]
+    NoNodeName,
+    /// No in-cluster service account and no usable kubeconfig.
+    #[error("no Kubernetes credentials found (no in-cluster service account, no usable KUBECONFIG or ~/.kube/config): {0}")]
+    NoCredentials(String),
+    /// The client could not be built from the credentials.
+    #[error("cannot build a Kubernetes client: {0}")]
+    Client(String),
+}
+
+/// An API call failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} node {node}: {reason}")]
+pub struct ApiError {
+    /// What was attempted (`get`, `apply labels to`, `watch`).
+    pub what: &'static str,
+    /// The node.
+    pub node: String,
+    /// The error and its causes, each once.
+    pub reason: String,
+}
+
+/// This node's object on the API server.
+#[derive(Clone)]
+pub struct Cluster {
+    api: Api<Node>,
+    node: String,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("node", &self.node).finish()
+    }
+}
+
+impl Cluster {
+    /// Connects the standard way: in-cluster service account, else `KUBECONFIG`/`~/.kube/config`.
+    /// `node_name` is `NODE_NAME`'s value.
+    pub async fn connect(node_name: Option<&str>) -> Result<Cluster, Off> {
+        let node = node_name
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .ok_or(Off::NoNodeName)?;
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| Off::NoCredentials(chain(&e)))?;
+        Cluster::with_config(config, node)
+    }
+
+    /// A client for the API server at `url` without credentials (a local stand-in or
+    /// `kubectl proxy`).
+    pub fn at_url(url: &str, node: &str) -> Result<Cluster, Off> {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| Off::Client(format!("{url}: {e}")))?;
+        Cluster::with_config(kube::Config::new(uri), node)
+    }
+
+    fn with_config(config: kube::Config, node: &str) -> Result<Cluster, Off> {
+        let client = kube::Client::try_from(config).map_err(|e| Off::Client(chain(&e)))?;
+        Ok(Cluster {
+            api: Api::all(client),
+            node: node.to_string(),
+        })
+    }
+
+    /// The node's name.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The node's name and labels now.
+    pub async fn get(&self) -> Result<NodeInfo, ApiError> {
+        let node = self
+            .api
+            .get(&self.node)
+            .await
+            .map_err(|e| self.error("get", &e))?;
+        Ok(node_info(&node, &self.node))
+    }
+
+    /// Applies `labels` as dxdp's complete set (server-side apply, field manager
+    /// [`FIELD_MANAGER`], forced): keys dxdp applied before and not now are removed.
+    pub async fn apply_labels(
+        &self,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<NodeInfo, ApiError> {
+        let body = apply_body(&self.node, labels);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let node = self
+            .api
+            .patch(&self.node, &params, &Patch::Apply(&body))
+            .await
+            .map_err(|e| self.error("apply labels to", &e))?;
+        Ok(node_info(&node, &self.node))
+    }
+
+    fn error(&self, what: &'static str, e: &kube::Error) -> ApiError {
+        ApiError {
+            what,
+            node: self.node.clone(),
+            reason: chain(e),
+        }
+    }
+}
+
+/// The server-side apply body for `labels` on `node`.
+pub fn apply_body(node: &str, labels: &BTreeMap<String, String>) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node, "labels": labels},
+    })
+}
+
+fn node_info(node: &Node, name: &str) -> NodeInfo {
+    NodeInfo {
+        name: node
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_else(|| name.to_string()),
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+    }
+}
