@@ -3,7 +3,8 @@
 //! labels to it with server-side apply.
 //!
 //! - [`labels`]: keeps the Node's labels in step with the devices and the configuration;
-//! - [`node`]: follows the Node (its labels select a named configuration).
+//! - [`node`]: follows the Node (its labels select a named configuration);
+//! - [`standin`]: an in-process API server stand-in for tests.
 //!
 //! Everything here is optional: without `NODE_NAME` or credentials the daemon serves devices
 //! as before and says once why the cluster features are off. API errors are retried with
@@ -11,6 +12,7 @@
 
 pub mod labels;
 pub mod node;
+pub mod standin;
 
 use std::collections::BTreeMap;
 
@@ -156,3 +158,6 @@ fn node_info(node: &Node, name: &str) -> NodeInfo {
         labels: node.metadata.labels.clone().unwrap_or_default(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,438 @@
+//! An in-process stand-in for the Kubernetes API server's Node endpoints, over real HTTP on
+//! loopback: `GET /api/v1/nodes/{name}`, server-side apply (`PATCH` with
+//! `application/apply-patch+yaml`) with per-field-manager ownership of labels, and a watch of one
+//! Node. It records every request exactly as received so that tests can check content type,
+//! field manager and body, and it can fail requests on demand.
+//!
+//! Only what dxdp uses is implemented; anything else is answered 404.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, Notify};
+use tokio::task::JoinHandle;
+
+/// One request as the stand-in received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// `GET`, `PATCH`, ...
+    pub method: String,
+    /// The path, e.g. `/api/v1/nodes/n1`.
+    pub path: String,
+    /// The query parameters, percent-decoded.
+    pub query: BTreeMap<String, String>,
+    /// The `Content-Type` header.
+    pub content_type: Option<String>,
+    /// The body.
+    pub body: String,
+}
+
+impl Recorded {
+    /// The body as JSON (`Null` when it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    labels: BTreeMap<String, String>,
+    /// The field manager that owns each label.
+    owners: BTreeMap<String, String>,
+    version: u64,
+    requests: Vec<Recorded>,
+    /// Status codes for the next requests of a method (`PATCH`, `GET`).
+    failures: BTreeMap<String, Vec<u16>>,
+}
+
+struct Shared {
+    node: String,
+    state: Mutex<State>,
+    changed: Notify,
+    events: broadcast::Sender<serde_json::Value>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn node_json(&self, s: &State) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.node,
+                "resourceVersion": s.version.to_string(),
+                "labels": s.labels,
+            },
+        })
+    }
+
+    /// Bumps the version and tells watchers and waiters.
+    fn publish(&self, s: &mut State) {
+        s.version += 1;
+        let _ = self
+            .events
+            .send(serde_json::json!({"type": "MODIFIED", "object": self.node_json(s)}));
+    }
+}
+
+/// A running stand-in with one Node.
+pub struct ApiServerStandin {
+    shared: Arc<Shared>,
+    address: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ApiServerStandin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ApiServerStandin {
+    /// Serves one Node named `node` with `labels` (owned by the field manager `kubectl`) on a
+    /// free loopback port.
+    pub async fn start(node: &str, labels: &[(&str, &str)]) -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let (events, _) = broadcast::channel(256);
+        let shared = Arc::new(Shared {
+            node: node.to_string(),
+            state: Mutex::new(State {
+                version: 1,
+                ..State::default()
+            }),
+            changed: Notify::new(),
+            events,
+        });
+        {
+            let mut s = shared.lock();
+            for (k, v) in labels {
+                s.labels.insert(k.to_string(), v.to_string());
+                s.owners.insert(k.to_string(), "kubectl".into());
+            }
+        }
+        let task = tokio::spawn(serve(listener, shared.clone()));
+        Ok(ApiServerStandin {
+            shared,
+            address,
+            task,
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// A kubeconfig file's text that points at the stand-in without credentials.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: {}\nusers:\n- name: standin\n  user: {{}}\ncontexts:\n- name: standin\n  context:\n    cluster: standin\n    user: standin\ncurrent-context: standin\n",
+            self.url()
+        )
+    }
+
+    /// The Node's labels now.
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        self.shared.lock().labels.clone()
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// The `PATCH` requests so far.
+    pub fn patches(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH")
+            .collect()
+    }
+
+    /// Sets (`Some`) or removes (`None`) a label as another client (`kubectl`) would.
+    pub fn set_label(&self, key: &str, value: Option<&str>) {
+        let mut s = self.shared.lock();
+        match value {
+            Some(v) => {
+                s.labels.insert(key.to_string(), v.to_string());
+                s.owners.insert(key.to_string(), "kubectl".into());
+            }
+            None => {
+                s.labels.remove(key);
+                s.owners.remove(key);
+            }
+        }
+        self.shared.publish(&mut s);
+        drop(s);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Answers the next requests of `method` with these status codes, in order.
+    pub fn fail_next(&self, method: &str, codes: &[u16]) {
+        self.shared
+            .lock()
+            .failures
+            .entry(method.to_string())
+            .or_default()
+            .extend_from_slice(codes);
+    }
+
+    /// Waits until `condition` holds for the requests and labels (checked after every request
+    /// and label change).
+    pub async fn wait_for(
+        &self,
+        mut condition: impl FnMut(&[Recorded], &BTreeMap<String, String>) -> bool,
+    ) {
+        loop {
+            let notified = self.shared.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let s = self.shared.lock();
+                if condition(&s.requests, &s.labels) {
+                    return;
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| handle(req, shared.clone()));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn full(status: StatusCode, json: &serde_json::Value) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(json.to_string())).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn status(code: StatusCode, message: &str) -> Response<Body> {
+    full(
+        code,
+        &serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Status",
+            "status": "Failure",
+            "message": message,
+            "code": code.as_u16(),
+        }),
+    )
+}
+
+/// Percent-decodes a query component (`+` is a space).
+fn decode(s: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn query(q: Option<&str>) -> BTreeMap<String, String> {
+    q.unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let q = query(req.uri().query());
+    let content_type = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = match req.into_body().collect().await {
+        Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+        Err(_) => String::new(),
+    };
+    let recorded = Recorded {
+        method: method.to_string(),
+        path: path.clone(),
+        query: q.clone(),
+        content_type: content_type.clone(),
+        body: body.clone(),
+    };
+    let response = {
+        let mut s = shared.lock();
+        s.requests.push(recorded);
+        let injected = s
+            .failures
+            .get_mut(method.as_str())
+            .filter(|codes| !codes.is_empty())
+            .map(|codes| codes.remove(0));
+        let node_path = format!("/api/v1/nodes/{}", shared.node);
+        if let Some(code) = injected {
+            let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            Some(status(code, "injected failure"))
+        } else if method == Method::GET && path == node_path {
+            Some(full(StatusCode::OK, &shared.node_json(&s)))
+        } else if method == Method::PATCH && path == node_path {
+            Some(apply(&shared, &mut s, &q, content_type.as_deref(), &body))
+        } else if method == Method::GET
+            && path == "/api/v1/nodes"
+            && q.get("watch").map(String::as_str) == Some("true")
+        {
+            None
+        } else {
+            Some(status(StatusCode::NOT_FOUND, "not found"))
+        }
+    };
+    shared.changed.notify_waiters();
+    Ok(match response {
+        Some(r) => r,
+        None => watch(&shared, &q),
+    })
+}
+
+/// Server-side apply of `metadata.labels` by the request's field manager.
+fn apply(
+    shared: &Shared,
+    s: &mut State,
+    q: &BTreeMap<String, String>,
+    content_type: Option<&str>,
+    body: &str,
+) -> Response<Body> {
+    if content_type != Some("application/apply-patch+yaml") {
+        return status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "only server-side apply is supported",
+        );
+    }
+    let Some(manager) = q.get("fieldManager").filter(|m| !m.is_empty()) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "fieldManager is required for apply",
+        );
+    };
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    let labels: BTreeMap<String, String> = doc
+        .pointer("/metadata/labels")
+        .and_then(|l| serde_json::from_value(l.clone()).ok())
+        .unwrap_or_default();
+    let force = q.get("force").map(String::as_str) == Some("true");
+    for k in labels.keys() {
+        if let Some(owner) = s.owners.get(k) {
+            if owner != manager && s.labels.get(k) != labels.get(k) && !force {
+                return status(
+                    StatusCode::CONFLICT,
+                    &format!("conflict with {owner} on {k}"),
+                );
+            }
+        }
+    }
+    // Labels this manager owned and no longer applies are removed.
+    let dropped: Vec<String> = s
+        .owners
+        .iter()
+        .filter(|(k, owner)| *owner == manager && !labels.contains_key(*k))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in dropped {
+        s.labels.remove(&k);
+        s.owners.remove(&k);
+    }
+    for (k, v) in labels {
+        s.owners.insert(k.clone(), manager.clone());
+        s.labels.insert(k, v);
+    }
+    shared.publish(s);
+    full(StatusCode::OK, &shared.node_json(s))
+}
+
+/// A watch of the Node: every change after the request, as JSON lines.
+fn watch(shared: &Arc<Shared>, q: &BTreeMap<String, String>) -> Response<Body> {
+    let selector = format!("metadata.name={}", shared.node);
+    if q.get("fieldSelector") != Some(&selector) {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "only a watch of this node is supported",
+        );
+    }
+    let mut rx = shared.events.subscribe();
+    // Changes since the version the client has are sent first, as the current object.
+    let missed = {
+        let s = shared.lock();
+        let since: u64 = q
+            .get("resourceVersion")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        (since < s.version)
+            .then(|| serde_json::json!({"type": "MODIFIED", "object": shared.node_json(&s)}))
+    };
+    let stream = async_stream::stream! {
+        if let Some(event) = missed {
+            yield Ok::<_, Infallible>(Frame::data(Bytes::from(format!("{event}\n"))));
+        }
+        loop {
+            match rx.recv().await {
+                Ok(event) => {
+                    let line = format!("{event}\n");
+                    yield Ok::<_, Infallible>(Frame::data(Bytes::from(line)));
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    };
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}

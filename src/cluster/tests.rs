@@ -1,0 +1,283 @@
+//! Node labels and node following against the API server stand-in, over real HTTP.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::standin::ApiServerStandin;
+use super::*;
+use crate::config::{Config, NodeInfo};
+use crate::plugin::inventory::{self, Inventory};
+use crate::plugin::register::Backoff;
+
+const FAST: Backoff = Backoff {
+    initial: Duration::from_millis(5),
+    max: Duration::from_millis(20),
+    timeout: Duration::from_secs(5),
+};
+
+const SELECTOR: &str = "directx.microsoft.com/device-plugin.config";
+
+fn fixture(name: &str) -> dxdp_core::facts::HostFacts {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    dxdp_core::snapshot::read_file(&path).unwrap()
+}
+
+fn inventory(facts: &dxdp_core::facts::HostFacts, config: Config) -> Option<Arc<Inventory>> {
+    Some(Arc::new(inventory::build(facts, Arc::new(config)).0))
+}
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The labels of tests/fixtures/nvidia-multi-gpu.yaml (four Tesla T4, 16106127360 bytes each),
+/// written out by hand from the fixture.
+fn four_t4(replicas: &str) -> BTreeMap<String, String> {
+    let p = "directx.microsoft.com/";
+    [
+        ("display.count", "4"),
+        ("compute.count", "0"),
+        ("vendor", "nvidia"),
+        ("product", "NVIDIA-Tesla-T4"),
+        ("memory", "15360"),
+        ("driver-version", "31.0.15.2824"),
+        ("replicas", replicas),
+        ("multi-gpu-visibility", "shared"),
+        ("api.cuda", "true"),
+        ("api.nvml", "true"),
+        ("api.opencl", "true"),
+        ("api.nvenc", "true"),
+    ]
+    .iter()
+    .map(|(k, v)| (format!("{p}{k}"), v.to_string()))
+    .collect()
+}
+
+fn with_others(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut all = labels.clone();
+    all.extend(map(&[("team", "vision"), (SELECTOR, "big")]));
+    all
+}
+
+#[tokio::test]
+async fn labels_are_added_changed_and_removed_with_server_side_apply() {
+    let api = ApiServerStandin::start("n1", &[("team", "vision"), (SELECTOR, "big")])
+        .await
+        .unwrap();
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let (tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
+    let task = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
+
+    // Add.
+    api.wait_for(|r, _| r.iter().filter(|r| r.method == "PATCH").count() == 1)
+        .await;
+    let patch = &api.patches()[0];
+    assert_eq!(patch.path, "/api/v1/nodes/n1");
+    assert_eq!(
+        patch.content_type.as_deref(),
+        Some("application/apply-patch+yaml")
+    );
+    assert_eq!(
+        patch.query,
+        map(&[("fieldManager", "dxdp"), ("force", "true")])
+    );
+    let want = four_t4("1");
+    assert_eq!(
+        patch.json(),
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "n1", "labels": want},
+        })
+    );
+    assert_eq!(api.labels(), with_others(&want));
+
+    // Change: replicas follow the configuration.
+    tap.send_replace(inventory(&facts, Config::default().with_replicas(4)));
+    api.wait_for(|r, _| r.iter().filter(|r| r.method == "PATCH").count() == 2)
+        .await;
+    let want = four_t4("4");
+    assert_eq!(
+        api.patches()[1].json()["metadata"]["labels"],
+        serde_json::json!(want)
+    );
+    assert_eq!(api.labels(), with_others(&want));
+
+    // Removal: with one device left, the visibility label goes; others' labels stay.
+    let mut one = facts.clone();
+    one.adapters.truncate(1);
+    tap.send_replace(inventory(&one, Config::default().with_replicas(4)));
+    api.wait_for(|r, _| r.iter().filter(|r| r.method == "PATCH").count() == 3)
+        .await;
+    let mut want = four_t4("4");
+    want.remove("directx.microsoft.com/multi-gpu-visibility");
+    want.insert("directx.microsoft.com/display.count".into(), "1".into());
+    assert_eq!(
+        api.patches()[2].json()["metadata"]["labels"],
+        serde_json::json!(want)
+    );
+    assert_eq!(api.labels(), with_others(&want));
+
+    // The same labels again: nothing is sent.
+    tap.send_replace(inventory(&one, Config::default().with_replicas(4)));
+    // Labels turned off: dxdp's labels are removed, once.
+    let mut off = Config::default().with_replicas(4);
+    off.node_labels.enabled = false;
+    tap.send_replace(inventory(&one, off));
+    api.wait_for(|r, _| r.iter().filter(|r| r.method == "PATCH").count() == 4)
+        .await;
+    assert_eq!(
+        api.patches()[3].json()["metadata"]["labels"],
+        serde_json::json!({})
+    );
+    assert_eq!(api.labels(), map(&[("team", "vision"), (SELECTOR, "big")]));
+
+    drop(tap);
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("keep ends when the inventory channel closes")
+        .unwrap();
+    assert_eq!(api.patches().len(), 4);
+}
+
+#[tokio::test]
+async fn a_custom_prefix_replaces_the_old_keys() {
+    let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let (tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
+    let _task = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
+    api.wait_for(|_, l| l == &four_t4("1")).await;
+    let mut c = Config::default();
+    c.node_labels.prefix = "gpu.example.com/".into();
+    tap.send_replace(inventory(&facts, c));
+    let want: BTreeMap<String, String> = four_t4("1")
+        .into_iter()
+        .map(|(k, v)| (k.replace("directx.microsoft.com/", "gpu.example.com/"), v))
+        .collect();
+    api.wait_for(|_, l| l == &want).await;
+}
+
+#[tokio::test]
+async fn api_errors_are_retried_and_labels_never_applied_are_not_touched_when_off() {
+    let api = ApiServerStandin::start("n1", &[("team", "vision")])
+        .await
+        .unwrap();
+    api.fail_next("PATCH", &[500, 503, 429]);
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let (tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
+    let task = tokio::spawn(labels::keep(cluster.clone(), tap_rx, node_rx, FAST));
+    api.wait_for(|_, l| l.len() == 13).await;
+    assert_eq!(api.patches().len(), 4, "three failures, then success");
+    assert_eq!(api.labels(), {
+        let mut all = four_t4("1");
+        all.insert("team".into(), "vision".into());
+        all
+    });
+    drop(tap);
+    task.await.unwrap();
+
+    // Labels off from the start: the Node is never patched.
+    let api = ApiServerStandin::start("n2", &[]).await.unwrap();
+    let cluster = Cluster::at_url(&api.url(), "n2").unwrap();
+    let mut off = Config::default();
+    off.node_labels.enabled = false;
+    let (tap, tap_rx) = watch::channel(inventory(&facts, off.clone()));
+    let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
+    let task = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
+    tap.send_replace(inventory(&facts, off));
+    drop(tap);
+    task.await.unwrap();
+    assert!(api.patches().is_empty());
+}
+
+#[tokio::test]
+async fn the_node_is_followed_and_an_edited_label_is_put_back() {
+    let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let (_tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (node_tx, mut node_rx) = watch::channel(None::<NodeInfo>);
+    let _follow = tokio::spawn(node::follow(cluster.clone(), node_tx, FAST));
+    let _keep = tokio::spawn(labels::keep(cluster, tap_rx, node_rx.clone(), FAST));
+    api.wait_for(|_, l| l == &four_t4("1")).await;
+
+    // A selection label set by someone else reaches the follower.
+    api.set_label(SELECTOR, Some("big"));
+    let seen = node_rx
+        .wait_for(|n| {
+            n.as_ref()
+                .is_some_and(|n| n.labels.get(SELECTOR).map(String::as_str) == Some("big"))
+        })
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(seen.unwrap().name, "n1");
+
+    // One of dxdp's labels edited by hand is put back.
+    let patches = api.patches().len();
+    api.set_label("directx.microsoft.com/display.count", Some("99"));
+    api.wait_for(|r, l| {
+        r.iter().filter(|r| r.method == "PATCH").count() > patches
+            && l.get("directx.microsoft.com/display.count")
+                .map(String::as_str)
+                == Some("4")
+    })
+    .await;
+    // The watch was asked for this node only.
+    let watch = api
+        .requests()
+        .into_iter()
+        .find(|r| r.query.get("watch").map(String::as_str) == Some("true"))
+        .unwrap();
+    assert_eq!(watch.path, "/api/v1/nodes");
+    assert_eq!(watch.query["fieldSelector"], "metadata.name=n1");
+}
+
+#[tokio::test]
+async fn following_survives_api_errors() {
+    let api = ApiServerStandin::start("n1", &[(SELECTOR, "a")])
+        .await
+        .unwrap();
+    api.fail_next("GET", &[500, 500]);
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let (node_tx, mut node_rx) = watch::channel(None::<NodeInfo>);
+    let _follow = tokio::spawn(node::follow(cluster, node_tx, FAST));
+    node_rx
+        .wait_for(|n| {
+            n.as_ref()
+                .is_some_and(|n| n.labels.get(SELECTOR).map(String::as_str) == Some("a"))
+        })
+        .await
+        .unwrap();
+    api.set_label(SELECTOR, None);
+    node_rx
+        .wait_for(|n| n.as_ref().is_some_and(|n| !n.labels.contains_key(SELECTOR)))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn without_a_node_name_the_cluster_features_are_off() {
+    for name in [None, Some(""), Some("  ")] {
+        assert!(matches!(Cluster::connect(name).await, Err(Off::NoNodeName)));
+    }
+    assert!(matches!(
+        Cluster::at_url("not a url", "n1"),
+        Err(Off::Client(_))
+    ));
+}
