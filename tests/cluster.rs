@@ -185,3 +185,56 @@ async fn without_node_name_or_credentials_it_serves_and_says_why_once() {
         kubelet.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_show_says_which_configuration_the_node_selects_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = ApiServerStandin::start("gpu-node-1", &[(SELECTOR, "shared")])
+        .await
+        .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let show = |args: &'static [&'static str], node: bool| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_dxdp"));
+        cmd.args(["config", "show", "--config"])
+            .arg(&config)
+            .args(args)
+            .env_clear()
+            .env("KUBECONFIG", &kubeconfig);
+        if node {
+            cmd.env("NODE_NAME", "gpu-node-1");
+        }
+        async move {
+            let out = cmd.output().await.unwrap();
+            assert!(out.status.success(), "{out:?}");
+            (
+                String::from_utf8(out.stdout).unwrap(),
+                String::from_utf8(out.stderr).unwrap(),
+            )
+        }
+    };
+    let file = format!("file {}", config.display());
+    let (out, _) = show(&[], true).await;
+    assert!(
+        out.contains("configuration: shared  # node label directx.microsoft.com/device-plugin.config on node gpu-node-1\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("resources.display.replicas: 3  # {file} (configuration shared)\n")),
+        "{out}"
+    );
+    let (out, _) = show(&["--configuration", "exclusive"], true).await;
+    assert!(out.contains("configuration: exclusive  # flag --configuration\n"), "{out}");
+    assert!(out.contains(&format!("resources.display.replicas: 1  # {file}\n")), "{out}");
+    let (out, _) = show(&[], false).await;
+    assert!(
+        out.contains("configuration: default  # default: no configuration selected\n"),
+        "{out}"
+    );
+    api.set_label(SELECTOR, Some("huge"));
+    let (out, err) = show(&[], true).await;
+    assert!(out.contains("configuration: default  # default: \"huge\""), "{out}");
+    assert!(err.contains("note: configuration \"huge\""), "{err}");
+}

@@ -264,13 +264,52 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
         Command::Mounts(args) => mounts::run(&args, &config, source.as_ref()),
         Command::Hcs(args) => hcs::run(&args, &config, source.as_ref()),
         Command::Doctor(args) => doctor::run(&args, &config, source.as_ref()),
-        Command::Config(cmd) => config_cmd::run(&cmd, &config, &inputs),
+        Command::Config(cmd) => {
+            let (config, inputs) = match &cmd {
+                config_cmd::ConfigCommand::Show { .. } => with_node_selection(config, inputs)?,
+                _ => (config, inputs),
+            };
+            config_cmd::run(&cmd, &config, &inputs)
+        }
         Command::Completion { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "dxdp", &mut script);
             write_stdout(&script)
         }
         Command::Man { out_dir } => man_pages(&out_dir),
+    }
+}
+
+/// With `NODE_NAME` and Kubernetes credentials, reads the node's labels (as the daemon does at
+/// start) so that `config show` shows the named configuration the node selects; otherwise says
+/// why not and keeps the configuration as it is.
+fn with_node_selection(config: Config, mut inputs: Inputs) -> anyhow::Result<(Config, Inputs)> {
+    use dxdp::cluster::{Cluster, NODE_NAME_VAR};
+    let Some(node) = std::env::var(NODE_NAME_VAR).ok().filter(|n| !n.trim().is_empty()) else {
+        return Ok((config, inputs));
+    };
+    let read = runtime()?.block_on(async {
+        let cluster = Cluster::connect(Some(&node)).await.map_err(|e| e.to_string())?;
+        tokio::time::timeout(std::time::Duration::from_secs(5), cluster.get())
+            .await
+            .map_err(|_| format!("the API server did not answer within 5 s for node {node}"))?
+            .map_err(|e| e.to_string())
+    });
+    match read {
+        Ok(info) => {
+            inputs.node = Some(info);
+            let config = inputs.resolve()?;
+            if let Some(w) = &config.selection.warning {
+                notice(w);
+            }
+            Ok((config, inputs))
+        }
+        Err(why) => {
+            notice(&format!(
+                "cannot read node {node}'s labels, so no named configuration is selected by label: {why}"
+            ));
+            Ok((config, inputs))
+        }
     }
 }
 
