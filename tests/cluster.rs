@@ -107,14 +107,13 @@ async fn labels_and_the_selected_configuration_follow_the_node() {
         "{:?}",
         kubelet.view()
     );
-    tokio::time::timeout(
-        WAIT,
-        api.wait_for(|_, l| {
+    assert!(
+        api.wait_for(WAIT, |_, l| {
             label(l, "replicas") == Some("3") && label(l, "display.count") == Some("4")
-        }),
-    )
-    .await
-    .expect("labels applied");
+        })
+        .await,
+        "labels applied"
+    );
     assert_eq!(api.labels().get("team").map(String::as_str), Some("vision"));
     let patch = api.patches().remove(0);
     assert_eq!(
@@ -129,9 +128,11 @@ async fn labels_and_the_selected_configuration_follow_the_node() {
     // The label changes: the other configuration applies, and the labels follow.
     api.set_label(SELECTOR, Some("exclusive"));
     assert!(kubelet.wait_for(WAIT, len(4)).await, "{:?}", kubelet.view());
-    tokio::time::timeout(WAIT, api.wait_for(|_, l| label(l, "replicas") == Some("1")))
-        .await
-        .expect("replicas label follows the configuration");
+    assert!(
+        api.wait_for(WAIT, |_, l| label(l, "replicas") == Some("1"))
+            .await,
+        "replicas label follows the configuration"
+    );
 
     // An unknown name falls back to the default (1 replica) with a warning.
     api.set_label(SELECTOR, Some("huge"));
@@ -222,12 +223,20 @@ async fn config_show_says_which_configuration_the_node_selects_and_why() {
         "{out}"
     );
     assert!(
-        out.contains(&format!("resources.display.replicas: 3  # {file} (configuration shared)\n")),
+        out.contains(&format!(
+            "resources.display.replicas: 3  # {file} (configuration shared)\n"
+        )),
         "{out}"
     );
     let (out, _) = show(&["--configuration", "exclusive"], true).await;
-    assert!(out.contains("configuration: exclusive  # flag --configuration\n"), "{out}");
-    assert!(out.contains(&format!("resources.display.replicas: 1  # {file}\n")), "{out}");
+    assert!(
+        out.contains("configuration: exclusive  # flag --configuration\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("resources.display.replicas: 1  # {file}\n")),
+        "{out}"
+    );
     let (out, _) = show(&[], false).await;
     assert!(
         out.contains("configuration: default  # default: no configuration selected\n"),
@@ -235,6 +244,9 @@ async fn config_show_says_which_configuration_the_node_selects_and_why() {
     );
     api.set_label(SELECTOR, Some("huge"));
     let (out, err) = show(&[], true).await;
-    assert!(out.contains("configuration: default  # default: \"huge\""), "{out}");
+    assert!(
+        out.contains("configuration: default  # default: \"huge\""),
+        "{out}"
+    );
     assert!(err.contains("note: configuration \"huge\""), "{err}");
 }

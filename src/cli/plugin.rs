@@ -112,6 +112,7 @@ pub fn run(
                     cluster,
                     node_tx,
                     API_BACKOFF,
+                    safety_poll,
                 )));
                 node_rx = Some(rx);
             }

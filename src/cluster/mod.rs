@@ -76,9 +76,23 @@ impl Cluster {
             .map(str::trim)
             .filter(|n| !n.is_empty())
             .ok_or(Off::NoNodeName)?;
-        let config = kube::Config::infer()
-            .await
-            .map_err(|e| Off::NoCredentials(chain(&e)))?;
+        let config = match kube::Config::infer().await {
+            Ok(config) => config,
+            Err(e) => {
+                let env = |name: &str| std::env::var(name).ok();
+                match sandbox_kubeconfig(env, |p| std::path::Path::new(p).exists()) {
+                    Some(kubeconfig) => {
+                        let kubeconfig: kube::config::Kubeconfig =
+                            serde_json::from_value(kubeconfig)
+                                .map_err(|e| Off::NoCredentials(e.to_string()))?;
+                        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                            .await
+                            .map_err(|e| Off::NoCredentials(chain(&e)))?
+                    }
+                    None => return Err(Off::NoCredentials(chain(&e))),
+                }
+            }
+        };
         Cluster::with_config(config, node)
     }
 
@@ -137,6 +151,43 @@ impl Cluster {
             reason: chain(e),
         }
     }
+}
+
+/// The service account of a HostProcess container on containerd 1.6, which mounts it under
+/// `%CONTAINER_SANDBOX_MOUNT_POINT%` rather than at `C:\var\run\secrets\...` (where the
+/// standard in-cluster configuration looks), as a kubeconfig document. `None` outside such a
+/// container or without a token there.
+pub fn sandbox_kubeconfig(
+    env: impl Fn(&str) -> Option<String>,
+    exists: impl Fn(&str) -> bool,
+) -> Option<serde_json::Value> {
+    let host = env("KUBERNETES_SERVICE_HOST").filter(|h| !h.is_empty())?;
+    let port = env("KUBERNETES_SERVICE_PORT").filter(|p| !p.is_empty())?;
+    let root = env("CONTAINER_SANDBOX_MOUNT_POINT").filter(|r| !r.is_empty())?;
+    let dir = format!(
+        "{}\\var\\run\\secrets\\kubernetes.io\\serviceaccount",
+        root.trim_end_matches(['\\', '/'])
+    );
+    let token = format!("{dir}\\token");
+    if !exists(&token) {
+        return None;
+    }
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    Some(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "in-cluster", "cluster": {
+            "server": format!("https://{host}:{port}"),
+            "certificate-authority": format!("{dir}\\ca.crt"),
+        }}],
+        "users": [{"name": "service-account", "user": {"tokenFile": token}}],
+        "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "service-account"}}],
+        "current-context": "in-cluster",
+    }))
 }
 
 /// The server-side apply body for `labels` on `node`.

@@ -16,23 +16,34 @@ use crate::plugin::register::{chain, random, Backoff};
 /// How long one watch may run before the server ends it (it is then re-established).
 const WATCH_SECONDS: u32 = 290;
 
-/// Publishes the node's labels on `tx` until `tx` has no receivers. Only changes are sent.
-pub async fn follow(cluster: Cluster, tx: watch::Sender<Option<NodeInfo>>, backoff: Backoff) {
+/// Publishes the node's labels on `tx` until `tx` has no receivers. Only changes are sent. When
+/// the API server forbids watching nodes, the labels are read every `poll` instead.
+pub async fn follow(
+    cluster: Cluster,
+    tx: watch::Sender<Option<NodeInfo>>,
+    backoff: Backoff,
+    poll: Duration,
+) {
     let api: &Api<Node> = &cluster.api;
     let params = WatchParams::default()
         .fields(&format!("metadata.name={}", cluster.node))
         .timeout(WATCH_SECONDS);
     let mut failures = 0u32;
     let mut last_error: Option<String> = None;
+    let mut polling = false;
     loop {
         let outcome = tokio::select! {
-            outcome = follow_once(&cluster, api, &params, &tx) => outcome,
+            outcome = follow_once(&cluster, api, &params, &tx, polling.then_some(poll)) => outcome,
             _ = tx.closed() => return,
         };
         match outcome {
             // The watch ended normally (server timeout): start again at once.
             Ok(()) => failures = 0,
-            Err(why) => {
+            Err(Failure::WatchForbidden(why)) => {
+                tracing::warn!(node = %cluster.node, "cannot watch the node ({why}): grant the watch verb on nodes (the chart does); reading its labels every {poll:?} instead");
+                polling = true;
+            }
+            Err(Failure::Other(why)) => {
                 failures = failures.saturating_add(1);
                 if last_error.as_deref() != Some(why.as_str()) {
                     tracing::warn!(node = %cluster.node, "cannot follow the node's labels, retrying: {why}");
@@ -48,25 +59,56 @@ pub async fn follow(cluster: Cluster, tx: watch::Sender<Option<NodeInfo>>, backo
     }
 }
 
-/// One `get` and one watch from its resource version.
+/// Why following stopped.
+enum Failure {
+    /// The API server forbids watching nodes (RBAC without `watch`).
+    WatchForbidden(String),
+    /// Anything else (retried with backoff).
+    Other(String),
+}
+
+impl From<kube::Error> for Failure {
+    fn from(e: kube::Error) -> Self {
+        Failure::Other(chain(&e))
+    }
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Self {
+        Failure::Other(e)
+    }
+}
+
+/// One `get` and one watch from its resource version; when polling, one `get` and a pause.
 async fn follow_once(
     cluster: &Cluster,
     api: &Api<Node>,
     params: &WatchParams,
     tx: &watch::Sender<Option<NodeInfo>>,
-) -> Result<(), String> {
-    let node = api.get(&cluster.node).await.map_err(|e| chain(&e))?;
+    polling: Option<Duration>,
+) -> Result<(), Failure> {
+    let node = api.get(&cluster.node).await?;
     publish(tx, node_info(&node, &cluster.node));
+    if let Some(pause) = polling {
+        tokio::time::sleep(pause).await;
+        return Ok(());
+    }
     let version = node.metadata.resource_version.clone().unwrap_or_default();
-    let stream = api.watch(params, &version).await.map_err(|e| chain(&e))?;
+    let stream = match api.watch(params, &version).await {
+        Ok(stream) => stream,
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            return Err(Failure::WatchForbidden(status.message.clone()))
+        }
+        Err(e) => return Err(e.into()),
+    };
     futures_util::pin_mut!(stream);
     // A watch that yields nothing for longer than the server's own timeout is dead.
     let idle = Duration::from_secs(u64::from(WATCH_SECONDS) + 30);
     loop {
         let event = match tokio::time::timeout(idle, stream.next()).await {
-            Err(_) => return Err("the watch went silent".into()),
+            Err(_) => return Err(Failure::Other("the watch went silent".into())),
             Ok(None) => return Ok(()),
-            Ok(Some(event)) => event.map_err(|e| chain(&e))?,
+            Ok(Some(event)) => event?,
         };
         match event {
             WatchEvent::Added(node) | WatchEvent::Modified(node) => {
@@ -81,10 +123,10 @@ async fn follow_once(
             ),
             WatchEvent::Bookmark(_) => {}
             WatchEvent::Error(status) => {
-                return Err(format!(
+                return Err(Failure::Other(format!(
                     "the API server ended the watch: {}",
                     status.message
-                ))
+                )))
             }
         }
     }

@@ -51,6 +51,8 @@ struct State {
     requests: Vec<Recorded>,
     /// Status codes for the next requests of a method (`PATCH`, `GET`).
     failures: BTreeMap<String, Vec<u16>>,
+    /// Answer watches 403 (RBAC without `watch`).
+    forbid_watch: bool,
 }
 
 struct Shared {
@@ -189,9 +191,24 @@ impl ApiServerStandin {
             .extend_from_slice(codes);
     }
 
+    /// Answers every watch with 403 Forbidden, as RBAC without the `watch` verb does.
+    pub fn forbid_watch(&self) {
+        self.shared.lock().forbid_watch = true;
+    }
+
     /// Waits until `condition` holds for the requests and labels (checked after every request
-    /// and label change).
+    /// and label change); false when it does not within `timeout`.
     pub async fn wait_for(
+        &self,
+        timeout: std::time::Duration,
+        condition: impl FnMut(&[Recorded], &BTreeMap<String, String>) -> bool,
+    ) -> bool {
+        tokio::time::timeout(timeout, self.until(condition))
+            .await
+            .is_ok()
+    }
+
+    async fn until(
         &self,
         mut condition: impl FnMut(&[Recorded], &BTreeMap<String, String>) -> bool,
     ) {
@@ -325,7 +342,12 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             && path == "/api/v1/nodes"
             && q.get("watch").map(String::as_str) == Some("true")
         {
-            None
+            s.forbid_watch.then(|| {
+                status(
+                    StatusCode::FORBIDDEN,
+                    "nodes is forbidden: cannot watch resource nodes",
+                )
+            })
         } else {
             Some(status(StatusCode::NOT_FOUND, "not found"))
         }

@@ -19,6 +19,9 @@ const FAST: Backoff = Backoff {
     timeout: Duration::from_secs(5),
 };
 
+/// Generous: the waits are for behaviour, not speed.
+const WAIT: Duration = Duration::from_secs(20);
+
 const SELECTOR: &str = "directx.microsoft.com/device-plugin.config";
 
 fn fixture(name: &str) -> dxdp_core::facts::HostFacts {
@@ -80,8 +83,14 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     let task = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
 
     // Add.
-    api.wait_for(|r, _| r.iter().filter(|r| r.method == "PATCH").count() == 1)
-        .await;
+    assert!(
+        api.wait_for(WAIT, |r, _| r
+            .iter()
+            .filter(|r| r.method == "PATCH")
+            .count()
+            == 1)
+            .await
+    );
     let patch = &api.patches()[0];
     assert_eq!(patch.path, "/api/v1/nodes/n1");
     assert_eq!(
@@ -105,8 +114,14 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
 
     // Change: replicas follow the configuration.
     tap.send_replace(inventory(&facts, Config::default().with_replicas(4)));
-    api.wait_for(|r, _| r.iter().filter(|r| r.method == "PATCH").count() == 2)
-        .await;
+    assert!(
+        api.wait_for(WAIT, |r, _| r
+            .iter()
+            .filter(|r| r.method == "PATCH")
+            .count()
+            == 2)
+            .await
+    );
     let want = four_t4("4");
     assert_eq!(
         api.patches()[1].json()["metadata"]["labels"],
@@ -118,8 +133,14 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     let mut one = facts.clone();
     one.adapters.truncate(1);
     tap.send_replace(inventory(&one, Config::default().with_replicas(4)));
-    api.wait_for(|r, _| r.iter().filter(|r| r.method == "PATCH").count() == 3)
-        .await;
+    assert!(
+        api.wait_for(WAIT, |r, _| r
+            .iter()
+            .filter(|r| r.method == "PATCH")
+            .count()
+            == 3)
+            .await
+    );
     let mut want = four_t4("4");
     want.remove("directx.microsoft.com/multi-gpu-visibility");
     want.insert("directx.microsoft.com/display.count".into(), "1".into());
@@ -135,8 +156,14 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     let mut off = Config::default().with_replicas(4);
     off.node_labels.enabled = false;
     tap.send_replace(inventory(&one, off));
-    api.wait_for(|r, _| r.iter().filter(|r| r.method == "PATCH").count() == 4)
-        .await;
+    assert!(
+        api.wait_for(WAIT, |r, _| r
+            .iter()
+            .filter(|r| r.method == "PATCH")
+            .count()
+            == 4)
+            .await
+    );
     assert_eq!(
         api.patches()[3].json()["metadata"]["labels"],
         serde_json::json!({})
@@ -159,7 +186,7 @@ async fn a_custom_prefix_replaces_the_old_keys() {
     let (tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
     let _task = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
-    api.wait_for(|_, l| l == &four_t4("1")).await;
+    assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
     let mut c = Config::default();
     c.node_labels.prefix = "gpu.example.com/".into();
     tap.send_replace(inventory(&facts, c));
@@ -167,7 +194,7 @@ async fn a_custom_prefix_replaces_the_old_keys() {
         .into_iter()
         .map(|(k, v)| (k.replace("directx.microsoft.com/", "gpu.example.com/"), v))
         .collect();
-    api.wait_for(|_, l| l == &want).await;
+    assert!(api.wait_for(WAIT, |_, l| l == &want).await);
 }
 
 #[tokio::test]
@@ -181,7 +208,7 @@ async fn api_errors_are_retried_and_labels_never_applied_are_not_touched_when_of
     let (tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
     let task = tokio::spawn(labels::keep(cluster.clone(), tap_rx, node_rx, FAST));
-    api.wait_for(|_, l| l.len() == 13).await;
+    assert!(api.wait_for(WAIT, |_, l| l.len() == 13).await);
     assert_eq!(api.patches().len(), 4, "three failures, then success");
     assert_eq!(api.labels(), {
         let mut all = four_t4("1");
@@ -212,32 +239,42 @@ async fn the_node_is_followed_and_an_edited_label_is_put_back() {
     let facts = fixture("nvidia-multi-gpu.yaml");
     let (_tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
     let (node_tx, mut node_rx) = watch::channel(None::<NodeInfo>);
-    let _follow = tokio::spawn(node::follow(cluster.clone(), node_tx, FAST));
+    let _follow = tokio::spawn(node::follow(
+        cluster.clone(),
+        node_tx,
+        FAST,
+        Duration::from_secs(3600),
+    ));
     let _keep = tokio::spawn(labels::keep(cluster, tap_rx, node_rx.clone(), FAST));
-    api.wait_for(|_, l| l == &four_t4("1")).await;
+    assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
 
     // A selection label set by someone else reaches the follower.
     api.set_label(SELECTOR, Some("big"));
-    let seen = node_rx
-        .wait_for(|n| {
+    let seen = tokio::time::timeout(
+        WAIT,
+        node_rx.wait_for(|n| {
             n.as_ref()
                 .is_some_and(|n| n.labels.get(SELECTOR).map(String::as_str) == Some("big"))
-        })
-        .await
-        .unwrap()
-        .clone();
+        }),
+    )
+    .await
+    .expect("within WAIT")
+    .unwrap()
+    .clone();
     assert_eq!(seen.unwrap().name, "n1");
 
     // One of dxdp's labels edited by hand is put back.
     let patches = api.patches().len();
     api.set_label("directx.microsoft.com/display.count", Some("99"));
-    api.wait_for(|r, l| {
-        r.iter().filter(|r| r.method == "PATCH").count() > patches
-            && l.get("directx.microsoft.com/display.count")
-                .map(String::as_str)
-                == Some("4")
-    })
-    .await;
+    assert!(
+        api.wait_for(WAIT, |r, l| {
+            r.iter().filter(|r| r.method == "PATCH").count() > patches
+                && l.get("directx.microsoft.com/display.count")
+                    .map(String::as_str)
+                    == Some("4")
+        })
+        .await
+    );
     // The watch was asked for this node only.
     let watch = api
         .requests()
@@ -256,19 +293,30 @@ async fn following_survives_api_errors() {
     api.fail_next("GET", &[500, 500]);
     let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
     let (node_tx, mut node_rx) = watch::channel(None::<NodeInfo>);
-    let _follow = tokio::spawn(node::follow(cluster, node_tx, FAST));
-    node_rx
-        .wait_for(|n| {
+    let _follow = tokio::spawn(node::follow(
+        cluster,
+        node_tx,
+        FAST,
+        Duration::from_secs(3600),
+    ));
+    tokio::time::timeout(
+        WAIT,
+        node_rx.wait_for(|n| {
             n.as_ref()
                 .is_some_and(|n| n.labels.get(SELECTOR).map(String::as_str) == Some("a"))
-        })
-        .await
-        .unwrap();
+        }),
+    )
+    .await
+    .expect("within WAIT")
+    .unwrap();
     api.set_label(SELECTOR, None);
-    node_rx
-        .wait_for(|n| n.as_ref().is_some_and(|n| !n.labels.contains_key(SELECTOR)))
-        .await
-        .unwrap();
+    tokio::time::timeout(
+        WAIT,
+        node_rx.wait_for(|n| n.as_ref().is_some_and(|n| !n.labels.contains_key(SELECTOR))),
+    )
+    .await
+    .expect("within WAIT")
+    .unwrap();
 }
 
 #[tokio::test]
@@ -280,4 +328,95 @@ async fn without_a_node_name_the_cluster_features_are_off() {
         Cluster::at_url("not a url", "n1"),
         Err(Off::Client(_))
     ));
+}
+
+#[test]
+fn the_sandbox_service_account_of_containerd_1_6_is_found() {
+    let env = |vars: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    let all: &[(&str, &str)] = &[
+        ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+        ("CONTAINER_SANDBOX_MOUNT_POINT", "C:\\C\\abc\\"),
+    ];
+    let token = "C:\\C\\abc\\var\\run\\secrets\\kubernetes.io\\serviceaccount\\token";
+    let doc = sandbox_kubeconfig(env(all), |p| p == token).unwrap();
+    assert_eq!(
+        doc["clusters"][0]["cluster"]["server"],
+        "https://10.0.0.1:443"
+    );
+    assert_eq!(
+        doc["clusters"][0]["cluster"]["certificate-authority"],
+        "C:\\C\\abc\\var\\run\\secrets\\kubernetes.io\\serviceaccount\\ca.crt"
+    );
+    assert_eq!(doc["users"][0]["user"]["tokenFile"], token);
+    // kube reads it as a kubeconfig.
+    let parsed: kube::config::Kubeconfig = serde_json::from_value(doc).unwrap();
+    assert_eq!(parsed.current_context.as_deref(), Some("in-cluster"));
+    assert_eq!(
+        parsed.auth_infos[0]
+            .auth_info
+            .as_ref()
+            .unwrap()
+            .token_file
+            .as_deref(),
+        Some(token)
+    );
+    // IPv6 service address.
+    let v6: &[(&str, &str)] = &[
+        ("KUBERNETES_SERVICE_HOST", "fd00::1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+        ("CONTAINER_SANDBOX_MOUNT_POINT", "C:\\C\\abc"),
+    ];
+    let doc = sandbox_kubeconfig(env(v6), |_| true).unwrap();
+    assert_eq!(
+        doc["clusters"][0]["cluster"]["server"],
+        "https://[fd00::1]:443"
+    );
+    // Not in a sandbox, no service, or no token: none.
+    assert!(sandbox_kubeconfig(env(&all[..2]), |_| true).is_none());
+    assert!(sandbox_kubeconfig(env(&all[1..]), |_| true).is_none());
+    assert!(sandbox_kubeconfig(env(all), |_| false).is_none());
+}
+
+#[tokio::test]
+async fn a_node_that_cannot_be_watched_is_read_every_poll() {
+    let api = ApiServerStandin::start("n1", &[(SELECTOR, "a")])
+        .await
+        .unwrap();
+    api.forbid_watch();
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let (node_tx, mut node_rx) = watch::channel(None::<NodeInfo>);
+    let _follow = tokio::spawn(node::follow(
+        cluster,
+        node_tx,
+        FAST,
+        Duration::from_millis(10),
+    ));
+    let has = |v: &'static str| {
+        move |n: &Option<NodeInfo>| {
+            n.as_ref()
+                .is_some_and(|n| n.labels.get(SELECTOR).map(String::as_str) == Some(v))
+        }
+    };
+    tokio::time::timeout(WAIT, node_rx.wait_for(has("a")))
+        .await
+        .expect("within WAIT")
+        .unwrap();
+    api.set_label(SELECTOR, Some("b"));
+    tokio::time::timeout(WAIT, node_rx.wait_for(has("b")))
+        .await
+        .expect("within WAIT")
+        .unwrap();
+    let watches = api
+        .requests()
+        .iter()
+        .filter(|r| r.query.contains_key("watch"))
+        .count();
+    assert_eq!(watches, 1, "a forbidden watch is not retried");
 }
