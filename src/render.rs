@@ -2,29 +2,19 @@
 
 use std::fmt::Write;
 
-use serde::Serialize;
-
 use dxdp_core::devices::{Device, Discovery, RuntimeFile};
 use dxdp_core::facts::OsFacts;
 
 /// The `discover --json` document.
 pub fn discovery_json(discovery: &Discovery) -> String {
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Doc<'a> {
-        devices: &'a [Device],
-        excluded: &'a [dxdp_core::devices::Excluded],
-        warnings: &'a [String],
-        in_container: bool,
-    }
-    let doc = Doc {
+    crate::output::to_json(&crate::output::DiscoveryDoc {
+        api_version: crate::output::ApiVersion,
+        kind: crate::output::DiscoveryKind,
         devices: &discovery.devices,
         excluded: &discovery.excluded,
         warnings: &discovery.warnings,
         in_container: discovery.in_container,
-    };
-    // Serialising plain structs of strings and integers cannot fail.
-    serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+    })
 }
 
 /// The human report: host, devices, excluded adapters, warnings.
@@ -67,7 +57,7 @@ pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
     if !discovery.warnings.is_empty() {
         out.push_str("\nWarnings:\n");
         for w in &discovery.warnings {
-            let _ = writeln!(out, "  - {}", clean(w));
+            let _ = writeln!(out, "  - {} [{}]", clean(&w.message), w.code);
         }
     }
     out

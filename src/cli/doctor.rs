@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::json;
 
 use dxdp::backend::HostFactsSource;
 use dxdp::config::{Config, Flags};
@@ -135,12 +134,18 @@ pub fn run(
     let checks = doctor::checks(&facts, &discovery, &probes);
     let text = if args.json {
         let count = |s| checks.iter().filter(|c| c.status == s).count();
-        let doc = json!({
-            "checks": checks,
-            "summary": {"pass": count(Status::Pass), "warn": count(Status::Warn), "fail": count(Status::Fail)},
-            "ok": !doctor::failed(&checks),
-        });
-        serde_json::to_string_pretty(&doc)? + "\n"
+        dxdp::output::to_json(&dxdp::output::DoctorReportDoc {
+            api_version: dxdp::output::ApiVersion,
+            kind: dxdp::output::DoctorReportKind,
+            checks: &checks,
+            summary: dxdp::output::DoctorSummary {
+                pass: count(Status::Pass),
+                warn: count(Status::Warn),
+                fail: count(Status::Fail),
+                info: count(Status::Info),
+            },
+            ok: !doctor::failed(&checks),
+        })
     } else {
         doctor::text(&checks)
     };

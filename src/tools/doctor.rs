@@ -3,6 +3,7 @@
 //! Pure: the CLI probes the live node (kubelet directory, `kubelet.sock`, containerd) and passes
 //! the results in, so every verdict is tested on fixture hosts.
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::hcs;
@@ -12,11 +13,13 @@ use dxdp_core::facts::{HostFacts, OsFacts};
 use dxdp_core::pipeline::winpath;
 
 /// A check's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Status {
     /// Fine.
     Pass,
+    /// Nothing to judge: the check was skipped, or there is nothing of its kind on this node.
+    Info,
     /// Works, but worth attention.
     Warn,
     /// dxdp cannot work until this is fixed.
@@ -28,6 +31,7 @@ impl Status {
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Pass => "PASS",
+            Status::Info => "INFO",
             Status::Warn => "WARN",
             Status::Fail => "FAIL",
         }
@@ -35,7 +39,7 @@ impl Status {
 }
 
 /// One check.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Check {
     /// What was checked.
     pub name: String,
@@ -84,7 +88,7 @@ fn check(name: &str, status: Status, detail: impl Into<String>, remedy: Option<&
         name: name.to_string(),
         status,
         detail: detail.into(),
-        remedy: if status == Status::Pass {
+        remedy: if matches!(status, Status::Pass | Status::Info) {
             None
         } else {
             remedy.map(str::to_string)
