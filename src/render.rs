@@ -23,11 +23,23 @@ pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
     if let Some(os) = os {
         let _ = writeln!(out, "Host: {}", clean(&os_line(os)));
     }
+    // The total counts what the plugin advertises; devices that fit neither resource are shown
+    // but counted apart.
+    let advertised = discovery
+        .devices
+        .iter()
+        .filter(|d| d.resource.is_some())
+        .count();
+    let shown_only = discovery.devices.len() - advertised;
     let _ = writeln!(
         out,
-        "{} device{}, {} excluded, {} warning{}",
-        discovery.devices.len(),
-        plural(discovery.devices.len()),
+        "{advertised} device{}{}, {} excluded, {} warning{}",
+        plural(advertised),
+        if shown_only > 0 {
+            format!(" (and {shown_only} not advertised)")
+        } else {
+            String::new()
+        },
         discovery.excluded.len(),
         discovery.warnings.len(),
         plural(discovery.warnings.len()),
@@ -35,7 +47,7 @@ pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
     if discovery.in_container {
         out.push_str("Running inside a container: runtime files are not enumerated from here.\n");
     }
-    if discovery.devices.is_empty() {
+    if advertised == 0 {
         out.push_str("\nNo assignable DirectX devices were found on this host.\n");
     }
     for device in &discovery.devices {

@@ -109,6 +109,8 @@ pub fn run(
         std::env::var("DXDP_KUBELET_DIR").ok().as_deref(),
     );
     let dir = kubelet_dir.path;
+    // A simulated host is not this machine: its kubelet directory is only checked when named.
+    let check_dir = !source.is_simulated() || args.kubelet_dir.is_some();
     let resources: Vec<Resource> = config
         .resources
         .iter()
@@ -118,8 +120,14 @@ pub fn run(
     let probes = Probes {
         kubelet_dir: dir.display().to_string(),
         kubelet_dir_reason: kubelet_dir.reason,
-        kubelet_dir_state: dir_state(&dir),
-        kubelet_socket: dir.join(KUBELET_SOCKET).exists(),
+        kubelet_dir_state: if check_dir {
+            dir_state(&dir)
+        } else {
+            DirState::NotChecked(
+                "simulated host (pass --kubelet-dir to check a directory of this machine)".into(),
+            )
+        },
+        kubelet_socket: check_dir.then(|| dir.join(KUBELET_SOCKET).exists()),
         containerd: containerd(
             source,
             facts.os.as_ref().and_then(|o| o.containerd_version.clone()),
