@@ -66,12 +66,16 @@ fn every_runtime_file_origin_is_documented() {
                 .any(|c| c.is_ascii_uppercase() || c == '\\' || c == '.')
         })
         .collect();
-    // Every variant (the match is exhaustive, so a new variant fails to compile here first).
+    // Every variant: the match is exhaustive, so a new variant fails to compile here until it is
+    // added to `all`.
     let all = [Origin::Registry, Origin::VendorDefault, Origin::Config];
+    let position = |o: Origin| match o {
+        Origin::Registry => 0,
+        Origin::VendorDefault => 1,
+        Origin::Config => 2,
+    };
     for origin in all {
-        let _exhaustive = match origin {
-            Origin::Registry | Origin::VendorDefault | Origin::Config => (),
-        };
+        assert_eq!(all[position(origin)], origin);
         assert!(
             documented.contains(origin.as_str()),
             "docs/discovery.md does not list origin {} in \"Each runtime file\": {documented:?}",
