@@ -184,7 +184,7 @@ fn every_documented_flag_exists_on_its_subcommand() {
             // The subcommand path: words naming subcommands, after any global flags.
             let mut path: Vec<String> = Vec::new();
             let mut commands = top_commands.clone();
-                    for w in &words {
+            for w in &words {
                 if w.starts_with('-') {
                     continue;
                 }
@@ -232,7 +232,10 @@ fn every_documented_flag_exists_on_its_subcommand() {
             }
         }
     }
-    assert!(checked > 10, "only {checked} documented flags found: is the scan broken?");
+    assert!(
+        checked > 10,
+        "only {checked} documented flags found: is the scan broken?"
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -340,7 +343,8 @@ fn every_documented_flag_belongs_to_dxdp() {
                         .split(['=', ']', ')', ',', '.', ':', '<', '\\'])
                         .next()
                         .unwrap_or_default();
-                    if flag.is_empty() || !flag.chars().all(|c| c.is_ascii_lowercase() || c == '-') {
+                    if flag.is_empty() || !flag.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+                    {
                         continue;
                     }
                     if !all_flags.contains(flag) && !FOREIGN_FLAGS.contains(&flag) {
