@@ -84,6 +84,21 @@ fn every_runtime_file_origin_is_documented() {
     }
 }
 
+/// README.md and every docs/*.md, relative to the repository.
+fn pages() -> Vec<String> {
+    let mut pages = vec!["README.md".to_string()];
+    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs");
+    for entry in std::fs::read_dir(&docs).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            pages.push(format!("docs/{name}"));
+        }
+    }
+    pages.sort();
+    assert!(pages.len() > 5, "docs/ not found: {pages:?}");
+    pages
+}
+
 /// `dxdp <path…> --help`, split into its subcommands and its flags.
 fn help(path: &[&str]) -> (BTreeSet<String>, BTreeSet<String>) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
@@ -167,15 +182,7 @@ fn every_documented_flag_exists_on_its_subcommand() {
     let (top_commands, top_flags) = help(&[]);
     let mut cache: std::collections::HashMap<Vec<String>, (BTreeSet<String>, BTreeSet<String>)> =
         Default::default();
-    let mut pages = vec!["README.md".to_string()];
-    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs");
-    for entry in std::fs::read_dir(&docs).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".md") {
-            pages.push(format!("docs/{name}"));
-        }
-    }
-    pages.sort();
+    let pages = pages();
     let mut problems = Vec::new();
     let mut checked = 0;
     for page in &pages {
@@ -299,15 +306,7 @@ fn every_documented_flag_belongs_to_dxdp() {
             queue.push(next);
         }
     }
-    let mut pages = vec!["README.md".to_string()];
-    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs");
-    for entry in std::fs::read_dir(&docs).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".md") {
-            pages.push(format!("docs/{name}"));
-        }
-    }
-    pages.sort();
+    let pages = pages();
     let mut unknown = BTreeSet::new();
     for page in &pages {
         let mut in_fence = false;
