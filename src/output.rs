@@ -145,8 +145,8 @@ pub struct HcsReportDoc<'a> {
 /// One effective configuration value.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct ConfigValue {
-    /// Where it came from: `default`, `file PATH` (followed by the reference plugin's variable in
-    /// parentheses when that named the file), `env NAME` or `flag --NAME`.
+    /// Where it came from, for people: `default`, `file PATH`, `env NAME` or `flag --NAME`, some
+    /// with a note (the reference plugin's variable that named the file, the named configuration).
     pub origin: String,
     /// The value, typed (boolean, number, string, list or object; see docs/configuration.md).
     pub value: serde_json::Value,
