@@ -15,6 +15,7 @@
 //! - [`shutdown`]: termination signals and console events, and the cleanup handshake.
 //! - [`tools`]: the node tools (`mounts`, `hcs`, `doctor`) as pure functions.
 //! - [`render`]: output for people and machines.
+//! - [`output`]: the JSON documents (`apiVersion: dxdp/v1`) and their JSON Schemas.
 //! - [`logging`]: `tracing` setup.
 
 pub mod backend;
@@ -22,6 +23,7 @@ pub mod cluster;
 pub mod config;
 pub mod kubelet;
 pub mod logging;
+pub mod output;
 pub mod plugin;
 pub mod render;
 pub mod shutdown;

@@ -2,29 +2,19 @@
 
 use std::fmt::Write;
 
-use serde::Serialize;
-
 use dxdp_core::devices::{Device, Discovery, RuntimeFile};
 use dxdp_core::facts::OsFacts;
 
 /// The `discover --json` document.
 pub fn discovery_json(discovery: &Discovery) -> String {
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Doc<'a> {
-        devices: &'a [Device],
-        excluded: &'a [dxdp_core::devices::Excluded],
-        warnings: &'a [String],
-        in_container: bool,
-    }
-    let doc = Doc {
+    crate::output::to_json(&crate::output::DiscoveryDoc {
+        api_version: crate::output::ApiVersion,
+        kind: crate::output::DiscoveryKind,
         devices: &discovery.devices,
         excluded: &discovery.excluded,
         warnings: &discovery.warnings,
         in_container: discovery.in_container,
-    };
-    // Serialising plain structs of strings and integers cannot fail.
-    serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+    })
 }
 
 /// The human report: host, devices, excluded adapters, warnings.
@@ -33,11 +23,23 @@ pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
     if let Some(os) = os {
         let _ = writeln!(out, "Host: {}", clean(&os_line(os)));
     }
+    // The total counts what the plugin advertises; devices that fit neither resource are shown
+    // but counted apart.
+    let advertised = discovery
+        .devices
+        .iter()
+        .filter(|d| d.resource.is_some())
+        .count();
+    let shown_only = discovery.devices.len() - advertised;
     let _ = writeln!(
         out,
-        "{} device{}, {} excluded, {} warning{}",
-        discovery.devices.len(),
-        plural(discovery.devices.len()),
+        "{advertised} device{}{}, {} excluded, {} warning{}",
+        plural(advertised),
+        if shown_only > 0 {
+            format!(" (and {shown_only} not advertised)")
+        } else {
+            String::new()
+        },
         discovery.excluded.len(),
         discovery.warnings.len(),
         plural(discovery.warnings.len()),
@@ -45,7 +47,7 @@ pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
     if discovery.in_container {
         out.push_str("Running inside a container: runtime files are not enumerated from here.\n");
     }
-    if discovery.devices.is_empty() {
+    if advertised == 0 {
         out.push_str("\nNo assignable DirectX devices were found on this host.\n");
     }
     for device in &discovery.devices {
@@ -67,7 +69,7 @@ pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
     if !discovery.warnings.is_empty() {
         out.push_str("\nWarnings:\n");
         for w in &discovery.warnings {
-            let _ = writeln!(out, "  - {}", clean(w));
+            let _ = writeln!(out, "  - {} [{}]", clean(&w.message), w.code);
         }
     }
     out

@@ -572,6 +572,32 @@ fn doctor_exit_code_follows_failures() {
 }
 
 #[test]
+fn doctor_on_a_simulated_host_does_not_judge_this_machine() {
+    for args in [
+        vec!["doctor"],
+        vec![
+            "doctor",
+            "--host-snapshot",
+            &fixture("nvidia-multi-gpu.yaml"),
+        ],
+    ] {
+        let o = dxdp(&args);
+        let out = stdout(&o);
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("INFO  kubelet device-plugin directory")
+                    && l.contains("skipped: simulated host")),
+            "{args:?}: {out}"
+        );
+        assert!(out.contains("INFO  kubelet.sock"), "{out}");
+        assert!(!out.contains("FAIL  kubelet"), "{out}");
+    }
+    // A directory named explicitly is checked even then.
+    let o = dxdp(&["doctor", "--kubelet-dir", "/no/such/dir"]);
+    assert!(stdout(&o).contains("FAIL  kubelet device-plugin directory"));
+}
+
+#[test]
 fn discover_states_zero_devices_plainly_and_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("empty.yaml");

@@ -106,7 +106,7 @@ fn amd_reads_reg_sz_subdirectories_and_flags_missing_files() {
     assert!(d
         .warnings
         .iter()
-        .any(|w| w.contains("amdvlk64.dll") && w.contains("Radeon Pro V520")));
+        .any(|w| w.message.contains("amdvlk64.dll") && w.message.contains("Radeon Pro V520")));
 }
 
 #[test]
@@ -181,12 +181,17 @@ fn broken_drivers_become_unhealthy_or_excluded_with_reasons() {
     assert!(d
         .warnings
         .iter()
-        .any(|w| w.contains("driver store path is unknown")));
-    assert!(d.warnings.iter().any(|w| w.contains("no driver key")));
+        .any(|w| w.message.contains("driver store path is unknown")));
     assert!(d
         .warnings
         .iter()
-        .any(|w| w.contains("nvcuda_loader64.dll") && w.contains("does not exist")));
+        .any(|w| w.message.contains("no driver key")));
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w.message.contains("nvcuda_loader64.dll")
+                && w.message.contains("does not exist"))
+    );
 }
 
 #[test]
@@ -240,9 +245,9 @@ fn hostile_paths_mount_only_from_local_stores_and_never_over_device_names() {
         if dev.runtime_files.is_empty() {
             let name = format!("device {} ({})", dev.description, dev.location_path);
             assert!(
-                d.warnings
-                    .iter()
-                    .any(|w| w.starts_with(&name) && w.contains("driver store path")),
+                d.warnings.iter().any(
+                    |w| w.message.starts_with(&name) && w.message.contains("driver store path")
+                ),
                 "no warning names {name}: {:#?}",
                 d.warnings
             );
@@ -252,13 +257,15 @@ fn hostile_paths_mount_only_from_local_stores_and_never_over_device_names() {
     let reserved = d
         .warnings
         .iter()
-        .filter(|w| w.contains("is a Windows device name"))
+        .filter(|w| w.message.contains("is a Windows device name"))
         .count();
     assert_eq!(reserved, 22);
     assert_eq!(
         d.warnings
             .iter()
-            .filter(|w| w.contains(r"is outside C:\Windows\System32\DriverStore"))
+            .filter(|w| w
+                .message
+                .contains(r"is outside C:\Windows\System32\DriverStore"))
             .count(),
         1
     );
@@ -268,7 +275,9 @@ fn hostile_paths_mount_only_from_local_stores_and_never_over_device_names() {
 fn an_unusable_system_root_drops_only_stores_relative_to_it() {
     let d = run("hostile-system-root");
     assert!(
-        d.warnings[0].starts_with(r#"os.systemRoot "\\\\fileserver"#),
+        d.warnings[0]
+            .message
+            .starts_with(r#"os.systemRoot "\\\\fileserver"#),
         "{:?}",
         d.warnings
     );
@@ -283,7 +292,9 @@ fn an_unusable_system_root_drops_only_stores_relative_to_it() {
         mounted,
         [r"C:\Windows\System32\DriverStore\FileRepository\nv.inf_amd64_1\nvcuda_loader64.dll"]
     );
-    assert!(d.warnings[1].starts_with("device SystemRoot-relative store"));
+    assert!(d.warnings[1]
+        .message
+        .starts_with("device SystemRoot-relative store"));
     assert_eq!(d.warnings.len(), 2, "{:?}", d.warnings);
 }
 
@@ -355,7 +366,12 @@ fn status_flags_and_unsupported_properties_decide_health_and_hardware() {
         .map(|e| e.luid)
         .collect();
     assert_eq!(software, [2005]);
-    let warnings = d.warnings.join("\n");
+    let warnings = d
+        .warnings
+        .iter()
+        .map(|w| w.message.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
     assert!(warnings.contains("(LUID 2004): DXCore does not support IsHardware"));
     assert!(warnings.contains("(LUID 2005): DXCore does not support IsHardware"));
     assert!(warnings.contains("does not support driverVersion, dedicatedAdapterMemory"));

@@ -154,10 +154,15 @@ fn a_large_snapshot_with_thousands_of_registry_entries_is_read_and_bounded() {
         assert_eq!(existing(a), existing(b), "{}", a.id);
     }
     assert!(
-        d.warnings.iter().any(|w| w.contains("escape")),
+        d.warnings.iter().any(|w| w.message.contains("escape")),
         "escapes are warned about"
     );
-    let longest = d.warnings.iter().map(String::len).max().unwrap_or(0);
+    let longest = d
+        .warnings
+        .iter()
+        .map(|w| w.message.len())
+        .max()
+        .unwrap_or(0);
     assert!(longest < 2000, "a {longest} byte warning");
 }
 

@@ -155,7 +155,7 @@ fn probes_with_kubelet(
         kubelet_dir: r"C:\var\lib\kubelet\device-plugins".into(),
         kubelet_dir_reason: dxdp::kubelet::paths::windows_default(Some("C:")).reason,
         kubelet_dir_state: state,
-        kubelet_socket: socket,
+        kubelet_socket: Some(socket),
         containerd: containerd.map(|v| (v.to_string(), "from the host snapshot".to_string())),
         kubelet: kubelet.map(|v| (v.to_string(), "from the host snapshot".to_string())),
         resources: Resource::ALL.to_vec(),
@@ -265,4 +265,62 @@ fn doctor_fails_on_what_breaks_a_node() {
     assert!(checks
         .iter()
         .any(|c| c.name == "assignable devices" && c.status.as_str() == "FAIL"));
+}
+
+#[test]
+fn doctor_agrees_with_discover() {
+    let good = probes(DirState::Writable, true, Some("1.7.22"));
+    let check = |host: &str, name: &str| {
+        let f = facts(host);
+        doctor::checks(&f, &run(&f), &good)
+            .into_iter()
+            .find(|c| c.name.starts_with(name))
+            .map(|c| (c.status.as_str(), c.detail))
+    };
+    // broken-drivers: the Intel Arc's device node has no driver key, which discover warns about.
+    let (status, detail) =
+        check("broken-drivers", "driver files of Intel(R) Arc(TM) A380").unwrap_or_default();
+    assert_eq!(status, "WARN", "{detail}");
+    assert!(detail.contains("no driver key"), "{detail}");
+    // Whatever discover warns about, doctor does not pass silently.
+    let (status, detail) = check("broken-drivers", "discovery warnings").unwrap_or_default();
+    assert_eq!(status, "WARN");
+    assert_eq!(
+        detail,
+        "4 warnings from discovery: driver-store-unknown, no-driver-key, runtime-file-missing x2"
+    );
+    assert_eq!(
+        check("sample", "discovery warnings"),
+        None,
+        "no warnings, no check"
+    );
+    // A resource without devices on the node is information, not a warning.
+    assert_eq!(
+        check("amd-radeon", "devices for directx.microsoft.com/compute"),
+        Some(("INFO", "no compute devices on this node".to_string()))
+    );
+    assert_eq!(
+        check("compute-only", "devices for directx.microsoft.com/display"),
+        Some(("INFO", "no display devices on this node".to_string()))
+    );
+}
+
+#[test]
+fn doctor_skips_the_kubelet_directory_when_told() {
+    let f = facts("sample");
+    let p = Probes {
+        kubelet_socket: None,
+        ..probes(
+            DirState::NotChecked("simulated host".into()),
+            false,
+            Some("1.7.22"),
+        )
+    };
+    let checks = doctor::checks(&f, &run(&f), &p);
+    assert!(!doctor::failed(&checks), "{}", doctor::text(&checks));
+    for name in ["kubelet device-plugin directory", "kubelet.sock"] {
+        let c = checks.iter().find(|c| c.name == name);
+        assert_eq!(c.map(|c| c.status.as_str()), Some("INFO"), "{name}");
+        assert!(c.is_some_and(|c| c.detail.starts_with("skipped: ") && c.remedy.is_none()));
+    }
 }

@@ -17,7 +17,8 @@ use dxdp_core::devices::Resource;
 pub enum ConfigCommand {
     /// Print the effective configuration and where each value came from.
     Show {
-        /// Print JSON: {"file", "values": {key: {"value", "origin"}}}.
+        /// Print JSON: {"apiVersion", "kind": "Configuration", "file", "values": {key: {"value",
+        /// "origin"}}} (schema: docs/schemas/Configuration.schema.json).
         #[arg(long)]
         json: bool,
     },
@@ -39,9 +40,23 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
         ConfigCommand::Show { json } => {
             let file = inputs.file.as_ref().map(|(p, _)| p.display().to_string());
             let text = if *json {
-                let values = config.show_json();
-                serde_json::to_string_pretty(&serde_json::json!({"file": file, "values": values}))?
-                    + "\n"
+                let values = config
+                    .show_json()
+                    .into_iter()
+                    .map(|(key, entry)| {
+                        let value = dxdp::output::ConfigValue {
+                            value: entry["value"].clone(),
+                            origin: entry["origin"].as_str().unwrap_or("default").to_string(),
+                        };
+                        (key, value)
+                    })
+                    .collect();
+                dxdp::output::to_json(&dxdp::output::ConfigurationDoc {
+                    api_version: dxdp::output::ApiVersion,
+                    kind: dxdp::output::ConfigurationKind,
+                    file,
+                    values,
+                })
             } else {
                 let header = match &file {
                     Some(f) => format!("# configuration file: {f}\n"),

@@ -13,7 +13,8 @@ use dxdp_core::pipeline;
 /// Arguments of `dxdp discover`.
 #[derive(Debug, Args)]
 pub struct DiscoverArgs {
-    /// Print one JSON document `{"devices", "excluded", "warnings", "inContainer"}`.
+    /// Print one JSON document `{"apiVersion", "kind": "Discovery", "devices", "excluded",
+    /// "warnings", "inContainer"}` (schema: docs/schemas/Discovery.schema.json).
     #[arg(long)]
     json: bool,
     #[command(flatten)]

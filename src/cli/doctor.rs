@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::json;
 
 use dxdp::backend::HostFactsSource;
 use dxdp::config::{Config, Flags};
@@ -110,6 +109,8 @@ pub fn run(
         std::env::var("DXDP_KUBELET_DIR").ok().as_deref(),
     );
     let dir = kubelet_dir.path;
+    // A simulated host is not this machine: its kubelet directory is only checked when named.
+    let check_dir = !source.is_simulated() || args.kubelet_dir.is_some();
     let resources: Vec<Resource> = config
         .resources
         .iter()
@@ -119,8 +120,14 @@ pub fn run(
     let probes = Probes {
         kubelet_dir: dir.display().to_string(),
         kubelet_dir_reason: kubelet_dir.reason,
-        kubelet_dir_state: dir_state(&dir),
-        kubelet_socket: dir.join(KUBELET_SOCKET).exists(),
+        kubelet_dir_state: if check_dir {
+            dir_state(&dir)
+        } else {
+            DirState::NotChecked(
+                "simulated host (pass --kubelet-dir to check a directory of this machine)".into(),
+            )
+        },
+        kubelet_socket: check_dir.then(|| dir.join(KUBELET_SOCKET).exists()),
         containerd: containerd(
             source,
             facts.os.as_ref().and_then(|o| o.containerd_version.clone()),
@@ -135,12 +142,18 @@ pub fn run(
     let checks = doctor::checks(&facts, &discovery, &probes);
     let text = if args.json {
         let count = |s| checks.iter().filter(|c| c.status == s).count();
-        let doc = json!({
-            "checks": checks,
-            "summary": {"pass": count(Status::Pass), "warn": count(Status::Warn), "fail": count(Status::Fail)},
-            "ok": !doctor::failed(&checks),
-        });
-        serde_json::to_string_pretty(&doc)? + "\n"
+        dxdp::output::to_json(&dxdp::output::DoctorReportDoc {
+            api_version: dxdp::output::ApiVersion,
+            kind: dxdp::output::DoctorReportKind,
+            checks: &checks,
+            summary: dxdp::output::DoctorSummary {
+                pass: count(Status::Pass),
+                warn: count(Status::Warn),
+                fail: count(Status::Fail),
+                info: count(Status::Info),
+            },
+            ok: !doctor::failed(&checks),
+        })
     } else {
         doctor::text(&checks)
     };

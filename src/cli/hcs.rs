@@ -31,11 +31,12 @@ pub fn run(
     let report = hcs::report(&os);
     let verdict = hcs::assignment(&os, config.assignment);
     let text = if args.json {
-        let mut value = serde_json::to_value(&report)?;
-        if let Some(map) = value.as_object_mut() {
-            map.insert("assignment".into(), serde_json::to_value(&verdict)?);
-        }
-        serde_json::to_string_pretty(&value)? + "\n"
+        dxdp::output::to_json(&dxdp::output::HcsReportDoc {
+            api_version: dxdp::output::ApiVersion,
+            kind: dxdp::output::HcsReportKind,
+            report: &report,
+            assignment: &verdict,
+        })
     } else {
         format!(
             "{}Configured assignment: {} ({}): {}\n",

@@ -42,7 +42,7 @@ pub type InventoryRx = watch::Receiver<Arc<Inventory>>;
 /// pipeline's warnings, and what `auto` assignment fell back to).
 pub fn build(facts: &HostFacts, config: Arc<Config>) -> (Inventory, Vec<String>) {
     let discovery = discover(facts, &config.pipeline);
-    let mut notices = discovery.warnings.clone();
+    let mut notices: Vec<String> = discovery.warnings.iter().map(ToString::to_string).collect();
     if !config.pipeline.health.enabled {
         notices.push(
             "health checks are off (health.enabled: false): every device is advertised Healthy, even one with a problem code or a driver update in progress".into(),

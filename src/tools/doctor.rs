@@ -3,6 +3,7 @@
 //! Pure: the CLI probes the live node (kubelet directory, `kubelet.sock`, containerd) and passes
 //! the results in, so every verdict is tested on fixture hosts.
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::hcs;
@@ -12,11 +13,13 @@ use dxdp_core::facts::{HostFacts, OsFacts};
 use dxdp_core::pipeline::winpath;
 
 /// A check's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Status {
     /// Fine.
     Pass,
+    /// Nothing to judge: the check was skipped, or there is nothing of its kind on this node.
+    Info,
     /// Works, but worth attention.
     Warn,
     /// dxdp cannot work until this is fixed.
@@ -28,6 +31,7 @@ impl Status {
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Pass => "PASS",
+            Status::Info => "INFO",
             Status::Warn => "WARN",
             Status::Fail => "FAIL",
         }
@@ -35,7 +39,7 @@ impl Status {
 }
 
 /// One check.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Check {
     /// What was checked.
     pub name: String,
@@ -56,6 +60,8 @@ pub enum DirState {
     NotWritable(String),
     /// It exists and is writable.
     Writable,
+    /// Not looked at, and why (a simulated host, without an explicit `--kubelet-dir`).
+    NotChecked(String),
 }
 
 /// What the CLI found on the live node.
@@ -67,8 +73,8 @@ pub struct Probes {
     pub kubelet_dir_reason: String,
     /// Its state.
     pub kubelet_dir_state: DirState,
-    /// Whether `kubelet.sock` exists there.
-    pub kubelet_socket: bool,
+    /// Whether `kubelet.sock` exists there; `None` when the directory was not checked.
+    pub kubelet_socket: Option<bool>,
     /// The containerd version and where it came from (`None`: not found).
     pub containerd: Option<(String, String)>,
     /// The kubelet version and where it came from (`None`: unknown, and the check is skipped).
@@ -84,7 +90,7 @@ fn check(name: &str, status: Status, detail: impl Into<String>, remedy: Option<&
         name: name.to_string(),
         status,
         detail: detail.into(),
-        remedy: if status == Status::Pass {
+        remedy: if matches!(status, Status::Pass | Status::Info) {
             None
         } else {
             remedy.map(str::to_string)
@@ -285,22 +291,29 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
             format!("{dir} is not writable: {why}"),
             Some("run dxdp as a HostProcess container (NT AUTHORITY\\SYSTEM) or as administrator"),
         ),
+        DirState::NotChecked(why) => check(
+            "kubelet device-plugin directory",
+            Status::Info,
+            format!("skipped: {why}"),
+            None,
+        ),
     });
 
-    out.push(check(
-        "kubelet.sock",
-        if probes.kubelet_socket {
-            Status::Pass
-        } else {
-            Status::Fail
-        },
-        if probes.kubelet_socket {
-            "present".to_string()
-        } else {
-            format!("kubelet.sock is missing from {}", probes.kubelet_dir)
-        },
-        Some("start the kubelet; the plugin waits for it and registers when it appears"),
-    ));
+    out.push(match probes.kubelet_socket {
+        Some(true) => check("kubelet.sock", Status::Pass, "present", None),
+        Some(false) => check(
+            "kubelet.sock",
+            Status::Fail,
+            format!("kubelet.sock is missing from {}", probes.kubelet_dir),
+            Some("start the kubelet; the plugin waits for it and registers when it appears"),
+        ),
+        None => check(
+            "kubelet.sock",
+            Status::Info,
+            "skipped: the kubelet directory was not checked",
+            None,
+        ),
+    });
 
     let mut total = 0;
     for resource in &probes.resources {
@@ -310,12 +323,23 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
             .count();
         let all = discovery.devices_for(*resource).count();
         total += healthy;
-        out.push(check(
-            &format!("devices for {}", resource.default_resource_name()),
-            if healthy > 0 { Status::Pass } else { Status::Warn },
-            format!("{healthy} healthy of {all}"),
-            Some("no device to advertise: check the excluded adapters below, or serve only the other resource (--resources)"),
-        ));
+        let name = format!("devices for {}", resource.default_resource_name());
+        out.push(if all == 0 {
+            // Normal on a node without such devices (every all-WDDM node has no compute device).
+            check(
+                &name,
+                Status::Info,
+                format!("no {resource} devices on this node"),
+                None,
+            )
+        } else {
+            check(
+                &name,
+                if healthy > 0 { Status::Pass } else { Status::Warn },
+                format!("{healthy} healthy of {all}"),
+                Some("every device of this resource is unhealthy: see the health checks below and Device Manager"),
+            )
+        });
     }
     if total == 0 {
         out.push(check(
@@ -352,6 +376,12 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
                 Some("a driver store must be a local directory (C:\\Windows\\System32\\DriverStore\\...); reinstall the driver, or fix the host snapshot"),
             ),
             (None, _) => check(&name, Status::Warn, "the driver store path is unknown: no runtime files will be mounted", Some("reinstall the driver; attach `dxdp snapshot` to a bug report")),
+            (Some(_), _) if device.driver_key.is_none() && !discovery.in_container => check(
+                &name,
+                Status::Warn,
+                "the device node has no driver key: no runtime files (CUDA, OpenCL, Vulkan, ...) will be mounted",
+                Some("reinstall the driver (Device Manager shows whether one is installed)"),
+            ),
             (Some(store), 0) => check(&name, Status::Pass, format!("{} runtime files present in {store}", device.runtime_files.len()), None),
             (Some(store), n) => check(
                 &name,
@@ -380,6 +410,35 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
             Status::Warn,
             e.reason.clone(),
             Some("see docs/troubleshooting.md"),
+        ));
+    }
+
+    if !discovery.warnings.is_empty() {
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for w in &discovery.warnings {
+            *counts.entry(w.code.as_str()).or_default() += 1;
+        }
+        let codes: Vec<String> = counts
+            .iter()
+            .map(|(code, n)| match n {
+                1 => code.to_string(),
+                n => format!("{code} x{n}"),
+            })
+            .collect();
+        out.push(check(
+            "discovery warnings",
+            Status::Warn,
+            format!(
+                "{} warning{} from discovery: {}",
+                discovery.warnings.len(),
+                if discovery.warnings.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
+                codes.join(", ")
+            ),
+            Some("see the warnings of `dxdp discover` and their codes in docs/troubleshooting.md"),
         ));
     }
 
@@ -415,10 +474,11 @@ pub fn text(checks: &[Check]) -> String {
     }
     let count = |s| checks.iter().filter(|c| c.status == s).count();
     out.push_str(&format!(
-        "\nSummary: {} PASS, {} WARN, {} FAIL\n",
+        "\nSummary: {} PASS, {} WARN, {} FAIL, {} INFO\n",
         count(Status::Pass),
         count(Status::Warn),
-        count(Status::Fail)
+        count(Status::Fail),
+        count(Status::Info)
     ));
     out
 }

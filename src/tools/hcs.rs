@@ -1,13 +1,14 @@
 //! `dxdp hcs`: the OS, the supported HCS schema versions and whether devices can be assigned
 //! individually by location path (HCS schema 2.2 and later).
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use dxdp_core::assignment::{highest, Assignment, LOCATION_PATH_SCHEMA};
 use dxdp_core::facts::OsFacts;
 
 /// The verdict of `dxdp hcs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HcsReport {
     /// OS product name.
@@ -29,7 +30,7 @@ pub struct HcsReport {
 }
 
 /// What the configured assignment mode does on a host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AssignmentVerdict {
     /// The configured mode (`location-path`, `class-guid`, `auto`).

@@ -5,6 +5,7 @@
 use serde_json::json;
 
 use super::quote::{self, Shell};
+use crate::output::{ApiVersion, Mount, MountsDevice, MountsDoc, MountsKind};
 use dxdp_core::allocation::{container_edits, ContainerEdits, DISPLAY_CLASS_DEVICE};
 use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::Device;
@@ -21,7 +22,7 @@ pub enum Format {
     Nerdctl,
     /// `docker run` flags (class GUID; no single-file mounts).
     Docker,
-    /// `{"devices": [...], "mounts": [...]}`.
+    /// `{"apiVersion", "kind": "Mounts", "devices", "mounts", "containerDevices"}`.
     Json,
     /// The `windows.devices` and `mounts` fragment of an OCI runtime spec.
     Oci,
@@ -114,22 +115,29 @@ pub fn render_with(
             ];
             quote::join(&args, shell) + "\n"
         }
-        Format::Json => {
-            let doc = json!({
-                "devices": devices.iter().map(|d| json!({
-                    "id": d.id,
-                    "description": d.description,
-                    "locationPath": d.location_path,
-                    "hostPath": d.host_path(),
-                })).collect::<Vec<_>>(),
-                "mounts": edits.mounts.iter().map(|m| json!({
-                    "source": m.host_path,
-                    "destination": m.container_path,
-                    "readOnly": true,
-                })).collect::<Vec<_>>(),
-            });
-            serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
-        }
+        Format::Json => crate::output::to_json(&MountsDoc {
+            api_version: ApiVersion,
+            kind: MountsKind,
+            devices: devices
+                .iter()
+                .map(|d| MountsDevice {
+                    id: d.id.clone(),
+                    description: d.description.clone(),
+                    location_path: d.location_path.clone(),
+                    host_path: d.host_path(),
+                })
+                .collect(),
+            mounts: edits
+                .mounts
+                .iter()
+                .map(|m| Mount {
+                    source: m.host_path.clone(),
+                    destination: m.container_path.clone(),
+                    read_only: true,
+                })
+                .collect(),
+            container_devices: edits.devices.clone(),
+        }),
         Format::Oci => {
             let doc = json!({
                 "windows": {

@@ -5,6 +5,7 @@
 
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::facts::PciLocation;
@@ -19,7 +20,7 @@ pub struct Discovery {
     /// Adapters that were left out, and why.
     pub excluded: Vec<Excluded>,
     /// Things an operator should know (bad registry entries, missing files, ...).
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Warning>,
     /// True when dxdp itself runs inside a container (driver store under `HostDriverStore`).
     pub in_container: bool,
     /// How CUDA numbers the host's NVIDIA devices (for `CUDA_VISIBLE_DEVICES`).
@@ -42,7 +43,7 @@ impl Discovery {
 }
 
 /// The two kinds of resource dxdp serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Resource {
     /// Full WDDM GPUs (D3D12 graphics): `directx.microsoft.com/display`.
@@ -114,7 +115,7 @@ impl<T: Copy> PerResource<T> {
 }
 
 /// One physical DirectX device that can be assigned to a container by location path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Device {
     /// Stable ID derived from the location path (`[A-Za-z0-9._-]`, at most 56 characters).
@@ -174,7 +175,7 @@ impl Device {
 }
 
 /// Device health.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Health {
     /// `Healthy` or `Unhealthy`.
     pub state: HealthState,
@@ -206,7 +207,7 @@ impl Health {
 }
 
 /// The kubelet's two health values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 pub enum HealthState {
     /// `Healthy`.
     Healthy,
@@ -225,7 +226,7 @@ impl HealthState {
 }
 
 /// Runtime files by target directory.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct RuntimeFiles {
     /// Files for `C:\Windows\System32`.
     pub system32: Vec<RuntimeFile>,
@@ -281,7 +282,7 @@ impl TargetDir {
 }
 
 /// One file from the driver store to mount into the container.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeFile {
     /// Path relative to the driver store directory (normalised to `\`).
@@ -299,7 +300,7 @@ pub struct RuntimeFile {
 }
 
 /// Where a runtime file entry came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Origin {
     /// A `CopyToVm*` registry value of the driver.
@@ -322,7 +323,7 @@ impl Origin {
 }
 
 /// An adapter that was left out, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Excluded {
     /// DXCore adapter LUID.
@@ -340,7 +341,7 @@ pub struct Excluded {
 }
 
 /// Machine-readable exclusion reasons.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExclusionCode {
     /// `isHardware: false`.
@@ -359,4 +360,155 @@ pub enum ExclusionCode {
     NotIncluded,
     /// A `devices.exclude` selector matches the device.
     ExcludedByConfig,
+}
+
+/// Something an operator should know about a host, an adapter or a device: a stable code (listed
+/// with its meaning and remedy in docs/troubleshooting.md), what it concerns, and a message for
+/// people. `Display` is the message, so logs and text output read as before.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Warning {
+    /// Stable machine-readable code, kebab-case.
+    pub code: WarningCode,
+    /// The kubelet device ID (as in `devices[].id`) of the device it concerns, when the adapter
+    /// got that far; `null` for adapter-level and host-level warnings.
+    pub device: Option<String>,
+    /// The DXCore LUID (as in `devices[].luid` and `excluded[].luid`) of the adapter it
+    /// concerns; `null` for host-level warnings.
+    pub luid: Option<i64>,
+    /// What happened and what it means, for people.
+    pub message: String,
+}
+
+impl Warning {
+    /// A warning about the host as a whole.
+    pub fn host(code: WarningCode, message: impl Into<String>) -> Self {
+        Warning {
+            code,
+            device: None,
+            luid: None,
+            message: message.into(),
+        }
+    }
+
+    /// A warning about an adapter that has no device ID (yet).
+    pub fn adapter(code: WarningCode, luid: i64, message: impl Into<String>) -> Self {
+        Warning {
+            code,
+            device: None,
+            luid: Some(luid),
+            message: message.into(),
+        }
+    }
+
+    /// A warning about a device with a kubelet device ID.
+    pub fn device(code: WarningCode, id: &str, luid: i64, message: impl Into<String>) -> Self {
+        Warning {
+            code,
+            device: Some(id.to_string()),
+            luid: Some(luid),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Declares [`WarningCode`] with its kebab-case names and the list of every code, so that the
+/// list cannot miss a variant.
+macro_rules! warning_codes {
+    ($($(#[doc = $doc:literal])* $variant:ident => $name:literal,)*) => {
+        /// Stable warning codes. Each is documented in docs/troubleshooting.md; a test checks that
+        /// both lists agree. Codes are never renamed or reused within `dxdp/v1`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema)]
+        pub enum WarningCode {
+            $($(#[doc = $doc])* #[serde(rename = $name)] $variant,)*
+        }
+
+        impl WarningCode {
+            /// Every code, in declaration order.
+            pub const ALL: &'static [WarningCode] = &[$(WarningCode::$variant,)*];
+
+            /// The code as it appears in JSON and in the docs.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(WarningCode::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+warning_codes! {
+    /// dxdp runs inside a container: runtime files are not enumerated.
+    InContainer => "in-container",
+    /// `os.systemRoot` is not an absolute local path.
+    SystemRootInvalid => "system-root-invalid",
+    /// Reading a property of an adapter failed.
+    AdapterReadError => "adapter-read-error",
+    /// DXCore does not support some adapter properties; defaults were used.
+    PropertyUnsupported => "property-unsupported",
+    /// DXCore does not report IsHardware; dxdp decided from the device node.
+    HardwareInferred => "hardware-inferred",
+    /// The driver store path is not an absolute local path.
+    DriverStoreInvalid => "driver-store-invalid",
+    /// The driver store is outside `%SystemRoot%\System32\DriverStore`.
+    DriverStoreOutside => "driver-store-outside",
+    /// The driver store path is unknown.
+    DriverStoreUnknown => "driver-store-unknown",
+    /// The device node has no driver key.
+    NoDriverKey => "no-driver-key",
+    /// A `CopyToVm*` value has more than two strings.
+    RegistryValueExtraStrings => "registry-value-extra-strings",
+    /// A `CopyToVm*` value has a type other than REG_SZ or REG_MULTI_SZ.
+    RegistryValueType => "registry-value-type",
+    /// A runtime-file entry has an empty source.
+    RuntimeFileEmptySource => "runtime-file-empty-source",
+    /// A runtime-file source escapes the driver store or is not a relative path.
+    RuntimeFileSourceRejected => "runtime-file-source-rejected",
+    /// A runtime-file destination is not a plain file name.
+    RuntimeFileDestinationRejected => "runtime-file-destination-rejected",
+    /// Two runtime-file entries map to the same destination; the later one is dropped.
+    RuntimeFileDuplicate => "runtime-file-duplicate",
+    /// A runtime file the driver lists does not exist on the host.
+    RuntimeFileMissing => "runtime-file-missing",
+}
+
+impl fmt::Display for WarningCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod warning_tests {
+    use super::*;
+
+    #[test]
+    fn codes_serialise_as_their_names_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for code in WarningCode::ALL {
+            let json = serde_json::to_value(code).unwrap_or_default();
+            assert_eq!(json, serde_json::Value::String(code.as_str().into()));
+            assert!(seen.insert(code.as_str()), "{code} twice");
+            assert!(code
+                .as_str()
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c == '-'));
+        }
+    }
+
+    #[test]
+    fn display_is_the_message() {
+        let w = Warning::device(WarningCode::NoDriverKey, "pci-1", 7, "device x: no key");
+        assert_eq!(w.to_string(), "device x: no key");
+        assert_eq!(
+            serde_json::to_value(&w).unwrap_or_default(),
+            serde_json::json!({"code": "no-driver-key", "device": "pci-1", "luid": 7, "message": "device x: no key"})
+        );
+    }
 }

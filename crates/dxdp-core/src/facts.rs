@@ -251,7 +251,19 @@ pub struct PnpFacts {
 
 /// Where a device sits on the PCI bus. Windows reports no PCI domain (segment) through these
 /// properties, so there is none here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PciLocation {
     /// Bus number (`DEVPKEY_Device_BusNumber`).

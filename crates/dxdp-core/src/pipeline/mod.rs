@@ -11,7 +11,9 @@ pub mod winpath;
 
 use std::collections::HashMap;
 
-use crate::devices::{Device, Discovery, Excluded, ExclusionCode, PerResource, RuntimeFiles};
+use crate::devices::{
+    Device, Discovery, Excluded, ExclusionCode, PerResource, RuntimeFiles, Warning, WarningCode,
+};
 use crate::facts::{AdapterFacts, AdapterProperty, HostFacts, DEFAULT_SYSTEM_ROOT};
 use crate::hints::CudaOrder;
 use crate::quote;
@@ -86,11 +88,15 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
     for adapter in &facts.adapters {
         let description = describe(adapter);
         for error in &adapter.read_errors {
-            out.warnings.push(format!(
-                "adapter {} (LUID {}): {}",
-                quote::bounded(&description),
+            out.warnings.push(Warning::adapter(
+                WarningCode::AdapterReadError,
                 adapter.luid,
-                quote::bounded_prefix(error, 400)
+                format!(
+                    "adapter {} (LUID {}): {}",
+                    quote::bounded(&description),
+                    adapter.luid,
+                    quote::bounded_prefix(error, 400)
+                ),
             ));
         }
         let exclude =
@@ -109,17 +115,18 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             .map(|p| p.field())
             .collect();
         if !unsupported.is_empty() {
-            out.warnings.push(format!(
+            out.warnings.push(Warning::adapter(WarningCode::PropertyUnsupported, adapter.luid, format!(
                 "adapter {description} (LUID {}): DXCore does not support {} for it; dxdp uses false, 0 or empty instead",
                 adapter.luid,
                 unsupported.join(", ")
-            ));
+            )));
         }
         let hardware = classify::hardware(adapter);
         if let Some(why) = &hardware.inferred {
-            out.warnings.push(format!(
-                "adapter {description} (LUID {}): {why}",
-                adapter.luid
+            out.warnings.push(Warning::adapter(
+                WarningCode::HardwareInferred,
+                adapter.luid,
+                format!("adapter {description} (LUID {}): {why}", adapter.luid),
             ));
         }
         if !hardware.hardware {
@@ -275,28 +282,32 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             ));
             continue;
         }
+        let device_warning =
+            |code, message| Warning::device(code, &device.id, adapter.luid, message);
         device.runtime_files = match (&checked_store, &pnp.driver_key) {
             _ if !config.runtime_files || in_container => RuntimeFiles::default(),
             (Some(Err(why)), _) => {
-                out.warnings.push(format!(
+                out.warnings.push(device_warning(WarningCode::DriverStoreInvalid, format!(
                     "device {label}: driver store path {} {why}, so no runtime files (CUDA, OpenCL, Vulkan, ...) are mounted",
                     quote::quote(raw_store.unwrap_or_default())
-                ));
+                )));
                 RuntimeFiles::default()
             }
             (Some(Ok(store)), Some(driver_key)) if !driver_key.is_empty() => {
                 if let Ok(root) = &system_root {
                     let system_store = winpath::join(root, r"System32\DriverStore");
                     if !winpath::is_within(store, &system_store) {
-                        out.warnings.push(format!(
+                        out.warnings.push(device_warning(WarningCode::DriverStoreOutside, format!(
                             "device {label}: driver store {} is outside {system_store}; its runtime files are mounted from there anyway, check that this is the driver's own store",
                             quote::bounded(store)
-                        ));
+                        )));
                     }
                 }
                 runtime_files::resolve(
                     &DeviceContext {
                         label,
+                        device_id: &device.id,
+                        luid: adapter.luid,
                         driver_key,
                         driver_store: store,
                         vendor_id: adapter.hardware_id.vendor_id,
@@ -309,15 +320,15 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
                 )
             }
             (None, _) => {
-                out.warnings.push(format!(
+                out.warnings.push(device_warning(WarningCode::DriverStoreUnknown, format!(
                     "device {label}: the driver store path is unknown, so no runtime files (CUDA, OpenCL, Vulkan, ...) are mounted"
-                ));
+                )));
                 RuntimeFiles::default()
             }
             (Some(_), _) => {
-                out.warnings.push(format!(
+                out.warnings.push(device_warning(WarningCode::NoDriverKey, format!(
                     "device {label}: the device node has no driver key, so no runtime files (CUDA, OpenCL, Vulkan, ...) are mounted"
-                ));
+                )));
                 RuntimeFiles::default()
             }
         };
@@ -327,8 +338,10 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
     if out.in_container {
         out.warnings.insert(
             0,
-            "dxdp is running inside a container (the driver store is under HostDriverStore): runtime files are not enumerated"
-                .into(),
+            Warning::host(
+                WarningCode::InContainer,
+                "dxdp is running inside a container (the driver store is under HostDriverStore): runtime files are not enumerated",
+            ),
         );
     }
     out.devices
@@ -341,7 +354,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
 /// an absolute local path like every other host directory. An invalid one is warned about once.
 fn checked_system_root<'a>(
     facts: &'a HostFacts,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Result<&'a str, String> {
     let root = facts
         .os
@@ -350,9 +363,9 @@ fn checked_system_root<'a>(
         .unwrap_or(DEFAULT_SYSTEM_ROOT);
     winpath::check_local_absolute(root).map(|()| root).map_err(|why| {
         let quoted = quote::quote(root);
-        warnings.push(format!(
+        warnings.push(Warning::host(WarningCode::SystemRootInvalid, format!(
             "os.systemRoot {quoted} {why}; driver store paths relative to %SystemRoot% cannot be resolved, so those devices get no runtime files"
-        ));
+        )));
         format!("is relative to %SystemRoot%, which is not usable ({quoted} {why})")
     })
 }
@@ -547,7 +560,12 @@ mod tests {
         assert_eq!(d.excluded[0].luid, 2);
         assert_eq!(d.excluded[0].code, ExclusionCode::SoftwareAdapter);
         assert!(d.excluded[0].reason.contains("does not support IsHardware"));
-        let warnings = d.warnings.join("\n");
+        let warnings = d
+            .warnings
+            .iter()
+            .map(|w| w.message.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
         for fragment in [
             "GPU 1 (LUID 1): DXCore does not support isDetachable for it",
             "GPU 1 (LUID 1): DXCore does not support IsHardware for this adapter; treated as hardware because its device node has the PCI location path PCIROOT(0)#PCI(0100)",
@@ -601,7 +619,7 @@ mod tests {
         let d = discover(&host(vec![a]), &PipelineConfig::default());
         assert!(d.in_container);
         assert!(d.devices[0].runtime_files.is_empty());
-        assert!(d.warnings[0].contains("inside a container"));
+        assert!(d.warnings[0].message.contains("inside a container"));
     }
 
     #[test]
@@ -612,11 +630,18 @@ mod tests {
         b.pnp.as_mut().unwrap().driver_key = None;
         let d = discover(&host(vec![a, b]), &PipelineConfig::default());
         assert_eq!(d.devices.len(), 2);
+        let (a_id, b_id) = (d.devices[0].id.as_str(), d.devices[1].id.as_str());
         assert!(d
             .warnings
             .iter()
-            .any(|w| w.contains("driver store path is unknown")));
-        assert!(d.warnings.iter().any(|w| w.contains("no driver key")));
+            .any(|w| w.code == WarningCode::DriverStoreUnknown
+                && w.device.as_deref() == Some(a_id)
+                && w.luid == Some(1)
+                && w.message.contains("driver store path is unknown")));
+        assert!(d.warnings.iter().any(|w| w.code == WarningCode::NoDriverKey
+            && w.device.as_deref() == Some(b_id)
+            && w.luid == Some(2)
+            && w.message.contains("no driver key")));
     }
 
     /// A GPU whose driver lists one runtime file, and a host where that file exists in `store`.
@@ -749,7 +774,7 @@ mod tests {
             match warning {
                 None => assert!(d.warnings.is_empty(), "{store}: {:?}", d.warnings),
                 Some(fragment) => assert!(
-                    d.warnings.iter().any(|w| w.contains(fragment)),
+                    d.warnings.iter().any(|w| w.message.contains(fragment)),
                     "{store} {root:?}: want {fragment:?} in {:?}",
                     d.warnings
                 ),
@@ -758,8 +783,8 @@ mod tests {
                 assert!(
                     d.warnings
                         .iter()
-                        .any(|w| w.contains("GPU 1 (PCIROOT(0)#PCI(0100))")
-                            && w.contains("no runtime files")),
+                        .any(|w| w.message.contains("GPU 1 (PCIROOT(0)#PCI(0100))")
+                            && w.message.contains("no runtime files")),
                     "{store}: the warning names the device: {:?}",
                     d.warnings
                 );
@@ -775,7 +800,7 @@ mod tests {
         assert!(
             d.warnings
                 .iter()
-                .any(|w| w.contains("GPU 5") && w.contains("0xC0000001")),
+                .any(|w| w.message.contains("GPU 5") && w.message.contains("0xC0000001")),
             "{:?}",
             d.warnings
         );
@@ -851,7 +876,7 @@ mod properties {
                 prop_assert!(winpath::check_local_absolute(&file.host_path).is_ok(), "{} from {:?} {:?}", file.host_path, store, root);
             }
             if d.devices[0].runtime_files.is_empty() && !store.is_empty() {
-                prop_assert!(d.warnings.iter().any(|w| w.contains("no runtime files")), "{:?}", d.warnings);
+                prop_assert!(d.warnings.iter().any(|w| w.message.contains("no runtime files")), "{:?}", d.warnings);
             }
         }
 

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::devices::{Origin, RuntimeFile, RuntimeFiles, TargetDir};
+use crate::devices::{Origin, RuntimeFile, RuntimeFiles, TargetDir, Warning, WarningCode};
 use crate::facts::{RegData, RegType, RegistryKey, RegistryValue};
 use crate::pipeline::winpath;
 use crate::quote;
@@ -109,6 +109,10 @@ pub struct AdditionalFile {
 pub struct DeviceContext<'a> {
     /// How warnings name the device.
     pub label: &'a str,
+    /// The kubelet device ID, for the warnings' `device`.
+    pub device_id: &'a str,
+    /// The adapter LUID, for the warnings' `luid`.
+    pub luid: i64,
     /// The driver key below [`CLASS_ROOT`].
     pub driver_key: &'a str,
     /// The expanded driver store directory.
@@ -134,8 +138,9 @@ pub fn resolve(
     device: &DeviceContext<'_>,
     registry: &RegistryIndex<'_>,
     files: &FileIndex,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> RuntimeFiles {
+    let warning = |code, message| Warning::device(code, device.device_id, device.luid, message);
     let mut result = RuntimeFiles::default();
     for target in [TargetDir::System32, TargetDir::SysWow64] {
         let mut entries: Vec<Entry> = Vec::new();
@@ -154,17 +159,17 @@ pub fn resolve(
             });
             for value in values {
                 let label = format!(r"{subkey}\{}", quote::bounded(&value.name));
-                let Some(entry) = parse_value(value, &label, device.label, warnings) else {
+                let Some(entry) = parse_value(value, &label, device, warnings) else {
                     continue;
                 };
                 let dest_key = entry.destination.to_lowercase();
                 if let Some(first) = taken.get(&dest_key) {
-                    warnings.push(format!(
+                    warnings.push(warning(WarningCode::RuntimeFileDuplicate, format!(
                         "device {}: registry value {label} maps to {}\\{} which {first} already provides; dropped",
                         device.label,
                         target.name(),
                         quote::bounded(&entry.destination)
-                    ));
+                    )));
                     continue;
                 }
                 taken.insert(dest_key, label);
@@ -200,15 +205,18 @@ pub fn resolve(
                 kind: RegType::REG_MULTI_SZ,
                 data: RegData::Strings(strings),
             };
-            let Some(mut entry) = parse_value(&value, &label, device.label, warnings) else {
+            let Some(mut entry) = parse_value(&value, &label, device, warnings) else {
                 continue;
             };
             if taken.contains_key(&entry.destination.to_lowercase()) {
-                warnings.push(format!(
+                warnings.push(warning(
+                    WarningCode::RuntimeFileDuplicate,
+                    format!(
                     "device {}: {label} maps to {}\\{} which the driver already provides; dropped",
                     device.label,
                     target.name(),
                     quote::bounded(&entry.destination)
+                ),
                 ));
                 continue;
             }
@@ -229,13 +237,13 @@ pub fn resolve(
                 let host_path = winpath::join(device.driver_store, &e.source);
                 let exists = files.contains(&host_path);
                 if !exists && e.origin != Origin::VendorDefault {
-                    warnings.push(format!(
+                    warnings.push(warning(WarningCode::RuntimeFileMissing, format!(
                         "device {}: runtime file {} (for {}\\{}) does not exist on the host; it will not be mounted",
                         device.label,
                         quote::bounded(&host_path),
                         target.name(),
                         quote::bounded(&e.destination)
-                    ));
+                    )));
                 }
                 RuntimeFile {
                     source: e.source,
@@ -284,6 +292,8 @@ pub fn candidate_host_paths(facts: &crate::facts::HostFacts) -> Vec<String> {
         let store = winpath::expand_system_root(store, system_root);
         let device = DeviceContext {
             label: "",
+            device_id: "",
+            luid: adapter.luid,
             driver_key,
             driver_store: &store,
             vendor_id: adapter.hardware_id.vendor_id,
@@ -302,42 +312,54 @@ pub fn candidate_host_paths(facts: &crate::facts::HostFacts) -> Vec<String> {
 fn parse_value(
     value: &RegistryValue,
     label: &str,
-    device: &str,
-    warnings: &mut Vec<String>,
+    device: &DeviceContext<'_>,
+    warnings: &mut Vec<Warning>,
 ) -> Option<Entry> {
-    let mut warn = |what: String| {
-        warnings.push(format!("device {device}: registry value {label} {what}"));
+    let mut warn = |code, what: String| {
+        warnings.push(Warning::device(
+            code,
+            device.device_id,
+            device.luid,
+            format!("device {}: registry value {label} {what}", device.label),
+        ));
     };
     let strings: Vec<&str> = match (value.kind, &value.data) {
         (RegType::REG_SZ, RegData::String(s)) => vec![s.as_str()],
         (RegType::REG_MULTI_SZ, RegData::Strings(list)) => {
             if list.len() > 2 {
-                warn(format!(
-                    "has {} strings; only the first two (source, destination) are used",
-                    list.len()
-                ));
+                warn(
+                    WarningCode::RegistryValueExtraStrings,
+                    format!(
+                        "has {} strings; only the first two (source, destination) are used",
+                        list.len()
+                    ),
+                );
             }
             list.iter().take(2).map(String::as_str).collect()
         }
         (kind, _) => {
-            warn(format!(
-                "has type {kind:?}; only REG_SZ and REG_MULTI_SZ are used; ignored"
-            ));
+            warn(
+                WarningCode::RegistryValueType,
+                format!("has type {kind:?}; only REG_SZ and REG_MULTI_SZ are used; ignored"),
+            );
             return None;
         }
     };
     let raw_source = strings.first().copied().unwrap_or_default();
     if raw_source.is_empty() {
-        warn("has an empty source; ignored".into());
+        warn(
+            WarningCode::RuntimeFileEmptySource,
+            "has an empty source; ignored".into(),
+        );
         return None;
     }
     let source = match winpath::normalize_source(raw_source) {
         Ok(s) => s,
         Err(why) => {
-            warn(format!(
-                "rejected: source {} {why}",
-                quote::quote(raw_source)
-            ));
+            warn(
+                WarningCode::RuntimeFileSourceRejected,
+                format!("rejected: source {} {why}", quote::quote(raw_source)),
+            );
             return None;
         }
     };
@@ -346,10 +368,10 @@ fn parse_value(
         None => winpath::file_name(&source).to_string(),
     };
     if let Err(why) = winpath::check_destination(&destination) {
-        warn(format!(
-            "rejected: destination {} {why}",
-            quote::quote(&destination)
-        ));
+        warn(
+            WarningCode::RuntimeFileDestinationRejected,
+            format!("rejected: destination {} {why}", quote::quote(&destination)),
+        );
         return None;
     }
     Some(Entry {
@@ -391,10 +413,12 @@ mod tests {
         }
     }
 
-    fn run(keys: &[RegistryKey], vendor_id: u32, files: &[&str]) -> (RuntimeFiles, Vec<String>) {
+    fn run(keys: &[RegistryKey], vendor_id: u32, files: &[&str]) -> (RuntimeFiles, Vec<Warning>) {
         let files: Vec<String> = files.iter().map(|f| format!(r"{STORE}\{f}")).collect();
         let ctx = DeviceContext {
             label: "GPU",
+            device_id: "dev-1",
+            luid: 9,
             driver_key: DRIVER_KEY,
             driver_store: STORE,
             vendor_id,
@@ -430,7 +454,7 @@ mod tests {
         type Row = (
             RegistryValue,
             Option<(&'static str, &'static str)>,
-            Option<&'static str>,
+            Option<(&'static str, WarningCode)>,
         );
         let table: Vec<Row> = vec![
             (
@@ -452,26 +476,61 @@ mod tests {
             (
                 multi("a", &["x.dll", "y.dll", "z.dll"]),
                 Some(("x.dll", "y.dll")),
-                Some("has 3 strings"),
+                Some(("has 3 strings", WarningCode::RegistryValueExtraStrings)),
             ),
-            (multi("a", &[]), None, Some("empty source")),
-            (multi("a", &["", "y.dll"]), None, Some("empty source")),
-            (sz("a", ""), None, Some("empty source")),
-            (multi("a", &["..\\evil.dll"]), None, Some("`..`")),
-            (multi("a", &["C:\\evil.dll"]), None, Some("drive-qualified")),
-            (multi("a", &["\\\\srv\\share\\evil.dll"]), None, Some("UNC")),
+            (
+                multi("a", &[]),
+                None,
+                Some(("empty source", WarningCode::RuntimeFileEmptySource)),
+            ),
+            (
+                multi("a", &["", "y.dll"]),
+                None,
+                Some(("empty source", WarningCode::RuntimeFileEmptySource)),
+            ),
+            (
+                sz("a", ""),
+                None,
+                Some(("empty source", WarningCode::RuntimeFileEmptySource)),
+            ),
+            (
+                multi("a", &["..\\evil.dll"]),
+                None,
+                Some(("`..`", WarningCode::RuntimeFileSourceRejected)),
+            ),
+            (
+                multi("a", &["C:\\evil.dll"]),
+                None,
+                Some(("drive-qualified", WarningCode::RuntimeFileSourceRejected)),
+            ),
+            (
+                multi("a", &["\\\\srv\\share\\evil.dll"]),
+                None,
+                Some(("UNC", WarningCode::RuntimeFileSourceRejected)),
+            ),
             (
                 multi("a", &["x.dll", "..\\evil.dll"]),
                 None,
-                Some("destination"),
+                Some(("destination", WarningCode::RuntimeFileDestinationRejected)),
             ),
             (
                 multi("a", &["x.dll", "a\\b.dll"]),
                 None,
-                Some("bare file name"),
+                Some((
+                    "bare file name",
+                    WarningCode::RuntimeFileDestinationRejected,
+                )),
             ),
-            (multi("a", &["x.dll", ".."]), None, Some("destination")),
-            (multi("a", &["x.dll", "a\u{7}.dll"]), None, Some("control")),
+            (
+                multi("a", &["x.dll", ".."]),
+                None,
+                Some(("destination", WarningCode::RuntimeFileDestinationRejected)),
+            ),
+            (
+                multi("a", &["x.dll", "a\u{7}.dll"]),
+                None,
+                Some(("control", WarningCode::RuntimeFileDestinationRejected)),
+            ),
             (
                 RegistryValue {
                     name: "a".into(),
@@ -479,7 +538,7 @@ mod tests {
                     data: RegData::Integer(1),
                 },
                 None,
-                Some("REG_DWORD"),
+                Some(("REG_DWORD", WarningCode::RegistryValueType)),
             ),
             (
                 RegistryValue {
@@ -488,7 +547,7 @@ mod tests {
                     data: RegData::String("x.dll".into()),
                 },
                 None,
-                Some("REG_EXPAND_SZ"),
+                Some(("REG_EXPAND_SZ", WarningCode::RegistryValueType)),
             ),
         ];
         for (value, expected, warning) in table {
@@ -499,9 +558,12 @@ mod tests {
                 Some(pair) => assert_eq!(got, p(&[pair]), "{desc}"),
                 None => assert!(got.is_empty(), "{desc}: {got:?}"),
             }
-            if let Some(fragment) = warning {
+            if let Some((fragment, code)) = warning {
                 assert!(
-                    warnings.iter().any(|w| w.contains(fragment)),
+                    warnings.iter().any(|w| w.message.contains(fragment)
+                        && w.code == code
+                        && w.device.as_deref() == Some("dev-1")
+                        && w.luid == Some(9)),
                     "{desc}: {warnings:?}"
                 );
             }
@@ -547,7 +609,7 @@ mod tests {
         );
         let dups: Vec<_> = warnings
             .iter()
-            .filter(|w| w.contains("already provides"))
+            .filter(|w| w.message.contains("already provides"))
             .collect();
         assert_eq!(dups.len(), 2, "{warnings:?}");
     }
@@ -625,6 +687,8 @@ mod tests {
         let exclude = vec!["NVCUDA.dll".to_string()];
         let ctx = DeviceContext {
             label: "GPU",
+            device_id: "dev-1",
+            luid: 9,
             driver_key: DRIVER_KEY,
             driver_store: STORE,
             vendor_id: 0x1002,
@@ -647,10 +711,13 @@ mod tests {
         assert!(
             warnings
                 .iter()
-                .any(|w| w.contains("X.DLL") && w.contains("already provides")),
+                .any(|w| w.message.contains("X.DLL") && w.message.contains("already provides")),
             "{warnings:?}"
         );
-        assert!(warnings.iter().any(|w| w.contains("`..`")), "{warnings:?}");
+        assert!(
+            warnings.iter().any(|w| w.message.contains("`..`")),
+            "{warnings:?}"
+        );
     }
 
     #[test]
@@ -665,7 +732,7 @@ mod tests {
         assert!(!rf.system32[1].exists);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
-            warnings[0].contains(r"b.dll") && warnings[0].contains("GPU"),
+            warnings[0].message.contains(r"b.dll") && warnings[0].message.contains("GPU"),
             "{warnings:?}"
         );
     }

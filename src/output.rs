@@ -1,0 +1,275 @@
+//! The machine-readable documents dxdp prints (`discover --json`, `doctor --json`, `hcs --json`,
+//! `config show --json`, `mounts --format json`): typed, each headed by `apiVersion` and `kind`,
+//! and their JSON Schemas, generated from these same types (checked into `docs/schemas/`).
+//!
+//! Compatibility: within `dxdp/v1` fields are only added, never removed, renamed or retyped.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::{Serialize, Serializer};
+
+use crate::tools::doctor::Check;
+use crate::tools::hcs::{AssignmentVerdict, HcsReport};
+use dxdp_core::devices::{Device, Excluded, Warning};
+
+/// The `apiVersion` of every document.
+pub const API_VERSION: &str = "dxdp/v1";
+
+/// A field that always serialises to one string, with a `const` schema.
+macro_rules! const_string {
+    ($(#[doc = $doc:literal])* $name:ident = $value:expr) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct $name;
+
+        impl $name {
+            /// The string.
+            pub const VALUE: &'static str = $value;
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(Self::VALUE)
+            }
+        }
+
+        impl JsonSchema for $name {
+            fn schema_name() -> Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                json_schema!({"type": "string", "const": Self::VALUE})
+            }
+        }
+    };
+}
+
+const_string!(
+    /// `dxdp/v1`.
+    ApiVersion = API_VERSION
+);
+const_string!(
+    /// `Discovery`.
+    DiscoveryKind = "Discovery"
+);
+const_string!(
+    /// `DoctorReport`.
+    DoctorReportKind = "DoctorReport"
+);
+const_string!(
+    /// `HcsReport`.
+    HcsReportKind = "HcsReport"
+);
+const_string!(
+    /// `Configuration`.
+    ConfigurationKind = "Configuration"
+);
+const_string!(
+    /// `Mounts`.
+    MountsKind = "Mounts"
+);
+
+/// `dxdp discover --json`: the devices of the host, what was left out and why, and warnings.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "Discovery")]
+pub struct DiscoveryDoc<'a> {
+    /// Always `dxdp/v1`.
+    pub api_version: ApiVersion,
+    /// Always `Discovery`.
+    pub kind: DiscoveryKind,
+    /// Devices, ordered by location path. Only those whose `resource` is not null are
+    /// advertised to the kubelet.
+    pub devices: &'a [Device],
+    /// Adapters that were left out, and why.
+    pub excluded: &'a [Excluded],
+    /// Things an operator should know; each `code` is listed in docs/troubleshooting.md.
+    pub warnings: &'a [Warning],
+    /// True when dxdp itself runs inside a container (driver store under `HostDriverStore`).
+    pub in_container: bool,
+}
+
+/// Counts of the checks by status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct DoctorSummary {
+    /// Checks that failed: dxdp cannot work until they are fixed.
+    pub fail: usize,
+    /// Checks that passed.
+    pub pass: usize,
+    /// Checks worth attention.
+    pub warn: usize,
+    /// Checks that only inform (skipped on a simulated host, a resource with no device here).
+    pub info: usize,
+}
+
+/// `dxdp doctor --json`: the preflight checks of the node.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "DoctorReport")]
+pub struct DoctorReportDoc<'a> {
+    /// Always `dxdp/v1`.
+    pub api_version: ApiVersion,
+    /// Always `DoctorReport`.
+    pub kind: DoctorReportKind,
+    /// The checks, in the order `doctor` prints them.
+    pub checks: &'a [Check],
+    /// False when any check failed (the exit code is then 1).
+    pub ok: bool,
+    /// How many checks have each status.
+    pub summary: DoctorSummary,
+}
+
+/// `dxdp hcs --json`: the OS, its HCS schema versions, and what the configured assignment does.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "HcsReport")]
+pub struct HcsReportDoc<'a> {
+    /// Always `dxdp/v1`.
+    pub api_version: ApiVersion,
+    /// Always `HcsReport`.
+    pub kind: HcsReportKind,
+    /// The report.
+    #[serde(flatten)]
+    pub report: &'a HcsReport,
+    /// The configured assignment mode and whether it works here.
+    pub assignment: &'a AssignmentVerdict,
+}
+
+/// One effective configuration value.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ConfigValue {
+    /// Where it came from, for people: `default`, `file PATH`, `env NAME` or `flag --NAME`, some
+    /// with a note (the reference plugin's variable that named the file, the named configuration).
+    pub origin: String,
+    /// The value, typed (boolean, number, string, list or object; see docs/configuration.md).
+    pub value: serde_json::Value,
+}
+
+/// `dxdp config show --json`: the effective configuration and where each value came from.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "Configuration")]
+pub struct ConfigurationDoc {
+    /// Always `dxdp/v1`.
+    pub api_version: ApiVersion,
+    /// Always `Configuration`.
+    pub kind: ConfigurationKind,
+    /// The configuration file that was read, or null when there is none.
+    pub file: Option<String>,
+    /// Every key (`resources.display.replicas`, `assignment`, ...) with its value and origin.
+    pub values: BTreeMap<String, ConfigValue>,
+}
+
+/// A device selected by `dxdp mounts`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MountsDevice {
+    /// Human description.
+    pub description: String,
+    /// The containerd device string `vpci-location-path://<location path>`.
+    pub host_path: String,
+    /// The kubelet device ID.
+    pub id: String,
+    /// The device node's location path.
+    pub location_path: String,
+}
+
+/// A read-only bind mount of one runtime file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Mount {
+    /// The path in the container (`C:\Windows\System32\...`).
+    pub destination: String,
+    /// Always true: runtime files are mounted read-only.
+    pub read_only: bool,
+    /// The file on the host (in the driver store).
+    pub source: String,
+}
+
+/// `dxdp mounts --format json`: the selected devices and the mounts that give a container them.
+/// (Members of the nested objects are in alphabetical order, as before `apiVersion` existed.)
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "Mounts")]
+pub struct MountsDoc {
+    /// Always `dxdp/v1`.
+    pub api_version: ApiVersion,
+    /// Always `Mounts`.
+    pub kind: MountsKind,
+    /// The selected devices.
+    pub devices: Vec<MountsDevice>,
+    /// The runtime files to bind-mount, exactly as the plugin's Allocate returns them.
+    pub mounts: Vec<Mount>,
+    /// The device strings the container runtime gets: one `vpci-location-path://...` per
+    /// device, or the display-adapter class (`class/5B45201D-...`) with assignment class-guid.
+    pub container_devices: Vec<String>,
+}
+
+/// Pretty JSON with a final newline.
+pub fn to_json<T: Serialize>(doc: &T) -> String {
+    // The documents are plain structs of strings, numbers and JSON values: serialising them
+    // cannot fail, and an empty document would show that it did.
+    serde_json::to_string_pretty(doc).unwrap_or_default() + "\n"
+}
+
+/// Every document's kind with its JSON Schema, in a fixed order.
+pub fn schemas() -> Vec<(&'static str, Schema)> {
+    vec![
+        (DiscoveryKind::VALUE, schemars::schema_for!(DiscoveryDoc)),
+        (
+            DoctorReportKind::VALUE,
+            schemars::schema_for!(DoctorReportDoc),
+        ),
+        (HcsReportKind::VALUE, schemars::schema_for!(HcsReportDoc)),
+        (
+            ConfigurationKind::VALUE,
+            schemars::schema_for!(ConfigurationDoc),
+        ),
+        (MountsKind::VALUE, schemars::schema_for!(MountsDoc)),
+    ]
+}
+
+/// The text of `docs/schemas/<kind>.schema.json`.
+pub fn schema_text(schema: &Schema) -> String {
+    to_json(schema)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_fields_come_first_and_are_constant() {
+        let doc = ConfigurationDoc {
+            api_version: ApiVersion,
+            kind: ConfigurationKind,
+            file: None,
+            values: BTreeMap::new(),
+        };
+        let text = to_json(&doc);
+        assert!(
+            text.starts_with("{\n  \"apiVersion\": \"dxdp/v1\",\n  \"kind\": \"Configuration\",\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn schemas_pin_api_version_and_kind() {
+        for (kind, schema) in schemas() {
+            let v = schema.as_value();
+            assert_eq!(v["title"], kind);
+            assert_eq!(v["properties"]["apiVersion"]["const"], "dxdp/v1");
+            assert_eq!(v["properties"]["kind"]["const"], kind);
+            let required = v["required"].as_array().cloned().unwrap_or_default();
+            assert!(required.contains(&"apiVersion".into()), "{kind}");
+            assert!(required.contains(&"kind".into()), "{kind}");
+        }
+    }
+}

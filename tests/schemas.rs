@@ -1,0 +1,251 @@
+//! The JSON Schemas in docs/schemas/ are the ones generated from the output types.
+//!
+//! After changing an output type, regenerate them with
+//! `DXDP_UPDATE_SCHEMAS=1 cargo test --test schemas` and review the diff.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn schema_path(kind: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/schemas")
+        .join(format!("{kind}.schema.json"))
+}
+
+#[test]
+fn checked_in_schemas_match_the_types() {
+    let update = std::env::var_os("DXDP_UPDATE_SCHEMAS").is_some_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for (kind, schema) in dxdp::output::schemas() {
+        let path = schema_path(kind);
+        let want = dxdp::output::schema_text(&schema);
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        if have == want {
+            continue;
+        }
+        if update {
+            std::fs::write(&path, &want).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        } else {
+            stale.push(path.display().to_string());
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "these JSON Schemas differ from the output types: {}\n\
+         regenerate them with `DXDP_UPDATE_SCHEMAS=1 cargo test --test schemas` and review the diff",
+        stale.join(", ")
+    );
+}
+
+#[test]
+fn no_stray_schema_files() {
+    let kinds: Vec<String> = dxdp::output::schemas()
+        .into_iter()
+        .map(|(k, _)| format!("{k}.schema.json"))
+        .collect();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/schemas");
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        assert!(
+            kinds.contains(&name),
+            "docs/schemas/{name} is not generated from any output type; delete it"
+        );
+    }
+}
+
+/// A small JSON Schema checker for what schemars emits (`type`, `const`, `enum`, `properties`,
+/// `required`, `additionalProperties`, `items`, `$ref`, `anyOf`, `oneOf`, `allOf`): the errors
+/// of `value` against `schema`, each with its JSON path.
+fn violations(value: &Value, schema: &Value, root: &Value, path: &str, out: &mut Vec<String>) {
+    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        let target = r
+            .strip_prefix("#/$defs/")
+            .and_then(|name| root["$defs"].get(name));
+        match target {
+            Some(t) => violations(value, t, root, path, out),
+            None => out.push(format!("{path}: unresolvable $ref {r}")),
+        }
+    }
+    if let Some(types) = schema.get("type") {
+        let names: Vec<&str> = match types {
+            Value::String(s) => vec![s.as_str()],
+            Value::Array(list) => list.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        let ok = names.iter().any(|t| match *t {
+            "null" => value.is_null(),
+            "boolean" => value.is_boolean(),
+            "string" => value.is_string(),
+            "integer" => value.is_i64() || value.is_u64(),
+            "number" => value.is_number(),
+            "array" => value.is_array(),
+            "object" => value.is_object(),
+            _ => false,
+        });
+        if !ok {
+            out.push(format!("{path}: {value} is not of type {names:?}"));
+        }
+    }
+    if let Some(c) = schema.get("const") {
+        if c != value {
+            out.push(format!("{path}: {value} is not {c}"));
+        }
+    }
+    if let Some(Value::Array(options)) = schema.get("enum") {
+        if !options.contains(value) {
+            out.push(format!("{path}: {value} is not one of {options:?}"));
+        }
+    }
+    for (key, all) in [("anyOf", false), ("oneOf", false), ("allOf", true)] {
+        if let Some(Value::Array(branches)) = schema.get(key) {
+            let matching = branches
+                .iter()
+                .filter(|b| {
+                    let mut errors = Vec::new();
+                    violations(value, b, root, path, &mut errors);
+                    errors.is_empty()
+                })
+                .count();
+            let ok = if all {
+                matching == branches.len()
+            } else {
+                matching > 0
+            };
+            if !ok {
+                out.push(format!("{path}: {value} matches no branch of {key}"));
+            }
+        }
+    }
+    if let Value::Object(map) = value {
+        let properties = schema.get("properties").and_then(Value::as_object);
+        if let Some(Value::Array(required)) = schema.get("required") {
+            for r in required.iter().filter_map(Value::as_str) {
+                if !map.contains_key(r) {
+                    out.push(format!("{path}: required field {r} is missing"));
+                }
+            }
+        }
+        for (k, v) in map {
+            let child = format!("{path}.{k}");
+            match (
+                properties.and_then(|p| p.get(k)),
+                schema.get("additionalProperties"),
+            ) {
+                (Some(s), _) => violations(v, s, root, &child, out),
+                (None, Some(Value::Bool(false))) => out.push(format!("{child}: not in the schema")),
+                (None, Some(s @ Value::Object(_))) => violations(v, s, root, &child, out),
+                // An object schema that names its properties documents all of them.
+                (None, _) if properties.is_some() => {
+                    out.push(format!("{child}: not in the schema"))
+                }
+                (None, _) => {}
+            }
+        }
+    }
+    if let (Value::Array(items), Some(s)) = (value, schema.get("items")) {
+        for (i, item) in items.iter().enumerate() {
+            violations(item, s, root, &format!("{path}[{i}]"), out);
+        }
+    }
+}
+
+fn fixtures() -> Vec<String> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().display().to_string())
+        .filter(|p| p.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn dxdp_json(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_dxdp"))
+        .args(args)
+        .env_clear()
+        .output()
+        .unwrap_or_else(|e| panic!("dxdp {args:?}: {e}"));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "dxdp {args:?} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn every_json_output_conforms_to_its_schema() {
+    let schemas: Vec<(&str, Value)> = dxdp::output::schemas()
+        .into_iter()
+        .map(|(k, s)| (k, s.as_value().clone()))
+        .collect();
+    let schema = |kind: &str| {
+        schemas
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
+    };
+    let mut runs: Vec<(&str, Vec<String>)> = vec![(
+        "Configuration",
+        vec!["config".into(), "show".into(), "--json".into()],
+    )];
+    for f in fixtures() {
+        for (kind, args) in [
+            ("Discovery", &["discover", "--json"][..]),
+            ("DoctorReport", &["doctor", "--json"]),
+            ("HcsReport", &["hcs", "--json"]),
+            ("Mounts", &["mounts", "--all", "--format", "json"]),
+        ] {
+            let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            a.extend(["--host-snapshot".to_string(), f.clone()]);
+            runs.push((kind, a));
+        }
+    }
+    let mut kinds_seen = std::collections::BTreeSet::new();
+    for (kind, args) in runs {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let doc = dxdp_json(&args);
+        let s = schema(kind);
+        let mut errors = Vec::new();
+        violations(&doc, &s, &s, "$", &mut errors);
+        assert!(errors.is_empty(), "dxdp {args:?}:\n{}", errors.join("\n"));
+        assert_eq!(doc["apiVersion"], "dxdp/v1", "{args:?}");
+        assert_eq!(doc["kind"], kind, "{args:?}");
+        kinds_seen.insert(kind);
+    }
+    assert_eq!(kinds_seen.len(), schemas.len());
+}
+
+#[test]
+fn the_checker_finds_what_does_not_conform() {
+    let schema: Value = serde_json::json!({
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"$ref": "#/$defs/B"}},
+        "required": ["a"],
+        "$defs": {"B": {"type": "array", "items": {"enum": ["x"]}}}
+    });
+    let check = |v: Value| {
+        let mut errors = Vec::new();
+        violations(&v, &schema, &schema, "$", &mut errors);
+        errors
+    };
+    assert!(check(serde_json::json!({"a": "s", "b": ["x"]})).is_empty());
+    assert_eq!(check(serde_json::json!({"b": []})).len(), 1, "required");
+    assert_eq!(check(serde_json::json!({"a": 1})).len(), 1, "type");
+    assert_eq!(
+        check(serde_json::json!({"a": "s", "c": 1})).len(),
+        1,
+        "unknown field"
+    );
+    assert_eq!(
+        check(serde_json::json!({"a": "s", "b": ["y"]})).len(),
+        1,
+        "enum via $ref"
+    );
+}
