@@ -222,12 +222,20 @@ async fn config_show_says_which_configuration_the_node_selects_and_why() {
         "{out}"
     );
     assert!(
-        out.contains(&format!("resources.display.replicas: 3  # {file} (configuration shared)\n")),
+        out.contains(&format!(
+            "resources.display.replicas: 3  # {file} (configuration shared)\n"
+        )),
         "{out}"
     );
     let (out, _) = show(&["--configuration", "exclusive"], true).await;
-    assert!(out.contains("configuration: exclusive  # flag --configuration\n"), "{out}");
-    assert!(out.contains(&format!("resources.display.replicas: 1  # {file}\n")), "{out}");
+    assert!(
+        out.contains("configuration: exclusive  # flag --configuration\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("resources.display.replicas: 1  # {file}\n")),
+        "{out}"
+    );
     let (out, _) = show(&[], false).await;
     assert!(
         out.contains("configuration: default  # default: no configuration selected\n"),
@@ -235,6 +243,9 @@ async fn config_show_says_which_configuration_the_node_selects_and_why() {
     );
     api.set_label(SELECTOR, Some("huge"));
     let (out, err) = show(&[], true).await;
-    assert!(out.contains("configuration: default  # default: \"huge\""), "{out}");
+    assert!(
+        out.contains("configuration: default  # default: \"huge\""),
+        "{out}"
+    );
     assert!(err.contains("note: configuration \"huge\""), "{err}");
 }

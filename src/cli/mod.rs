@@ -285,11 +285,16 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
 /// why not and keeps the configuration as it is.
 fn with_node_selection(config: Config, mut inputs: Inputs) -> anyhow::Result<(Config, Inputs)> {
     use dxdp::cluster::{Cluster, NODE_NAME_VAR};
-    let Some(node) = std::env::var(NODE_NAME_VAR).ok().filter(|n| !n.trim().is_empty()) else {
+    let Some(node) = std::env::var(NODE_NAME_VAR)
+        .ok()
+        .filter(|n| !n.trim().is_empty())
+    else {
         return Ok((config, inputs));
     };
     let read = runtime()?.block_on(async {
-        let cluster = Cluster::connect(Some(&node)).await.map_err(|e| e.to_string())?;
+        let cluster = Cluster::connect(Some(&node))
+            .await
+            .map_err(|e| e.to_string())?;
         tokio::time::timeout(std::time::Duration::from_secs(5), cluster.get())
             .await
             .map_err(|_| format!("the API server did not answer within 5 s for node {node}"))?
