@@ -185,6 +185,18 @@ impl Metrics {
                 ("commit".to_string(), env!("DXDP_GIT_COMMIT").to_string()),
             ]),
         );
+        // Series whose labels are known from the start exist from the start, at 0, so that
+        // rate() and increase() see their first increment.
+        for r in ["ok", "error"] {
+            drop(host_refreshes.get_or_create(&outcome(r)));
+        }
+        for r in [
+            ReloadResult::Applied,
+            ReloadResult::Unchanged,
+            ReloadResult::Rejected,
+        ] {
+            drop(config_reloads.get_or_create(&outcome(r.as_str())));
+        }
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -227,6 +239,18 @@ impl Metrics {
                 .get_or_create_owned(&ResourceLabel {
                     resource: resource.to_string(),
                 }),
+        }
+    }
+
+    /// Creates the per-resource counters of a served name at 0 (Allocate results and
+    /// registrations), so that they exist before the first event.
+    pub fn init_resource(&self, resource: &str) {
+        let _ = self.allocate_recorder(resource);
+        for result in ["ok", "error"] {
+            drop(self.inner.registrations.get_or_create(&ResultLabels {
+                resource: resource.to_string(),
+                result: result.to_string(),
+            }));
         }
     }
 
@@ -344,5 +368,234 @@ impl AllocateRecorder {
             self.error.inc();
         }
         self.duration.observe(elapsed.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `series -> value` of every sample line of OpenMetrics text.
+    fn samples(text: &str) -> std::collections::BTreeMap<String, String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter_map(|l| l.rsplit_once(' '))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    const X: &str = "a.example/x";
+
+    #[test]
+    fn every_metric_has_its_name_type_and_the_text_ends_as_openmetrics_requires() {
+        let m = Metrics::new();
+        let s = samples(&m.encode());
+        for series in [
+            "dxdp_host_refreshes_total{result=\"ok\"}",
+            "dxdp_host_refreshes_total{result=\"error\"}",
+            "dxdp_config_reloads_total{result=\"applied\"}",
+            "dxdp_config_reloads_total{result=\"unchanged\"}",
+            "dxdp_config_reloads_total{result=\"rejected\"}",
+        ] {
+            assert_eq!(
+                s.get(series).map(String::as_str),
+                Some("0"),
+                "{series}: {s:#?}"
+            );
+        }
+        m.init_resource(X);
+        m.set_devices(&[DeviceCounts {
+            resource: X.into(),
+            healthy: 1,
+            unhealthy: 0,
+            advertised: 1,
+        }]);
+        m.set_registered(&[X.into()], &[]);
+        let text = m.encode();
+        for (name, kind) in [
+            ("dxdp_devices", "gauge"),
+            ("dxdp_advertised_devices", "gauge"),
+            ("dxdp_allocations", "counter"),
+            ("dxdp_allocate_duration_seconds", "histogram"),
+            ("dxdp_kubelet_registrations", "counter"),
+            ("dxdp_kubelet_registered", "gauge"),
+            ("dxdp_host_refreshes", "counter"),
+            ("dxdp_config_reloads", "counter"),
+            ("dxdp_build", "info"),
+        ] {
+            let line = format!("# TYPE {name} {kind}\n");
+            assert!(text.contains(&line), "{line:?} missing in\n{text}");
+        }
+        assert!(text.contains("# UNIT dxdp_allocate_duration_seconds seconds\n"));
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let s = samples(&text);
+        for series in [
+            "dxdp_allocations_total{resource=\"a.example/x\",result=\"ok\"}",
+            "dxdp_allocations_total{resource=\"a.example/x\",result=\"error\"}",
+            "dxdp_allocate_duration_seconds_count{resource=\"a.example/x\"}",
+            "dxdp_kubelet_registrations_total{resource=\"a.example/x\",result=\"ok\"}",
+            "dxdp_kubelet_registrations_total{resource=\"a.example/x\",result=\"error\"}",
+            "dxdp_kubelet_registered{resource=\"a.example/x\"}",
+            "dxdp_devices{resource=\"a.example/x\",health=\"Unhealthy\"}",
+        ] {
+            assert_eq!(
+                s.get(series).map(String::as_str),
+                Some("0"),
+                "{series}: {s:#?}"
+            );
+        }
+        let info = format!(
+            "dxdp_build_info{{version=\"{}\",commit=\"{}\"}}",
+            env!("CARGO_PKG_VERSION"),
+            env!("DXDP_GIT_COMMIT")
+        );
+        assert_eq!(s.get(&info).map(String::as_str), Some("1"), "{text}");
+    }
+
+    #[test]
+    fn allocations_registrations_refreshes_and_reloads_count_by_result() {
+        let m = Metrics::new();
+        let rec = m.allocate_recorder(X);
+        rec.record(true, Duration::from_micros(50));
+        rec.record(true, Duration::from_millis(3));
+        rec.record(false, Duration::from_secs(2));
+        // A second recorder of the same name shares the counters.
+        m.allocate_recorder(X).record(true, Duration::ZERO);
+        m.registration(X, false);
+        m.registration(X, false);
+        m.registration(X, true);
+        m.host_refresh(true);
+        m.host_refresh(false);
+        m.host_refresh(true);
+        m.config_reload(ReloadResult::Applied);
+        m.config_reload(ReloadResult::Rejected);
+        m.config_reload(ReloadResult::Rejected);
+        m.config_reload(ReloadResult::Unchanged);
+        let s = samples(&m.encode());
+        let expect = [
+            (
+                "dxdp_allocations_total{resource=\"a.example/x\",result=\"ok\"}",
+                "3",
+            ),
+            (
+                "dxdp_allocations_total{resource=\"a.example/x\",result=\"error\"}",
+                "1",
+            ),
+            (
+                "dxdp_allocate_duration_seconds_count{resource=\"a.example/x\"}",
+                "4",
+            ),
+            // 0 and 50 µs fall in the first bucket (0.1 ms), 3 ms in the 5 ms one, 2 s only in +Inf.
+            (
+                "dxdp_allocate_duration_seconds_bucket{le=\"0.0001\",resource=\"a.example/x\"}",
+                "2",
+            ),
+            (
+                "dxdp_allocate_duration_seconds_bucket{le=\"0.0025\",resource=\"a.example/x\"}",
+                "2",
+            ),
+            (
+                "dxdp_allocate_duration_seconds_bucket{le=\"0.005\",resource=\"a.example/x\"}",
+                "3",
+            ),
+            (
+                "dxdp_allocate_duration_seconds_bucket{le=\"1.0\",resource=\"a.example/x\"}",
+                "3",
+            ),
+            (
+                "dxdp_allocate_duration_seconds_bucket{le=\"+Inf\",resource=\"a.example/x\"}",
+                "4",
+            ),
+            (
+                "dxdp_kubelet_registrations_total{resource=\"a.example/x\",result=\"error\"}",
+                "2",
+            ),
+            (
+                "dxdp_kubelet_registrations_total{resource=\"a.example/x\",result=\"ok\"}",
+                "1",
+            ),
+            ("dxdp_host_refreshes_total{result=\"ok\"}", "2"),
+            ("dxdp_host_refreshes_total{result=\"error\"}", "1"),
+            ("dxdp_config_reloads_total{result=\"applied\"}", "1"),
+            ("dxdp_config_reloads_total{result=\"rejected\"}", "2"),
+            ("dxdp_config_reloads_total{result=\"unchanged\"}", "1"),
+        ];
+        for (series, value) in expect {
+            assert_eq!(
+                s.get(series).map(String::as_str),
+                Some(value),
+                "{series}: {s:#?}"
+            );
+        }
+        let sum: f64 = s["dxdp_allocate_duration_seconds_sum{resource=\"a.example/x\"}"]
+            .parse()
+            .unwrap();
+        assert!((sum - 2.00305).abs() < 1e-9, "{sum}");
+    }
+
+    #[test]
+    fn gauges_follow_the_served_names_and_drop_names_no_longer_served() {
+        let m = Metrics::new();
+        let y = "a.example/y";
+        m.set_devices(&[
+            DeviceCounts {
+                resource: X.into(),
+                healthy: 2,
+                unhealthy: 1,
+                advertised: 6,
+            },
+            DeviceCounts {
+                resource: y.into(),
+                healthy: 0,
+                unhealthy: 0,
+                advertised: 0,
+            },
+        ]);
+        m.set_registered(&[X.into(), y.into()], &[y.into()]);
+        let s = samples(&m.encode());
+        let expect = [
+            (
+                "dxdp_devices{resource=\"a.example/x\",health=\"Healthy\"}",
+                "2",
+            ),
+            (
+                "dxdp_devices{resource=\"a.example/x\",health=\"Unhealthy\"}",
+                "1",
+            ),
+            (
+                "dxdp_devices{resource=\"a.example/y\",health=\"Healthy\"}",
+                "0",
+            ),
+            ("dxdp_advertised_devices{resource=\"a.example/x\"}", "6"),
+            ("dxdp_advertised_devices{resource=\"a.example/y\"}", "0"),
+            ("dxdp_kubelet_registered{resource=\"a.example/x\"}", "0"),
+            ("dxdp_kubelet_registered{resource=\"a.example/y\"}", "1"),
+        ];
+        for (series, value) in expect {
+            assert_eq!(
+                s.get(series).map(String::as_str),
+                Some(value),
+                "{series}: {s:#?}"
+            );
+        }
+        // y is no longer served: its series go, x's stay.
+        m.set_devices(&[DeviceCounts {
+            resource: X.into(),
+            healthy: 3,
+            unhealthy: 0,
+            advertised: 3,
+        }]);
+        m.set_registered(&[X.into()], &[X.into()]);
+        let s = samples(&m.encode());
+        assert!(!s.keys().any(|k| k.contains(y)), "{s:#?}");
+        assert_eq!(
+            s["dxdp_devices{resource=\"a.example/x\",health=\"Healthy\"}"],
+            "3"
+        );
+        assert_eq!(
+            s["dxdp_devices{resource=\"a.example/x\",health=\"Unhealthy\"}"],
+            "0"
+        );
+        assert_eq!(s["dxdp_kubelet_registered{resource=\"a.example/x\"}"], "1");
     }
 }

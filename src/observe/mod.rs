@@ -70,6 +70,9 @@ impl Observe {
 
     /// The served names changed.
     pub fn wanted(&self, names: Vec<String>) {
+        for name in &names {
+            self.metrics.init_resource(name);
+        }
         self.readiness.set_wanted(names);
         self.sync_registered();
     }

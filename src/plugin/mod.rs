@@ -190,7 +190,7 @@ pub async fn run_with_updates(
         let bound = server.local_addr();
         tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
         observe.set_listening(Some(bound));
-        endpoint.server = Some(tokio::spawn(server.serve(observe.clone())).abort_handle());
+        endpoint.server = Some(tokio::spawn(server.serve(observe.clone())));
     }
     // Watch before looking, so that nothing created from now on is missed.
     let mut dir_watch = DirWatch::new();
@@ -304,6 +304,7 @@ pub async fn run_with_updates(
         tap.abort();
     }
     gauges.abort();
+    endpoint.stop().await;
     tracing::info!("device plugin stopped");
     Ok(())
 }
@@ -311,7 +312,19 @@ pub async fn run_with_updates(
 /// The metrics endpoint of a running daemon: stopped, and the probes told, when dropped.
 struct Endpoint {
     observe: Observe,
-    server: Option<AbortHandle>,
+    server: Option<JoinHandle<()>>,
+}
+
+impl Endpoint {
+    /// Stops the server and waits until it no longer listens.
+    async fn stop(mut self) {
+        self.observe.phase(Phase::Stopped);
+        if let Some(server) = self.server.take() {
+            server.abort();
+            let _ = server.await;
+            self.observe.set_listening(None);
+        }
+    }
 }
 
 impl Drop for Endpoint {
