@@ -347,6 +347,7 @@ async fn metrics_count_allocations_host_refreshes_and_configuration_reloads() {
         tx,
         kubelet_dir,
         NO_SAFETY_POLL,
+        None,
         d.observe.metrics.clone(),
     ));
     until(d.addr, "/readyz", "registration", |s, b| {
