@@ -139,6 +139,9 @@ def dxdp_binary():
 
 def validate(label, objs):
     """Strict OpenAPI validation of every object for every supported Kubernetes version."""
+    # Custom resources (the Prometheus Operator's ServiceMonitor) have no schema there; their
+    # shape is checked by assert_service_monitor.
+    objs = [o for o in objs if not o.get("apiVersion", "").startswith("monitoring.coreos.com/")]
     for version in KUBE_VERSIONS:
         errors = []
         for o in objs:
@@ -209,9 +212,11 @@ def assert_daemonset(label, objs, values):
         check(f"{label}: DXDP_REPLICAS", env.get("DXDP_REPLICAS") == str(values["replicas"]), str(env))
     else:
         check(f"{label}: DXDP_REPLICAS unset", "DXDP_REPLICAS" not in env)
-    probes = values.get("probes", {}).get("enabled", False)
+    defaults = load_values(os.path.join(CHART, "values.yaml"))
+    probes = {**defaults["probes"], **values.get("probes", {})}["enabled"]
+    metrics = {**defaults["metrics"], **values.get("metrics", {})}
     if probes:
-        port = values["metrics"]["port"]
+        port = metrics["port"]
         ports = {p["name"]: p for p in c.get("ports", [])}
         check(f"{label}: metrics port {port}", ports.get("metrics", {}).get("containerPort") == port, str(ports))
         check(f"{label}: DXDP_METRICS_ADDRESS on port {port}",
@@ -221,8 +226,11 @@ def assert_daemonset(label, objs, values):
             check(f"{label}: {kind} GET {path} on the metrics port",
                   get.get("path") == path and get.get("port") == "metrics" and "host" not in get, str(get))
     else:
-        check(f"{label}: no probes by default",
-              "livenessProbe" not in c and "readinessProbe" not in c and "DXDP_METRICS_ADDRESS" not in env)
+        check(f"{label}: no probes when probes.enabled is false",
+              "livenessProbe" not in c and "readinessProbe" not in c)
+    if not metrics["enabled"]:
+        check(f"{label}: no metrics endpoint when metrics.enabled is false", "DXDP_METRICS_ADDRESS" not in env)
+    assert_service_monitor(label, objs, metrics, pod_labels=ds["spec"]["template"]["metadata"].get("labels", {}))
     # Permissions: dxdp uses no Kubernetes API.
     rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
     check(f"{label}: no RBAC objects (dxdp calls no API)", not rbac, str([o["kind"] for o in rbac]))
@@ -233,6 +241,35 @@ def assert_daemonset(label, objs, values):
             break
     else:
         ok(f"{label}: every object in the release namespace")
+
+
+def assert_service_monitor(label, objs, metrics, pod_labels):
+    """A ServiceMonitor and its Service only when asked for, selecting the plugin's pods."""
+    monitors, services = find(objs, "ServiceMonitor"), find(objs, "Service")
+    if not metrics.get("serviceMonitor", {}).get("enabled"):
+        check(f"{label}: no ServiceMonitor or Service unless metrics.serviceMonitor.enabled",
+              not monitors and not services)
+        return
+    if not check(f"{label}: one ServiceMonitor and one Service", len(monitors) == 1 and len(services) == 1):
+        return
+    sm, svc = monitors[0], services[0]
+    sel = svc["spec"].get("selector", {})
+    check(f"{label}: the Service selects the plugin's pods",
+          bool(sel) and all(pod_labels.get(k) == v for k, v in sel.items()), f"{sel} vs {pod_labels}")
+    ports = svc["spec"].get("ports", [])
+    check(f"{label}: the Service's port `metrics` targets the container port",
+          any(p.get("name") == "metrics" and p.get("targetPort") == "metrics" and p.get("port") == metrics["port"]
+              for p in ports), str(ports))
+    match = sm["spec"].get("selector", {}).get("matchLabels", {})
+    svc_labels = svc["metadata"].get("labels", {})
+    check(f"{label}: the ServiceMonitor selects the Service",
+          bool(match) and all(svc_labels.get(k) == v for k, v in match.items()), f"{match} vs {svc_labels}")
+    eps = sm["spec"].get("endpoints", [])
+    check(f"{label}: the ServiceMonitor scrapes /metrics on port `metrics`",
+          len(eps) == 1 and eps[0].get("port") == "metrics" and eps[0].get("path") == "/metrics", str(eps))
+    check(f"{label}: ServiceMonitor apiVersion", sm.get("apiVersion") == "monitoring.coreos.com/v1")
+    for k, v in metrics["serviceMonitor"].get("labels", {}).items():
+        check(f"{label}: ServiceMonitor label {k}", sm["metadata"].get("labels", {}).get(k) == v)
 
 
 def load_values(*paths):
@@ -277,7 +314,10 @@ def chart_checks():
         ("an unknown value", ["--set", "replicaz=4"], "replicaz"),
         ("replicas above 64", ["--set", "replicas=65"], "replicas"),
         ("an unknown config key", ["--set", "config.resources.display.replica=2"], "replica"),
-        ("probes without the health endpoint", ["--set", "probes.enabled=true"], "metrics.enabled"),
+        ("probes without the health endpoint", ["--set", "metrics.enabled=false"], "metrics.enabled"),
+        ("a ServiceMonitor without the endpoint",
+         ["--set", "metrics.enabled=false", "--set", "probes.enabled=false",
+          "--set", "metrics.serviceMonitor.enabled=true"], "metrics.enabled"),
         ("a bad assignment mode", ["--set", "config.assignment=guid"], "assignment"),
     ]
     for name, args, needle in refused:

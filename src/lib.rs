@@ -11,6 +11,7 @@
 //! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.
 //! - [`cluster`]: the node's Kubernetes object: dxdp's node labels and the label that selects a
 //!   named configuration.
+//! - [`observe`]: Prometheus metrics, and the health and readiness endpoints.
 //! - [`transport`]: AF_UNIX sockets on Unix and Windows.
 //! - [`shutdown`]: termination signals and console events, and the cleanup handshake.
 //! - [`tools`]: the node tools (`mounts`, `hcs`, `doctor`) as pure functions.
@@ -23,6 +24,7 @@ pub mod cluster;
 pub mod config;
 pub mod kubelet;
 pub mod logging;
+pub mod observe;
 pub mod output;
 pub mod plugin;
 pub mod render;

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use dxdp::backend::HostFactsSource;
 use dxdp::cluster::{self, Cluster};
-use dxdp::config::{Config, Flags, Inputs};
+use dxdp::config::{file, Config, Flags, Inputs};
 use dxdp::kubelet::paths;
 use dxdp::plugin::register::Backoff;
 use dxdp_core::allocation::MAX_REPLICAS;
@@ -40,8 +40,16 @@ pub struct PluginArgs {
     #[arg(long, env = "DXDP_SAFETY_POLL", value_name = "SECONDS", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     safety_poll: u64,
+    /// Serve /metrics (Prometheus), /healthz and /readyz over HTTP on this IP:PORT, e.g.
+    /// 0.0.0.0:9466; empty: off [env: DXDP_METRICS_ADDRESS; config: metrics.address; default: off].
+    #[arg(long, value_name = "HOST:PORT", value_parser = metrics_address)]
+    metrics_address: Option<file::MetricsAddress>,
     #[command(flatten)]
     pipeline: super::PipelineArgs,
+}
+
+fn metrics_address(s: &str) -> Result<file::MetricsAddress, String> {
+    file::MetricsAddress::parse(s).map(file::MetricsAddress)
 }
 
 impl PluginArgs {
@@ -51,6 +59,7 @@ impl PluginArgs {
         flags.resources = super::resources(&self.resources);
         flags.replicas = self.replicas;
         self.assignment.apply(flags);
+        flags.metrics_address = self.metrics_address.map(|a| a.0);
     }
 }
 
@@ -90,6 +99,7 @@ pub fn run(
     );
     let safety_poll = plugin_config.safety_poll;
     let kubelet_dir = plugin_config.kubelet_dir.clone();
+    let metrics = plugin_config.observe.metrics.clone();
     let runtime = super::runtime()?;
     let result = runtime.block_on(async move {
         let mut inputs = inputs;
@@ -121,12 +131,13 @@ pub fn run(
         }
         plugin_config.config = config.clone();
         let (tx, updates) = watch::channel(Arc::new(config));
-        tasks.push(tokio::spawn(plugin::reload::watch(
+        tasks.push(tokio::spawn(plugin::reload::watch_counted(
             inputs,
             tx,
             kubelet_dir,
             safety_poll,
             node_rx,
+            metrics,
         )));
         let result =
             plugin::run_with_updates(plugin_config, source, updates, shutdown::signal()).await;

@@ -262,6 +262,43 @@ impl TryFrom<String> for VendorKey {
     }
 }
 
+/// A `HOST:PORT` for the metrics and probes endpoint; empty turns it off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct MetricsAddress(pub Option<std::net::SocketAddr>);
+
+impl TryFrom<String> for MetricsAddress {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        MetricsAddress::parse(&s).map(MetricsAddress)
+    }
+}
+
+impl MetricsAddress {
+    /// Parses `IP:PORT` (`[IPv6]:PORT`); empty means off. Says what is allowed otherwise.
+    pub fn parse(s: &str) -> Result<Option<std::net::SocketAddr>, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Ok(None);
+        }
+        s.parse().map(Some).map_err(|_| {
+            format!(
+                "metrics address {} is not IP:PORT: use e.g. 0.0.0.0:9466 (every interface), 127.0.0.1:9466 (this host only) or [::]:9466; a host name is not allowed; empty turns the endpoint off",
+                quote(s)
+            )
+        })
+    }
+}
+
+/// `metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MetricsFile {
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub address: Option<MetricsAddress>,
+}
+
 /// Log format names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -294,6 +331,9 @@ pub struct ConfigFile {
     pub log_level: Option<LogLevelName>,
     /// Log format.
     pub log_format: Option<LogFormatName>,
+    /// The metrics and probes endpoint.
+    #[serde(default)]
+    pub metrics: MetricsFile,
     /// Node labels.
     #[serde(default)]
     pub node_labels: NodeLabelsFile,

@@ -240,6 +240,10 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         };
         c.set_origin("logFormat", origin);
     }
+    if let Some(v) = f.metrics.address {
+        c.metrics_address = v.0;
+        c.set_origin("metrics.address", origin);
+    }
 }
 
 /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
@@ -368,6 +372,14 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         })?;
         c.set_origin("logFormat", "env DXDP_LOG_FORMAT");
     }
+    if let Some(v) = env.get("DXDP_METRICS_ADDRESS") {
+        c.metrics_address = file::MetricsAddress::parse(v).map_err(|reason| ConfigError::Env {
+            name: "DXDP_METRICS_ADDRESS".into(),
+            value: v.clone(),
+            reason,
+        })?;
+        c.set_origin("metrics.address", "env DXDP_METRICS_ADDRESS");
+    }
     Ok(())
 }
 
@@ -430,5 +442,9 @@ pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
     if let Some(v) = f.log_format {
         c.log_format = v;
         c.set_origin("logFormat", "flag --log-format");
+    }
+    if let Some(v) = f.metrics_address {
+        c.metrics_address = v;
+        c.set_origin("metrics.address", "flag --metrics-address");
     }
 }

@@ -57,6 +57,9 @@ pub struct Config {
     pub node_labels: NodeLabels,
     /// Which named configuration is in force, and why.
     pub selection: Selection,
+    /// `metrics.address`: where `/metrics`, `/healthz` and `/readyz` are served (off when
+    /// `None`). Read at start; a reload that changes it takes effect at the next start.
+    pub metrics_address: Option<std::net::SocketAddr>,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
     pub origins: BTreeMap<String, String>,
 }
@@ -132,6 +135,7 @@ impl Default for Config {
                 reason: NO_SELECTION.into(),
                 warning: None,
             },
+            metrics_address: None,
             origins: BTreeMap::new(),
         };
         for key in c.keys() {
@@ -208,6 +212,8 @@ pub struct Flags {
     pub log_format: Option<LogFormat>,
     /// `--configuration`: the named configuration to apply, whatever the node's label says.
     pub configuration: Option<String>,
+    /// `--metrics-address` (`Some(None)`: an empty value, turning the endpoint off).
+    pub metrics_address: Option<Option<std::net::SocketAddr>>,
 }
 
 /// Why the configuration cannot be built.

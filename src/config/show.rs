@@ -39,6 +39,7 @@ impl Config {
             "nodeLabels.enabled",
             "nodeLabels.prefix",
             "configuration",
+            "metrics.address",
         ] {
             keys.push(k.to_string());
         }
@@ -133,6 +134,10 @@ impl Config {
             "nodeLabels.enabled" => json!(self.node_labels.enabled),
             "nodeLabels.prefix" => json!(self.node_labels.prefix),
             "configuration" => json!(self.selection.name.as_deref().unwrap_or("default")),
+            "metrics.address" => match self.metrics_address {
+                Some(a) => json!(a.to_string()),
+                None => Value::Null,
+            },
             _ => Value::Null,
         }
     }
@@ -148,7 +153,7 @@ fn human(value: &serde_json::Value) -> String {
             "[{}]",
             items.iter().map(human).collect::<Vec<_>>().join(", ")
         ),
-        Value::Null => String::new(),
+        Value::Null => "none".to_string(),
         other => other.to_string(),
     }
 }

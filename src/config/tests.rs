@@ -62,6 +62,8 @@ logFormat: json
 nodeLabels:
   enabled: false
   prefix: example.com/gpu-
+metrics:
+  address: 0.0.0.0:9466
 "#;
 
 #[test]
@@ -608,5 +610,104 @@ fn the_node_label_selects_a_named_configuration() {
     assert!(
         w.contains("config.yaml") && w.contains("big, small") && w.contains("node n1"),
         "{w}"
+    );
+}
+
+#[test]
+fn metrics_address_follows_the_precedence_and_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(&dir, "config.yaml", "metrics:\n  address: 0.0.0.0:9466\n");
+    let addr = |s: &str| Some(s.parse::<std::net::SocketAddr>().unwrap());
+    // Off by default.
+    let d = Config::default();
+    assert_eq!(d.metrics_address, None);
+    assert_eq!(d.origin("metrics.address"), "default");
+    assert!(d.show().contains("metrics.address: none  # default\n"));
+    assert_eq!(
+        d.show_json()["metrics.address"]["value"],
+        serde_json::Value::Null
+    );
+    // (file, environment, flags, expected address, expected origin)
+    type Case<'a> = (
+        Option<PathBuf>,
+        Vec<(&'a str, &'a str)>,
+        Flags,
+        Option<std::net::SocketAddr>,
+        String,
+    );
+    let table: Vec<Case> = vec![
+        (
+            Some(file.clone()),
+            vec![],
+            Flags::default(),
+            addr("0.0.0.0:9466"),
+            format!("file {}", file.display()),
+        ),
+        (
+            Some(file.clone()),
+            vec![("DXDP_METRICS_ADDRESS", "127.0.0.1:9000")],
+            Flags::default(),
+            addr("127.0.0.1:9000"),
+            "env DXDP_METRICS_ADDRESS".into(),
+        ),
+        // An empty variable turns the endpoint off.
+        (
+            Some(file.clone()),
+            vec![("DXDP_METRICS_ADDRESS", "")],
+            Flags::default(),
+            None,
+            "env DXDP_METRICS_ADDRESS".into(),
+        ),
+        (
+            Some(file.clone()),
+            vec![("DXDP_METRICS_ADDRESS", "127.0.0.1:9000")],
+            Flags {
+                metrics_address: Some(addr("[::1]:9466")),
+                ..Flags::default()
+            },
+            addr("[::1]:9466"),
+            "flag --metrics-address".into(),
+        ),
+    ];
+    for (file, env, flags, want, origin) in table {
+        let c = inputs(file, &env, flags).resolve().unwrap();
+        assert_eq!(c.metrics_address, want, "{env:?}");
+        assert_eq!(c.origin("metrics.address"), origin);
+    }
+    let c = inputs(Some(file), &[], Flags::default()).resolve().unwrap();
+    assert!(
+        c.show().contains("metrics.address: 0.0.0.0:9466  # file "),
+        "{}",
+        c.show()
+    );
+    assert_eq!(c.show_json()["metrics.address"]["value"], "0.0.0.0:9466");
+    // What is not IP:PORT is refused with what is allowed, in the file and the environment.
+    for text in [
+        "metrics: {address: 'localhost:9466'}\n",
+        "metrics: {address: '9466'}\n",
+        "metrics: {port: 9466}\n",
+    ] {
+        let bad = write(&dir, "bad.yaml", text);
+        let err = inputs(Some(bad), &[], Flags::default())
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bad.yaml:1:"), "{text}: {err}");
+        assert!(
+            err.contains("0.0.0.0:9466") || err.contains("unknown field `port`"),
+            "{text}: {err}"
+        );
+    }
+    let err = inputs(
+        None,
+        &[("DXDP_METRICS_ADDRESS", "0.0.0.0")],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("DXDP_METRICS_ADDRESS") && err.contains("IP:PORT"),
+        "{err}"
     );
 }

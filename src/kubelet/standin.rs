@@ -183,6 +183,12 @@ impl Registration for RegistrationService {
 impl KubeletStandin {
     /// Starts serving `Registration` on `<dir>/kubelet.sock` (replacing a stale file).
     pub async fn start(dir: &Path) -> io::Result<Self> {
+        Self::start_refusing(dir, None).await
+    }
+
+    /// [`KubeletStandin::start`], refusing every `Register` with `refuse` from the first one
+    /// on (until [`KubeletStandin::refuse_registrations`] changes it).
+    pub async fn start_refusing(dir: &Path, refuse: Option<&str>) -> io::Result<Self> {
         let socket = dir.join(KUBELET_SOCKET);
         transport::check_socket_path(&socket).map_err(io::Error::other)?;
         let _ = std::fs::remove_file(&socket);
@@ -190,7 +196,7 @@ impl KubeletStandin {
         let shared = Arc::new(Mutex::new(Shared {
             view: StandinView::default(),
             clients: BTreeMap::new(),
-            refuse: None,
+            refuse: refuse.map(str::to_string),
             changed: watch::Sender::new(()),
         }));
         let service = RegistrationService {

@@ -19,8 +19,10 @@ use tokio::sync::{watch, Notify};
 use super::watch::{parent_dir, Change, DirEvent, DirWatch};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
+use crate::observe::metrics::{DeviceCounts, Metrics};
+use dxdp_core::allocation;
 use dxdp_core::assignment::Assignment;
-use dxdp_core::devices::Discovery;
+use dxdp_core::devices::{Discovery, HealthState};
 use dxdp_core::facts::HostFacts;
 use dxdp_core::pipeline::discover;
 
@@ -162,8 +164,48 @@ enum Read {
     Careful,
 }
 
+/// The device gauges of an inventory: per served name (each enabled resource's name and
+/// aliases), its physical devices by health and the devices the kubelet sees.
+pub fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
+    inventory
+        .config
+        .endpoints()
+        .into_iter()
+        .map(|(r, name)| {
+            let (mut healthy, mut unhealthy) = (0, 0);
+            for d in inventory.discovery.devices_for(r) {
+                match d.health.state {
+                    HealthState::Healthy => healthy += 1,
+                    HealthState::Unhealthy => unhealthy += 1,
+                }
+            }
+            let advertised =
+                allocation::advertise(&inventory.discovery, r, inventory.config.replicas(r)).len();
+            DeviceCounts {
+                resource: name,
+                healthy,
+                unhealthy,
+                advertised: advertised as u64,
+            }
+        })
+        .collect()
+}
+
+/// Keeps the device gauges of `metrics` equal to the current inventory until the inventory's
+/// sender is gone.
+pub async fn follow_devices(mut inventory: InventoryRx, metrics: Metrics) {
+    loop {
+        let counts = device_counts(&inventory.borrow_and_update());
+        metrics.set_devices(&counts);
+        if inventory.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Keeps the inventory up to date until every receiver is gone. `logged` are the notices
-/// already shown for the first inventory.
+/// already shown for the first inventory. Every reload of the host facts is counted in
+/// `metrics`.
 pub async fn refresh(
     source: Arc<dyn HostFactsSource>,
     mut facts: HostFacts,
@@ -171,6 +213,7 @@ pub async fn refresh(
     mut config: watch::Receiver<Arc<Config>>,
     tx: watch::Sender<Arc<Inventory>>,
     safety_poll: Duration,
+    metrics: Metrics,
 ) {
     let woken = Arc::new(Notify::new());
     {
@@ -235,6 +278,7 @@ pub async fn refresh(
             .await
             .map_err(|e| e.to_string())
             .and_then(|r| r.map_err(|e| e.to_string()));
+            metrics.host_refresh(loaded.is_ok());
             match loaded {
                 Ok(new) => {
                     if last_error.take().is_some() {

@@ -33,6 +33,8 @@ use crate::backend::{HostFactsSource, SourceError};
 use crate::config::Config;
 use crate::kubelet::v1beta1::device_plugin_server::DevicePluginServer;
 use crate::kubelet::KUBELET_SOCKET;
+use crate::observe::state::Ping;
+use crate::observe::{Observe, Phase};
 use crate::transport;
 use dxdp_core::devices::Resource;
 use inventory::InventoryRx;
@@ -59,6 +61,9 @@ pub struct PluginConfig {
     pub backoff: Backoff,
     /// Receives every inventory the daemon serves (for the node labels).
     pub inventory_tap: Option<channel::Sender<Option<Arc<inventory::Inventory>>>>,
+    /// Metrics, health and readiness: recorded by the daemon, served on
+    /// `config.metrics_address` when set.
+    pub observe: Observe,
 }
 
 /// The default safety poll.
@@ -78,6 +83,7 @@ impl PluginConfig {
                 timeout: Duration::from_secs(30),
             },
             inventory_tap: None,
+            observe: Observe::new(),
         }
     }
 }
@@ -111,6 +117,9 @@ pub enum PluginError {
         /// The host's highest schema version.
         schema: String,
     },
+    /// The metrics and probes endpoint cannot listen.
+    #[error(transparent)]
+    Metrics(#[from] crate::observe::http::BindError),
     /// Another live dxdp serves the same resource in the same directory.
     #[error("another dxdp is already serving {resource} at {} (it answers on that socket): stop it first, or use a different --kubelet-dir", socket.display())]
     AlreadyServed {
@@ -168,7 +177,21 @@ pub async fn run_with_updates(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), PluginError> {
     let first = updates.borrow_and_update().clone();
+    let observe = config.observe.clone();
+    // Says "stopped" to the probes, and stops the endpoint, however this function ends.
+    let mut endpoint = Endpoint {
+        observe: observe.clone(),
+        server: None,
+    };
+    observe.phase(Phase::Starting);
     check_servable(&first, &config.kubelet_dir)?;
+    if let Some(address) = first.metrics_address {
+        let server = crate::observe::http::bind(address).await?;
+        let bound = server.local_addr();
+        tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+        observe.set_listening(Some(bound));
+        endpoint.server = Some(tokio::spawn(server.serve(observe.clone())));
+    }
     // Watch before looking, so that nothing created from now on is missed.
     let mut dir_watch = DirWatch::new();
     if !dir_watch.add(&config.kubelet_dir) {
@@ -228,9 +251,16 @@ pub async fn run_with_updates(
         updates.clone(),
         tx,
         config.safety_poll,
+        observe.metrics.clone(),
+    ));
+    let gauges = tokio::spawn(inventory::follow_devices(
+        inventory.clone(),
+        observe.metrics.clone(),
     ));
 
     let mut sup = Supervisor::new(&config, inventory, first.endpoints());
+    let mut pings = observe.health.take_pings();
+    observe.phase(Phase::Running);
     sup.check();
     let mut safety = tokio::time::interval_at(
         tokio::time::Instant::now() + config.safety_poll,
@@ -248,6 +278,9 @@ pub async fn run_with_updates(
                 sup.on_dir_events(&events);
             }
             Some(ended) = sup.ended_rx.recv() => sup.on_ended(ended),
+            Some(ping) = next_ping(&mut pings) => {
+                let _ = ping.send(());
+            }
             changed = updates.changed(), if updates_open => match changed {
                 Ok(()) => {
                     let c = updates.borrow_and_update().clone();
@@ -264,13 +297,52 @@ pub async fn run_with_updates(
             }
         }
     }
+    observe.phase(Phase::Stopped);
     sup.stop_all().await;
     refresher.abort();
     if let Some(tap) = tap {
         tap.abort();
     }
+    gauges.abort();
+    endpoint.stop().await;
     tracing::info!("device plugin stopped");
     Ok(())
+}
+
+/// The metrics endpoint of a running daemon: stopped, and the probes told, when dropped.
+struct Endpoint {
+    observe: Observe,
+    server: Option<JoinHandle<()>>,
+}
+
+impl Endpoint {
+    /// Stops the server and waits until it no longer listens.
+    async fn stop(mut self) {
+        self.observe.phase(Phase::Stopped);
+        if let Some(server) = self.server.take() {
+            server.abort();
+            let _ = server.await;
+            self.observe.set_listening(None);
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.observe.phase(Phase::Stopped);
+        if let Some(server) = self.server.take() {
+            server.abort();
+            self.observe.set_listening(None);
+        }
+    }
+}
+
+/// The next liveness ping, or never when there is no one to answer.
+async fn next_ping(pings: &mut Option<mpsc::Receiver<Ping>>) -> Option<Ping> {
+    match pings {
+        Some(p) => p.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// `dxdp-<resource name with / as ->-<nanoseconds>.sock`.
@@ -398,12 +470,16 @@ struct Supervisor {
     generations: u64,
     ended_tx: mpsc::UnboundedSender<Ended>,
     ended_rx: mpsc::UnboundedReceiver<Ended>,
+    observe: Observe,
 }
 
 impl Supervisor {
     fn new(config: &PluginConfig, inventory: InventoryRx, wanted: Vec<(Resource, String)>) -> Self {
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         let kubelet_sock = config.kubelet_dir.join(KUBELET_SOCKET);
+        config
+            .observe
+            .wanted(wanted.iter().map(|(_, n)| n.clone()).collect());
         Supervisor {
             kubelet: file_identity(&kubelet_sock),
             kubelet_dir: config.kubelet_dir.clone(),
@@ -416,6 +492,7 @@ impl Supervisor {
             generations: 0,
             ended_tx,
             ended_rx,
+            observe: config.observe.clone(),
         }
     }
 
@@ -423,6 +500,8 @@ impl Supervisor {
     /// whole state is compared, so it is also the safety poll's fallback for missed events.
     fn check(&mut self) {
         let now = file_identity(&self.kubelet_sock);
+        self.observe
+            .kubelet_missing(now.is_none().then_some(self.kubelet_sock.as_path()));
         if now.is_none() {
             if !self.waiting_announced {
                 tracing::info!(
@@ -530,9 +609,11 @@ impl Supervisor {
         for name in stale {
             if let Some(unit) = self.units.remove(&name) {
                 tracing::info!(resource = %name, "no longer served");
-                tokio::spawn(stop_unit(unit));
+                tokio::spawn(self.stop(&name, unit));
             }
         }
+        self.observe
+            .wanted(wanted.iter().map(|(_, n)| n.clone()).collect());
         self.wanted = wanted;
         self.check();
     }
@@ -540,8 +621,8 @@ impl Supervisor {
     fn restart_all(&mut self, why: &str) {
         tracing::warn!("{why}; starting new sockets and registering again");
         let units = std::mem::take(&mut self.units);
-        for (_, unit) in units {
-            tokio::spawn(stop_unit(unit));
+        for (name, unit) in units {
+            tokio::spawn(self.stop(&name, unit));
         }
         self.check();
     }
@@ -552,7 +633,7 @@ impl Supervisor {
         };
         tracing::warn!(resource = %name, "{why}; serving it on a new socket and registering again");
         let resource = unit.resource;
-        tokio::spawn(stop_unit(unit));
+        tokio::spawn(self.stop(name, unit));
         if self.kubelet_sock.exists() {
             self.start(resource, name);
         }
@@ -571,6 +652,8 @@ impl Supervisor {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(resource = %name, socket = %path.display(), "cannot listen: {e}; retrying at the next safety poll");
+                self.observe
+                    .unit_not_listening(name, format!("cannot listen on {}: {e}", path.display()));
                 return;
             }
         };
@@ -582,6 +665,7 @@ impl Supervisor {
             name.to_string(),
             self.inventory.clone(),
             stopping.clone(),
+            self.observe.metrics.allocate_recorder(name),
         );
         let mut until_stopped = stopping;
         let server = tokio::spawn(async move {
@@ -609,11 +693,13 @@ impl Supervisor {
             });
         });
         tracing::info!(resource = %name, socket = %path.display(), "listening");
+        self.observe.unit_started(name, generation);
         let registrar = tokio::spawn(registration(
             self.kubelet_sock.clone(),
             path.clone(),
             name.to_string(),
             self.backoff,
+            (self.observe.clone(), generation),
         ));
         self.units.insert(
             name.to_string(),
@@ -631,12 +717,29 @@ impl Supervisor {
 
     async fn stop_all(&mut self) {
         let units = std::mem::take(&mut self.units);
-        futures_util::future::join_all(units.into_values().map(stop_unit)).await;
+        let stopping: Vec<_> = units
+            .into_iter()
+            .map(|(name, unit)| self.stop(&name, unit))
+            .collect();
+        futures_util::future::join_all(stopping).await;
+    }
+
+    /// [`stop_unit`], telling the readiness that the unit is gone.
+    fn stop(&self, name: &str, unit: Unit) -> impl Future<Output = ()> {
+        self.observe.unit_stopped(name, unit.generation);
+        stop_unit(unit)
     }
 }
 
-/// Registers one unit until the kubelet accepts it.
-async fn registration(kubelet_sock: PathBuf, socket: PathBuf, name: String, backoff: Backoff) {
+/// Registers one unit until the kubelet accepts it, reporting every attempt to `observe` as the
+/// unit's generation.
+async fn registration(
+    kubelet_sock: PathBuf,
+    socket: PathBuf,
+    name: String,
+    backoff: Backoff,
+    (observe, generation): (Observe, u64),
+) {
     let endpoint = socket
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -648,10 +751,17 @@ async fn registration(kubelet_sock: PathBuf, socket: PathBuf, name: String, back
             let (sock, ep, rn) = (sock.clone(), ep.clone(), rn.clone());
             async move { register::register(&sock, &ep, &rn, backoff.timeout).await }
         },
-        |attempt, result, retry_in| match (result, retry_in) {
-            (Ok(()), _) => tracing::info!(resource = %name, endpoint = %endpoint, attempt, "registered with the kubelet"),
-            (Err(e), Some(delay)) => tracing::warn!(resource = %name, attempt, retry_in = ?delay, "registration failed: {e}"),
-            (Err(e), None) => tracing::warn!(resource = %name, attempt, "registration failed: {e}"),
+        |attempt, result, retry_in| {
+            observe.registration(
+                &name,
+                generation,
+                result.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+            );
+            match (result, retry_in) {
+                (Ok(()), _) => tracing::info!(resource = %name, endpoint = %endpoint, attempt, "registered with the kubelet"),
+                (Err(e), Some(delay)) => tracing::warn!(resource = %name, attempt, retry_in = ?delay, "registration failed: {e}"),
+                (Err(e), None) => tracing::warn!(resource = %name, attempt, "registration failed: {e}"),
+            }
         },
     )
     .await;

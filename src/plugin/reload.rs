@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use super::watch::{parent_dir, DirWatch};
 use crate::config::{Config, Inputs, NodeInfo};
+use crate::observe::metrics::{Metrics, ReloadResult};
 
 /// How long a burst of file events (an editor's save, a ConfigMap swap) may take before the
 /// file is read.
@@ -52,11 +53,25 @@ pub fn reload_once(
 /// Reloads on file events, on every change of the node's labels (`node`: they select the named
 /// configuration) and on every safety poll until `tx` has no receivers.
 pub async fn watch(
+    inputs: Inputs,
+    tx: watch::Sender<Arc<Config>>,
+    kubelet_dir: PathBuf,
+    safety_poll: Duration,
+    node: Option<watch::Receiver<Option<NodeInfo>>>,
+) {
+    watch_counted(inputs, tx, kubelet_dir, safety_poll, node, Metrics::new()).await
+}
+
+/// [`watch`], counting reloads in `metrics` (`dxdp_config_reloads_total`): every reload a file
+/// event triggers, and a safety poll's reload when it applies a change or brings a new
+/// rejection (the routine re-reads that find nothing are not counted).
+pub async fn watch_counted(
     mut inputs: Inputs,
     tx: watch::Sender<Arc<Config>>,
     kubelet_dir: PathBuf,
     safety_poll: Duration,
     mut node: Option<watch::Receiver<Option<NodeInfo>>>,
+    metrics: Metrics,
 ) {
     let files = inputs.watched_files();
     if files.is_empty() {
@@ -113,21 +128,37 @@ pub async fn watch(
                 true
             }
         };
+        let before = tx.borrow().metrics_address;
         match reload_once(&inputs, &tx, &kubelet_dir) {
             Outcome::Applied => {
                 last_rejection = None;
+                metrics.config_reload(ReloadResult::Applied);
                 let selection = tx.borrow().selection.clone();
                 tracing::info!(files = ?names, configuration = selection.name.as_deref().unwrap_or("default"), reason = %selection.reason, "configuration reloaded and applied");
                 if let Some(w) = &selection.warning {
                     tracing::warn!("{w}");
                 }
+                let after = tx.borrow().metrics_address;
+                if after != before {
+                    tracing::warn!(
+                        "metrics.address changed from {} to {}: it takes effect when the plugin restarts",
+                        address_text(before),
+                        address_text(after)
+                    );
+                }
             }
             Outcome::Unchanged => {
+                if from_event {
+                    metrics.config_reload(ReloadResult::Unchanged);
+                }
                 if last_rejection.take().is_some() || from_event {
                     tracing::info!(files = ?names, "configuration re-read: no effective change");
                 }
             }
             Outcome::Rejected(why) => {
+                if from_event || last_rejection.as_deref() != Some(why.as_str()) {
+                    metrics.config_reload(ReloadResult::Rejected);
+                }
                 if last_rejection.as_deref() != Some(why.as_str()) {
                     tracing::error!(
                         "configuration rejected; keeping the running configuration: {why}"
@@ -137,6 +168,10 @@ pub async fn watch(
             }
         }
     }
+}
+
+fn address_text(a: Option<std::net::SocketAddr>) -> String {
+    a.map(|a| a.to_string()).unwrap_or_else(|| "off".into())
 }
 
 #[cfg(test)]

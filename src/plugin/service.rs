@@ -1,6 +1,7 @@
 //! The `DevicePlugin` gRPC service for one resource.
 
 use std::pin::Pin;
+use std::time::Instant;
 
 use tokio::sync::watch;
 use tokio_stream::Stream;
@@ -13,6 +14,7 @@ use crate::kubelet::v1beta1::{
     ListAndWatchResponse, PreStartContainerRequest, PreStartContainerResponse,
     PreferredAllocationRequest, PreferredAllocationResponse,
 };
+use crate::observe::metrics::AllocateRecorder;
 use dxdp_core::allocation::{self, AllocationError};
 use dxdp_core::devices::{Discovery, Resource};
 use dxdp_core::preferred;
@@ -25,21 +27,25 @@ pub struct ResourceService {
     name: String,
     inventory: InventoryRx,
     stopping: watch::Receiver<bool>,
+    allocations: AllocateRecorder,
 }
 
 impl ResourceService {
-    /// A service for `resource` registered as `name`; streams end when `stopping` turns true.
+    /// A service for `resource` registered as `name`; streams end when `stopping` turns true;
+    /// Allocate calls are counted and timed in `allocations`.
     pub fn new(
         resource: Resource,
         name: String,
         inventory: InventoryRx,
         stopping: watch::Receiver<bool>,
+        allocations: AllocateRecorder,
     ) -> Self {
         ResourceService {
             resource,
             name,
             inventory,
             stopping,
+            allocations,
         }
     }
 }
@@ -155,10 +161,27 @@ impl DevicePlugin for ResourceService {
         &self,
         request: Request<AllocateRequest>,
     ) -> Result<Response<AllocateResponse>, Status> {
+        let started = Instant::now();
+        let result = self.allocate_all(request.into_inner());
+        self.allocations.record(result.is_ok(), started.elapsed());
+        result.map(Response::new)
+    }
+
+    async fn pre_start_container(
+        &self,
+        _request: Request<PreStartContainerRequest>,
+    ) -> Result<Response<PreStartContainerResponse>, Status> {
+        Ok(Response::new(PreStartContainerResponse {}))
+    }
+}
+
+impl ResourceService {
+    /// Answers an Allocate request: the edits of every container, or the first refusal.
+    fn allocate_all(&self, request: AllocateRequest) -> Result<AllocateResponse, Status> {
         let inventory = self.inventory.borrow().clone();
         let replicas = inventory.config.replicas(self.resource);
         let mut response = AllocateResponse::default();
-        for container in request.into_inner().container_requests {
+        for container in request.container_requests {
             let edits = allocation::allocate(
                 &inventory.discovery,
                 self.resource,
@@ -212,13 +235,6 @@ impl DevicePlugin for ResourceService {
                     ..ContainerAllocateResponse::default()
                 });
         }
-        Ok(Response::new(response))
-    }
-
-    async fn pre_start_container(
-        &self,
-        _request: Request<PreStartContainerRequest>,
-    ) -> Result<Response<PreStartContainerResponse>, Status> {
-        Ok(Response::new(PreStartContainerResponse {}))
+        Ok(response)
     }
 }

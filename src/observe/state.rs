@@ -1,0 +1,350 @@
+//! What `/healthz` and `/readyz` answer: the daemon's liveness (its supervisor answers) and
+//! readiness (every served resource name is registered with the current kubelet), with the
+//! reason when not.
+//!
+//! The supervisor reports what happens (kubelet missing, a unit started, a registration
+//! outcome, a unit stopped); every report carries the unit's generation, so that a late report
+//! of a unit already replaced (after a kubelet restart) cannot make the daemon look ready.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+/// Where the daemon is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Phase {
+    /// Checking the configuration and collecting host facts.
+    #[default]
+    Starting,
+    /// The supervisor loop runs.
+    Running,
+    /// The daemon stopped (or failed).
+    Stopped,
+}
+
+/// How one served name stands with the kubelet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Standing {
+    /// Its server could not listen.
+    NotListening(String),
+    /// Listening; the first Register call is under way.
+    Registering,
+    /// Registered with the current kubelet.
+    Registered,
+    /// The last Register call failed; retrying.
+    Failed(String),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    phase: Phase,
+    /// `kubelet.sock`, while it does not exist.
+    kubelet_missing: Option<String>,
+    /// The served names, in the order they are served.
+    wanted: Vec<String>,
+    /// Each name's unit generation (0 when it has none) and standing.
+    units: BTreeMap<String, (u64, Standing)>,
+}
+
+/// Whether every served name is registered with the kubelet. Clones share the state.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness {
+    state: Arc<Mutex<State>>,
+}
+
+impl Readiness {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `Ok` when ready; otherwise why not, one reason per line cause joined with `; `.
+    pub fn check(&self) -> Result<(), String> {
+        let s = self.lock();
+        match s.phase {
+            Phase::Starting => {
+                return Err("starting: checking the configuration and collecting host facts".into())
+            }
+            Phase::Stopped => return Err("the device plugin stopped".into()),
+            Phase::Running => {}
+        }
+        if let Some(sock) = &s.kubelet_missing {
+            return Err(format!("waiting for the kubelet: {sock} does not exist"));
+        }
+        let reasons: Vec<String> = s
+            .wanted
+            .iter()
+            .filter_map(|name| match s.units.get(name).map(|(_, st)| st) {
+                Some(Standing::Registered) => None,
+                Some(Standing::Registering) => {
+                    Some(format!("{name}: registering with the kubelet"))
+                }
+                Some(Standing::Failed(e)) => {
+                    Some(format!("{name}: registration failed: {e}, retrying"))
+                }
+                Some(Standing::NotListening(e)) => Some(format!("{name}: {e}, retrying")),
+                None => Some(format!("{name}: not serving yet")),
+            })
+            .collect();
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons.join("; "))
+        }
+    }
+
+    /// The served names and those of them registered with the current kubelet.
+    pub fn registered(&self) -> (Vec<String>, Vec<String>) {
+        let s = self.lock();
+        let registered = s
+            .wanted
+            .iter()
+            .filter(|n| {
+                s.kubelet_missing.is_none()
+                    && matches!(s.units.get(*n), Some((_, Standing::Registered)))
+            })
+            .cloned()
+            .collect();
+        (s.wanted.clone(), registered)
+    }
+
+    /// Sets the phase.
+    pub fn set_phase(&self, phase: Phase) {
+        self.lock().phase = phase;
+    }
+
+    /// Sets the served names (forgetting units of other names).
+    pub fn set_wanted(&self, names: Vec<String>) {
+        let mut s = self.lock();
+        s.units.retain(|n, _| names.contains(n));
+        s.wanted = names;
+    }
+
+    /// `kubelet.sock` does not exist (`Some`) or does (`None`).
+    pub fn set_kubelet_missing(&self, socket: Option<&Path>) {
+        self.lock().kubelet_missing = socket.map(|p| p.display().to_string());
+    }
+
+    /// A unit of `name` with `generation` listens and registers.
+    pub fn unit_started(&self, name: &str, generation: u64) {
+        self.lock()
+            .units
+            .insert(name.to_string(), (generation, Standing::Registering));
+    }
+
+    /// A unit of `name` could not listen.
+    pub fn unit_not_listening(&self, name: &str, why: String) {
+        self.lock()
+            .units
+            .insert(name.to_string(), (0, Standing::NotListening(why)));
+    }
+
+    /// The unit of `name` with `generation` stopped.
+    pub fn unit_stopped(&self, name: &str, generation: u64) {
+        let mut s = self.lock();
+        if s.units.get(name).is_some_and(|(g, _)| *g == generation) {
+            s.units.remove(name);
+        }
+    }
+
+    /// A Register call of the unit `generation` of `name` ended with `result`. Returns whether
+    /// it concerned the current unit (a late report of a replaced unit changes nothing).
+    pub fn registration(&self, name: &str, generation: u64, result: Result<(), String>) -> bool {
+        let mut s = self.lock();
+        match s.units.get_mut(name) {
+            Some((g, standing)) if *g == generation => {
+                *standing = match result {
+                    Ok(()) => Standing::Registered,
+                    Err(e) => Standing::Failed(e),
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A request to the supervisor to show it is alive: it answers on the sender.
+pub type Ping = oneshot::Sender<()>;
+
+/// How long `/healthz` waits for the supervisor to answer.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug)]
+struct HealthInner {
+    phase: AtomicU8,
+    pings: mpsc::Sender<Ping>,
+    receiver: Mutex<Option<mpsc::Receiver<Ping>>>,
+}
+
+/// Whether the daemon's supervisor is alive. Clones share the state.
+#[derive(Debug, Clone)]
+pub struct Health {
+    inner: Arc<HealthInner>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        let (pings, receiver) = mpsc::channel(16);
+        Health {
+            inner: Arc::new(HealthInner {
+                phase: AtomicU8::new(0),
+                pings,
+                receiver: Mutex::new(Some(receiver)),
+            }),
+        }
+    }
+}
+
+impl Health {
+    /// The pings to answer, for the supervisor (once: later calls get `None`).
+    pub fn take_pings(&self) -> Option<mpsc::Receiver<Ping>> {
+        self.inner
+            .receiver
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// Sets the phase.
+    pub fn set_phase(&self, phase: Phase) {
+        let n = match phase {
+            Phase::Starting => 0,
+            Phase::Running => 1,
+            Phase::Stopped => 2,
+        };
+        self.inner.phase.store(n, Ordering::Release);
+    }
+
+    /// The phase.
+    pub fn phase(&self) -> Phase {
+        match self.inner.phase.load(Ordering::Acquire) {
+            0 => Phase::Starting,
+            1 => Phase::Running,
+            _ => Phase::Stopped,
+        }
+    }
+
+    /// `Ok` with what to say when alive (starting, or the supervisor answered within
+    /// `timeout`), otherwise why not.
+    pub async fn check(&self, timeout: Duration) -> Result<&'static str, String> {
+        match self.phase() {
+            Phase::Starting => return Ok("ok: starting"),
+            Phase::Stopped => return Err("the device plugin stopped".into()),
+            Phase::Running => {}
+        }
+        let (tx, rx) = oneshot::channel();
+        let asked = async {
+            self.inner.pings.send(tx).await.map_err(|_| ())?;
+            rx.await.map_err(|_| ())
+        };
+        match tokio::time::timeout(timeout, asked).await {
+            Ok(Ok(())) => Ok("ok"),
+            Ok(Err(())) => Err("the supervisor is gone".into()),
+            Err(_) => Err(format!(
+                "the supervisor did not answer within {} s",
+                timeout.as_secs_f64()
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_when_running_with_the_kubelet_and_every_name_registered() {
+        let r = Readiness::default();
+        assert!(r.check().unwrap_err().starts_with("starting"));
+        r.set_phase(Phase::Running);
+        r.set_wanted(vec!["a.example/x".into(), "a.example/y".into()]);
+        r.set_kubelet_missing(Some(Path::new("/k/kubelet.sock")));
+        assert_eq!(
+            r.check(),
+            Err("waiting for the kubelet: /k/kubelet.sock does not exist".into())
+        );
+        r.set_kubelet_missing(None);
+        assert_eq!(
+            r.check(),
+            Err("a.example/x: not serving yet; a.example/y: not serving yet".into())
+        );
+        r.unit_started("a.example/x", 1);
+        r.unit_not_listening("a.example/y", "cannot listen: denied".into());
+        assert_eq!(
+            r.check(),
+            Err("a.example/x: registering with the kubelet; a.example/y: cannot listen: denied, retrying".into())
+        );
+        r.unit_started("a.example/y", 2);
+        assert!(r.registration("a.example/x", 1, Err("refused".into())));
+        assert!(r.registration("a.example/y", 2, Ok(())));
+        assert_eq!(
+            r.check(),
+            Err("a.example/x: registration failed: refused, retrying".into())
+        );
+        assert!(r.registration("a.example/x", 1, Ok(())));
+        assert_eq!(r.check(), Ok(()));
+        assert_eq!(
+            r.registered(),
+            (
+                vec!["a.example/x".to_string(), "a.example/y".to_string()],
+                vec!["a.example/x".to_string(), "a.example/y".to_string()]
+            )
+        );
+        r.set_phase(Phase::Stopped);
+        assert_eq!(r.check(), Err("the device plugin stopped".into()));
+    }
+
+    #[test]
+    fn a_late_report_of_a_replaced_unit_changes_nothing() {
+        let r = Readiness::default();
+        r.set_phase(Phase::Running);
+        r.set_wanted(vec!["a.example/x".into()]);
+        r.unit_started("a.example/x", 1);
+        // A kubelet restart: the unit is replaced by generation 2.
+        r.unit_started("a.example/x", 2);
+        assert!(!r.registration("a.example/x", 1, Ok(())));
+        r.unit_stopped("a.example/x", 1);
+        assert_eq!(
+            r.check(),
+            Err("a.example/x: registering with the kubelet".into())
+        );
+        assert_eq!(r.registered().1, Vec::<String>::new());
+        assert!(r.registration("a.example/x", 2, Ok(())));
+        assert_eq!(r.check(), Ok(()));
+        // A name no longer served is forgotten; a new one is not ready.
+        r.set_wanted(vec!["a.example/z".into()]);
+        assert_eq!(r.check(), Err("a.example/z: not serving yet".into()));
+    }
+
+    #[tokio::test]
+    async fn health_follows_the_phase_and_the_supervisor_answering() {
+        let h = Health::default();
+        assert_eq!(h.check(Duration::from_secs(5)).await, Ok("ok: starting"));
+        let mut pings = h.take_pings().unwrap();
+        assert!(h.take_pings().is_none(), "one supervisor answers");
+        h.set_phase(Phase::Running);
+        let answering = tokio::spawn(async move {
+            let ping = pings.recv().await.unwrap();
+            ping.send(()).unwrap();
+            pings
+        });
+        assert_eq!(h.check(Duration::from_secs(30)).await, Ok("ok"));
+        // A supervisor that holds its receiver but never answers: a paused clock makes the
+        // timeout immediate and exact.
+        let _silent = answering.await.unwrap();
+        tokio::time::pause();
+        assert_eq!(
+            h.check(Duration::from_secs(2)).await,
+            Err("the supervisor did not answer within 2 s".into())
+        );
+        h.set_phase(Phase::Stopped);
+        assert_eq!(
+            h.check(Duration::from_secs(2)).await,
+            Err("the device plugin stopped".into())
+        );
+    }
+}
