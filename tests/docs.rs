@@ -263,9 +263,6 @@ const FOREIGN_FLAGS: &[&str] = &[
     "skip-gpu-driver-install",
     // `flag --x` in docs/configuration.md: the shape of a flag origin.
     "x",
-    // `dxdp plugin --metrics-address`: documented in docs/install.md as coming with the metrics
-    // work; remove from here once it has landed.
-    "metrics-address",
 ];
 
 /// Command lines of other programs, by how they start: their flags are not dxdp's.
