@@ -231,16 +231,61 @@ def assert_daemonset(label, objs, values):
     if not metrics["enabled"]:
         check(f"{label}: no metrics endpoint when metrics.enabled is false", "DXDP_METRICS_ADDRESS" not in env)
     assert_service_monitor(label, objs, metrics, pod_labels=ds["spec"]["template"]["metadata"].get("labels", {}))
-    # Permissions: dxdp uses no Kubernetes API.
-    rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
-    check(f"{label}: no RBAC objects (dxdp calls no API)", not rbac, str([o["kind"] for o in rbac]))
-    check(f"{label}: no service account token", pod.get("automountServiceAccountToken") is False)
+    assert_node_api(label, objs, values, defaults, pod, c)
     for o in objs:
-        if o["kind"] != "Namespace" and o["metadata"].get("namespace") != NAMESPACE:
+        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE:
             fail(f"{label}: {o['kind']} in the release namespace", str(o["metadata"].get("namespace")))
             break
     else:
         ok(f"{label}: every object in the release namespace")
+
+
+CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
+
+# The only permissions dxdp needs: its own Node, read, watched and labelled.
+NODE_RULES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "patch"]}]
+
+
+def assert_node_api(label, objs, values, defaults, pod, c):
+    """With nodeApi.enabled: NODE_NAME, the token, and exactly get/watch/patch on nodes bound to
+    the plugin's service account. Without: no token, no RBAC, no NODE_NAME."""
+    node_api = {**defaults["nodeApi"], **values.get("nodeApi", {})}["enabled"]
+    labels = {**defaults["nodeLabels"], **values.get("nodeLabels", {})}
+    env = env_of(c)
+    node_name = [e for e in c.get("env", []) if e["name"] == "NODE_NAME"]
+    rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    if not node_api:
+        check(f"{label}: no RBAC objects without nodeApi", not rbac, str([o["kind"] for o in rbac]))
+        check(f"{label}: no service account token without nodeApi", pod.get("automountServiceAccountToken") is False)
+        check(f"{label}: no NODE_NAME without nodeApi", not node_name)
+        return
+    check(f"{label}: NODE_NAME from spec.nodeName",
+          len(node_name) == 1 and node_name[0].get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "spec.nodeName",
+          str(node_name))
+    check(f"{label}: service account token mounted", pod.get("automountServiceAccountToken") is True)
+    for sa in find(objs, "ServiceAccount"):
+        check(f"{label}: the ServiceAccount allows its token", sa.get("automountServiceAccountToken") is not False)
+    roles, bindings = find(objs, "ClusterRole"), find(objs, "ClusterRoleBinding")
+    check(f"{label}: only a ClusterRole and its binding", len(roles) == 1 and len(bindings) == 1 and len(rbac) == 2,
+          str([o["kind"] for o in rbac]))
+    if roles:
+        check(f"{label}: the role grants exactly get, watch and patch on nodes", roles[0].get("rules") == NODE_RULES,
+              str(roles[0].get("rules")))
+    if roles and bindings:
+        b = bindings[0]
+        ref = b.get("roleRef", {})
+        check(f"{label}: the binding refers to the role",
+              ref.get("kind") == "ClusterRole" and ref.get("name") == roles[0]["metadata"]["name"], str(ref))
+        sa_name = pod.get("serviceAccountName")
+        check(f"{label}: the binding's subject is the pod's service account",
+              b.get("subjects") == [{"kind": "ServiceAccount", "name": sa_name, "namespace": NAMESPACE}],
+              str(b.get("subjects")))
+    if labels["enabled"]:
+        check(f"{label}: node labels on (DXDP_NODE_LABELS unset)", "DXDP_NODE_LABELS" not in env)
+    else:
+        check(f"{label}: DXDP_NODE_LABELS=false", env.get("DXDP_NODE_LABELS") == "false", str(env))
+    check(f"{label}: DXDP_NODE_LABEL_PREFIX is nodeLabels.prefix",
+          env.get("DXDP_NODE_LABEL_PREFIX") == (labels["prefix"] or None), str(env))
 
 
 def assert_service_monitor(label, objs, metrics, pod_labels):
@@ -329,7 +374,7 @@ def readme_checks():
     """The chart README documents every value (top-level, and the keys of small groups)."""
     values = load_values(os.path.join(CHART, "values.yaml"))
     readme = open(os.path.join(CHART, "README.md")).read()
-    grouped = ("image", "namespace", "serviceAccount", "metrics", "probes")
+    grouped = ("image", "namespace", "serviceAccount", "metrics", "probes", "nodeApi", "nodeLabels")
     keys = []
     for k, v in values.items():
         if k in grouped and isinstance(v, dict):
