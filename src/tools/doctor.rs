@@ -382,7 +382,7 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
                 "the device node has no driver key: no runtime files (CUDA, OpenCL, Vulkan, ...) will be mounted",
                 Some("reinstall the driver (Device Manager shows whether one is installed)"),
             ),
-            (Some(store), 0) => check(&name, Status::Pass, format!("{} runtime files present in {store}", device.runtime_files.len()), None),
+            (Some(store), 0) => check(&name, Status::Pass, present_message(device, store), None),
             (Some(store), n) => check(
                 &name,
                 Status::Warn,
@@ -486,6 +486,22 @@ pub fn text(checks: &[Check]) -> String {
 /// Whether any check failed.
 pub fn failed(checks: &[Check]) -> bool {
     checks.iter().any(|c| c.status == Status::Fail)
+}
+
+/// "N runtime files present in STORE", and how many optional files (dxdp's vendor defaults or
+/// configured additions) the host does not have, which are simply not mounted.
+fn present_message(device: &dxdp_core::devices::Device, store: &str) -> String {
+    let present = device
+        .runtime_files
+        .iter()
+        .filter(|(_, f)| f.exists)
+        .count();
+    let absent = device.runtime_files.len() - present;
+    if absent == 0 {
+        format!("{present} runtime files present in {store}")
+    } else {
+        format!("{present} runtime files present in {store} ({absent} optional file(s) absent, not mounted)")
+    }
 }
 
 #[cfg(test)]
