@@ -40,9 +40,12 @@ fn node_has(node: &NodeInfo, want: &BTreeMap<String, String>) -> bool {
     want.iter().all(|(k, v)| node.labels.get(k) == Some(v))
 }
 
-/// Applies the labels of every inventory published on `inventory` until both channels close.
-/// Labels are only applied once an inventory has labels on (`nodeLabels.enabled`); turning them
-/// off later applies the empty set once, which removes dxdp's labels.
+/// Applies the labels of every inventory published on `inventory` until the inventory channel
+/// closes. The first inventory is always applied, also with labels off (the empty set removes
+/// the labels a previous run left); after that only a changed set is applied, or the same set
+/// again when the Node (as `node` reports it) shows one of dxdp's labels with another value.
+/// An apply that fails, or whose answer does not show the labels (a webhook or policy rewrote
+/// them), is retried with backoff.
 pub async fn keep(
     cluster: Cluster,
     mut inventory: watch::Receiver<Option<Arc<Inventory>>>,
@@ -50,34 +53,41 @@ pub async fn keep(
     backoff: Backoff,
 ) {
     let mut applied: Option<BTreeMap<String, String>> = None;
+    // The Node showed one of the applied labels with another value.
+    let mut drifted = false;
+    let mut node_open = true;
     let mut failures = 0u32;
     let mut last_error: Option<String> = None;
     loop {
         let want = inventory.borrow_and_update().as_deref().map(desired);
-        let on_node = node.borrow_and_update().clone();
         let needed = match (&want, &applied) {
             (None, _) => false,
-            // Never applied and nothing to apply (labels off): leave the Node alone.
-            (Some(w), None) => !w.is_empty(),
-            (Some(w), Some(a)) => w != a || on_node.as_ref().is_some_and(|n| !node_has(n, w)),
+            (Some(_), None) => true,
+            (Some(w), Some(a)) => w != a || drifted,
         };
-        if needed {
-            let Some(w) = want else { continue };
-            match cluster.apply_labels(&w).await {
-                Ok(_) => {
-                    if failures > 0 || last_error.is_some() {
+        if let (true, Some(w)) = (needed, want) {
+            let outcome = match cluster.apply_labels(&w).await {
+                Ok(after) if node_has(&after, &w) => Ok(()),
+                Ok(_) => Err(format!(
+                    "the API server accepted dxdp's labels for node {} but the Node does not show them (a mutating webhook or policy changed them?)",
+                    cluster.node()
+                )),
+                Err(e) => Err(e.to_string()),
+            };
+            match outcome {
+                Ok(()) => {
+                    if failures > 0 {
                         tracing::info!(node = %cluster.node(), "node labels applied after {failures} failed attempts");
                     }
                     tracing::info!(node = %cluster.node(), labels = w.len(), "node labels applied");
                     tracing::debug!(node = %cluster.node(), labels = ?w, "node labels");
                     applied = Some(w);
+                    drifted = false;
                     failures = 0;
                     last_error = None;
-                    continue;
                 }
-                Err(e) => {
+                Err(why) => {
                     failures = failures.saturating_add(1);
-                    let why = e.to_string();
                     if last_error.as_deref() != Some(why.as_str()) {
                         tracing::warn!(
                             "cannot update the node labels, retrying with backoff: {why}"
@@ -85,7 +95,7 @@ pub async fn keep(
                         last_error = Some(why);
                     }
                     let delay = backoff.delay(failures, random());
-                    // Retry after the delay, or at once when something changes.
+                    // Retry after the delay, or at once when the inventory changes.
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
                         r = inventory.changed() => if r.is_err() { return },
@@ -96,9 +106,16 @@ pub async fn keep(
         }
         tokio::select! {
             r = inventory.changed() => if r.is_err() { return },
-            r = node.changed() => if r.is_err() {
+            r = node.changed(), if node_open => match r {
+                Ok(()) => {
+                    let shown = node.borrow_and_update().clone();
+                    drifted = match (&shown, &applied) {
+                        (Some(n), Some(a)) => !node_has(n, a),
+                        _ => false,
+                    };
+                }
                 // No node updates any more: follow the inventory alone.
-                if inventory.changed().await.is_err() { return }
+                Err(_) => node_open = false,
             },
         }
     }

@@ -69,30 +69,13 @@ impl std::fmt::Debug for Cluster {
 }
 
 impl Cluster {
-    /// Connects the standard way: in-cluster service account, else `KUBECONFIG`/`~/.kube/config`.
-    /// `node_name` is `NODE_NAME`'s value.
+    /// Connects the standard way (see [`credentials`]). `node_name` is `NODE_NAME`'s value.
     pub async fn connect(node_name: Option<&str>) -> Result<Cluster, Off> {
         let node = node_name
             .map(str::trim)
             .filter(|n| !n.is_empty())
             .ok_or(Off::NoNodeName)?;
-        let config = match kube::Config::infer().await {
-            Ok(config) => config,
-            Err(e) => {
-                let env = |name: &str| std::env::var(name).ok();
-                match sandbox_kubeconfig(env, |p| std::path::Path::new(p).exists()) {
-                    Some(kubeconfig) => {
-                        let kubeconfig: kube::config::Kubeconfig =
-                            serde_json::from_value(kubeconfig)
-                                .map_err(|e| Off::NoCredentials(e.to_string()))?;
-                        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                            .await
-                            .map_err(|e| Off::NoCredentials(chain(&e)))?
-                    }
-                    None => return Err(Off::NoCredentials(chain(&e))),
-                }
-            }
-        };
+        let config = credentials().await?;
         Cluster::with_config(config, node)
     }
 
@@ -151,6 +134,30 @@ impl Cluster {
             reason: chain(e),
         }
     }
+}
+
+/// Finds credentials: in a pod (`KUBERNETES_SERVICE_HOST` set) the pod's service account first
+/// (at the standard path, else where containerd 1.6 mounts it in a HostProcess container), since
+/// a HostProcess container also sees the host's files and a kubeconfig there is not the pod's;
+/// otherwise `KUBECONFIG` or `~/.kube/config`.
+async fn credentials() -> Result<kube::Config, Off> {
+    let in_pod = std::env::var("KUBERNETES_SERVICE_HOST").is_ok_and(|h| !h.is_empty());
+    if in_pod {
+        if let Ok(config) = kube::Config::incluster() {
+            return Ok(config);
+        }
+        let env = |name: &str| std::env::var(name).ok();
+        if let Some(kubeconfig) = sandbox_kubeconfig(env, |p| std::path::Path::new(p).exists()) {
+            let kubeconfig: kube::config::Kubeconfig = serde_json::from_value(kubeconfig)
+                .map_err(|e| Off::NoCredentials(e.to_string()))?;
+            return kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|e| Off::NoCredentials(chain(&e)));
+        }
+    }
+    kube::Config::infer()
+        .await
+        .map_err(|e| Off::NoCredentials(chain(&e)))
 }
 
 /// The service account of a HostProcess container on containerd 1.6, which mounts it under

@@ -30,18 +30,25 @@ pub async fn follow(
         .timeout(WATCH_SECONDS);
     let mut failures = 0u32;
     let mut last_error: Option<String> = None;
-    let mut polling = false;
+    // Reads left before the watch is tried again, while watching is forbidden.
+    let mut polls_left = 0u32;
+    let mut forbidden_warned = false;
     loop {
+        let polling = polls_left > 0;
         let outcome = tokio::select! {
             outcome = follow_once(&cluster, api, &params, &tx, polling.then_some(poll)) => outcome,
             _ = tx.closed() => return,
         };
+        polls_left = polls_left.saturating_sub(1);
         match outcome {
             // The watch ended normally (server timeout): start again at once.
             Ok(()) => failures = 0,
             Err(Failure::WatchForbidden(why)) => {
-                tracing::warn!(node = %cluster.node, "cannot watch the node ({why}): grant the watch verb on nodes (the chart does); reading its labels every {poll:?} instead");
-                polling = true;
+                if !forbidden_warned {
+                    tracing::warn!(node = %cluster.node, "cannot watch the node ({why}): grant the watch verb on nodes (the chart does); reading its labels every {poll:?} instead, and trying the watch again every {RETRY_WATCH_AFTER} reads");
+                    forbidden_warned = true;
+                }
+                polls_left = RETRY_WATCH_AFTER;
             }
             Err(Failure::Other(why)) => {
                 failures = failures.saturating_add(1);
@@ -58,6 +65,14 @@ pub async fn follow(
         }
     }
 }
+
+/// While watching is forbidden, the watch is tried again after this many reads (RBAC may have
+/// been fixed).
+const RETRY_WATCH_AFTER: u32 = 30;
+
+/// A watch that ends sooner than this without any event counts as a failure (backoff), so that
+/// a proxy closing watches at once cannot make a tight loop.
+const SHORTEST_WATCH: Duration = Duration::from_secs(1);
 
 /// Why following stopped.
 enum Failure {
@@ -102,14 +117,20 @@ async fn follow_once(
         Err(e) => return Err(e.into()),
     };
     futures_util::pin_mut!(stream);
+    let started = tokio::time::Instant::now();
+    let mut events = 0u64;
     // A watch that yields nothing for longer than the server's own timeout is dead.
     let idle = Duration::from_secs(u64::from(WATCH_SECONDS) + 30);
     loop {
         let event = match tokio::time::timeout(idle, stream.next()).await {
             Err(_) => return Err(Failure::Other("the watch went silent".into())),
+            Ok(None) if events == 0 && started.elapsed() < SHORTEST_WATCH => {
+                return Err(Failure::Other("the watch ended at once".into()))
+            }
             Ok(None) => return Ok(()),
             Ok(Some(event)) => event?,
         };
+        events += 1;
         match event {
             WatchEvent::Added(node) | WatchEvent::Modified(node) => {
                 publish(tx, node_info(&node, &cluster.node))

@@ -397,6 +397,7 @@ fn apply(
             }
         }
     }
+    let before = (s.labels.clone(), s.owners.clone());
     // Labels this manager owned and no longer applies are removed.
     let dropped: Vec<String> = s
         .owners
@@ -412,7 +413,10 @@ fn apply(
         s.owners.insert(k.clone(), manager.clone());
         s.labels.insert(k, v);
     }
-    shared.publish(s);
+    // A no-op apply changes neither the version nor tells watchers, as on a real API server.
+    if (s.labels.clone(), s.owners.clone()) != before {
+        shared.publish(s);
+    }
     full(StatusCode::OK, &shared.node_json(s))
 }
 

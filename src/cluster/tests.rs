@@ -198,7 +198,7 @@ async fn a_custom_prefix_replaces_the_old_keys() {
 }
 
 #[tokio::test]
-async fn api_errors_are_retried_and_labels_never_applied_are_not_touched_when_off() {
+async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
     let api = ApiServerStandin::start("n1", &[("team", "vision")])
         .await
         .unwrap();
@@ -218,18 +218,64 @@ async fn api_errors_are_retried_and_labels_never_applied_are_not_touched_when_of
     drop(tap);
     task.await.unwrap();
 
-    // Labels off from the start: the Node is never patched.
-    let api = ApiServerStandin::start("n2", &[]).await.unwrap();
-    let cluster = Cluster::at_url(&api.url(), "n2").unwrap();
+    // A later run with labels off removes the labels this one left, and only those.
     let mut off = Config::default();
     off.node_labels.enabled = false;
-    let (tap, tap_rx) = watch::channel(inventory(&facts, off.clone()));
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let (tap, tap_rx) = watch::channel(inventory(&facts, off));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
     let task = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
-    tap.send_replace(inventory(&facts, off));
+    assert!(
+        api.wait_for(WAIT, |_, l| l.len() == 1).await,
+        "{:?}",
+        api.labels()
+    );
+    assert_eq!(api.labels(), map(&[("team", "vision")]));
+    assert_eq!(
+        api.patches().last().unwrap().json()["metadata"]["labels"],
+        serde_json::json!({})
+    );
     drop(tap);
     task.await.unwrap();
-    assert!(api.patches().is_empty());
+    assert_eq!(api.patches().len(), 5);
+}
+
+#[tokio::test]
+async fn labels_are_applied_once_while_the_node_is_read_again_and_again() {
+    // The follower polls (watch forbidden) and keeps publishing the Node: the labels, already
+    // on the Node, are not applied again.
+    let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+    api.forbid_watch();
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let (_tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (node_tx, node_rx) = watch::channel(None::<NodeInfo>);
+    let _follow = tokio::spawn(node::follow(
+        cluster.clone(),
+        node_tx,
+        FAST,
+        Duration::from_millis(5),
+    ));
+    let _keep = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
+    assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
+    let gets = |r: &[standin::Recorded]| {
+        r.iter()
+            .filter(|r| r.method == "GET" && !r.query.contains_key("watch"))
+            .count()
+    };
+    // A read that was under way while the labels were applied may show the Node without them
+    // and cause one more apply; after that, reads showing the labels cause none.
+    let seen = gets(&api.requests());
+    assert!(api.wait_for(WAIT, |r, _| gets(r) >= seen + 20).await);
+    let applies = api.patches().len();
+    assert!(applies <= 2, "{applies} applies");
+    let seen = gets(&api.requests());
+    assert!(api.wait_for(WAIT, |r, _| gets(r) >= seen + 20).await);
+    assert_eq!(
+        api.patches().len(),
+        applies,
+        "no applies while the Node shows the labels"
+    );
 }
 
 #[tokio::test]

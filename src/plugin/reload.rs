@@ -114,10 +114,20 @@ pub async fn watch_counted(
                 match (changed, node.as_mut()) {
                     (Ok(()), Some(rx)) => {
                         let info = rx.borrow_and_update().clone();
-                        if info.is_none() || info == inputs.node {
+                        if info.is_none() {
                             continue;
                         }
+                        // Only the selection label matters (dxdp's own label updates and
+                        // anyone else's labels do not reload).
+                        let key = tx.borrow().node_labels.selector_key();
+                        let value = |n: &Option<NodeInfo>| {
+                            n.as_ref().and_then(|n| n.labels.get(&key).cloned())
+                        };
+                        let unchanged = inputs.node.is_some() && value(&inputs.node) == value(&info);
                         inputs.node = info;
+                        if unchanged {
+                            continue;
+                        }
                     }
                     // The node is no longer followed: keep the last selection.
                     _ => {

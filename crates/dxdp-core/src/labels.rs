@@ -74,7 +74,8 @@ pub fn node_labels(discovery: &Discovery, settings: &LabelSettings) -> BTreeMap<
         );
         advertised.extend(devices);
     }
-    // The largest device: most dedicated memory, the first by location path on a tie.
+    // The largest device: most dedicated memory; on a tie the first seen (display devices
+    // before compute devices, each in location-path order).
     let largest = advertised
         .iter()
         .copied()
