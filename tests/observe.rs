@@ -104,6 +104,19 @@ async fn metric_is(addr: SocketAddr, series: &str, value: f64) {
     .await;
 }
 
+/// Both resources are registered now, after `ok` successful registrations each.
+fn assert_registered(m: &BTreeMap<String, f64>, ok: f64) {
+    for name in [DISPLAY, COMPUTE] {
+        let registered = series("dxdp_kubelet_registered", &[("resource", name)]);
+        assert_eq!(m[&registered], 1.0, "{name}");
+        let total = series(
+            "dxdp_kubelet_registrations_total",
+            &[("resource", name), ("result", "ok")],
+        );
+        assert_eq!(m[&total], ok, "{name}");
+    }
+}
+
 fn series(name: &str, labels: &[(&str, &str)]) -> String {
     let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
     format!("{name}{{{}}}", labels.join(","))
@@ -258,18 +271,7 @@ async fn readiness_follows_registration_through_a_kubelet_restart() {
     .await;
     let (status, _, body) = request(d.addr, "HEAD", "/readyz").await;
     assert_eq!((status, body.as_str()), (200, ""));
-    let m = metrics(d.addr).await;
-    for name in [DISPLAY, COMPUTE] {
-        assert_eq!(
-            m[&series("dxdp_kubelet_registered", &[("resource", name)])],
-            1.0
-        );
-        let ok = series(
-            "dxdp_kubelet_registrations_total",
-            &[("resource", name), ("result", "ok")],
-        );
-        assert_eq!(m[&ok], 1.0, "{name}");
-    }
+    assert_registered(&metrics(d.addr).await, 1.0);
 
     // The kubelet stops: not ready.
     kubelet.stop().await;
@@ -307,18 +309,8 @@ async fn readiness_follows_registration_through_a_kubelet_restart() {
         s == 200 && b == "ok\n"
     })
     .await;
-    let m = metrics(d.addr).await;
-    for name in [DISPLAY, COMPUTE] {
-        assert_eq!(
-            m[&series("dxdp_kubelet_registered", &[("resource", name)])],
-            1.0
-        );
-        let ok = series(
-            "dxdp_kubelet_registrations_total",
-            &[("resource", name), ("result", "ok")],
-        );
-        assert_eq!(m[&ok], 2.0, "{name}: once per kubelet");
-    }
+    // Once per kubelet.
+    assert_registered(&metrics(d.addr).await, 2.0);
     d.shutdown().await;
     kubelet.stop().await;
 }

@@ -65,6 +65,16 @@ fn four_t4(replicas: &str) -> BTreeMap<String, String> {
     .collect()
 }
 
+/// Waits until the stand-in has received `n` PATCH requests.
+async fn applies_reach(api: &ApiServerStandin, n: usize) {
+    let reached = api
+        .wait_for(WAIT, |r, _| {
+            r.iter().filter(|r| r.method == "PATCH").count() == n
+        })
+        .await;
+    assert!(reached, "{n} applies expected, got {}", api.patches().len());
+}
+
 fn with_others(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut all = labels.clone();
     all.extend(map(&[("team", "vision"), (SELECTOR, "big")]));
@@ -83,14 +93,7 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     let task = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
 
     // Add.
-    assert!(
-        api.wait_for(WAIT, |r, _| r
-            .iter()
-            .filter(|r| r.method == "PATCH")
-            .count()
-            == 1)
-            .await
-    );
+    applies_reach(&api, 1).await;
     let patch = &api.patches()[0];
     assert_eq!(patch.path, "/api/v1/nodes/n1");
     assert_eq!(
@@ -114,14 +117,7 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
 
     // Change: replicas follow the configuration.
     tap.send_replace(inventory(&facts, Config::default().with_replicas(4)));
-    assert!(
-        api.wait_for(WAIT, |r, _| r
-            .iter()
-            .filter(|r| r.method == "PATCH")
-            .count()
-            == 2)
-            .await
-    );
+    applies_reach(&api, 2).await;
     let want = four_t4("4");
     assert_eq!(
         api.patches()[1].json()["metadata"]["labels"],
@@ -133,14 +129,7 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     let mut one = facts.clone();
     one.adapters.truncate(1);
     tap.send_replace(inventory(&one, Config::default().with_replicas(4)));
-    assert!(
-        api.wait_for(WAIT, |r, _| r
-            .iter()
-            .filter(|r| r.method == "PATCH")
-            .count()
-            == 3)
-            .await
-    );
+    applies_reach(&api, 3).await;
     let mut want = four_t4("4");
     want.remove("directx.microsoft.com/multi-gpu-visibility");
     want.insert("directx.microsoft.com/display.count".into(), "1".into());
@@ -156,14 +145,7 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     let mut off = Config::default().with_replicas(4);
     off.node_labels.enabled = false;
     tap.send_replace(inventory(&one, off));
-    assert!(
-        api.wait_for(WAIT, |r, _| r
-            .iter()
-            .filter(|r| r.method == "PATCH")
-            .count()
-            == 4)
-            .await
-    );
+    applies_reach(&api, 4).await;
     assert_eq!(
         api.patches()[3].json()["metadata"]["labels"],
         serde_json::json!({})
