@@ -4,11 +4,18 @@
 //! this is tokio's `UnixListener`/`UnixStream`; tokio has no AF_UNIX on Windows, so there it is
 //! `uds_windows` driven by `async-io`, adapted to tokio's I/O traits.
 
+use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint};
 
 /// `sun_path` holds 108 bytes including the terminating NUL.
@@ -56,13 +63,159 @@ pub async fn probe(path: &Path) -> io::Result<()> {
 
 pub use imp::{bind, Conn, Listener};
 
+/// The first pause after a failed `accept` (doubled per failure in a row, up to
+/// [`ACCEPT_BACKOFF_MAX`]): at the file-descriptor limit every `accept` fails at once, and
+/// retrying without a pause would spin a core and starve the rest of the process.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+/// The longest pause after failed `accept` calls.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The connections accepted on `listener`, for a gRPC server, until `close` turns true. A failed
+/// `accept` (file-descriptor limit, a connection reset before it was accepted) is logged once per
+/// distinct error, counted in `accept_errors`, and followed by a pause that doubles per failure in
+/// a row ([`ACCEPT_BACKOFF_MIN`] to [`ACCEPT_BACKOFF_MAX`]); it never ends the stream. When
+/// `close` turns true, every connection accepted here fails its next read or write, so that the
+/// server's connection tasks end and their sockets close even when a client never reads.
+pub fn incoming(
+    listener: Listener,
+    close: tokio::sync::watch::Receiver<bool>,
+    accept_errors: Arc<AtomicU64>,
+) -> impl tokio_stream::Stream<Item = io::Result<Closable<Conn>>> + Send + 'static {
+    async_stream::stream! {
+        let mut failures = 0u32;
+        let mut last_error: Option<String> = None;
+        loop {
+            match listener.accept().await {
+                Ok(conn) => {
+                    if failures > 0 {
+                        tracing::info!("accepting connections again after {failures} failed accept calls");
+                    }
+                    failures = 0;
+                    last_error = None;
+                    yield Ok(Closable::new(conn, close.clone()));
+                }
+                Err(e) => {
+                    accept_errors.fetch_add(1, Ordering::Relaxed);
+                    failures = failures.saturating_add(1);
+                    let text = e.to_string();
+                    if last_error.as_deref() != Some(text.as_str()) {
+                        tracing::warn!("cannot accept a connection: {text}; pausing before the next accept (at the file-descriptor limit, raise it or close connections)");
+                        last_error = Some(text);
+                    }
+                    tokio::time::sleep(accept_backoff(failures)).await;
+                }
+            }
+        }
+    }
+}
+
+/// The pause after `failures` failed `accept` calls in a row (1 for the first).
+pub fn accept_backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    ACCEPT_BACKOFF_MIN
+        .saturating_mul(1u32 << doublings)
+        .min(ACCEPT_BACKOFF_MAX)
+}
+
+/// A connection that fails its reads and writes once its `close` signal turns true.
+pub struct Closable<C> {
+    inner: C,
+    closed: Pin<Box<dyn Future<Output = ()> + Send + Sync>>,
+    done: bool,
+}
+
+impl<C> Closable<C> {
+    /// Wraps `inner`; it fails from the moment `close` turns true (or its sender is gone).
+    pub fn new(inner: C, mut close: tokio::sync::watch::Receiver<bool>) -> Self {
+        Closable {
+            inner,
+            closed: Box::pin(async move {
+                let _ = close.wait_for(|c| *c).await;
+            }),
+            done: false,
+        }
+    }
+
+    /// Whether the close signal came (registers the waker when not).
+    fn is_closed(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.done && self.closed.as_mut().poll(cx).is_ready() {
+            self.done = true;
+        }
+        self.done
+    }
+}
+
+fn closed_error() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "the server closed this connection (its socket stopped)",
+    )
+}
+
+impl<C: AsyncRead + Unpin> AsyncRead for Closable<C> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.is_closed(cx) {
+            return Poll::Ready(Err(closed_error()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<C: AsyncWrite + Unpin> AsyncWrite for Closable<C> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.is_closed(cx) {
+            return Poll::Ready(Err(closed_error()));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if self.is_closed(cx) {
+            return Poll::Ready(Err(closed_error()));
+        }
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.is_closed(cx) {
+            return Poll::Ready(Err(closed_error()));
+        }
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<C: Connected> Connected for Closable<C> {
+    type ConnectInfo = C::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
 #[cfg(unix)]
 mod imp {
     use std::io;
     use std::path::Path;
-
-    use tokio_stream::wrappers::UnixListenerStream;
-    use tokio_stream::Stream;
 
     /// An accepted connection.
     pub type Conn = tokio::net::UnixStream;
@@ -77,9 +230,9 @@ mod imp {
     }
 
     impl Listener {
-        /// The stream of accepted connections.
-        pub fn incoming(self) -> impl Stream<Item = io::Result<Conn>> + Send + 'static {
-            UnixListenerStream::new(self.0)
+        /// The next accepted connection.
+        pub async fn accept(&self) -> io::Result<Conn> {
+            self.0.accept().await.map(|(conn, _)| conn)
         }
     }
 
@@ -98,7 +251,6 @@ mod imp {
 
     use async_io::Async;
     use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-    use tokio_stream::Stream;
     use tokio_util::compat::{Compat, FuturesAsyncReadCompatExt};
     use tonic::transport::server::Connected;
 
@@ -200,16 +352,10 @@ mod imp {
     }
 
     impl Listener {
-        /// The stream of accepted connections.
-        pub fn incoming(self) -> impl Stream<Item = io::Result<Conn>> + Send + 'static {
-            async_stream::stream! {
-                loop {
-                    match self.0.read_with(|l| l.0.accept()).await {
-                        Ok((stream, _)) => yield Conn::new(stream),
-                        Err(e) => yield Err(e),
-                    }
-                }
-            }
+        /// The next accepted connection.
+        pub async fn accept(&self) -> io::Result<Conn> {
+            let (stream, _) = self.0.read_with(|l| l.0.accept()).await?;
+            Conn::new(stream)
         }
     }
 

@@ -138,11 +138,11 @@ impl Daemon {
     }
 
     /// Starts the daemon on a new temporary kubelet directory with the sample host, metrics on
-    /// a free local port, following `updates`.
+    /// a free local port, running `reload` when given.
     async fn start(
         dir: tempfile::TempDir,
         mut config: Config,
-        updates: Option<watch::Receiver<Arc<Config>>>,
+        reload: Option<plugin::Reload>,
     ) -> Daemon {
         let snapshot = dir.path().join("host.yaml");
         Self::write_facts(&snapshot, &common::facts("sample"));
@@ -158,7 +158,11 @@ impl Daemon {
         let observe = pc.observe.clone();
         let mut listening = observe.listening();
         let (keep, own) = watch::channel(Arc::new(config));
-        let updates = updates.unwrap_or(own);
+        let updates = match &reload {
+            Some(r) => r.tx.subscribe(),
+            None => own,
+        };
+        pc.reload = reload;
         let (stop, stopped) = oneshot::channel::<()>();
         let source = Arc::new(SnapshotFile::new(snapshot.clone()));
         let task = tokio::spawn(async move {
@@ -331,17 +335,13 @@ async fn metrics_count_allocations_host_refreshes_and_configuration_reloads() {
     };
     let config = inputs.resolve().unwrap();
     assert_eq!(config.metrics_address, Some("127.0.0.1:0".parse().unwrap()));
-    let (tx, updates) = watch::channel(Arc::new(config.clone()));
-    let kubelet_dir = dir.path().to_path_buf();
-    let d = Daemon::start(dir, config, Some(updates)).await;
-    let reloader = tokio::spawn(plugin::reload::watch_counted(
+    let (tx, _) = watch::channel(Arc::new(config.clone()));
+    let reload = plugin::Reload {
         inputs,
         tx,
-        kubelet_dir,
-        NO_SAFETY_POLL,
-        None,
-        d.observe.metrics.clone(),
-    ));
+        node: None,
+    };
+    let d = Daemon::start(dir, config, Some(reload)).await;
     until(d.addr, "/readyz", "registration", |s, b| {
         s == 200 && b == "ok\n"
     })
@@ -447,34 +447,52 @@ async fn metrics_count_allocations_host_refreshes_and_configuration_reloads() {
     );
     assert_eq!(m[&advertised(DISPLAY)], (3 * gpus) as f64);
 
-    reloader.abort();
     d.shutdown().await;
     kubelet.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_address_in_use_is_a_startup_error_naming_it() {
+async fn an_address_in_use_does_not_stop_device_serving_and_the_endpoint_comes_up_once_free() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = taken.local_addr().unwrap();
     let dir = tempdir();
     let snapshot = dir.path().join("host.yaml");
     Daemon::write_facts(&snapshot, &common::facts("sample"));
+    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
     let mut pc = PluginConfig::new(dir.path().to_path_buf());
     pc.config.metrics_address = Some(address);
     pc.safety_poll = NO_SAFETY_POLL;
+    let observe = pc.observe.clone();
+    let mut listening = observe.listening();
     let source = Arc::new(SnapshotFile::new(snapshot));
-    let err = tokio::time::timeout(WAIT, plugin::run(pc, source, std::future::pending()))
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(plugin::run(pc, source, async {
+        let _ = stopped.await;
+    }));
+    // The kubelet gets both resources although the endpoint cannot listen.
+    assert!(
+        kubelet
+            .wait_for(WAIT, |v| v.devices(DISPLAY).is_some()
+                && v.devices("directx.microsoft.com/compute").is_some())
+            .await,
+        "devices are served regardless of the metrics endpoint"
+    );
+    assert_eq!(*listening.borrow(), None);
+    // The port is freed: the endpoint listens on it (retried in the background).
+    drop(taken);
+    let bound = tokio::time::timeout(WAIT, listening.wait_for(|a| a.is_some()))
         .await
-        .expect("fails at once")
-        .unwrap_err();
-    let text = err.to_string();
-    assert!(matches!(err, PluginError::Metrics(_)), "{text}");
-    assert!(text.contains(&address.to_string()), "{text}");
-    assert!(text.contains("--metrics-address"), "{text}");
-    let sockets: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("the endpoint is retried")
         .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("dxdp-"))
-        .collect();
-    assert!(sockets.is_empty(), "nothing served: {sockets:?}");
+        .unwrap();
+    assert_eq!(bound, address);
+    let (status, body) = get(address, "/readyz").await;
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    let _ = stop.send(());
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("stops")
+        .unwrap()
+        .unwrap();
+    kubelet.stop().await;
 }

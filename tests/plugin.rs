@@ -42,6 +42,7 @@ struct Harness {
     kubelet: Option<KubeletStandin>,
     stop: Option<oneshot::Sender<()>>,
     daemon: Option<JoinHandle<Result<(), PluginError>>>,
+    observe: dxdp::observe::Observe,
 }
 
 impl Harness {
@@ -58,6 +59,7 @@ impl Harness {
             kubelet: None,
             stop: None,
             daemon: None,
+            observe: dxdp::observe::Observe::new(),
         };
         h.write_facts(facts);
         h
@@ -77,7 +79,18 @@ impl Harness {
 
     /// Starts the plugin with fast polling, following configuration `updates`.
     fn spawn_plugin(&mut self, updates: tokio::sync::watch::Receiver<Arc<dxdp::config::Config>>) {
+        self.spawn_plugin_with(updates, None)
+    }
+
+    /// [`Harness::spawn_plugin`], running `reload`.
+    fn spawn_plugin_with(
+        &mut self,
+        updates: tokio::sync::watch::Receiver<Arc<dxdp::config::Config>>,
+        reload: Option<plugin::Reload>,
+    ) {
         let mut config = PluginConfig::new(self.dir.path().to_path_buf());
+        config.reload = reload;
+        self.observe = config.observe.clone();
         config.config = updates.borrow().as_ref().clone();
         // Everything must happen from events: the safety poll never fires during a test.
         config.safety_poll = NO_SAFETY_POLL;
@@ -594,14 +607,14 @@ async fn start_with_config_file(config_text: &str) -> (Harness, PathBuf) {
         ..Default::default()
     };
     let (tx, updates) = tokio::sync::watch::channel(Arc::new(inputs.resolve().unwrap()));
-    tokio::spawn(plugin::reload::watch(
-        inputs,
-        tx,
-        h.dir.path().to_path_buf(),
-        NO_SAFETY_POLL,
-        None,
-    ));
-    h.spawn_plugin(updates);
+    h.spawn_plugin_with(
+        updates,
+        Some(plugin::Reload {
+            inputs,
+            tx,
+            node: None,
+        }),
+    );
     (h, config_path)
 }
 
@@ -833,6 +846,22 @@ async fn a_second_dxdp_for_the_same_resource_refuses_to_start_and_stale_sockets_
     let result = tokio::time::timeout(
         WAIT,
         plugin::run(second, source, std::future::pending::<()>()),
+    )
+    .await
+    .expect("refuses at once");
+    match result {
+        Err(PluginError::Locked { dir, .. }) => assert_eq!(dir, h.dir.path()),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    // A dxdp that does not take the lock (an older one) is still refused by the live socket.
+    let lock_dir = tempfile::tempdir().unwrap();
+    let mut third = PluginConfig::new(h.dir.path().to_path_buf());
+    third.safety_poll = NO_SAFETY_POLL;
+    third.lock_dir = lock_dir.path().to_path_buf();
+    let source = Arc::new(SnapshotFile::new(h.snapshot.clone()));
+    let result = tokio::time::timeout(
+        WAIT,
+        plugin::run(third, source, std::future::pending::<()>()),
     )
     .await
     .expect("refuses at once");

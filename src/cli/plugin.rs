@@ -13,6 +13,7 @@ use dxdp::cluster::{self, Cluster};
 use dxdp::config::{file, Config, Flags, Inputs};
 use dxdp::kubelet::paths;
 use dxdp::plugin::register::Backoff;
+use dxdp::plugin::tasks::{Role, TaskSpec};
 use dxdp_core::allocation::MAX_REPLICAS;
 
 use super::ResourceArg;
@@ -98,53 +99,51 @@ pub fn run(
         "starting the dxdp device plugin"
     );
     let safety_poll = plugin_config.safety_poll;
-    let kubelet_dir = plugin_config.kubelet_dir.clone();
-    let metrics = plugin_config.observe.metrics.clone();
     let runtime = super::runtime()?;
     let result = runtime.block_on(async move {
         let mut inputs = inputs;
         let mut config = config;
-        let mut tasks = Vec::new();
         let mut node_rx = None;
-        match connect_cluster(&config, &mut inputs).await {
-            Ok(Some((cluster, resolved))) => {
-                config = resolved;
-                let (node_tx, rx) = watch::channel(inputs.node.clone());
-                let (tap_tx, tap_rx) = watch::channel(None);
-                plugin_config.inventory_tap = Some(tap_tx);
-                tasks.push(tokio::spawn(cluster::labels::keep(
-                    cluster.clone(),
-                    tap_rx,
-                    rx.clone(),
-                    API_BACKOFF,
-                )));
-                tasks.push(tokio::spawn(cluster::node::follow(
-                    cluster,
-                    node_tx,
-                    API_BACKOFF,
-                    safety_poll,
-                )));
-                node_rx = Some(rx);
-            }
-            Ok(None) => {}
-            Err(e) => return Err(e),
+        if let Some((cluster, resolved)) = connect_cluster(&config, &mut inputs).await? {
+            config = resolved;
+            let (node_tx, rx) = watch::channel(inputs.node.clone());
+            let (tap_tx, tap_rx) = watch::channel(None);
+            plugin_config.inventory_tap = Some(tap_tx);
+            let (c, node) = (cluster.clone(), rx.clone());
+            plugin_config
+                .tasks
+                .push(TaskSpec::new("node-labels", Role::Optional, move || {
+                    cluster::labels::keep(c.clone(), tap_rx.clone(), node.clone(), API_BACKOFF)
+                }));
+            plugin_config
+                .tasks
+                .push(TaskSpec::new("node-watch", Role::Optional, move || {
+                    cluster::node::follow(
+                        cluster.clone(),
+                        node_tx.clone(),
+                        API_BACKOFF,
+                        safety_poll,
+                    )
+                }));
+            node_rx = Some(rx);
+        }
+        // A named configuration the node's label selected falls back to the top level when it
+        // cannot be served on this host.
+        if config.selection.name.is_some() && config.selection.reason.starts_with("node label") {
+            let mut top = inputs.clone();
+            top.node = None;
+            plugin_config.fallback = top.resolve().ok();
         }
         plugin_config.config = config.clone();
         let (tx, updates) = watch::channel(Arc::new(config));
-        tasks.push(tokio::spawn(plugin::reload::watch_counted(
+        plugin_config.reload = Some(plugin::Reload {
             inputs,
             tx,
-            kubelet_dir,
-            safety_poll,
-            node_rx,
-            metrics,
-        )));
-        let result =
-            plugin::run_with_updates(plugin_config, source, updates, shutdown::signal()).await;
-        for t in tasks {
-            t.abort();
-        }
-        Ok(result)
+            node: node_rx,
+        });
+        Ok::<_, anyhow::Error>(
+            plugin::run_with_updates(plugin_config, source, updates, shutdown::signal()).await,
+        )
     });
     // Sockets are removed and streams ended: Windows may end the process now.
     shutdown::global().mark_done();

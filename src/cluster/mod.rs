@@ -15,6 +15,7 @@ pub mod node;
 pub mod standin;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
@@ -55,11 +56,16 @@ pub struct ApiError {
     pub reason: String,
 }
 
+/// How long one API call (not a watch) may take before it counts as failed and is retried:
+/// a half-open connection must not stall labels or the configuration selection for ever.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// This node's object on the API server.
 #[derive(Clone)]
 pub struct Cluster {
     api: Api<Node>,
     node: String,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -93,7 +99,33 @@ impl Cluster {
         Ok(Cluster {
             api: Api::all(client),
             node: node.to_string(),
+            timeout: CALL_TIMEOUT,
         })
+    }
+
+    /// The same client with another per-call timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Runs one API call within the call timeout.
+    async fn call<T>(
+        &self,
+        what: &'static str,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ApiError> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result.map_err(|e| self.error(what, &e)),
+            Err(_) => Err(ApiError {
+                what,
+                node: self.node.clone(),
+                reason: format!(
+                    "the API server did not answer within {} s",
+                    self.timeout.as_secs_f64()
+                ),
+            }),
+        }
     }
 
     /// The node's name.
@@ -103,12 +135,13 @@ impl Cluster {
 
     /// The node's name and labels now.
     pub async fn get(&self) -> Result<NodeInfo, ApiError> {
-        let node = self
-            .api
-            .get(&self.node)
-            .await
-            .map_err(|e| self.error("get", &e))?;
+        let node = self.get_node().await?;
         Ok(node_info(&node, &self.node))
+    }
+
+    /// The node object now (within the call timeout).
+    pub(crate) async fn get_node(&self) -> Result<Node, ApiError> {
+        self.call("get", self.api.get(&self.node)).await
     }
 
     /// Applies `labels` as dxdp's complete set (server-side apply, field manager
@@ -120,10 +153,11 @@ impl Cluster {
         let body = apply_body(&self.node, labels);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let node = self
-            .api
-            .patch(&self.node, &params, &Patch::Apply(&body))
-            .await
-            .map_err(|e| self.error("apply labels to", &e))?;
+            .call(
+                "apply labels to",
+                self.api.patch(&self.node, &params, &Patch::Apply(&body)),
+            )
+            .await?;
         Ok(node_info(&node, &self.node))
     }
 

@@ -102,14 +102,25 @@ async fn follow_once(
     tx: &watch::Sender<Option<NodeInfo>>,
     polling: Option<Duration>,
 ) -> Result<(), Failure> {
-    let node = api.get(&cluster.node).await?;
+    let node = cluster
+        .get_node()
+        .await
+        .map_err(|e| Failure::Other(e.to_string()))?;
     publish(tx, node_info(&node, &cluster.node));
     if let Some(pause) = polling {
         tokio::time::sleep(pause).await;
         return Ok(());
     }
     let version = node.metadata.resource_version.clone().unwrap_or_default();
-    let stream = match api.watch(params, &version).await {
+    let started = tokio::time::timeout(cluster.timeout, api.watch(params, &version))
+        .await
+        .map_err(|_| {
+            Failure::Other(format!(
+                "the API server did not start the watch within {} s",
+                cluster.timeout.as_secs_f64()
+            ))
+        })?;
+    let stream = match started {
         Ok(stream) => stream,
         Err(kube::Error::Api(status)) if status.code == 403 => {
             return Err(Failure::WatchForbidden(status.message.clone()))

@@ -204,13 +204,16 @@ impl KubeletStandin {
             shared: shared.clone(),
         };
         let (stop, stopped) = oneshot::channel::<()>();
+        let (close, closed) = watch::channel(false);
+        let incoming = transport::incoming(listener, closed, Arc::default());
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(RegistrationServer::new(service))
-                .serve_with_incoming_shutdown(listener.incoming(), async {
+                .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
                 })
                 .await;
+            close.send_replace(true);
         });
         Ok(KubeletStandin {
             dir: dir.to_path_buf(),

@@ -44,6 +44,11 @@ struct ResultLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabel {
+    task: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     result: String,
 }
@@ -99,6 +104,8 @@ struct Inner {
     registered: Family<ResourceLabel, Gauge>,
     host_refreshes: Family<OutcomeLabel, Counter>,
     config_reloads: Family<OutcomeLabel, Counter>,
+    task_up: Family<TaskLabel, Gauge>,
+    task_restarts: Family<TaskLabel, Counter>,
     /// The names `registered` has label sets for.
     registered_names: Mutex<BTreeSet<String>>,
     /// The names `devices` and `advertised` have label sets for.
@@ -177,6 +184,18 @@ impl Metrics {
             "Configuration reloads, by result (applied, unchanged or rejected)",
             config_reloads.clone(),
         );
+        let task_up = Family::<TaskLabel, Gauge>::default();
+        registry.register(
+            "dxdp_task_up",
+            "1 while the daemon's long-lived task runs, 0 while it waits to be restarted",
+            task_up.clone(),
+        );
+        let task_restarts = Family::<TaskLabel, Counter>::default();
+        registry.register(
+            "dxdp_task_restarts",
+            "Times a long-lived task ended or panicked and was restarted (or, for a required task, gave up)",
+            task_restarts.clone(),
+        );
         registry.register(
             "dxdp_build",
             "The running dxdp's version and git commit",
@@ -208,6 +227,8 @@ impl Metrics {
                 registered,
                 host_refreshes,
                 config_reloads,
+                task_up,
+                task_restarts,
                 registered_names: Mutex::default(),
                 device_names: Mutex::default(),
             }),
@@ -317,6 +338,27 @@ impl Metrics {
             .inc();
     }
 
+    /// Creates the series of `task` (at 0 restarts).
+    pub fn init_task(&self, task: &str) {
+        drop(self.inner.task_restarts.get_or_create(&task_label(task)));
+    }
+
+    /// Sets whether `task` runs.
+    pub fn set_task_up(&self, task: &str, up: bool) {
+        self.inner
+            .task_up
+            .get_or_create(&task_label(task))
+            .set(i64::from(up));
+    }
+
+    /// Counts one unexpected end of `task`.
+    pub fn task_restart(&self, task: &str) {
+        self.inner
+            .task_restarts
+            .get_or_create(&task_label(task))
+            .inc();
+    }
+
     /// Counts one configuration reload.
     pub fn config_reload(&self, result: ReloadResult) {
         self.inner
@@ -329,6 +371,12 @@ impl Metrics {
 fn label(resource: &str) -> ResourceLabel {
     ResourceLabel {
         resource: resource.to_string(),
+    }
+}
+
+fn task_label(task: &str) -> TaskLabel {
+    TaskLabel {
+        task: task.to_string(),
     }
 }
 

@@ -109,6 +109,21 @@ impl Observe {
         }
     }
 
+    /// The supervised task `name` runs.
+    pub fn task_up(&self, name: &str) {
+        self.metrics.set_task_up(name, true);
+        self.health.task_up(name);
+    }
+
+    /// The supervised task `name` stopped for `reason` and waits to be restarted; a required
+    /// one fails `/healthz` meanwhile.
+    pub fn task_down(&self, name: &str, required: bool, reason: &str) {
+        self.metrics.set_task_up(name, false);
+        if required {
+            self.health.task_down(name, reason);
+        }
+    }
+
     fn sync_registered(&self) {
         let _serial = self.sync.lock().unwrap_or_else(|p| p.into_inner());
         let (served, registered) = self.readiness.registered();

@@ -176,6 +176,8 @@ pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 struct HealthInner {
     phase: AtomicU8,
+    /// Required tasks that are down, with why.
+    down: Mutex<BTreeMap<String, String>>,
     pings: mpsc::Sender<Ping>,
     receiver: Mutex<Option<mpsc::Receiver<Ping>>>,
 }
@@ -192,6 +194,7 @@ impl Default for Health {
         Health {
             inner: Arc::new(HealthInner {
                 phase: AtomicU8::new(0),
+                down: Mutex::default(),
                 pings,
                 receiver: Mutex::new(Some(receiver)),
             }),
@@ -207,6 +210,31 @@ impl Health {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
+    }
+
+    /// The required task `name` is down for `reason` (until [`Health::task_up`]).
+    pub fn task_down(&self, name: &str, reason: &str) {
+        self.down().insert(name.to_string(), reason.to_string());
+    }
+
+    /// The task `name` runs.
+    pub fn task_up(&self, name: &str) {
+        self.down().remove(name);
+    }
+
+    fn down(&self) -> MutexGuard<'_, BTreeMap<String, String>> {
+        self.inner.down.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Why `/healthz` fails for a required task that is down (`None` while all run).
+    pub fn required_down(&self) -> Option<String> {
+        let down = self.down();
+        (!down.is_empty()).then(|| {
+            down.iter()
+                .map(|(name, why)| format!("required task {name} is down: {why}; restarting"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
     }
 
     /// Sets the phase.
@@ -235,6 +263,9 @@ impl Health {
             Phase::Starting => return Ok("ok: starting"),
             Phase::Stopped => return Err("the device plugin stopped".into()),
             Phase::Running => {}
+        }
+        if let Some(why) = self.required_down() {
+            return Err(why);
         }
         let (tx, rx) = oneshot::channel();
         let asked = async {

@@ -11,12 +11,12 @@
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
-use super::watch::{parent_dir, Change, DirEvent, DirWatch};
+use super::watch::{parent_dirs, Change, Check, DirEvent, Notice, Subscription};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
 use crate::observe::metrics::{DeviceCounts, Metrics};
@@ -35,6 +35,8 @@ pub struct Inventory {
     pub config: Arc<Config>,
     /// The assignment mode in force (`auto` resolved against the host's HCS schema).
     pub assignment: Assignment,
+    /// The host's operating system facts (what a new configuration is validated against).
+    pub os: dxdp_core::facts::OsFacts,
 }
 
 /// Receives the current inventory and every change.
@@ -68,6 +70,7 @@ pub fn build(facts: &HostFacts, config: Arc<Config>) -> (Inventory, Vec<String>)
         ));
     }
     let inventory = Inventory {
+        os,
         assignment,
         discovery,
         config,
@@ -93,11 +96,8 @@ struct Files {
 
 impl Files {
     fn new(files: &[PathBuf]) -> Self {
-        let mut dirs: Vec<PathBuf> = files.iter().map(|f| parent_dir(f)).collect();
-        dirs.sort();
-        dirs.dedup();
         Files {
-            dirs,
+            dirs: parent_dirs(files),
             names: files
                 .iter()
                 .filter_map(|f| f.file_name().map(|n| n.to_os_string()))
@@ -122,12 +122,6 @@ impl Files {
             Batch::Removed
         } else {
             Batch::Writing
-        }
-    }
-
-    fn watch(&self, watch: &mut DirWatch) {
-        for d in &self.dirs {
-            watch.add(d);
         }
     }
 }
@@ -203,16 +197,17 @@ pub async fn follow_devices(mut inventory: InventoryRx, metrics: Metrics) {
     }
 }
 
-/// Keeps the inventory up to date until every receiver is gone. `logged` are the notices
-/// already shown for the first inventory. Every reload of the host facts is counted in
-/// `metrics`.
+/// Keeps the inventory up to date until every receiver is gone (a supervised task: it is
+/// restarted from the last good facts in `facts` when it ends or panics). `logged` are the
+/// notices already shown for the first inventory; `files` is the subscription to the
+/// directories of the source's files. Every reload of the host facts is counted in `metrics`.
 pub async fn refresh(
     source: Arc<dyn HostFactsSource>,
-    mut facts: HostFacts,
+    facts: Arc<Mutex<HostFacts>>,
     logged: Vec<String>,
     mut config: watch::Receiver<Arc<Config>>,
     tx: watch::Sender<Arc<Inventory>>,
-    safety_poll: Duration,
+    mut files_watch: Subscription,
     metrics: Metrics,
 ) {
     let woken = Arc::new(Notify::new());
@@ -221,52 +216,52 @@ pub async fn refresh(
         source.on_change(Arc::new(move || woken.notify_one()));
     }
     let files = Files::new(&source.watched_files());
-    let mut watch = DirWatch::new();
-    files.watch(&mut watch);
-    let mut safety =
-        tokio::time::interval_at(tokio::time::Instant::now() + safety_poll, safety_poll);
-    safety.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut logged: BTreeSet<String> = logged.into_iter().collect();
     let mut last_error: Option<String> = None;
     let mut config_open = true;
     // Set while a file is being written in place: when to read it anyway.
     let mut writing_until: Option<tokio::time::Instant> = None;
+    // A restarted refresher rebuilds at once (the configuration may have changed meanwhile).
+    let mut rebuild = true;
     loop {
-        let grace = async {
-            match writing_until {
+        let until = writing_until;
+        let grace = async move {
+            match until {
                 Some(t) => tokio::time::sleep_until(t).await,
                 None => std::future::pending().await,
             }
         };
-        let reload = tokio::select! {
-            event = watch.next() => {
-                let mut events = vec![event];
-                events.extend(watch.drain());
-                match files.classify(&events) {
-                    Batch::Unrelated => continue,
-                    Batch::Writing => {
-                        writing_until = Some(tokio::time::Instant::now() + WRITE_GRACE);
+        let reload = if std::mem::take(&mut rebuild) {
+            None
+        } else {
+            tokio::select! {
+                notice = files_watch.next() => match notice {
+                    Notice::Events(events) => match files.classify(&events) {
+                        Batch::Unrelated => continue,
+                        Batch::Writing => {
+                            writing_until = Some(tokio::time::Instant::now() + WRITE_GRACE);
+                            continue;
+                        }
+                        Batch::Complete => Some(Read::Complete),
+                        Batch::Removed => Some(Read::Careful),
+                    },
+                    // The cheap check: does the source know of a change without events?
+                    Notice::Check(Check::Tick) => source.changed().then_some(Read::Careful),
+                    // Events may have been missed: read again.
+                    Notice::Check(_) => Some(Read::Careful),
+                },
+                _ = grace => Some(Read::Careful),
+                _ = woken.notified() => Some(Read::Careful),
+                changed = config.changed(), if config_open => {
+                    if changed.is_err() {
+                        // No more configuration updates: keep following the host facts.
+                        config_open = false;
                         continue;
                     }
-                    Batch::Complete => Some(Read::Complete),
-                    Batch::Removed => Some(Read::Careful),
+                    None
                 }
+                _ = tx.closed() => return,
             }
-            _ = grace => Some(Read::Careful),
-            _ = woken.notified() => Some(Read::Careful),
-            _ = safety.tick() => {
-                files.watch(&mut watch);
-                source.changed().then_some(Read::Careful)
-            }
-            changed = config.changed(), if config_open => {
-                if changed.is_err() {
-                    // No more configuration updates: keep following the host facts.
-                    config_open = false;
-                    continue;
-                }
-                None
-            }
-            _ = tx.closed() => return,
         };
         if let Some(how) = reload {
             writing_until = None;
@@ -284,7 +279,7 @@ pub async fn refresh(
                     if last_error.take().is_some() {
                         tracing::info!("host facts can be read again");
                     }
-                    facts = new;
+                    *facts.lock().unwrap_or_else(|p| p.into_inner()) = new;
                 }
                 Err(e) => {
                     if last_error.as_deref() != Some(e.as_str()) {
@@ -295,7 +290,8 @@ pub async fn refresh(
                 }
             }
         }
-        let (inventory, notices) = build(&facts, config.borrow_and_update().clone());
+        let current = facts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let (inventory, notices) = build(&current, config.borrow_and_update().clone());
         log_new(notices, &mut logged);
         let changed = tx.send_if_modified(|current| {
             if **current == inventory {
@@ -393,7 +389,7 @@ mod tests {
         let event = |dir: &str, name: &str| DirEvent {
             dir: PathBuf::from(dir),
             name: name.into(),
-            change: super::super::watch::Change::Created,
+            change: Change::Created,
         };
         assert!(files.concerns(&event("/etc/dxdp", "host.yaml")));
         assert!(files.concerns(&event("/etc/dxdp", "..data")));

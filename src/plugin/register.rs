@@ -117,8 +117,18 @@ pub async fn register(
         .map_err(|_| RegisterError::Timeout(timeout))?
 }
 
-/// Calls `attempt` until it succeeds, sleeping [`Backoff::delay`] between failures, and
-/// reports every outcome to `report` (the attempt's number from 1, and its result).
+/// The pause between attempts while the kubelet's socket exists but nothing accepts on it yet
+/// (the kubelet is starting): short, so that registration follows within a few milliseconds of
+/// the kubelet listening.
+pub const FAST_RETRY: Duration = Duration::from_millis(10);
+/// How long after the first attempt connection failures are retried every [`FAST_RETRY`];
+/// after that, and for every other failure, the backoff applies.
+pub const FAST_WINDOW: Duration = Duration::from_secs(2);
+
+/// Calls `attempt` until it succeeds and reports every outcome to `report` (the attempt's number
+/// from 1, its result, and the pause before the next attempt). While the kubelet cannot be
+/// connected to within [`FAST_WINDOW`] of the first attempt, the pause is [`FAST_RETRY`];
+/// otherwise it is [`Backoff::delay`], counted over the failures that were not fast retries.
 pub async fn until_registered<A, F>(
     backoff: Backoff,
     mut attempt: A,
@@ -127,16 +137,24 @@ pub async fn until_registered<A, F>(
     A: FnMut() -> F,
     F: Future<Output = Result<(), RegisterError>>,
 {
-    let mut failures = 0u32;
+    let started = tokio::time::Instant::now();
+    let mut attempts = 0u32;
+    let mut slow_failures = 0u32;
     loop {
         let result = attempt().await;
+        attempts = attempts.saturating_add(1);
         if result.is_ok() {
-            report(failures + 1, &result, None);
+            report(attempts, &result, None);
             return;
         }
-        failures = failures.saturating_add(1);
-        let delay = backoff.delay(failures, random());
-        report(failures, &result, Some(delay));
+        let connecting = matches!(result, Err(RegisterError::Connect { .. }));
+        let delay = if connecting && started.elapsed() < FAST_WINDOW {
+            FAST_RETRY
+        } else {
+            slow_failures = slow_failures.saturating_add(1);
+            backoff.delay(slow_failures, random())
+        };
+        report(attempts, &result, Some(delay));
         tokio::time::sleep(delay).await;
     }
 }
@@ -238,5 +256,76 @@ mod tests {
         assert_eq!(reports.len(), 5);
         assert_eq!(reports.last().map(|r| r.1), Some(true));
         assert!(reports[..4].iter().all(|r| !r.1 && r.2.is_some()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kubelet_that_does_not_accept_yet_is_retried_every_10_ms_for_2_s_then_backed_off() {
+        let start = Instant::now();
+        let attempts = Arc::new(Mutex::new(Vec::new()));
+        let seen = attempts.clone();
+        let mut delays = Vec::new();
+        until_registered(
+            B,
+            || {
+                let seen = seen.clone();
+                async move {
+                    let n = {
+                        let mut at = seen.lock().unwrap();
+                        at.push(Instant::now() - start);
+                        at.len()
+                    };
+                    if n < 204 {
+                        Err(RegisterError::Connect {
+                            path: "/k/kubelet.sock".into(),
+                            error: refused().await,
+                        })
+                    } else {
+                        Ok(())
+                    }
+                }
+            },
+            |_, _, delay| delays.extend(delay),
+        )
+        .await;
+        // 200 attempts 10 ms apart fill the 2 s window (0 ms .. 1990 ms), then the backoff:
+        // 250-500 ms, 500-1000 ms, 1-2 s.
+        assert_eq!(delays[..200], [FAST_RETRY; 200]);
+        let slow = &delays[200..];
+        assert_eq!(slow.len(), 3);
+        for (d, base) in slow.iter().zip([500, 1000, 2000]) {
+            let base = Duration::from_millis(base);
+            assert!(*d >= base / 2 && *d <= base, "{d:?} vs {base:?}");
+        }
+        // A refusal by a listening kubelet is never retried fast.
+        let mut delays = Vec::new();
+        let mut n = 0;
+        until_registered(
+            B,
+            || {
+                n += 1;
+                let fail = n < 2;
+                async move {
+                    if fail {
+                        Err(RegisterError::Refused(tonic::Status::invalid_argument(
+                            "no",
+                        )))
+                    } else {
+                        Ok(())
+                    }
+                }
+            },
+            |_, _, delay| delays.extend(delay),
+        )
+        .await;
+        assert_eq!(delays.len(), 1);
+        assert!(delays[0] >= Duration::from_millis(250), "{delays:?}");
+    }
+
+    /// A real connection error (nothing listens at that path).
+    async fn refused() -> tonic::transport::Error {
+        let dir = tempfile::tempdir().unwrap();
+        crate::transport::channel(&dir.path().join("none.sock"))
+            .await
+            .unwrap_err()
     }
 }

@@ -6,17 +6,15 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::watch::{parent_dir, DirWatch};
+use super::inventory::InventoryRx;
+use super::validate;
+use super::watch::{Notice, Subscription};
 use crate::config::{Config, Inputs, NodeInfo};
 use crate::observe::metrics::{Metrics, ReloadResult};
-
-/// How long a burst of file events (an editor's save, a ConfigMap swap) may take before the
-/// file is read.
-const SETTLE: Duration = Duration::from_millis(20);
+use dxdp_core::facts::OsFacts;
 
 /// What one reload attempt did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,12 +27,13 @@ pub enum Outcome {
     Rejected(String),
 }
 
-/// Re-reads the configuration; publishes it on `tx` only when it differs and can be served from
-/// `kubelet_dir`.
+/// Re-reads the configuration (a blocking read: call it off the async workers); publishes it on
+/// `tx` only when it differs and passes [`validate`] for `kubelet_dir` on a host with `os`.
 pub fn reload_once(
     inputs: &Inputs,
     tx: &watch::Sender<Arc<Config>>,
     kubelet_dir: &Path,
+    os: &OsFacts,
 ) -> Outcome {
     let new = match inputs.resolve() {
         Ok(c) => c,
@@ -43,69 +42,50 @@ pub fn reload_once(
     if *tx.borrow().as_ref() == new {
         return Outcome::Unchanged;
     }
-    if let Err(e) = super::check_servable(&new, kubelet_dir) {
+    if let Err(e) = validate(&new, kubelet_dir, os) {
         return Outcome::Rejected(e.to_string());
     }
     tx.send_replace(Arc::new(new));
     Outcome::Applied
 }
 
-/// Reloads on file events, on every change of the node's labels (`node`: they select the named
-/// configuration) and on every safety poll until `tx` has no receivers.
-pub async fn watch(
-    inputs: Inputs,
-    tx: watch::Sender<Arc<Config>>,
-    kubelet_dir: PathBuf,
-    safety_poll: Duration,
-    node: Option<watch::Receiver<Option<NodeInfo>>>,
-) {
-    watch_counted(inputs, tx, kubelet_dir, safety_poll, node, Metrics::new()).await
-}
-
-/// [`watch`], counting reloads in `metrics` (`dxdp_config_reloads_total`): every reload a file
-/// event triggers, and a safety poll's reload when it applies a change or brings a new
-/// rejection (the routine re-reads that find nothing are not counted).
+/// Reloads on file events (from `files`, the subscription to the directories of
+/// `inputs.watched_files()`), on every check it asks for (safety tick, lost events, a directory
+/// watched again) and on every change of the node's labels (`node`: they select the named
+/// configuration), until `tx` has no receivers. Counts reloads in `metrics`
+/// (`dxdp_config_reloads_total`): every reload a file event triggers, and a check's reload when
+/// it applies a change or brings a new rejection (the routine re-reads that find nothing are not
+/// counted). New configurations are validated against the host of `inventory`.
 pub async fn watch_counted(
     mut inputs: Inputs,
     tx: watch::Sender<Arc<Config>>,
     kubelet_dir: PathBuf,
-    safety_poll: Duration,
+    mut files_watch: Subscription,
     mut node: Option<watch::Receiver<Option<NodeInfo>>>,
     metrics: Metrics,
+    inventory: InventoryRx,
 ) {
     let files = inputs.watched_files();
-    if files.is_empty() {
-        return;
-    }
-    let mut dirs: Vec<PathBuf> = files.iter().map(|f| parent_dir(f)).collect();
-    dirs.sort();
-    dirs.dedup();
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-    let mut watch = DirWatch::new();
-    let mut safety =
-        tokio::time::interval_at(tokio::time::Instant::now() + safety_poll, safety_poll);
-    safety.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_rejection: Option<String> = None;
     loop {
-        for d in &dirs {
-            watch.add(d);
-        }
         let from_event = tokio::select! {
-            event = watch.next() => {
-                let mut events = vec![event];
-                tokio::time::sleep(SETTLE).await;
-                events.extend(watch.drain());
-                let relevant = events.iter().any(|e| {
-                    dirs.contains(&e.dir)
-                        && (files.iter().any(|f| f.file_name() == Some(e.name.as_os_str()))
-                            || e.name.to_string_lossy().starts_with(".."))
-                });
-                if !relevant {
-                    continue;
+            notice = files_watch.next() => match notice {
+                Notice::Events(events) => {
+                    let relevant = events.iter().any(|e| {
+                        files.iter().any(|f| {
+                            super::watch::parent_dir(f) == e.dir
+                                && (f.file_name() == Some(e.name.as_os_str())
+                                    || e.name.to_string_lossy().starts_with(".."))
+                        })
+                    });
+                    if !relevant {
+                        continue;
+                    }
+                    true
                 }
-                true
-            }
-            _ = safety.tick() => false,
+                Notice::Check(_) => false,
+            },
             _ = tx.closed() => return,
             changed = async { match node.as_mut() {
                 Some(rx) => rx.changed().await,
@@ -139,7 +119,15 @@ pub async fn watch_counted(
             }
         };
         let before = tx.borrow().metrics_address;
-        match reload_once(&inputs, &tx, &kubelet_dir) {
+        // Reading a file waits for a writer to finish: never on an async worker.
+        let outcome = {
+            let (inputs, tx, dir) = (inputs.clone(), tx.clone(), kubelet_dir.clone());
+            let os = inventory.borrow().os.clone();
+            tokio::task::spawn_blocking(move || reload_once(&inputs, &tx, &dir, &os))
+                .await
+                .unwrap_or_else(|e| Outcome::Rejected(format!("the reload failed: {e}")))
+        };
+        match outcome {
             Outcome::Applied => {
                 last_rejection = None;
                 metrics.config_reload(ReloadResult::Applied);
@@ -205,13 +193,19 @@ mod tests {
     fn a_valid_change_is_applied_and_an_identical_one_is_not() {
         let (dir, inputs, tx) = setup("resources: {display: {replicas: 2}}\n");
         let _rx = tx.subscribe();
-        assert_eq!(reload_once(&inputs, &tx, dir.path()), Outcome::Unchanged);
+        assert_eq!(
+            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()),
+            Outcome::Unchanged
+        );
         std::fs::write(
             dir.path().join("config.yaml"),
             "resources: {display: {replicas: 3}}\n",
         )
         .unwrap();
-        assert_eq!(reload_once(&inputs, &tx, dir.path()), Outcome::Applied);
+        assert_eq!(
+            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()),
+            Outcome::Applied
+        );
         assert_eq!(
             tx.borrow().replicas(dxdp_core::devices::Resource::Display),
             3
@@ -235,7 +229,7 @@ mod tests {
         ];
         for text in cases {
             std::fs::write(dir.path().join("config.yaml"), &text).unwrap();
-            let outcome = reload_once(&inputs, &tx, dir.path());
+            let outcome = reload_once(&inputs, &tx, dir.path(), &OsFacts::default());
             assert!(
                 matches!(outcome, Outcome::Rejected(_)),
                 "{text}: {outcome:?}"
@@ -248,12 +242,72 @@ mod tests {
         }
     }
 
+    #[test]
+    fn location_path_on_a_host_without_hcs_2_2_is_rejected_on_reload_as_at_start() {
+        let (dir, inputs, tx) = setup("resources: {display: {replicas: 2}}\n");
+        std::fs::write(
+            dir.path().join("config.yaml"),
+            "assignment: location-path\n",
+        )
+        .unwrap();
+        let old = OsFacts {
+            hcs_schema_versions: vec!["2.1".into()],
+            ..OsFacts::default()
+        };
+        let outcome = reload_once(&inputs, &tx, dir.path(), &old);
+        assert_eq!(
+            outcome,
+            Outcome::Rejected("assignment location-path needs HCS schema 2.2 or later (Windows Server 2022+), and this host has 2.1: every container start would fail. Use assignment auto (class-guid here, every container then gets every GPU) or class-guid".into())
+        );
+        let new = OsFacts {
+            hcs_schema_versions: vec!["2.1".into(), "2.2".into()],
+            ..OsFacts::default()
+        };
+        assert_eq!(
+            reload_once(&inputs, &tx, dir.path(), &new),
+            Outcome::Applied
+        );
+    }
+
+    /// Starts the reload with a subscription made before it runs (so nothing written after this
+    /// returns is missed) and an hour-long safety tick (so only events drive it).
+    fn spawn_watch(
+        inputs: Inputs,
+        tx: watch::Sender<Arc<Config>>,
+        kubelet_dir: &Path,
+    ) -> tokio::task::JoinHandle<()> {
+        let fw = super::super::watch::FileWatch::new();
+        let sub = fw.subscribe(
+            &super::super::watch::parent_dirs(&inputs.watched_files()),
+            std::time::Duration::from_secs(3600),
+        );
+        let facts = dxdp_core::facts::HostFacts::default();
+        let (inventory, _) = super::super::inventory::build(&facts, tx.borrow().clone());
+        let (keep, rx) = watch::channel(Arc::new(inventory));
+        let task = watch_counted(
+            inputs,
+            tx,
+            kubelet_dir.to_path_buf(),
+            sub,
+            None,
+            Metrics::new(),
+            rx,
+        );
+        tokio::spawn(async move {
+            let _keep = (keep, fw);
+            task.await
+        })
+    }
+
     async fn wait_for_replicas(rx: &mut watch::Receiver<Arc<Config>>, n: u32) {
         let r = dxdp_core::devices::Resource::Display;
-        tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|c| c.replicas(r) == n))
-            .await
-            .unwrap_or_else(|_| panic!("no configuration with {n} replicas was published"))
-            .unwrap();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            rx.wait_for(|c| c.replicas(r) == n),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("no configuration with {n} replicas was published"))
+        .unwrap();
     }
 
     #[cfg(unix)]
@@ -286,14 +340,7 @@ mod tests {
             ..Inputs::default()
         };
         let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
-        let task = tokio::spawn(watch(
-            inputs,
-            tx,
-            dir.path().to_path_buf(),
-            Duration::from_secs(3600),
-            None,
-        ));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let task = spawn_watch(inputs, tx, dir.path());
         // The kubelet's atomic update: a new ..data symlink renamed over the old one.
         symlink(&v2, dir.path().join("..data_tmp")).unwrap();
         std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
@@ -310,18 +357,34 @@ mod tests {
             ..Inputs::default()
         };
         let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
-        let task = tokio::spawn(watch(
-            inputs,
-            tx,
-            dir.path().to_path_buf(),
-            Duration::from_secs(3600),
-            None,
-        ));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let task = spawn_watch(inputs, tx, dir.path());
         let tmp = dir.path().join("config.yaml.tmp");
         std::fs::write(&tmp, "resources: {display: {replicas: 4}}\n").unwrap();
         std::fs::rename(&tmp, &file).unwrap();
         wait_for_replicas(&mut rx, 4).await;
+        task.abort();
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_config_directory_removed_and_recreated_is_watched_again_without_the_safety_poll() {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("config");
+        std::fs::create_dir(&dir).unwrap();
+        let file = dir.join("config.yaml");
+        std::fs::write(&file, "resources: {display: {replicas: 2}}\n").unwrap();
+        let inputs = Inputs {
+            file: Some((file.clone(), false)),
+            ..Inputs::default()
+        };
+        let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let task = spawn_watch(inputs, tx, top.path());
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        let tmp = dir.join("config.yaml.tmp");
+        std::fs::write(&tmp, "resources: {display: {replicas: 6}}\n").unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+        wait_for_replicas(&mut rx, 6).await;
         task.abort();
     }
 }

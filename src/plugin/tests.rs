@@ -1,7 +1,17 @@
-//! Supervisor tests: socket names, servability, claiming the directory, and healing a unit
+//! Daemon part tests: socket names, servability, claiming the directory, and healing a unit
 //! whose server died, against the kubelet stand-in over real sockets.
 
+use std::path::Path;
+
+use super::claim::{remove_stale_sockets, socket_name, socket_resource};
+use super::units::Units;
 use super::*;
+use dxdp_core::devices::Resource;
+use dxdp_core::facts::OsFacts;
+
+fn check_servable(config: &Config, dir: &Path) -> Result<(), Unservable> {
+    validate(config, dir, &OsFacts::default())
+}
 
 #[test]
 fn socket_names_round_trip_to_their_resource() {
@@ -81,17 +91,17 @@ async fn claiming_removes_stale_sockets_and_refuses_a_live_dxdp_for_the_same_res
     let stale = dir.path().join("dxdp-directx.microsoft.com-display-1.sock");
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
     std::fs::write(dir.path().join("kubelet_internal_checkpoint"), b"{}").unwrap();
-    claim_directory(dir.path(), &display).await.unwrap();
+    remove_stale_sockets(dir.path(), &display).await.unwrap();
     assert!(!stale.exists(), "stale socket removed");
     assert!(dir.path().join("kubelet_internal_checkpoint").exists());
     // A live one for another resource is left alone; one for ours refuses the start.
     let other = dir.path().join("dxdp-directx.microsoft.com-compute-2.sock");
     let _other_listener = std::os::unix::net::UnixListener::bind(&other).unwrap();
-    claim_directory(dir.path(), &display).await.unwrap();
+    remove_stale_sockets(dir.path(), &display).await.unwrap();
     assert!(other.exists());
     let live = dir.path().join("dxdp-directx.microsoft.com-display-3.sock");
     let _live_listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
-    match claim_directory(dir.path(), &display).await {
+    match remove_stale_sockets(dir.path(), &display).await {
         Err(PluginError::AlreadyServed { resource, socket }) => {
             assert_eq!(resource, "directx.microsoft.com/display");
             assert_eq!(socket, live);
@@ -114,7 +124,13 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
     let (inventory, _) = inventory::build(&facts, Arc::new(config.config.clone()));
     let (_tx, rx) = channel::channel(Arc::new(inventory));
     let display = "directx.microsoft.com/display".to_string();
-    let mut sup = Supervisor::new(&config, rx, vec![(Resource::Display, display.clone())]);
+    let mut sup = Units::new(
+        dir.path(),
+        config.backoff,
+        config.observe.clone(),
+        rx,
+        vec![(Resource::Display, display.clone())],
+    );
     sup.check();
     let wait = Duration::from_secs(10);
     assert!(kubelet.wait_for(wait, |v| v.registrations.len() == 1).await);
@@ -126,7 +142,7 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
         .unwrap()
         .unwrap();
     assert_eq!(ended.name, display);
-    assert_eq!(ended.reason, "aborted");
+    assert_eq!(ended.reason, "gRPC server ended: aborted");
     sup.on_ended(ended);
     let second = sup.units[&display].path.clone();
     assert_ne!(first, second, "a fresh socket");

@@ -1,14 +1,29 @@
-//! File-system events as async notifications: the daemon's eyes on the kubelet directory, the
-//! configuration files and the host snapshot (inotify on Linux, ReadDirectoryChangesW on
-//! Windows, through `notify`).
+//! The daemon's one file-watch component: every consumer (the kubelet directory, the
+//! configuration files, the host snapshot) subscribes to the directories it cares about and gets
+//! their entries' changes, plus a *check* whenever it may have missed something.
 //!
-//! Directories are watched, never single files, so that atomic replaces, ConfigMap `..data`
-//! symlink swaps and files that appear only after start are all seen. A watch that cannot be
-//! set up is reported once; the daemon's slow safety poll then covers that directory.
+//! One `notify` watcher (one inotify instance on Linux, ReadDirectoryChangesW on Windows) serves
+//! every subscription. Directories are watched, never single files, so that atomic replaces,
+//! ConfigMap `..data` symlink swaps and files that appear only after start are all seen. The
+//! component heals itself:
+//!
+//! - a watched directory that is removed (or replaced by another one of the same name) is
+//!   watched again as soon as it exists: while it is missing, its nearest existing ancestor is
+//!   watched, and every change there re-checks it;
+//! - an inotify queue overflow (`Rescan`) or a watcher error makes every subscriber do a full
+//!   check, and every watch is verified and re-added where it was lost;
+//! - each subscription's *safety tick* (the daemon's slow safety poll) verifies the watches and
+//!   asks for a full check, so that even a watcher that silently stopped costs at most one tick.
+//!
+//! The watcher's callback runs on `notify`'s thread and only routes events; watches are added
+//! and removed by subscribers when they take their next notice (never from the callback, which
+//! would deadlock `notify`'s event loop).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
@@ -46,128 +61,446 @@ impl Change {
     }
 }
 
-/// Watches directories (not recursively) until dropped.
-pub struct DirWatch {
-    watcher: Option<RecommendedWatcher>,
-    watched: BTreeSet<PathBuf>,
-    events: mpsc::UnboundedReceiver<DirEvent>,
+/// Why a subscriber should check everything it watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// The safety tick: nothing seen, look anyway (cheap checks are enough).
+    Tick,
+    /// Events may have been lost (an inotify overflow, a watcher error): look at everything.
+    Rescan,
+    /// A directory was watched again after it was missing or replaced: look at everything.
+    Rewatched,
 }
 
-impl DirWatch {
-    /// A watch on no directory yet.
-    pub fn new() -> Self {
-        let (tx, events) = mpsc::unbounded_channel();
-        let watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
-            let event = match result {
-                Ok(event) => event,
-                Err(e) => {
-                    tracing::debug!("file-system watch error: {e}");
-                    return;
+/// What a subscriber is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Changes of entries of the subscribed directories, in order (a burst as one batch).
+    Events(Vec<DirEvent>),
+    /// Check everything.
+    Check(Check),
+}
+
+/// What the watcher's callback hands a subscription.
+#[derive(Debug)]
+enum Item {
+    Event(DirEvent),
+    /// Events may have been lost.
+    Rescan,
+    /// One of the subscription's directories (or an ancestor of a missing one) changed
+    /// itself: verify the watches, then check.
+    Verify,
+}
+
+/// What a directory's inode is (its identity, so that a directory replaced by another of the
+/// same name is noticed).
+type Identity = (u64, u64);
+
+fn identity(dir: &Path) -> Option<Identity> {
+    let meta = std::fs::metadata(dir).ok()?;
+    if !meta.is_dir() {
+        return None;
+    }
+    #[cfg(unix)]
+    let id = {
+        use std::os::unix::fs::MetadataExt;
+        (meta.dev(), meta.ino())
+    };
+    #[cfg(windows)]
+    let id = {
+        use std::os::windows::fs::MetadataExt;
+        (meta.creation_time(), 0)
+    };
+    #[cfg(not(any(unix, windows)))]
+    let id = (0, 0);
+    Some(id)
+}
+
+#[derive(Debug)]
+struct Subscriber {
+    id: u64,
+    dirs: Vec<PathBuf>,
+    tx: mpsc::UnboundedSender<Item>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Every subscribed directory and, while it is watched, the identity it had then.
+    dirs: BTreeMap<PathBuf, Option<Identity>>,
+    /// Ancestors watched for missing directories.
+    ancestors: BTreeSet<PathBuf>,
+    subscribers: Vec<Subscriber>,
+    next_id: u64,
+}
+
+impl State {
+    fn send(&self, to: impl Fn(&Subscriber) -> bool, item: impl Fn() -> Item) {
+        for s in self.subscribers.iter().filter(|s| to(s)) {
+            let _ = s.tx.send(item());
+        }
+    }
+
+    /// Routes one raw event of the watcher.
+    fn route(&mut self, result: notify::Result<notify::Event>) {
+        let event = match result {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::debug!("file-system watch error: {e}");
+                for d in self.dirs.values_mut() {
+                    *d = None;
                 }
-            };
-            use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
-            let changes: &[Change] = match event.kind {
-                EventKind::Create(_) => &[Change::Created],
-                EventKind::Remove(_) => &[Change::Removed],
-                EventKind::Modify(ModifyKind::Name(RenameMode::From)) => &[Change::Removed],
-                EventKind::Modify(ModifyKind::Name(RenameMode::To)) => &[Change::Replaced],
-                // Both names of one rename: the old one goes, the new one is complete.
-                EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
-                    &[Change::Removed, Change::Replaced]
+                self.send(|_| true, || Item::Rescan);
+                return;
+            }
+        };
+        if event.need_rescan() {
+            self.send(|_| true, || Item::Rescan);
+        }
+        use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+        let changes: &[Change] = match event.kind {
+            EventKind::Create(_) => &[Change::Created],
+            EventKind::Remove(_) => &[Change::Removed],
+            EventKind::Modify(ModifyKind::Name(RenameMode::From)) => &[Change::Removed],
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)) => &[Change::Replaced],
+            // Both names of one rename: the old one goes, the new one is complete.
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
+                &[Change::Removed, Change::Replaced]
+            }
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => &[Change::Closed],
+            EventKind::Access(_) => return,
+            _ => &[Change::Other],
+        };
+        for (i, path) in event.paths.into_iter().enumerate() {
+            let change = changes
+                .get(i)
+                .or(changes.last())
+                .copied()
+                .unwrap_or(Change::Other);
+            // A watched directory itself removed or renamed away: its watch is gone.
+            if matches!(change, Change::Removed | Change::Other) && self.dirs.contains_key(&path) {
+                if change == Change::Removed {
+                    if let Some(d) = self.dirs.get_mut(&path) {
+                        *d = None;
+                    }
                 }
-                EventKind::Access(AccessKind::Close(AccessMode::Write)) => &[Change::Closed],
-                EventKind::Access(_) => return,
-                _ => &[Change::Other],
+                self.send(|s| s.dirs.contains(&path), || Item::Verify);
+            }
+            let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+                continue;
             };
-            for (i, path) in event.paths.into_iter().enumerate() {
-                let change = changes
-                    .get(i)
-                    .or(changes.last())
-                    .copied()
-                    .unwrap_or(Change::Other);
-                let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-                    continue;
-                };
-                let _ = tx.send(DirEvent {
+            // A change beside or above a missing directory: it may exist now.
+            if self.ancestors.contains(dir) {
+                self.send(
+                    |s| {
+                        s.dirs
+                            .iter()
+                            .any(|d| d.starts_with(&path) && self.dirs.get(d) == Some(&None))
+                    },
+                    || Item::Verify,
+                );
+            }
+            if self.dirs.contains_key(dir) {
+                let event = DirEvent {
                     dir: dir.to_path_buf(),
                     name: name.to_os_string(),
                     change,
-                });
-            }
-        });
-        let watcher = match watcher {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(
-                    "cannot watch files for changes ({e}); relying on the safety poll instead"
+                };
+                self.send(
+                    |s| s.dirs.iter().any(|d| d == dir),
+                    || Item::Event(event.clone()),
                 );
-                None
-            }
-        };
-        DirWatch {
-            watcher,
-            watched: BTreeSet::new(),
-            events,
-        }
-    }
-
-    /// Watches `dir` (its entries, not its subdirectories). Returns false, having said why at
-    /// debug level, when it cannot be watched (for example, it does not exist yet).
-    pub fn add(&mut self, dir: &Path) -> bool {
-        if self.watched.contains(dir) {
-            return true;
-        }
-        let Some(watcher) = self.watcher.as_mut() else {
-            return false;
-        };
-        match watcher.watch(dir, RecursiveMode::NonRecursive) {
-            Ok(()) => {
-                self.watched.insert(dir.to_path_buf());
-                true
-            }
-            Err(e) => {
-                tracing::debug!(dir = %dir.display(), "cannot watch directory: {e}");
-                false
             }
         }
-    }
-
-    /// Stops watching `dir`.
-    pub fn remove(&mut self, dir: &Path) {
-        if self.watched.remove(dir) {
-            if let Some(w) = self.watcher.as_mut() {
-                let _ = w.unwatch(dir);
-            }
-        }
-    }
-
-    /// Whether `dir` is watched.
-    pub fn is_watching(&self, dir: &Path) -> bool {
-        self.watched.contains(dir)
-    }
-
-    /// The next event; pending forever when nothing is watched.
-    pub async fn next(&mut self) -> DirEvent {
-        match self.events.recv().await {
-            Some(e) => e,
-            // The sender lives in the watcher; without one, nothing will ever arrive.
-            None => std::future::pending().await,
-        }
-    }
-
-    /// Every event already queued, without waiting (to handle a burst as one change).
-    pub fn drain(&mut self) -> Vec<DirEvent> {
-        let mut out = Vec::new();
-        while let Ok(e) = self.events.try_recv() {
-            out.push(e);
-        }
-        out
     }
 }
 
-impl Default for DirWatch {
+#[derive(Debug)]
+struct Shared {
+    /// Routing state: taken by the watcher's callback, never while calling the watcher.
+    state: Mutex<State>,
+    /// The watcher: taken to add or remove watches (never by its own callback).
+    watcher: Mutex<Option<RecommendedWatcher>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The daemon's file watch. Clones share one watcher.
+#[derive(Debug, Clone)]
+pub struct FileWatch {
+    shared: Arc<Shared>,
+}
+
+impl Default for FileWatch {
     fn default() -> Self {
-        DirWatch::new()
+        FileWatch::new()
+    }
+}
+
+impl FileWatch {
+    /// A watch on no directory yet. When the OS cannot watch files at all, says so once; the
+    /// subscriptions then live on their safety ticks alone.
+    pub fn new() -> Self {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            watcher: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&shared);
+        let watcher = notify::recommended_watcher(move |result| {
+            if let Some(shared) = weak.upgrade() {
+                lock(&shared.state).route(result);
+            }
+        });
+        match watcher {
+            Ok(w) => *lock(&shared.watcher) = Some(w),
+            Err(e) => tracing::warn!(
+                "cannot watch files for changes ({e}); relying on the safety poll instead"
+            ),
+        }
+        FileWatch { shared }
+    }
+
+    /// Subscribes to changes in `dirs` (their entries, not their subdirectories), with a full
+    /// check every `safety_tick`. Returns once every existing directory is watched (and the
+    /// nearest existing ancestor of every missing one), so that nothing done after this call
+    /// is missed.
+    pub fn subscribe(&self, dirs: &[PathBuf], safety_tick: Duration) -> Subscription {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut dirs: Vec<PathBuf> = dirs.to_vec();
+        dirs.sort();
+        dirs.dedup();
+        let id = {
+            let mut state = lock(&self.shared.state);
+            state.next_id += 1;
+            let id = state.next_id;
+            for d in &dirs {
+                state.dirs.entry(d.clone()).or_insert(None);
+            }
+            state.subscribers.push(Subscriber {
+                id,
+                dirs: dirs.clone(),
+                tx,
+            });
+            id
+        };
+        self.verify();
+        let mut safety = tokio::time::interval_at(
+            tokio::time::Instant::now() + safety_tick,
+            safety_tick.max(Duration::from_millis(1)),
+        );
+        safety.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Subscription {
+            watch: self.clone(),
+            id,
+            dirs,
+            rx,
+            safety,
+        }
+    }
+
+    /// Whether `dir` is watched now.
+    pub fn is_watching(&self, dir: &Path) -> bool {
+        matches!(lock(&self.shared.state).dirs.get(dir), Some(Some(_)))
+    }
+
+    /// Makes the watches match the subscribed directories: each existing directory watched
+    /// (again, when it was replaced or its watch was lost), the nearest existing ancestor of
+    /// each missing one watched, ancestors no longer needed unwatched. Returns the directories
+    /// that are watched now and were not before.
+    fn verify(&self) -> Vec<PathBuf> {
+        let mut guard = lock(&self.shared.watcher);
+        let Some(watcher) = guard.as_mut() else {
+            return Vec::new();
+        };
+        let mut rewatched = Vec::new();
+        // Directories can appear while this runs: go round until nothing changes (bounded).
+        for _ in 0..8 {
+            let (dirs, old_ancestors) = {
+                let state = lock(&self.shared.state);
+                (state.dirs.clone(), state.ancestors.clone())
+            };
+            let mut ancestors = BTreeSet::new();
+            let mut now = BTreeMap::new();
+            for (dir, watched) in &dirs {
+                let current = identity(dir);
+                let state = match (watched, current) {
+                    (Some(id), Some(cur)) if *id == cur => Some(cur),
+                    (_, Some(cur)) => {
+                        let _ = watcher.unwatch(dir);
+                        match watcher.watch(dir, RecursiveMode::NonRecursive) {
+                            Ok(()) => {
+                                rewatched.push(dir.clone());
+                                Some(cur)
+                            }
+                            Err(e) => {
+                                tracing::debug!(dir = %dir.display(), "cannot watch directory: {e}");
+                                None
+                            }
+                        }
+                    }
+                    (_, None) => None,
+                };
+                if state.is_none() {
+                    if let Some(a) = dir.ancestors().skip(1).find(|a| identity(a).is_some()) {
+                        ancestors.insert(a.to_path_buf());
+                    }
+                }
+                now.insert(dir.clone(), state);
+            }
+            for a in ancestors.difference(&old_ancestors) {
+                if !dirs.contains_key(a) {
+                    if let Err(e) = watcher.watch(a, RecursiveMode::NonRecursive) {
+                        tracing::debug!(dir = %a.display(), "cannot watch directory: {e}");
+                    }
+                }
+            }
+            for a in old_ancestors.difference(&ancestors) {
+                if !dirs.contains_key(a) {
+                    let _ = watcher.unwatch(a);
+                }
+            }
+            let settled = {
+                let mut state = lock(&self.shared.state);
+                for (dir, st) in now {
+                    // Only directories still subscribed (one may have gone meanwhile).
+                    if let Some(slot) = state.dirs.get_mut(&dir) {
+                        *slot = st;
+                    }
+                }
+                state.ancestors = ancestors;
+                // A missing directory that exists by now (created while its ancestor watch
+                // was being added) needs another round.
+                !state
+                    .dirs
+                    .iter()
+                    .any(|(d, st)| st.is_none() && identity(d).is_some())
+            };
+            if settled {
+                break;
+            }
+        }
+        rewatched.sort();
+        rewatched.dedup();
+        rewatched
+    }
+
+    fn unsubscribe(&self, id: u64) {
+        let unwatch: Vec<PathBuf> = {
+            let mut state = lock(&self.shared.state);
+            state.subscribers.retain(|s| s.id != id);
+            let still: BTreeSet<PathBuf> = state
+                .subscribers
+                .iter()
+                .flat_map(|s| s.dirs.iter().cloned())
+                .collect();
+            let gone: Vec<PathBuf> = state
+                .dirs
+                .keys()
+                .filter(|d| !still.contains(*d))
+                .cloned()
+                .collect();
+            let mut unwatch = Vec::new();
+            for d in gone {
+                if let Some(Some(_)) = state.dirs.remove(&d) {
+                    unwatch.push(d);
+                }
+            }
+            unwatch
+        };
+        if !unwatch.is_empty() {
+            if let Some(w) = lock(&self.shared.watcher).as_mut() {
+                for d in unwatch {
+                    let _ = w.unwatch(&d);
+                }
+            }
+        }
+    }
+
+    /// Hands every subscriber `result` as if the watcher had reported it (for tests of how
+    /// consumers handle overflows and errors).
+    #[doc(hidden)]
+    pub fn inject(&self, result: notify::Result<notify::Event>) {
+        lock(&self.shared.state).route(result);
+    }
+}
+
+/// One consumer's view of the [`FileWatch`]; unsubscribes when dropped.
+#[derive(Debug)]
+pub struct Subscription {
+    watch: FileWatch,
+    id: u64,
+    dirs: Vec<PathBuf>,
+    rx: mpsc::UnboundedReceiver<Item>,
+    safety: tokio::time::Interval,
+}
+
+impl Subscription {
+    /// The next notice: a batch of entry changes, or a check (after a safety tick, a possible
+    /// loss of events, or a directory watched again).
+    pub async fn next(&mut self) -> Notice {
+        let first = tokio::select! {
+            item = self.rx.recv() => match item {
+                Some(item) => item,
+                // Unreachable while `self.watch` holds the sender's owner; only ticks remain.
+                None => {
+                    self.safety.tick().await;
+                    return self.tick();
+                }
+            },
+            _ = self.safety.tick() => return self.tick(),
+        };
+        let mut items = vec![first];
+        while let Ok(item) = self.rx.try_recv() {
+            items.push(item);
+        }
+        let verify = items.iter().any(|i| matches!(i, Item::Verify));
+        let rescan = items.iter().any(|i| matches!(i, Item::Rescan));
+        if verify || rescan {
+            let rewatched = self.watch.verify();
+            if rescan {
+                return Notice::Check(Check::Rescan);
+            }
+            if rewatched.iter().any(|d| self.dirs.contains(d)) {
+                return Notice::Check(Check::Rewatched);
+            }
+        }
+        let events: Vec<DirEvent> = items
+            .into_iter()
+            .filter_map(|i| match i {
+                Item::Event(e) => Some(e),
+                _ => None,
+            })
+            .collect();
+        if events.is_empty() {
+            // Only a verification that changed nothing for this subscriber: wait on.
+            return Box::pin(self.next()).await;
+        }
+        Notice::Events(events)
+    }
+
+    fn tick(&mut self) -> Notice {
+        let rewatched = self.watch.verify();
+        if rewatched.iter().any(|d| self.dirs.contains(d)) {
+            Notice::Check(Check::Rewatched)
+        } else {
+            Notice::Check(Check::Tick)
+        }
+    }
+
+    /// The subscribed directories that are not watched now (missing, or the OS refused).
+    pub fn unwatched(&self) -> Vec<PathBuf> {
+        self.dirs
+            .iter()
+            .filter(|d| !self.watch.is_watching(d))
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.watch.unsubscribe(self.id);
     }
 }
 
@@ -179,17 +512,30 @@ pub fn parent_dir(file: &Path) -> PathBuf {
     }
 }
 
+/// The directories to watch for `files`, each once.
+pub fn parent_dirs(files: &[PathBuf]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = files.iter().map(|f| parent_dir(f)).collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
-    async fn next_matching(w: &mut DirWatch, name: &str, change: Change) -> DirEvent {
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    async fn next_event(s: &mut Subscription, name: &str, change: Change) -> DirEvent {
         tokio::time::timeout(Duration::from_secs(5), async {
             loop {
-                let e = w.next().await;
-                if e.name == name && e.change == change {
-                    return e;
+                if let Notice::Events(events) = s.next().await {
+                    if let Some(e) = events
+                        .into_iter()
+                        .find(|e| e.name == name && e.change == change)
+                    {
+                        return e;
+                    }
                 }
             }
         })
@@ -197,34 +543,113 @@ mod tests {
         .unwrap_or_else(|_| panic!("no {change:?} event for {name}"))
     }
 
+    async fn next_check(s: &mut Subscription) -> Check {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Notice::Check(c) = s.next().await {
+                    return c;
+                }
+            }
+        })
+        .await
+        .expect("a check")
+    }
+
     #[tokio::test]
     async fn creation_removal_and_rename_into_place_are_reported() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = DirWatch::new();
-        assert!(w.add(dir.path()));
+        let w = FileWatch::new();
+        let mut s = w.subscribe(&[dir.path().to_path_buf()], HOUR);
+        assert!(w.is_watching(dir.path()));
         std::fs::write(dir.path().join("a.sock"), b"").unwrap();
-        let e = next_matching(&mut w, "a.sock", Change::Created).await;
+        let e = next_event(&mut s, "a.sock", Change::Created).await;
         assert_eq!(e.dir, dir.path());
         std::fs::remove_file(dir.path().join("a.sock")).unwrap();
-        next_matching(&mut w, "a.sock", Change::Removed).await;
+        next_event(&mut s, "a.sock", Change::Removed).await;
         std::fs::write(dir.path().join("host.yaml.tmp"), b"x").unwrap();
         std::fs::rename(
             dir.path().join("host.yaml.tmp"),
             dir.path().join("host.yaml"),
         )
         .unwrap();
-        next_matching(&mut w, "host.yaml", Change::Replaced).await;
+        next_event(&mut s, "host.yaml", Change::Replaced).await;
         // Written in place: modified, then closed.
         std::fs::write(dir.path().join("host.yaml"), b"y").unwrap();
-        next_matching(&mut w, "host.yaml", Change::Closed).await;
+        next_event(&mut s, "host.yaml", Change::Closed).await;
     }
 
     #[tokio::test]
-    async fn a_missing_directory_cannot_be_watched_and_says_so() {
+    async fn a_directory_removed_and_recreated_is_watched_again_without_a_tick() {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("device-plugins");
+        std::fs::create_dir(&dir).unwrap();
+        let w = FileWatch::new();
+        let mut s = w.subscribe(std::slice::from_ref(&dir), HOUR);
+        assert!(w.is_watching(&dir));
+        std::fs::remove_dir(&dir).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        // The recreated directory is watched again (however the removal and the creation
+        // interleave with the watcher), and the subscriber is told to check everything.
+        assert_eq!(next_check(&mut s).await, Check::Rewatched);
+        assert!(w.is_watching(&dir));
+        std::fs::write(dir.join("kubelet.sock"), b"").unwrap();
+        next_event(&mut s, "kubelet.sock", Change::Created).await;
+    }
+
+    #[tokio::test]
+    async fn a_directory_that_does_not_exist_yet_is_watched_once_it_is_created() {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("a").join("b");
+        let w = FileWatch::new();
+        let mut s = w.subscribe(std::slice::from_ref(&dir), HOUR);
+        assert!(!w.is_watching(&dir));
+        assert_eq!(s.unwatched(), vec![dir.clone()]);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(next_check(&mut s).await, Check::Rewatched);
+        assert!(s.unwatched().is_empty());
+        std::fs::write(dir.join("config.yaml"), b"x").unwrap();
+        next_event(&mut s, "config.yaml", Change::Created).await;
+    }
+
+    #[tokio::test]
+    async fn an_overflow_or_a_watcher_error_asks_every_subscriber_for_a_full_check() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let w = FileWatch::new();
+        let mut sa = w.subscribe(&[a.path().to_path_buf()], HOUR);
+        let mut sb = w.subscribe(&[b.path().to_path_buf()], HOUR);
+        w.inject(Ok(
+            notify::Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan)
+        ));
+        assert_eq!(next_check(&mut sa).await, Check::Rescan);
+        assert_eq!(next_check(&mut sb).await, Check::Rescan);
+        w.inject(Err(notify::Error::generic("queue lost")));
+        assert_eq!(next_check(&mut sa).await, Check::Rescan);
+        // The watches were verified and are in place.
+        assert!(w.is_watching(a.path()) && w.is_watching(b.path()));
+        std::fs::write(a.path().join("x"), b"").unwrap();
+        next_event(&mut sa, "x", Change::Created).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_safety_tick_asks_for_a_check() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = DirWatch::new();
-        assert!(!w.add(&dir.path().join("not-yet")));
-        assert!(!w.is_watching(&dir.path().join("not-yet")));
+        let w = FileWatch::new();
+        let mut s = w.subscribe(&[dir.path().to_path_buf()], Duration::from_secs(10));
+        assert_eq!(s.next().await, Notice::Check(Check::Tick));
+    }
+
+    #[tokio::test]
+    async fn subscribers_share_one_watcher_and_dropping_one_keeps_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = FileWatch::new();
+        let s1 = w.subscribe(&[dir.path().to_path_buf()], HOUR);
+        let mut s2 = w.subscribe(&[dir.path().to_path_buf()], HOUR);
+        drop(s1);
+        assert!(w.is_watching(dir.path()));
+        std::fs::write(dir.path().join("y"), b"").unwrap();
+        next_event(&mut s2, "y", Change::Created).await;
+        drop(s2);
+        assert!(!w.is_watching(dir.path()));
     }
 
     #[test]

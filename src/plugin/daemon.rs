@@ -1,0 +1,315 @@
+//! The daemon's wiring: what happens at start, the main loop, and the stop.
+//!
+//! Start: lock the kubelet directory (one daemon per directory), start the optional metrics
+//! endpoint (so the probes answer from the first moment), watch the kubelet directory before
+//! looking at it, remove stale sockets, load the host facts, validate the configuration against
+//! them (a label-selected configuration that cannot be served falls back to the top level), and
+//! start the supervised tasks and the socket units.
+//!
+//! The main loop reacts to the kubelet directory, the units' ends, configuration updates
+//! (validated by the same [`validate`] as at start, rejected whole), liveness pings, and the
+//! task supervisor (which ends the daemon only when a required task keeps failing).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch as channel};
+
+use super::inventory::{self, Inventory};
+use super::tasks::{Role, TaskSpec, Tasks};
+use super::units::Units;
+use super::watch::{parent_dirs, FileWatch, Notice};
+use super::{claim, reload, validate, PluginConfig, PluginError, Reload};
+use crate::backend::{HostFactsSource, SourceError};
+use crate::config::Config;
+use crate::observe::state::Ping;
+use crate::observe::{Observe, Phase};
+
+/// Runs the daemon (see [`super::run_with_updates`]).
+pub async fn run(
+    mut config: PluginConfig,
+    source: Arc<dyn HostFactsSource>,
+    mut updates: channel::Receiver<Arc<Config>>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), PluginError> {
+    let observe = config.observe.clone();
+    // Says "stopped" to the probes however this function ends.
+    let _stopped = StoppedOnDrop(observe.clone());
+    observe.phase(Phase::Starting);
+    let mut first = updates.borrow_and_update().clone();
+    let _lock = claim::lock(&config.lock_dir, &config.kubelet_dir)?;
+    let mut tasks = Tasks::new(observe.clone());
+    if let Some(address) = first.metrics_address {
+        let observe = observe.clone();
+        tasks.spawn(TaskSpec::new(
+            "metrics-endpoint",
+            Role::Optional,
+            move || metrics_endpoint(address, observe.clone()),
+        ));
+    }
+    // Names, sockets: what can be judged before the host is known.
+    validate(&first, &config.kubelet_dir, &Default::default())?;
+    // Watch before looking, so that nothing created from now on is missed.
+    let watch = config.file_watch.clone();
+    let mut kubelet_dir = watch.subscribe(
+        std::slice::from_ref(&config.kubelet_dir),
+        config.safety_poll,
+    );
+    if !kubelet_dir.unwatched().is_empty() {
+        tracing::info!(
+            dir = %config.kubelet_dir.display(),
+            "the kubelet directory does not exist yet: watching for it to appear"
+        );
+    }
+    claim::remove_stale_sockets(&config.kubelet_dir, &first.endpoints()).await?;
+    let facts = {
+        let source = source.clone();
+        tokio::task::spawn_blocking(move || source.load())
+            .await
+            .map_err(|e| SourceError::Unavailable(e.to_string()))??
+    };
+    let os = facts.os.clone().unwrap_or_default();
+    if let Err(e) = validate(&first, &config.kubelet_dir, &os) {
+        match config.fallback.take() {
+            Some(top) if validate(&top, &config.kubelet_dir, &os).is_ok() => {
+                tracing::error!(
+                    configuration = first.selection.name.as_deref().unwrap_or("default"),
+                    reason = %first.selection.reason,
+                    "the selected configuration cannot be served on this host: {e}; serving the top-level configuration instead (fix the configuration or the node's label)"
+                );
+                first = Arc::new(top);
+                if let Some(reload) = &config.reload {
+                    reload.tx.send_replace(first.clone());
+                }
+            }
+            _ => return Err(e.into()),
+        }
+    }
+    let (inventory, notices) = inventory::build(&facts, first.clone());
+    for n in &notices {
+        tracing::warn!("{n}");
+    }
+    for (r, name) in first.endpoints() {
+        tracing::info!(
+            resource = %name,
+            devices = inventory.discovery.devices_for(r).count(),
+            replicas = first.replicas(r),
+            assignment = inventory.assignment.as_str(),
+            "serving"
+        );
+    }
+    // The configuration in force: what passed validation.
+    let (effective_tx, effective) = channel::channel(first.clone());
+    let (inventory_tx, inventory_rx) = channel::channel(Arc::new(inventory));
+    let facts = Arc::new(Mutex::new(facts));
+    {
+        let (source, facts, logged) = (source.clone(), facts.clone(), notices.clone());
+        let (effective, tx, watch) = (effective.clone(), inventory_tx.clone(), watch.clone());
+        let (metrics, safety) = (observe.metrics.clone(), config.safety_poll);
+        tasks.spawn(TaskSpec::new("refresher", Role::Required, move || {
+            let files = parent_dirs(&source.watched_files());
+            inventory::refresh(
+                source.clone(),
+                facts.clone(),
+                logged.clone(),
+                effective.clone(),
+                tx.clone(),
+                watch.subscribe(&files, safety),
+                metrics.clone(),
+            )
+        }));
+    }
+    {
+        let (rx, metrics) = (inventory_rx.clone(), observe.metrics.clone());
+        tasks.spawn(TaskSpec::new("device-gauges", Role::Optional, move || {
+            inventory::follow_devices(rx.clone(), metrics.clone())
+        }));
+    }
+    if let Some(tap) = config.inventory_tap.take() {
+        let rx = inventory_rx.clone();
+        tasks.spawn(TaskSpec::new("inventory-tap", Role::Optional, move || {
+            tap_inventory(rx.clone(), tap.clone())
+        }));
+    }
+    if let Some(r) = config.reload.take() {
+        spawn_reload(&mut tasks, r, &config, &watch, inventory_rx.clone());
+    }
+    for spec in std::mem::take(&mut config.tasks) {
+        tasks.spawn(spec);
+    }
+
+    let mut units = Units::new(
+        &config.kubelet_dir,
+        config.backoff,
+        observe.clone(),
+        inventory_rx.clone(),
+        first.endpoints(),
+    );
+    let mut pings = observe.health.take_pings();
+    observe.phase(Phase::Running);
+    units.check();
+    let mut updates_open = true;
+    let mut failed = None;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            notice = kubelet_dir.next() => match notice {
+                Notice::Events(events) => units.on_dir_events(&events),
+                Notice::Check(why) => {
+                    tracing::debug!(?why, "checking the kubelet directory");
+                    units.check();
+                }
+            },
+            Some(ended) = units.ended_rx.recv() => units.on_ended(ended),
+            Some(ping) = next_ping(&mut pings) => {
+                let _ = ping.send(());
+            }
+            changed = updates.changed(), if updates_open => match changed {
+                Ok(()) => {
+                    let c = updates.borrow_and_update().clone();
+                    let os = inventory_rx.borrow().os.clone();
+                    match validate(&c, &config.kubelet_dir, &os) {
+                        Ok(()) => {
+                            units.reconfigure(c.endpoints());
+                            effective_tx.send_replace(c);
+                        }
+                        Err(e) => tracing::error!("configuration rejected: {e}; keeping the resources served now"),
+                    }
+                }
+                // No more updates: keep serving the last configuration.
+                Err(_) => updates_open = false,
+            },
+            fatal = tasks.run() => {
+                failed = Some(fatal);
+                break;
+            }
+        }
+    }
+    observe.phase(Phase::Stopped);
+    units.stop_all().await;
+    tasks.shutdown().await;
+    match failed {
+        Some(fatal) => {
+            tracing::error!("device plugin stopped: {fatal}");
+            Err(fatal.into())
+        }
+        None => {
+            tracing::info!("device plugin stopped");
+            Ok(())
+        }
+    }
+}
+
+/// Spawns the configuration reload as a required task.
+fn spawn_reload(
+    tasks: &mut Tasks,
+    r: Reload,
+    config: &PluginConfig,
+    watch: &FileWatch,
+    inventory: inventory::InventoryRx,
+) {
+    let files = r.inputs.watched_files();
+    if files.is_empty() {
+        return;
+    }
+    let dirs = parent_dirs(&files);
+    let (kubelet_dir, safety) = (config.kubelet_dir.clone(), config.safety_poll);
+    let (watch, metrics) = (watch.clone(), config.observe.metrics.clone());
+    tasks.spawn(TaskSpec::new("config-reload", Role::Required, move || {
+        reload::watch_counted(
+            r.inputs.clone(),
+            r.tx.clone(),
+            kubelet_dir.clone(),
+            watch.subscribe(&dirs, safety),
+            r.node.clone(),
+            metrics.clone(),
+            inventory.clone(),
+        )
+    }));
+}
+
+/// Hands every inventory to `tap` (the node labels) until `tap` is closed.
+async fn tap_inventory(
+    mut rx: inventory::InventoryRx,
+    tap: channel::Sender<Option<Arc<Inventory>>>,
+) {
+    loop {
+        let current = rx.borrow_and_update().clone();
+        tap.send_replace(Some(current));
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { break },
+            _ = tap.closed() => break,
+        }
+    }
+    // Nothing more to hand on (the daemon is stopping, or nobody listens): wait to be stopped.
+    std::future::pending::<()>().await
+}
+
+/// The first pause after the metrics endpoint could not listen.
+const BIND_RETRY_MIN: Duration = Duration::from_secs(1);
+/// The longest pause between attempts to listen.
+const BIND_RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `address`. An address that cannot be bound
+/// (in use, not permitted) is said once per distinct error, with what to do, and retried with
+/// backoff (1 s doubling to 60 s); device serving never waits for it.
+async fn metrics_endpoint(address: SocketAddr, observe: Observe) {
+    let mut failures = 0u32;
+    let mut last_error: Option<String> = None;
+    loop {
+        match crate::observe::http::bind(address).await {
+            Ok(server) => {
+                if last_error.is_some() {
+                    tracing::info!(%address, "the metrics and probes endpoint listens now");
+                }
+                let bound = server.local_addr();
+                tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+                observe.set_listening(Some(bound));
+                let _unset = UnsetListening(observe.clone());
+                server.serve(observe.clone()).await;
+                return;
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                let delay = BIND_RETRY_MIN
+                    .saturating_mul(1u32 << failures.saturating_sub(1).min(6))
+                    .min(BIND_RETRY_MAX);
+                let text = e.to_string();
+                if last_error.as_deref() != Some(text.as_str()) {
+                    tracing::error!(%address, retry_in = ?delay, "{text}; devices are served regardless, the endpoint is retried in the background");
+                    last_error = Some(text);
+                }
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// Tells the probes' listeners that the endpoint stopped listening, when dropped.
+struct UnsetListening(Observe);
+
+impl Drop for UnsetListening {
+    fn drop(&mut self) {
+        self.0.set_listening(None);
+    }
+}
+
+/// Sets the phase to stopped when dropped.
+struct StoppedOnDrop(Observe);
+
+impl Drop for StoppedOnDrop {
+    fn drop(&mut self) {
+        self.0.phase(Phase::Stopped);
+    }
+}
+
+/// The next liveness ping, or never when there is no one to answer.
+async fn next_ping(pings: &mut Option<mpsc::Receiver<Ping>>) -> Option<Ping> {
+    match pings {
+        Some(p) => p.recv().await,
+        None => std::future::pending().await,
+    }
+}

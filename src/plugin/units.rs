@@ -1,0 +1,454 @@
+//! The socket units: one per served name (a resource's name and each alias), each its own
+//! socket in the kubelet's device-plugin directory (a fresh file name on every start), its gRPC
+//! server and its registration task. The unit manager reacts to events, never to a fast poll:
+//!
+//! - `kubelet.sock` created or replaced (kubelet restart): every unit restarts and registers.
+//! - a unit's socket removed, its server ended, or its registration task died: that unit
+//!   restarts on a fresh socket.
+//! - a new configuration: units for names no longer served stop, new ones start.
+//! - a full check (safety tick, lost events, the directory watched again) re-checks all of the
+//!   above in case an event was missed.
+//!
+//! A stopping unit removes its socket at once, ends its streams, and after [`STOP_GRACE`]
+//! closes every connection it still has (a client that never reads cannot keep a stopped
+//! unit's descriptors), so that nothing outlives its socket.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::FutureExt;
+use tokio::sync::{mpsc, watch as channel};
+use tokio::task::{AbortHandle, JoinHandle};
+
+use super::claim::socket_name;
+use super::inventory::InventoryRx;
+use super::register::{self, Backoff};
+use super::service::ResourceService;
+use super::watch::{Change, DirEvent};
+use crate::kubelet::v1beta1::device_plugin_server::DevicePluginServer;
+use crate::kubelet::KUBELET_SOCKET;
+use crate::observe::Observe;
+use crate::transport;
+use dxdp_core::devices::Resource;
+
+/// How long a stopping unit's streams get to end before its connections are closed.
+pub const STOP_GRACE: Duration = Duration::from_millis(500);
+/// How long a stopping unit's server gets, after its connections were closed, before it is
+/// aborted. With [`STOP_GRACE`] a unit stops in at most one second, well inside the ~5 s
+/// Windows gives a HostProcess container's process after CTRL_SHUTDOWN_EVENT.
+pub const STOP_ABORT: Duration = Duration::from_millis(500);
+
+/// What tells one `kubelet.sock` from its successor.
+type FileIdentity = (Option<SystemTime>, u64);
+
+fn file_identity(path: &Path) -> Option<FileIdentity> {
+    let meta = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let id = std::os::unix::fs::MetadataExt::ino(&meta);
+    #[cfg(windows)]
+    let id = std::os::windows::fs::MetadataExt::creation_time(&meta);
+    #[cfg(not(any(unix, windows)))]
+    let id = 0;
+    Some((meta.modified().ok(), id))
+}
+
+/// A unit's server or registration ended (for whatever reason).
+#[derive(Debug)]
+pub struct Ended {
+    /// The served name.
+    pub name: String,
+    /// The unit's generation.
+    pub generation: u64,
+    /// Why.
+    pub reason: String,
+}
+
+/// One served name: its socket, server and registration.
+pub struct Unit {
+    resource: Resource,
+    /// The socket.
+    pub path: PathBuf,
+    generation: u64,
+    stop: channel::Sender<bool>,
+    close: channel::Sender<bool>,
+    monitor: JoinHandle<()>,
+    /// The server task (aborting it is how tests simulate a crash).
+    pub server: AbortHandle,
+    registrar: AbortHandle,
+}
+
+/// Keeps the wanted units running.
+pub struct Units {
+    kubelet_dir: PathBuf,
+    kubelet_sock: PathBuf,
+    backoff: Backoff,
+    inventory: InventoryRx,
+    wanted: Vec<(Resource, String)>,
+    /// The running units by served name.
+    pub units: BTreeMap<String, Unit>,
+    kubelet: Option<FileIdentity>,
+    waiting_announced: bool,
+    generations: u64,
+    ended_tx: mpsc::UnboundedSender<Ended>,
+    /// Where units report that they ended.
+    pub ended_rx: mpsc::UnboundedReceiver<Ended>,
+    observe: Observe,
+}
+
+impl Units {
+    /// No units yet; `wanted` are the names to serve.
+    pub fn new(
+        kubelet_dir: &Path,
+        backoff: Backoff,
+        observe: Observe,
+        inventory: InventoryRx,
+        wanted: Vec<(Resource, String)>,
+    ) -> Self {
+        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let kubelet_sock = kubelet_dir.join(KUBELET_SOCKET);
+        observe.wanted(wanted.iter().map(|(_, n)| n.clone()).collect());
+        Units {
+            kubelet: file_identity(&kubelet_sock),
+            kubelet_dir: kubelet_dir.to_path_buf(),
+            kubelet_sock,
+            backoff,
+            inventory,
+            wanted,
+            units: BTreeMap::new(),
+            waiting_announced: false,
+            generations: 0,
+            ended_tx,
+            ended_rx,
+            observe,
+        }
+    }
+
+    /// The names served now.
+    pub fn wanted(&self) -> &[(Resource, String)] {
+        &self.wanted
+    }
+
+    /// Brings the units in line with the wanted names, the sockets and `kubelet.sock`: the
+    /// whole state is compared, so it is also the fallback for missed events.
+    pub fn check(&mut self) {
+        let now = file_identity(&self.kubelet_sock);
+        self.observe
+            .kubelet_missing(now.is_none().then_some(self.kubelet_sock.as_path()));
+        if now.is_none() {
+            if !self.waiting_announced {
+                tracing::info!(
+                    "waiting for the kubelet: {} does not exist yet",
+                    self.kubelet_sock.display()
+                );
+                self.waiting_announced = true;
+            }
+            self.kubelet = None;
+            return;
+        }
+        self.waiting_announced = false;
+        if now != self.kubelet {
+            let was_there = self.kubelet.is_some();
+            self.kubelet = now;
+            if was_there || !self.units.is_empty() {
+                self.restart_all(&format!(
+                    "{} was recreated (kubelet restart)",
+                    self.kubelet_sock.display()
+                ));
+                return;
+            }
+        }
+        let gone: Vec<String> = self
+            .units
+            .iter()
+            .filter(|(_, u)| !u.path.exists())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in gone {
+            self.restart(&name, "its socket was removed (kubelet restart?)");
+        }
+        let missing: Vec<(Resource, String)> = self
+            .wanted
+            .iter()
+            .filter(|(_, n)| !self.units.contains_key(n))
+            .cloned()
+            .collect();
+        for (resource, name) in missing {
+            self.start(resource, &name);
+        }
+    }
+
+    /// Acts on changes in the kubelet directory.
+    pub fn on_dir_events(&mut self, events: &[DirEvent]) {
+        let kubelet = events
+            .iter()
+            .any(|e| e.name.as_os_str() == std::ffi::OsStr::new(KUBELET_SOCKET));
+        let removed: Vec<String> = self
+            .units
+            .iter()
+            .filter(|(_, u)| {
+                events.iter().any(|e| {
+                    e.change == Change::Removed
+                        && u.path.file_name() == Some(e.name.as_os_str())
+                        && !u.path.exists()
+                })
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        if kubelet {
+            let now = file_identity(&self.kubelet_sock);
+            if now.is_none() && self.kubelet.is_some() {
+                tracing::warn!(
+                    "{} disappeared (kubelet stopped?)",
+                    self.kubelet_sock.display()
+                );
+            }
+        }
+        for name in removed {
+            self.restart(&name, "its socket was removed (kubelet restart?)");
+        }
+        if kubelet {
+            self.check();
+        }
+    }
+
+    /// A unit's server or registration ended: restarts it when it is the current one.
+    pub fn on_ended(&mut self, ended: Ended) {
+        let current = self
+            .units
+            .get(&ended.name)
+            .is_some_and(|u| u.generation == ended.generation);
+        if current {
+            tracing::error!(resource = %ended.name, "{}", ended.reason);
+            self.restart(&ended.name, "restarting the unit");
+        }
+    }
+
+    /// Serves the names of a new (validated) configuration.
+    pub fn reconfigure(&mut self, wanted: Vec<(Resource, String)>) {
+        if wanted == self.wanted {
+            return;
+        }
+        tracing::info!("the configuration changed the served resources or their names");
+        let stale: Vec<String> = self
+            .units
+            .iter()
+            .filter(|(n, u)| !wanted.contains(&(u.resource, (*n).clone())))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in stale {
+            if let Some(unit) = self.units.remove(&name) {
+                tracing::info!(resource = %name, "no longer served");
+                tokio::spawn(self.stop(&name, unit));
+            }
+        }
+        self.observe
+            .wanted(wanted.iter().map(|(_, n)| n.clone()).collect());
+        self.wanted = wanted;
+        self.check();
+    }
+
+    fn restart_all(&mut self, why: &str) {
+        tracing::warn!("{why}; starting new sockets and registering again");
+        let units = std::mem::take(&mut self.units);
+        for (name, unit) in units {
+            tokio::spawn(self.stop(&name, unit));
+        }
+        self.check();
+    }
+
+    fn restart(&mut self, name: &str, why: &str) {
+        let Some(unit) = self.units.remove(name) else {
+            return;
+        };
+        tracing::warn!(resource = %name, "{why}; serving it on a new socket and registering again");
+        let resource = unit.resource;
+        tokio::spawn(self.stop(name, unit));
+        if self.kubelet_sock.exists() {
+            self.start(resource, name);
+        }
+    }
+
+    /// Binds a fresh socket for `name`, serves it and registers it. A failure is logged and
+    /// retried by the next full check.
+    fn start(&mut self, resource: Resource, name: &str) {
+        let path = self.kubelet_dir.join(socket_name(name));
+        if let Err(e) = transport::check_socket_path(&path) {
+            tracing::error!(resource = %name, "{e}");
+            return;
+        }
+        let _ = std::fs::remove_file(&path);
+        let listener = match transport::bind(&path) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(resource = %name, socket = %path.display(), "cannot listen: {e}; retrying at the next safety poll");
+                self.observe
+                    .unit_not_listening(name, format!("cannot listen on {}: {e}", path.display()));
+                return;
+            }
+        };
+        self.generations += 1;
+        let generation = self.generations;
+        let (stop, stopping) = channel::channel(false);
+        let (close, closing) = channel::channel(false);
+        let svc = ResourceService::new(
+            resource,
+            name.to_string(),
+            self.inventory.clone(),
+            stopping.clone(),
+            self.observe.metrics.allocate_recorder(name),
+        );
+        let mut until_stopped = stopping;
+        let incoming = transport::incoming(listener, closing, Arc::default());
+        let server = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(DevicePluginServer::new(svc))
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = until_stopped.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        let server_abort = server.abort_handle();
+        let ended_tx = self.ended_tx.clone();
+        let ended_name = name.to_string();
+        let monitor = tokio::spawn(async move {
+            let reason = match server.await {
+                Ok(Ok(())) => "stopped".to_string(),
+                Ok(Err(e)) => register::chain(&e),
+                Err(e) if e.is_cancelled() => "aborted".to_string(),
+                Err(e) => format!("panicked: {e}"),
+            };
+            let _ = ended_tx.send(Ended {
+                name: ended_name,
+                generation,
+                reason: format!("gRPC server ended: {reason}"),
+            });
+        });
+        tracing::info!(resource = %name, socket = %path.display(), "listening");
+        self.observe.unit_started(name, generation);
+        let registration = registration(
+            self.kubelet_sock.clone(),
+            path.clone(),
+            name.to_string(),
+            self.backoff,
+            (self.observe.clone(), generation),
+        );
+        let ended_tx = self.ended_tx.clone();
+        let ended_name = name.to_string();
+        let registrar = tokio::spawn(async move {
+            // A registration that panics would leave the unit unregistered for ever.
+            if let Err(panic) = std::panic::AssertUnwindSafe(registration)
+                .catch_unwind()
+                .await
+            {
+                let text = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                let _ = ended_tx.send(Ended {
+                    name: ended_name,
+                    generation,
+                    reason: format!("registration panicked: {text}"),
+                });
+            }
+        });
+        self.units.insert(
+            name.to_string(),
+            Unit {
+                resource,
+                path,
+                generation,
+                stop,
+                close,
+                monitor,
+                server: server_abort,
+                registrar: registrar.abort_handle(),
+            },
+        );
+    }
+
+    /// Stops every unit and waits until their servers ended.
+    pub async fn stop_all(&mut self) {
+        let units = std::mem::take(&mut self.units);
+        let stopping: Vec<_> = units
+            .into_iter()
+            .map(|(name, unit)| self.stop(&name, unit))
+            .collect();
+        futures_util::future::join_all(stopping).await;
+    }
+
+    /// [`stop_unit`], telling the readiness that the unit is gone.
+    fn stop(&self, name: &str, unit: Unit) -> impl Future<Output = ()> {
+        self.observe.unit_stopped(name, unit.generation);
+        stop_unit(unit)
+    }
+}
+
+/// Registers one unit until the kubelet accepts it, reporting every attempt to `observe` as the
+/// unit's generation.
+async fn registration(
+    kubelet_sock: PathBuf,
+    socket: PathBuf,
+    name: String,
+    backoff: Backoff,
+    (observe, generation): (Observe, u64),
+) {
+    let endpoint = socket
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (sock, ep, rn) = (kubelet_sock.clone(), endpoint.clone(), name.clone());
+    register::until_registered(
+        backoff,
+        move || {
+            let (sock, ep, rn) = (sock.clone(), ep.clone(), rn.clone());
+            async move { register::register(&sock, &ep, &rn, backoff.timeout).await }
+        },
+        |attempt, result, retry_in| {
+            observe.registration(
+                &name,
+                generation,
+                result.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+            );
+            match (result, retry_in) {
+                (Ok(()), _) => tracing::info!(resource = %name, endpoint = %endpoint, attempt, "registered with the kubelet"),
+                (Err(e), Some(delay)) if delay <= register::FAST_RETRY => tracing::debug!(resource = %name, attempt, retry_in = ?delay, "registration failed: {e}"),
+                (Err(e), Some(delay)) => tracing::warn!(resource = %name, attempt, retry_in = ?delay, "registration failed: {e}"),
+                (Err(e), None) => tracing::warn!(resource = %name, attempt, "registration failed: {e}"),
+            }
+        },
+    )
+    .await;
+}
+
+/// Stops a unit. At once: its socket file is removed (so the kubelet cannot dial it again and
+/// the directory shows it gone), its registration stops and its streams are told to end. The
+/// returned future waits for the server to finish: after [`STOP_GRACE`] its connections are
+/// closed, after [`STOP_ABORT`] more it is aborted.
+fn stop_unit(unit: Unit) -> impl Future<Output = ()> {
+    let _ = unit.stop.send(true);
+    unit.registrar.abort();
+    match std::fs::remove_file(&unit.path) {
+        Ok(()) => tracing::debug!(socket = %unit.path.display(), "removed"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(socket = %unit.path.display(), "cannot remove socket: {e}"),
+    }
+    async move {
+        let mut monitor = unit.monitor;
+        if tokio::time::timeout(STOP_GRACE, &mut monitor).await.is_ok() {
+            let _ = unit.close.send(true);
+            return;
+        }
+        // Streams that did not end (a client that does not read): close their connections.
+        let _ = unit.close.send(true);
+        if tokio::time::timeout(STOP_ABORT, &mut monitor)
+            .await
+            .is_err()
+        {
+            unit.server.abort();
+        }
+    }
+}

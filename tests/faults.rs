@@ -1,0 +1,368 @@
+//! Fault tests of the daemon (issue 25): each fails on a daemon that lets the fault pass
+//! silently. The safety poll is an hour unless a test needs it, so only events drive the daemon;
+//! expected device IDs are written out from the sample host.
+
+#![cfg(unix)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dxdp::backend::{HostFactsSource, SnapshotFile, SourceError, Wake};
+use dxdp::kubelet::standin::KubeletStandin;
+use dxdp::observe::Observe;
+use dxdp::plugin::{self, PluginConfig, PluginError};
+use dxdp_core::facts::HostFacts;
+use dxdp_core::snapshot;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+mod common;
+
+const DISPLAY: &str = "directx.microsoft.com/display";
+const COMPUTE: &str = "directx.microsoft.com/compute";
+const WAIT: Duration = Duration::from_secs(10);
+const NO_SAFETY_POLL: Duration = Duration::from_secs(3600);
+
+/// The sample host's devices (`dxdp discover --json` on the built-in sample host).
+const SAMPLE_DISPLAY: [&str; 2] = [
+    "pciroot-0-pci-0100-pci-0000-d598ef34d10e0ad3",
+    "pciroot-0-pci-0200-pci-0000-0d3ededcb0d74bd8",
+];
+const SAMPLE_COMPUTE: [&str; 1] = ["pciroot-0-pci-0300-pci-0000-4a1450fd9e47b7a5"];
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("dxdp")
+        .tempdir_in("/tmp")
+        .unwrap()
+}
+
+fn write_facts(path: &Path, facts: &HostFacts) {
+    let text = snapshot::write(facts, snapshot::Format::Yaml).unwrap();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn config(dir: &Path) -> PluginConfig {
+    let mut c = PluginConfig::new(dir.to_path_buf());
+    c.safety_poll = NO_SAFETY_POLL;
+    c.backoff = plugin::register::Backoff {
+        initial: Duration::from_millis(50),
+        max: Duration::from_millis(200),
+        timeout: Duration::from_secs(5),
+    };
+    c
+}
+
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), PluginError>>,
+}
+
+fn spawn(config: PluginConfig, source: Arc<dyn HostFactsSource>) -> Running {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(plugin::run(config, source, async {
+        let _ = stopped.await;
+    }));
+    Running { stop, task }
+}
+
+impl Running {
+    async fn stop(self) -> Result<(), PluginError> {
+        let _ = self.stop.send(());
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .expect("stops")
+            .unwrap()
+    }
+}
+
+fn ids(kubelet: &KubeletStandin, resource: &str) -> Vec<String> {
+    let mut ids: Vec<String> = kubelet
+        .view()
+        .devices(resource)
+        .unwrap_or_default()
+        .iter()
+        .map(|d| d.id.clone())
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn sorted(ids: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    v.sort();
+    v
+}
+
+async fn both_registered(kubelet: &KubeletStandin) {
+    assert!(
+        kubelet
+            .wait_for(WAIT, |v| v.devices(DISPLAY).is_some()
+                && v.devices(COMPUTE).is_some())
+            .await,
+        "both resources registered: {:#?}",
+        kubelet.view()
+    );
+}
+
+/// Waits until `metric` (a whole line of the OpenMetrics text) is there.
+async fn metric(observe: &Observe, line: &str) {
+    let ok = tokio::time::timeout(WAIT, async {
+        loop {
+            if observe.metrics.encode().lines().any(|l| l == line) {
+                return;
+            }
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(
+        ok.is_ok(),
+        "no line {line:?} in\n{}",
+        observe.metrics.encode()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelet_directory_deleted_and_recreated_is_watched_again_and_the_new_kubelet_gets_both_resources(
+) {
+    let top = tempdir();
+    let dir = top.path().join("device-plugins");
+    std::fs::create_dir(&dir).unwrap();
+    let snapshot = top.path().join("host.yaml");
+    write_facts(&snapshot, &common::facts("sample"));
+    let kubelet = KubeletStandin::start(&dir).await.unwrap();
+    let running = spawn(config(&dir), Arc::new(SnapshotFile::new(snapshot)));
+    both_registered(&kubelet).await;
+    kubelet.stop().await;
+    // The kubelet's directory goes away with everything in it and comes back.
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    let kubelet = KubeletStandin::start(&dir).await.unwrap();
+    // With the safety poll an hour away, only a watch that came back can see the new
+    // kubelet.sock.
+    both_registered(&kubelet).await;
+    assert_eq!(ids(&kubelet, DISPLAY), sorted(&SAMPLE_DISPLAY));
+    assert_eq!(ids(&kubelet, COMPUTE), sorted(&SAMPLE_COMPUTE));
+    running.stop().await.unwrap();
+    kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_directory_deleted_and_recreated_is_watched_again() {
+    let dir = tempdir();
+    let snap_dir = dir.path().join("facts");
+    std::fs::create_dir(&snap_dir).unwrap();
+    let snapshot = snap_dir.join("host.yaml");
+    write_facts(&snapshot, &common::facts("sample"));
+    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let running = spawn(
+        config(dir.path()),
+        Arc::new(SnapshotFile::new(snapshot.clone())),
+    );
+    both_registered(&kubelet).await;
+    std::fs::remove_dir_all(&snap_dir).unwrap();
+    std::fs::create_dir(&snap_dir).unwrap();
+    // A host without the A100: the compute list empties.
+    let mut fewer = common::facts("sample");
+    fewer
+        .adapters
+        .retain(|a| !a.driver_description.contains("A100"));
+    write_facts(&snapshot, &fewer);
+    assert!(
+        kubelet
+            .wait_for(WAIT, |v| v.devices(COMPUTE).is_some_and(|d| d.is_empty()))
+            .await,
+        "the new snapshot was read: {:#?}",
+        kubelet.view()
+    );
+    assert_eq!(ids(&kubelet, DISPLAY), sorted(&SAMPLE_DISPLAY));
+    running.stop().await.unwrap();
+    kubelet.stop().await;
+}
+
+/// A snapshot source whose cheap change check panics once when armed: a bug in the refresher.
+struct Panicky {
+    inner: SnapshotFile,
+    armed: AtomicBool,
+}
+
+impl HostFactsSource for Panicky {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn is_simulated(&self) -> bool {
+        true
+    }
+    fn load(&self) -> Result<HostFacts, SourceError> {
+        self.inner.load()
+    }
+    fn load_complete(&self) -> Result<HostFacts, SourceError> {
+        self.inner.load_complete()
+    }
+    fn watched_files(&self) -> Vec<PathBuf> {
+        self.inner.watched_files()
+    }
+    fn on_change(&self, wake: Wake) {
+        self.inner.on_change(wake)
+    }
+    fn changed(&self) -> bool {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            panic!("injected refresher fault");
+        }
+        false
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresher_that_panics_is_restarted_and_devices_keep_following_the_host() {
+    let dir = tempdir();
+    let snapshot = dir.path().join("host.yaml");
+    write_facts(&snapshot, &common::facts("sample"));
+    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let mut c = config(dir.path());
+    // The safety tick is what calls the source's change check.
+    c.safety_poll = Duration::from_millis(200);
+    let observe = c.observe.clone();
+    let running = spawn(
+        c,
+        Arc::new(Panicky {
+            inner: SnapshotFile::new(snapshot.clone()),
+            armed: AtomicBool::new(true),
+        }),
+    );
+    both_registered(&kubelet).await;
+    metric(&observe, "dxdp_task_restarts_total{task=\"refresher\"} 1").await;
+    metric(&observe, "dxdp_task_up{task=\"refresher\"} 1").await;
+    // The restarted refresher follows the host: the A100 goes.
+    let mut fewer = common::facts("sample");
+    fewer
+        .adapters
+        .retain(|a| !a.driver_description.contains("A100"));
+    write_facts(&snapshot, &fewer);
+    assert!(
+        kubelet
+            .wait_for(WAIT, |v| v.devices(COMPUTE).is_some_and(|d| d.is_empty()))
+            .await,
+        "{:#?}",
+        kubelet.view()
+    );
+    assert!(observe.health.check(Duration::from_secs(2)).await.is_ok());
+    assert!(kubelet.view().plugins[DISPLAY].connected);
+    running.stop().await.unwrap();
+    kubelet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_daemons_started_at_the_same_instant_exactly_one_serves() {
+    for kubelet_first in [true, false] {
+        for _ in 0..5 {
+            let dir = tempdir();
+            let snapshot = dir.path().join("host.yaml");
+            write_facts(&snapshot, &common::facts("sample"));
+            let kubelet = if kubelet_first {
+                Some(KubeletStandin::start(dir.path()).await.unwrap())
+            } else {
+                None
+            };
+            let source: Arc<dyn HostFactsSource> = Arc::new(SnapshotFile::new(snapshot));
+            let mut a = spawn(config(dir.path()), source.clone());
+            let mut b = spawn(config(dir.path()), source);
+            // The loser ends at once with the lock's message; the winner keeps running.
+            let (first, loser) = tokio::select! {
+                r = &mut a.task => (true, r),
+                r = &mut b.task => (false, r),
+            };
+            let winner = if first { b } else { a };
+            match loser.unwrap() {
+                Err(PluginError::Locked { dir: d, .. }) => assert_eq!(d, dir.path()),
+                other => panic!("expected Locked, got {other:?}"),
+            }
+            let kubelet = match kubelet {
+                Some(k) => k,
+                None => KubeletStandin::start(dir.path()).await.unwrap(),
+            };
+            both_registered(&kubelet).await;
+            let view = kubelet.view();
+            assert_eq!(view.registrations.len(), 2, "{view:#?}");
+            assert!(!winner.task.is_finished());
+            winner.stop().await.unwrap();
+            kubelet.stop().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_top_level() {
+    let dir = tempdir();
+    let snapshot = dir.path().join("host.yaml");
+    // Windows Server 2019: HCS 2.1, no location-path assignment.
+    write_facts(&snapshot, &common::facts("ws2019-old"));
+    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let mut c = config(dir.path());
+    c.config.assignment = dxdp_core::assignment::Assignment::LocationPath;
+    c.config.selection.name = Some("strict".into());
+    c.fallback = Some(dxdp::config::Config::default());
+    let running = spawn(c, Arc::new(SnapshotFile::new(snapshot.clone())));
+    both_registered(&kubelet).await;
+    running.stop().await.unwrap();
+    kubelet.stop().await;
+    // Without a top level to fall back to, it is a start-up error.
+    let dir = tempdir();
+    let snapshot = dir.path().join("host.yaml");
+    write_facts(&snapshot, &common::facts("ws2019-old"));
+    let mut c = config(dir.path());
+    c.config.assignment = dxdp_core::assignment::Assignment::LocationPath;
+    let r = tokio::time::timeout(
+        WAIT,
+        plugin::run(
+            c,
+            Arc::new(SnapshotFile::new(snapshot)),
+            std::future::pending(),
+        ),
+    )
+    .await
+    .expect("fails at once");
+    assert!(
+        matches!(
+            r,
+            Err(PluginError::Unservable(plugin::Unservable::Assignment { ref schema })) if schema == "2.1"
+        ),
+        "{r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_unit_closes_connections_that_never_speak() {
+    let dir = tempdir();
+    let snapshot = dir.path().join("host.yaml");
+    write_facts(&snapshot, &common::facts("sample"));
+    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let running = spawn(config(dir.path()), Arc::new(SnapshotFile::new(snapshot)));
+    both_registered(&kubelet).await;
+    let socket = dir.path().join(&kubelet.view().registrations[0].endpoint);
+    // A client that connects and then neither reads nor writes.
+    let mut silent = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    // The socket goes (as in a kubelet restart): the unit stops and closes the connection.
+    std::fs::remove_file(&socket).unwrap();
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(WAIT, async {
+        use tokio::io::AsyncReadExt;
+        loop {
+            match silent.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                // The server's HTTP/2 preface and GOAWAY: read on.
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the stopped unit's connection stays open");
+    running.stop().await.unwrap();
+    kubelet.stop().await;
+}
