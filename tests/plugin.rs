@@ -141,6 +141,14 @@ impl Harness {
         }
     }
 
+    /// Waits until `line` is a line of the daemon's metrics.
+    async fn metric(&self, line: &str) {
+        until(line, || {
+            self.observe.metrics.encode().lines().any(|l| l == line)
+        })
+        .await;
+    }
+
     async fn registered(&self) {
         self.wait("both resources", |v| {
             v.devices(DISPLAY).is_some() && v.devices(COMPUTE).is_some()
@@ -191,12 +199,45 @@ impl Harness {
     }
 }
 
-fn expected_ids(facts: &HostFacts, resource: Resource, replicas: u32) -> Vec<String> {
-    let d = discover(facts, &PipelineConfig::default());
-    allocation::advertise(&d, resource, replicas)
-        .into_iter()
-        .map(|a| a.id)
-        .collect()
+/// Waits until `done` holds (checked every 5 ms, for at most [`WAIT`]).
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The IDs each fixture host advertises, written out from `dxdp discover --json` of the host
+/// (one replica: the physical IDs).
+fn expected_ids(host: &str, resource: Resource) -> Vec<String> {
+    const SAMPLE_DISPLAY: &[&str] = &[
+        "pciroot-0-pci-0100-pci-0000-d598ef34d10e0ad3",
+        "pciroot-0-pci-0200-pci-0000-0d3ededcb0d74bd8",
+    ];
+    const SAMPLE_COMPUTE: &[&str] = &["pciroot-0-pci-0300-pci-0000-4a1450fd9e47b7a5"];
+    const FOUR_A10: &[&str] = &[
+        "pciroot-0-pci-1b00-0540e5ad73bf260f",
+        "pciroot-0-pci-1c00-ba6abfb666f4630a",
+        "pciroot-0-pci-1d00-99a65d9b8c3e813d",
+        "pciroot-0-pci-1e00-4ed067a47f740fc8",
+    ];
+    const COMPUTE_ONLY: &[&str] = &[
+        "acpi-sb-acpi-nsp0-3c6a14361fc5cc86",
+        "pciroot-0-pci-0100-pci-0000-d598ef34d10e0ad3",
+        "pciroot-0-pci-0b00-941772ce2eaa64f0",
+    ];
+    let ids: &[&str] = match (host, resource) {
+        ("sample", Resource::Display) => SAMPLE_DISPLAY,
+        ("sample", Resource::Compute) => SAMPLE_COMPUTE,
+        ("nvidia-multi-gpu" | "broken-drivers", Resource::Display) => FOUR_A10,
+        ("compute-only", Resource::Compute) => COMPUTE_ONLY,
+        _ => &[],
+    };
+    ids.iter().map(|s| s.to_string()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,11 +265,7 @@ async fn registers_both_resources_with_the_full_lists_of_several_hosts() {
             assert!(!options.pre_start_required && options.get_preferred_allocation_available);
         }
         for (name, resource) in [(DISPLAY, Resource::Display), (COMPUTE, Resource::Compute)] {
-            assert_eq!(
-                h.ids(name),
-                expected_ids(&facts, resource, 1),
-                "{host} {name}"
-            );
+            assert_eq!(h.ids(name), expected_ids(host, resource), "{host} {name}");
         }
         h.shutdown().await;
     }
@@ -325,7 +362,17 @@ async fn replicas_share_one_physical_device_and_give_one_device_spec() {
     let h = Harness::start(&facts, 3, true).await;
     h.registered().await;
     let ids = h.ids(DISPLAY);
-    assert_eq!(ids, expected_ids(&facts, Resource::Display, 3));
+    assert_eq!(
+        ids,
+        [
+            "pciroot-0-pci-0100-pci-0000-d598ef34d10e0ad3",
+            "pciroot-0-pci-0100-pci-0000-d598ef34d10e0ad3-r1",
+            "pciroot-0-pci-0100-pci-0000-d598ef34d10e0ad3-r2",
+            "pciroot-0-pci-0200-pci-0000-0d3ededcb0d74bd8",
+            "pciroot-0-pci-0200-pci-0000-0d3ededcb0d74bd8-r1",
+            "pciroot-0-pci-0200-pci-0000-0d3ededcb0d74bd8-r2",
+        ]
+    );
     assert_eq!(ids.len(), 6);
     let first = &ids[0];
     let sibling = ids
@@ -419,7 +466,8 @@ async fn a_malformed_snapshot_edit_keeps_the_last_good_list() {
     let before = h.ids(DISPLAY);
     let updates = h.kubelet().view().plugins[DISPLAY].updates;
     h.write_text("apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\nadapters: [{luid: oops}]\n");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.metric("dxdp_host_refreshes_total{result=\"error\"} 1")
+        .await;
     let view = h.kubelet().view();
     assert_eq!(h.ids(DISPLAY), before);
     assert_eq!(
@@ -494,7 +542,13 @@ async fn a_deleted_plugin_socket_alone_triggers_re_registration() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_started_before_the_kubelet_registers_when_it_appears() {
     let mut h = Harness::start(&load_facts("sample"), 1, false).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until("the daemon waits for the kubelet", || {
+        h.observe
+            .readiness
+            .check()
+            .is_err_and(|e| e.starts_with("waiting for the kubelet"))
+    })
+    .await;
     assert!(
         h.plugin_sockets().is_empty(),
         "no sockets before the kubelet exists"
@@ -638,7 +692,8 @@ async fn configuration_changes_apply_without_a_restart_and_bad_edits_are_ignored
     // An invalid edit keeps the running configuration.
     let registrations = h.kubelet().view().registrations.len();
     replace(&path, "resources: {display: {replicas: 0}}\n");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.metric("dxdp_config_reloads_total{result=\"rejected\"} 1")
+        .await;
     assert_eq!(h.ids(DISPLAY).len(), 6);
     assert_eq!(h.kubelet().view().registrations.len(), registrations);
     // Selectors re-advertise.
@@ -735,8 +790,11 @@ async fn a_configuration_that_cannot_be_served_is_rejected_and_the_daemon_keeps_
         .unwrap()
         .aliases = vec![format!("example.com/{}", "x".repeat(100))];
     tx.send(Arc::new(too_long)).unwrap();
+    h.metric("dxdp_config_reloads_total{result=\"rejected\"} 1")
+        .await;
     tx.send(Arc::new(renamed_display(COMPUTE))).unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.metric("dxdp_config_reloads_total{result=\"rejected\"} 2")
+        .await;
     assert!(
         !h.daemon.as_ref().unwrap().is_finished(),
         "the daemon is still running"
@@ -766,7 +824,10 @@ async fn a_reload_right_after_start_is_not_lost() {
     })
     .await;
     // The old name is no longer served: only two sockets, none of them for display.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until("the display unit stopped", || {
+        h.plugin_sockets().iter().all(|s| !s.contains("display"))
+    })
+    .await;
     let sockets = h.plugin_sockets();
     assert_eq!(sockets.len(), 2, "{sockets:?}");
     assert!(

@@ -16,10 +16,8 @@ use std::time::{Duration, Instant};
 use dxdp::backend::SnapshotFile;
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::plugin::{self, PluginConfig, PluginError};
-use dxdp_core::allocation;
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::HostFacts;
-use dxdp_core::pipeline::{discover, PipelineConfig};
 use dxdp_core::snapshot;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -111,11 +109,34 @@ impl Baseline {
     }
 }
 
-fn expected_ids(facts: &HostFacts, resource: Resource, replicas: u32) -> Vec<String> {
-    let d = discover(facts, &PipelineConfig::default());
-    allocation::advertise(&d, resource, replicas)
-        .into_iter()
-        .map(|a| a.id)
+/// The IDs a fixture host advertises with `replicas` per device, written out from
+/// `dxdp discover --json` of the host (replica k > 0 of device D is `D-r<k>`).
+fn expected_ids(host: &str, resource: Resource, replicas: u32) -> Vec<String> {
+    let physical: &[&str] = match (host, resource) {
+        ("sample", Resource::Display) => &[
+            "pciroot-0-pci-0100-pci-0000-d598ef34d10e0ad3",
+            "pciroot-0-pci-0200-pci-0000-0d3ededcb0d74bd8",
+        ],
+        ("sample", Resource::Compute) => &["pciroot-0-pci-0300-pci-0000-4a1450fd9e47b7a5"],
+        ("nvidia-multi-gpu", Resource::Display) => &[
+            "pciroot-0-pci-1b00-0540e5ad73bf260f",
+            "pciroot-0-pci-1c00-ba6abfb666f4630a",
+            "pciroot-0-pci-1d00-99a65d9b8c3e813d",
+            "pciroot-0-pci-1e00-4ed067a47f740fc8",
+        ],
+        _ => &[],
+    };
+    physical
+        .iter()
+        .flat_map(|d| {
+            (0..replicas).map(move |k| {
+                if k == 0 {
+                    d.to_string()
+                } else {
+                    format!("{d}-r{k}")
+                }
+            })
+        })
         .collect()
 }
 
@@ -267,8 +288,8 @@ impl Daemon {
 async fn kubelet_restarts_every_few_hundred_ms_while_allocate_calls_run() {
     let _serial = SERIAL.lock().await;
     let facts = common::facts("sample");
-    let display = expected_ids(&facts, Resource::Display, 1);
-    let compute = expected_ids(&facts, Resource::Compute, 1);
+    let display = expected_ids("sample", Resource::Display, 1);
+    let compute = expected_ids("sample", Resource::Compute, 1);
     let mut d = Daemon::start(&facts, None).await;
     d.lists(&display, &compute).await;
     let baseline = Baseline::take("self");
@@ -366,8 +387,8 @@ async fn host_facts_flapping_devices_and_health_end_in_the_right_list() {
         .iter()
         .map(|f| snapshot::write(f, snapshot::Format::Yaml).unwrap())
         .collect();
-    let display = expected_ids(&full, Resource::Display, 1);
-    let compute = expected_ids(&full, Resource::Compute, 1);
+    let display = expected_ids("sample", Resource::Display, 1);
+    let compute = expected_ids("sample", Resource::Compute, 1);
     let d = Daemon::start(&full, None).await;
     d.lists(&display, &compute).await;
     let baseline = Baseline::take("self");
@@ -424,8 +445,8 @@ async fn configuration_flapping_between_valid_and_invalid_ends_in_the_last_valid
         }),
     )
     .await;
-    let compute = expected_ids(&facts, Resource::Compute, 1);
-    d.lists(&expected_ids(&facts, Resource::Display, 1), &compute)
+    let compute = expected_ids("sample", Resource::Compute, 1);
+    d.lists(&expected_ids("sample", Resource::Display, 1), &compute)
         .await;
     let baseline = Baseline::take("self");
 
@@ -453,14 +474,14 @@ async fn configuration_flapping_between_valid_and_invalid_ends_in_the_last_valid
     d.assert_running();
     // The last edit is valid: 4 replicas of each of the 2 GPUs.
     replace(&config_path, "resources: {display: {replicas: 4}}\n");
-    d.lists(&expected_ids(&facts, Resource::Display, 4), &compute)
+    d.lists(&expected_ids("sample", Resource::Display, 4), &compute)
         .await;
     // An invalid edit now keeps it.
     replace(&config_path, "resources: {display: {replicas: -1}}\n");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         ids(&d.kubelet().view(), DISPLAY),
-        expected_ids(&facts, Resource::Display, 4)
+        expected_ids("sample", Resource::Display, 4)
     );
     eprintln!("{edits} configuration edits");
     baseline.check("after configuration flapping").await;
@@ -489,9 +510,8 @@ async fn sigkill_and_restart_cleans_stale_sockets_and_registers_again() {
         .tempdir_in("/tmp")
         .unwrap();
     let snapshot = common::fixture_path("nvidia-multi-gpu");
-    let facts = common::facts("nvidia-multi-gpu");
-    let display = expected_ids(&facts, Resource::Display, 1);
-    let compute = expected_ids(&facts, Resource::Compute, 1);
+    let display = expected_ids("nvidia-multi-gpu", Resource::Display, 1);
+    let compute = expected_ids("nvidia-multi-gpu", Resource::Compute, 1);
     let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
     let end = Instant::now() + soak_time();
     let mut kills = 0;

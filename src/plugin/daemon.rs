@@ -176,7 +176,10 @@ pub async fn run(
                             units.reconfigure(c.endpoints());
                             effective_tx.send_replace(c);
                         }
-                        Err(e) => tracing::error!("configuration rejected: {e}; keeping the resources served now"),
+                        Err(e) => {
+                            observe.metrics.config_reload(crate::observe::metrics::ReloadResult::Rejected);
+                            tracing::error!("configuration rejected: {e}; keeping the resources served now");
+                        }
                     }
                 }
                 // No more updates: keep serving the last configuration.
