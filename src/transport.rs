@@ -81,11 +81,33 @@ pub fn incoming(
     close: tokio::sync::watch::Receiver<bool>,
     accept_errors: Arc<AtomicU64>,
 ) -> impl tokio_stream::Stream<Item = io::Result<Closable<Conn>>> + Send + 'static {
+    let listener = Arc::new(listener);
+    accept_loop(
+        move || {
+            let listener = listener.clone();
+            async move { listener.accept().await }
+        },
+        close,
+        accept_errors,
+    )
+}
+
+/// [`incoming`] over any `accept`.
+fn accept_loop<C, A, F>(
+    mut accept: A,
+    close: tokio::sync::watch::Receiver<bool>,
+    accept_errors: Arc<AtomicU64>,
+) -> impl tokio_stream::Stream<Item = io::Result<Closable<C>>> + Send + 'static
+where
+    C: Send + 'static,
+    A: FnMut() -> F + Send + 'static,
+    F: Future<Output = io::Result<C>> + Send,
+{
     async_stream::stream! {
         let mut failures = 0u32;
         let mut last_error: Option<String> = None;
         loop {
-            match listener.accept().await {
+            match accept().await {
                 Ok(conn) => {
                     if failures > 0 {
                         tracing::info!("accepting connections again after {failures} failed accept calls");
@@ -380,5 +402,64 @@ mod tests {
         let err = check_socket_path(&long).unwrap_err().to_string();
         assert!(err.contains("108") || err.contains("107"), "{err}");
         assert!(err.contains("--kubelet-dir"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_accepts_pause_with_backoff_and_never_end_the_stream() {
+        use tokio_stream::StreamExt;
+        let start = tokio::time::Instant::now();
+        let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = calls.clone();
+        let errors = Arc::new(AtomicU64::new(0));
+        let (_close, closed) = tokio::sync::watch::channel(false);
+        let stream = accept_loop(
+            move || {
+                let seen = seen.clone();
+                async move {
+                    let n = {
+                        let mut c = seen.lock().unwrap();
+                        c.push(tokio::time::Instant::now() - start);
+                        c.len()
+                    };
+                    if n <= 5 {
+                        Err(io::Error::other("Too many open files (os error 24)"))
+                    } else {
+                        let (a, _b) = tokio::io::duplex(8);
+                        Ok(a)
+                    }
+                }
+            },
+            closed,
+            errors.clone(),
+        );
+        tokio::pin!(stream);
+        // The first item is the connection: the five failures were absorbed.
+        let first = stream.next().await.expect("a connection");
+        assert!(first.is_ok());
+        assert_eq!(errors.load(Ordering::Relaxed), 5);
+        let at: Vec<u64> = calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_millis() as u64)
+            .collect();
+        // Pauses of 5, 10, 20, 40 and 80 ms after the failures.
+        assert_eq!(at, [0, 5, 15, 35, 75, 155]);
+        assert_eq!(accept_backoff(20), ACCEPT_BACKOFF_MAX);
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_fails_its_reads_and_writes() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, mut b) = tokio::io::duplex(64);
+        let (close, closed) = tokio::sync::watch::channel(false);
+        let mut conn = Closable::new(a, closed);
+        conn.write_all(b"hi").await.unwrap();
+        let mut buf = [0u8; 2];
+        b.read_exact(&mut buf).await.unwrap();
+        close.send_replace(true);
+        let err = conn.write_all(b"x").await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionAborted);
+        assert!(conn.read(&mut buf).await.is_err());
     }
 }

@@ -448,3 +448,39 @@ async fn a_node_that_cannot_be_watched_is_read_every_poll() {
         .count();
     assert_eq!(watches, 1, "a forbidden watch is not retried");
 }
+
+/// An API server that accepts connections and never answers (a half-open connection).
+async fn silent_server() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    (url, task)
+}
+
+#[tokio::test]
+async fn api_calls_that_get_no_answer_fail_after_the_call_timeout() {
+    let (url, server) = silent_server().await;
+    let cluster = Cluster::at_url(&url, "n1")
+        .unwrap()
+        .with_timeout(Duration::from_millis(200));
+    let get = tokio::time::timeout(WAIT, cluster.get())
+        .await
+        .expect("the call gives up by itself");
+    assert_eq!(
+        get.unwrap_err().to_string(),
+        "get node n1: the API server did not answer within 0.2 s"
+    );
+    let apply = tokio::time::timeout(WAIT, cluster.apply_labels(&BTreeMap::new()))
+        .await
+        .expect("the call gives up by itself");
+    assert_eq!(
+        apply.unwrap_err().to_string(),
+        "apply labels to node n1: the API server did not answer within 0.2 s"
+    );
+    server.abort();
+}
