@@ -7,7 +7,8 @@
 //!   rules turning facts into devices, the devices, assignment modes and allocation. Pure.
 //! - [`config`]: configuration layers (defaults, files, environment, flags) and their origins.
 //! - [`backend`]: where facts come from (snapshot file, built-in sample host, native Windows).
-//! - [`plugin`]: the device plugin daemon (gRPC service, registration, kubelet restarts).
+//! - [`plugin`]: the device plugin daemon (task supervisor, socket units, file watch, gRPC
+//!   service, registration, kubelet restarts).
 //! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.
 //! - [`cluster`]: the node's Kubernetes object: dxdp's node labels and the label that selects a
 //!   named configuration.

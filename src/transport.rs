@@ -61,6 +61,11 @@ pub async fn probe(path: &Path) -> io::Result<()> {
     imp::connect(path).await.map(drop)
 }
 
+/// A raw connection to the socket at `path`.
+pub async fn connect(path: &Path) -> io::Result<Conn> {
+    imp::connect(path).await
+}
+
 pub use imp::{bind, Conn, Listener};
 
 /// The first pause after a failed `accept` (doubled per failure in a row, up to

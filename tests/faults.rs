@@ -2,7 +2,7 @@
 //! silently. The safety poll is an hour unless a test needs it, so only events drive the daemon;
 //! expected device IDs are written out from the sample host.
 
-#![cfg(unix)]
+#![cfg(any(unix, windows))]
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,10 +33,7 @@ const SAMPLE_DISPLAY: [&str; 2] = [
 const SAMPLE_COMPUTE: [&str; 1] = ["pciroot-0-pci-0300-pci-0000-4a1450fd9e47b7a5"];
 
 fn tempdir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("dxdp")
-        .tempdir_in("/tmp")
-        .unwrap()
+    common::socket_tempdir()
 }
 
 fn write_facts(path: &Path, facts: &HostFacts) {
@@ -131,6 +128,9 @@ async fn metric(observe: &Observe, line: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubelet_directory_deleted_and_recreated_is_watched_again_and_the_new_kubelet_gets_both_resources(
 ) {
+    if !common::af_unix("the_kubelet_directory_deleted_and_recreated_is_watched_again_and_the_new_kubelet_gets_both_resources") {
+        return;
+    }
     let top = tempdir();
     let dir = top.path().join("device-plugins");
     std::fs::create_dir(&dir).unwrap();
@@ -155,6 +155,9 @@ async fn the_kubelet_directory_deleted_and_recreated_is_watched_again_and_the_ne
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_snapshot_directory_deleted_and_recreated_is_watched_again() {
+    if !common::af_unix("the_snapshot_directory_deleted_and_recreated_is_watched_again") {
+        return;
+    }
     let dir = tempdir();
     let snap_dir = dir.path().join("facts");
     std::fs::create_dir(&snap_dir).unwrap();
@@ -221,6 +224,10 @@ impl HostFactsSource for Panicky {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresher_that_panics_is_restarted_and_devices_keep_following_the_host() {
+    if !common::af_unix("a_refresher_that_panics_is_restarted_and_devices_keep_following_the_host")
+    {
+        return;
+    }
     let dir = tempdir();
     let snapshot = dir.path().join("host.yaml");
     write_facts(&snapshot, &common::facts("sample"));
@@ -260,6 +267,9 @@ async fn a_refresher_that_panics_is_restarted_and_devices_keep_following_the_hos
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_daemons_started_at_the_same_instant_exactly_one_serves() {
+    if !common::af_unix("of_two_daemons_started_at_the_same_instant_exactly_one_serves") {
+        return;
+    }
     for kubelet_first in [true, false] {
         for _ in 0..5 {
             let dir = tempdir();
@@ -299,6 +309,11 @@ async fn of_two_daemons_started_at_the_same_instant_exactly_one_serves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_top_level() {
+    if !common::af_unix(
+        "a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_top_level",
+    ) {
+        return;
+    }
     let dir = tempdir();
     let snapshot = dir.path().join("host.yaml");
     // Windows Server 2019: HCS 2.1, no location-path assignment.
@@ -339,6 +354,9 @@ async fn a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_unit_closes_connections_that_never_speak() {
+    if !common::af_unix("a_stopped_unit_closes_connections_that_never_speak") {
+        return;
+    }
     let dir = tempdir();
     let snapshot = dir.path().join("host.yaml");
     write_facts(&snapshot, &common::facts("sample"));
@@ -347,7 +365,7 @@ async fn a_stopped_unit_closes_connections_that_never_speak() {
     both_registered(&kubelet).await;
     let socket = dir.path().join(&kubelet.view().registrations[0].endpoint);
     // A client that connects and then neither reads nor writes.
-    let mut silent = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    let mut silent = dxdp::transport::connect(&socket).await.unwrap();
     // The socket goes (as in a kubelet restart): the unit stops and closes the connection.
     std::fs::remove_file(&socket).unwrap();
     let mut buf = [0u8; 1024];

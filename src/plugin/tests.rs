@@ -3,7 +3,10 @@
 
 use std::path::Path;
 
-use super::claim::{remove_stale_sockets, socket_name, socket_resource};
+#[cfg(unix)]
+use super::claim::remove_stale_sockets;
+use super::claim::{socket_name, socket_resource};
+#[cfg(unix)]
 use super::units::Units;
 use super::*;
 use dxdp_core::devices::Resource;

@@ -34,3 +34,43 @@ pub fn facts(name: &str) -> HostFacts {
     }
     dxdp_core::snapshot::read_file(&fixture_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
+
+/// Whether AF_UNIX sockets work here, for the tests of the daemon over real sockets. Wine (the
+/// Windows tests in CI) has no AF_UNIX at all: there such a test says why it is skipped and
+/// returns, rather than failing or passing silently.
+pub fn af_unix(test: &str) -> bool {
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => panic!("temporary directory: {e}"),
+    };
+    let path = dir.path().join("probe.sock");
+    match probe_bind(&path) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("skipped {test}: AF_UNIX sockets are not available here ({e}); Wine has none, run it on Linux or Windows");
+            false
+        }
+    }
+}
+
+#[cfg(unix)]
+fn probe_bind(path: &Path) -> std::io::Result<()> {
+    std::os::unix::net::UnixListener::bind(path).map(drop)
+}
+
+#[cfg(windows)]
+fn probe_bind(path: &Path) -> std::io::Result<()> {
+    uds_windows::UnixListener::bind(path).map(drop)
+}
+
+/// A temporary directory for a kubelet directory: short enough for AF_UNIX socket paths.
+pub fn socket_tempdir() -> tempfile::TempDir {
+    #[cfg(unix)]
+    let base = PathBuf::from("/tmp");
+    #[cfg(not(unix))]
+    let base = std::env::temp_dir();
+    tempfile::Builder::new()
+        .prefix("dxdp")
+        .tempdir_in(base)
+        .unwrap_or_else(|e| panic!("temporary directory: {e}"))
+}

@@ -1,0 +1,183 @@
+//! How fast the daemon follows the kubelet and its configuration.
+//!
+//! 1. Kubelet restart: `kubelet.sock` appears as a file nothing listens on yet (a kubelet that is
+//!    starting), 100 ms later the kubelet stand-in listens on it; the time from the stand-in
+//!    listening to both resources registered with it (target: p99 under 50 ms).
+//! 2. Configuration edit: the configuration file is replaced atomically (write, then rename),
+//!    alternating between 1 and 2 replicas; the time from the rename to the kubelet receiving the
+//!    new list (target: p99 under 20 ms).
+//!
+//! Run with `cargo bench --bench heal`. `DXDP_BENCH_RESTARTS` (default 50) and
+//! `DXDP_BENCH_EDITS` (default 100) change the sizes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dxdp::backend::SnapshotFile;
+use dxdp::config::Inputs;
+use dxdp::kubelet::standin::KubeletStandin;
+use dxdp::plugin::{self, PluginConfig, Reload};
+use dxdp_core::snapshot;
+
+const DISPLAY: &str = "directx.microsoft.com/display";
+const COMPUTE: &str = "directx.microsoft.com/compute";
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+fn report(what: &str, target: &str, mut latencies: Vec<Duration>) {
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "{what} ({} runs): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (target {target})",
+        latencies.len(),
+        ms(percentile(&latencies, 0.50)),
+        ms(percentile(&latencies, 0.99)),
+        ms(latencies[latencies.len() - 1]),
+    );
+}
+
+async fn kubelet_restarts(restarts: usize) {
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp-bench")
+        .tempdir_in(std::env::temp_dir())
+        .expect("temp dir");
+    let host = dir.path().join("host.yaml");
+    let facts = dxdp_core::sample::sample_host().expect("sample host");
+    replace(
+        &host,
+        &snapshot::write(&facts, snapshot::Format::Yaml).expect("yaml"),
+    );
+    let mut config = PluginConfig::new(dir.path().to_path_buf());
+    config.safety_poll = Duration::from_secs(3600);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(plugin::run(
+        config,
+        Arc::new(SnapshotFile::new(host)),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let mut latencies = Vec::with_capacity(restarts);
+    let sock = dir.path().join("kubelet.sock");
+    for i in 0..restarts {
+        // The socket file appears before anything accepts on it.
+        std::fs::write(&sock, b"").expect("kubelet.sock placeholder");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+        let listening = Instant::now();
+        let registered = kubelet
+            .wait_for(Duration::from_secs(10), |v| {
+                v.devices(DISPLAY).is_some() && v.devices(COMPUTE).is_some()
+            })
+            .await;
+        assert!(registered, "restart {i}: registered");
+        latencies.push(listening.elapsed());
+        kubelet.stop().await;
+        let _ = std::fs::remove_file(&sock);
+    }
+    report(
+        "kubelet listening -> both resources registered",
+        "p99 < 50 ms",
+        latencies,
+    );
+    let _ = stop.send(());
+    let _ = daemon.await;
+}
+
+async fn config_edits(edits: usize) {
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp-bench")
+        .tempdir_in(std::env::temp_dir())
+        .expect("temp dir");
+    let host = dir.path().join("host.yaml");
+    let facts = dxdp_core::sample::sample_host().expect("sample host");
+    replace(
+        &host,
+        &snapshot::write(&facts, snapshot::Format::Yaml).expect("yaml"),
+    );
+    let file = dir.path().join("config.yaml");
+    let text = |replicas: u32| format!("resources: {{display: {{replicas: {replicas}}}}}\n");
+    replace(&file, &text(1));
+    let inputs = Inputs {
+        file: Some((file.clone(), true)),
+        ..Inputs::default()
+    };
+    let first = Arc::new(inputs.resolve().expect("configuration"));
+    let (tx, updates) = tokio::sync::watch::channel(first.clone());
+    let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+    let mut config = PluginConfig::new(dir.path().to_path_buf());
+    config.config = first.as_ref().clone();
+    config.safety_poll = Duration::from_secs(3600);
+    config.reload = Some(Reload {
+        inputs,
+        tx,
+        node: None,
+    });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(plugin::run_with_updates(
+        config,
+        Arc::new(SnapshotFile::new(host)),
+        updates,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    assert!(
+        kubelet
+            .wait_for(Duration::from_secs(10), |v| v
+                .devices(DISPLAY)
+                .is_some_and(|d| d.len() == 2))
+            .await
+    );
+    let mut latencies = Vec::with_capacity(edits);
+    for i in 1..=edits {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let replicas = 1 + (i % 2) as u32;
+        let start = Instant::now();
+        replace(&file, &text(replicas));
+        let want = 2 * replicas as usize;
+        let seen = kubelet
+            .wait_for(Duration::from_secs(5), |v| {
+                v.devices(DISPLAY).is_some_and(|d| d.len() == want)
+            })
+            .await;
+        assert!(seen, "edit {i} reached the kubelet");
+        latencies.push(start.elapsed());
+    }
+    report(
+        "configuration edit -> kubelet list",
+        "p99 < 20 ms",
+        latencies,
+    );
+    let _ = stop.send(());
+    let _ = daemon.await;
+    kubelet.stop().await;
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(kubelet_restarts(
+        env_number("DXDP_BENCH_RESTARTS", 50) as usize
+    ));
+    runtime.block_on(config_edits(env_number("DXDP_BENCH_EDITS", 100) as usize));
+}
