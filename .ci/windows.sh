@@ -42,6 +42,11 @@ case "${1:-}" in
     x86_64-w64-mingw32-gcc -shared -O2 -Wl,--kill-at -o "$deps/bcryptprimitives.dll" \
       tests/wine/processprng.c -ladvapi32
     /usr/bin/cargo test "${build_std[@]}" --lib "$@"
+    # The daemon's fault tests build for Windows and, under Wine (no AF_UNIX), say that they are
+    # skipped and why; on a real Windows machine they run.
+    /usr/bin/cargo test "${build_std[@]}" --test faults 2>&1 | tee "$CARGO_TARGET_DIR/faults-wine.log"
+    grep -q "skipped .*AF_UNIX sockets are not available here" "$CARGO_TARGET_DIR/faults-wine.log" \
+      || grep -q "test result: ok. 6 passed" "$CARGO_TARGET_DIR/faults-wine.log"
 
     # The Windows binary under Wine must print exactly what the Linux binary prints for every
     # fixture host, and fail cleanly (no panic) where DXCore is missing.

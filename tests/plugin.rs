@@ -30,7 +30,6 @@ const NO_SAFETY_POLL: Duration = Duration::from_secs(3600);
 
 mod common;
 
-use common::fixture_path as fixture;
 
 fn load_facts(name: &str) -> HostFacts {
     common::facts(name)
@@ -655,7 +654,7 @@ async fn sigterm_stops_the_binary_and_removes_its_sockets() {
         .args(["plugin", "--kubelet-dir"])
         .arg(dir.path())
         .args(["--host-snapshot"])
-        .arg(fixture("nvidia-multi-gpu"))
+        .arg(common::fixture_path("nvidia-multi-gpu"))
         .env_clear()
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
