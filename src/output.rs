@@ -236,6 +236,11 @@ pub fn schemas() -> Vec<(&'static str, Schema)> {
     ]
 }
 
+/// A document as YAML, fields in the same order as [`to_json`] writes them.
+pub fn to_yaml<T: Serialize>(doc: &T) -> anyhow::Result<String> {
+    Ok(serde_saphyr::to_string(doc)?)
+}
+
 /// The text of `docs/schemas/<kind>.schema.json`.
 pub fn schema_text(schema: &Schema) -> String {
     to_json(schema)

@@ -804,3 +804,53 @@ fn errors_print_each_cause_once() {
         assert!(err.contains(missing), "names the path: {err}");
     }
 }
+
+#[test]
+fn output_flag_json_yaml_and_the_json_alias() {
+    let host = fixture("nvidia-multi-gpu.yaml");
+    for cmd in [
+        vec!["discover"],
+        vec!["hcs"],
+        vec!["doctor"],
+        vec!["config", "show"],
+    ] {
+        let with = |extra: &[&str]| {
+            let mut args = cmd.clone();
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--host-snapshot", &host]);
+            dxdp(&args)
+        };
+        let json = with(&["-o", "json"]);
+        let alias = with(&["--json"]);
+        let yaml = with(&["--output", "yaml"]);
+        assert_no_panic(&json);
+        assert_eq!(stdout(&json), stdout(&alias), "{cmd:?}: --json is -o json");
+        assert!(stdout(&json).starts_with("{\n  \"apiVersion\": \"dxdp/v1\",\n  \"kind\": "));
+        assert!(
+            stdout(&yaml).starts_with("apiVersion: dxdp/v1\nkind: "),
+            "{cmd:?}: {}",
+            stdout(&yaml)
+        );
+        let both = with(&["-o", "yaml", "--json"]);
+        assert_eq!(
+            both.status.code(),
+            Some(2),
+            "{cmd:?}: -o and --json conflict"
+        );
+    }
+    let mounts = dxdp(&["mounts", "--all", "-o", "yaml", "--host-snapshot", &host]);
+    assert!(stdout(&mounts).starts_with("apiVersion: dxdp/v1\nkind: Mounts\n"));
+    let old = dxdp(&[
+        "mounts",
+        "--all",
+        "--format",
+        "json",
+        "--host-snapshot",
+        &host,
+    ]);
+    assert!(stdout(&old).contains("\"kind\": \"Mounts\""));
+    let snap = dxdp(&["snapshot", "-o", "json", "--host-snapshot", &host]);
+    assert!(stdout(&snap).starts_with("{\n  \"apiVersion\": \"dxdp/v1alpha1\""));
+    let version = dxdp(&["version"]);
+    assert_eq!(stdout(&version), stdout(&dxdp(&["--version"])));
+}

@@ -17,10 +17,11 @@ use dxdp_core::devices::Resource;
 pub enum ConfigCommand {
     /// Print the effective configuration and where each value came from.
     Show {
-        /// Print JSON: {"apiVersion", "kind": "Configuration", "file", "values": {key: {"value",
-        /// "origin"}}} (schema: docs/schemas/Configuration.schema.json).
-        #[arg(long)]
-        json: bool,
+        /// Output: text, or one document {"apiVersion", "kind": "Configuration", "file",
+        /// "values": {key: {"value", "origin"}}} as JSON or YAML (schema:
+        /// docs/schemas/Configuration.schema.json).
+        #[command(flatten)]
+        output: super::OutputArgs,
     },
     /// Validate a configuration file; exit 1 with file:line:column and what is allowed. A
     /// reference-plugin file (WDDM_/MCDM_DEVICE_PLUGIN_CONFIG_FILE) is detected, or named with
@@ -37,9 +38,9 @@ pub enum ConfigCommand {
 /// Runs a `config` subcommand.
 pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Result<ExitCode> {
     match cmd {
-        ConfigCommand::Show { json } => {
+        ConfigCommand::Show { output } => {
             let file = inputs.file.as_ref().map(|(p, _)| p.display().to_string());
-            let text = if *json {
+            let text = if output.is_document() {
                 let values = config
                     .show_json()
                     .into_iter()
@@ -51,12 +52,12 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
                         (key, value)
                     })
                     .collect();
-                dxdp::output::to_json(&dxdp::output::ConfigurationDoc {
+                output.document(&dxdp::output::ConfigurationDoc {
                     api_version: dxdp::output::ApiVersion,
                     kind: dxdp::output::ConfigurationKind,
                     file,
                     values,
-                })
+                })?
             } else {
                 let header = match &file {
                     Some(f) => format!("# configuration file: {f}\n"),

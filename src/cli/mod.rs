@@ -71,6 +71,56 @@ struct GlobalArgs {
     log_level: Option<String>,
 }
 
+/// The output format of a command with machine output (`-o/--output`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// For people (the default).
+    #[default]
+    Text,
+    /// One JSON document (`apiVersion`, `kind`; schema in docs/schemas/).
+    Json,
+    /// The same document as YAML.
+    Yaml,
+}
+
+/// `-o/--output json|yaml|text` (with `--json` kept as an alias of `-o json`), shared by every
+/// command with machine output.
+#[derive(Debug, Clone, Default, Args)]
+pub struct OutputArgs {
+    /// Output format: text (for people), json or yaml (one document with apiVersion and kind;
+    /// its JSON Schema is in docs/schemas/).
+    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+    /// Same as `-o json`.
+    #[arg(long, conflicts_with = "output")]
+    pub json: bool,
+}
+
+impl OutputArgs {
+    /// The format asked for.
+    pub fn format(&self) -> OutputFormat {
+        match (self.output, self.json) {
+            (Some(f), _) => f,
+            (None, true) => OutputFormat::Json,
+            (None, false) => OutputFormat::Text,
+        }
+    }
+
+    /// Whether the output is a document (JSON or YAML) rather than text for people.
+    pub fn is_document(&self) -> bool {
+        self.format() != OutputFormat::Text
+    }
+
+    /// `doc` in the format asked for: JSON (as `--json` always wrote it) or YAML; text is the
+    /// caller's business (this gives JSON then).
+    pub fn document<T: serde::Serialize>(&self, doc: &T) -> anyhow::Result<String> {
+        match self.format() {
+            OutputFormat::Yaml => dxdp::output::to_yaml(doc),
+            OutputFormat::Json | OutputFormat::Text => Ok(dxdp::output::to_json(doc)),
+        }
+    }
+}
+
 /// A resource on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ResourceArg {
@@ -166,6 +216,8 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Print the version, the git commit it was built from and the target (as `--version`).
+    Version,
     /// Write man pages (roff): dxdp.1 and one per subcommand.
     Man {
         /// The directory to write them to.
@@ -191,6 +243,7 @@ impl Command {
             Command::Snapshot(_)
             | Command::Config(_)
             | Command::Completion { .. }
+            | Command::Version
             | Command::Man { .. } => {}
         }
         flags
@@ -277,6 +330,7 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
             write_stdout(&script)
         }
         Command::Man { out_dir } => man_pages(&out_dir),
+        Command::Version => write_stdout(format!("dxdp {VERSION}\n").as_bytes()),
     }
 }
 
