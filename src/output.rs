@@ -165,6 +165,10 @@ pub struct ConfigurationDoc {
     pub file: Option<String>,
     /// Every key (`resources.display.replicas`, `assignment`, ...) with its value and origin.
     pub values: BTreeMap<String, ConfigValue>,
+    /// How the configuration was built, when an operator must know: a configuration file that
+    /// does not exist, a reference-plugin default file read, `*_MULTITENANCY=0` taken as 1, a
+    /// dxdp variable overriding a reference variable, an unknown named configuration.
+    pub notes: Vec<String>,
 }
 
 /// A device selected by `dxdp mounts`.
@@ -257,6 +261,7 @@ mod tests {
             kind: ConfigurationKind,
             file: None,
             values: BTreeMap::new(),
+            notes: Vec::new(),
         };
         let text = to_json(&doc);
         assert!(

@@ -253,6 +253,9 @@ impl Command {
 /// What the configuration is built from for this invocation.
 fn inputs(cli: &Cli) -> Inputs {
     let mut env = config::process_env();
+    // The reference plugin's default files (wddm.yaml, mcdm.yaml) are read from its directory.
+    env.entry(config::REFERENCE_DIR_VAR.to_string())
+        .or_insert_with(|| config::default_reference_dir().display().to_string());
     let mut flags = cli.command.flags();
     flags.log_level = cli.global.log_level.clone();
     flags.log_format = cli.global.log_format;
@@ -297,6 +300,19 @@ pub fn main() -> ExitCode {
     if let Err(e) = logging::init(config.log_format, level) {
         eprintln!("error: {e}");
         return ExitCode::from(2);
+    }
+    // How the configuration was built, when an operator must know (not for `config show`,
+    // which prints the same notices on stdout).
+    if !matches!(
+        cli.command,
+        Command::Config(config_cmd::ConfigCommand::Show { .. })
+    ) {
+        for n in &config.notices {
+            notice(n);
+        }
+        if let Some(w) = &config.selection.warning {
+            notice(w);
+        }
     }
     match run(cli, config, inputs) {
         Ok(code) => code,

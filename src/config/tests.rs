@@ -711,3 +711,125 @@ fn metrics_address_follows_the_precedence_and_is_checked() {
         "{err}"
     );
 }
+
+#[test]
+fn reference_multitenancy_zero_means_one_with_a_notice() {
+    let c = inputs(
+        None,
+        &[("WDDM_DEVICE_PLUGIN_MULTITENANCY", "0")],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(c.replicas(Resource::Display), 1);
+    assert_eq!(
+        c.notices,
+        ["env WDDM_DEVICE_PLUGIN_MULTITENANCY=0 means 1 (exclusive devices), as in the reference plugin; resources.display.replicas is 1"]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "mcdm.yaml", "multitenancy: 0\n");
+    let env = [("MCDM_DEVICE_PLUGIN_CONFIG_FILE", path.to_str().unwrap())];
+    let c = inputs(None, &env, Flags::default()).resolve().unwrap();
+    assert_eq!(c.replicas(Resource::Compute), 1);
+    assert_eq!(c.notices.len(), 1, "{:?}", c.notices);
+    assert!(
+        c.notices[0].contains("multitenancy: 0 means 1"),
+        "{:?}",
+        c.notices
+    );
+    // Still refused: above the maximum.
+    let err = inputs(
+        None,
+        &[("WDDM_DEVICE_PLUGIN_MULTITENANCY", "65")],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap_err();
+    assert!(err.to_string().contains("from 1 to 64"), "{err}");
+}
+
+#[test]
+fn a_dxdp_variable_over_a_reference_variable_names_both() {
+    let env = [
+        ("WDDM_DEVICE_PLUGIN_MULTITENANCY", "4"),
+        ("DXDP_REPLICAS", "2"),
+        ("MCDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED", "true"),
+        ("DXDP_INCLUDE_INTEGRATED", "false"),
+    ];
+    let c = inputs(None, &env, Flags::default()).resolve().unwrap();
+    assert_eq!(c.replicas(Resource::Display), 2);
+    assert_eq!(
+        c.origin("resources.display.replicas"),
+        "env DXDP_REPLICAS (overrides env WDDM_DEVICE_PLUGIN_MULTITENANCY=4)"
+    );
+    // Nothing overridden for compute's replicas: a plain origin, no notice about it.
+    assert_eq!(c.origin("resources.compute.replicas"), "env DXDP_REPLICAS");
+    assert_eq!(
+        c.origin("resources.compute.includeIntegrated"),
+        "env DXDP_INCLUDE_INTEGRATED (overrides env MCDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED=true)"
+    );
+    assert_eq!(
+        c.notices,
+        [
+            "resources.display.replicas: env DXDP_REPLICAS=2 overrides the reference plugin's env WDDM_DEVICE_PLUGIN_MULTITENANCY=4; unset one of them (dxdp's variables win)",
+            "resources.compute.includeIntegrated: env DXDP_INCLUDE_INTEGRATED=false overrides the reference plugin's env MCDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED=true; unset one of them (dxdp's variables win)",
+        ]
+    );
+}
+
+#[test]
+fn reference_default_files_in_the_reference_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let wddm = write(&dir, "wddm.yaml", "multitenancy: 3\n");
+    let d = dir.path().to_str().unwrap();
+    let c = inputs(None, &[(REFERENCE_DIR_VAR, d)], Flags::default())
+        .resolve()
+        .unwrap();
+    assert_eq!(c.replicas(Resource::Display), 3);
+    assert_eq!(
+        c.replicas(Resource::Compute),
+        1,
+        "no mcdm.yaml: nothing read"
+    );
+    assert_eq!(
+        c.origin("resources.display.replicas"),
+        format!(
+            "file {} (the reference plugin's default file, as WDDM_DEVICE_PLUGIN_CONFIG_FILE)",
+            wddm.display()
+        )
+    );
+    assert_eq!(c.notices.len(), 1);
+    assert!(c.notices[0].starts_with(&format!("read the reference plugin's {}", wddm.display())));
+    // Both are watched, present or not, so a file that appears later is read.
+    let i = inputs(None, &[(REFERENCE_DIR_VAR, d)], Flags::default());
+    assert_eq!(
+        i.watched_files(),
+        [wddm.clone(), dir.path().join("mcdm.yaml")]
+    );
+    // The variable naming a file wins over the default file, as in the reference plugin.
+    let other = write(&dir, "other.yaml", "multitenancy: 5\n");
+    let env = [
+        (REFERENCE_DIR_VAR, d),
+        ("WDDM_DEVICE_PLUGIN_CONFIG_FILE", other.to_str().unwrap()),
+    ];
+    let c = inputs(None, &env, Flags::default()).resolve().unwrap();
+    assert_eq!(c.replicas(Resource::Display), 5);
+    assert!(c.notices.is_empty(), "{:?}", c.notices);
+}
+
+#[test]
+fn vendor_keys_as_windows_reports_the_manufacturer() {
+    let text = "additionalMounts:\n  Advanced Micro Devices, Inc.:\n    - source: amdx.dll\n  NVIDIA:\n    - source: nvx.dll\n  intel corporation:\n    - source: igx.dll\n";
+    let f: ReferenceFile = file::parse(text, "t").unwrap();
+    let keys: Vec<u32> = f.additional_mounts.unwrap().keys().map(|k| k.0).collect();
+    assert_eq!(keys, [0x1002, 0x10DE, 0x8086]);
+    let err = file::parse::<ReferenceFile>(
+        "additionalMounts:\n  Acme GPUs:\n    - source: a.dll\n",
+        "t",
+    )
+    .unwrap_err();
+    assert!(
+        err.message.contains("unknown vendor \"Acme GPUs\""),
+        "{err}"
+    );
+}
