@@ -854,3 +854,77 @@ fn output_flag_json_yaml_and_the_json_alias() {
     let version = dxdp(&["version"]);
     assert_eq!(stdout(&version), stdout(&dxdp(&["--version"])));
 }
+
+#[test]
+fn an_unknown_named_configuration_is_a_warning_naming_the_file_the_asker_and_the_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(
+        &path,
+        "configurations:\n  shared-a10: {resources: {display: {replicas: 4}}}\n  big: {}\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let o = dxdp(&["discover", "--config", p, "--configuration", "shared-a1O"]);
+    assert!(o.status.success(), "a warning, not an error");
+    assert!(
+        stderr(&o).contains(&format!(
+            "warning: configuration \"shared-a1O\" (flag --configuration) is not in {p}'s configurations (it has big, shared-a10): using the default configuration"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    let o = dxdp_env(
+        &["config", "show"],
+        &[("DXDP_CONFIG", p), ("DXDP_CONFIGURATION", "nope")],
+    );
+    assert!(
+        stderr(&o).contains("warning: configuration \"nope\" (env DXDP_CONFIGURATION)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o)
+            .contains("# configuration: default: \"nope\" (env DXDP_CONFIGURATION) is unknown"),
+        "{}",
+        stdout(&o)
+    );
+    // JSON logs: the warning is a JSON line.
+    let o = dxdp(&[
+        "discover",
+        "--config",
+        p,
+        "--configuration",
+        "nope",
+        "--log-format",
+        "json",
+    ]);
+    let line = stderr(&o)
+        .lines()
+        .find(|l| l.contains("nope"))
+        .unwrap_or_default()
+        .to_string();
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    assert_eq!(v["level"], "WARN", "{line}");
+}
+
+#[test]
+fn config_show_says_when_the_configuration_file_does_not_exist() {
+    let o = dxdp_env(&["config", "show"], &[]);
+    let first = stdout(&o).lines().next().unwrap_or_default().to_string();
+    assert!(
+        first.starts_with("# configuration file: none (would read "),
+        "{first}"
+    );
+    let o = dxdp_env(&["config", "show", "-o", "json"], &[]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["file"], serde_json::Value::Null);
+    assert!(
+        v["notes"][0]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("configuration file: none (would read "),
+        "{v}"
+    );
+}

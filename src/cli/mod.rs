@@ -301,17 +301,19 @@ pub fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
-    // How the configuration was built, when an operator must know (not for `config show`,
-    // which prints the same notices on stdout).
-    if !matches!(
-        cli.command,
-        Command::Config(config_cmd::ConfigCommand::Show { .. })
-    ) {
-        for n in &config.notices {
-            notice(n);
+    // How the configuration was built, when an operator must know (`config show` prints the
+    // notices on stdout; the plugin logs them with the configuration it applies).
+    match &cli.command {
+        Command::Plugin(_) => {}
+        Command::Config(config_cmd::ConfigCommand::Show { .. }) => {
+            if let Some(w) = &config.selection.warning {
+                warning(w);
+            }
         }
-        if let Some(w) = &config.selection.warning {
-            notice(w);
+        _ => {
+            for n in config.notices.iter().chain(&config.selection.warning) {
+                warning(n);
+            }
         }
     }
     match run(cli, config, inputs) {
@@ -373,9 +375,15 @@ fn with_node_selection(config: Config, mut inputs: Inputs) -> anyhow::Result<(Co
     match read {
         Ok(info) => {
             inputs.node = Some(info);
+            let before = config.selection.warning.clone();
             let config = inputs.resolve()?;
-            if let Some(w) = &config.selection.warning {
-                notice(w);
+            if let Some(w) = config
+                .selection
+                .warning
+                .as_ref()
+                .filter(|w| Some(*w) != before.as_ref())
+            {
+                warning(w);
             }
             Ok((config, inputs))
         }
@@ -431,6 +439,15 @@ fn notice(message: &str) {
     match NOTICE_FORMAT.get() {
         Some(LogFormat::Json) => tracing::warn!("{message}"),
         _ => eprintln!("note: {message}"),
+    }
+}
+
+/// Like [`notice`], for something that may be a mistake: a `warning:` line on stderr, or a
+/// warning log event when logs are JSON.
+fn warning(message: &str) {
+    match NOTICE_FORMAT.get() {
+        Some(LogFormat::Json) => tracing::warn!("{message}"),
+        _ => eprintln!("warning: {message}"),
     }
 }
 

@@ -93,7 +93,11 @@ pub fn run(
         config_file = %inputs
             .file
             .as_ref()
-            .map(|(p, _)| p.display().to_string())
+            .map(|(p, _)| if p.exists() {
+                p.display().to_string()
+            } else {
+                format!("none (would read {})", p.display())
+            })
             .unwrap_or_else(|| "none".into()),
         "starting the dxdp device plugin"
     );
@@ -129,6 +133,18 @@ pub fn run(
             Ok(None) => {}
             Err(e) => return Err(e),
         }
+        // How the configuration was built, and which named configuration applies and why.
+        for n in &config.notices {
+            tracing::warn!("{n}");
+        }
+        if let Some(w) = &config.selection.warning {
+            tracing::warn!("{w}");
+        }
+        tracing::info!(
+            configuration = config.selection.name.as_deref().unwrap_or("default"),
+            reason = %config.selection.reason,
+            "configuration applied"
+        );
         plugin_config.config = config.clone();
         let (tx, updates) = watch::channel(Arc::new(config));
         tasks.push(tokio::spawn(plugin::reload::watch_counted(

@@ -359,6 +359,7 @@ impl Inputs {
             apply_reference(&mut c, r, &f, &origin);
         }
         let mut named = None;
+        let mut missing = None;
         if let Some((path, required)) = &self.file {
             match read(path) {
                 Ok(text) => {
@@ -367,13 +368,17 @@ impl Inputs {
                     named = Some((path, f.configurations.unwrap_or_default()));
                 }
                 Err(e) if *required => return Err(e),
-                Err(_) => {}
+                Err(_) => missing = Some(path),
             }
         }
         // The node labels' prefix (which names the selecting label) as env and flags make it.
         let mut probe = c.clone();
         apply_env(&mut probe, &self.env)?;
-        c.selection = self.select(&probe.node_labels, named.as_ref().map(|(p, n)| (*p, n)));
+        c.selection = self.select(
+            &probe.node_labels,
+            named.as_ref().map(|(p, n)| (*p, n)),
+            missing,
+        );
         if let (Some(name), Some((path, configurations))) = (&c.selection.name, &named) {
             if let Some(f) = configurations.get(&file::ConfigName(name.clone())) {
                 let origin = format!("file {} (configuration {name})", path.display());
@@ -393,6 +398,7 @@ impl Inputs {
         &self,
         labels: &NodeLabels,
         named: Option<(&PathBuf, &BTreeMap<file::ConfigName, file::NamedConfigFile>)>,
+        missing: Option<&PathBuf>,
     ) -> Selection {
         let key = labels.selector_key();
         let asked = if let Some(n) = &self.flags.configuration {
@@ -428,13 +434,26 @@ impl Inputs {
                 warning: None,
             };
         }
-        let file = named
-            .map(|(p, _)| p.display().to_string())
-            .unwrap_or_else(|| "the configuration file".into());
-        let known = if known.is_empty() {
-            "it has none".to_string()
-        } else {
-            format!("it has {}", known.join(", "))
+        let (file, known) = match (named, missing) {
+            (Some((p, _)), _) => (
+                p.display().to_string(),
+                if known.is_empty() {
+                    "it has none".to_string()
+                } else {
+                    format!("it has {}", known.join(", "))
+                },
+            ),
+            (None, Some(p)) => (
+                "the configuration file".to_string(),
+                format!(
+                    "there is no configuration file: {} does not exist",
+                    p.display()
+                ),
+            ),
+            (None, None) => (
+                "the configuration file".to_string(),
+                "no configuration file is read".to_string(),
+            ),
         };
         Selection {
             name: None,
