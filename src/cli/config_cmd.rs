@@ -104,13 +104,14 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
                 anyhow::anyhow!("cannot read configuration file {}: {e}", path.display())
             })?;
             let origin = path.display().to_string();
+            let max = file::MAX_ERRORS;
             let outcome = match reference {
-                Some(plugin) => file::parse::<ReferenceFile>(&text, &origin)
+                Some(plugin) => file::parse_all::<ReferenceFile>(&text, &origin, max)
                     .map(|f| reference_report(&origin, &f, &[*plugin])),
-                None => match file::parse::<ConfigFile>(&text, &origin) {
+                None => match file::parse_all::<ConfigFile>(&text, &origin, max) {
                     Ok(_) => Ok(format!("{origin}: valid\n")),
                     // Not dxdp's format: maybe the reference plugin's.
-                    Err(e) => match file::parse::<ReferenceFile>(&text, &origin) {
+                    Err(e) => match file::parse_all::<ReferenceFile>(&text, &origin, max) {
                         Ok(f) if !text.trim().is_empty() => Ok(reference_report(
                             &origin,
                             &f,
@@ -128,8 +129,15 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
                     std::io::stdout().write_all(report.as_bytes())?;
                     Ok(ExitCode::SUCCESS)
                 }
-                Err(e) => {
-                    eprintln!("{e}");
+                Err(errors) => {
+                    for e in &errors {
+                        eprintln!("{e}");
+                    }
+                    if errors.len() >= max {
+                        eprintln!(
+                            "{origin}: stopped after {max} errors; fix these and check again"
+                        );
+                    }
                     Ok(ExitCode::FAILURE)
                 }
             }

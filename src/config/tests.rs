@@ -305,10 +305,10 @@ fn bad_values_are_rejected_with_what_is_allowed() {
         ("resources: {display: {replicas: 65}}\n", "from 1 to 64"),
         ("resources:\n  display:\n    replicas: many\n", ":3:"),
         ("resources: {display: {name: gpu}}\n", "domain.example/name"),
-        ("resources: {gpu: {}}\n", "unknown field `gpu`"),
+        ("resources: {gpu: {}}\n", "unknown key `gpu`"),
         ("devices: {include: [{}]}\n", "at least one of vendor"),
         ("devices: {include: [{vendor: acme}]}\n", "unknown vendor"),
-        ("devices: {include: [{model: x}]}\n", "unknown field `model`"),
+        ("devices: {include: [{model: x}]}\n", "unknown key `model`"),
         ("assignment: pci\n", "location-path"),
         ("runtimeFiles: {additional: {nvidia: {system32: [{source: '..\\x.dll'}]}}}\n", "`..`"),
         ("runtimeFiles: {additional: {nvidia: {system32: [{source: x.dll, destination: 'a\\b.dll'}]}}}\n", "bare file name"),
@@ -319,11 +319,11 @@ fn bad_values_are_rejected_with_what_is_allowed() {
         ("resources: {display: {cudaVisibleDevices: yes please}}\n", "true or false"),
         ("nodeLabels: {prefix: directx.microsoft.com}\n", "must contain '/'"),
         ("nodeLabels: {prefix: Example.com/}\n", "not a DNS subdomain"),
-        ("nodeLabels: {labels: true}\n", "unknown field `labels`"),
+        ("nodeLabels: {labels: true}\n", "unknown key `labels`"),
         ("configurations: {'big gpu': {}}\n", "not a valid label value"),
         ("configurations:\n  big:\n    logLevel: debug\n", ":3:"),
-        ("configurations: {big: {nodeLabels: {enabled: false}}}\n", "unknown field `nodeLabels`"),
-        ("configurations: {big: {configurations: {}}}\n", "unknown field `configurations`"),
+        ("configurations: {big: {nodeLabels: {enabled: false}}}\n", "unknown key `nodeLabels`"),
+        ("configurations: {big: {configurations: {}}}\n", "unknown key `configurations`"),
         ("configurations: {big: {resources: {display: {replicas: 0}}}}\n", "from 1 to 64"),
     ];
     for (text, fragment) in table {
@@ -694,7 +694,7 @@ fn metrics_address_follows_the_precedence_and_is_checked() {
             .to_string();
         assert!(err.contains("bad.yaml:1:"), "{text}: {err}");
         assert!(
-            err.contains("0.0.0.0:9466") || err.contains("unknown field `port`"),
+            err.contains("0.0.0.0:9466") || err.contains("unknown key `port`"),
             "{text}: {err}"
         );
     }
@@ -832,4 +832,68 @@ fn vendor_keys_as_windows_reports_the_manufacturer() {
         err.message.contains("unknown vendor \"Acme GPUs\""),
         "{err}"
     );
+}
+
+#[test]
+fn errors_in_the_words_an_operator_uses() {
+    let cases = [
+        (
+            "resources: {display: {replicas: two}}\n",
+            "t:1:33: expected a whole number, got \"two\"",
+        ),
+        (
+            "- a\n- b\n",
+            "t:1:1: the file must be a mapping of keys (key: value), not a list",
+        ),
+        (
+            "logLevel: info\nlogLevel: debug\n",
+            "t:2:1: key logLevel appears twice in the same mapping: keep one",
+        ),
+        (
+            "resources: {display: {enabled: maybe}}\n",
+            "t:1:32: expected true or false, got \"maybe\"",
+        ),
+        (
+            "resources: [1]\n",
+            "t:1:12: expected a mapping of keys (key: value) here, got a list",
+        ),
+        (
+            "assignment: guid\n",
+            "t:1:13: unknown value `guid`: use one of location-path, class-guid, auto",
+        ),
+    ];
+    for (text, want) in cases {
+        let err = file::parse::<ConfigFile>(text, "t").unwrap_err();
+        assert_eq!(err.to_string(), want, "{text}");
+        for jargon in [
+            "invalid u64",
+            "mapping start",
+            "DuplicateKeyPolicy",
+            "variant",
+        ] {
+            assert!(!err.to_string().contains(jargon), "{err}");
+        }
+    }
+}
+
+#[test]
+fn every_error_of_a_file_at_once() {
+    let text = "resources:\n  display:\n    replicas: two\n  compute:\n    replica: 2\ndevices:\n  includeIntegrated: maybe\nassignment: guid\nlogLevel: info\n";
+    let errors = file::parse_all::<ConfigFile>(text, "t", file::MAX_ERRORS).unwrap_err();
+    let got: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [
+            "t:3:15: expected a whole number, got \"two\"",
+            "t:5:5: unknown key `replica`: the keys allowed here are enabled, name, replicas, aliases, includeIntegrated, includeDetachable, allocationPolicy, multiDevice, cudaVisibleDevices",
+            "t:7:22: expected true or false, got \"maybe\"",
+            "t:8:13: unknown value `guid`: use one of location-path, class-guid, auto",
+        ]
+    );
+    // Bounded.
+    let many: String = (0..30).map(|i| format!("bad{i}: 1\n")).collect();
+    let errors = file::parse_all::<ConfigFile>(&many, "t", 5).unwrap_err();
+    assert_eq!(errors.len(), 5);
+    // A valid file parses as with parse.
+    assert!(file::parse_all::<ConfigFile>(FULL, "t", 5).is_ok());
 }
