@@ -928,3 +928,51 @@ fn config_show_says_when_the_configuration_file_does_not_exist() {
         "{v}"
     );
 }
+
+#[test]
+fn a_fatal_error_is_a_json_log_line_under_log_format_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("config.yaml");
+    std::fs::write(&bad, "resources: {display: {replicas: two}}\n").unwrap();
+    let bad = bad.to_str().unwrap();
+    // The configuration fails (flag and env choose the format), and a command fails.
+    for (args, env) in [
+        (
+            vec!["discover", "--config", bad, "--log-format", "json"],
+            vec![],
+        ),
+        (
+            vec!["discover", "--config", bad],
+            vec![("DXDP_LOG_FORMAT", "json")],
+        ),
+        (
+            vec!["mounts", "--index", "99", "--log-format", "json"],
+            vec![],
+        ),
+    ] {
+        let o = dxdp_env(&args, &env);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let lines: Vec<serde_json::Value> = stderr(&o)
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{args:?}: not JSON: {l}: {e}"))
+            })
+            .collect();
+        let last = lines
+            .last()
+            .unwrap_or_else(|| panic!("{args:?}: no stderr"));
+        assert_eq!(last["level"], "ERROR", "{args:?}");
+        assert!(
+            last["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{args:?}"
+        );
+    }
+    let o = dxdp(&["discover", "--config", bad]);
+    assert!(
+        stderr(&o).starts_with(&format!(
+            "error: {bad}:1:33: expected a whole number, got \"two\""
+        )),
+        "{}",
+        stderr(&o)
+    );
+}

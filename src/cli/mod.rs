@@ -285,7 +285,15 @@ pub fn main() -> ExitCode {
     let config = match inputs.resolve() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            // The configuration (with logFormat) is what failed: the flag or environment
+            // still choose the format of the error.
+            let format = cli.global.log_format.or_else(|| {
+                inputs
+                    .env
+                    .get("DXDP_LOG_FORMAT")
+                    .and_then(|f| f.parse().ok())
+            });
+            fatal(format.unwrap_or_default(), &e.to_string(), false);
             return ExitCode::FAILURE;
         }
     };
@@ -298,7 +306,7 @@ pub fn main() -> ExitCode {
     };
     let _ = NOTICE_FORMAT.set(config.log_format);
     if let Err(e) = logging::init(config.log_format, level) {
-        eprintln!("error: {e}");
+        fatal(config.log_format, &e.to_string(), false);
         return ExitCode::from(2);
     }
     // How the configuration was built, when an operator must know (`config show` prints the
@@ -316,10 +324,11 @@ pub fn main() -> ExitCode {
             }
         }
     }
+    let format = config.log_format;
     match run(cli, config, inputs) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            fatal(format, &format!("{e:#}"), true);
             ExitCode::FAILURE
         }
     }
@@ -427,6 +436,21 @@ fn write_stdout(bytes: &[u8]) -> anyhow::Result<ExitCode> {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
         Err(e) => Err(e).context("cannot write to stdout"),
+    }
+}
+
+/// The error that ends the process: `error: …` on stderr, or one JSON log line (level ERROR) when
+/// logs are JSON, so that a log collector sees it as it sees every other line.
+fn fatal(format: LogFormat, message: &str, logging_ready: bool) {
+    match format {
+        LogFormat::Json => {
+            if !logging_ready {
+                // The configuration failed before logging was set up: set it up for this line.
+                let _ = logging::init(LogFormat::Json, "error");
+            }
+            tracing::error!("{message}");
+        }
+        LogFormat::Text => eprintln!("error: {message}"),
     }
 }
 
