@@ -363,7 +363,20 @@ impl Inputs {
         if let Some((path, required)) = &self.file {
             match read(path) {
                 Ok(text) => {
-                    let f: ConfigFile = file::parse(&text, &path.display().to_string())?;
+                    let origin = path.display().to_string();
+                    let f: ConfigFile = file::parse(&text, &origin).map_err(|mut e| {
+                        // Say when there is more to fix than the first error.
+                        let all = file::parse_all::<ConfigFile>(&text, &origin, file::MAX_ERRORS)
+                            .err()
+                            .map_or(1, |all| all.len());
+                        if all > 1 {
+                            e.message.push_str(&format!(
+                                " (and {} more: `dxdp config check {origin}` lists them all)",
+                                all - 1
+                            ));
+                        }
+                        e
+                    })?;
                     apply_file(&mut c, &f, &format!("file {}", path.display()));
                     named = Some((path, f.configurations.unwrap_or_default()));
                 }

@@ -896,4 +896,18 @@ fn every_error_of_a_file_at_once() {
     assert_eq!(errors.len(), 5);
     // A valid file parses as with parse.
     assert!(file::parse_all::<ConfigFile>(FULL, "t", 5).is_ok());
+    // Start and reload name the first error and say how many more there are.
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "multi.yaml", text);
+    let err = inputs(Some(path.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{p}:3:15: expected a whole number, got \"two\" (and 3 more: `dxdp config check {p}` lists them all)",
+            p = path.display()
+        )
+    );
 }
