@@ -137,7 +137,13 @@ pub fn run(
         for n in &config.notices {
             tracing::warn!("{n}");
         }
-        if let Some(w) = &config.selection.warning {
+        // (With the API server, connect_cluster has already warned about an unknown name.)
+        if let Some(w) = config
+            .selection
+            .warning
+            .as_ref()
+            .filter(|_| node_rx.is_none())
+        {
             tracing::warn!("{w}");
         }
         tracing::info!(
