@@ -80,11 +80,15 @@ def helm(*args):
     return p.returncode, p.stdout, p.stderr
 
 
-def template(*values, release=RELEASE, namespace=NAMESPACE):
+# The chart has no default image (none is published): the chart checks set this one.
+IMAGE = ["--set", "image.repository=registry.example.com/dxdp"]
+
+
+def template(*values, release=RELEASE, namespace=NAMESPACE, extra=()):
     args = ["template", release, CHART, "--namespace", namespace, "--kube-version", KUBE_VERSIONS[0]]
     for v in values:
         args += ["--values", v]
-    return helm(*args)
+    return helm(*args, *extra)
 
 
 def docs(text):
@@ -115,6 +119,8 @@ def render_variant(name):
     )
     if code != 0:
         return None, err
+    # Labelled as what they are: applied with kubectl, not managed by Helm.
+    out = out.replace("app.kubernetes.io/managed-by: Helm", "app.kubernetes.io/managed-by: kubectl")
     return header(name) + out, None
 
 
@@ -331,9 +337,9 @@ def chart_checks():
     for vf in value_files:
         label = "chart " + (os.path.basename(vf) if vf else "defaults")
         extra = ["--values", vf] if vf else []
-        code, out, err = helm("lint", "--strict", CHART, *extra)
+        code, out, err = helm("lint", "--strict", CHART, "--namespace", NAMESPACE, *IMAGE, *extra)
         check(f"{label}: helm lint --strict", code == 0, (out + err).strip()[-400:])
-        code, out, err = template(*([vf] if vf else []))
+        code, out, err = template(*([vf] if vf else []), extra=IMAGE)
         if not check(f"{label}: helm template", code == 0, err.strip()):
             continue
         objs = docs(out)
@@ -355,7 +361,6 @@ def chart_checks():
 
     # Values that must be refused, with the reason helm gives.
     refused = [
-        ("a Windows build pin", ["--set", "nodeSelector.node\\.kubernetes\\.io/windows-build=10.0.20348"], "nodeSelector"),
         ("an unknown value", ["--set", "replicaz=4"], "replicaz"),
         ("replicas above 64", ["--set", "replicas=65"], "replicas"),
         ("an unknown config key", ["--set", "config.resources.display.replica=2"], "replica"),
@@ -366,8 +371,75 @@ def chart_checks():
         ("a bad assignment mode", ["--set", "config.assignment=guid"], "assignment"),
     ]
     for name, args, needle in refused:
-        code, out, err = helm("template", RELEASE, CHART, *args)
+        code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, *args)
         check(f"chart refuses {name}", code != 0 and needle in err, f"exit {code}: {err.strip()[:200]}")
+    # No default image: the error says what to set and where the image comes from.
+    code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE)
+    check("chart refuses a missing image.repository, saying what to set",
+          code != 0 and "image.repository is not set" in err and "deploy/image" in err,
+          f"exit {code}: {err.strip()[:300]}")
+    # The default namespace only when allowed.
+    code, out, err = helm("template", RELEASE, CHART, "--namespace", "default", *IMAGE)
+    check("chart refuses the default namespace", code != 0 and "allowDefaultNamespace" in err,
+          f"exit {code}: {err.strip()[:300]}")
+    code, out, err = helm("template", RELEASE, CHART, "--namespace", "default", *IMAGE,
+                          "--set", "allowDefaultNamespace=true")
+    check("chart installs into default with allowDefaultNamespace", code == 0, err.strip()[:300])
+    # An operator may pin a Windows build.
+    code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE,
+                          "--set", "nodeSelector.node\\.kubernetes\\.io/windows-build=10.0.20348")
+    pinned = (find(docs(out), "DaemonSet") or [{}])[0] if code == 0 else {}
+    selector = pinned.get("spec", {}).get("template", {}).get("spec", {}).get("nodeSelector", {})
+    check("chart accepts a Windows build pin in nodeSelector",
+          selector.get("node.kubernetes.io/windows-build") == "10.0.20348", f"exit {code}: {err.strip()[:300]}")
+    docs_examples_checks()
+
+
+def configuration_examples():
+    """The ```yaml blocks of docs/configuration.md (each a dxdp configuration file)."""
+    blocks, current = [], None
+    with open(os.path.join(ROOT, "docs", "configuration.md")) as f:
+        for line in f:
+            stripped = line.strip()
+            if current is None and stripped == "```yaml":
+                current = []
+            elif current is not None and stripped == "```":
+                blocks.append("".join(current))
+                current = None
+            elif current is not None:
+                current.append(line)
+    return blocks
+
+
+def docs_examples_checks():
+    """Every example of docs/configuration.md renders under the chart's config: and the rendered
+    config.yaml passes `dxdp config check` (the chart's config schema is dxdp's)."""
+    examples = configuration_examples()
+    check("docs/configuration.md has examples", len(examples) >= 2, f"found {len(examples)}")
+    dxdp = dxdp_binary()
+    for i, text in enumerate(examples, 1):
+        label = f"docs/configuration.md example {i}"
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            yaml.safe_dump({"config": yaml.safe_load(text)}, f)
+            path = f.name
+        try:
+            code, out, err = template(path, extra=IMAGE)
+        finally:
+            os.unlink(path)
+        if not check(f"{label}: the chart renders it under config:", code == 0, err.strip()[:400]):
+            continue
+        maps = find(docs(out), "ConfigMap")
+        rendered = maps[0]["data"]["config.yaml"] if maps else ""
+        if dxdp:
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+                f.write(rendered)
+                path = f.name
+            try:
+                p = subprocess.run([dxdp, "config", "check", path], capture_output=True, text=True)
+            finally:
+                os.unlink(path)
+            check(f"{label}: `dxdp config check` accepts the rendered config.yaml", p.returncode == 0,
+                  p.stderr.strip())
 
 
 def readme_checks():

@@ -74,13 +74,19 @@ pub fn init(format: LogFormat, level: &str) -> Result<(), LogLevelError> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
-        .with_ansi(std::io::stderr().is_terminal());
+        .with_ansi(colour(std::io::stderr().is_terminal()));
     // try_init fails only when a subscriber is already installed, which is fine.
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
     Ok(())
+}
+
+/// Whether to colour output: only on a terminal, and never when `NO_COLOR` is set to anything
+/// but the empty string (https://no-color.org).
+pub fn colour(is_terminal: bool) -> bool {
+    is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 #[cfg(test)]
@@ -103,5 +109,10 @@ mod tests {
         for (level, ok) in table {
             assert_eq!(filter(level).is_ok(), ok, "{level:?}");
         }
+    }
+
+    #[test]
+    fn no_colour_off_a_terminal() {
+        assert!(!colour(false));
     }
 }

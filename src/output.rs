@@ -165,6 +165,10 @@ pub struct ConfigurationDoc {
     pub file: Option<String>,
     /// Every key (`resources.display.replicas`, `assignment`, ...) with its value and origin.
     pub values: BTreeMap<String, ConfigValue>,
+    /// How the configuration was built, when an operator must know: a configuration file that
+    /// does not exist, a reference-plugin default file read, `*_MULTITENANCY=0` taken as 1, a
+    /// dxdp variable overriding a reference variable, an unknown named configuration.
+    pub notes: Vec<String>,
 }
 
 /// A device selected by `dxdp mounts`.
@@ -236,6 +240,11 @@ pub fn schemas() -> Vec<(&'static str, Schema)> {
     ]
 }
 
+/// A document as YAML, fields in the same order as [`to_json`] writes them.
+pub fn to_yaml<T: Serialize>(doc: &T) -> anyhow::Result<String> {
+    Ok(serde_saphyr::to_string(doc)?)
+}
+
 /// The text of `docs/schemas/<kind>.schema.json`.
 pub fn schema_text(schema: &Schema) -> String {
     to_json(schema)
@@ -252,6 +261,7 @@ mod tests {
             kind: ConfigurationKind,
             file: None,
             values: BTreeMap::new(),
+            notes: Vec::new(),
         };
         let text = to_json(&doc);
         assert!(

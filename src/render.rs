@@ -7,14 +7,19 @@ use dxdp_core::facts::OsFacts;
 
 /// The `discover --json` document.
 pub fn discovery_json(discovery: &Discovery) -> String {
-    crate::output::to_json(&crate::output::DiscoveryDoc {
+    crate::output::to_json(&discovery_doc(discovery))
+}
+
+/// The `discover -o json|yaml` document.
+pub fn discovery_doc(discovery: &Discovery) -> crate::output::DiscoveryDoc<'_> {
+    crate::output::DiscoveryDoc {
         api_version: crate::output::ApiVersion,
         kind: crate::output::DiscoveryKind,
         devices: &discovery.devices,
         excluded: &discovery.excluded,
         warnings: &discovery.warnings,
         in_container: discovery.in_container,
-    })
+    }
 }
 
 /// The human report: host, devices, excluded adapters, warnings.

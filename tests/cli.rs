@@ -804,3 +804,175 @@ fn errors_print_each_cause_once() {
         assert!(err.contains(missing), "names the path: {err}");
     }
 }
+
+#[test]
+fn output_flag_json_yaml_and_the_json_alias() {
+    let host = fixture("nvidia-multi-gpu.yaml");
+    for cmd in [
+        vec!["discover"],
+        vec!["hcs"],
+        vec!["doctor"],
+        vec!["config", "show"],
+    ] {
+        let with = |extra: &[&str]| {
+            let mut args = cmd.clone();
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--host-snapshot", &host]);
+            dxdp(&args)
+        };
+        let json = with(&["-o", "json"]);
+        let alias = with(&["--json"]);
+        let yaml = with(&["--output", "yaml"]);
+        assert_no_panic(&json);
+        assert_eq!(stdout(&json), stdout(&alias), "{cmd:?}: --json is -o json");
+        assert!(stdout(&json).starts_with("{\n  \"apiVersion\": \"dxdp/v1\",\n  \"kind\": "));
+        assert!(
+            stdout(&yaml).starts_with("apiVersion: dxdp/v1\nkind: "),
+            "{cmd:?}: {}",
+            stdout(&yaml)
+        );
+        let both = with(&["-o", "yaml", "--json"]);
+        assert_eq!(
+            both.status.code(),
+            Some(2),
+            "{cmd:?}: -o and --json conflict"
+        );
+    }
+    let mounts = dxdp(&["mounts", "--all", "-o", "yaml", "--host-snapshot", &host]);
+    assert!(stdout(&mounts).starts_with("apiVersion: dxdp/v1\nkind: Mounts\n"));
+    let old = dxdp(&[
+        "mounts",
+        "--all",
+        "--format",
+        "json",
+        "--host-snapshot",
+        &host,
+    ]);
+    assert!(stdout(&old).contains("\"kind\": \"Mounts\""));
+    let snap = dxdp(&["snapshot", "-o", "json", "--host-snapshot", &host]);
+    assert!(stdout(&snap).starts_with("{\n  \"apiVersion\": \"dxdp/v1alpha1\""));
+    let version = dxdp(&["version"]);
+    assert_eq!(stdout(&version), stdout(&dxdp(&["--version"])));
+}
+
+#[test]
+fn an_unknown_named_configuration_is_a_warning_naming_the_file_the_asker_and_the_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(
+        &path,
+        "configurations:\n  shared-a10: {resources: {display: {replicas: 4}}}\n  big: {}\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let o = dxdp(&["discover", "--config", p, "--configuration", "shared-a1O"]);
+    assert!(o.status.success(), "a warning, not an error");
+    assert!(
+        stderr(&o).contains(&format!(
+            "warning: configuration \"shared-a1O\" (flag --configuration) is not in {p}'s configurations (it has big, shared-a10): using the default configuration"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    let o = dxdp_env(
+        &["config", "show"],
+        &[("DXDP_CONFIG", p), ("DXDP_CONFIGURATION", "nope")],
+    );
+    assert!(
+        stderr(&o).contains("warning: configuration \"nope\" (env DXDP_CONFIGURATION)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o)
+            .contains("# configuration: default: \"nope\" (env DXDP_CONFIGURATION) is unknown"),
+        "{}",
+        stdout(&o)
+    );
+    // JSON logs: the warning is a JSON line.
+    let o = dxdp(&[
+        "discover",
+        "--config",
+        p,
+        "--configuration",
+        "nope",
+        "--log-format",
+        "json",
+    ]);
+    let line = stderr(&o)
+        .lines()
+        .find(|l| l.contains("nope"))
+        .unwrap_or_default()
+        .to_string();
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    assert_eq!(v["level"], "WARN", "{line}");
+}
+
+#[test]
+fn config_show_says_when_the_configuration_file_does_not_exist() {
+    let o = dxdp_env(&["config", "show"], &[]);
+    let first = stdout(&o).lines().next().unwrap_or_default().to_string();
+    assert!(
+        first.starts_with("# configuration file: none (would read "),
+        "{first}"
+    );
+    let o = dxdp_env(&["config", "show", "-o", "json"], &[]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["file"], serde_json::Value::Null);
+    assert!(
+        v["notes"][0]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("configuration file: none (would read "),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_fatal_error_is_a_json_log_line_under_log_format_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("config.yaml");
+    std::fs::write(&bad, "resources: {display: {replicas: two}}\n").unwrap();
+    let bad = bad.to_str().unwrap();
+    // The configuration fails (flag and env choose the format), and a command fails.
+    for (args, env) in [
+        (
+            vec!["discover", "--config", bad, "--log-format", "json"],
+            vec![],
+        ),
+        (
+            vec!["discover", "--config", bad],
+            vec![("DXDP_LOG_FORMAT", "json")],
+        ),
+        (
+            vec!["mounts", "--index", "99", "--log-format", "json"],
+            vec![],
+        ),
+    ] {
+        let o = dxdp_env(&args, &env);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let lines: Vec<serde_json::Value> = stderr(&o)
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{args:?}: not JSON: {l}: {e}"))
+            })
+            .collect();
+        let last = lines
+            .last()
+            .unwrap_or_else(|| panic!("{args:?}: no stderr"));
+        assert_eq!(last["level"], "ERROR", "{args:?}");
+        assert!(
+            last["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{args:?}"
+        );
+    }
+    let o = dxdp(&["discover", "--config", bad]);
+    assert!(
+        stderr(&o).starts_with(&format!(
+            "error: {bad}:1:33: expected a whole number, got \"two\""
+        )),
+        "{}",
+        stderr(&o)
+    );
+}

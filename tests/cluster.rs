@@ -248,5 +248,5 @@ async fn config_show_says_which_configuration_the_node_selects_and_why() {
         out.contains("configuration: default  # default: \"huge\""),
         "{out}"
     );
-    assert!(err.contains("note: configuration \"huge\""), "{err}");
+    assert!(err.contains("warning: configuration \"huge\""), "{err}");
 }

@@ -133,6 +133,9 @@ fn help(path: &[&str]) -> (BTreeSet<String>, BTreeSet<String>) {
                     if let Some(flag) = word.strip_prefix("--") {
                         let flag = flag.split(['=', '<', '[']).next().unwrap_or_default();
                         flags.insert(flag.to_string());
+                    } else if word.len() == 2 && word.starts_with('-') {
+                        // A short flag, kept with its dash: `-o`.
+                        flags.insert(word.to_string());
                     }
                 }
             }
@@ -212,6 +215,20 @@ fn every_documented_flag_exists_on_its_subcommand() {
             for w in &words[..] {
                 if skip_next {
                     skip_next = false;
+                    continue;
+                }
+                // A short flag (`-o`) is checked with its dash.
+                let short = w.len() == 2
+                    && w.starts_with('-')
+                    && w[1..].chars().all(|c| c.is_ascii_alphabetic());
+                if short {
+                    checked += 1;
+                    if !flags.contains(*w) && !top_flags.contains(*w) {
+                        problems.push(format!(
+                            "{page}: `dxdp {line}`: dxdp {} has no {w}",
+                            path.join(" ")
+                        ));
+                    }
                     continue;
                 }
                 let Some(flag) = w.strip_prefix("--") else {

@@ -249,3 +249,95 @@ fn the_checker_finds_what_does_not_conform() {
         "enum via $ref"
     );
 }
+
+/// The chart's schema of its `config` value (dxdp's configuration file).
+fn chart_config_schema() -> Value {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/dxdp/values.schema.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let doc: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    doc["properties"]["config"].clone()
+}
+
+#[test]
+fn the_chart_config_schema_is_the_binary_schema() {
+    let mut generated = dxdp::config::file::config_schema();
+    generated
+        .as_object_mut()
+        .expect("the schema is an object")
+        .remove("title");
+    assert!(
+        chart_config_schema() == generated,
+        "deploy/helm/dxdp/values.schema.json's properties.config differs from `dxdp config schema`;\n\
+         update it with `cargo run -q -- config schema | python3 deploy/sync_config_schema.py` and review the diff"
+    );
+}
+
+/// The ```yaml blocks of docs/configuration.md.
+fn configuration_examples() -> Vec<String> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match (&mut current, line.trim_start()) {
+            (None, "```yaml") => current = Some(String::new()),
+            (Some(block), "```") => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            (Some(block), _) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+#[test]
+fn every_configuration_example_is_valid_for_dxdp_and_the_chart() {
+    let examples = configuration_examples();
+    assert!(
+        examples.len() >= 2,
+        "docs/configuration.md has {} yaml examples",
+        examples.len()
+    );
+    let schema = chart_config_schema();
+    for (i, text) in examples.iter().enumerate() {
+        let origin = format!("docs/configuration.md example {}", i + 1);
+        if let Err(e) = dxdp::config::file::parse::<dxdp::config::file::ConfigFile>(text, &origin) {
+            panic!("{e}");
+        }
+        let value: Value = serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{origin}: {e}"));
+        let mut out = Vec::new();
+        violations(&value, &schema, &schema, "$", &mut out);
+        assert!(
+            out.is_empty(),
+            "{origin} against the chart's config schema: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn the_chart_config_schema_refuses_what_dxdp_refuses() {
+    let schema = chart_config_schema();
+    for bad in [
+        "resources: {display: {replica: 2}}",
+        "configurations: {a: {logLevel: info}}",
+        "assignment: guid",
+        "devices: {include: [{vendr: nvidia}]}",
+        "resources: {display: {replicas: two}}",
+    ] {
+        let value: Value = serde_saphyr::from_str(bad).expect("YAML");
+        let mut out = Vec::new();
+        violations(&value, &schema, &schema, "$", &mut out);
+        assert!(!out.is_empty(), "the chart's schema accepts {bad}");
+        assert!(
+            dxdp::config::file::parse::<dxdp::config::file::ConfigFile>(bad, "t").is_err(),
+            "dxdp accepts {bad}"
+        );
+    }
+}

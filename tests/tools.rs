@@ -324,3 +324,96 @@ fn doctor_skips_the_kubelet_directory_when_told() {
         assert!(c.is_some_and(|c| c.detail.starts_with("skipped: ") && c.remedy.is_none()));
     }
 }
+
+#[test]
+fn doctor_judges_every_assignment_as_hcs_does_on_every_host() {
+    for host in hosts() {
+        let f = facts(host);
+        let os = f.os.clone().unwrap_or_default();
+        for assignment in Assignment::ALL {
+            let p = Probes {
+                assignment,
+                ..probes(
+                    DirState::Writable,
+                    true,
+                    Some("containerd github.com/containerd/containerd v1.7.20"),
+                )
+            };
+            let checks = doctor::checks(&f, &run(&f), &p);
+            let find = |name: &str| checks.iter().find(|c| c.name == name).cloned();
+            let verdict = hcs::assignment(&os, assignment);
+            let Some(check) = find("HCS device assignment") else {
+                panic!("{host}: no HCS check")
+            };
+            assert_eq!(
+                check.status.as_str() == "FAIL",
+                !verdict.works,
+                "{host} {assignment:?}: doctor {} vs hcs works={}: {}",
+                check.status.as_str(),
+                verdict.works,
+                check.detail
+            );
+            // Whenever class-guid is in force, doctor says what it means, as hcs does.
+            if verdict.in_force == "class-guid" && verdict.works {
+                assert!(
+                    check.detail.contains("every GPU"),
+                    "{host} {assignment:?}: {}",
+                    check.detail
+                );
+                assert!(
+                    verdict.verdict.contains("every GPU"),
+                    "{host}: {}",
+                    verdict.verdict
+                );
+            }
+            // Never "assigns each device by location path" when class-guid is in force.
+            assert!(
+                !(verdict.in_force == "class-guid" && check.detail.contains("by location path")),
+                "{host} {assignment:?}: {}",
+                check.detail
+            );
+            // The Windows build verdict agrees with the assignment verdict.
+            if let Some(build) = find("Windows build") {
+                if build.status.as_str() == "FAIL" {
+                    assert!(
+                        !verdict.works
+                            || host == "ws2019-old" && verdict.in_force == "location-path",
+                        "{host} {assignment:?}: build FAIL but hcs says it works: {}",
+                        build.detail
+                    );
+                }
+            }
+        }
+    }
+    // Windows Server 2019 in class-guid mode (or auto, which falls back to it): the build passes,
+    // with the caveat.
+    let old = facts("ws2019-old");
+    for assignment in [Assignment::ClassGuid, Assignment::Auto] {
+        let p = Probes {
+            assignment,
+            ..probes(
+                DirState::Writable,
+                true,
+                Some("containerd github.com/containerd/containerd v1.7.20"),
+            )
+        };
+        let checks = doctor::checks(&old, &run(&old), &p);
+        let build = checks
+            .iter()
+            .find(|c| c.name == "Windows build")
+            .expect("build check");
+        assert_eq!(
+            build.status.as_str(),
+            "PASS",
+            "{assignment:?}: {}",
+            build.detail
+        );
+        assert!(
+            build
+                .detail
+                .contains("every container gets every GPU of the node"),
+            "{}",
+            build.detail
+        );
+    }
+}

@@ -17,11 +17,15 @@ use dxdp_core::devices::Resource;
 pub enum ConfigCommand {
     /// Print the effective configuration and where each value came from.
     Show {
-        /// Print JSON: {"apiVersion", "kind": "Configuration", "file", "values": {key: {"value",
-        /// "origin"}}} (schema: docs/schemas/Configuration.schema.json).
-        #[arg(long)]
-        json: bool,
+        /// Output: text, or one document {"apiVersion", "kind": "Configuration", "file",
+        /// "values": {key: {"value", "origin"}}} as JSON or YAML (schema:
+        /// docs/schemas/Configuration.schema.json).
+        #[command(flatten)]
+        output: super::OutputArgs,
     },
+    /// Print the JSON Schema of the configuration file (for editors and CI; the Helm chart's
+    /// `config` value is checked against the same schema).
+    Schema,
     /// Validate a configuration file; exit 1 with file:line:column and what is allowed. A
     /// reference-plugin file (WDDM_/MCDM_DEVICE_PLUGIN_CONFIG_FILE) is detected, or named with
     /// --reference, and each of its keys is shown with the dxdp key it sets.
@@ -37,9 +41,20 @@ pub enum ConfigCommand {
 /// Runs a `config` subcommand.
 pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Result<ExitCode> {
     match cmd {
-        ConfigCommand::Show { json } => {
-            let file = inputs.file.as_ref().map(|(p, _)| p.display().to_string());
-            let text = if *json {
+        ConfigCommand::Show { output } => {
+            // A file that does not exist is not shown as if it were read.
+            let (file, missing) = match &inputs.file {
+                Some((p, _)) if p.exists() => (Some(p.display().to_string()), None),
+                Some((p, _)) => (None, Some(p.display().to_string())),
+                None => (None, None),
+            };
+            let mut notes: Vec<String> = missing
+                .iter()
+                .map(|p| format!("configuration file: none (would read {p})"))
+                .collect();
+            notes.extend(config.notices.iter().cloned());
+            notes.extend(config.selection.warning.iter().cloned());
+            let text = if output.is_document() {
                 let values = config
                     .show_json()
                     .into_iter()
@@ -51,19 +66,33 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
                         (key, value)
                     })
                     .collect();
-                dxdp::output::to_json(&dxdp::output::ConfigurationDoc {
+                output.document(&dxdp::output::ConfigurationDoc {
                     api_version: dxdp::output::ApiVersion,
                     kind: dxdp::output::ConfigurationKind,
                     file,
                     values,
-                })
+                    notes,
+                })?
             } else {
-                let header = match &file {
-                    Some(f) => format!("# configuration file: {f}\n"),
-                    None => "# no configuration file\n".to_string(),
+                let mut header = match (&file, &missing) {
+                    (Some(f), _) => format!("# configuration file: {f}\n"),
+                    (None, Some(p)) => format!("# configuration file: none (would read {p})\n"),
+                    (None, None) => "# configuration file: none\n".to_string(),
                 };
+                header.push_str(&format!("# configuration: {}\n", config.selection.reason));
+                for n in notes
+                    .iter()
+                    .filter(|n| !n.starts_with("configuration file: "))
+                {
+                    header.push_str(&format!("# note: {n}\n"));
+                }
                 header + &config.show()
             };
+            std::io::stdout().write_all(text.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Schema => {
+            let text = serde_json::to_string_pretty(&file::config_schema())? + "\n";
             std::io::stdout().write_all(text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
@@ -75,18 +104,22 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
                 anyhow::anyhow!("cannot read configuration file {}: {e}", path.display())
             })?;
             let origin = path.display().to_string();
+            let max = file::MAX_ERRORS;
             let outcome = match reference {
-                Some(plugin) => file::parse::<ReferenceFile>(&text, &origin)
+                Some(plugin) => file::parse_all::<ReferenceFile>(&text, &origin, max)
                     .map(|f| reference_report(&origin, &f, &[*plugin])),
-                None => match file::parse::<ConfigFile>(&text, &origin) {
+                None => match file::parse_all::<ConfigFile>(&text, &origin, max) {
                     Ok(_) => Ok(format!("{origin}: valid\n")),
                     // Not dxdp's format: maybe the reference plugin's.
-                    Err(e) => match file::parse::<ReferenceFile>(&text, &origin) {
+                    Err(e) => match file::parse_all::<ReferenceFile>(&text, &origin, max) {
                         Ok(f) if !text.trim().is_empty() => Ok(reference_report(
                             &origin,
                             &f,
                             &[ReferencePlugin::Wddm, ReferencePlugin::Mcdm],
                         )),
+                        // A reference-plugin file with a mistake: name that mistake, not
+                        // its valid reference keys.
+                        Err(reference) if looks_like_reference(&text) => Err(reference),
                         _ => Err(e),
                     },
                 },
@@ -96,13 +129,37 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
                     std::io::stdout().write_all(report.as_bytes())?;
                     Ok(ExitCode::SUCCESS)
                 }
-                Err(e) => {
-                    eprintln!("{e}");
+                Err(errors) => {
+                    for e in &errors {
+                        eprintln!("{e}");
+                    }
+                    if errors.len() >= max {
+                        eprintln!(
+                            "{origin}: stopped after {max} errors; fix these and check again"
+                        );
+                    }
                     Ok(ExitCode::FAILURE)
                 }
             }
         }
     }
+}
+
+/// Whether a file's top-level keys are the reference plugin's (`multitenancy`,
+/// `additionalMounts`, ... and none of dxdp's own top-level keys).
+fn looks_like_reference(text: &str) -> bool {
+    const REFERENCE: [&str; 5] = [
+        "multitenancy",
+        "includeIntegrated",
+        "includeDetachable",
+        "additionalMounts",
+        "additionalMountsWow64",
+    ];
+    let Ok(serde_json::Value::Object(map)) = serde_saphyr::from_str::<serde_json::Value>(text)
+    else {
+        return false;
+    };
+    map.keys().any(|k| REFERENCE.contains(&k.as_str()))
 }
 
 /// Which reference plugin a file belongs to.

@@ -13,10 +13,11 @@ use dxdp_core::pipeline;
 /// Arguments of `dxdp discover`.
 #[derive(Debug, Args)]
 pub struct DiscoverArgs {
-    /// Print one JSON document `{"apiVersion", "kind": "Discovery", "devices", "excluded",
-    /// "warnings", "inContainer"}` (schema: docs/schemas/Discovery.schema.json).
-    #[arg(long)]
-    json: bool,
+    /// Output: text, or one document `{"apiVersion", "kind": "Discovery", "devices",
+    /// "excluded", "warnings", "inContainer"}` as JSON or YAML (schema:
+    /// docs/schemas/Discovery.schema.json).
+    #[command(flatten)]
+    output: super::OutputArgs,
     #[command(flatten)]
     pub(super) pipeline: super::PipelineArgs,
 }
@@ -29,8 +30,8 @@ pub fn run(
 ) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
     let discovery = pipeline::discover(&facts, &config.pipeline);
-    let text = if args.json {
-        render::discovery_json(&discovery)
+    let text = if args.output.is_document() {
+        args.output.document(&render::discovery_doc(&discovery))?
     } else {
         render::discovery_text(&discovery, facts.os.as_ref())
     };

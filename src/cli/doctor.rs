@@ -18,9 +18,8 @@ use super::ResourceArg;
 /// Arguments of `dxdp doctor`.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
-    /// Print the checks as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: super::OutputArgs,
     /// The kubelet's device-plugin directory [default: as for `dxdp plugin`].
     #[arg(long, env = "DXDP_KUBELET_DIR", value_name = "DIR")]
     kubelet_dir: Option<PathBuf>,
@@ -140,9 +139,9 @@ pub fn run(
         assignment: config.assignment,
     };
     let checks = doctor::checks(&facts, &discovery, &probes);
-    let text = if args.json {
+    let text = if args.output.is_document() {
         let count = |s| checks.iter().filter(|c| c.status == s).count();
-        dxdp::output::to_json(&dxdp::output::DoctorReportDoc {
+        args.output.document(&dxdp::output::DoctorReportDoc {
             api_version: dxdp::output::ApiVersion,
             kind: dxdp::output::DoctorReportKind,
             checks: &checks,
@@ -153,7 +152,7 @@ pub fn run(
                 info: count(Status::Info),
             },
             ok: !doctor::failed(&checks),
-        })
+        })?
     } else {
         doctor::text(&checks)
     };

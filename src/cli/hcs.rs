@@ -12,9 +12,8 @@ use dxdp::tools::hcs;
 /// Arguments of `dxdp hcs`.
 #[derive(Debug, Args)]
 pub struct HcsArgs {
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: super::OutputArgs,
     #[command(flatten)]
     pub(super) assignment: super::AssignmentArgs,
 }
@@ -30,13 +29,13 @@ pub fn run(
     let os = facts.os.unwrap_or_default();
     let report = hcs::report(&os);
     let verdict = hcs::assignment(&os, config.assignment);
-    let text = if args.json {
-        dxdp::output::to_json(&dxdp::output::HcsReportDoc {
+    let text = if args.output.is_document() {
+        args.output.document(&dxdp::output::HcsReportDoc {
             api_version: dxdp::output::ApiVersion,
             kind: dxdp::output::HcsReportKind,
             report: &report,
             assignment: &verdict,
-        })
+        })?
     } else {
         format!(
             "{}Configured assignment: {} ({}): {}\n",

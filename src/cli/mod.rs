@@ -71,6 +71,56 @@ struct GlobalArgs {
     log_level: Option<String>,
 }
 
+/// The output format of a command with machine output (`-o/--output`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// For people (the default).
+    #[default]
+    Text,
+    /// One JSON document (`apiVersion`, `kind`; schema in docs/schemas/).
+    Json,
+    /// The same document as YAML.
+    Yaml,
+}
+
+/// `-o/--output json|yaml|text` (with `--json` kept as an alias of `-o json`), shared by every
+/// command with machine output.
+#[derive(Debug, Clone, Default, Args)]
+pub struct OutputArgs {
+    /// Output format: text (for people), json or yaml (one document with apiVersion and kind;
+    /// its JSON Schema is in docs/schemas/).
+    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+    /// Same as `-o json`.
+    #[arg(long, conflicts_with = "output")]
+    pub json: bool,
+}
+
+impl OutputArgs {
+    /// The format asked for.
+    pub fn format(&self) -> OutputFormat {
+        match (self.output, self.json) {
+            (Some(f), _) => f,
+            (None, true) => OutputFormat::Json,
+            (None, false) => OutputFormat::Text,
+        }
+    }
+
+    /// Whether the output is a document (JSON or YAML) rather than text for people.
+    pub fn is_document(&self) -> bool {
+        self.format() != OutputFormat::Text
+    }
+
+    /// `doc` in the format asked for: JSON (as `--json` always wrote it) or YAML; text is the
+    /// caller's business (this gives JSON then).
+    pub fn document<T: serde::Serialize>(&self, doc: &T) -> anyhow::Result<String> {
+        match self.format() {
+            OutputFormat::Yaml => dxdp::output::to_yaml(doc),
+            OutputFormat::Json | OutputFormat::Text => Ok(dxdp::output::to_json(doc)),
+        }
+    }
+}
+
 /// A resource on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ResourceArg {
@@ -166,6 +216,8 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Print the version, the git commit it was built from and the target (as `--version`).
+    Version,
     /// Write man pages (roff): dxdp.1 and one per subcommand.
     Man {
         /// The directory to write them to.
@@ -191,6 +243,7 @@ impl Command {
             Command::Snapshot(_)
             | Command::Config(_)
             | Command::Completion { .. }
+            | Command::Version
             | Command::Man { .. } => {}
         }
         flags
@@ -200,6 +253,9 @@ impl Command {
 /// What the configuration is built from for this invocation.
 fn inputs(cli: &Cli) -> Inputs {
     let mut env = config::process_env();
+    // The reference plugin's default files (wddm.yaml, mcdm.yaml) are read from its directory.
+    env.entry(config::REFERENCE_DIR_VAR.to_string())
+        .or_insert_with(|| config::default_reference_dir().display().to_string());
     let mut flags = cli.command.flags();
     flags.log_level = cli.global.log_level.clone();
     flags.log_format = cli.global.log_format;
@@ -229,7 +285,15 @@ pub fn main() -> ExitCode {
     let config = match inputs.resolve() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            // The configuration (with logFormat) is what failed: the flag or environment
+            // still choose the format of the error.
+            let format = cli.global.log_format.or_else(|| {
+                inputs
+                    .env
+                    .get("DXDP_LOG_FORMAT")
+                    .and_then(|f| f.parse().ok())
+            });
+            fatal(format.unwrap_or_default(), &e.to_string(), false);
             return ExitCode::FAILURE;
         }
     };
@@ -242,13 +306,29 @@ pub fn main() -> ExitCode {
     };
     let _ = NOTICE_FORMAT.set(config.log_format);
     if let Err(e) = logging::init(config.log_format, level) {
-        eprintln!("error: {e}");
+        fatal(config.log_format, &e.to_string(), false);
         return ExitCode::from(2);
     }
+    // How the configuration was built, when an operator must know (`config show` prints the
+    // notices on stdout; the plugin logs them with the configuration it applies).
+    match &cli.command {
+        Command::Plugin(_) => {}
+        Command::Config(config_cmd::ConfigCommand::Show { .. }) => {
+            if let Some(w) = &config.selection.warning {
+                warning(w);
+            }
+        }
+        _ => {
+            for n in config.notices.iter().chain(&config.selection.warning) {
+                warning(n);
+            }
+        }
+    }
+    let format = config.log_format;
     match run(cli, config, inputs) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            fatal(format, &format!("{e:#}"), true);
             ExitCode::FAILURE
         }
     }
@@ -277,6 +357,7 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
             write_stdout(&script)
         }
         Command::Man { out_dir } => man_pages(&out_dir),
+        Command::Version => write_stdout(format!("dxdp {VERSION}\n").as_bytes()),
     }
 }
 
@@ -303,9 +384,15 @@ fn with_node_selection(config: Config, mut inputs: Inputs) -> anyhow::Result<(Co
     match read {
         Ok(info) => {
             inputs.node = Some(info);
+            let before = config.selection.warning.clone();
             let config = inputs.resolve()?;
-            if let Some(w) = &config.selection.warning {
-                notice(w);
+            if let Some(w) = config
+                .selection
+                .warning
+                .as_ref()
+                .filter(|w| Some(*w) != before.as_ref())
+            {
+                warning(w);
             }
             Ok((config, inputs))
         }
@@ -352,6 +439,21 @@ fn write_stdout(bytes: &[u8]) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The error that ends the process: `error: …` on stderr, or one JSON log line (level ERROR) when
+/// logs are JSON, so that a log collector sees it as it sees every other line.
+fn fatal(format: LogFormat, message: &str, logging_ready: bool) {
+    match format {
+        LogFormat::Json => {
+            if !logging_ready {
+                // The configuration failed before logging was set up: set it up for this line.
+                let _ = logging::init(LogFormat::Json, "error");
+            }
+            tracing::error!("{message}");
+        }
+        LogFormat::Text => eprintln!("error: {message}"),
+    }
+}
+
 /// The log format, for [`notice`].
 static NOTICE_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
 
@@ -361,6 +463,15 @@ fn notice(message: &str) {
     match NOTICE_FORMAT.get() {
         Some(LogFormat::Json) => tracing::warn!("{message}"),
         _ => eprintln!("note: {message}"),
+    }
+}
+
+/// Like [`notice`], for something that may be a mistake: a `warning:` line on stderr, or a
+/// warning log event when logs are JSON.
+fn warning(message: &str) {
+    match NOTICE_FORMAT.get() {
+        Some(LogFormat::Json) => tracing::warn!("{message}"),
+        _ => eprintln!("warning: {message}"),
     }
 }
 

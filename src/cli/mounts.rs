@@ -43,8 +43,16 @@ pub struct MountsArgs {
     /// Select the devices of directx.microsoft.com/compute.
     #[arg(long)]
     compute: bool,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = FormatArg::Ctr)]
+    /// Output format: flags for ctr, nerdctl or docker, a json or yaml document (schema:
+    /// docs/schemas/Mounts.schema.json), or an oci runtime-spec fragment (`--format` is an alias).
+    #[arg(
+        short = 'o',
+        long = "output",
+        alias = "format",
+        value_enum,
+        value_name = "FORMAT",
+        default_value_t = FormatArg::Ctr
+    )]
     format: FormatArg,
     /// Quote flags for this shell [default: powershell on Windows, sh elsewhere].
     #[arg(long, value_enum)]
@@ -74,6 +82,7 @@ enum FormatArg {
     Nerdctl,
     Docker,
     Json,
+    Yaml,
     Oci,
 }
 
@@ -130,11 +139,12 @@ pub fn run(
         FormatArg::Nerdctl => Format::Nerdctl,
         FormatArg::Docker => Format::Docker,
         FormatArg::Json => Format::Json,
+        FormatArg::Yaml => Format::Yaml,
         FormatArg::Oci => Format::Oci,
     };
     if let Some(run_args) = &args.run {
         if format != Format::Ctr {
-            bail!("--run starts `ctr run`; it works only with --format ctr");
+            bail!("--run starts `ctr run`; it works only with -o ctr");
         }
         return run_ctr(&devices, &args.ctr_args, run_args, shell);
     }

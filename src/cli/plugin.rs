@@ -94,7 +94,11 @@ pub fn run(
         config_file = %inputs
             .file
             .as_ref()
-            .map(|(p, _)| p.display().to_string())
+            .map(|(p, _)| if p.exists() {
+                p.display().to_string()
+            } else {
+                format!("none (would read {})", p.display())
+            })
             .unwrap_or_else(|| "none".into()),
         "starting the dxdp device plugin"
     );
@@ -134,6 +138,24 @@ pub fn run(
             top.node = None;
             plugin_config.fallback = top.resolve().ok();
         }
+        // How the configuration was built, and which named configuration applies and why.
+        for n in &config.notices {
+            tracing::warn!("{n}");
+        }
+        // (With the API server, connect_cluster has already warned about an unknown name.)
+        if let Some(w) = config
+            .selection
+            .warning
+            .as_ref()
+            .filter(|_| node_rx.is_none())
+        {
+            tracing::warn!("{w}");
+        }
+        tracing::info!(
+            configuration = config.selection.name.as_deref().unwrap_or("default"),
+            reason = %config.selection.reason,
+            "configuration applied"
+        );
         plugin_config.config = config.clone();
         let (tx, updates) = watch::channel(Arc::new(config));
         plugin_config.reload = Some(plugin::Reload {

@@ -13,12 +13,13 @@ use dxdp_core::snapshot::{self, Format};
 /// Arguments of `dxdp snapshot`.
 #[derive(Debug, Args)]
 pub struct SnapshotArgs {
-    /// Write to this file instead of stdout.
-    #[arg(short, long, value_name = "FILE")]
+    /// Write to this file instead of stdout. As everywhere else, `-o json` and `-o yaml` (a bare
+    /// format name) choose the format and write to stdout.
+    #[arg(short, long, value_name = "FILE|FORMAT")]
     output: Option<PathBuf>,
-    /// Document format.
-    #[arg(long, value_enum, default_value_t = SnapshotFormat::Yaml)]
-    format: SnapshotFormat,
+    /// Document format [default: yaml, or from the file's extension .json].
+    #[arg(long, value_enum)]
+    format: Option<SnapshotFormat>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -27,15 +28,43 @@ enum SnapshotFormat {
     Json,
 }
 
+impl SnapshotArgs {
+    /// Where to write (a file, or stdout) and in which format: `-o json|yaml` is a format, any
+    /// other `-o` value a file; `--format` wins, else a `.json` file is JSON, else YAML.
+    fn destination(&self) -> (Option<PathBuf>, SnapshotFormat) {
+        let word = self.output.as_ref().and_then(|p| p.to_str());
+        let (file, implied) = match word {
+            Some("json") => (None, Some(SnapshotFormat::Json)),
+            Some("yaml") => (None, Some(SnapshotFormat::Yaml)),
+            _ => {
+                let ext = self
+                    .output
+                    .as_ref()
+                    .and_then(|p| p.extension())
+                    .and_then(|e| e.to_str());
+                let implied = ext
+                    .filter(|e| e.eq_ignore_ascii_case("json"))
+                    .map(|_| SnapshotFormat::Json);
+                (self.output.clone(), implied)
+            }
+        };
+        (
+            file,
+            self.format.or(implied).unwrap_or(SnapshotFormat::Yaml),
+        )
+    }
+}
+
 /// Collects the facts and writes them.
 pub fn run(args: &SnapshotArgs, source: &dyn HostFactsSource) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
-    let format = match args.format {
+    let (file, format) = args.destination();
+    let format = match format {
         SnapshotFormat::Yaml => Format::Yaml,
         SnapshotFormat::Json => Format::Json,
     };
     let text = snapshot::write(&facts, format)?;
-    match &args.output {
+    match &file {
         Some(path) => {
             std::fs::write(path, text)
                 .with_context(|| format!("cannot write host snapshot to {}", path.display()))?;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use dxdp_core::allocation::MAX_REPLICAS;
@@ -26,6 +27,20 @@ impl TryFrom<u64> for Replicas {
     }
 }
 
+impl JsonSchema for Replicas {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Replicas".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "integer", "minimum": 1, "maximum": MAX_REPLICAS})
+    }
+}
+
 impl Replicas {
     /// Checks the range and says what is allowed.
     pub fn check(n: u64) -> Result<Replicas, String> {
@@ -39,8 +54,33 @@ impl Replicas {
     }
 }
 
+/// The reference plugin's `multitenancy`: 0 to [`MAX_REPLICAS`], where 0 means 1 (the reference
+/// plugin enforces a minimum of 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(try_from = "u64")]
+pub struct Multitenancy(pub u32);
+
+impl TryFrom<u64> for Multitenancy {
+    type Error = String;
+
+    fn try_from(n: u64) -> Result<Self, Self::Error> {
+        if n == 0 {
+            Ok(Multitenancy(0))
+        } else {
+            Replicas::check(n).map(|r| Multitenancy(r.0))
+        }
+    }
+}
+
+impl Multitenancy {
+    /// The replicas it means: 0 is 1.
+    pub fn replicas(self) -> u32 {
+        self.0.max(1)
+    }
+}
+
 /// An extended resource name (`domain/name`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
 pub struct ResourceName(pub String);
 
@@ -74,7 +114,7 @@ impl ResourceName {
 }
 
 /// One runtime file in `runtimeFiles.additional` or the reference's `additionalMounts`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, try_from = "RawEntry")]
 pub struct FileEntry {
     /// Relative to the driver store.
@@ -83,7 +123,7 @@ pub struct FileEntry {
     pub destination: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawEntry {
     source: String,
@@ -111,7 +151,7 @@ impl TryFrom<RawEntry> for FileEntry {
 }
 
 /// Additional runtime files of one vendor.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VendorFiles {
     /// Files for `C:\Windows\System32`.
@@ -123,7 +163,7 @@ pub struct VendorFiles {
 }
 
 /// `resources.display` / `resources.compute`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResourceFile {
     /// Serve this resource.
@@ -139,8 +179,12 @@ pub struct ResourceFile {
     /// Advertise detachable adapters of this resource (overrides `devices.includeDetachable`).
     pub include_detachable: Option<bool>,
     /// `spread` or `pack`: how preferred allocations pick physical devices.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::allocation_policy")]
     pub allocation_policy: Option<AllocationPolicy>,
     /// `warn` or `fail`: what Allocate does with a request for several IDs.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::multi_device")]
     pub multi_device: Option<MultiDevice>,
     /// Set `CUDA_VISIBLE_DEVICES` for NVIDIA devices.
     pub cuda_visible_devices: Option<bool>,
@@ -149,7 +193,7 @@ pub struct ResourceFile {
 /// `resources`. Every name it serves (each enabled resource's name and aliases) must be unique:
 /// the kubelet would take one name registered twice as one resource, and the other resource's
 /// devices would vanish.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(try_from = "RawResources")]
 pub struct ResourcesFile {
     /// `directx.microsoft.com/display` settings.
@@ -158,7 +202,7 @@ pub struct ResourcesFile {
     pub compute: ResourceFile,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawResources {
     #[serde(default)]
@@ -199,7 +243,7 @@ impl TryFrom<RawResources> for ResourcesFile {
 }
 
 /// A log level or tracing filter, checked as logging would use it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
 pub struct LogLevelName(pub String);
 
@@ -214,7 +258,7 @@ impl TryFrom<String> for LogLevelName {
 }
 
 /// `devices`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DevicesFile {
     /// Advertise integrated adapters.
@@ -222,13 +266,17 @@ pub struct DevicesFile {
     /// Advertise detachable adapters.
     pub include_detachable: Option<bool>,
     /// Keep only devices matching one of these.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::selectors")]
     pub include: Option<Vec<DeviceSelector>>,
     /// Leave out devices matching one of these.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::selectors")]
     pub exclude: Option<Vec<DeviceSelector>>,
 }
 
 /// `health`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HealthFile {
     /// Check device health at all.
@@ -238,7 +286,7 @@ pub struct HealthFile {
 }
 
 /// `runtimeFiles`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RuntimeFilesFile {
     /// Mount runtime files at all.
@@ -250,7 +298,7 @@ pub struct RuntimeFilesFile {
 }
 
 /// A vendor as a map key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
 pub struct VendorKey(pub u32);
 
@@ -263,7 +311,7 @@ impl TryFrom<String> for VendorKey {
 }
 
 /// A `HOST:PORT` for the metrics and probes endpoint; empty turns it off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
 pub struct MetricsAddress(pub Option<std::net::SocketAddr>);
 
@@ -292,7 +340,7 @@ impl MetricsAddress {
 }
 
 /// `metrics`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MetricsFile {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
@@ -300,7 +348,7 @@ pub struct MetricsFile {
 }
 
 /// Log format names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormatName {
     /// Text.
@@ -310,7 +358,7 @@ pub enum LogFormatName {
 }
 
 /// dxdp's configuration file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConfigFile {
     /// Per-resource settings.
@@ -320,6 +368,8 @@ pub struct ConfigFile {
     #[serde(default)]
     pub devices: DevicesFile,
     /// Assignment mode.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::assignment")]
     pub assignment: Option<Assignment>,
     /// Runtime-file control.
     #[serde(default)]
@@ -343,7 +393,7 @@ pub struct ConfigFile {
 }
 
 /// `nodeLabels`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeLabelsFile {
     /// Keep the node's labels up to date.
@@ -353,7 +403,7 @@ pub struct NodeLabelsFile {
 }
 
 /// A label key prefix, checked as a DNS subdomain followed by `/`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
 pub struct LabelPrefix(pub String);
 
@@ -367,7 +417,7 @@ impl TryFrom<String> for LabelPrefix {
 
 /// The name of a configuration in `configurations` (a valid label value, as nodes select it by
 /// label).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
 pub struct ConfigName(pub String);
 
@@ -389,7 +439,7 @@ impl TryFrom<String> for ConfigName {
 /// One named configuration: the device settings a node can select. Process-wide settings
 /// (`logLevel`, `logFormat`, `nodeLabels`, `metrics`) and nested `configurations` are only
 /// allowed at the top level.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NamedConfigFile {
     /// Per-resource settings.
@@ -399,6 +449,8 @@ pub struct NamedConfigFile {
     #[serde(default)]
     pub devices: DevicesFile,
     /// Assignment mode.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::assignment")]
     pub assignment: Option<Assignment>,
     /// Runtime-file control.
     #[serde(default)]
@@ -422,11 +474,11 @@ impl From<&NamedConfigFile> for ConfigFile {
 }
 
 /// A reference-plugin configuration file (one per plugin: WDDM = display, MCDM = compute).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReferenceFile {
-    /// Replicas of the plugin's resource.
-    pub multitenancy: Option<Replicas>,
+    /// Replicas of the plugin's resource (0 means 1, as in the reference plugin).
+    pub multitenancy: Option<Multitenancy>,
     /// Include integrated adapters.
     pub include_integrated: Option<bool>,
     /// Include detachable adapters.
@@ -449,6 +501,117 @@ pub struct FileError {
     pub message: String,
 }
 
+/// What is at `line:column` of `text`, for "got …" in errors: a quoted scalar (bounded), or
+/// "a list" / "a mapping".
+fn found_at(text: &str, location: Option<(u64, u64)>) -> String {
+    let Some((line, column)) = location else {
+        return "something else".into();
+    };
+    let line_text = text
+        .lines()
+        .nth(line.saturating_sub(1) as usize)
+        .unwrap_or_default();
+    let rest: String = line_text
+        .chars()
+        .skip(column.saturating_sub(1) as usize)
+        .collect();
+    let rest = rest.trim_start();
+    if rest.starts_with('-') && rest[1..].starts_with([' ', '\t']) || rest.starts_with('[') {
+        return "a list".into();
+    }
+    if rest.starts_with('{') {
+        return "a mapping".into();
+    }
+    let end = rest
+        .find([',', '}', ']'])
+        .into_iter()
+        .chain(rest.find(" #"))
+        .min()
+        .unwrap_or(rest.len());
+    let token = rest[..end].trim();
+    if token.is_empty() {
+        return "nothing".into();
+    }
+    if token.ends_with(':') || token.contains(": ") {
+        return "a mapping".into();
+    }
+    quote(token.trim_matches(['\'', '"']))
+}
+
+/// A parser message in the words an operator uses: "expected a whole number, got \"two\"",
+/// "the file must be a mapping of keys, not a list", "unknown key …: the keys allowed here are …".
+fn operator_words(message: &str, text: &str, location: Option<(u64, u64)>) -> String {
+    let got = || found_at(text, location);
+    let m = message;
+    if m == "invalid boolean" {
+        return format!("expected true or false, got {}", got());
+    }
+    if m.starts_with("invalid u") || m.starts_with("invalid i") {
+        let got = got();
+        return if got.starts_with("\"-") {
+            format!("expected a whole number of at least 0, got {got}")
+        } else {
+            format!("expected a whole number, got {got}")
+        };
+    }
+    if m.starts_with("invalid f") {
+        return format!("expected a number, got {}", got());
+    }
+    if m == "expected mapping start" {
+        let got = got();
+        return if location == Some((1, 1)) {
+            format!(
+                "the file must be a mapping of keys (key: value), not {}",
+                if got == "a list" {
+                    got
+                } else {
+                    format!("the single value {got}")
+                }
+            )
+        } else {
+            format!("expected a mapping of keys (key: value) here, got {got}")
+        };
+    }
+    if m == "expected sequence start" {
+        return format!(
+            "expected a list here ([a, b], or one item per line starting with '- '), got {}",
+            got()
+        );
+    }
+    if let Some(rest) = m.strip_prefix("duplicate mapping key: ") {
+        let key = rest
+            .split(", set DuplicateKeyPolicy")
+            .next()
+            .unwrap_or(rest);
+        return format!("key {key} appears twice in the same mapping: keep one");
+    }
+    if let Some(rest) = m.strip_prefix("unknown field ") {
+        return match rest.split_once(", expected one of ") {
+            Some((key, allowed)) => {
+                format!("unknown key {key}: the keys allowed here are {allowed}")
+            }
+            None => match rest.split_once(", expected ") {
+                Some((key, allowed)) => {
+                    format!("unknown key {key}: the only key allowed here is {allowed}")
+                }
+                None => format!("unknown key {rest}"),
+            },
+        };
+    }
+    if let Some(rest) = m.strip_prefix("unknown variant ") {
+        return match rest.split_once(", expected one of ") {
+            Some((value, allowed)) => format!("unknown value {value}: use one of {allowed}"),
+            None => format!("unknown value {rest}"),
+        };
+    }
+    if let Some(rest) = m.strip_prefix("invalid type: ") {
+        if let Some((found, expected)) = rest.split_once(", expected ") {
+            return format!("expected {expected}, got {found}");
+        }
+    }
+    m.to_string()
+}
+
 /// Parses a YAML document of type `T`, with `origin` naming it in errors.
 pub fn parse<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result<T, FileError> {
     if text.trim().is_empty() {
@@ -462,18 +625,192 @@ pub fn parse<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result
     let options = serde_saphyr::options! { with_snippet: false };
     serde_saphyr::from_str_with_options(text, options).map_err(|e| {
         let location = e.location().map(|l| (l.line(), l.column()));
-        let message = dxdp_core::snapshot::yaml_message(&e);
-        let message = match message.as_str() {
-            "invalid boolean" => "invalid boolean: use true or false".to_string(),
-            m if m.starts_with("invalid u") || m.starts_with("invalid i") => {
-                format!("{m}: use a whole number")
-            }
-            m => m.to_string(),
-        };
+        let message = operator_words(&dxdp_core::snapshot::yaml_message(&e), text, location);
         FileError {
             origin: origin.to_string(),
             location,
             message,
         }
     })
+}
+
+/// The JSON Schema of dxdp's configuration file (`dxdp config schema`), generated from the
+/// types above: the Helm chart's `config` value is checked against this same schema. Keys and
+/// types are exact; some value rules (a resource name used twice, runtime-file paths, log
+/// filters, vendor names) are only checked by dxdp itself (`dxdp config check`).
+pub fn config_schema() -> serde_json::Value {
+    let generator = schemars::generate::SchemaSettings::draft07()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator();
+    let mut value = generator.into_root_schema_for::<ConfigFile>().to_value();
+    schema::tidy(&mut value);
+    if let Some(map) = value.as_object_mut() {
+        map.remove("$schema");
+        map.insert("title".into(), "dxdp configuration file".into());
+        map.insert(
+            "description".into(),
+            "dxdp's configuration file (docs/configuration.md); generated by `dxdp config schema`"
+                .into(),
+        );
+    }
+    value
+}
+
+/// Schemas of the core crate's types (which know nothing of JSON Schema), and tidying.
+mod schema {
+    use schemars::{json_schema, Schema, SchemaGenerator};
+    use serde_json::Value;
+
+    use super::{AllocationPolicy, Assignment, MultiDevice};
+
+    fn one_of_or_null(names: Vec<&str>) -> Schema {
+        let mut names: Vec<Value> = names.into_iter().map(Value::from).collect();
+        names.push(Value::Null);
+        json_schema!({"enum": names})
+    }
+
+    /// `assignment`.
+    pub fn assignment(_: &mut SchemaGenerator) -> Schema {
+        one_of_or_null(Assignment::ALL.iter().map(|a| a.as_str()).collect())
+    }
+
+    /// `allocationPolicy`.
+    pub fn allocation_policy(_: &mut SchemaGenerator) -> Schema {
+        one_of_or_null(AllocationPolicy::ALL.iter().map(|a| a.as_str()).collect())
+    }
+
+    /// `multiDevice`.
+    pub fn multi_device(_: &mut SchemaGenerator) -> Schema {
+        one_of_or_null(MultiDevice::ALL.iter().map(|a| a.as_str()).collect())
+    }
+
+    /// `devices.include` and `devices.exclude`: lists of device selectors.
+    pub fn selectors(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "description": "a device selector: a device matches when every given field matches",
+                "additionalProperties": false,
+                "minProperties": 1,
+                "properties": {
+                    "vendor": {
+                        "type": ["string", "integer"],
+                        "description": "a vendor name (nvidia, amd, intel, microsoft, qualcomm, or the manufacturer as Windows reports it), pci-XXXX or a PCI vendor ID such as 0x10DE"
+                    },
+                    "deviceId": {"type": "integer", "minimum": 0, "description": "PCI device ID"},
+                    "locationPath": {"type": "string", "description": "location path (case-insensitive)"},
+                    "description": {"type": "string", "description": "glob over the description (* and ?, case-insensitive)"}
+                }
+            }
+        })
+    }
+
+    /// Drops what Helm's validators do not know (`format` names such as `uint32`).
+    pub fn tidy(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                if map.get("format").is_some_and(Value::is_string) {
+                    map.remove("format");
+                }
+                map.values_mut().for_each(tidy);
+            }
+            Value::Array(list) => list.iter_mut().for_each(tidy),
+            _ => {}
+        }
+    }
+}
+
+/// How many errors `dxdp config check` reports of one file at most.
+pub const MAX_ERRORS: usize = 20;
+
+/// Parses like [`parse`], but on failure finds every error it can (up to `max`): the first error
+/// of each top-level key and of each key under it, each parsed alone with the other lines blanked
+/// (so lines and columns stay right), in file order. A file whose error needs two keys together
+/// (a key given twice) reports that one error.
+pub fn parse_all<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &str,
+    max: usize,
+) -> Result<T, Vec<FileError>> {
+    let first = match parse::<T>(text, origin) {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let mut errors = Vec::new();
+    for (start, end) in entries(&lines, 0, lines.len(), 0) {
+        let children = entries(&lines, start + 1, end, child_indent(&lines, start + 1, end));
+        let parts: Vec<(usize, usize)> = if children.is_empty() {
+            vec![(start, end)]
+        } else {
+            children
+        };
+        for (s, e) in parts {
+            let masked: Vec<&str> = lines
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    if i == start || (s..e).contains(&i) {
+                        *l
+                    } else {
+                        ""
+                    }
+                })
+                .collect();
+            if let Err(err) = parse::<T>(&masked.join("\n"), origin) {
+                if !errors.contains(&err) {
+                    errors.push(err);
+                }
+            }
+        }
+    }
+    if !errors.contains(&first) {
+        errors.insert(0, first);
+    }
+    errors.sort_by_key(|e| e.location);
+    errors.truncate(max);
+    Err(errors)
+}
+
+/// The indentation of the first content line in `start..end` (0 when there is none).
+fn child_indent(lines: &[&str], start: usize, end: usize) -> usize {
+    lines[start..end]
+        .iter()
+        .find(|l| is_content(l))
+        .map(|l| l.len() - l.trim_start_matches(' ').len())
+        .unwrap_or(0)
+}
+
+fn is_content(line: &str) -> bool {
+    let t = line.trim_start();
+    !t.is_empty() && !t.starts_with('#') && t != "---" && t != "..."
+}
+
+/// The mapping entries at exactly `indent` spaces in `start..end`: `(first line, end)` each, its
+/// value's lines included. Empty when the lines there are not block-style mapping entries.
+fn entries(lines: &[&str], start: usize, end: usize, indent: usize) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    if indent == 0 && start > 0 {
+        return out;
+    }
+    for (i, line) in lines.iter().enumerate().take(end).skip(start) {
+        if !is_content(line) {
+            continue;
+        }
+        let own = line.len() - line.trim_start_matches(' ').len();
+        if own == indent {
+            let t = line.trim_start();
+            if t.starts_with('-') || !t.contains(':') {
+                return Vec::new();
+            }
+            if let Some(last) = out.last_mut() {
+                last.1 = i;
+            }
+            out.push((i, end));
+        } else if own < indent {
+            return Vec::new();
+        }
+    }
+    out
 }

@@ -65,8 +65,14 @@ pub fn reference_mapping(f: &ReferenceFile, r: Resource) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(n) = f.multitenancy {
         out.push(format!(
-            "multitenancy: {} -> resources.{r}.replicas: {}",
-            n.0, n.0
+            "multitenancy: {} -> resources.{r}.replicas: {}{}",
+            n.0,
+            n.replicas(),
+            if n.0 == 0 {
+                " (0 means 1, as in the reference plugin)"
+            } else {
+                ""
+            }
         ));
     }
     if let Some(b) = f.include_integrated {
@@ -111,8 +117,13 @@ pub fn reference_mapping(f: &ReferenceFile, r: Resource) -> Vec<String> {
 
 pub(super) fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, origin: &str) {
     if let Some(n) = f.multitenancy {
-        c.resource(r).replicas = n.0;
+        c.resource(r).replicas = n.replicas();
         c.set_origin(&format!("resources.{r}.replicas"), origin);
+        if n.0 == 0 {
+            c.notices.push(format!(
+                "{origin}: multitenancy: 0 means 1 (exclusive devices), as in the reference plugin; resources.{r}.replicas is 1"
+            ));
+        }
     }
     if let Some(b) = f.include_integrated {
         set_include(c, Some(r), Switch::Integrated, b, origin);
@@ -287,12 +298,46 @@ fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool,
     }
 }
 
+/// The origin of `key` set by dxdp's variable `name`: when a reference-plugin variable set it
+/// before, both are named (`env DXDP_REPLICAS (overrides env WDDM_DEVICE_PLUGIN_MULTITENANCY=4)`)
+/// and a notice says which won.
+fn over_reference(
+    c: &mut Config,
+    key: &str,
+    name: &str,
+    value: &str,
+    before: &str,
+    env: &Env,
+) -> String {
+    let previous = c.origin(key).to_string();
+    let Some(loser) = previous
+        .strip_prefix("env ")
+        .filter(|v| v.starts_with("WDDM_") || v.starts_with("MCDM_"))
+    else {
+        return format!("env {name}");
+    };
+    let loser_value = env.get(loser).map(String::as_str).unwrap_or(before);
+    c.notices.push(format!(
+        "{key}: env {name}={value} overrides the reference plugin's env {loser}={loser_value}; unset one of them (dxdp's variables win)"
+    ));
+    format!("env {name} (overrides env {loser}={loser_value})")
+}
+
 pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
     // The reference plugin's variables: WDDM = display, MCDM = compute.
     for (prefix, r) in [("WDDM", Resource::Display), ("MCDM", Resource::Compute)] {
         let name = format!("{prefix}_DEVICE_PLUGIN_MULTITENANCY");
         if let Some(v) = env.get(&name) {
-            c.resource(r).replicas = parse_replicas(&name, v)?;
+            // The reference plugin enforces a minimum of 1: 0 is 1, with a notice.
+            let replicas = if v.trim() == "0" {
+                c.notices.push(format!(
+                    "env {name}=0 means 1 (exclusive devices), as in the reference plugin; resources.{r}.replicas is 1"
+                ));
+                1
+            } else {
+                parse_replicas(&name, v)?
+            };
+            c.resource(r).replicas = replicas;
             c.set_origin(&format!("resources.{r}.replicas"), &format!("env {name}"));
         }
         // Each plugin's switch acts on its own resource, in both directions.
@@ -310,8 +355,11 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
     if let Some(v) = env.get("DXDP_REPLICAS") {
         let n = parse_replicas("DXDP_REPLICAS", v)?;
         for r in Resource::ALL {
+            let before = c.replicas(r);
             c.resource(r).replicas = n;
-            c.set_origin(&format!("resources.{r}.replicas"), "env DXDP_REPLICAS");
+            let key = format!("resources.{r}.replicas");
+            let origin = over_reference(c, &key, "DXDP_REPLICAS", v, &before.to_string(), env);
+            c.set_origin(&key, &origin);
         }
     }
     if let Some(v) = env.get("DXDP_RESOURCES") {
@@ -331,7 +379,19 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
     ] {
         if let Some(v) = env.get(name) {
             let value = parse_bool(name, v)?;
-            set_include(c, None, switch, value, &format!("env {name}"));
+            for r in Resource::ALL {
+                let flags = match switch {
+                    Switch::Integrated => &c.pipeline.include_integrated,
+                    Switch::Detachable => &c.pipeline.include_detachable,
+                };
+                let before = flags.get(r).to_string();
+                let key = match switch {
+                    Switch::Integrated => format!("resources.{r}.includeIntegrated"),
+                    Switch::Detachable => format!("resources.{r}.includeDetachable"),
+                };
+                let origin = over_reference(c, &key, name, v, &before, env);
+                set_include(c, Some(r), switch, value, &origin);
+            }
         }
     }
     if let Some(v) = env.get("DXDP_ASSIGNMENT") {

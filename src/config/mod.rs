@@ -62,6 +62,10 @@ pub struct Config {
     pub metrics_address: Option<std::net::SocketAddr>,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
     pub origins: BTreeMap<String, String>,
+    /// What an operator must be told about how the configuration was built (a reference-plugin
+    /// default file read, `*_MULTITENANCY=0` taken as 1, a dxdp variable overriding a reference
+    /// variable): logged at start and shown by `config show`.
+    pub notices: Vec<String>,
 }
 
 /// Why the default configuration applies when nothing selects another.
@@ -137,6 +141,7 @@ impl Default for Config {
             },
             metrics_address: None,
             origins: BTreeMap::new(),
+            notices: Vec::new(),
         };
         for key in c.keys() {
             c.origins.insert(key, "default".into());
@@ -245,6 +250,35 @@ pub enum ConfigError {
 /// The environment variables dxdp reads, as a plain map (so tests need not touch the process).
 pub type Env = BTreeMap<String, String>;
 
+/// The variable naming the directory where the reference plugin's default files (`wddm.yaml`,
+/// `mcdm.yaml`) are read when `WDDM_/MCDM_DEVICE_PLUGIN_CONFIG_FILE` is not set.
+pub const REFERENCE_DIR_VAR: &str = "DXDP_REFERENCE_CONFIG_DIR";
+
+/// The reference plugin's default directory on this OS (`\etc\directx-device-plugins`).
+pub fn default_reference_dir() -> PathBuf {
+    default_path()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// The reference-plugin files to read: `(variable, resource, path, explicit)`: the file a
+/// `<P>_DEVICE_PLUGIN_CONFIG_FILE` names (explicit: must exist), else `wddm.yaml` / `mcdm.yaml`
+/// in [`REFERENCE_DIR_VAR`]'s directory (read when present, as the reference plugin does).
+fn reference_files(env: &Env) -> Vec<(String, Resource, PathBuf, bool)> {
+    let mut out = Vec::new();
+    for (prefix, r) in [("WDDM", Resource::Display), ("MCDM", Resource::Compute)] {
+        let name = format!("{prefix}_DEVICE_PLUGIN_CONFIG_FILE");
+        if let Some(p) = env.get(&name).filter(|p| !p.is_empty()) {
+            out.push((name, r, PathBuf::from(p), true));
+        } else if let Some(dir) = env.get(REFERENCE_DIR_VAR).filter(|d| !d.is_empty()) {
+            let file = format!("{}.yaml", prefix.to_ascii_lowercase());
+            out.push((name, r, Path::new(dir).join(file), false));
+        }
+    }
+    out
+}
+
 /// The default configuration file path on this OS.
 pub fn default_path() -> PathBuf {
     if cfg!(windows) {
@@ -294,46 +328,70 @@ impl Inputs {
     /// The files whose changes trigger a reload.
     pub fn watched_files(&self) -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = self.file.iter().map(|(p, _)| p.clone()).collect();
-        for prefix in ["WDDM", "MCDM"] {
-            if let Some(p) = self
-                .env
-                .get(&format!("{prefix}_DEVICE_PLUGIN_CONFIG_FILE"))
-                .filter(|p| !p.is_empty())
-            {
-                files.push(PathBuf::from(p));
-            }
-        }
+        files.extend(reference_files(&self.env).into_iter().map(|(_, _, p, _)| p));
         files
     }
 
     /// Builds the effective configuration: defaults < reference files < file < env < flags.
     pub fn resolve(&self) -> Result<Config, ConfigError> {
         let mut c = Config::default();
-        for (prefix, r) in [("WDDM", Resource::Display), ("MCDM", Resource::Compute)] {
-            let name = format!("{prefix}_DEVICE_PLUGIN_CONFIG_FILE");
-            if let Some(p) = self.env.get(&name).filter(|p| !p.is_empty()) {
-                let path = PathBuf::from(p);
-                let text = read(&path)?;
-                let f: ReferenceFile = file::parse(&text, &path.display().to_string())?;
-                apply_reference(&mut c, r, &f, &format!("file {} ({name})", path.display()));
-            }
+        for (name, r, path, explicit) in reference_files(&self.env) {
+            let origin = if explicit {
+                format!("file {} ({name})", path.display())
+            } else {
+                if !path.exists() {
+                    continue;
+                }
+                let origin = format!(
+                    "file {} (the reference plugin's default file, as {name})",
+                    path.display()
+                );
+                c.notices.push(format!(
+                    "read the reference plugin's {} as the {} plugin's file: it sets {}; set {name} to read another file, or delete it",
+                    path.display(),
+                    if r == Resource::Display { "WDDM (display)" } else { "MCDM (compute)" },
+                    r.default_resource_name()
+                ));
+                origin
+            };
+            let text = read(&path)?;
+            let f: ReferenceFile = file::parse(&text, &path.display().to_string())?;
+            apply_reference(&mut c, r, &f, &origin);
         }
         let mut named = None;
+        let mut missing = None;
         if let Some((path, required)) = &self.file {
             match read(path) {
                 Ok(text) => {
-                    let f: ConfigFile = file::parse(&text, &path.display().to_string())?;
+                    let origin = path.display().to_string();
+                    let f: ConfigFile = file::parse(&text, &origin).map_err(|mut e| {
+                        // Say when there is more to fix than the first error.
+                        let all = file::parse_all::<ConfigFile>(&text, &origin, file::MAX_ERRORS)
+                            .err()
+                            .map_or(1, |all| all.len());
+                        if all > 1 {
+                            e.message.push_str(&format!(
+                                " (and {} more: `dxdp config check {origin}` lists them all)",
+                                all - 1
+                            ));
+                        }
+                        e
+                    })?;
                     apply_file(&mut c, &f, &format!("file {}", path.display()));
                     named = Some((path, f.configurations.unwrap_or_default()));
                 }
                 Err(e) if *required => return Err(e),
-                Err(_) => {}
+                Err(_) => missing = Some(path),
             }
         }
         // The node labels' prefix (which names the selecting label) as env and flags make it.
         let mut probe = c.clone();
         apply_env(&mut probe, &self.env)?;
-        c.selection = self.select(&probe.node_labels, named.as_ref().map(|(p, n)| (*p, n)));
+        c.selection = self.select(
+            &probe.node_labels,
+            named.as_ref().map(|(p, n)| (*p, n)),
+            missing,
+        );
         if let (Some(name), Some((path, configurations))) = (&c.selection.name, &named) {
             if let Some(f) = configurations.get(&file::ConfigName(name.clone())) {
                 let origin = format!("file {} (configuration {name})", path.display());
@@ -353,6 +411,7 @@ impl Inputs {
         &self,
         labels: &NodeLabels,
         named: Option<(&PathBuf, &BTreeMap<file::ConfigName, file::NamedConfigFile>)>,
+        missing: Option<&PathBuf>,
     ) -> Selection {
         let key = labels.selector_key();
         let asked = if let Some(n) = &self.flags.configuration {
@@ -388,13 +447,26 @@ impl Inputs {
                 warning: None,
             };
         }
-        let file = named
-            .map(|(p, _)| p.display().to_string())
-            .unwrap_or_else(|| "the configuration file".into());
-        let known = if known.is_empty() {
-            "it has none".to_string()
-        } else {
-            format!("it has {}", known.join(", "))
+        let (file, known) = match (named, missing) {
+            (Some((p, _)), _) => (
+                p.display().to_string(),
+                if known.is_empty() {
+                    "it has none".to_string()
+                } else {
+                    format!("it has {}", known.join(", "))
+                },
+            ),
+            (None, Some(p)) => (
+                "the configuration file".to_string(),
+                format!(
+                    "there is no configuration file: {} does not exist",
+                    p.display()
+                ),
+            ),
+            (None, None) => (
+                "the configuration file".to_string(),
+                "no configuration file is read".to_string(),
+            ),
         };
         Selection {
             name: None,

@@ -305,10 +305,10 @@ fn bad_values_are_rejected_with_what_is_allowed() {
         ("resources: {display: {replicas: 65}}\n", "from 1 to 64"),
         ("resources:\n  display:\n    replicas: many\n", ":3:"),
         ("resources: {display: {name: gpu}}\n", "domain.example/name"),
-        ("resources: {gpu: {}}\n", "unknown field `gpu`"),
+        ("resources: {gpu: {}}\n", "unknown key `gpu`"),
         ("devices: {include: [{}]}\n", "at least one of vendor"),
         ("devices: {include: [{vendor: acme}]}\n", "unknown vendor"),
-        ("devices: {include: [{model: x}]}\n", "unknown field `model`"),
+        ("devices: {include: [{model: x}]}\n", "unknown key `model`"),
         ("assignment: pci\n", "location-path"),
         ("runtimeFiles: {additional: {nvidia: {system32: [{source: '..\\x.dll'}]}}}\n", "`..`"),
         ("runtimeFiles: {additional: {nvidia: {system32: [{source: x.dll, destination: 'a\\b.dll'}]}}}\n", "bare file name"),
@@ -319,11 +319,11 @@ fn bad_values_are_rejected_with_what_is_allowed() {
         ("resources: {display: {cudaVisibleDevices: yes please}}\n", "true or false"),
         ("nodeLabels: {prefix: directx.microsoft.com}\n", "must contain '/'"),
         ("nodeLabels: {prefix: Example.com/}\n", "not a DNS subdomain"),
-        ("nodeLabels: {labels: true}\n", "unknown field `labels`"),
+        ("nodeLabels: {labels: true}\n", "unknown key `labels`"),
         ("configurations: {'big gpu': {}}\n", "not a valid label value"),
         ("configurations:\n  big:\n    logLevel: debug\n", ":3:"),
-        ("configurations: {big: {nodeLabels: {enabled: false}}}\n", "unknown field `nodeLabels`"),
-        ("configurations: {big: {configurations: {}}}\n", "unknown field `configurations`"),
+        ("configurations: {big: {nodeLabels: {enabled: false}}}\n", "unknown key `nodeLabels`"),
+        ("configurations: {big: {configurations: {}}}\n", "unknown key `configurations`"),
         ("configurations: {big: {resources: {display: {replicas: 0}}}}\n", "from 1 to 64"),
     ];
     for (text, fragment) in table {
@@ -694,7 +694,7 @@ fn metrics_address_follows_the_precedence_and_is_checked() {
             .to_string();
         assert!(err.contains("bad.yaml:1:"), "{text}: {err}");
         assert!(
-            err.contains("0.0.0.0:9466") || err.contains("unknown field `port`"),
+            err.contains("0.0.0.0:9466") || err.contains("unknown key `port`"),
             "{text}: {err}"
         );
     }
@@ -709,5 +709,205 @@ fn metrics_address_follows_the_precedence_and_is_checked() {
     assert!(
         err.contains("DXDP_METRICS_ADDRESS") && err.contains("IP:PORT"),
         "{err}"
+    );
+}
+
+#[test]
+fn reference_multitenancy_zero_means_one_with_a_notice() {
+    let c = inputs(
+        None,
+        &[("WDDM_DEVICE_PLUGIN_MULTITENANCY", "0")],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(c.replicas(Resource::Display), 1);
+    assert_eq!(
+        c.notices,
+        ["env WDDM_DEVICE_PLUGIN_MULTITENANCY=0 means 1 (exclusive devices), as in the reference plugin; resources.display.replicas is 1"]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "mcdm.yaml", "multitenancy: 0\n");
+    let env = [("MCDM_DEVICE_PLUGIN_CONFIG_FILE", path.to_str().unwrap())];
+    let c = inputs(None, &env, Flags::default()).resolve().unwrap();
+    assert_eq!(c.replicas(Resource::Compute), 1);
+    assert_eq!(c.notices.len(), 1, "{:?}", c.notices);
+    assert!(
+        c.notices[0].contains("multitenancy: 0 means 1"),
+        "{:?}",
+        c.notices
+    );
+    // Still refused: above the maximum.
+    let err = inputs(
+        None,
+        &[("WDDM_DEVICE_PLUGIN_MULTITENANCY", "65")],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap_err();
+    assert!(err.to_string().contains("from 1 to 64"), "{err}");
+}
+
+#[test]
+fn a_dxdp_variable_over_a_reference_variable_names_both() {
+    let env = [
+        ("WDDM_DEVICE_PLUGIN_MULTITENANCY", "4"),
+        ("DXDP_REPLICAS", "2"),
+        ("MCDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED", "true"),
+        ("DXDP_INCLUDE_INTEGRATED", "false"),
+    ];
+    let c = inputs(None, &env, Flags::default()).resolve().unwrap();
+    assert_eq!(c.replicas(Resource::Display), 2);
+    assert_eq!(
+        c.origin("resources.display.replicas"),
+        "env DXDP_REPLICAS (overrides env WDDM_DEVICE_PLUGIN_MULTITENANCY=4)"
+    );
+    // Nothing overridden for compute's replicas: a plain origin, no notice about it.
+    assert_eq!(c.origin("resources.compute.replicas"), "env DXDP_REPLICAS");
+    assert_eq!(
+        c.origin("resources.compute.includeIntegrated"),
+        "env DXDP_INCLUDE_INTEGRATED (overrides env MCDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED=true)"
+    );
+    assert_eq!(
+        c.notices,
+        [
+            "resources.display.replicas: env DXDP_REPLICAS=2 overrides the reference plugin's env WDDM_DEVICE_PLUGIN_MULTITENANCY=4; unset one of them (dxdp's variables win)",
+            "resources.compute.includeIntegrated: env DXDP_INCLUDE_INTEGRATED=false overrides the reference plugin's env MCDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED=true; unset one of them (dxdp's variables win)",
+        ]
+    );
+}
+
+#[test]
+fn reference_default_files_in_the_reference_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let wddm = write(&dir, "wddm.yaml", "multitenancy: 3\n");
+    let d = dir.path().to_str().unwrap();
+    let c = inputs(None, &[(REFERENCE_DIR_VAR, d)], Flags::default())
+        .resolve()
+        .unwrap();
+    assert_eq!(c.replicas(Resource::Display), 3);
+    assert_eq!(
+        c.replicas(Resource::Compute),
+        1,
+        "no mcdm.yaml: nothing read"
+    );
+    assert_eq!(
+        c.origin("resources.display.replicas"),
+        format!(
+            "file {} (the reference plugin's default file, as WDDM_DEVICE_PLUGIN_CONFIG_FILE)",
+            wddm.display()
+        )
+    );
+    assert_eq!(c.notices.len(), 1);
+    assert!(c.notices[0].starts_with(&format!("read the reference plugin's {}", wddm.display())));
+    // Both are watched, present or not, so a file that appears later is read.
+    let i = inputs(None, &[(REFERENCE_DIR_VAR, d)], Flags::default());
+    assert_eq!(
+        i.watched_files(),
+        [wddm.clone(), dir.path().join("mcdm.yaml")]
+    );
+    // The variable naming a file wins over the default file, as in the reference plugin.
+    let other = write(&dir, "other.yaml", "multitenancy: 5\n");
+    let env = [
+        (REFERENCE_DIR_VAR, d),
+        ("WDDM_DEVICE_PLUGIN_CONFIG_FILE", other.to_str().unwrap()),
+    ];
+    let c = inputs(None, &env, Flags::default()).resolve().unwrap();
+    assert_eq!(c.replicas(Resource::Display), 5);
+    assert!(c.notices.is_empty(), "{:?}", c.notices);
+}
+
+#[test]
+fn vendor_keys_as_windows_reports_the_manufacturer() {
+    let text = "additionalMounts:\n  Advanced Micro Devices, Inc.:\n    - source: amdx.dll\n  NVIDIA:\n    - source: nvx.dll\n  intel corporation:\n    - source: igx.dll\n";
+    let f: ReferenceFile = file::parse(text, "t").unwrap();
+    let keys: Vec<u32> = f.additional_mounts.unwrap().keys().map(|k| k.0).collect();
+    assert_eq!(keys, [0x1002, 0x10DE, 0x8086]);
+    let err = file::parse::<ReferenceFile>(
+        "additionalMounts:\n  Acme GPUs:\n    - source: a.dll\n",
+        "t",
+    )
+    .unwrap_err();
+    assert!(
+        err.message.contains("unknown vendor \"Acme GPUs\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn errors_in_the_words_an_operator_uses() {
+    let cases = [
+        (
+            "resources: {display: {replicas: two}}\n",
+            "t:1:33: expected a whole number, got \"two\"",
+        ),
+        (
+            "- a\n- b\n",
+            "t:1:1: the file must be a mapping of keys (key: value), not a list",
+        ),
+        (
+            "logLevel: info\nlogLevel: debug\n",
+            "t:2:1: key logLevel appears twice in the same mapping: keep one",
+        ),
+        (
+            "resources: {display: {enabled: maybe}}\n",
+            "t:1:32: expected true or false, got \"maybe\"",
+        ),
+        (
+            "resources: [1]\n",
+            "t:1:12: expected a mapping of keys (key: value) here, got a list",
+        ),
+        (
+            "assignment: guid\n",
+            "t:1:13: unknown value `guid`: use one of location-path, class-guid, auto",
+        ),
+    ];
+    for (text, want) in cases {
+        let err = file::parse::<ConfigFile>(text, "t").unwrap_err();
+        assert_eq!(err.to_string(), want, "{text}");
+        for jargon in [
+            "invalid u64",
+            "mapping start",
+            "DuplicateKeyPolicy",
+            "variant",
+        ] {
+            assert!(!err.to_string().contains(jargon), "{err}");
+        }
+    }
+}
+
+#[test]
+fn every_error_of_a_file_at_once() {
+    let text = "resources:\n  display:\n    replicas: two\n  compute:\n    replica: 2\ndevices:\n  includeIntegrated: maybe\nassignment: guid\nlogLevel: info\n";
+    let errors = file::parse_all::<ConfigFile>(text, "t", file::MAX_ERRORS).unwrap_err();
+    let got: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [
+            "t:3:15: expected a whole number, got \"two\"",
+            "t:5:5: unknown key `replica`: the keys allowed here are enabled, name, replicas, aliases, includeIntegrated, includeDetachable, allocationPolicy, multiDevice, cudaVisibleDevices",
+            "t:7:22: expected true or false, got \"maybe\"",
+            "t:8:13: unknown value `guid`: use one of location-path, class-guid, auto",
+        ]
+    );
+    // Bounded.
+    let many: String = (0..30).map(|i| format!("bad{i}: 1\n")).collect();
+    let errors = file::parse_all::<ConfigFile>(&many, "t", 5).unwrap_err();
+    assert_eq!(errors.len(), 5);
+    // A valid file parses as with parse.
+    assert!(file::parse_all::<ConfigFile>(FULL, "t", 5).is_ok());
+    // Start and reload name the first error and say how many more there are.
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "multi.yaml", text);
+    let err = inputs(Some(path.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{p}:3:15: expected a whole number, got \"two\" (and 3 more: `dxdp config check {p}` lists them all)",
+            p = path.display()
+        )
     );
 }

@@ -98,6 +98,9 @@ fn check(name: &str, status: Status, detail: impl Into<String>, remedy: Option<&
     }
 }
 
+/// Windows Server 2019's build: the oldest that works (class-guid only).
+const WS2019: u64 = 17763;
+
 /// The third component of `10.0.20348.1547`.
 fn build_number(build: &str) -> Option<u64> {
     build.split('.').nth(2)?.parse().ok()
@@ -136,6 +139,12 @@ fn assignment_check(os: &OsFacts, configured: Assignment) -> Check {
         configured,
         dxdp_core::assignment::supports_location_path(os),
     ) {
+        (Assignment::ClassGuid, true) => check(
+            NAME,
+            Status::Pass,
+            format!("assignment class-guid works on HCS schema {schema}; every container gets every GPU of the node (location-path, which auto picks here, would give each container exactly its devices)"),
+            None,
+        ),
         (_, true) => check(
             NAME,
             Status::Pass,
@@ -225,10 +234,30 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
                 None,
             )
         }
+        // Windows Server 2019 works with class-guid (every GPU to every container), as the
+        // assignment check below says in the same words.
+        Some(b) if b >= WS2019 => match probes.assignment.resolve(&os) {
+            Assignment::ClassGuid => check(
+                "Windows build",
+                Status::Pass,
+                format!(
+                    "Windows Server 2019 (build {}) with assignment {}: class-guid works; every container gets every GPU of the node",
+                    os.build.as_deref().unwrap_or_default(),
+                    probes.assignment.as_str()
+                ),
+                None,
+            ),
+            _ => check(
+                "Windows build",
+                Status::Fail,
+                format!("build {b} is older than Windows Server 2022 (20348): assignment location-path needs it"),
+                Some("use assignment auto or class-guid on this node (every GPU of the node then goes to each container), or Windows Server 2022 (20348) or 2025 (26100) nodes"),
+            ),
+        },
         Some(b) => check(
             "Windows build",
             Status::Fail,
-            format!("build {b} is older than Windows Server 2022 (20348)"),
+            format!("build {b} is older than Windows Server 2019 (17763): HostProcess containers and device assignment need it"),
             Some("use Windows Server 2022 (20348) or Windows Server 2025 (26100) nodes"),
         ),
     });

@@ -24,6 +24,8 @@ pub enum Format {
     Docker,
     /// `{"apiVersion", "kind": "Mounts", "devices", "mounts", "containerDevices"}`.
     Json,
+    /// The same document as YAML.
+    Yaml,
     /// The `windows.devices` and `mounts` fragment of an OCI runtime spec.
     Oci,
 }
@@ -115,29 +117,37 @@ pub fn render_with(
             ];
             quote::join(&args, shell) + "\n"
         }
-        Format::Json => crate::output::to_json(&MountsDoc {
-            api_version: ApiVersion,
-            kind: MountsKind,
-            devices: devices
-                .iter()
-                .map(|d| MountsDevice {
-                    id: d.id.clone(),
-                    description: d.description.clone(),
-                    location_path: d.location_path.clone(),
-                    host_path: d.host_path(),
-                })
-                .collect(),
-            mounts: edits
-                .mounts
-                .iter()
-                .map(|m| Mount {
-                    source: m.host_path.clone(),
-                    destination: m.container_path.clone(),
-                    read_only: true,
-                })
-                .collect(),
-            container_devices: edits.devices.clone(),
-        }),
+        Format::Json | Format::Yaml => {
+            let doc = MountsDoc {
+                api_version: ApiVersion,
+                kind: MountsKind,
+                devices: devices
+                    .iter()
+                    .map(|d| MountsDevice {
+                        id: d.id.clone(),
+                        description: d.description.clone(),
+                        location_path: d.location_path.clone(),
+                        host_path: d.host_path(),
+                    })
+                    .collect(),
+                mounts: edits
+                    .mounts
+                    .iter()
+                    .map(|m| Mount {
+                        source: m.host_path.clone(),
+                        destination: m.container_path.clone(),
+                        read_only: true,
+                    })
+                    .collect(),
+                container_devices: edits.devices.clone(),
+            };
+            if format == Format::Yaml {
+                // Plain strings and booleans: serialising cannot fail.
+                crate::output::to_yaml(&doc).unwrap_or_default()
+            } else {
+                crate::output::to_json(&doc)
+            }
+        }
         Format::Oci => {
             let doc = json!({
                 "windows": {

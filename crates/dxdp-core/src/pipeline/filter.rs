@@ -53,8 +53,10 @@ impl TryFrom<RawSelector> for DeviceSelector {
     }
 }
 
-/// A vendor given by name (`nvidia`, `amd`, `intel`, `microsoft`, `qualcomm`, `pci-XXXX`) or by
-/// PCI vendor ID (`0x10DE` as a string or integer).
+/// A vendor given by name (`nvidia`, `amd`, `intel`, `microsoft`, `qualcomm`, `pci-XXXX`), by
+/// the manufacturer as Windows reports it (the reference plugin's vendor keys, such as
+/// `Advanced Micro Devices, Inc.`; see [`MANUFACTURERS`]), or by PCI vendor ID (`0x10DE` as a
+/// string or integer). Names are case-insensitive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
 #[serde(try_from = "VendorText")]
 pub struct VendorSpec(pub u32);
@@ -77,11 +79,29 @@ impl TryFrom<VendorText> for VendorSpec {
     }
 }
 
+/// Device-node `Manufacturer` strings as Windows reports them for display adapters (the
+/// reference plugin's vendor keys, lowercased there), with their PCI vendor IDs.
+pub const MANUFACTURERS: [(&str, u32); 8] = [
+    ("NVIDIA", 0x10DE),
+    ("NVIDIA Corporation", 0x10DE),
+    ("Advanced Micro Devices, Inc.", 0x1002),
+    ("ATI Technologies Inc.", 0x1002),
+    ("Intel Corporation", 0x8086),
+    ("Intel", 0x8086),
+    ("Microsoft", 0x1414),
+    ("Qualcomm Technologies, Inc.", 0x5143),
+];
+
 impl VendorSpec {
-    /// Parses a vendor name or hex PCI vendor ID.
+    /// Parses a vendor name, a Windows manufacturer name or a hex PCI vendor ID.
     pub fn parse(text: &str) -> Result<VendorSpec, String> {
         let t = text.trim().to_ascii_lowercase();
+        let manufacturer = MANUFACTURERS
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(&t))
+            .map(|&(_, id)| id);
         let id = match t.as_str() {
+            _ if manufacturer.is_some() => manufacturer,
             "nvidia" => Some(0x10DE),
             "amd" => Some(0x1002),
             "intel" => Some(0x8086),
@@ -96,7 +116,7 @@ impl VendorSpec {
             }
         };
         id.map(VendorSpec).ok_or_else(|| {
-            format!("unknown vendor {}: use nvidia, amd, intel, microsoft, qualcomm, pci-XXXX or a PCI vendor ID such as 0x10DE", crate::quote::quote(text))
+            format!("unknown vendor {}: use nvidia, amd, intel, microsoft, qualcomm, a manufacturer as Windows reports it (such as \"Advanced Micro Devices, Inc.\"), pci-XXXX or a PCI vendor ID such as 0x10DE", crate::quote::quote(text))
         })
     }
 }

@@ -43,11 +43,19 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (printf "%s-config" (include "dxdp.fullname" .)) .Values.existingConfigMap }}
 {{- end }}
 
-{{/* The image reference. */}}
+{{/* The image reference. There is no default repository: no public image is published yet. */}}
 {{- define "dxdp.image" -}}
+{{- $repo := required "image.repository is not set: dxdp publishes no image yet. Build the HostProcess image (deploy/image/Dockerfile; docs/install.md#the-image), push it to a registry your nodes can pull from, and set it, e.g. --set image.repository=myregistry.example.com/dxdp (with image.tag or image.digest)" .Values.image.repository }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Refuses the default namespace unless allowDefaultNamespace. */}}
+{{- define "dxdp.checkNamespace" -}}
+{{- if and (eq .Release.Namespace "default") (not .Values.allowDefaultNamespace) }}
+{{- fail "refusing to install into the default namespace: install into its own namespace (helm install dxdp deploy/helm/dxdp --namespace dxdp-system --create-namespace, labelled pod-security.kubernetes.io/enforce=privileged; docs/install.md), or set allowDefaultNamespace=true" }}
 {{- end }}
 {{- end }}
