@@ -10,8 +10,6 @@ use std::collections::BTreeMap;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Serialize, Serializer};
 
-use crate::tools::doctor::Check;
-use crate::tools::hcs::{AssignmentVerdict, HcsReport};
 use dxdp_core::devices::{Device, Excluded, Warning};
 
 /// The `apiVersion` of every document.
@@ -248,6 +246,83 @@ pub fn to_yaml<T: Serialize>(doc: &T) -> anyhow::Result<String> {
 /// The text of `docs/schemas/<kind>.schema.json`.
 pub fn schema_text(schema: &Schema) -> String {
     to_json(schema)
+}
+
+// The reports of the node tools (`doctor`, `hcs`), as they are printed.
+
+/// A check's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Status {
+    /// Fine.
+    Pass,
+    /// Nothing to judge: the check was skipped, or there is nothing of its kind on this node.
+    Info,
+    /// Works, but worth attention.
+    Warn,
+    /// dxdp cannot work until this is fixed.
+    Fail,
+}
+
+impl Status {
+    /// `PASS`, `WARN` or `FAIL`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Info => "INFO",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+/// One check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct Check {
+    /// What was checked.
+    pub name: String,
+    /// The outcome.
+    pub status: Status,
+    /// What was found.
+    pub detail: String,
+    /// What to do, for WARN and FAIL.
+    pub remedy: Option<String>,
+}
+
+/// The verdict of `dxdp hcs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HcsReport {
+    /// OS product name.
+    pub product_name: Option<String>,
+    /// OS display version.
+    pub display_version: Option<String>,
+    /// OS build (`10.0.20348.1547`).
+    pub build: Option<String>,
+    /// Supported schema versions, highest minor per major.
+    pub hcs_schema_versions: Vec<String>,
+    /// The highest schema version.
+    pub highest_schema: Option<String>,
+    /// Whether `vpci-location-path` assignment works.
+    pub location_path_assignment: bool,
+    /// `location-path`, `class-guid`, or null when HCS is unavailable.
+    pub recommended_assignment: Option<String>,
+    /// One line for people.
+    pub verdict: String,
+}
+
+/// What the configured assignment mode does on a host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentVerdict {
+    /// The configured mode (`location-path`, `class-guid`, `auto`).
+    pub configured: String,
+    /// The mode in force on this host (`auto` resolved).
+    pub in_force: String,
+    /// Whether containers can get devices in that mode here.
+    pub works: bool,
+    /// One line for people.
+    pub verdict: String,
 }
 
 #[cfg(test)]

@@ -156,20 +156,7 @@ fn runtime_file_text(f: &RuntimeFile) -> String {
     format!("{} => {}  [{}]", f.source, f.destination, notes.join(", "))
 }
 
-/// Escapes control and bidirectional-override characters so that facts from the host cannot
-/// break lines or rewrite the terminal.
-pub fn clean(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for ch in text.chars() {
-        let bidi = matches!(ch, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
-        if ch.is_control() || bidi {
-            let _ = write!(out, "\\u{{{:04x}}}", u32::from(ch));
-        } else {
-            out.push(ch);
-        }
-    }
-    out
-}
+pub use dxdp_core::quote::clean;
 
 /// One line describing the OS.
 pub fn os_line(os: &OsFacts) -> String {

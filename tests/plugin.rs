@@ -30,7 +30,6 @@ const NO_SAFETY_POLL: Duration = Duration::from_secs(3600);
 
 mod common;
 
-
 fn load_facts(name: &str) -> HostFacts {
     common::facts(name)
 }

@@ -3,53 +3,13 @@
 //! Pure: the CLI probes the live node (kubelet directory, `kubelet.sock`, containerd) and passes
 //! the results in, so every verdict is tested on fixture hosts.
 
-use schemars::JsonSchema;
-use serde::Serialize;
-
 use super::hcs;
 use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::{Discovery, ExclusionCode, Resource};
 use dxdp_core::facts::{HostFacts, OsFacts};
 use dxdp_core::pipeline::winpath;
 
-/// A check's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Status {
-    /// Fine.
-    Pass,
-    /// Nothing to judge: the check was skipped, or there is nothing of its kind on this node.
-    Info,
-    /// Works, but worth attention.
-    Warn,
-    /// dxdp cannot work until this is fixed.
-    Fail,
-}
-
-impl Status {
-    /// `PASS`, `WARN` or `FAIL`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "PASS",
-            Status::Info => "INFO",
-            Status::Warn => "WARN",
-            Status::Fail => "FAIL",
-        }
-    }
-}
-
-/// One check.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-pub struct Check {
-    /// What was checked.
-    pub name: String,
-    /// The outcome.
-    pub status: Status,
-    /// What was found.
-    pub detail: String,
-    /// What to do, for WARN and FAIL.
-    pub remedy: Option<String>,
-}
+pub use crate::output::{Check, Status};
 
 /// The state of the kubelet's device-plugin directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -494,8 +454,8 @@ pub fn text(checks: &[Check]) -> String {
         out.push_str(&format!(
             "{}  {:<40} {}\n",
             c.status.as_str(),
-            crate::render::clean(&c.name),
-            crate::render::clean(&c.detail)
+            dxdp_core::quote::clean(&c.name),
+            dxdp_core::quote::clean(&c.detail)
         ));
         if let Some(remedy) = &c.remedy {
             out.push_str(&format!("      -> {remedy}\n"));

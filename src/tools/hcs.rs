@@ -1,47 +1,10 @@
 //! `dxdp hcs`: the OS, the supported HCS schema versions and whether devices can be assigned
 //! individually by location path (HCS schema 2.2 and later).
 
-use schemars::JsonSchema;
-use serde::Serialize;
-
 use dxdp_core::assignment::{highest, Assignment, LOCATION_PATH_SCHEMA};
 use dxdp_core::facts::OsFacts;
 
-/// The verdict of `dxdp hcs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct HcsReport {
-    /// OS product name.
-    pub product_name: Option<String>,
-    /// OS display version.
-    pub display_version: Option<String>,
-    /// OS build (`10.0.20348.1547`).
-    pub build: Option<String>,
-    /// Supported schema versions, highest minor per major.
-    pub hcs_schema_versions: Vec<String>,
-    /// The highest schema version.
-    pub highest_schema: Option<String>,
-    /// Whether `vpci-location-path` assignment works.
-    pub location_path_assignment: bool,
-    /// `location-path`, `class-guid`, or null when HCS is unavailable.
-    pub recommended_assignment: Option<String>,
-    /// One line for people.
-    pub verdict: String,
-}
-
-/// What the configured assignment mode does on a host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AssignmentVerdict {
-    /// The configured mode (`location-path`, `class-guid`, `auto`).
-    pub configured: String,
-    /// The mode in force on this host (`auto` resolved).
-    pub in_force: String,
-    /// Whether containers can get devices in that mode here.
-    pub works: bool,
-    /// One line for people.
-    pub verdict: String,
-}
+pub use crate::output::{AssignmentVerdict, HcsReport};
 
 /// Whether `configured` works on the host with `os`: location-path needs HCS schema 2.2+,
 /// class-guid needs HCS, auto works wherever HCS does.

@@ -3,7 +3,6 @@
 
 use dxdp_core::allocation::{self, MAX_REPLICAS};
 use dxdp_core::devices::{Device, Discovery, Resource};
-use dxdp_core::pipeline::classify::vendor_name;
 use dxdp_core::pipeline::winpath::compare_key;
 
 /// One selector from the command line.
@@ -48,18 +47,7 @@ fn parse_luid(text: &str) -> Option<i64> {
 }
 
 fn vendor_matches(device: &Device, wanted: &str) -> Option<bool> {
-    let w = wanted.trim().to_ascii_lowercase();
-    let hex = w.strip_prefix("0x").unwrap_or(&w);
-    if let Ok(id) = u32::from_str_radix(hex, 16) {
-        if w.starts_with("0x") || hex.len() == 4 {
-            return Some(device.vendor_id == id);
-        }
-    }
-    let known = ["nvidia", "amd", "intel", "microsoft", "qualcomm"];
-    if known.contains(&w.as_str()) || w.starts_with("pci-") {
-        return Some(device.vendor == w || vendor_name(device.vendor_id) == w);
-    }
-    None
+    dxdp_core::vendor::parse(wanted).map(|id| device.vendor_id == id)
 }
 
 /// The selected devices, in discover order, each once.

@@ -8,8 +8,10 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::facts::PciLocation;
-use crate::hints::CudaOrder;
+use std::collections::HashSet;
+
+use crate::facts::{HostFacts, PciLocation};
+use crate::vendor::NVIDIA;
 
 /// The result of running the pipeline over one host.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -481,6 +483,60 @@ warning_codes! {
 impl fmt::Display for WarningCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// The order in which CUDA numbers the host's NVIDIA devices under `CUDA_DEVICE_ORDER=PCI_BUS_ID`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum CudaOrder {
+    /// The PCI locations of every NVIDIA device CUDA can see, in CUDA's order.
+    Known(Vec<PciLocation>),
+    /// Why the order cannot be known.
+    Unknown(String),
+}
+
+impl Default for CudaOrder {
+    fn default() -> Self {
+        CudaOrder::Known(Vec::new())
+    }
+}
+
+impl CudaOrder {
+    /// The order for a host: every hardware NVIDIA adapter whose device node works (problem
+    /// code 0), advertised or not, sorted by PCI bus, device and function. Unknown when one of
+    /// them has no PCI location or two share one.
+    pub fn of(facts: &HostFacts) -> CudaOrder {
+        let mut order = Vec::new();
+        for adapter in &facts.adapters {
+            if !adapter.is_hardware || adapter.hardware_id.vendor_id != NVIDIA {
+                continue;
+            }
+            let Some(pnp) = &adapter.pnp else {
+                return CudaOrder::Unknown(format!(
+                    "the NVIDIA adapter with LUID {} has no device node, so its PCI location is unknown",
+                    adapter.luid
+                ));
+            };
+            if pnp.problem_code != 0 {
+                continue;
+            }
+            let Some(pci) = pnp.pci else {
+                return CudaOrder::Unknown(format!(
+                    "the PCI location of NVIDIA device {} is unknown",
+                    pnp.instance_id
+                ));
+            };
+            order.push(pci);
+        }
+        order.sort();
+        let distinct: HashSet<&PciLocation> = order.iter().collect();
+        if distinct.len() != order.len() {
+            return CudaOrder::Unknown(
+                "two NVIDIA devices report the same PCI bus, device and function (several PCI domains?)"
+                    .into(),
+            );
+        }
+        CudaOrder::Known(order)
     }
 }
 

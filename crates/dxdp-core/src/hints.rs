@@ -8,15 +8,11 @@
 //! `CUDA_DEVICE_ORDER=PCI_BUS_ID`. The annotations carry the same lists under
 //! `directx.microsoft.com/<resource>.<name>` (see `docs/allocation.md`).
 
-use std::collections::{BTreeMap, HashSet};
-
-use serde::Serialize;
+use std::collections::BTreeMap;
 
 use crate::devices::{Device, Resource};
-use crate::facts::{HostFacts, PciLocation};
 
-/// The PCI vendor ID of NVIDIA.
-pub const NVIDIA: u32 = 0x10DE;
+pub use crate::vendor::NVIDIA;
 
 /// The domain of dxdp's annotation keys.
 pub const ANNOTATION_DOMAIN: &str = "directx.microsoft.com";
@@ -32,59 +28,9 @@ pub fn luid_decimal(luid: i64) -> String {
     luid.to_string()
 }
 
-/// The order in which CUDA numbers the host's NVIDIA devices under `CUDA_DEVICE_ORDER=PCI_BUS_ID`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub enum CudaOrder {
-    /// The PCI locations of every NVIDIA device CUDA can see, in CUDA's order.
-    Known(Vec<PciLocation>),
-    /// Why the order cannot be known.
-    Unknown(String),
-}
-
-impl Default for CudaOrder {
-    fn default() -> Self {
-        CudaOrder::Known(Vec::new())
-    }
-}
+pub use crate::devices::CudaOrder;
 
 impl CudaOrder {
-    /// The order for a host: every hardware NVIDIA adapter whose device node works (problem
-    /// code 0), advertised or not, sorted by PCI bus, device and function. Unknown when one of
-    /// them has no PCI location or two share one.
-    pub fn of(facts: &HostFacts) -> CudaOrder {
-        let mut order = Vec::new();
-        for adapter in &facts.adapters {
-            if !adapter.is_hardware || adapter.hardware_id.vendor_id != NVIDIA {
-                continue;
-            }
-            let Some(pnp) = &adapter.pnp else {
-                return CudaOrder::Unknown(format!(
-                    "the NVIDIA adapter with LUID {} has no device node, so its PCI location is unknown",
-                    adapter.luid
-                ));
-            };
-            if pnp.problem_code != 0 {
-                continue;
-            }
-            let Some(pci) = pnp.pci else {
-                return CudaOrder::Unknown(format!(
-                    "the PCI location of NVIDIA device {} is unknown",
-                    pnp.instance_id
-                ));
-            };
-            order.push(pci);
-        }
-        order.sort();
-        let distinct: HashSet<&PciLocation> = order.iter().collect();
-        if distinct.len() != order.len() {
-            return CudaOrder::Unknown(
-                "two NVIDIA devices report the same PCI bus, device and function (several PCI domains?)"
-                    .into(),
-            );
-        }
-        CudaOrder::Known(order)
-    }
-
     /// CUDA's index of a device, or why there is none.
     pub fn index(&self, device: &Device) -> Result<usize, String> {
         match self {
@@ -180,7 +126,7 @@ pub fn hints(resource: Resource, physical: &[&Device], cuda: Option<&CudaOrder>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::{AdapterFacts, Attribute, HardwareId, PnpFacts};
+    use crate::facts::{AdapterFacts, Attribute, HardwareId, HostFacts, PciLocation, PnpFacts};
 
     /// An adapter of `vendor` with a device node at `bus` (none for `None`) and `problem`.
     fn adapter(vendor: u32, bus: Option<u32>, problem: u32, hardware: bool) -> AdapterFacts {

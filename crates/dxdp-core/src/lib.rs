@@ -31,3 +31,4 @@ pub mod preferred;
 pub mod quote;
 pub mod sample;
 pub mod snapshot;
+pub mod vendor;

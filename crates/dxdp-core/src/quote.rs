@@ -5,6 +5,22 @@
 //! characters. Every message (gRPC error, log line, warning) that echoes such a value goes through
 //! this module, so it quotes at most a bounded prefix and says how long the whole value was.
 
+/// Escapes control and bidirectional-override characters so that facts from the host cannot
+/// break lines or rewrite the terminal (for output to people; unbounded, unlike the quotes).
+pub fn clean(text: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        let bidi = matches!(ch, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+        if ch.is_control() || bidi {
+            let _ = write!(out, "\\u{{{:04x}}}", u32::from(ch));
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
 /// How many bytes of a value messages quote by default.
 pub const MAX_QUOTED: usize = 120;
 

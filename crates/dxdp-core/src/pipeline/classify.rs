@@ -67,16 +67,9 @@ pub fn resource(adapter: &AdapterFacts) -> Option<Resource> {
     }
 }
 
-/// Vendor name from the PCI vendor ID.
+/// Vendor name from the PCI vendor ID ([`crate::vendor::name`]).
 pub fn vendor_name(vendor_id: u32) -> String {
-    match vendor_id {
-        0x10DE => "nvidia".into(),
-        0x1002 => "amd".into(),
-        0x8086 => "intel".into(),
-        0x1414 => "microsoft".into(),
-        0x5143 => "qualcomm".into(),
-        other => format!("pci-{other:04x}"),
-    }
+    crate::vendor::name(vendor_id)
 }
 
 /// Health from the device node's status and the driver-update state. A status that could not be

@@ -79,43 +79,13 @@ impl TryFrom<VendorText> for VendorSpec {
     }
 }
 
-/// Device-node `Manufacturer` strings as Windows reports them for display adapters (the
-/// reference plugin's vendor keys, lowercased there), with their PCI vendor IDs.
-pub const MANUFACTURERS: [(&str, u32); 8] = [
-    ("NVIDIA", 0x10DE),
-    ("NVIDIA Corporation", 0x10DE),
-    ("Advanced Micro Devices, Inc.", 0x1002),
-    ("ATI Technologies Inc.", 0x1002),
-    ("Intel Corporation", 0x8086),
-    ("Intel", 0x8086),
-    ("Microsoft", 0x1414),
-    ("Qualcomm Technologies, Inc.", 0x5143),
-];
+pub use crate::vendor::MANUFACTURERS;
 
 impl VendorSpec {
-    /// Parses a vendor name, a Windows manufacturer name or a hex PCI vendor ID.
+    /// Parses a vendor name, a Windows manufacturer name or a hex PCI vendor ID
+    /// ([`crate::vendor::parse`]).
     pub fn parse(text: &str) -> Result<VendorSpec, String> {
-        let t = text.trim().to_ascii_lowercase();
-        let manufacturer = MANUFACTURERS
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(&t))
-            .map(|&(_, id)| id);
-        let id = match t.as_str() {
-            _ if manufacturer.is_some() => manufacturer,
-            "nvidia" => Some(0x10DE),
-            "amd" => Some(0x1002),
-            "intel" => Some(0x8086),
-            "microsoft" => Some(0x1414),
-            "qualcomm" => Some(0x5143),
-            _ => {
-                let hex = t
-                    .strip_prefix("pci-")
-                    .or_else(|| t.strip_prefix("0x"))
-                    .unwrap_or(&t);
-                u32::from_str_radix(hex, 16).ok()
-            }
-        };
-        id.map(VendorSpec).ok_or_else(|| {
+        crate::vendor::parse(text).map(VendorSpec).ok_or_else(|| {
             format!("unknown vendor {}: use nvidia, amd, intel, microsoft, qualcomm, a manufacturer as Windows reports it (such as \"Advanced Micro Devices, Inc.\"), pci-XXXX or a PCI vendor ID such as 0x10DE", crate::quote::quote(text))
         })
     }

@@ -25,19 +25,19 @@ pub const SUBKEYS: [(&str, TargetDir); 4] = [
 /// Built-in additions per PCI vendor: (vendor ID, target, source, destination).
 const VENDOR_DEFAULTS: [(u32, TargetDir, &str, &str); 3] = [
     (
-        0x10DE,
+        crate::vendor::NVIDIA,
         TargetDir::System32,
         "nvidia-smi.exe",
         "nvidia-smi.exe",
     ),
     (
-        0x10DE,
+        crate::vendor::NVIDIA,
         TargetDir::System32,
         "vulkaninfo-x64.exe",
         "vulkaninfo.exe",
     ),
     (
-        0x10DE,
+        crate::vendor::NVIDIA,
         TargetDir::SysWow64,
         "vulkaninfo-x86.exe",
         "vulkaninfo.exe",
