@@ -7,6 +7,7 @@
 //!   rules turning facts into devices, the devices, assignment modes and allocation. Pure.
 //! - [`config`]: configuration layers (defaults, files, environment, flags) and their origins.
 //! - [`backend`]: where facts come from (snapshot file, built-in sample host, native Windows).
+//! - [`inventory`]: what is served (devices and configuration), built from the host facts.
 //! - [`plugin`]: the device plugin daemon (task supervisor, socket units, file watch, gRPC
 //!   service, registration, kubelet restarts).
 //! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.
@@ -19,10 +20,12 @@
 //! - [`render`]: output for people and machines.
 //! - [`output`]: the JSON documents (`apiVersion: dxdp/v1`) and their JSON Schemas.
 //! - [`logging`]: `tracing` setup.
+//! - [`util`]: retry backoff and error text, shared by every layer.
 
 pub mod backend;
 pub mod cluster;
 pub mod config;
+pub mod inventory;
 pub mod kubelet;
 pub mod logging;
 pub mod observe;
@@ -32,3 +35,4 @@ pub mod render;
 pub mod shutdown;
 pub mod tools;
 pub mod transport;
+pub mod util;

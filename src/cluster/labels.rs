@@ -10,8 +10,8 @@ use tokio::sync::watch;
 
 use super::Cluster;
 use crate::config::{Config, NodeInfo};
-use crate::plugin::inventory::Inventory;
-use crate::plugin::register::{random, Backoff};
+use crate::inventory::Inventory;
+use crate::util::retry::{random, Backoff};
 use dxdp_core::devices::{PerResource, Resource};
 use dxdp_core::labels::{node_labels, LabelSettings};
 

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::config::NodeInfo;
-use crate::plugin::register::chain;
+use crate::util::errors::chain;
 
 /// The field manager of dxdp's server-side applies: the labels it sets are owned by it, so a
 /// label it stops setting is removed and labels it never set are untouched.

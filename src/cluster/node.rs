@@ -11,7 +11,8 @@ use tokio::sync::watch;
 
 use super::{node_info, Cluster};
 use crate::config::NodeInfo;
-use crate::plugin::register::{chain, random, Backoff};
+use crate::util::errors::chain;
+use crate::util::retry::{random, Backoff};
 
 /// How long one watch may run before the server ends it (it is then re-established).
 const WATCH_SECONDS: u32 = 290;

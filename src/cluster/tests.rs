@@ -10,8 +10,8 @@ use tokio::sync::watch;
 use super::standin::ApiServerStandin;
 use super::*;
 use crate::config::{Config, NodeInfo};
-use crate::plugin::inventory::{self, Inventory};
-use crate::plugin::register::Backoff;
+use crate::inventory::{self, Inventory};
+use crate::util::retry::Backoff;
 
 const FAST: Backoff = Backoff {
     initial: Duration::from_millis(5),

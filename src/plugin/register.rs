@@ -3,7 +3,6 @@
 //! watching while a registration hangs or fails.
 
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 use std::time::Duration;
 
@@ -14,43 +13,8 @@ use crate::transport;
 
 use super::service;
 
-/// How registration retries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// The first retry delay (before jitter).
-    pub initial: Duration,
-    /// The longest retry delay (before jitter).
-    pub max: Duration,
-    /// How long one `Register` call may take.
-    pub timeout: Duration,
-}
-
-impl Backoff {
-    /// The base delay before retry number `failures` (1 for the first retry): `initial`
-    /// doubled per earlier failure, at most `max`.
-    pub fn base(&self, failures: u32) -> Duration {
-        let doublings = failures.saturating_sub(1).min(31);
-        self.initial.saturating_mul(1u32 << doublings).min(self.max)
-    }
-
-    /// The delay actually slept: uniformly between half the base delay and the base delay
-    /// ("equal jitter"), so that many nodes restarted together do not retry in lockstep.
-    /// `random` is any 64-bit value.
-    pub fn delay(&self, failures: u32, random: u64) -> Duration {
-        let base = self.base(failures);
-        let half = base / 2;
-        let span = (base - half).as_nanos() as u64;
-        let extra = if span == 0 { 0 } else { random % (span + 1) };
-        half + Duration::from_nanos(extra)
-    }
-}
-
-/// A random 64-bit value from the standard library's per-process random keys.
-pub fn random() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(0x5eed);
-    h.finish()
-}
+pub use crate::util::errors::chain;
+pub use crate::util::retry::{random, Backoff};
 
 /// Why a registration failed.
 #[derive(Debug, thiserror::Error)]
@@ -69,20 +33,6 @@ pub enum RegisterError {
     /// The kubelet did not answer in time.
     #[error("the kubelet did not answer within {0:?}")]
     Timeout(Duration),
-}
-
-/// An error and its causes on one line, each cause once (`a: b: c`).
-pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut parts: Vec<String> = vec![error.to_string()];
-    let mut next = error.source();
-    while let Some(e) = next {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = e.source();
-    }
-    parts.join(": ")
 }
 
 /// Registers `resource_name` served at `endpoint` (a file name in the kubelet's directory).

@@ -1,0 +1,43 @@
+//! Retry delays: capped exponential backoff with "equal jitter", used for registrations with
+//! the kubelet and for calls to the Kubernetes API server.
+
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+/// How a call is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The first retry delay (before jitter).
+    pub initial: Duration,
+    /// The longest retry delay (before jitter).
+    pub max: Duration,
+    /// How long one call may take.
+    pub timeout: Duration,
+}
+
+impl Backoff {
+    /// The base delay before retry number `failures` (1 for the first retry): `initial`
+    /// doubled per earlier failure, at most `max`.
+    pub fn base(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(31);
+        self.initial.saturating_mul(1u32 << doublings).min(self.max)
+    }
+
+    /// The delay actually slept: uniformly between half the base delay and the base delay
+    /// ("equal jitter"), so that many nodes restarted together do not retry in lockstep.
+    /// `random` is any 64-bit value.
+    pub fn delay(&self, failures: u32, random: u64) -> Duration {
+        let base = self.base(failures);
+        let half = base / 2;
+        let span = (base - half).as_nanos() as u64;
+        let extra = if span == 0 { 0 } else { random % (span + 1) };
+        half + Duration::from_nanos(extra)
+    }
+}
+
+/// A random 64-bit value from the standard library's per-process random keys.
+pub fn random() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x5eed);
+    h.finish()
+}
