@@ -8,7 +8,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use dxdp::cluster::standin::ApiServerStandin;
+#[path = "support/apiserver.rs"]
+mod apiserver;
+
+use apiserver::ApiServerStandin;
 use dxdp::kubelet::standin::KubeletStandin;
 
 mod common;

@@ -4,7 +4,6 @@
 //!
 //! - [`labels`]: keeps the Node's labels in step with the devices and the configuration;
 //! - [`node`]: follows the Node (its labels select a named configuration);
-//! - [`standin`]: an in-process API server stand-in for tests.
 //!
 //! Everything here is optional: without `NODE_NAME` or credentials the daemon serves devices
 //! as before and says once why the cluster features are off. API errors are retried with
@@ -12,7 +11,6 @@
 
 pub mod labels;
 pub mod node;
-pub mod standin;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

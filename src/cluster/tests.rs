@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::standin::ApiServerStandin;
+#[path = "../../tests/support/apiserver.rs"]
+mod standin;
+
 use super::*;
 use crate::config::{Config, NodeInfo};
 use crate::inventory::{self, Inventory};
 use crate::util::retry::Backoff;
+use standin::ApiServerStandin;
 
 const FAST: Backoff = Backoff {
     initial: Duration::from_millis(5),
