@@ -241,13 +241,19 @@ pub fn main() -> ExitCode {
         _ => config.log_level.as_str(),
     };
     let _ = NOTICE_FORMAT.set(config.log_format);
-    if let Err(e) = logging::init(config.log_format, level) {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
-    }
+    // Kept until main returns: dropping it writes out the queued log lines.
+    let _log_guard = match logging::init(config.log_format, level) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match run(cli, config, inputs) {
         Ok(code) => code,
         Err(e) => {
+            // The log lines that led here first, then the error.
+            logging::flush();
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
