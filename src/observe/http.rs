@@ -5,7 +5,8 @@
 //! address is taken logs once per distinct error and retries in the background with a capped
 //! backoff. At most [`MAX_CONNECTIONS`] connections are served at once: a connection beyond that
 //! is not accepted until one ends (it waits in the kernel's backlog, costing the process no
-//! memory and no descriptor). An accept error (out of descriptors, `EMFILE`) backs off
+//! memory and no descriptor), and connections accepted near the cap are closed after one answer
+//! so that waiting ones get their turn. An accept error (out of descriptors, `EMFILE`) backs off
 //! ([`ACCEPT_BACKOFF_FIRST`] doubling to [`ACCEPT_BACKOFF_MAX`]) instead of spinning.
 
 use std::convert::Infallible;
@@ -286,10 +287,13 @@ async fn accept_loop<L: Accept>(
                 }
                 pause = ACCEPT_BACKOFF_FIRST;
                 stats.opened();
+                // Near the cap, a connection is closed after one answer, so that the waiting
+                // ones get their turn rather than queue behind kept-alive clients.
+                let keep_alive = permits.available_permits() >= limit / 4;
                 let observe = observe.clone();
                 let stats = stats.clone();
                 connections.spawn(async move {
-                    serve_connection(stream, observe).await;
+                    serve_connection(stream, observe, keep_alive).await;
                     stats.closed();
                     drop(permit);
                 });
@@ -319,6 +323,7 @@ async fn accept_loop<L: Accept>(
 async fn serve_connection(
     stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
     observe: Observe,
+    keep_alive: bool,
 ) {
     let service = hyper::service::service_fn(move |req| {
         let observe = observe.clone();
@@ -327,6 +332,7 @@ async fn serve_connection(
     let served = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
+        .keep_alive(keep_alive)
         .serve_connection(TokioIo::new(stream), service)
         .await;
     if let Err(e) = served {
