@@ -353,3 +353,78 @@ impl ResourceService {
         answers.by_device.get(&device.id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::observe::Metrics;
+    use dxdp_core::facts::HostFacts;
+    use dxdp_core::pipeline::ids::device_id;
+
+    const A: &str = "PCIROOT(0)#PCI(0100)#PCI(0000)";
+    const B: &str = "PCIROOT(0)#PCI(0200)#PCI(0000)";
+    const MOVED: &str = "PCIROOT(0)#PCI(0300)#PCI(0000)";
+
+    fn inventory(facts: &HostFacts) -> Arc<Inventory> {
+        Arc::new(super::super::inventory::build(facts, Arc::new(Config::default())).0)
+    }
+
+    fn request(id: &str) -> AllocateRequest {
+        AllocateRequest {
+            container_requests: vec![v1beta1::ContainerAllocateRequest {
+                devices_ids: vec![id.to_string()],
+            }],
+        }
+    }
+
+    fn device_of(service: &ResourceService, id: &str) -> Result<String, tonic::Code> {
+        service
+            .allocate_all(request(id))
+            .map(|r| r.container_responses[0].devices[0].host_path.clone())
+            .map_err(|s| s.code())
+    }
+
+    #[test]
+    fn prepared_answers_follow_the_inventory() {
+        let facts = dxdp_core::sample::sample_host().unwrap();
+        let (tx, rx) = watch::channel(inventory(&facts));
+        let (_stop, stopping) = watch::channel(false);
+        let service = ResourceService::new(
+            Resource::Display,
+            "directx.microsoft.com/display".into(),
+            rx,
+            stopping,
+            Metrics::new().allocate_recorder("directx.microsoft.com/display"),
+        );
+        let path = |p: &str| Ok(format!("vpci-location-path://{p}"));
+        // Twice each: the second answer comes from the prepared ones.
+        for _ in 0..2 {
+            assert_eq!(device_of(&service, &device_id(A)), path(A));
+            assert_eq!(device_of(&service, &device_id(B)), path(B));
+            assert_eq!(
+                device_of(&service, &device_id(MOVED)),
+                Err(tonic::Code::InvalidArgument)
+            );
+        }
+        // The first display adapter moves to another slot: its old ID is gone, the new one is
+        // answered with the new path.
+        let mut moved = facts.clone();
+        let pnp = moved
+            .adapters
+            .iter_mut()
+            .filter_map(|a| a.pnp.as_mut())
+            .find(|p| p.location_paths.first().map(String::as_str) == Some(A))
+            .expect("the adapter at A");
+        pnp.location_paths[0] = MOVED.to_string();
+        tx.send_replace(inventory(&moved));
+        for _ in 0..2 {
+            assert_eq!(
+                device_of(&service, &device_id(A)),
+                Err(tonic::Code::InvalidArgument)
+            );
+            assert_eq!(device_of(&service, &device_id(MOVED)), path(MOVED));
+            assert_eq!(device_of(&service, &device_id(B)), path(B));
+        }
+    }
+}
