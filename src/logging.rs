@@ -2,15 +2,16 @@
 //!
 //! Lines are written by a dedicated thread, not by the task that logs: a log line costs the
 //! request path (Allocate logs one per call) a copy into a bounded queue, not a write to a pipe
-//! the container runtime may be slow to drain. The queue holds [`QUEUE_LINES`] lines; when it is
-//! full the logging task waits, so no line is lost. [`init`] returns a [`LogGuard`] that flushes
+//! the container runtime may be slow to drain. The writer sleeps while there is nothing to write;
+//! woken by a line, it lets further lines gather for [`LINGER`] and writes them at once, so a
+//! burst costs one wake-up and one write. The queue holds [`QUEUE_BYTES`]; when it is full the
+//! logging task waits, so no line is lost. [`init`] returns a [`LogGuard`] that flushes
 //! the queue when dropped (keep it for the process's life); a panic, and [`flush`], flush it too,
 //! so the lines before a fatal error are out before the error message.
 
 use std::fmt;
 use std::io::{IsTerminal, Write};
 use std::str::FromStr;
-use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::OnceLock;
 use std::thread::ThreadId;
 use std::time::Duration;
@@ -78,61 +79,128 @@ pub fn filter(level: &str) -> Result<EnvFilter, LogLevelError> {
         .map_err(|e| err(e.to_string()))
 }
 
-/// The most log lines waiting to be written before a logging task waits for the writer.
-pub const QUEUE_LINES: usize = 1024;
+/// The most bytes of log lines waiting to be written before a logging task waits for the writer.
+pub const QUEUE_BYTES: usize = 256 * 1024;
+
+/// How long the writer lets lines gather after the first one before it writes them: a burst of
+/// lines (one per Allocate) costs one wake-up and one write, not one each.
+pub const LINGER: Duration = Duration::from_millis(2);
 
 /// The longest a flush waits for the writer (stderr may be a pipe nobody reads).
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
-enum Message {
-    Line(Vec<u8>),
-    Flush(SyncSender<()>),
+#[derive(Default)]
+struct State {
+    /// Lines not yet written.
+    lines: Vec<u8>,
+    /// The writer sleeps until woken.
+    writer_idle: bool,
+    /// Flushes asked for and done (a flush is done when the lines before it are written).
+    flushes_asked: u64,
+    flushes_done: u64,
+}
+
+/// The queue between logging tasks and the writer thread.
+#[derive(Default)]
+struct Queue {
+    state: std::sync::Mutex<State>,
+    /// Wakes the writer.
+    work: std::sync::Condvar,
+    /// Wakes tasks waiting for room or for a flush.
+    written: std::sync::Condvar,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `line`; waits while the queue is full. Wakes the writer only if it sleeps.
+    fn push(&self, line: &[u8]) {
+        let mut state = self.lock();
+        while !state.lines.is_empty() && state.lines.len() + line.len() > QUEUE_BYTES {
+            self.wake_writer(&mut state);
+            state = self.written.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        state.lines.extend_from_slice(line);
+        self.wake_writer(&mut state);
+    }
+
+    fn wake_writer(&self, state: &mut State) {
+        if state.writer_idle {
+            state.writer_idle = false;
+            self.work.notify_one();
+        }
+    }
+
+    /// Waits (at most `timeout`) until the lines queued before the call are written.
+    fn flush(&self, timeout: Duration) {
+        let mut state = self.lock();
+        state.flushes_asked += 1;
+        let ticket = state.flushes_asked;
+        self.wake_writer(&mut state);
+        let _ = self
+            .written
+            .wait_timeout_while(state, timeout, |s| s.flushes_done < ticket);
+    }
+
+    /// The writer: takes what is queued (after letting a burst gather for [`LINGER`], unless a
+    /// flush waits or the queue is half full), writes it to `out`, and sleeps when there is
+    /// nothing. Runs until the process ends.
+    fn write_to(&self, mut out: impl Write) {
+        let mut spare = Vec::new();
+        loop {
+            let mut state = self.lock();
+            while state.lines.is_empty() && state.flushes_done == state.flushes_asked {
+                state.writer_idle = true;
+                state = self.work.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
+            state.writer_idle = false;
+            let hurry =
+                state.flushes_done < state.flushes_asked || state.lines.len() >= QUEUE_BYTES / 2;
+            drop(state);
+            if !hurry {
+                std::thread::sleep(LINGER);
+            }
+            let mut state = self.lock();
+            std::mem::swap(&mut state.lines, &mut spare);
+            let asked = state.flushes_asked;
+            drop(state);
+            // Nowhere to report a failing stderr: the lines are dropped.
+            let _ = out.write_all(&spare);
+            let _ = out.flush();
+            spare.clear();
+            if spare.capacity() > 64 * 1024 {
+                spare.shrink_to(8 * 1024);
+            }
+            let mut state = self.lock();
+            state.flushes_done = asked;
+            drop(state);
+            self.written.notify_all();
+        }
+    }
 }
 
 struct Writer {
-    queue: SyncSender<Message>,
+    queue: std::sync::Arc<Queue>,
     thread: ThreadId,
 }
 
 static WRITER: OnceLock<Writer> = OnceLock::new();
-
-/// Writes queued lines to `out`, several at once when they arrive together, and answers
-/// flushes once the lines queued before them are written.
-fn write_lines(lines: Receiver<Message>, mut out: impl Write) {
-    let mut batch = Vec::new();
-    while let Ok(first) = lines.recv() {
-        let mut acks = Vec::new();
-        let mut next = Some(first);
-        while let Some(message) = next {
-            match message {
-                Message::Line(line) => batch.extend_from_slice(&line),
-                Message::Flush(ack) => acks.push(ack),
-            }
-            next = lines.try_recv().ok();
-        }
-        // Nowhere to report a failing stderr: the lines are dropped.
-        let _ = out.write_all(&batch);
-        let _ = out.flush();
-        batch.clear();
-        if batch.capacity() > 64 * 1024 {
-            batch.shrink_to(8 * 1024);
-        }
-        for ack in acks {
-            let _ = ack.send(());
-        }
-    }
-}
 
 /// Starts the writer thread once; `None` when the thread cannot be started.
 fn writer() -> Option<&'static Writer> {
     if let Some(w) = WRITER.get() {
         return Some(w);
     }
-    let (queue, lines) = mpsc::sync_channel(QUEUE_LINES);
-    let thread = std::thread::Builder::new()
-        .name("dxdp-log".into())
-        .spawn(move || write_lines(lines, std::io::stderr()))
-        .ok()?;
+    let queue = std::sync::Arc::new(Queue::default());
+    let thread = {
+        let queue = queue.clone();
+        std::thread::Builder::new()
+            .name("dxdp-log".into())
+            .spawn(move || queue.write_to(std::io::stderr()))
+            .ok()?
+    };
     let thread = thread.thread().id();
     Some(WRITER.get_or_init(|| Writer { queue, thread }))
 }
@@ -144,9 +212,12 @@ struct Queued;
 impl Write for Queued {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match WRITER.get() {
-            Some(w) if w.queue.send(Message::Line(buf.to_vec())).is_ok() => Ok(buf.len()),
-            // No writer thread (or it is gone): write directly.
-            _ => std::io::stderr().write(buf),
+            Some(w) => {
+                w.queue.push(buf);
+                Ok(buf.len())
+            }
+            // No writer thread: write directly.
+            None => std::io::stderr().write(buf),
         }
     }
 
@@ -162,10 +233,7 @@ pub fn flush() {
     if std::thread::current().id() == w.thread {
         return;
     }
-    let (ack, done) = mpsc::sync_channel(1);
-    if w.queue.send(Message::Flush(ack)).is_ok() {
-        let _ = done.recv_timeout(FLUSH_TIMEOUT);
-    }
+    w.queue.flush(FLUSH_TIMEOUT);
 }
 
 /// Flushes the log queue when dropped: keep it until the process ends.
@@ -225,21 +293,43 @@ mod tests {
 
     #[test]
     fn queued_lines_are_written_in_order_before_a_flush_is_answered() {
-        let (queue, lines) = mpsc::sync_channel(4);
+        let queue = std::sync::Arc::new(Queue::default());
         let sink = Sink::default();
-        let out = sink.clone();
-        let thread = std::thread::spawn(move || write_lines(lines, out));
-        for line in ["one\n", "two\n", "three\n"] {
-            queue.send(Message::Line(line.into())).unwrap();
+        {
+            let (queue, out) = (queue.clone(), sink.clone());
+            std::thread::spawn(move || queue.write_to(out));
         }
-        let (ack, done) = mpsc::sync_channel(1);
-        queue.send(Message::Flush(ack)).unwrap();
-        done.recv_timeout(Duration::from_secs(10)).unwrap();
+        for line in ["one\n", "two\n", "three\n"] {
+            queue.push(line.as_bytes());
+        }
+        queue.flush(Duration::from_secs(10));
         assert_eq!(&*sink.0.lock().unwrap(), b"one\ntwo\nthree\n");
-        queue.send(Message::Line("four\n".into())).unwrap();
-        drop(queue);
-        thread.join().unwrap();
+        queue.push(b"four\n");
+        queue.flush(Duration::from_secs(10));
         assert_eq!(&*sink.0.lock().unwrap(), b"one\ntwo\nthree\nfour\n");
+    }
+
+    #[test]
+    fn a_full_queue_makes_the_logging_task_wait_and_loses_nothing() {
+        let queue = std::sync::Arc::new(Queue::default());
+        let sink = Sink::default();
+        let line = vec![b'x'; 1000];
+        let n = 3 * QUEUE_BYTES / line.len();
+        let logger = {
+            let (queue, line) = (queue.clone(), line.clone());
+            std::thread::spawn(move || {
+                for _ in 0..n {
+                    queue.push(&line);
+                }
+            })
+        };
+        {
+            let (queue, out) = (queue.clone(), sink.clone());
+            std::thread::spawn(move || queue.write_to(out));
+        }
+        logger.join().unwrap();
+        queue.flush(Duration::from_secs(10));
+        assert_eq!(sink.0.lock().unwrap().len(), n * line.len());
     }
 
     #[test]

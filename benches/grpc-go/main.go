@@ -1,6 +1,6 @@
 // Command grpc-go-client times Allocate against a no-op unary RPC (GetDevicePluginOptions) on a
 // device plugin's Unix socket, from grpc-go, the gRPC stack the kubelet uses, dialled with the
-// kubelet's options (insecure, blocking, a Unix-socket context dialer). It is run by
+// kubelet's options (authority "localhost", insecure, blocking, a Unix-socket context dialer). It is run by
 // `cargo bench --bench allocate`, which passes the socket and the encoded AllocateRequest.
 //
 // The messages are passed through as bytes (a pass-through codec), so no generated code is
@@ -132,7 +132,8 @@ func run() error {
 	// The kubelet's dial options for a device plugin endpoint.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := grpc.DialContext(ctx, *socket, grpc.WithInsecure(), grpc.WithBlock(),
+	conn, err := grpc.DialContext(ctx, *socket, grpc.WithAuthority("localhost"),
+		grpc.WithInsecure(), grpc.WithBlock(),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
 		}))
