@@ -267,9 +267,12 @@ mod tests {
         }
     }
 
-    /// Runs the settle loop over scripted samples (before, content, after; the last repeats).
+    /// One scripted read: the stamp before, the content, the stamp after.
+    type Scripted<'a> = (Stamp, &'a str, Stamp);
+
+    /// Runs the settle loop over scripted samples (the last repeats).
     fn script(
-        samples: &[(Stamp, &str, Stamp)],
+        samples: &[Scripted],
         settle: Settle,
     ) -> (Result<Vec<u8>, StableReadError>, Vec<Duration>) {
         let mut i = 0;
@@ -298,7 +301,8 @@ mod tests {
             max_reads: 5,
         };
         // (samples, expected content or None, expected pauses)
-        let table: [(&[(Stamp, &str, Stamp)], Option<&str>, &[Duration]); 6] = [
+        type Case<'a> = (&'a [Scripted<'a>], Option<&'a str>, &'a [Duration]);
+        let table: [Case; 6] = [
             (&[(stamp(1, 10), "a", stamp(1, 10))], Some("a"), &[]),
             // Grew during the read.
             (
