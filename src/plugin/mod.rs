@@ -31,6 +31,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::backend::{HostFactsSource, SourceError};
 use crate::config::Config;
+use crate::kubelet::v1beta1::device_plugin_server::DevicePluginServer;
 use crate::kubelet::KUBELET_SOCKET;
 use crate::observe::state::Ping;
 use crate::observe::{Observe, Phase};
@@ -669,7 +670,7 @@ impl Supervisor {
         let mut until_stopped = stopping;
         let server = tokio::spawn(async move {
             tonic::transport::Server::builder()
-                .add_service(service::server(svc))
+                .add_service(DevicePluginServer::new(svc))
                 .serve_with_incoming_shutdown(listener.incoming(), async move {
                     let _ = until_stopped.wait_for(|s| *s).await;
                 })

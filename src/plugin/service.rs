@@ -3,17 +3,11 @@
 //! Allocate is on the pod-start path: the answer for a request of one device ID (what the kubelet
 //! sends for one GPU) is prepared per physical device once per inventory (when the kubelet is
 //! sent a new device list, or by the first Allocate after a change) and only copied per call.
-//! [`server`] wraps the service so that each answer leaves in one write (see [`SmallFrames`]).
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Instant;
-
-use bytes::Bytes;
-use hyper::body::{Body, Frame, SizeHint};
 
 use tokio::sync::watch;
 use tokio_stream::Stream;
@@ -21,12 +15,10 @@ use tonic::{Request, Response, Status};
 
 use super::inventory::{Inventory, InventoryRx};
 use crate::kubelet::v1beta1::{
-    self,
-    device_plugin_server::{DevicePlugin, DevicePluginServer},
-    AllocateRequest, AllocateResponse, ContainerAllocateResponse,
-    ContainerPreferredAllocationResponse, DevicePluginOptions, Empty, ListAndWatchResponse,
-    PreStartContainerRequest, PreStartContainerResponse, PreferredAllocationRequest,
-    PreferredAllocationResponse,
+    self, device_plugin_server::DevicePlugin, AllocateRequest, AllocateResponse,
+    ContainerAllocateResponse, ContainerPreferredAllocationResponse, DevicePluginOptions, Empty,
+    ListAndWatchResponse, PreStartContainerRequest, PreStartContainerResponse,
+    PreferredAllocationRequest, PreferredAllocationResponse,
 };
 use crate::observe::metrics::AllocateRecorder;
 use dxdp_core::allocation::{self, AllocationError};
@@ -159,110 +151,6 @@ impl ResourceService {
             allocations,
             prepared: Prepared::default(),
         }
-    }
-}
-
-/// The largest DATA frame h2 copies into its write buffer with vectored I/O; a larger payload is
-/// chained to the buffer, and while it is, h2 buffers no further frame, so the trailers that end
-/// a unary answer would leave in a second write (the client wakes twice).
-pub const ONE_WRITE_FRAME: usize = 256;
-
-/// The gRPC service of `service`, its answers cut into DATA frames of at most
-/// [`ONE_WRITE_FRAME`] bytes, so that headers, data and trailers leave in one write.
-pub fn server(service: ResourceService) -> OneWrite<DevicePluginServer<ResourceService>> {
-    OneWrite(DevicePluginServer::new(service))
-}
-
-/// A gRPC service whose response bodies come in frames of at most [`ONE_WRITE_FRAME`] bytes.
-#[derive(Debug, Clone)]
-pub struct OneWrite<S>(S);
-
-impl<S: tonic::server::NamedService> tonic::server::NamedService for OneWrite<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-impl<S> tower::Service<http::Request<tonic::body::Body>> for OneWrite<S>
-where
-    S: tower::Service<
-        http::Request<tonic::body::Body>,
-        Response = http::Response<tonic::body::Body>,
-        Error = Infallible,
-    >,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future =
-        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        let response = self.0.call(request);
-        Box::pin(async move {
-            let response = response.await?;
-            Ok(response.map(|body| tonic::body::Body::new(SmallFrames::new(body))))
-        })
-    }
-}
-
-/// A body whose DATA frames are cut to at most [`ONE_WRITE_FRAME`] bytes; trailers pass through.
-#[derive(Debug)]
-pub struct SmallFrames<B> {
-    inner: B,
-    rest: Bytes,
-}
-
-impl<B> SmallFrames<B> {
-    /// Wraps `inner`.
-    pub fn new(inner: B) -> Self {
-        SmallFrames {
-            inner,
-            rest: Bytes::new(),
-        }
-    }
-}
-
-impl<B> Body for SmallFrames<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        if self.rest.is_empty() {
-            match Pin::new(&mut self.inner).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => self.rest = data,
-                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
-                },
-                other => return other,
-            }
-        }
-        let n = self.rest.len().min(ONE_WRITE_FRAME);
-        let chunk = self.rest.split_to(n);
-        Poll::Ready(Some(Ok(Frame::data(chunk))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.rest.is_empty() && self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        let inner = self.inner.size_hint();
-        let rest = self.rest.len() as u64;
-        let mut hint = SizeHint::new();
-        hint.set_lower(inner.lower() + rest);
-        if let Some(upper) = inner.upper() {
-            hint.set_upper(upper + rest);
-        }
-        hint
     }
 }
 
@@ -495,39 +383,6 @@ mod tests {
             .allocate_all(request(id))
             .map(|r| r.container_responses[0].devices[0].host_path.clone())
             .map_err(|s| s.code())
-    }
-
-    #[tokio::test]
-    async fn small_frames_cut_data_and_pass_trailers_through() {
-        let mut trailers = http::HeaderMap::new();
-        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-        let frames: Vec<Result<Frame<Bytes>, Infallible>> = vec![
-            Ok(Frame::data(Bytes::from(vec![7u8; 600]))),
-            Ok(Frame::data(Bytes::from_static(b"abc"))),
-            Ok(Frame::trailers(trailers)),
-        ];
-        let inner = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
-        let mut body = SmallFrames::new(inner);
-        let mut seen = Vec::new();
-        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
-        {
-            let frame = frame.unwrap();
-            if let Some(data) = frame.data_ref() {
-                seen.push(format!("data {}", data.len()));
-            } else if let Some(t) = frame.trailers_ref() {
-                seen.push(format!("trailers {:?}", t.get("grpc-status")));
-            }
-        }
-        assert_eq!(
-            seen,
-            [
-                "data 256",
-                "data 256",
-                "data 88",
-                "data 3",
-                "trailers Some(\"0\")"
-            ]
-        );
     }
 
     #[test]
