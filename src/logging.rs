@@ -1,8 +1,20 @@
 //! Logging setup: `tracing` to stderr, as text for people or JSON lines for machines.
+//!
+//! Lines are written by a dedicated thread, not by the task that logs: a log line costs the
+//! request path (Allocate logs one per call) a copy into a bounded queue, not a write to a pipe
+//! the container runtime may be slow to drain. The writer sleeps while there is nothing to write;
+//! woken by a line, it lets further lines gather for [`LINGER`] and writes them at once, so a
+//! burst costs one wake-up and one write. The queue holds [`QUEUE_BYTES`]; when it is full the
+//! logging task waits, so no line is lost. [`init`] returns a [`LogGuard`] that flushes
+//! the queue when dropped (keep it for the process's life); a panic, and [`flush`], flush it too,
+//! so the lines before a fatal error are out before the error message.
 
 use std::fmt;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::str::FromStr;
+use std::sync::OnceLock;
+use std::thread::ThreadId;
+use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
 
@@ -67,12 +79,191 @@ pub fn filter(level: &str) -> Result<EnvFilter, LogLevelError> {
         .map_err(|e| err(e.to_string()))
 }
 
-/// Installs the global subscriber writing to stderr. Calling it twice keeps the first one.
-pub fn init(format: LogFormat, level: &str) -> Result<(), LogLevelError> {
+/// The most bytes of log lines waiting to be written before a logging task waits for the writer.
+pub const QUEUE_BYTES: usize = 256 * 1024;
+
+/// How long the writer lets lines gather after the first one before it writes them: a burst of
+/// lines (one per Allocate) costs one wake-up and one write, not one each.
+pub const LINGER: Duration = Duration::from_millis(2);
+
+/// The longest a flush waits for the writer (stderr may be a pipe nobody reads).
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Default)]
+struct State {
+    /// Lines not yet written.
+    lines: Vec<u8>,
+    /// The writer sleeps until woken.
+    writer_idle: bool,
+    /// Flushes asked for and done (a flush is done when the lines before it are written).
+    flushes_asked: u64,
+    flushes_done: u64,
+}
+
+/// The queue between logging tasks and the writer thread.
+#[derive(Default)]
+struct Queue {
+    state: std::sync::Mutex<State>,
+    /// Wakes the writer.
+    work: std::sync::Condvar,
+    /// Wakes tasks waiting for room or for a flush.
+    written: std::sync::Condvar,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `line`; waits while the queue is full. Wakes the writer only if it sleeps.
+    fn push(&self, line: &[u8]) {
+        let mut state = self.lock();
+        while !state.lines.is_empty() && state.lines.len() + line.len() > QUEUE_BYTES {
+            self.wake_writer(&mut state);
+            state = self.written.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        state.lines.extend_from_slice(line);
+        self.wake_writer(&mut state);
+    }
+
+    fn wake_writer(&self, state: &mut State) {
+        if state.writer_idle {
+            state.writer_idle = false;
+            self.work.notify_one();
+        }
+    }
+
+    /// Waits (at most `timeout`) until the lines queued before the call are written.
+    fn flush(&self, timeout: Duration) {
+        let mut state = self.lock();
+        state.flushes_asked += 1;
+        let ticket = state.flushes_asked;
+        self.wake_writer(&mut state);
+        let _ = self
+            .written
+            .wait_timeout_while(state, timeout, |s| s.flushes_done < ticket);
+    }
+
+    /// The writer: takes what is queued (after letting a burst gather for [`LINGER`], unless a
+    /// flush waits or the queue is half full), writes it to `out`, and sleeps when there is
+    /// nothing. Runs until the process ends.
+    fn write_to(&self, mut out: impl Write) {
+        let mut spare = Vec::new();
+        loop {
+            let mut state = self.lock();
+            while state.lines.is_empty() && state.flushes_done == state.flushes_asked {
+                state.writer_idle = true;
+                state = self.work.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
+            state.writer_idle = false;
+            let hurry =
+                state.flushes_done < state.flushes_asked || state.lines.len() >= QUEUE_BYTES / 2;
+            drop(state);
+            if !hurry {
+                std::thread::sleep(LINGER);
+            }
+            let mut state = self.lock();
+            std::mem::swap(&mut state.lines, &mut spare);
+            let asked = state.flushes_asked;
+            drop(state);
+            // Nowhere to report a failing stderr: the lines are dropped.
+            let _ = out.write_all(&spare);
+            let _ = out.flush();
+            spare.clear();
+            if spare.capacity() > 64 * 1024 {
+                spare.shrink_to(8 * 1024);
+            }
+            let mut state = self.lock();
+            state.flushes_done = asked;
+            drop(state);
+            self.written.notify_all();
+        }
+    }
+}
+
+struct Writer {
+    queue: std::sync::Arc<Queue>,
+    thread: ThreadId,
+}
+
+static WRITER: OnceLock<Writer> = OnceLock::new();
+
+/// Starts the writer thread once; `None` when the thread cannot be started.
+fn writer() -> Option<&'static Writer> {
+    if let Some(w) = WRITER.get() {
+        return Some(w);
+    }
+    let queue = std::sync::Arc::new(Queue::default());
+    let thread = {
+        let queue = queue.clone();
+        std::thread::Builder::new()
+            .name("dxdp-log".into())
+            .spawn(move || queue.write_to(std::io::stderr()))
+            .ok()?
+    };
+    let thread = thread.thread().id();
+    Some(WRITER.get_or_init(|| Writer { queue, thread }))
+}
+
+/// The `io::Write` handed to the subscriber: one call per formatted event, queued.
+#[derive(Debug, Clone, Copy)]
+struct Queued;
+
+impl Write for Queued {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match WRITER.get() {
+            Some(w) => {
+                w.queue.push(buf);
+                Ok(buf.len())
+            }
+            // No writer thread: write directly.
+            None => std::io::stderr().write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Waits (at most [`FLUSH_TIMEOUT`]) until every line logged so far is written to stderr.
+/// Call it before writing a fatal error message directly to stderr.
+pub fn flush() {
+    let Some(w) = WRITER.get() else { return };
+    if std::thread::current().id() == w.thread {
+        return;
+    }
+    w.queue.flush(FLUSH_TIMEOUT);
+}
+
+/// Flushes the log queue when dropped: keep it until the process ends.
+#[derive(Debug)]
+#[must_use = "dropping the guard flushes the log queue; keep it for the process's life"]
+pub struct LogGuard(());
+
+impl Drop for LogGuard {
+    fn drop(&mut self) {
+        flush();
+    }
+}
+
+/// Installs the global subscriber writing to stderr through the writer thread, and a panic hook
+/// that flushes the queue before the panic message. Calling it twice keeps the first subscriber.
+pub fn init(format: LogFormat, level: &str) -> Result<LogGuard, LogLevelError> {
     let filter = filter(level)?;
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    if writer().is_some() {
+        HOOK.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                flush();
+                previous(info);
+            }));
+        });
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| Queued)
         .with_target(false)
         .with_ansi(colour(std::io::stderr().is_terminal()));
     // try_init fails only when a subscriber is already installed, which is fine.
@@ -80,7 +271,7 @@ pub fn init(format: LogFormat, level: &str) -> Result<(), LogLevelError> {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
-    Ok(())
+    Ok(LogGuard(()))
 }
 
 /// Whether to colour output: only on a terminal, and never when `NO_COLOR` is set to anything
@@ -92,6 +283,60 @@ pub fn colour(is_terminal: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Clone, Default)]
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn queued_lines_are_written_in_order_before_a_flush_is_answered() {
+        let queue = std::sync::Arc::new(Queue::default());
+        let sink = Sink::default();
+        {
+            let (queue, out) = (queue.clone(), sink.clone());
+            std::thread::spawn(move || queue.write_to(out));
+        }
+        for line in ["one\n", "two\n", "three\n"] {
+            queue.push(line.as_bytes());
+        }
+        queue.flush(Duration::from_secs(10));
+        assert_eq!(&*sink.0.lock().unwrap(), b"one\ntwo\nthree\n");
+        queue.push(b"four\n");
+        queue.flush(Duration::from_secs(10));
+        assert_eq!(&*sink.0.lock().unwrap(), b"one\ntwo\nthree\nfour\n");
+    }
+
+    #[test]
+    fn a_full_queue_makes_the_logging_task_wait_and_loses_nothing() {
+        let queue = std::sync::Arc::new(Queue::default());
+        let sink = Sink::default();
+        let line = vec![b'x'; 1000];
+        let n = 3 * QUEUE_BYTES / line.len();
+        let logger = {
+            let (queue, line) = (queue.clone(), line.clone());
+            std::thread::spawn(move || {
+                for _ in 0..n {
+                    queue.push(&line);
+                }
+            })
+        };
+        {
+            let (queue, out) = (queue.clone(), sink.clone());
+            std::thread::spawn(move || queue.write_to(out));
+        }
+        logger.join().unwrap();
+        queue.flush(Duration::from_secs(10));
+        assert_eq!(sink.0.lock().unwrap().len(), n * line.len());
+    }
 
     #[test]
     fn levels_and_filters_are_checked() {

@@ -305,10 +305,14 @@ pub fn main() -> ExitCode {
         _ => config.log_level.as_str(),
     };
     let _ = NOTICE_FORMAT.set(config.log_format);
-    if let Err(e) = logging::init(config.log_format, level) {
-        fatal(config.log_format, &e.to_string(), false);
-        return ExitCode::from(2);
-    }
+    // Kept until main returns: dropping it writes out the queued log lines.
+    let _log_guard = match logging::init(config.log_format, level) {
+        Ok(guard) => guard,
+        Err(e) => {
+            fatal(config.log_format, &e.to_string(), false);
+            return ExitCode::from(2);
+        }
+    };
     // How the configuration was built, when an operator must know (`config show` prints the
     // notices on stdout; the plugin logs them with the configuration it applies).
     match &cli.command {
@@ -328,6 +332,8 @@ pub fn main() -> ExitCode {
     match run(cli, config, inputs) {
         Ok(code) => code,
         Err(e) => {
+            // The log lines that led here first, then the error.
+            logging::flush();
             fatal(format, &format!("{e:#}"), true);
             ExitCode::FAILURE
         }
@@ -444,11 +450,12 @@ fn write_stdout(bytes: &[u8]) -> anyhow::Result<ExitCode> {
 fn fatal(format: LogFormat, message: &str, logging_ready: bool) {
     match format {
         LogFormat::Json => {
-            if !logging_ready {
-                // The configuration failed before logging was set up: set it up for this line.
-                let _ = logging::init(LogFormat::Json, "error");
-            }
+            // The configuration failed before logging was set up: set it up for this line.
+            let _guard = (!logging_ready)
+                .then(|| logging::init(LogFormat::Json, "error").ok())
+                .flatten();
             tracing::error!("{message}");
+            logging::flush();
         }
         LogFormat::Text => eprintln!("error: {message}"),
     }

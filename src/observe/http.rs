@@ -1,8 +1,19 @@
 //! The HTTP/1.1 server of `--metrics-address`: `/metrics` (OpenMetrics text), `/healthz` and
 //! `/readyz`; GET and HEAD only, everything else 404 (unknown path) or 405 (other method).
+//!
+//! It is optional and must never cost the node its GPUs: [`serve_forever`] binds, and when the
+//! address is taken logs once per distinct error and retries in the background with a capped
+//! backoff. At most [`MAX_CONNECTIONS`] connections are served at once: a connection beyond that
+//! is not accepted until one ends (it waits in the kernel's backlog, costing the process no
+//! memory and no descriptor), and connections accepted near the cap are closed after one answer
+//! so that waiting ones get their turn. An accept error (out of descriptors, `EMFILE`) backs off
+//! ([`ACCEPT_BACKOFF_FIRST`] doubling to [`ACCEPT_BACKOFF_MAX`]) instead of spinning.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,7 +22,9 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
 use super::state::PING_TIMEOUT;
@@ -21,6 +34,21 @@ const TEXT: &str = "text/plain; charset=utf-8";
 
 /// How long a client may take to send a request's headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most connections served at once (a scrape and the probes need a handful).
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// The pause after a failed accept, doubling with each further failure.
+pub const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
+
+/// The longest pause after failed accepts.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The pause after a failed bind, doubling with each further failure.
+pub const BIND_BACKOFF_FIRST: Duration = Duration::from_millis(500);
+
+/// The longest pause between binds.
+pub const BIND_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Why the server cannot listen.
 #[derive(Debug, thiserror::Error)]
@@ -32,11 +60,84 @@ pub struct BindError {
     pub error: std::io::Error,
 }
 
+/// What the server has done, for logs, tests and benches.
+#[derive(Debug, Default)]
+pub struct Stats {
+    accepted: AtomicU64,
+    accept_errors: AtomicU64,
+    open: AtomicU64,
+    most_open: AtomicU64,
+    binds_failed: AtomicU64,
+    changed: Notify,
+}
+
+impl Stats {
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Failed accepts so far.
+    pub fn accept_errors(&self) -> u64 {
+        self.accept_errors.load(Ordering::SeqCst)
+    }
+
+    /// Connections being served now.
+    pub fn open(&self) -> u64 {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// The most connections ever served at once.
+    pub fn most_open(&self) -> u64 {
+        self.most_open.load(Ordering::SeqCst)
+    }
+
+    /// Failed binds so far (of [`serve_forever`]).
+    pub fn binds_failed(&self) -> u64 {
+        self.binds_failed.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `done(self)` holds, woken by every change of the counters; false after
+    /// `timeout`.
+    pub async fn wait_for(&self, timeout: Duration, done: impl Fn(&Stats) -> bool) -> bool {
+        tokio::time::timeout(timeout, async {
+            loop {
+                let changed = self.changed.notified();
+                if done(self) {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    fn bump(&self, counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    fn opened(&self) {
+        self.accepted.fetch_add(1, Ordering::SeqCst);
+        let open = self.open.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_open.fetch_max(open, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    fn closed(&self) {
+        self.open.fetch_sub(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+}
+
 /// A bound, not yet serving, endpoint.
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
     address: SocketAddr,
+    limit: usize,
+    stats: Arc<Stats>,
 }
 
 /// Listens on `address` (port 0 picks a free port).
@@ -47,7 +148,72 @@ pub async fn bind(address: SocketAddr) -> Result<Server, BindError> {
     let address = listener
         .local_addr()
         .map_err(|error| BindError { address, error })?;
-    Ok(Server { listener, address })
+    Ok(Server {
+        listener,
+        address,
+        limit: MAX_CONNECTIONS,
+        stats: Arc::default(),
+    })
+}
+
+/// Serves `observe` on `address` for as long as the future runs, never failing: when the bind
+/// fails it logs the error (once per distinct error, with what to do), retries with a backoff of
+/// [`BIND_BACKOFF_FIRST`] doubling to [`BIND_BACKOFF_MAX`], and serves once bound.
+/// `observe.listening()` says where it listens. Never returns; drop (abort) it to stop.
+pub async fn serve_forever(address: SocketAddr, observe: Observe) {
+    serve_forever_with(address, observe, Arc::default()).await
+}
+
+/// [`serve_forever`] counting into `stats`.
+pub async fn serve_forever_with(address: SocketAddr, observe: Observe, stats: Arc<Stats>) {
+    let mut pause = BIND_BACKOFF_FIRST;
+    let mut last_error: Option<String> = None;
+    loop {
+        match bind(address).await {
+            Ok(server) => {
+                let server = server.with_stats(stats);
+                let bound = server.local_addr();
+                if last_error.is_some() {
+                    tracing::info!(address = %bound, "bound at last: serving /metrics, /healthz and /readyz");
+                } else {
+                    tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+                }
+                observe.set_listening(Some(bound));
+                server.serve(observe).await;
+                return;
+            }
+            Err(e) => {
+                stats.bump(&stats.binds_failed);
+                let text = e.to_string();
+                if last_error.as_deref() != Some(text.as_str()) {
+                    tracing::error!(
+                        "{text}; devices are served regardless, retrying the endpoint in the background (every {:?} at most)",
+                        BIND_BACKOFF_MAX
+                    );
+                } else {
+                    tracing::debug!("{text}; retrying in {pause:?}");
+                }
+                last_error = Some(text);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(BIND_BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// A source of connections: a TCP listener, or a scripted one in tests.
+trait Accept {
+    type Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn accept(&self) -> impl Future<Output = std::io::Result<Self::Conn>> + Send;
+}
+
+impl Accept for TcpListener {
+    type Conn = tokio::net::TcpStream;
+    async fn accept(&self) -> std::io::Result<Self::Conn> {
+        TcpListener::accept(self)
+            .await
+            .map(|(stream, _peer)| stream)
+    }
 }
 
 impl Server {
@@ -56,39 +222,121 @@ impl Server {
         self.address
     }
 
+    /// The same server serving at most `limit` connections at once (at least 1).
+    pub fn with_connection_limit(self, limit: usize) -> Self {
+        Server {
+            limit: limit.max(1),
+            ..self
+        }
+    }
+
+    /// The same server counting into `stats`.
+    pub fn with_stats(self, stats: Arc<Stats>) -> Self {
+        Server { stats, ..self }
+    }
+
+    /// What it has done so far.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
     /// Serves `observe` until the returned future is dropped (aborting the task that runs it
     /// closes every connection too).
     pub async fn serve(self, observe: Observe) {
-        let mut connections = JoinSet::new();
-        loop {
-            tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok((stream, _peer)) => {
-                        let observe = observe.clone();
-                        connections.spawn(async move {
-                            let service = hyper::service::service_fn(move |req| {
-                                let observe = observe.clone();
-                                async move { Ok::<_, Infallible>(respond(&req, &observe).await) }
-                            });
-                            let served = hyper::server::conn::http1::Builder::new()
-                                .timer(TokioTimer::new())
-                                .header_read_timeout(HEADER_TIMEOUT)
-                                .serve_connection(TokioIo::new(stream), service)
-                                .await;
-                            if let Err(e) = served {
-                                tracing::debug!("metrics connection ended: {e}");
-                            }
-                        });
+        accept_loop(
+            &self.listener,
+            self.address,
+            self.limit,
+            &self.stats,
+            observe,
+        )
+        .await
+    }
+}
+
+/// Accepts up to `limit` connections at once and serves each on its own task; backs off after
+/// a failed accept. Never returns.
+async fn accept_loop<L: Accept>(
+    listener: &L,
+    address: SocketAddr,
+    limit: usize,
+    stats: &Arc<Stats>,
+    observe: Observe,
+) {
+    let permits = Arc::new(Semaphore::new(limit));
+    let mut connections = JoinSet::new();
+    let mut pause = ACCEPT_BACKOFF_FIRST;
+    let mut failing: Option<(String, u64)> = None;
+    loop {
+        // A permit first: beyond the limit, connections wait in the backlog, not in memory.
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        match accepted {
+            Ok(stream) => {
+                if let Some((_, errors)) = failing.take() {
+                    tracing::info!(%address, "accepting metrics connections again after {errors} failed accepts");
+                }
+                pause = ACCEPT_BACKOFF_FIRST;
+                stats.opened();
+                // Near the cap, a connection is closed after one answer, so that the waiting
+                // ones get their turn rather than queue behind kept-alive clients.
+                let keep_alive = permits.available_permits() >= limit / 4;
+                let observe = observe.clone();
+                let stats = stats.clone();
+                connections.spawn(async move {
+                    serve_connection(stream, observe, keep_alive).await;
+                    stats.closed();
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                stats.bump(&stats.accept_errors);
+                let text = e.to_string();
+                match &mut failing {
+                    Some((last, errors)) if *last == text => {
+                        *errors += 1;
+                        tracing::debug!(%address, "cannot accept a metrics connection: {e}");
                     }
-                    Err(e) => {
-                        // Out of file descriptors or similar: back off briefly, keep serving.
-                        tracing::warn!(address = %self.address, "cannot accept a metrics connection: {e}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    _ => {
+                        tracing::warn!(%address, "cannot accept a metrics connection: {e}; backing off up to {ACCEPT_BACKOFF_MAX:?} between tries (if it says too many open files, raise the file limit: LimitNOFILE / ulimit -n)");
+                        let errors = failing.as_ref().map_or(0, |(_, n)| *n);
+                        failing = Some((text, errors + 1));
                     }
-                },
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                }
+                drop(permit);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(ACCEPT_BACKOFF_MAX);
             }
         }
+    }
+}
+
+async fn serve_connection(
+    stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    observe: Observe,
+    keep_alive: bool,
+) {
+    let service = hyper::service::service_fn(move |req| {
+        let observe = observe.clone();
+        async move { Ok::<_, Infallible>(respond(&req, &observe).await) }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .keep_alive(keep_alive)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!("metrics connection ended: {e}");
     }
 }
 
@@ -141,5 +389,148 @@ pub async fn answer(method: &Method, path: &str, observe: &Observe) -> Response<
             Ok(()) => text(StatusCode::OK, "ok\n"),
             Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// Sends a request for an unknown path and reads the status line of the answer.
+    async fn ask(stream: &mut tokio::net::TcpStream) -> String {
+        stream
+            .write_all(b"GET /nothing HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 512];
+        let n = tokio::time::timeout(WAIT, stream.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        String::from_utf8_lossy(&buf[..n])
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_wait_until_one_ends() {
+        let server = bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+            .with_connection_limit(2);
+        let address = server.local_addr();
+        let stats = server.stats();
+        let task = tokio::spawn(server.serve(Observe::new()));
+        let mut first = tokio::net::TcpStream::connect(address).await.unwrap();
+        let mut second = tokio::net::TcpStream::connect(address).await.unwrap();
+        assert_eq!(ask(&mut first).await, "HTTP/1.1 404 Not Found");
+        assert_eq!(ask(&mut second).await, "HTTP/1.1 404 Not Found");
+        // Both kept alive: the third connects (the kernel's backlog) but is not served...
+        let mut third = tokio::net::TcpStream::connect(address).await.unwrap();
+        let answer = tokio::spawn(async move { ask(&mut third).await });
+        assert_eq!((stats.accepted(), stats.open()), (2, 2));
+        // ...until one of the others ends.
+        drop(first);
+        assert_eq!(answer.await.unwrap(), "HTTP/1.1 404 Not Found");
+        assert!(stats.wait_for(WAIT, |s| s.accepted() == 3).await);
+        assert_eq!(stats.most_open(), 2);
+        drop(second);
+        assert!(stats.wait_for(WAIT, |s| s.open() == 1).await);
+        task.abort();
+    }
+
+    /// A listener whose accepts fail `errors` times, then never complete; it notes when each
+    /// accept was asked for.
+    struct Failing {
+        errors: usize,
+        calls: Mutex<Vec<tokio::time::Instant>>,
+        called: Notify,
+    }
+
+    impl Accept for Failing {
+        type Conn = tokio::io::DuplexStream;
+        async fn accept(&self) -> std::io::Result<Self::Conn> {
+            let n = {
+                let mut calls = self.calls.lock().unwrap();
+                calls.push(tokio::time::Instant::now());
+                calls.len()
+            };
+            self.called.notify_waiters();
+            if n <= self.errors {
+                return Err(std::io::Error::other("Too many open files (os error 24)"));
+            }
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_accepts_back_off_instead_of_spinning() {
+        let listener = Arc::new(Failing {
+            errors: 8,
+            calls: Mutex::default(),
+            called: Notify::new(),
+        });
+        let stats = Arc::new(Stats::default());
+        let task = {
+            let (listener, stats) = (listener.clone(), stats.clone());
+            tokio::spawn(async move {
+                accept_loop(
+                    &*listener,
+                    "127.0.0.1:1".parse().unwrap(),
+                    4,
+                    &stats,
+                    Observe::new(),
+                )
+                .await
+            })
+        };
+        // The ninth accept is the first that waits for a connection.
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let called = listener.called.notified();
+                if listener.calls.lock().unwrap().len() == 9 {
+                    return;
+                }
+                called.await;
+            }
+        })
+        .await
+        .expect("nine accepts");
+        assert_eq!(stats.accept_errors(), 8);
+        let calls = listener.calls.lock().unwrap().clone();
+        let gaps: Vec<u128> = calls
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis())
+            .collect();
+        assert_eq!(gaps, [10, 20, 40, 80, 160, 320, 640, 1000]);
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn serve_forever_retries_a_taken_address_and_serves_once_it_is_free() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = taken.local_addr().unwrap();
+        let observe = Observe::new();
+        let mut listening = observe.listening();
+        let stats = Arc::new(Stats::default());
+        let task = tokio::spawn(serve_forever_with(address, observe, stats.clone()));
+        assert!(stats.wait_for(WAIT, |s| s.binds_failed() >= 1).await);
+        assert_eq!(*listening.borrow(), None);
+        drop(taken);
+        let bound = tokio::time::timeout(WAIT, listening.wait_for(Option::is_some))
+            .await
+            .expect("bound")
+            .unwrap()
+            .expect("an address");
+        assert_eq!(bound, address);
+        let mut client = tokio::net::TcpStream::connect(address).await.unwrap();
+        assert_eq!(ask(&mut client).await, "HTTP/1.1 404 Not Found");
+        task.abort();
     }
 }

@@ -13,7 +13,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::{mpsc, watch as channel};
 
@@ -251,44 +250,12 @@ async fn tap_inventory(
     std::future::pending::<()>().await
 }
 
-/// The first pause after the metrics endpoint could not listen.
-const BIND_RETRY_MIN: Duration = Duration::from_secs(1);
-/// The longest pause between attempts to listen.
-const BIND_RETRY_MAX: Duration = Duration::from_secs(60);
-
-/// Serves `/metrics`, `/healthz` and `/readyz` on `address`. An address that cannot be bound
-/// (in use, not permitted) is said once per distinct error, with what to do, and retried with
-/// backoff (1 s doubling to 60 s); device serving never waits for it.
+/// Serves `/metrics`, `/healthz` and `/readyz` on `address` ([`crate::observe::http::serve_forever`]:
+/// an address that cannot be bound is logged once per distinct error and retried in the
+/// background; device serving never waits for it), and says it stopped listening when it ends.
 async fn metrics_endpoint(address: SocketAddr, observe: Observe) {
-    let mut failures = 0u32;
-    let mut last_error: Option<String> = None;
-    loop {
-        match crate::observe::http::bind(address).await {
-            Ok(server) => {
-                if last_error.is_some() {
-                    tracing::info!(%address, "the metrics and probes endpoint listens now");
-                }
-                let bound = server.local_addr();
-                tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
-                observe.set_listening(Some(bound));
-                let _unset = UnsetListening(observe.clone());
-                server.serve(observe.clone()).await;
-                return;
-            }
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                let delay = BIND_RETRY_MIN
-                    .saturating_mul(1u32 << failures.saturating_sub(1).min(6))
-                    .min(BIND_RETRY_MAX);
-                let text = e.to_string();
-                if last_error.as_deref() != Some(text.as_str()) {
-                    tracing::error!(%address, retry_in = ?delay, "{text}; devices are served regardless, the endpoint is retried in the background");
-                    last_error = Some(text);
-                }
-                tokio::time::sleep(delay).await;
-            }
-        }
-    }
+    let _unset = UnsetListening(observe.clone());
+    crate::observe::http::serve_forever(address, observe).await
 }
 
 /// Tells the probes' listeners that the endpoint stopped listening, when dropped.

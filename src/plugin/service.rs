@@ -1,13 +1,19 @@
 //! The `DevicePlugin` gRPC service for one resource.
+//!
+//! Allocate is on the pod-start path: the answer for a request of one device ID (what the kubelet
+//! sends for one GPU) is prepared per physical device once per inventory (when the kubelet is
+//! sent a new device list, or by the first Allocate after a change) and only copied per call.
 
+use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::watch;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use super::inventory::InventoryRx;
+use super::inventory::{Inventory, InventoryRx};
 use crate::kubelet::v1beta1::{
     self, device_plugin_server::DevicePlugin, AllocateRequest, AllocateResponse,
     ContainerAllocateResponse, ContainerPreferredAllocationResponse, DevicePluginOptions, Empty,
@@ -17,6 +23,7 @@ use crate::kubelet::v1beta1::{
 use crate::observe::metrics::AllocateRecorder;
 use dxdp_core::allocation::{self, AllocationError};
 use dxdp_core::devices::{Discovery, Resource};
+use dxdp_core::pipeline::ids;
 use dxdp_core::preferred;
 use dxdp_core::quote;
 
@@ -28,6 +35,102 @@ pub struct ResourceService {
     inventory: InventoryRx,
     stopping: watch::Receiver<bool>,
     allocations: AllocateRecorder,
+    prepared: Prepared,
+}
+
+/// The Allocate answer of one physical device, as computed for one inventory.
+#[derive(Debug)]
+struct Answer {
+    response: ContainerAllocateResponse,
+    /// What the core noted (logged with each answer).
+    notes: Vec<String>,
+}
+
+/// The answers of every physical device of the resource for one inventory.
+#[derive(Debug)]
+struct Answers {
+    /// The inventory they were computed from (compared by pointer).
+    inventory: Arc<Inventory>,
+    by_device: HashMap<String, Answer>,
+}
+
+/// The answers for the latest inventory seen, shared by every clone of the service.
+#[derive(Debug, Clone, Default)]
+struct Prepared(Arc<Mutex<Option<Arc<Answers>>>>);
+
+impl Prepared {
+    /// The answers for `inventory`, computed now if they are for another one.
+    fn for_inventory(&self, inventory: &Arc<Inventory>, resource: Resource) -> Arc<Answers> {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(answers) = slot.as_ref() {
+            if Arc::ptr_eq(&answers.inventory, inventory) {
+                return answers.clone();
+            }
+        }
+        let answers = Arc::new(prepare(inventory, resource));
+        *slot = Some(answers.clone());
+        answers
+    }
+}
+
+/// Computes the answer of each physical device of `resource` in `inventory`.
+fn prepare(inventory: &Arc<Inventory>, resource: Resource) -> Answers {
+    let replicas = inventory.config.replicas(resource);
+    let policy = inventory.config.policy(resource);
+    let by_device = inventory
+        .discovery
+        .devices_for(resource)
+        .filter_map(|d| {
+            let edits = allocation::allocate(
+                &inventory.discovery,
+                resource,
+                replicas,
+                inventory.assignment,
+                &policy,
+                std::slice::from_ref(&d.id),
+            )
+            .ok()?;
+            let notes = edits.notes.clone();
+            Some((
+                d.id.clone(),
+                Answer {
+                    response: container_response(edits),
+                    notes,
+                },
+            ))
+        })
+        .collect();
+    Answers {
+        inventory: inventory.clone(),
+        by_device,
+    }
+}
+
+/// The wire form of a container's edits.
+fn container_response(edits: allocation::ContainerEdits) -> ContainerAllocateResponse {
+    ContainerAllocateResponse {
+        devices: edits
+            .devices
+            .into_iter()
+            .map(|host_path| v1beta1::DeviceSpec {
+                container_path: String::new(),
+                host_path,
+                permissions: String::new(),
+            })
+            .collect(),
+        mounts: edits
+            .mounts
+            .into_iter()
+            .map(|m| v1beta1::Mount {
+                container_path: m.container_path,
+                host_path: m.host_path,
+                read_only: true,
+            })
+            .collect(),
+        envs: edits.envs.into_iter().collect(),
+        annotations: edits.annotations.into_iter().collect(),
+        ..ContainerAllocateResponse::default()
+    }
 }
 
 impl ResourceService {
@@ -46,6 +149,7 @@ impl ResourceService {
             inventory,
             stopping,
             allocations,
+            prepared: Prepared::default(),
         }
     }
 }
@@ -94,12 +198,15 @@ impl DevicePlugin for ResourceService {
         let mut inventory = self.inventory.clone();
         let mut stopping = self.stopping.clone();
         let resource = self.resource;
+        let prepared = self.prepared.clone();
         tracing::info!(resource = %self.name, "kubelet is watching the device list");
         let stream = async_stream::stream! {
             let mut last: Option<Vec<v1beta1::Device>> = None;
             loop {
                 let list = {
-                    let inv = inventory.borrow_and_update();
+                    let inv = inventory.borrow_and_update().clone();
+                    // The kubelet may allocate from this list at once: have the answers ready.
+                    prepared.for_inventory(&inv, resource);
                     device_list(&inv.discovery, resource, inv.config.replicas(resource))
                 };
                 if last.as_ref() != Some(&list) {
@@ -179,9 +286,24 @@ impl ResourceService {
     /// Answers an Allocate request: the edits of every container, or the first refusal.
     fn allocate_all(&self, request: AllocateRequest) -> Result<AllocateResponse, Status> {
         let inventory = self.inventory.borrow().clone();
+        let answers = self.prepared.for_inventory(&inventory, self.resource);
         let replicas = inventory.config.replicas(self.resource);
         let mut response = AllocateResponse::default();
         for container in request.container_requests {
+            if let Some(answer) = self.prepared_answer(&answers, replicas, &container.devices_ids) {
+                for note in &answer.notes {
+                    tracing::warn!(resource = %self.name, "{note}");
+                }
+                tracing::info!(
+                    resource = %self.name,
+                    ids = %quote::bounded(&container.devices_ids.join(",")),
+                    devices = ?answer.response.devices.iter().map(|d| &d.host_path).collect::<Vec<_>>(),
+                    mounts = answer.response.mounts.len(),
+                    "allocated"
+                );
+                response.container_responses.push(answer.response.clone());
+                continue;
+            }
             let edits = allocation::allocate(
                 &inventory.discovery,
                 self.resource,
@@ -209,32 +331,100 @@ impl ResourceService {
                 mounts = edits.mounts.len(),
                 "allocated"
             );
-            response
-                .container_responses
-                .push(ContainerAllocateResponse {
-                    devices: edits
-                        .devices
-                        .into_iter()
-                        .map(|host_path| v1beta1::DeviceSpec {
-                            container_path: String::new(),
-                            host_path,
-                            permissions: String::new(),
-                        })
-                        .collect(),
-                    mounts: edits
-                        .mounts
-                        .into_iter()
-                        .map(|m| v1beta1::Mount {
-                            container_path: m.container_path,
-                            host_path: m.host_path,
-                            read_only: true,
-                        })
-                        .collect(),
-                    envs: edits.envs.into_iter().collect(),
-                    annotations: edits.annotations.into_iter().collect(),
-                    ..ContainerAllocateResponse::default()
-                });
+            response.container_responses.push(container_response(edits));
         }
         Ok(response)
+    }
+
+    /// The prepared answer for a request of exactly one valid, advertised ID (the answer then
+    /// depends only on its physical device); `None` sends the request the long way.
+    fn prepared_answer<'a>(
+        &self,
+        answers: &'a Answers,
+        replicas: u32,
+        ids_requested: &[String],
+    ) -> Option<&'a Answer> {
+        let [id] = ids_requested else { return None };
+        if !ids::is_valid_kubelet_id(id) {
+            return None;
+        }
+        let device =
+            allocation::resolve(&answers.inventory.discovery, self.resource, replicas, id)?;
+        answers.by_device.get(&device.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::observe::Metrics;
+    use dxdp_core::facts::HostFacts;
+    use dxdp_core::pipeline::ids::device_id;
+
+    const A: &str = "PCIROOT(0)#PCI(0100)#PCI(0000)";
+    const B: &str = "PCIROOT(0)#PCI(0200)#PCI(0000)";
+    const MOVED: &str = "PCIROOT(0)#PCI(0300)#PCI(0000)";
+
+    fn inventory(facts: &HostFacts) -> Arc<Inventory> {
+        Arc::new(super::super::inventory::build(facts, Arc::new(Config::default())).0)
+    }
+
+    fn request(id: &str) -> AllocateRequest {
+        AllocateRequest {
+            container_requests: vec![v1beta1::ContainerAllocateRequest {
+                devices_ids: vec![id.to_string()],
+            }],
+        }
+    }
+
+    fn device_of(service: &ResourceService, id: &str) -> Result<String, tonic::Code> {
+        service
+            .allocate_all(request(id))
+            .map(|r| r.container_responses[0].devices[0].host_path.clone())
+            .map_err(|s| s.code())
+    }
+
+    #[test]
+    fn prepared_answers_follow_the_inventory() {
+        let facts = dxdp_core::sample::sample_host().unwrap();
+        let (tx, rx) = watch::channel(inventory(&facts));
+        let (_stop, stopping) = watch::channel(false);
+        let service = ResourceService::new(
+            Resource::Display,
+            "directx.microsoft.com/display".into(),
+            rx,
+            stopping,
+            Metrics::new().allocate_recorder("directx.microsoft.com/display"),
+        );
+        let path = |p: &str| Ok(format!("vpci-location-path://{p}"));
+        // Twice each: the second answer comes from the prepared ones.
+        for _ in 0..2 {
+            assert_eq!(device_of(&service, &device_id(A)), path(A));
+            assert_eq!(device_of(&service, &device_id(B)), path(B));
+            assert_eq!(
+                device_of(&service, &device_id(MOVED)),
+                Err(tonic::Code::InvalidArgument)
+            );
+        }
+        // The first display adapter moves to another slot: its old ID is gone, the new one is
+        // answered with the new path.
+        let mut moved = facts.clone();
+        let pnp = moved
+            .adapters
+            .iter_mut()
+            .filter_map(|a| a.pnp.as_mut())
+            .find(|p| p.location_paths.first().map(String::as_str) == Some(A))
+            .expect("the adapter at A");
+        pnp.location_paths[0] = MOVED.to_string();
+        tx.send_replace(inventory(&moved));
+        for _ in 0..2 {
+            assert_eq!(
+                device_of(&service, &device_id(A)),
+                Err(tonic::Code::InvalidArgument)
+            );
+            assert_eq!(device_of(&service, &device_id(MOVED)), path(MOVED));
+            assert_eq!(device_of(&service, &device_id(B)), path(B));
+        }
     }
 }
