@@ -26,6 +26,9 @@ pub struct Discovery {
     /// How CUDA numbers the host's NVIDIA devices (for `CUDA_VISIBLE_DEVICES`).
     #[serde(skip)]
     pub cuda_order: CudaOrder,
+    /// How each adapter was matched to its device node, in the order of the facts' adapters.
+    #[serde(skip)]
+    pub matches: Vec<crate::pipeline::matching::AdapterMatch>,
 }
 
 impl Discovery {
@@ -454,6 +457,8 @@ warning_codes! {
     PropertyUnsupported => "property-unsupported",
     /// DXCore does not report IsHardware; dxdp decided from the device node.
     HardwareInferred => "hardware-inferred",
+    /// No device node matches a hardware adapter (by LUID or PCI location); it is skipped.
+    AdapterUnmatched => "adapter-unmatched",
     /// The driver store path is not an absolute local path.
     DriverStoreInvalid => "driver-store-invalid",
     /// The driver store is outside `%SystemRoot%\System32\DriverStore`.

@@ -48,8 +48,9 @@ impl Default for CudaOrder {
 }
 
 impl CudaOrder {
-    /// The order for a host: every hardware NVIDIA adapter whose device node works (problem
-    /// code 0), advertised or not, sorted by PCI bus, device and function. Unknown when one of
+    /// The order for a host: every hardware NVIDIA adapter whose device node works (no
+    /// problem, by [`PnpFacts::has_problem`](crate::facts::PnpFacts::has_problem), the test
+    /// health uses), advertised or not, sorted by PCI bus, device and function. Unknown when one of
     /// them has no PCI location or two share one.
     pub fn of(facts: &HostFacts) -> CudaOrder {
         let mut order = Vec::new();
@@ -63,7 +64,7 @@ impl CudaOrder {
                     adapter.luid
                 ));
             };
-            if pnp.problem_code != 0 {
+            if pnp.has_problem() {
                 continue;
             }
             let Some(pci) = pnp.pci else {
@@ -209,7 +210,14 @@ mod tests {
             Vec<AdapterFacts>,
             Result<Vec<PciLocation>, &'static str>,
         );
-        let table: [Case; 6] = [
+        // DN_DRIVER_LOADED | DN_STARTED, and the same with DN_HAS_PROBLEM.
+        let flags = |mut a: AdapterFacts, flags: u32| {
+            if let Some(pnp) = a.pnp.as_mut() {
+                pnp.status_flags = Some(flags);
+            }
+            a
+        };
+        let table: [Case; 7] = [
             ("no adapters", vec![], Ok(vec![])),
             (
                 "sorted by bus, other vendors ignored",
@@ -228,6 +236,15 @@ mod tests {
                     adapter(NVIDIA, None, 0, false),
                 ],
                 Ok(vec![loc(9)]),
+            ),
+            (
+                "a stale problem code without DN_HAS_PROBLEM is no problem; with it, it is",
+                vec![
+                    flags(adapter(NVIDIA, Some(9), 43, true), 0x0000_000A),
+                    flags(adapter(NVIDIA, Some(3), 43, true), 0x0000_040A),
+                    flags(adapter(NVIDIA, Some(5), 0, true), 0x0000_000A),
+                ],
+                Ok(vec![loc(5), loc(9)]),
             ),
             (
                 "an unknown location makes the order unknown",
