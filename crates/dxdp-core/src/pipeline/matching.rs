@@ -316,7 +316,8 @@ mod tests {
     #[test]
     fn the_luid_property_is_a_little_endian_uint64() {
         // (property, LUID or part of the reason)
-        let table: [(Option<(u32, &str)>, Result<i64, &str>); 6] = [
+        type Case = (Option<(u32, &'static str)>, Result<i64, &'static str>);
+        let table: [Case; 6] = [
             (Some((9, "f3d6000000000000")), Ok(55027)),
             (Some((9, "0500000001000000")), Ok(0x1_0000_0005)),
             (None, Err("has no adapter LUID property")),
