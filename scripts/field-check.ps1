@@ -4,19 +4,27 @@
     bug report.
 
 .DESCRIPTION
-    Runs `dxdp snapshot`, `dxdp discover`, `dxdp doctor` and `dxdp hcs`; starts `dxdp plugin`
-    against the node's real kubelet for a short time and stops it with Ctrl-C (checking that it
-    removed its sockets); when kubectl is available, runs the device-discovery example Job
-    (examples/device-discovery/display.yaml, pinned to this node); and
-    writes everything (outputs, logs, versions, the host snapshot) into one folder and one .zip.
+    Checks that it runs elevated, then runs `dxdp snapshot`, `dxdp discover`, `dxdp doctor` and
+    `dxdp hcs`; records what Windows itself says about the same devices with stock cmdlets and
+    tools (Get-PnpDevice and Get-PnpDeviceProperty for every display and compute device, with
+    the adapter LUID property and its type, location paths, bus numbers, addresses and problem
+    codes; pnputil /enum-drivers; a reg export of each adapter's driver key with its CopyToVm*
+    values; dxdiag /x where present; nvidia-smi where present); starts `dxdp plugin` against the
+    node's real kubelet for a short time and stops it the way hcsshim stops a HostProcess
+    container (CTRL_SHUTDOWN_EVENT through a kernel32!CtrlRoutine thread), timing the stop and
+    checking that it removed its sockets and logged its stop line; when kubectl is available,
+    runs the device-discovery example Job (examples/device-discovery/display.yaml) pinned to
+    this node by its Kubernetes node name; and writes everything into one folder and one .zip.
 
     Nothing is installed or changed on the node, except that the plugin registers with the
     kubelet for -PluginSeconds. If dxdp sockets are already in the kubelet directory (a dxdp
     DaemonSet serves this node, or a crashed run left them), the plugin step is skipped unless
     -Force is given.
 
-    docs/field-verification.md explains the procedure and docs/troubleshooting.md how to read
-    the bundle.
+    scripts/field-compare.py compares each dxdp fact in the bundle with what Windows said and
+    prints the mismatches. docs/field-verification.md explains the procedure and
+    docs/troubleshooting.md how to read the bundle. Works with Windows PowerShell 5.1 and
+    PowerShell 7, and with spaces in every path.
 
 .EXAMPLE
     .\field-check.ps1 -Dxdp C:\dxdp\dxdp.exe
@@ -42,16 +50,43 @@ param(
     # Skip the kubectl Job even when kubectl is available.
     [switch]$SkipJob,
     # Run the plugin step even when dxdp sockets are already in the kubelet directory.
-    [switch]$Force
+    [switch]$Force,
+    # The node's name in Kubernetes; empty: from NODE_NAME, the kubelet's --hostname-override,
+    # or the Node object whose addresses are this host's (kubectl), else the computer name.
+    [string]$NodeName = '',
+    # How the plugin step stops dxdp: Shutdown (CTRL_SHUTDOWN_EVENT, as hcsshim) or CtrlC.
+    [ValidateSet('Shutdown', 'CtrlC')]
+    [string]$StopEvent = 'Shutdown'
 )
 
 # No strict mode: a field check should record what it can and go on, never stop half-way.
 $ErrorActionPreference = 'Continue'
 
+# Elevation first: the plugin step, the driver keys and pnputil need an administrator.
+$identity = [Security.Principal.WindowsIdentity]::GetCurrent()
+$principal = New-Object Security.Principal.WindowsPrincipal($identity)
+if (-not $principal.IsInRole([Security.Principal.WindowsBuiltInRole]::Administrator)) {
+    Write-Error 'field-check.ps1 needs an elevated PowerShell (Run as administrator): the plugin step creates sockets in the kubelet directory and the ground truth reads driver keys.'
+    exit 2
+}
+
 $stamp = Get-Date -Format 'yyyyMMdd-HHmmss'
+$OutputDir = (Resolve-Path -LiteralPath $OutputDir).Path
 $bundle = Join-Path $OutputDir "dxdp-field-$($env:COMPUTERNAME)-$stamp"
 New-Item -ItemType Directory -Path $bundle -Force | Out-Null
 $summary = Join-Path $bundle 'summary.txt'
+
+# One command-line argument, quoted when it has a space or a quote (Start-Process joins
+# -ArgumentList with spaces and quotes nothing, in PowerShell 5.1 and 7 alike).
+function ConvertTo-Argument {
+    param([string]$Value)
+    if ($Value -eq '') { return '""' }
+    if ($Value -notmatch '[\s"]') { return $Value }
+    # Backslashes before a quote, and at the end, are doubled (CommandLineToArgvW rules).
+    $escaped = $Value -replace '(\\*)"', '$1$1\"'
+    $escaped = $escaped -replace '(\\+)$', '$1$1'
+    return '"' + $escaped + '"'
+}
 
 function Write-Summary {
     param([string]$Line)
@@ -69,8 +104,12 @@ function Invoke-Logged {
     $out = Join-Path $bundle "$Name.txt"
     $err = Join-Path $bundle "$Name.stderr.txt"
     try {
-        $p = Start-Process -FilePath $FilePath -ArgumentList $Arguments -NoNewWindow -Wait -PassThru `
+        $quoted = @($Arguments | ForEach-Object { ConvertTo-Argument $_ })
+        $p = Start-Process -FilePath $FilePath -ArgumentList $quoted -NoNewWindow -PassThru `
             -RedirectStandardOutput $out -RedirectStandardError $err
+        # Reading Handle now keeps the exit code readable on Windows PowerShell 5.1.
+        $null = $p.Handle
+        $p.WaitForExit()
         Write-Summary ("{0,-22} exit {1}" -f $Name, $p.ExitCode)
         return $p.ExitCode
     } catch {
@@ -79,35 +118,66 @@ function Invoke-Logged {
     }
 }
 
-# Sends Ctrl-C to a process that has a console of its own, from a helper PowerShell process
-# (attaching to another console would disturb this one). Returns whether the event was sent.
-function Send-CtrlC {
-    param([int]$ProcessId)
-    $helper = @'
-param([int]$ProcessId)
-Add-Type -Namespace DxdpFieldCheck -Name Console -MemberDefinition @"
-[DllImport("kernel32.dll", SetLastError=true)] public static extern bool FreeConsole();
-[DllImport("kernel32.dll", SetLastError=true)] public static extern bool AttachConsole(uint id);
-[DllImport("kernel32.dll", SetLastError=true)] public static extern bool SetConsoleCtrlHandler(System.IntPtr handler, bool add);
-[DllImport("kernel32.dll", SetLastError=true)] public static extern bool GenerateConsoleCtrlEvent(uint ctrlEvent, uint group);
-"@
-[DxdpFieldCheck.Console]::FreeConsole() | Out-Null
-if (-not [DxdpFieldCheck.Console]::AttachConsole([uint32]$ProcessId)) { exit 2 }
-[DxdpFieldCheck.Console]::SetConsoleCtrlHandler([System.IntPtr]::Zero, $true) | Out-Null
-if (-not [DxdpFieldCheck.Console]::GenerateConsoleCtrlEvent(0, 0)) { exit 3 }
-Start-Sleep -Milliseconds 500
-exit 0
+# Stops a process the way hcsshim stops a HostProcess container (internal/jobcontainers in
+# microsoft/hcsshim): a thread in the target process at kernel32!CtrlRoutine with the console
+# event as its parameter (0 CTRL_C_EVENT, 6 CTRL_SHUTDOWN_EVENT). Returns whether it was sent.
+Add-Type -Namespace DxdpFieldCheck -Name Signal -MemberDefinition @'
+[DllImport("kernel32.dll", SetLastError=true)] public static extern System.IntPtr OpenProcess(uint access, bool inherit, uint pid);
+[DllImport("kernel32.dll", SetLastError=true, CharSet=CharSet.Unicode)] public static extern System.IntPtr GetModuleHandleW(string name);
+[DllImport("kernel32.dll", SetLastError=true, CharSet=CharSet.Ansi)] public static extern System.IntPtr GetProcAddress(System.IntPtr module, string name);
+[DllImport("kernel32.dll", SetLastError=true)] public static extern System.IntPtr CreateRemoteThread(System.IntPtr process, System.IntPtr attributes, System.UIntPtr stack, System.IntPtr start, System.IntPtr parameter, uint flags, System.IntPtr id);
+[DllImport("kernel32.dll", SetLastError=true)] public static extern bool CloseHandle(System.IntPtr handle);
 '@
-    $file = Join-Path $bundle 'send-ctrl-c.ps1'
-    Set-Content -Path $file -Value $helper -Encoding utf8
-    $p = Start-Process -FilePath 'powershell.exe' -WindowStyle Hidden -Wait -PassThru `
-        -ArgumentList @('-NoProfile', '-ExecutionPolicy', 'Bypass', '-File', $file, $ProcessId)
-    Remove-Item -Path $file -ErrorAction SilentlyContinue
-    return ($p.ExitCode -eq 0)
+function Send-ConsoleEvent {
+    param([int]$ProcessId, [int]$ConsoleEvent)
+    $process = [DxdpFieldCheck.Signal]::OpenProcess(0x1F0FFF, $false, [uint32]$ProcessId)
+    if ($process -eq [System.IntPtr]::Zero) { return $false }
+    try {
+        $kernel32 = [DxdpFieldCheck.Signal]::GetModuleHandleW('kernel32.dll')
+        $routine = [DxdpFieldCheck.Signal]::GetProcAddress($kernel32, 'CtrlRoutine')
+        if ($routine -eq [System.IntPtr]::Zero) { return $false }
+        $thread = [DxdpFieldCheck.Signal]::CreateRemoteThread($process, [System.IntPtr]::Zero, [System.UIntPtr]::Zero, $routine, [System.IntPtr]$ConsoleEvent, 0, [System.IntPtr]::Zero)
+        if ($thread -eq [System.IntPtr]::Zero) { return $false }
+        [DxdpFieldCheck.Signal]::CloseHandle($thread) | Out-Null
+        return $true
+    } finally {
+        [DxdpFieldCheck.Signal]::CloseHandle($process) | Out-Null
+    }
+}
+
+# The node's name in Kubernetes, and where it came from. The kubelet registers the Node under
+# --hostname-override when given (EKS and others set it), so the computer name is the last guess.
+function Get-NodeName {
+    if ($NodeName -ne '') { return @($NodeName, '-NodeName') }
+    if ($env:NODE_NAME) { return @($env:NODE_NAME, 'NODE_NAME') }
+    $kubelet = Get-CimInstance -ClassName Win32_Process -Filter "Name='kubelet.exe'" -ErrorAction SilentlyContinue |
+        Select-Object -First 1
+    if ($null -ne $kubelet -and $kubelet.CommandLine -match '--hostname-override[= ]+"?([^"\s]+)') {
+        return @($Matches[1], 'the kubelet --hostname-override')
+    }
+    $kubectl = Get-Command 'kubectl' -ErrorAction SilentlyContinue
+    if ($null -ne $kubectl) {
+        $addresses = @(Get-NetIPAddress -ErrorAction SilentlyContinue | ForEach-Object { $_.IPAddress })
+        $json = (& $kubectl.Source 'get' 'nodes' '-o' 'json' 2>$null) -join "`n"
+        if ($LASTEXITCODE -eq 0 -and $json -ne '') {
+            $nodes = ($json | ConvertFrom-Json).items
+            foreach ($node in $nodes) {
+                foreach ($address in $node.status.addresses) {
+                    if ($address.type -eq 'InternalIP' -and $addresses -contains $address.address) {
+                        return @($node.metadata.name, "the Node whose InternalIP $($address.address) is this host's")
+                    }
+                }
+            }
+        }
+    }
+    return @($env:COMPUTERNAME.ToLowerInvariant(), 'the computer name (no NODE_NAME, --hostname-override or matching Node found)')
 }
 
 Write-Summary "dxdp field check $stamp on $($env:COMPUTERNAME)"
 Write-Summary "bundle: $bundle"
+$nodeInfo = Get-NodeName
+$node = $nodeInfo[0]
+Write-Summary ("{0,-22} {1} (from {2})" -f 'node name', $node, $nodeInfo[1])
 
 # --- Versions ---------------------------------------------------------------------------------
 $versions = Join-Path $bundle 'versions.txt'
@@ -116,7 +186,8 @@ $lines = @(
     "dxdp: $(& $Dxdp --version 2>&1)",
     "Windows: $($cv.ProductName) $($cv.DisplayVersion) build $($cv.CurrentBuild).$($cv.UBR)",
     "SystemDrive: $($env:SystemDrive)",
-    "PowerShell: $($PSVersionTable.PSVersion)"
+    "PowerShell: $($PSVersionTable.PSVersion) $($PSVersionTable.PSEdition)",
+    "Node name: $node (from $($nodeInfo[1]))"
 )
 foreach ($tool in @('containerd', 'kubelet', 'kubectl', 'nvidia-smi')) {
     $cmd = Get-Command $tool -ErrorAction SilentlyContinue
@@ -134,15 +205,86 @@ Write-Summary ("{0,-22} written" -f 'versions')
 
 # --- The node tools -------------------------------------------------------------------------------
 $snapshotFile = Join-Path $bundle 'snapshot.yaml'
-Invoke-Logged -Name 'snapshot' -FilePath $Dxdp -Arguments @('snapshot', '-o', "`"$snapshotFile`"") | Out-Null
+Invoke-Logged -Name 'snapshot' -FilePath $Dxdp -Arguments @('snapshot', '-o', $snapshotFile) | Out-Null
+Invoke-Logged -Name 'snapshot-json' -FilePath $Dxdp -Arguments @('snapshot', '--format', 'json', '-o', (Join-Path $bundle 'snapshot.json')) | Out-Null
 Invoke-Logged -Name 'discover' -FilePath $Dxdp -Arguments @('discover') | Out-Null
 Invoke-Logged -Name 'discover-json' -FilePath $Dxdp -Arguments @('discover', '--json') | Out-Null
 $dirArgs = @()
-if ($KubeletDir -ne '') { $dirArgs = @('--kubelet-dir', "`"$KubeletDir`"") }
+if ($KubeletDir -ne '') { $dirArgs = @('--kubelet-dir', $KubeletDir) }
 Invoke-Logged -Name 'doctor' -FilePath $Dxdp -Arguments (@('doctor') + $dirArgs) | Out-Null
 Invoke-Logged -Name 'doctor-json' -FilePath $Dxdp -Arguments (@('doctor', '--json') + $dirArgs) | Out-Null
 Invoke-Logged -Name 'hcs' -FilePath $Dxdp -Arguments @('hcs') | Out-Null
 Invoke-Logged -Name 'hcs-json' -FilePath $Dxdp -Arguments @('hcs', '--json') | Out-Null
+
+# --- What Windows itself says (ground truth, without dxdp) ---------------------------------
+# Every display and compute device, with the properties dxdp reads: scripts/field-compare.py
+# compares them with dxdp's snapshot and discovery. The LUID property keeps its type, since a
+# driver that stores it with another type is what dxdp's second match (by PCI location) is for.
+$truthDir = Join-Path $bundle 'ground-truth'
+New-Item -ItemType Directory -Path $truthDir -Force | Out-Null
+$keys = @(
+    'DEVPKEY_Device_DeviceDesc', 'DEVPKEY_Device_Manufacturer', 'DEVPKEY_Device_LocationPaths',
+    'DEVPKEY_Device_Driver', 'DEVPKEY_Device_BusNumber', 'DEVPKEY_Device_Address',
+    'DEVPKEY_Device_ProblemCode', 'DEVPKEY_Device_DevNodeStatus',
+    '{60B193CB-5276-4D0F-96FC-F173ABAD3EC6} 2'
+)
+$devices = @()
+$pnp = @(Get-PnpDevice -PresentOnly -ErrorAction SilentlyContinue |
+    Where-Object { $_.Class -eq 'Display' -or $_.Class -eq 'ComputeAccelerator' })
+foreach ($device in $pnp) {
+    $properties = @{}
+    foreach ($key in $keys) {
+        $property = Get-PnpDeviceProperty -InstanceId $device.InstanceId -KeyName $key -ErrorAction SilentlyContinue
+        if ($null -ne $property -and $property.Type -ne 'Empty') {
+            $properties[$key] = [ordered]@{ type = [string]$property.Type; data = $property.Data }
+        }
+    }
+    $devices += [ordered]@{
+        instanceId = $device.InstanceId
+        class = $device.Class
+        friendlyName = $device.FriendlyName
+        status = [string]$device.Status
+        problem = [string]$device.Problem
+        configManagerErrorCode = [string]$device.ConfigManagerErrorCode
+        properties = $properties
+    }
+}
+ConvertTo-Json -InputObject @($devices) -Depth 6 | Set-Content -LiteralPath (Join-Path $truthDir 'pnp-devices.json') -Encoding utf8
+$pnp | Format-List -Property * | Out-File -LiteralPath (Join-Path $truthDir 'pnp-devices.txt') -Encoding utf8
+Write-Summary ("{0,-22} {1} display/compute device(s) from Get-PnpDevice" -f 'ground truth', $devices.Count)
+
+# The driver key of each device, exported as Windows has it (CopyToVm* subkeys included).
+foreach ($device in $devices) {
+    $driver = $device.properties['DEVPKEY_Device_Driver']
+    if ($null -eq $driver) { continue }
+    $key = "HKLM\SYSTEM\CurrentControlSet\Control\Class\$($driver.data)"
+    $file = Join-Path $truthDir ("driver-key-" + ($driver.data -replace '[^0-9A-Za-z]+', '-') + '.reg')
+    $exported = Start-Process -FilePath 'reg.exe' -ArgumentList @('export', (ConvertTo-Argument $key), (ConvertTo-Argument $file), '/y') `
+        -NoNewWindow -Wait -PassThru
+    Write-Summary ("{0,-22} {1}: exit {2}" -f 'reg export', $driver.data, $exported.ExitCode)
+}
+
+# The driver packages, the OS's own DirectX report, and the NVIDIA tool's view where present.
+Invoke-Logged -Name 'ground-truth\pnputil-drivers' -FilePath 'pnputil.exe' -Arguments @('/enum-drivers') | Out-Null
+$dxdiag = Get-Command 'dxdiag.exe' -ErrorAction SilentlyContinue
+if ($null -eq $dxdiag) {
+    Write-Summary ("{0,-22} skipped: dxdiag.exe not found" -f 'dxdiag')
+} else {
+    $dxdiagFile = Join-Path $truthDir 'dxdiag.xml'
+    $d = Start-Process -FilePath $dxdiag.Source -ArgumentList @('/whql:off', '/x', (ConvertTo-Argument $dxdiagFile)) -PassThru
+    $null = $d.Handle
+    if (-not $d.WaitForExit(120000)) {
+        Stop-Process -Id $d.Id -Force -ErrorAction SilentlyContinue
+        Write-Summary ("{0,-22} did not finish within 120 s" -f 'dxdiag')
+    } else {
+        Write-Summary ("{0,-22} exit {1}, written: {2}" -f 'dxdiag', $d.ExitCode, (Test-Path -LiteralPath $dxdiagFile))
+    }
+}
+$smi = Get-Command 'nvidia-smi' -ErrorAction SilentlyContinue
+if ($null -ne $smi) {
+    Invoke-Logged -Name 'ground-truth\nvidia-smi' -FilePath $smi.Source `
+        -Arguments @('--query-gpu=name,pci.bus_id,driver_version,memory.total', '--format=csv') | Out-Null
+}
 
 # --- The plugin against the real kubelet -----------------------------------------------------
 $pluginDir = $KubeletDir
@@ -159,8 +301,11 @@ if ($PluginSeconds -le 0) {
     $out = Join-Path $bundle 'plugin.stdout.txt'
     $err = Join-Path $bundle 'plugin.log'
     $env:DXDP_LOG_LEVEL = 'debug'
-    $p = Start-Process -FilePath $Dxdp -ArgumentList (@('plugin') + $dirArgs) -WindowStyle Hidden -PassThru `
+    $quoted = @((@('plugin') + $dirArgs) | ForEach-Object { ConvertTo-Argument $_ })
+    $p = Start-Process -FilePath $Dxdp -ArgumentList $quoted -WindowStyle Hidden -PassThru `
         -RedirectStandardOutput $out -RedirectStandardError $err
+    # Reading Handle now keeps ExitCode readable after the exit on Windows PowerShell 5.1.
+    $null = $p.Handle
     Remove-Item Env:\DXDP_LOG_LEVEL
     Start-Sleep -Seconds $PluginSeconds
     $running = Get-ChildItem -Path $pluginDir -Filter 'dxdp-*.sock' -ErrorAction SilentlyContinue
@@ -168,14 +313,25 @@ if ($PluginSeconds -le 0) {
     if ($p.HasExited) {
         Write-Summary ("{0,-22} exited early with {1}: see plugin.log" -f 'plugin', $p.ExitCode)
     } else {
-        $sent = Send-CtrlC -ProcessId $p.Id
+        $code = 6
+        $name = 'CTRL_SHUTDOWN_EVENT (as hcsshim)'
+        if ($StopEvent -eq 'CtrlC') { $code = 0; $name = 'CTRL_C_EVENT' }
+        $clock = [System.Diagnostics.Stopwatch]::StartNew()
+        $sent = Send-ConsoleEvent -ProcessId $p.Id -ConsoleEvent $code
+        # hcsshim terminates the job 5 s after the event; wait 10 s to see how long it really takes.
         $graceful = $p.WaitForExit(10000)
+        $clock.Stop()
         if (-not $graceful) {
             Stop-Process -Id $p.Id -Force -ErrorAction SilentlyContinue
         }
         $left = @(Get-ChildItem -Path $pluginDir -Filter 'dxdp-*.sock' -ErrorAction SilentlyContinue |
             Where-Object { $before.Name -notcontains $_.Name })
-        Write-Summary ("{0,-22} Ctrl-C sent: {1}; stopped gracefully: {2}; sockets left behind: {3}" -f 'plugin-stop', $sent, $graceful, $left.Count)
+        $lastLine = Get-Content -LiteralPath $err -ErrorAction SilentlyContinue |
+            Where-Object { $_.Trim() -ne '' } | Select-Object -Last 1
+        $stopLine = ($null -ne $lastLine -and $lastLine -match 'device plugin stopped')
+        $within = $graceful -and $clock.Elapsed.TotalSeconds -lt 5
+        Write-Summary ("{0,-22} {1} sent: {2}; exited after {3:N2} s: {4}; within hcsshim's 5 s: {5}; sockets left behind: {6}; log ends with the stop line: {7}" -f `
+            'plugin-stop', $name, $sent, $clock.Elapsed.TotalSeconds, $graceful, $within, $left.Count, $stopLine)
     }
 }
 Get-ChildItem -Path $pluginDir -ErrorAction SilentlyContinue |
@@ -202,8 +358,7 @@ if ($SkipJob) {
 } else {
     $jobLog = Join-Path $bundle 'job.txt'
     $job = "job/$jobName"
-    # Pin the Job to this node: the kubelet's node name is the lower-case computer name.
-    $node = $env:COMPUTERNAME.ToLowerInvariant()
+    # Pin the Job to this node by its Kubernetes node name (found above, not the computer name).
     $manifest = $manifest -replace '(?m)^(\s+)kubernetes\.io/os:\s*windows\s*$', "`${1}kubernetes.io/os: windows`n`${1}kubernetes.io/hostname: $node"
     Set-Content -Path (Join-Path $bundle 'job.yaml') -Value $manifest -Encoding utf8
     & $kubectl.Source 'delete' $job '--ignore-not-found' 2>&1 | Out-File $jobLog -Encoding utf8
@@ -220,5 +375,6 @@ if ($SkipJob) {
 
 # --- The bundle --------------------------------------------------------------------------------
 $zip = "$bundle.zip"
+Write-Summary 'compare with: python3 scripts/field-compare.py <this bundle folder or .zip>'
 Compress-Archive -Path (Join-Path $bundle '*') -DestinationPath $zip -Force
 Write-Summary "bundle written: $zip"

@@ -2,12 +2,18 @@
 //! (Unix) or on Ctrl-C, Ctrl-Break, console close and system shutdown (Windows), and a way for
 //! the Windows console handler to wait until the daemon has cleaned up.
 //!
-//! hcsshim stops a HostProcess container by sending `CTRL_SHUTDOWN_EVENT`, then terminates it
-//! after a grace period. Windows runs console handlers on a thread of their own and terminates the
-//! process as soon as a handler returns from `CTRL_CLOSE_EVENT`, `CTRL_LOGOFF_EVENT` or
-//! `CTRL_SHUTDOWN_EVENT` (about 5 s after a close event at the latest). So for those events the
+//! How hcsshim stops a HostProcess (job) container, from its source (microsoft/hcsshim,
+//! `internal/signals/signal.go`, `internal/jobcontainers/process.go` and `jobcontainer.go`): the
+//! kubelet's stop becomes SIGTERM, which hcsshim turns into `CTRL_SHUTDOWN_EVENT` and delivers by
+//! starting a thread at `kernel32!CtrlRoutine` in the container's init process. When the host
+//! has the bind filter (containerd 1.7+ mounts), the init process is `cmd /c <command>`, not
+//! dxdp: cmd ends at once, and hcsshim then sends `CTRL_SHUTDOWN_EVENT` to every process left in
+//! the job (dxdp) and terminates the job if they have not all exited within **5 s** — not the
+//! pod's grace period. Windows also ends a process as soon as its handler returns from
+//! `CTRL_CLOSE_EVENT`, `CTRL_LOGOFF_EVENT` or `CTRL_SHUTDOWN_EVENT`. So for those events the
 //! handler requests shutdown and then *blocks* until [`Coordinator::mark_done`] (called once the
-//! daemon has removed its sockets and ended its streams) or [`CLEANUP_BUDGET`] runs out.
+//! daemon has removed its sockets and ended its streams) or [`CLEANUP_BUDGET`] runs out, and
+//! `dxdp plugin` installs the handler first thing ([`install`]).
 //!
 //! The pure part (event → action, the handshake) is tested on every target; only the handler
 //! registration is Windows-specific.
@@ -18,7 +24,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// How long the console handler waits for cleanup before it lets Windows terminate the process:
-/// under the 5 s Windows allows after `CTRL_CLOSE_EVENT`, and well inside hcsshim's grace period.
+/// under the 5 s Windows allows after `CTRL_CLOSE_EVENT` and the 5 s hcsshim allows after
+/// `CTRL_SHUTDOWN_EVENT` before it terminates the job.
 pub const CLEANUP_BUDGET: Duration = Duration::from_secs(4);
 
 /// A console control event (`wincon.h` `CTRL_*_EVENT`).
@@ -207,6 +214,23 @@ impl Default for CleanupGuard {
 impl Drop for CleanupGuard {
     fn drop(&mut self) {
         global().mark_done();
+    }
+}
+
+/// Installs the stop handling now: on Windows the console control handler, so that a stop
+/// event that arrives while the daemon is still starting (connecting to the API server, the
+/// first host scan) is kept and acted on, not the default "end the process at once". `dxdp
+/// plugin` calls it first thing. Elsewhere nothing is needed (tokio's SIGTERM/SIGINT handlers
+/// are installed by [`signal`]). An error is also logged by [`signal`], which then falls back to
+/// Ctrl-C.
+pub fn install() -> Result<(), String> {
+    #[cfg(windows)]
+    {
+        windows_handler::install()
+    }
+    #[cfg(not(windows))]
+    {
+        Ok(())
     }
 }
 

@@ -415,3 +415,67 @@ fn health_checks_can_ignore_problem_codes_or_be_switched_off() {
     };
     assert_eq!(unhealthy(&discover(&facts, &off)), 0);
 }
+
+#[test]
+fn adapters_match_device_nodes_by_luid_then_by_pci_location_and_an_unmatched_one_is_skipped() {
+    let d = run("adapter-match");
+    // (LUID, instance ID of the device) for each device, written from the fixture.
+    let got: Vec<(i64, &str)> = d
+        .devices
+        .iter()
+        .map(|dev| (dev.luid, dev.instance_id.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                3001,
+                r"PCI\VEN_10DE&DEV_2236&SUBSYS_148210DE&REV_A1\4&2B8AAE0E&0&0010"
+            ),
+            (
+                3002,
+                r"PCI\VEN_10DE&DEV_2236&SUBSYS_148210DE&REV_A1\4&1F0C3A58&0&0010"
+            ),
+            (
+                3003,
+                r"PCI\VEN_10DE&DEV_20B5&SUBSYS_153310DE&REV_A1\4&3A21D0B9&0&0010"
+            ),
+        ]
+    );
+    use dxdp_core::pipeline::matching::MatchedBy;
+    let by: Vec<(i64, Option<MatchedBy>)> =
+        d.matches.iter().map(|m| (m.luid, m.matched_by)).collect();
+    assert_eq!(
+        by,
+        [
+            (3001, Some(MatchedBy::Luid)),
+            (3002, Some(MatchedBy::PciLocation)),
+            (3003, Some(MatchedBy::PciLocation)),
+            (3004, None),
+            (3005, None),
+        ]
+    );
+    let unmatched: Vec<(i64, ExclusionCode)> =
+        d.excluded.iter().map(|e| (e.luid, e.code)).collect();
+    assert_eq!(
+        unmatched,
+        [
+            (3004, ExclusionCode::NoDeviceNode),
+            (3005, ExclusionCode::SoftwareAdapter)
+        ]
+    );
+    let warned: Vec<&dxdp_core::devices::Warning> = d
+        .warnings
+        .iter()
+        .filter(|w| w.code == dxdp_core::devices::WarningCode::AdapterUnmatched)
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].message.contains("LUID 3004")
+            && warned[0]
+                .message
+                .contains("no free device node is at its PCI location af:00.0"),
+        "{}",
+        warned[0].message
+    );
+}

@@ -282,12 +282,13 @@ fn doctor_agrees_with_discover() {
         check("broken-drivers", "driver files of Intel(R) Arc(TM) A380").unwrap_or_default();
     assert_eq!(status, "WARN", "{detail}");
     assert!(detail.contains("no driver key"), "{detail}");
-    // Whatever discover warns about, doctor does not pass silently.
+    // Whatever discover warns about, doctor does not pass silently (the T4 without a device node
+    // is adapter-unmatched).
     let (status, detail) = check("broken-drivers", "discovery warnings").unwrap_or_default();
     assert_eq!(status, "WARN");
     assert_eq!(
         detail,
-        "4 warnings from discovery: driver-store-unknown, no-driver-key, runtime-file-missing x2"
+        "5 warnings from discovery: adapter-unmatched, driver-store-unknown, no-driver-key, runtime-file-missing x2"
     );
     assert_eq!(
         check("sample", "discovery warnings"),

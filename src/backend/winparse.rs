@@ -72,6 +72,15 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A device property recorded as returned (type and hex bytes), for the adapter LUID property,
+/// whose type the pipeline checks ([`dxdp_core::pipeline::matching::node_luid`]).
+pub fn raw_device_property(kind: u32, bytes: &[u8]) -> dxdp_core::facts::RawDeviceProperty {
+    dxdp_core::facts::RawDeviceProperty {
+        kind,
+        data: hex(bytes),
+    }
+}
+
 /// Turns raw registry value data into the snapshot model, recording every type as it is.
 /// Integer types with the wrong length, and unknown type numbers, become `REG_BINARY` hex.
 pub fn reg_value(kind: u32, data: &[u8]) -> (RegType, RegData) {
@@ -714,6 +723,27 @@ mod tests {
             let expected = cr == 0 && flags & 0x400 == 0;
             assert_eq!(healthy, expected, "{cr} {flags:#x} {problem}");
         }
+    }
+
+    #[test]
+    fn the_recorded_luid_property_decodes_to_the_adapter_luid_only_as_uint64() {
+        use dxdp_core::pipeline::matching::node_luid;
+        let luid = luid_to_i64(0x0000_D6F3, 1); // LUID 0x00000001:0x0000D6F3
+        let node = |kind, bytes: &[u8]| dxdp_core::facts::PnpFacts {
+            adapter_luid: Some(raw_device_property(kind, bytes)),
+            ..Default::default()
+        };
+        let le = (luid as u64).to_le_bytes();
+        assert_eq!(raw_device_property(9, &le).data, "f3d6000001000000");
+        assert_eq!(
+            node_luid(&node(devprop_type::UINT64, &le)),
+            Ok(4_295_022_323)
+        );
+        assert!(
+            node_luid(&node(0x8, &le)).is_err(),
+            "INT64 is not the documented type"
+        );
+        assert!(node_luid(&node(devprop_type::UINT64, &le[..4])).is_err());
     }
 
     #[test]

@@ -281,6 +281,11 @@ fn inputs(cli: &Cli) -> Inputs {
 /// Parses arguments, runs the command and turns errors into a message and exit code 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Plugin(_)) {
+        // First thing: a stop (hcsshim's CTRL_SHUTDOWN_EVENT) during start-up must not end the
+        // process before it can clean up. A failure is logged when the daemon waits for a stop.
+        let _ = dxdp::shutdown::install();
+    }
     let inputs = inputs(&cli);
     let config = match inputs.resolve() {
         Ok(c) => c,

@@ -28,6 +28,9 @@ pub struct Discovery {
     /// How CUDA numbers the host's NVIDIA devices (for `CUDA_VISIBLE_DEVICES`).
     #[serde(skip)]
     pub cuda_order: CudaOrder,
+    /// How each adapter was matched to its device node, in the order of the facts' adapters.
+    #[serde(skip)]
+    pub matches: Vec<crate::pipeline::matching::AdapterMatch>,
 }
 
 impl Discovery {
@@ -456,6 +459,8 @@ warning_codes! {
     PropertyUnsupported => "property-unsupported",
     /// DXCore does not report IsHardware; dxdp decided from the device node.
     HardwareInferred => "hardware-inferred",
+    /// No device node matches a hardware adapter (by LUID or PCI location); it is skipped.
+    AdapterUnmatched => "adapter-unmatched",
     /// The driver store path is not an absolute local path.
     DriverStoreInvalid => "driver-store-invalid",
     /// The driver store is outside `%SystemRoot%\System32\DriverStore`.
@@ -502,8 +507,9 @@ impl Default for CudaOrder {
 }
 
 impl CudaOrder {
-    /// The order for a host: every hardware NVIDIA adapter whose device node works (problem
-    /// code 0), advertised or not, sorted by PCI bus, device and function. Unknown when one of
+    /// The order for a host: every hardware NVIDIA adapter whose device node works (no
+    /// problem, by [`PnpFacts::has_problem`](crate::facts::PnpFacts::has_problem), the test
+    /// health uses), advertised or not, sorted by PCI bus, device and function. Unknown when one of
     /// them has no PCI location or two share one.
     pub fn of(facts: &HostFacts) -> CudaOrder {
         let mut order = Vec::new();
@@ -517,7 +523,7 @@ impl CudaOrder {
                     adapter.luid
                 ));
             };
-            if pnp.problem_code != 0 {
+            if pnp.has_problem() {
                 continue;
             }
             let Some(pci) = pnp.pci else {

@@ -53,6 +53,12 @@ pub struct OsFacts {
     /// kubelet version (`1.29.3`), for `dxdp doctor` on simulated hosts; a real host is probed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet_version: Option<String>,
+    /// The PnP device nodes of the Display and ComputeAccelerator classes, not yet matched to
+    /// adapters (the pipeline matches them, see [`crate::pipeline::matching`]). In a host
+    /// snapshot they are the top-level `deviceNodes` list, not part of `os`; they live here so
+    /// that [`HostFacts`] keeps its fields.
+    #[serde(skip)]
+    pub device_nodes: Vec<PnpFacts>,
 }
 
 impl OsFacts {
@@ -100,9 +106,16 @@ pub struct AdapterFacts {
     /// D3DKMT `DRIVERSTOREPATH`, as reported (usually starting with `\SystemRoot`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver_store_path: Option<String>,
-    /// The PnP device node whose adapter LUID matches; absent if none matched.
+    /// The PnP device node of this adapter, as matched when the facts were recorded. The Windows
+    /// backend leaves it empty and records the device nodes separately (`deviceNodes`); the
+    /// pipeline matches them ([`crate::pipeline::matching`]). Older snapshots set it here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pnp: Option<PnpFacts>,
+    /// The adapter's PCI bus, device and function as the graphics kernel reports them
+    /// (`D3DKMTQueryAdapterInfo(KMTQAITYPE_ADAPTERADDRESS)`); absent when unknown. Used to match
+    /// the adapter to its device node when no node reports the adapter's LUID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_address: Option<PciLocation>,
     /// DXCore properties the adapter does not support (`IsPropertySupported` said no): their
     /// fields above hold defaults (false, 0, empty) that mean "unknown", not a reported value.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -167,6 +180,7 @@ impl AdapterFacts {
             driver_update_in_progress: false,
             driver_store_path: None,
             pnp: None,
+            adapter_address: None,
             unsupported_properties: Vec::new(),
             read_errors: Vec::new(),
         }
@@ -247,7 +261,42 @@ pub struct PnpFacts {
     /// Why `CM_Get_DevNode_Status` failed; the device is then treated as unhealthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_error: Option<String>,
+    /// The adapter LUID property `{60B193CB-5276-4D0F-96FC-F173ABAD3EC6},2` as CfgMgr32 returned
+    /// it (type and bytes); absent when the device node does not have it. Documented drivers
+    /// store a `DEVPROP_TYPE_UINT64`; anything else is recorded as found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_luid: Option<RawDeviceProperty>,
+    /// Properties of this device node that could not be read, with the API and status; they
+    /// become the matched adapter's read errors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_errors: Vec<String>,
 }
+
+impl PnpFacts {
+    /// Whether the device node has a problem: `DN_HAS_PROBLEM` in its status flags, or (in
+    /// snapshots without status flags) a problem code other than 0. The one test for "has a
+    /// problem" that health and the CUDA order share.
+    pub fn has_problem(&self) -> bool {
+        match self.status_flags {
+            Some(flags) => flags & DN_HAS_PROBLEM != 0,
+            None => self.problem_code != 0,
+        }
+    }
+}
+
+/// A device property as CfgMgr32 returned it: its `DEVPROPTYPE` and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawDeviceProperty {
+    /// The `DEVPROPTYPE` number (`9` is `DEVPROP_TYPE_UINT64`).
+    #[serde(rename = "type")]
+    pub kind: u32,
+    /// The bytes as hex digit pairs, in the order returned (`"0f3a010000000000"`).
+    pub data: String,
+}
+
+/// `DEVPROP_TYPE_UINT64` (`devpropdef.h`).
+pub const DEVPROP_TYPE_UINT64: u32 = 0x0000_0009;
 
 /// Where a device sits on the PCI bus. Windows reports no PCI domain (segment) through these
 /// properties, so there is none here.

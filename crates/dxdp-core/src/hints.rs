@@ -155,7 +155,14 @@ mod tests {
             Vec<AdapterFacts>,
             Result<Vec<PciLocation>, &'static str>,
         );
-        let table: [Case; 6] = [
+        // DN_DRIVER_LOADED | DN_STARTED, and the same with DN_HAS_PROBLEM.
+        let flags = |mut a: AdapterFacts, flags: u32| {
+            if let Some(pnp) = a.pnp.as_mut() {
+                pnp.status_flags = Some(flags);
+            }
+            a
+        };
+        let table: [Case; 7] = [
             ("no adapters", vec![], Ok(vec![])),
             (
                 "sorted by bus, other vendors ignored",
@@ -174,6 +181,15 @@ mod tests {
                     adapter(NVIDIA, None, 0, false),
                 ],
                 Ok(vec![loc(9)]),
+            ),
+            (
+                "a stale problem code without DN_HAS_PROBLEM is no problem; with it, it is",
+                vec![
+                    flags(adapter(NVIDIA, Some(9), 43, true), 0x0000_000A),
+                    flags(adapter(NVIDIA, Some(3), 43, true), 0x0000_040A),
+                    flags(adapter(NVIDIA, Some(5), 0, true), 0x0000_000A),
+                ],
+                Ok(vec![loc(5), loc(9)]),
             ),
             (
                 "an unknown location makes the order unknown",

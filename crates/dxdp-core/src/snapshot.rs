@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::facts::{AdapterFacts, HostFacts, OsFacts, RegistryKey};
+use crate::facts::{AdapterFacts, HostFacts, OsFacts, PnpFacts, RegistryKey};
 use crate::quote::{bounded, bounded_prefix};
 
 /// The only snapshot `apiVersion` this build reads and writes.
@@ -28,6 +28,9 @@ struct Document {
     os: Option<OsFacts>,
     #[serde(default)]
     adapters: Vec<AdapterFacts>,
+    /// `OsFacts::device_nodes`, top-level in the file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    device_nodes: Vec<PnpFacts>,
     #[serde(default)]
     registry: Vec<RegistryKey>,
     #[serde(default)]
@@ -108,8 +111,12 @@ pub fn parse(text: &str, origin: &str) -> Result<HostFacts, SnapshotError> {
         parse_yaml(text, origin)?
     };
     check_header(&doc, origin)?;
+    let mut os = doc.os;
+    if !doc.device_nodes.is_empty() {
+        os.get_or_insert_with(OsFacts::default).device_nodes = doc.device_nodes;
+    }
     Ok(HostFacts {
-        os: doc.os,
+        os,
         adapters: doc.adapters,
         registry: doc.registry,
         files: doc.files,
@@ -226,6 +233,11 @@ pub fn write(facts: &HostFacts, format: Format) -> Result<String, SnapshotError>
         kind: KIND.to_string(),
         os: facts.os.clone(),
         adapters: facts.adapters.clone(),
+        device_nodes: facts
+            .os
+            .as_ref()
+            .map(|os| os.device_nodes.clone())
+            .unwrap_or_default(),
         registry: facts.registry.clone(),
         files: facts.files.clone(),
     };

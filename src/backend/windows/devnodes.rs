@@ -1,8 +1,7 @@
-//! PnP device nodes of the Display and ComputeAccelerator setup classes, matched to adapters by
-//! the adapter LUID property `{60B193CB-5276-4D0F-96FC-F173ABAD3EC6},2` (not windows-rs's
-//! `DEVPKEY_Device_AdapterLuid`, which is the indirect-display key). No WMI.
-
-use std::collections::HashMap;
+//! PnP device nodes of the Display and ComputeAccelerator setup classes, each with the adapter
+//! LUID property `{60B193CB-5276-4D0F-96FC-F173ABAD3EC6},2` recorded as found (not windows-rs's
+//! `DEVPKEY_Device_AdapterLuid`, which is the indirect-display key). Matching nodes to adapters is
+//! the pipeline's ([`dxdp_core::pipeline::matching`]). No WMI.
 
 use windows::core::{GUID, PCWSTR};
 use windows::Win32::Devices::DeviceAndDriverInstallation::{
@@ -26,7 +25,7 @@ pub const DISPLAY_CLASS: &str = "{4d36e968-e325-11ce-bfc1-08002be10318}";
 /// Compute accelerators (MCDM).
 pub const COMPUTE_ACCELERATOR_CLASS: &str = "{f01a9d53-3ff6-48d2-9f97-c8a7004be10c}";
 
-/// `DEVPKEY_Gpu_Luid`: the adapter LUID on the device node (UINT64).
+/// `DEVPKEY_Gpu_Luid`: the adapter LUID on the device node (documented drivers: UINT64).
 const DEVPKEY_GPU_LUID: DEVPROPKEY = DEVPROPKEY {
     fmtid: GUID::from_u128(0x60b193cb_5276_4d0f_96fc_f173abad3ec6),
     pid: 2,
@@ -119,14 +118,6 @@ pub(super) fn typed_property<T>(
         .map_err(|why| WinError::other(format!("CM_Get_DevNode_PropertyW({name})"), why))
 }
 
-/// A device node that reports an adapter LUID, and what could not be read from it.
-pub struct Node {
-    /// The facts that could be read.
-    pub pnp: PnpFacts,
-    /// What could not be read, naming the instance ID, API and status.
-    pub errors: Vec<String>,
-}
-
 /// The value of an optional property; a failure is recorded against the device node.
 fn keep<T>(
     result: Result<Option<T>, WinError>,
@@ -142,9 +133,9 @@ fn keep<T>(
     }
 }
 
-/// The device node of one instance ID, if it is a DirectX adapter (has a LUID). An error means
-/// the node's LUID is unknown, so it cannot be matched to an adapter.
-fn node(instance_id: &str) -> Result<Option<(i64, Node)>, WinError> {
+/// The device node of one instance ID, with what could not be read from it (in `read_errors`).
+/// An error means the node could not be located at all.
+fn node(instance_id: &str) -> Result<PnpFacts, WinError> {
     let id = wide(instance_id);
     let mut devinst = 0u32;
     // SAFETY: valid instance ID and out pointer.
@@ -156,17 +147,14 @@ fn node(instance_id: &str) -> Result<Option<(i64, Node)>, WinError> {
             cr.0,
         ));
     }
-    let Some(luid) = typed_property(
-        devinst,
-        &DEVPKEY_GPU_LUID,
-        "DEVPKEY_Gpu_Luid",
-        winparse::devprop_u64,
-    )
-    .map_err(|e| WinError::other(format!("{instance_id}: {}", e.api), e.status))?
-    else {
-        return Ok(None);
-    };
     let mut errors = Vec::new();
+    // Any type, as found: the pipeline decides whether it is a usable LUID.
+    let adapter_luid = keep(
+        raw_property(devinst, &DEVPKEY_GPU_LUID, "DEVPKEY_Gpu_Luid"),
+        instance_id,
+        &mut errors,
+    )
+    .map(|(kind, bytes)| winparse::raw_device_property(kind, &bytes));
     let string = |key, name| typed_property(devinst, key, name, winparse::devprop_string);
     let description = keep(
         string(&DEVPKEY_Device_DeviceDesc, "DEVPKEY_Device_DeviceDesc"),
@@ -219,38 +207,34 @@ fn node(instance_id: &str) -> Result<Option<(i64, Node)>, WinError> {
     let cr = unsafe { CM_Get_DevNode_Status(&mut flags, &mut problem, devinst, 0) };
     // A failed call is recorded in `status_error` (the pipeline makes the device unhealthy).
     let status = winparse::devnode_status(cr.0, flags.0, problem.0);
-    Ok(Some((
-        luid as i64,
-        Node {
-            pnp: PnpFacts {
-                instance_id: instance_id.to_string(),
-                description,
-                manufacturer,
-                location_paths,
-                driver_key,
-                problem_code: status.problem_code,
-                pci,
-                status_flags: status.status_flags,
-                status_error: status.status_error,
-            },
-            errors,
-        },
-    )))
+    Ok(PnpFacts {
+        instance_id: instance_id.to_string(),
+        description,
+        manufacturer,
+        location_paths,
+        driver_key,
+        problem_code: status.problem_code,
+        pci,
+        status_flags: status.status_flags,
+        status_error: status.status_error,
+        adapter_luid,
+        read_errors: errors,
+    })
 }
 
 /// The device nodes of the DirectX classes, and what could not be read.
 #[derive(Default)]
 pub struct Enumeration {
-    /// Device nodes by adapter LUID, each with its own read errors.
-    pub nodes: HashMap<i64, Node>,
+    /// Every present device node of the two classes, each with its own read errors.
+    pub nodes: Vec<PnpFacts>,
     /// Device lists that could not be read: any adapter without a node may be missing from them.
     pub list_errors: Vec<String>,
-    /// Device nodes whose LUID could not be read, so they belong to no known adapter.
+    /// Device nodes that could not be located, so they belong to no known adapter.
     pub unmatched_errors: Vec<String>,
 }
 
-/// Device nodes by adapter LUID, and what could not be read (never fails as a whole). Errors
-/// stay with the node they concern; only list failures concern every unmatched adapter.
+/// The device nodes, and what could not be read (never fails as a whole). Errors stay with the
+/// node they concern; only list failures concern every unmatched adapter.
 pub fn enumerate() -> Enumeration {
     let mut out = Enumeration::default();
     for class in [DISPLAY_CLASS, COMPUTE_ACCELERATOR_CLASS] {
@@ -263,10 +247,7 @@ pub fn enumerate() -> Enumeration {
         };
         for id in ids {
             match node(&id) {
-                Ok(Some((luid, node))) => {
-                    out.nodes.entry(luid).or_insert(node);
-                }
-                Ok(None) => {}
+                Ok(node) => out.nodes.push(node),
                 Err(e) => out.unmatched_errors.push(e.to_string()),
             }
         }

@@ -250,6 +250,7 @@ fn adapter_facts(adapter: &IDXCoreAdapter, luid: i64) -> AdapterFacts {
         driver_update_in_progress,
         driver_store_path: None,
         pnp: None,
+        adapter_address: None,
         unsupported_properties: unsupported,
         read_errors: errors,
     }

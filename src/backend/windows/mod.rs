@@ -23,6 +23,7 @@ use windows::Win32::System::Registry::HKEY_LOCAL_MACHINE;
 
 use super::{HostFactsSource, SourceError, Wake};
 use dxdp_core::facts::{AdapterProperty, HostFacts, RegistryKey};
+use dxdp_core::pipeline::matching::AdapterMatch;
 use dxdp_core::pipeline::runtime_files::{CLASS_ROOT, SUBKEYS};
 
 pub use error::WinError;
@@ -40,6 +41,29 @@ pub struct WindowsHost {
     attempted_at: Mutex<Option<Instant>>,
     /// The device-node enumeration errors last logged, so the same ones are not logged again.
     node_errors: Mutex<Vec<String>>,
+    /// How adapters were last matched to device nodes, logged when it changes.
+    matches: Mutex<Vec<AdapterMatch>>,
+}
+
+/// Logs which rule matched each adapter to its device node (the pipeline warns about unmatched
+/// hardware adapters itself).
+fn log_matches(facts: &HostFacts, matches: &[AdapterMatch]) {
+    for (adapter, m) in facts.adapters.iter().zip(matches) {
+        let name = adapter.driver_description.as_str();
+        match m.matched_by {
+            Some(by) => tracing::info!(
+                "adapter {name:?} (LUID {}) matched by {by}: {}",
+                m.luid,
+                m.detail
+            ),
+            None if adapter.is_hardware => tracing::info!(
+                "adapter {name:?} (LUID {}) has no device node: {}",
+                m.luid,
+                m.detail
+            ),
+            None => tracing::debug!("adapter {name:?} (LUID {}): {}", m.luid, m.detail),
+        }
+    }
 }
 
 impl WindowsHost {
@@ -60,7 +84,7 @@ impl HostFactsSource for WindowsHost {
 
     fn load(&self) -> Result<HostFacts, SourceError> {
         *self.attempted_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        let (facts, session, node_errors) = collect().map_err(|e| {
+        let (facts, session, node_errors, matches) = collect().map_err(|e| {
             SourceError::Unavailable(format!(
                 "cannot enumerate DirectX adapters ({e}); DXCore needs Windows 10 build 18936 or later (Windows Server 2022 or later for containers)"
             ))
@@ -73,6 +97,12 @@ impl HostFactsSource for WindowsHost {
                 tracing::warn!("device node enumeration: {e}");
             }
             *logged = node_errors;
+        }
+        drop(logged);
+        let mut logged = self.matches.lock().unwrap_or_else(|p| p.into_inner());
+        if *logged != matches {
+            log_matches(&facts, &matches);
+            *logged = matches;
         }
         Ok(facts)
     }
@@ -100,11 +130,12 @@ impl HostFactsSource for WindowsHost {
     }
 }
 
-/// Collects every fact the pipeline uses, with the device-node enumeration errors.
-fn collect() -> Result<(HostFacts, dxcore::Session, Vec<String>), WinError> {
-    let os = os::read();
+/// Collects every fact the pipeline uses, with the device-node enumeration errors and how each
+/// adapter was matched to its device node.
+fn collect() -> Result<(HostFacts, dxcore::Session, Vec<String>, Vec<AdapterMatch>), WinError> {
+    let mut os = os::read();
     let (mut adapters, session) = dxcore::enumerate()?;
-    let mut nodes = devnodes::enumerate();
+    let nodes = devnodes::enumerate();
     // Logged by the caller (when they change); not attached to any adapter but by the rule below.
     let node_errors: Vec<String> = nodes
         .list_errors
@@ -112,33 +143,67 @@ fn collect() -> Result<(HostFacts, dxcore::Session, Vec<String>), WinError> {
         .chain(&nodes.unmatched_errors)
         .cloned()
         .collect();
-    let mut registry = Vec::new();
+    // The graphics kernel's PCI address of every adapter that may be hardware (software
+    // adapters have no device node); a failure matters only if no node reports the LUID.
+    let mut handles = Vec::with_capacity(adapters.len());
+    let mut address_errors = Vec::with_capacity(adapters.len());
     for adapter in &mut adapters {
-        // Software adapters have no device node; an adapter whose IsHardware is unsupported gets
-        // its node looked up so the pipeline can decide from its location path.
-        if !adapter.is_hardware && !adapter.unsupported(AdapterProperty::IsHardware) {
-            continue;
-        }
-        match nodes.nodes.remove(&adapter.luid) {
-            Some(node) => {
-                adapter.pnp = Some(node.pnp);
-                adapter.read_errors.extend(node.errors);
+        let mut handle = None;
+        let mut address_error = None;
+        if adapter.is_hardware || adapter.unsupported(AdapterProperty::IsHardware) {
+            match d3dkmt::Adapter::open(adapter.luid) {
+                Ok(open) => {
+                    match d3dkmt::adapter_address(&open) {
+                        Ok(address) => adapter.adapter_address = Some(address),
+                        Err(e) => address_error = Some(e.to_string()),
+                    }
+                    handle = Some(open);
+                }
+                Err(e) => address_error = Some(e.to_string()),
             }
-            // A device list that could not be read may be why no node matched.
-            None => adapter
-                .read_errors
-                .extend(nodes.list_errors.iter().cloned()),
         }
-        // IsHardware unsupported and no device node: the pipeline treats it as software, so its
-        // driver store and registry are not read.
-        if !adapter.is_hardware && adapter.pnp.is_none() {
+        handles.push(handle);
+        address_errors.push(address_error);
+    }
+    os.device_nodes = nodes.nodes;
+    let mut facts = HostFacts {
+        os: Some(os),
+        adapters,
+        registry: Vec::new(),
+        files: Vec::new(),
+    };
+    // The pipeline's own matching, to know which device node (driver key) is whose.
+    let (attached, matches) = dxdp_core::pipeline::matching::attach(&facts);
+    let driver_keys: Vec<Option<Option<String>>> = attached
+        .adapters
+        .iter()
+        .map(|a| a.pnp.as_ref().map(|p| p.driver_key.clone()))
+        .collect();
+    drop(attached);
+    let mut registry = Vec::new();
+    for (i, adapter) in facts.adapters.iter_mut().enumerate() {
+        let Some(driver_key) = &driver_keys[i] else {
+            if adapter.is_hardware {
+                // A device list that could not be read, or a missing PCI address, may be why
+                // no node matched.
+                adapter
+                    .read_errors
+                    .extend(nodes.list_errors.iter().cloned());
+                adapter.read_errors.extend(address_errors[i].take());
+            }
+            // IsHardware unsupported and no device node: the pipeline treats it as software,
+            // so its driver store and registry are not read.
             continue;
-        }
-        match d3dkmt::driver_store_path(adapter.luid) {
+        };
+        let store = match &handles[i] {
+            Some(open) => d3dkmt::driver_store_path(open),
+            None => d3dkmt::Adapter::open(adapter.luid).and_then(|o| d3dkmt::driver_store_path(&o)),
+        };
+        match store {
             Ok(path) => adapter.driver_store_path = Some(path),
             Err(e) => adapter.read_errors.push(e.to_string()),
         }
-        let Some(driver_key) = adapter.pnp.as_ref().and_then(|p| p.driver_key.clone()) else {
+        let Some(driver_key) = driver_key else {
             continue;
         };
         for (subkey, _) in SUBKEYS {
@@ -156,17 +221,13 @@ fn collect() -> Result<(HostFacts, dxcore::Session, Vec<String>), WinError> {
             }
         }
     }
-    let mut facts = HostFacts {
-        os: Some(os),
-        adapters,
-        registry,
-        files: Vec::new(),
-    };
+    drop(handles);
+    facts.registry = registry;
     facts.files = dxdp_core::pipeline::runtime_files::candidate_host_paths(&facts)
         .into_iter()
         .filter(|p| Path::new(p).is_file())
         .collect();
-    Ok((facts, session, node_errors))
+    Ok((facts, session, node_errors, matches))
 }
 
 #[cfg(test)]

@@ -1,5 +1,8 @@
 //! Operating system facts: product, version, build and UBR from the registry, `%SystemRoot%`,
-//! and the HCS schema versions.
+//! and the HCS schema versions (queried once per process: loading `computecore.dll` on every
+//! health poll bought nothing, since enabling the Containers feature needs a reboot anyway).
+
+use std::sync::OnceLock;
 
 use windows::Win32::System::Registry::HKEY_LOCAL_MACHINE;
 
@@ -31,13 +34,7 @@ pub fn read() -> OsFacts {
         string("CurrentBuildNumber").as_deref(),
         number("UBR"),
     );
-    let hcs_schema_versions = match hcs::schema_versions() {
-        Ok(v) => v,
-        Err(e) => {
-            tracing::info!("HCS is unavailable, so containers cannot run here: {e}");
-            Vec::new()
-        }
-    };
+    let hcs_schema_versions = hcs_schema_versions().to_vec();
     OsFacts {
         product_name: string("ProductName"),
         display_version: string("DisplayVersion").or_else(|| string("ReleaseId")),
@@ -46,11 +43,33 @@ pub fn read() -> OsFacts {
         hcs_schema_versions,
         containerd_version: None,
         kubelet_version: None,
+        device_nodes: Vec::new(),
     }
+}
+
+/// The HCS schema versions, queried (and a failure logged) on the first call only.
+fn hcs_schema_versions() -> &'static [String] {
+    static VERSIONS: OnceLock<Vec<String>> = OnceLock::new();
+    VERSIONS.get_or_init(|| match hcs::schema_versions() {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::info!("HCS is unavailable, so containers cannot run here: {e}");
+            Vec::new()
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn hcs_is_queried_once_per_process() {
+        // The same slice, not an equal copy: the second call did not query again.
+        assert!(std::ptr::eq(
+            super::hcs_schema_versions(),
+            super::hcs_schema_versions()
+        ));
+    }
+
     #[test]
     fn reads_the_os_version_from_the_registry() {
         let os = super::read();

@@ -1,7 +1,7 @@
 //! Per-adapter rules: hardware or software, capabilities, resource, vendor name and health.
 
 use crate::devices::{Health, Resource};
-use crate::facts::{AdapterFacts, AdapterProperty, Attribute, PnpFacts, DN_HAS_PROBLEM};
+use crate::facts::{AdapterFacts, AdapterProperty, Attribute, PnpFacts};
 
 /// Whether an adapter is treated as hardware, and why when DXCore did not say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,10 +81,7 @@ pub fn health(pnp: &PnpFacts, driver_update_in_progress: bool, ignore_codes: &[u
             "the device node status cannot be read ({error}), so the device is not trusted"
         ));
     }
-    let has_problem = match pnp.status_flags {
-        Some(flags) => flags & DN_HAS_PROBLEM != 0,
-        None => pnp.problem_code != 0,
-    };
+    let has_problem = pnp.has_problem();
     let ignored = pnp.problem_code != 0 && ignore_codes.contains(&pnp.problem_code);
     if has_problem && !ignored {
         let code = pnp.problem_code;

@@ -6,6 +6,7 @@
 pub mod classify;
 pub mod filter;
 pub mod ids;
+pub mod matching;
 pub mod runtime_files;
 pub mod winpath;
 
@@ -78,6 +79,8 @@ impl Default for PipelineConfig {
 /// Runs every rule over `facts`.
 pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
     let mut out = Discovery::default();
+    let (facts, matches) = matching::attach(facts);
+    let facts = facts.as_ref();
     let system_root = checked_system_root(facts, &mut out.warnings);
     let registry = RegistryIndex::new(&facts.registry);
     let files = FileIndex::new(&facts.files);
@@ -85,7 +88,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
     let mut seen_paths: HashMap<String, String> = HashMap::new();
     let mut seen_ids: HashMap<String, String> = HashMap::new();
 
-    for adapter in &facts.adapters {
+    for (adapter, matched) in facts.adapters.iter().zip(&matches) {
         let description = describe(adapter);
         for error in &adapter.read_errors {
             out.warnings.push(Warning::adapter(
@@ -166,9 +169,20 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             continue;
         }
         let Some(pnp) = &adapter.pnp else {
+            out.warnings.push(Warning::adapter(
+                WarningCode::AdapterUnmatched,
+                adapter.luid,
+                format!(
+                    "adapter {} (LUID {}): {}; the adapter is skipped, the other devices are not affected",
+                    quote::bounded(&description),
+                    adapter.luid,
+                    matched.detail
+                ),
+            ));
             out.excluded.push(exclude(
                 ExclusionCode::NoDeviceNode,
-                "no device node: no PnP device node reports this adapter's LUID".into(),
+                "no device node: none reports this adapter's LUID or sits at its PCI location"
+                    .into(),
                 None,
             ));
             continue;
@@ -347,6 +361,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
     out.devices
         .sort_by_cached_key(|d| winpath::compare_key(&d.location_path));
     out.cuda_order = CudaOrder::of(facts);
+    out.matches = matches;
     out
 }
 
@@ -433,7 +448,10 @@ mod tests {
                 pci: None,
                 status_flags: None,
                 status_error: None,
+                adapter_luid: None,
+                read_errors: Vec::new(),
             }),
+            adapter_address: None,
             unsupported_properties: Vec::new(),
             read_errors: Vec::new(),
         }

@@ -267,6 +267,8 @@ pub fn resolve(
 /// what a backend must check for existence to fill `files`. Includes integrated and detachable
 /// adapters so that a later configuration change needs no new facts.
 pub fn candidate_host_paths(facts: &crate::facts::HostFacts) -> Vec<String> {
+    let (facts, _) = super::matching::attach(facts);
+    let facts = facts.as_ref();
     let system_root = facts
         .os
         .as_ref()
