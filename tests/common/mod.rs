@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use dxdp_core::facts::HostFacts;
 
 /// Every fixture host in `tests/fixtures/`.
-pub const FIXTURES: [&str; 11] = [
+pub const FIXTURES: [&str; 12] = [
     "nvidia-multi-gpu",
     "amd-radeon",
     "intel-igpu",
@@ -18,6 +18,7 @@ pub const FIXTURES: [&str; 11] = [
     "in-container",
     "ws2019-old",
     "status-and-unsupported",
+    "telemetry-t4",
 ];
 
 /// The file of a fixture host.

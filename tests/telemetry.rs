@@ -1,0 +1,216 @@
+//! The telemetry computation on the `telemetry-t4` fixture: every expected figure is worked out
+//! by hand from the fixture's numbers (the comments show the arithmetic).
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+
+use dxdp_core::devices::Resource;
+use dxdp_core::pipeline::{discover, PipelineConfig};
+use dxdp_core::telemetry::compute::{compute, device_refs, Segments, TelemetryView};
+use dxdp_core::telemetry::PodRef;
+
+const GPU0: &str = "pciroot-0-pci-1b00-0540e5ad73bf260f";
+const GPU1: &str = "pciroot-0-pci-1c00-ba6abfb666f4630a";
+const DISPLAY: &str = "directx.microsoft.com/display";
+
+fn view() -> TelemetryView {
+    let (facts, telemetry) =
+        dxdp_core::snapshot::read_file_full(&common::fixture_path("telemetry-t4")).unwrap();
+    let telemetry = telemetry.expect("the fixture has telemetry");
+    let discovery = discover(&facts, &PipelineConfig::default());
+    let devices = device_refs(&discovery, |r| Some(r.default_resource_name().to_string()));
+    compute(
+        &devices,
+        &telemetry,
+        &HashMap::new(),
+        &telemetry.pod_resources,
+    )
+}
+
+fn engines(pairs: &[(&str, f64)]) -> BTreeMap<String, f64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+fn pod(namespace: &str, name: &str, container: &str) -> PodRef {
+    PodRef {
+        namespace: namespace.into(),
+        pod: name.into(),
+        container: container.into(),
+    }
+}
+
+#[test]
+fn device_figures_are_the_hand_computed_ones() {
+    let v = view();
+    assert_eq!(v.window_seconds, 10.0); // (1100000000 - 1000000000) * 100 ns
+    assert_eq!(v.unparsed_instances, 1); // _Total
+    assert_eq!(v.devices.len(), 2);
+    let d0 = &v.devices[0];
+    assert_eq!(
+        (d0.device.as_str(), d0.resource.as_str(), d0.luid.as_str()),
+        (GPU0, DISPLAY, "0x00000000_0x006B8B86")
+    );
+    assert_eq!(d0.model, "NVIDIA Tesla T4");
+    // Window: 100,000,000 ticks.
+    // 3d, engine 0: pid 4200 30M + pid 4300 20M + pid 1200 1M = 51M -> 0.51
+    // copy: engine 1 (pid 4200) 5M, engine 2 (pid 4300) 10M -> the busiest, 0.10
+    // video_decode: engine 3, 25M -> 0.25
+    // compute: engine 4, pid 4400 is new in the later sample -> 0
+    // cuda: engine 5 went down from 9M to 1M (reused pid) -> 0
+    assert_eq!(
+        d0.engines,
+        engines(&[
+            ("3d", 0.51),
+            ("copy", 0.10),
+            ("video_decode", 0.25),
+            ("compute", 0.0),
+            ("cuda", 0.0),
+        ])
+    );
+    assert_eq!(
+        d0.memory_used,
+        Segments {
+            dedicated: Some(6_710_886_400),
+            shared: Some(121_634_816)
+        }
+    );
+    assert_eq!(
+        d0.memory_total,
+        Segments {
+            dedicated: Some(16_106_127_360),
+            shared: Some(34_359_738_368)
+        }
+    );
+    assert_eq!(d0.processes, 4); // 4200, 4300, 1200, 4400
+    let holders: Vec<(PodRef, &str)> = d0
+        .holders
+        .iter()
+        .map(|h| (h.pod.clone(), h.device_id.as_str()))
+        .collect();
+    let replica = format!("{GPU0}-r1");
+    assert_eq!(
+        holders,
+        [
+            (pod("ml", "infer-7d9", "server"), GPU0),
+            (pod("web", "render-1", "app"), replica.as_str()),
+        ]
+    );
+
+    let d1 = &v.devices[1];
+    assert_eq!(
+        (d1.device.as_str(), d1.luid.as_str()),
+        (GPU1, "0x00000000_0x006B9126")
+    );
+    // compute, engine 0: pid 4100 80M + pid 4101 30M = 110M -> 1.1, capped at 1;
+    // engine 1 (Compute_1): 30M -> 0.3. copy, engine 2: 2M -> 0.02.
+    assert_eq!(d1.engines, engines(&[("compute", 1.0), ("copy", 0.02)]));
+    assert_eq!(
+        d1.memory_used,
+        Segments {
+            dedicated: Some(9_663_676_416),
+            shared: Some(536_870_912)
+        }
+    );
+    // No shared limit recorded for GPU 1.
+    assert_eq!(
+        d1.memory_total,
+        Segments {
+            dedicated: Some(16_106_127_360),
+            shared: None
+        }
+    );
+    assert_eq!(d1.processes, 2);
+    assert_eq!(d1.holders.len(), 1);
+    assert_eq!(d1.holders[0].pod, pod("ml", "train-0", "trainer"));
+}
+
+#[test]
+fn container_figures_sum_their_processes_and_the_rest_is_the_hosts() {
+    let v = view();
+    let got: Vec<(PodRef, &str, u64, u64, BTreeMap<String, f64>, u64)> = v
+        .containers
+        .iter()
+        .map(|c| {
+            (
+                c.pod.clone(),
+                c.device.as_str(),
+                c.memory_used.dedicated.unwrap(),
+                c.memory_used.shared.unwrap(),
+                c.engines.clone(),
+                c.processes,
+            )
+        })
+        .collect();
+    let expected = vec![
+        // The host: pid 1200 and pid 4400 (container ddd444 has no pod).
+        // 3d: 1M / 100M; compute: pid 4400 is new -> 0.
+        (
+            PodRef::host(),
+            GPU0,
+            268_435_456,
+            16_777_216,
+            engines(&[("3d", 0.01), ("compute", 0.0)]),
+            2,
+        ),
+        // pid 4200: 3d 30M, copy 5M.
+        (
+            pod("ml", "infer-7d9", "server"),
+            GPU0,
+            4_294_967_296,
+            104_857_600,
+            engines(&[("3d", 0.30), ("copy", 0.05)]),
+            1,
+        ),
+        // pids 4100 + 4101: memory 8 GiB + 1 GiB, 512 MiB + 0; compute as the device.
+        (
+            pod("ml", "train-0", "trainer"),
+            GPU1,
+            9_663_676_416,
+            536_870_912,
+            engines(&[("compute", 1.0), ("copy", 0.02)]),
+            2,
+        ),
+        // pid 4300: 3d 20M, copy 10M, video_decode 25M, cuda went down -> 0.
+        (
+            pod("web", "render-1", "app"),
+            GPU0,
+            2_147_483_648,
+            0,
+            engines(&[
+                ("3d", 0.20),
+                ("copy", 0.10),
+                ("video_decode", 0.25),
+                ("cuda", 0.0),
+            ]),
+            1,
+        ),
+    ];
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn pods_from_the_pod_status_win_over_the_recorded_ones() {
+    let (facts, telemetry) =
+        dxdp_core::snapshot::read_file_full(&common::fixture_path("telemetry-t4")).unwrap();
+    let telemetry = telemetry.unwrap();
+    let discovery = discover(&facts, &PipelineConfig::default());
+    let devices = device_refs(&discovery, |r| {
+        (r == Resource::Display).then(|| "example.com/gpu".to_string())
+    });
+    // Container ddd444 is now known to be ops/agent/main.
+    let pods = HashMap::from([("ddd444".to_string(), pod("ops", "agent", "main"))]);
+    let v = compute(&devices, &telemetry, &pods, &[]);
+    assert_eq!(v.devices[0].resource, "example.com/gpu");
+    assert!(v.devices.iter().all(|d| d.holders.is_empty()));
+    let agent = v
+        .containers
+        .iter()
+        .find(|c| c.pod == pod("ops", "agent", "main"))
+        .expect("the agent's processes");
+    assert_eq!((agent.device.as_str(), agent.processes), (GPU0, 1));
+    let host = v.containers.iter().find(|c| c.pod.is_host()).unwrap();
+    // Only pid 1200 is left to the host.
+    assert_eq!(host.processes, 1);
+    assert_eq!(host.memory_used.dedicated, Some(268_435_456));
+}
