@@ -214,3 +214,185 @@ fn pods_from_the_pod_status_win_over_the_recorded_ones() {
     assert_eq!(host.processes, 1);
     assert_eq!(host.memory_used.dedicated, Some(268_435_456));
 }
+
+mod sampler {
+    use super::*;
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use dxdp::backend::SnapshotFile;
+    use dxdp::config::Config;
+    use dxdp::kubelet::podresources::{Endpoint, PodResourcesStandin};
+    use dxdp::observe::Metrics;
+    use dxdp::telemetry::source::Recorded;
+    use dxdp::telemetry::{CounterSource, Sampler, State};
+    use dxdp_core::telemetry::{PodAllocation, TelemetryFacts};
+    use tokio::sync::watch;
+
+    /// `series -> value` of every sample line of OpenMetrics text.
+    fn samples(text: &str) -> BTreeMap<String, String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter_map(|l| l.rsplit_once(' '))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn sampler(
+        source: Arc<dyn CounterSource>,
+        pod_resources: Option<Endpoint>,
+    ) -> (Sampler, Metrics) {
+        let metrics = Metrics::new();
+        let path = common::fixture_path("telemetry-t4");
+        // The receiver keeps the last value when the sender is gone.
+        let (_, config) = watch::channel(Arc::new(Config::default()));
+        (
+            Sampler {
+                source,
+                host: Arc::new(SnapshotFile::new(path)),
+                config,
+                pod_resources,
+                metrics: metrics.telemetry().clone(),
+            },
+            metrics,
+        )
+    }
+
+    fn recorded() -> Arc<dyn CounterSource> {
+        Arc::new(Recorded::new(&common::fixture_path("telemetry-t4")))
+    }
+
+    #[tokio::test]
+    async fn the_figures_of_a_recorded_sample_reach_metrics_with_hand_computed_values() {
+        let (s, metrics) = sampler(recorded(), None);
+        let view = s.step(&mut State::default()).await.unwrap();
+        metrics.telemetry().publish(Some(Arc::new(view)));
+        let text = metrics.encode();
+        let m = samples(&text);
+        let dev0 =
+            format!("device=\"{GPU0}\",resource=\"{DISPLAY}\",luid=\"0x00000000_0x006B8B86\"");
+        let dev1 =
+            format!("device=\"{GPU1}\",resource=\"{DISPLAY}\",luid=\"0x00000000_0x006B9126\"");
+        let expect = [
+            (format!("dxdp_gpu_engine_utilization_ratio{{{dev0},engine=\"3d\"}}"), "0.51"),
+            (format!("dxdp_gpu_engine_utilization_ratio{{{dev0},engine=\"copy\"}}"), "0.1"),
+            (format!("dxdp_gpu_engine_utilization_ratio{{{dev1},engine=\"compute\"}}"), "1.0"),
+            (format!("dxdp_gpu_memory_used_bytes{{{dev0},segment=\"dedicated\"}}"), "6710886400"),
+            (format!("dxdp_gpu_memory_used_bytes{{{dev0},segment=\"shared\"}}"), "121634816"),
+            (format!("dxdp_gpu_memory_total_bytes{{{dev0},segment=\"dedicated\"}}"), "16106127360"),
+            (format!("dxdp_gpu_memory_total_bytes{{{dev0},segment=\"shared\"}}"), "34359738368"),
+            (format!("dxdp_gpu_processes{{{dev0}}}"), "4"),
+            (format!("dxdp_gpu_processes{{{dev1}}}"), "2"),
+            (format!("dxdp_gpu_info{{{dev0},model=\"NVIDIA Tesla T4\"}}"), "1"),
+            (
+                format!("dxdp_gpu_allocation{{device=\"{GPU0}\",resource=\"{DISPLAY}\",namespace=\"web\",pod=\"render-1\",container=\"app\"}}"),
+                "1",
+            ),
+            (
+                format!("dxdp_gpu_allocation{{device=\"{GPU1}\",resource=\"{DISPLAY}\",namespace=\"ml\",pod=\"train-0\",container=\"trainer\"}}"),
+                "1",
+            ),
+            (
+                format!("dxdp_container_gpu_memory_used_bytes{{namespace=\"ml\",pod=\"infer-7d9\",container=\"server\",device=\"{GPU0}\",segment=\"dedicated\"}}"),
+                "4294967296",
+            ),
+            (
+                format!("dxdp_container_gpu_memory_used_bytes{{namespace=\"\",pod=\"\",container=\"\",device=\"{GPU0}\",segment=\"dedicated\"}}"),
+                "268435456",
+            ),
+            (
+                format!("dxdp_container_gpu_engine_utilization_ratio{{namespace=\"web\",pod=\"render-1\",container=\"app\",device=\"{GPU0}\",engine=\"video_decode\"}}"),
+                "0.25",
+            ),
+        ];
+        for (series, value) in &expect {
+            assert_eq!(
+                m.get(series).map(String::as_str),
+                Some(*value),
+                "{series} in\n{text}"
+            );
+        }
+        // Two holders of GPU 0 (one through a replica), one of GPU 1; the other resource's pod
+        // is not dxdp's.
+        assert_eq!(text.matches("dxdp_gpu_allocation{").count(), 3, "{text}");
+        assert!(!text.contains("cpu-only"));
+        assert!(text.ends_with("# EOF\n"));
+        // Withdrawn figures leave no series.
+        metrics.telemetry().publish(None);
+        assert!(!metrics.encode().contains("dxdp_gpu_"));
+    }
+
+    #[tokio::test]
+    async fn the_kubelets_live_answer_is_used_and_an_unreachable_kubelet_keeps_the_last_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("pod-resources/kubelet.sock");
+        let only_trainer = vec![PodAllocation {
+            namespace: "ml".into(),
+            pod: "train-0".into(),
+            container: "trainer".into(),
+            resource: DISPLAY.into(),
+            device_ids: vec![GPU1.into()],
+        }];
+        let standin = PodResourcesStandin::start(&socket, only_trainer)
+            .await
+            .unwrap();
+        let (s, metrics) = sampler(recorded(), Some(standin.endpoint()));
+        let mut state = State::default();
+        let view = s.step(&mut state).await.unwrap();
+        assert!(view.devices[0].holders.is_empty());
+        assert_eq!(
+            view.devices[1].holders[0].pod,
+            pod("ml", "train-0", "trainer")
+        );
+        standin.stop().await;
+        let view = s.step(&mut state).await.unwrap();
+        assert_eq!(view.devices[1].holders.len(), 1, "the last answer is kept");
+        let m = samples(&metrics.encode());
+        assert_eq!(
+            m["dxdp_telemetry_pod_resources_calls_total{result=\"ok\"}"],
+            "1"
+        );
+        assert_eq!(
+            m["dxdp_telemetry_pod_resources_calls_total{result=\"error\"}"],
+            "1"
+        );
+    }
+
+    struct Failing;
+
+    impl CounterSource for Failing {
+        fn describe(&self) -> String {
+            "failing".into()
+        }
+        fn read(&self) -> Result<TelemetryFacts, String> {
+            Err("PDH: the GPU Engine counter set does not exist".into())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_source_is_counted_and_the_task_ends_when_cancelled() {
+        let (s, metrics) = sampler(Arc::new(Failing), None);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(dxdp::telemetry::run(s, async {
+            let _ = stopped.await;
+        }));
+        // Wait (bounded) for the first attempt to be counted.
+        let mut counted = false;
+        for _ in 0..1000 {
+            let m = samples(&metrics.encode());
+            if m["dxdp_telemetry_samples_total{result=\"error\"}"] == "1" {
+                counted = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(counted, "{}", metrics.encode());
+        assert!(metrics.telemetry().view().is_none());
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the sampler ends when cancelled")
+            .unwrap();
+    }
+}
