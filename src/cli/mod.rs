@@ -259,7 +259,13 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Discover(args) => discover::run(&args, &config, source.as_ref()),
         Command::Snapshot(args) => snapshot::run(&args, source.as_ref()),
-        Command::Plugin(args) => plugin::run(&args, config, inputs, source.into()),
+        Command::Plugin(args) => plugin::run(
+            &args,
+            config,
+            inputs,
+            source.into(),
+            cli.global.host_snapshot.clone(),
+        ),
         Command::Demo(args) => demo::run(&args, config, source.into()),
         Command::Mounts(args) => mounts::run(&args, &config, source.as_ref()),
         Command::Hcs(args) => hcs::run(&args, &config, source.as_ref()),

@@ -72,6 +72,7 @@ pub fn run(
     config: Config,
     inputs: Inputs,
     source: Arc<dyn HostFactsSource>,
+    host_snapshot: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
     // Releases a waiting console handler however this function ends.
     let _cleanup = shutdown::CleanupGuard::new();
@@ -131,6 +132,16 @@ pub fn run(
         }
         plugin_config.config = config.clone();
         let (tx, updates) = watch::channel(Arc::new(config));
+        if let Some(sampler) = dxdp::telemetry::sampler::for_daemon(
+            updates.clone(),
+            source.clone(),
+            host_snapshot.as_deref(),
+            &kubelet_dir,
+            metrics.telemetry().clone(),
+        ) {
+            let never = std::future::pending::<()>();
+            tasks.push(tokio::spawn(dxdp::telemetry::run(sampler, never)));
+        }
         tasks.push(tokio::spawn(plugin::reload::watch_counted(
             inputs,
             tx,

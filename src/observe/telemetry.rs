@@ -177,7 +177,7 @@ impl Collector for ViewCollector {
         gauge(
             &mut encoder,
             "dxdp_gpu_info",
-            "1 for every device with telemetry, with its model",
+            "1 for every device with telemetry, with its model.",
             view.devices
                 .iter()
                 .map(|d| (with(base(d), "model", &clean(&d.model)), 1_i64)),
@@ -185,7 +185,7 @@ impl Collector for ViewCollector {
         gauge(
             &mut encoder,
             "dxdp_gpu_engine_utilization_ratio",
-            "Busy share of the device's busiest engine of each type over the last sample window (0 to 1)",
+            "Busy share of the device's busiest engine of each type over the last sample window (0 to 1).",
             view.devices.iter().flat_map(|d| {
                 d.engines
                     .iter()
@@ -195,7 +195,7 @@ impl Collector for ViewCollector {
         gauge(
             &mut encoder,
             "dxdp_gpu_memory_used_bytes",
-            "GPU memory in use, by segment (dedicated or shared)",
+            "GPU memory in use, by segment (dedicated or shared).",
             view.devices.iter().flat_map(|d| {
                 d.memory_used
                     .known()
@@ -205,7 +205,7 @@ impl Collector for ViewCollector {
         gauge(
             &mut encoder,
             "dxdp_gpu_memory_total_bytes",
-            "GPU memory available, by segment (dedicated or shared)",
+            "GPU memory available, by segment (dedicated or shared).",
             view.devices.iter().flat_map(|d| {
                 d.memory_total
                     .known()
@@ -215,13 +215,13 @@ impl Collector for ViewCollector {
         gauge(
             &mut encoder,
             "dxdp_gpu_processes",
-            "Processes using the device",
+            "Processes using the device.",
             view.devices.iter().map(|d| (base(d), d.processes)),
         )?;
         gauge(
             &mut encoder,
             "dxdp_gpu_allocation",
-            "1 for every pod container the kubelet assigned the device to (one per replica held)",
+            "1 for every pod container the kubelet assigned the device to (one per replica held).",
             view.devices.iter().flat_map(|d| {
                 d.holders.iter().map(move |h| {
                     (
@@ -248,7 +248,7 @@ impl Collector for ViewCollector {
         gauge(
             &mut encoder,
             "dxdp_container_gpu_memory_used_bytes",
-            "GPU memory the container's processes use, by segment; pod=\"\" is the host and processes dxdp cannot place",
+            "GPU memory the container's processes use, by segment; pod=\"\" is the host and processes dxdp cannot place.",
             view.containers.iter().flat_map(|c| {
                 c.memory_used
                     .known()
@@ -258,7 +258,7 @@ impl Collector for ViewCollector {
         gauge(
             &mut encoder,
             "dxdp_container_gpu_engine_utilization_ratio",
-            "Busy share the container's processes take of the device's busiest engine of each type (0 to 1)",
+            "Busy share the container's processes take of the device's busiest engine of each type (0 to 1).",
             view.containers.iter().flat_map(|c| {
                 c.engines
                     .iter()

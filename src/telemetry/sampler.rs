@@ -161,6 +161,39 @@ impl Sampler {
     }
 }
 
+/// The daemon's sampler: counters from the host snapshot's recording (with `host_snapshot`) or
+/// PDH, PodResources at `telemetry.podResourcesEndpoint`, else the recorded answer (with a
+/// snapshot), else the kubelet's endpoint beside `kubelet_dir`. `None` (and a log line saying
+/// why) when there is no counter source.
+pub fn for_daemon(
+    config: watch::Receiver<Arc<Config>>,
+    host: Arc<dyn HostFactsSource>,
+    host_snapshot: Option<&std::path::Path>,
+    kubelet_dir: &std::path::Path,
+    metrics: TelemetryMetrics,
+) -> Option<Sampler> {
+    let source = match super::source::select(host_snapshot) {
+        Ok(s) => s,
+        Err(why) => {
+            tracing::info!("GPU telemetry is off: {why}");
+            return None;
+        }
+    };
+    let configured = config.borrow().telemetry.pod_resources_endpoint.clone();
+    let pod_resources = match configured {
+        Some(e) => Some(Endpoint::parse(&e)),
+        None if source.is_recorded() => None,
+        None => Some(Endpoint::default_for(kubelet_dir)),
+    };
+    Some(Sampler {
+        source: Arc::from(source),
+        host,
+        config,
+        pod_resources,
+        metrics,
+    })
+}
+
 /// Samples every `telemetry.interval` until `cancel` completes. Never returns early, never
 /// fails: with telemetry off or no source it waits for `cancel`; failures are logged (the first
 /// of a run at warn), counted and retried with backoff.
