@@ -396,3 +396,97 @@ mod sampler {
             .unwrap();
     }
 }
+
+mod top {
+    use super::*;
+
+    use std::sync::Arc;
+
+    use dxdp::observe::Metrics;
+    use dxdp::telemetry::top;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn the_figures_read_back_from_metrics_give_the_same_table() {
+        let v = view();
+        let metrics = Metrics::new();
+        metrics.telemetry().publish(Some(Arc::new(v.clone())));
+        let back = top::view_from_metrics(&metrics.encode());
+        assert_eq!(top::text(&back), top::text(&v));
+        assert_eq!(back.devices.len(), 2);
+        assert_eq!(back.devices[0].engines["3d"], 0.51);
+    }
+
+    #[test]
+    fn the_table_shows_the_hand_computed_figures() {
+        let text = top::text(&view());
+        let expected = format!(
+            "\
+DEVICE                               MODEL            UTILISATION                       MEMORY        PROCS  PODS
+{GPU0}  NVIDIA Tesla T4  3d 51% video_decode 25% copy 10%  6.2/15.0 GiB  4      ml/infer-7d9/server, web/render-1/app
+{GPU1}  NVIDIA Tesla T4  compute 100% copy 2%              9.0/15.0 GiB  2      ml/train-0/trainer
+
+POD                  DEVICE                               UTILISATION                       MEMORY   PROCS
+(host)               {GPU0}  3d 1%                             0.2 GiB  2
+ml/infer-7d9/server  {GPU0}  3d 30% copy 5%                    4.0 GiB  1
+ml/train-0/trainer   {GPU1}  compute 100% copy 2%              9.0 GiB  2
+web/render-1/app     {GPU0}  video_decode 25% 3d 20% copy 10%  2.0 GiB  1
+"
+        );
+        assert_eq!(text, expected);
+    }
+
+    #[tokio::test]
+    async fn fetch_reads_metrics_over_http() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 1024];
+            let n = conn.read(&mut request).await.unwrap();
+            let request = String::from_utf8_lossy(&request[..n]).to_string();
+            let body =
+                "dxdp_gpu_info{device=\"d\",resource=\"r\",luid=\"l\",model=\"m\"} 1\n# EOF\n";
+            let answer = format!(
+                "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            conn.write_all(answer.as_bytes()).await.unwrap();
+            request
+        });
+        let text = top::fetch(&address.to_string()).await.unwrap();
+        let view = top::view_from_metrics(&text);
+        assert_eq!(view.devices[0].device, "d");
+        assert!(server
+            .await
+            .unwrap()
+            .starts_with("GET /metrics HTTP/1.0\r\n"));
+        let err = top::fetch("127.0.0.1:1").await.unwrap_err();
+        assert!(err.contains("cannot connect to 127.0.0.1:1"), "{err}");
+    }
+
+    #[test]
+    fn dxdp_top_prints_json_for_scripts() {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
+            .args(["top", "-o", "json", "--host-snapshot"])
+            .arg(common::fixture_path("telemetry-t4"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["kind"], "Top");
+        assert_eq!(doc["apiVersion"], "dxdp/v1");
+        assert_eq!(doc["windowSeconds"], 10.0);
+        assert_eq!(doc["devices"][0]["engines"]["3d"], 0.51);
+        assert_eq!(
+            doc["devices"][1]["memoryUsed"]["dedicated"],
+            9_663_676_416u64
+        );
+        assert_eq!(doc["devices"][0]["holders"][1]["pod"], "render-1");
+        assert_eq!(doc["containers"][0]["pod"], "");
+    }
+}

@@ -257,6 +257,12 @@ impl Collector for ViewCollector {
         )?;
         gauge(
             &mut encoder,
+            "dxdp_container_gpu_processes",
+            "The container's processes using the device; pod=\"\" is the host and processes dxdp cannot place.",
+            view.containers.iter().map(|c| (pod_labels(c), c.processes)),
+        )?;
+        gauge(
+            &mut encoder,
             "dxdp_container_gpu_engine_utilization_ratio",
             "Busy share the container's processes take of the device's busiest engine of each type (0 to 1).",
             view.containers.iter().flat_map(|c| {
