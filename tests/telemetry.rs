@@ -490,3 +490,28 @@ web/render-1/app     {GPU0}  video_decode 25% 3d 20% copy 10%  2.0 GiB  1
         assert_eq!(doc["containers"][0]["pod"], "");
     }
 }
+
+#[test]
+fn the_telemetry_section_round_trips_through_yaml_and_json() {
+    let (facts, telemetry) =
+        dxdp_core::snapshot::read_file_full(&common::fixture_path("telemetry-t4")).unwrap();
+    let telemetry = telemetry.unwrap();
+    for format in [
+        dxdp_core::snapshot::Format::Yaml,
+        dxdp_core::snapshot::Format::Json,
+    ] {
+        let text = dxdp_core::snapshot::write_full(&facts, Some(&telemetry), format).unwrap();
+        let (back, t) = dxdp_core::snapshot::parse_full(&text, "round trip").unwrap();
+        assert_eq!(back, facts);
+        assert_eq!(t.as_ref(), Some(&telemetry), "{format}");
+    }
+    // Errors name the field inside the section.
+    let bad = "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\ntelemetry:\n  samples:\n    - time100ns: 1\n      engines:\n        - {instance: x, runningTime: -5}\n";
+    let err = dxdp_core::snapshot::parse(bad, "t.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("t.yaml:7:") && err.contains("telemetry.samples[0].engines[0].runningTime"),
+        "{err}"
+    );
+}

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dxdp_core::telemetry::TelemetryFacts;
+use dxdp_core::telemetry::{MemoryCounter, TelemetryFacts};
 
 /// Something that reads the GPU counters.
 pub trait CounterSource: Send + Sync {
@@ -76,4 +76,80 @@ fn native() -> Result<Box<dyn CounterSource>, String> {
 #[cfg(not(windows))]
 fn native() -> Result<Box<dyn CounterSource>, String> {
     Err("GPU telemetry needs the Windows GPU performance counters, or a host snapshot with a telemetry section (--host-snapshot)".into())
+}
+
+/// One memory counter per instance from the `Dedicated Usage` and `Shared Usage` values of a
+/// counter set (an instance missing from one list has 0 there), in the order instances first
+/// appear.
+pub fn memory_counters(
+    dedicated: &[(String, u64)],
+    shared: &[(String, u64)],
+) -> Vec<MemoryCounter> {
+    let mut out: Vec<MemoryCounter> = Vec::with_capacity(dedicated.len());
+    let mut index = std::collections::HashMap::with_capacity(dedicated.len());
+    for (name, v) in dedicated {
+        index.entry(name.clone()).or_insert_with(|| {
+            out.push(MemoryCounter {
+                instance: name.clone(),
+                dedicated: 0,
+                shared: 0,
+            });
+            out.len() - 1
+        });
+        out[index[name]].dedicated = *v;
+    }
+    for (name, v) in shared {
+        let i = *index.entry(name.clone()).or_insert_with(|| {
+            out.push(MemoryCounter {
+                instance: name.clone(),
+                dedicated: 0,
+                shared: 0,
+            });
+            out.len() - 1
+        });
+        out[i].shared = *v;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dedicated_and_shared_values_meet_per_instance() {
+        let s = |n: &str, v: u64| (n.to_string(), v);
+        let got = memory_counters(
+            &[
+                s("pid_1_luid_0x0_0x1_phys_0", 10),
+                s("pid_2_luid_0x0_0x1_phys_0", 20),
+            ],
+            &[
+                s("pid_2_luid_0x0_0x1_phys_0", 5),
+                s("pid_3_luid_0x0_0x1_phys_0", 7),
+            ],
+        );
+        let m = |n: &str, dedicated: u64, shared: u64| MemoryCounter {
+            instance: n.into(),
+            dedicated,
+            shared,
+        };
+        assert_eq!(
+            got,
+            vec![
+                m("pid_1_luid_0x0_0x1_phys_0", 10, 0),
+                m("pid_2_luid_0x0_0x1_phys_0", 20, 5),
+                m("pid_3_luid_0x0_0x1_phys_0", 0, 7),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_snapshot_without_telemetry_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("host.yaml");
+        std::fs::write(&path, "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\n").unwrap();
+        let err = Recorded::new(&path).read().unwrap_err();
+        assert!(err.contains("no telemetry section"), "{err}");
+    }
 }
