@@ -30,6 +30,10 @@ pub const POD_RESOURCES_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the device list is rebuilt from the host facts (it changes rarely; the plugin
 /// itself reacts to device events).
 pub const DEVICES_REFRESH: Duration = Duration::from_secs(60);
+/// How long the sampler waits before its first sample, so that the daemon's own start (reading
+/// the host facts, registering with the kubelet) comes first and its errors are reported once,
+/// by the daemon.
+pub const START_DELAY: Duration = Duration::from_secs(2);
 /// The longest delay between retries of a failing source.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -202,6 +206,10 @@ pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
     let mut state = State::default();
     let mut failures = 0u32;
     tracing::info!(source = %sampler.source.describe(), "GPU telemetry on");
+    tokio::select! {
+        () = &mut cancel => return,
+        () = tokio::time::sleep(START_DELAY) => {}
+    }
     loop {
         let config = sampler.config.borrow().clone();
         let wait = if !config.telemetry.enabled {
