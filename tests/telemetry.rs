@@ -515,3 +515,98 @@ fn the_telemetry_section_round_trips_through_yaml_and_json() {
         "{err}"
     );
 }
+
+/// Every series name `/metrics` has with the fixture's figures published.
+fn series_names() -> std::collections::BTreeSet<String> {
+    let metrics = dxdp::observe::Metrics::new();
+    metrics
+        .telemetry()
+        .publish(Some(std::sync::Arc::new(view())));
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The `dxdp_…` names in a text.
+fn referenced(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("dxdp_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .unwrap_or(tail.len());
+        out.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+#[test]
+fn the_dashboard_references_only_metrics_that_exist() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/grafana/dxdp-gpu-telemetry.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut exprs = String::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            exprs.push_str(target["expr"].as_str().unwrap_or_default());
+            exprs.push('\n');
+        }
+    }
+    let names = series_names();
+    let used = referenced(&exprs);
+    assert!(used.len() >= 8, "{used:?}");
+    let unknown: Vec<_> = used.difference(&names).collect();
+    assert!(
+        unknown.is_empty(),
+        "{} uses metrics dxdp does not serve: {unknown:?}",
+        path.display()
+    );
+}
+
+#[test]
+fn every_telemetry_metric_is_documented_and_the_recipes_use_real_ones() {
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/observability.md"),
+    )
+    .unwrap();
+    let start = page.find("\n## GPU telemetry\n").expect("section");
+    let section = &page[start..];
+    let section = &section[..section[4..].find("\n## ").map_or(section.len(), |i| i + 4)];
+    let names = series_names();
+    let served: std::collections::BTreeSet<String> = names
+        .iter()
+        .filter(|n| {
+            n.starts_with("dxdp_gpu_")
+                || n.starts_with("dxdp_container_gpu_")
+                || n.starts_with("dxdp_telemetry_")
+        })
+        .map(|n| {
+            ["_bucket", "_count", "_sum"]
+                .iter()
+                .fold(n.clone(), |n, s| {
+                    n.strip_suffix(s).map_or(n.clone(), str::to_string)
+                })
+        })
+        .collect();
+    for name in &served {
+        assert!(
+            section.contains(&format!("| `{name}` |")),
+            "docs/observability.md#gpu-telemetry lacks a row for {name}"
+        );
+    }
+    let unknown: Vec<_> = referenced(section)
+        .into_iter()
+        .filter(|n| !names.contains(n) && !served.contains(n))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "the docs name metrics dxdp does not serve: {unknown:?}"
+    );
+}
