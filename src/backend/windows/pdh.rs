@@ -29,7 +29,8 @@ const COUNTERS: [&str; 5] = [
     r"\GPU Adapter Memory(*)\Shared Usage",
 ];
 
-/// `PDH_RAW_COUNTER`.
+/// `PDH_RAW_COUNTER` (every field is part of the C layout, even those dxdp does not read).
+#[allow(dead_code)]
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct RawCounter {
