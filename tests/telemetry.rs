@@ -225,6 +225,7 @@ mod sampler {
     use dxdp::config::Config;
     use dxdp::kubelet::podresources::{Endpoint, PodResourcesStandin};
     use dxdp::observe::Metrics;
+    use dxdp::telemetry::sampler::Devices;
     use dxdp::telemetry::source::Recorded;
     use dxdp::telemetry::{CounterSource, Sampler, State};
     use dxdp_core::telemetry::{PodAllocation, TelemetryFacts};
@@ -250,7 +251,7 @@ mod sampler {
         (
             Sampler {
                 source,
-                host: Arc::new(SnapshotFile::new(path)),
+                devices: Devices::Host(Arc::new(SnapshotFile::new(path))),
                 config,
                 pod_resources,
                 metrics: metrics.telemetry().clone(),
@@ -609,4 +610,40 @@ fn every_telemetry_metric_is_documented_and_the_recipes_use_real_ones() {
         unknown.is_empty(),
         "the docs name metrics dxdp does not serve: {unknown:?}"
     );
+}
+
+#[tokio::test]
+async fn in_the_daemon_the_sampler_follows_the_served_inventory() {
+    use std::sync::Arc;
+
+    use dxdp::config::Config;
+    use dxdp::telemetry::sampler::{build, Devices};
+    use dxdp::telemetry::State;
+    use tokio::sync::watch;
+
+    let path = common::fixture_path("telemetry-t4");
+    let (facts, _) = dxdp_core::snapshot::read_file_full(&path).unwrap();
+    let (tap, inventory) = watch::channel(None);
+    let (_, config) = watch::channel(Arc::new(Config::default()));
+    let sampler = build(
+        Devices::Daemon(inventory),
+        config,
+        Some(&path),
+        std::path::Path::new("/nonexistent/device-plugins"),
+        dxdp::observe::Metrics::new().telemetry().clone(),
+    )
+    .expect("the snapshot is a source");
+    let mut state = State::default();
+    let (_, why) = sampler.step(&mut state).await.unwrap_err();
+    assert!(why.contains("no device list yet"), "{why}");
+    // The daemon serves the display resource under another name: the figures follow it.
+    let mut served = Config::default();
+    served.resources.get_mut(&Resource::Display).unwrap().name = "example.com/gpu".into();
+    let (inv, _) = dxdp::plugin::inventory::build(&facts, Arc::new(served));
+    tap.send_replace(Some(Arc::new(inv)));
+    let view = sampler.step(&mut state).await.unwrap();
+    assert_eq!(view.devices.len(), 2);
+    assert_eq!(view.devices[0].resource, "example.com/gpu");
+    // The recorded allocations are for directx.microsoft.com/display, which is not served now.
+    assert!(view.devices.iter().all(|d| d.holders.is_empty()));
 }

@@ -107,15 +107,16 @@ pub fn run(
         let mut config = config;
         let mut tasks = Vec::new();
         let mut node_rx = None;
+        // The served inventory, for the node labels and the telemetry sampler.
+        let (tap_tx, tap_rx) = watch::channel(None);
+        plugin_config.inventory_tap = Some(tap_tx);
         match connect_cluster(&config, &mut inputs).await {
             Ok(Some((cluster, resolved))) => {
                 config = resolved;
                 let (node_tx, rx) = watch::channel(inputs.node.clone());
-                let (tap_tx, tap_rx) = watch::channel(None);
-                plugin_config.inventory_tap = Some(tap_tx);
                 tasks.push(tokio::spawn(cluster::labels::keep(
                     cluster.clone(),
-                    tap_rx,
+                    tap_rx.clone(),
                     rx.clone(),
                     API_BACKOFF,
                 )));
@@ -132,9 +133,9 @@ pub fn run(
         }
         plugin_config.config = config.clone();
         let (tx, updates) = watch::channel(Arc::new(config));
-        if let Some(sampler) = dxdp::telemetry::sampler::for_daemon(
+        if let Some(sampler) = dxdp::telemetry::sampler::build(
+            dxdp::telemetry::sampler::Devices::Daemon(tap_rx),
             updates.clone(),
-            source.clone(),
             host_snapshot.as_deref(),
             &kubelet_dir,
             metrics.telemetry().clone(),

@@ -111,9 +111,9 @@ pub fn run(
             let kubelet_dir =
                 paths::resolve(None, std::env::var("DXDP_KUBELET_DIR").ok().as_deref());
             let (_, updates) = watch::channel(Arc::new(config));
-            let sampler = sampler::for_daemon(
+            let sampler = sampler::build(
+                sampler::Devices::Host(source),
                 updates,
-                source,
                 host_snapshot.as_deref(),
                 &kubelet_dir.path,
                 Metrics::new().telemetry().clone(),

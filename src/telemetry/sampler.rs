@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use dxdp_core::devices::Resource;
 use dxdp_core::telemetry::compute::{compute, device_refs, push_sample, DeviceRef, TelemetryView};
 use dxdp_core::telemetry::{CounterSample, PodAllocation, TelemetryFacts};
 
@@ -22,6 +23,7 @@ use crate::backend::HostFactsSource;
 use crate::config::Config;
 use crate::kubelet::podresources::{self, Endpoint};
 use crate::observe::telemetry::{SampleResult, TelemetryMetrics};
+use crate::plugin::inventory::Inventory;
 
 /// How long one read of the counters (or of the host facts) may take.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -37,14 +39,28 @@ pub const START_DELAY: Duration = Duration::from_secs(2);
 /// The longest delay between retries of a failing source.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
+/// Where the sampler gets its devices.
+#[derive(Clone)]
+pub enum Devices {
+    /// The daemon's inventory (its devices and the configuration in force), through the
+    /// daemon's inventory tap. The sampler then never collects host facts itself, so it cannot
+    /// disturb the daemon's device watching (on Windows, a collection replaces the DXCore session
+    /// and resets the health poll).
+    Daemon(watch::Receiver<Option<Arc<Inventory>>>),
+    /// Host facts collected by the sampler itself, every [`DEVICES_REFRESH`] (for `dxdp top`, a
+    /// process of its own).
+    Host(Arc<dyn HostFactsSource>),
+}
+
 /// What the sampler reads from and writes to.
 #[derive(Clone)]
 pub struct Sampler {
     /// The counters.
     pub source: Arc<dyn CounterSource>,
-    /// The host facts (for the device list).
-    pub host: Arc<dyn HostFactsSource>,
-    /// The configuration in force (resource names, pipeline, telemetry settings).
+    /// The devices.
+    pub devices: Devices,
+    /// The configuration (telemetry settings; with [`Devices::Host`], also the resource names
+    /// and pipeline).
     pub config: watch::Receiver<Arc<Config>>,
     /// Where the kubelet serves PodResources; `None`: use the answer recorded with the samples.
     pub pod_resources: Option<Endpoint>,
@@ -90,22 +106,37 @@ impl Sampler {
     /// One sample: reads the counters (and, when due, the devices and the kubelet's allocations)
     /// and computes the figures. Does not publish them.
     pub async fn step(&self, state: &mut State) -> Result<TelemetryView, (SampleResult, String)> {
-        let config = self.config.borrow().clone();
-        let due = state
-            .devices_at
-            .is_none_or(|at| at.elapsed() >= DEVICES_REFRESH);
-        if due {
-            let host = self.host.clone();
-            let facts = blocking(move || host.load().map_err(|e| e.to_string())).await?;
-            let discovery = dxdp_core::pipeline::discover(&facts, &config.pipeline);
-            state.devices = device_refs(&discovery, |r| {
-                config
-                    .resources
-                    .get(&r)
-                    .filter(|s| s.enabled)
-                    .map(|s| s.name.clone())
-            });
-            state.devices_at = Some(Instant::now());
+        let mut config = self.config.borrow().clone();
+        let names = |config: &Config, r: Resource| {
+            config
+                .resources
+                .get(&r)
+                .filter(|s| s.enabled)
+                .map(|s| s.name.clone())
+        };
+        match &self.devices {
+            Devices::Daemon(inventory) => {
+                let Some(inventory) = inventory.borrow().clone() else {
+                    return Err((
+                        SampleResult::Error,
+                        "the daemon has no device list yet".into(),
+                    ));
+                };
+                config = inventory.config.clone();
+                state.devices = device_refs(&inventory.discovery, |r| names(&config, r));
+            }
+            Devices::Host(host) => {
+                let due = state
+                    .devices_at
+                    .is_none_or(|at| at.elapsed() >= DEVICES_REFRESH);
+                if due {
+                    let host = host.clone();
+                    let facts = blocking(move || host.load().map_err(|e| e.to_string())).await?;
+                    let discovery = dxdp_core::pipeline::discover(&facts, &config.pipeline);
+                    state.devices = device_refs(&discovery, |r| names(&config, r));
+                    state.devices_at = Some(Instant::now());
+                }
+            }
         }
         let source = self.source.clone();
         let mut facts: TelemetryFacts = blocking(move || source.read()).await?;
@@ -165,13 +196,13 @@ impl Sampler {
     }
 }
 
-/// The daemon's sampler: counters from the host snapshot's recording (with `host_snapshot`) or
-/// PDH, PodResources at `telemetry.podResourcesEndpoint`, else the recorded answer (with a
-/// snapshot), else the kubelet's endpoint beside `kubelet_dir`. `None` (and a log line saying
-/// why) when there is no counter source.
-pub fn for_daemon(
+/// A sampler: counters from the host snapshot's recording (with `host_snapshot`) or PDH,
+/// PodResources at `telemetry.podResourcesEndpoint`, else the recorded answer (with a snapshot),
+/// else the kubelet's endpoint beside `kubelet_dir`. `None` (and a log line saying why) when
+/// there is no counter source.
+pub fn build(
+    devices: Devices,
     config: watch::Receiver<Arc<Config>>,
-    host: Arc<dyn HostFactsSource>,
     host_snapshot: Option<&std::path::Path>,
     kubelet_dir: &std::path::Path,
     metrics: TelemetryMetrics,
@@ -191,7 +222,7 @@ pub fn for_daemon(
     };
     Some(Sampler {
         source: Arc::from(source),
-        host,
+        devices,
         config,
         pod_resources,
         metrics,
