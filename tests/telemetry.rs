@@ -128,7 +128,9 @@ fn device_figures_are_the_hand_computed_ones() {
 #[test]
 fn container_figures_sum_their_processes_and_the_rest_is_the_hosts() {
     let v = view();
-    let got: Vec<(PodRef, &str, u64, u64, BTreeMap<String, f64>, u64)> = v
+    /// (pod, device, dedicated, shared, engines, processes)
+    type Row<'a> = (PodRef, &'a str, u64, u64, BTreeMap<String, f64>, u64);
+    let got: Vec<Row> = v
         .containers
         .iter()
         .map(|c| {

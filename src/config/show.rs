@@ -155,9 +155,9 @@ impl Config {
 /// `10s`, `1m`, `1500ms`: how the configuration writes an interval.
 fn format_interval(d: std::time::Duration) -> String {
     let ms = d.as_millis();
-    if ms % 60_000 == 0 {
+    if ms.is_multiple_of(60_000) {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")

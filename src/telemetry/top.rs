@@ -16,8 +16,11 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most bytes of a `/metrics` answer read.
 const MAX_SCRAPE: u64 = 64 * 1024 * 1024;
 
+/// Label names and values.
+type Labels = Vec<(String, String)>;
+
 /// The labels and value of one sample line, or `None` for comments and lines of other shapes.
-fn sample_line(line: &str) -> Option<(&str, Vec<(String, String)>, f64)> {
+fn sample_line(line: &str) -> Option<(&str, Labels, f64)> {
     if line.starts_with('#') || line.is_empty() {
         return None;
     }
@@ -31,7 +34,7 @@ fn sample_line(line: &str) -> Option<(&str, Vec<(String, String)>, f64)> {
 }
 
 /// `a="x",b="y\"z"` into pairs, with the text format's escapes undone.
-fn parse_labels(text: &str) -> Option<Vec<(String, String)>> {
+fn parse_labels(text: &str) -> Option<Labels> {
     let mut out = Vec::new();
     let mut rest = text;
     while !rest.is_empty() {
