@@ -12,9 +12,9 @@
 //! `VideoDecode`, `Compute_0`, `Cuda`, `High Priority 3D`, or empty) and becomes an `engine`
 //! label by [`engine_label`].
 
-/// A parsed `GPU Engine` instance name.
+/// A parsed `GPU Engine` instance name (borrowing the engine type from the name).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EngineInstance {
+pub struct EngineInstance<'a> {
     /// The process.
     pub pid: u32,
     /// The adapter.
@@ -24,7 +24,7 @@ pub struct EngineInstance {
     /// The engine's index on the GPU.
     pub eng: u32,
     /// The driver's engine type name, as reported (may be empty).
-    pub engtype: String,
+    pub engtype: &'a str,
 }
 
 /// A parsed `GPU Process Memory` instance name.
@@ -97,7 +97,7 @@ pub fn luid_label(luid: i64) -> String {
 }
 
 /// Parses a `GPU Engine` instance name; `None` when it does not have that shape.
-pub fn parse_engine(name: &str) -> Option<EngineInstance> {
+pub fn parse_engine(name: &str) -> Option<EngineInstance<'_>> {
     let (pid, rest) = number(name, "pid_")?;
     let (luid, rest) = luid(rest)?;
     let (phys, rest) = number(rest, "phys_")?;
@@ -108,7 +108,7 @@ pub fn parse_engine(name: &str) -> Option<EngineInstance> {
         luid,
         phys,
         eng,
-        engtype: engtype.to_string(),
+        engtype,
     })
 }
 
@@ -200,7 +200,7 @@ mod tests {
         for (name, (pid, luid, phys, eng, engtype)) in table {
             let got = parse_engine(name).unwrap_or_else(|| panic!("{name}"));
             assert_eq!(
-                (got.pid, got.luid, got.phys, got.eng, got.engtype.as_str()),
+                (got.pid, got.luid, got.phys, got.eng, got.engtype),
                 (pid, luid, phys, eng, engtype),
                 "{name}"
             );
