@@ -1,5 +1,5 @@
-//! Compiles the kubelet device plugin API (`proto/deviceplugin_v1beta1.proto`) with protox, a
-//! pure-Rust protobuf compiler, so no system `protoc` is needed, and records the git commit and
+//! Compiles the kubelet device plugin API (`proto/deviceplugin_v1beta1.proto`) and the kubelet's
+//! PodResources API (`proto/podresources_v1.proto`) with protox, a pure-Rust protobuf compiler, so no system `protoc` is needed, and records the git commit and
 //! target for `dxdp --version`.
 
 use std::process::Command;
@@ -34,9 +34,14 @@ fn version_facts() {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     version_facts();
-    let proto = "proto/deviceplugin_v1beta1.proto";
-    println!("cargo:rerun-if-changed={proto}");
-    let fds = protox::compile([proto], ["proto"])?;
+    let protos = [
+        "proto/deviceplugin_v1beta1.proto",
+        "proto/podresources_v1.proto",
+    ];
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let fds = protox::compile(protos, ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

@@ -14,6 +14,7 @@
 //! - [`cluster`]: the node's Kubernetes object: dxdp's node labels and the label that selects a
 //!   named configuration.
 //! - [`observe`]: Prometheus metrics, and the health and readiness endpoints.
+//! - [`telemetry`]: the GPU telemetry sampler (counters, PodResources, figures on `/metrics`).
 //! - [`transport`]: AF_UNIX sockets on Unix and Windows.
 //! - [`shutdown`]: termination signals and console events, and the cleanup handshake.
 //! - [`tools`]: the node tools (`mounts`, `hcs`, `doctor`) as pure functions.
@@ -33,6 +34,7 @@ pub mod output;
 pub mod plugin;
 pub mod render;
 pub mod shutdown;
+pub mod telemetry;
 pub mod tools;
 pub mod transport;
 pub mod util;

@@ -9,6 +9,7 @@ mod mounts;
 mod plugin;
 mod sandbox;
 mod snapshot;
+mod top;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -208,6 +209,8 @@ enum Command {
     Hcs(hcs::HcsArgs),
     /// Check whether this node can run dxdp, with a remedy for every problem.
     Doctor(doctor::DoctorArgs),
+    /// Show the node's GPUs at a glance: utilisation, memory, processes and the pods holding them.
+    Top(top::TopArgs),
     /// Show the effective configuration, or check a configuration file.
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
@@ -241,6 +244,7 @@ impl Command {
             Command::Hcs(a) => a.assignment.apply(&mut flags),
             Command::Doctor(a) => a.apply(&mut flags),
             Command::Snapshot(_)
+            | Command::Top(_)
             | Command::Config(_)
             | Command::Completion { .. }
             | Command::Version
@@ -349,12 +353,26 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
     let source = backend::select(cli.global.host_snapshot.clone());
     match cli.command {
         Command::Discover(args) => discover::run(&args, &config, source.as_ref()),
-        Command::Snapshot(args) => snapshot::run(&args, source.as_ref()),
-        Command::Plugin(args) => plugin::run(&args, config, inputs, source.into()),
+        Command::Snapshot(args) => {
+            snapshot::run(&args, source.as_ref(), cli.global.host_snapshot.as_deref())
+        }
+        Command::Plugin(args) => plugin::run(
+            &args,
+            config,
+            inputs,
+            source.into(),
+            cli.global.host_snapshot.clone(),
+        ),
         Command::Demo(args) => demo::run(&args, config, source.into()),
         Command::Mounts(args) => mounts::run(&args, &config, source.as_ref()),
         Command::Hcs(args) => hcs::run(&args, &config, source.as_ref()),
         Command::Doctor(args) => doctor::run(&args, &config, source.as_ref()),
+        Command::Top(args) => top::run(
+            &args,
+            config,
+            source.into(),
+            cli.global.host_snapshot.clone(),
+        ),
         Command::Config(cmd) => {
             let (config, inputs) = match &cmd {
                 config_cmd::ConfigCommand::Show { .. } => with_node_selection(config, inputs)?,

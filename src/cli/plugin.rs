@@ -73,6 +73,7 @@ pub fn run(
     config: Config,
     inputs: Inputs,
     source: Arc<dyn HostFactsSource>,
+    host_snapshot: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
     // Releases a waiting console handler however this function ends.
     let _cleanup = shutdown::CleanupGuard::new();
@@ -108,12 +109,13 @@ pub fn run(
         let mut inputs = inputs;
         let mut config = config;
         let mut node_rx = None;
+        // The served inventory, for the node labels and the telemetry sampler.
+        let (tap_tx, tap_rx) = watch::channel(None);
+        plugin_config.inventory_tap = Some(tap_tx);
         if let Some((cluster, resolved)) = connect_cluster(&config, &mut inputs).await? {
             config = resolved;
             let (node_tx, rx) = watch::channel(inputs.node.clone());
-            let (tap_tx, tap_rx) = watch::channel(None);
-            plugin_config.inventory_tap = Some(tap_tx);
-            let (c, node) = (cluster.clone(), rx.clone());
+            let (c, node, tap_rx) = (cluster.clone(), rx.clone(), tap_rx.clone());
             plugin_config
                 .tasks
                 .push(TaskSpec::new("node-labels", Role::Optional, move || {
@@ -158,6 +160,38 @@ pub fn run(
         );
         plugin_config.config = config.clone();
         let (tx, updates) = watch::channel(Arc::new(config));
+        let telemetry = dxdp::telemetry::sampler::build(
+            dxdp::telemetry::sampler::Devices::Daemon(tap_rx.clone()),
+            updates.clone(),
+            host_snapshot.as_deref(),
+            &plugin_config.kubelet_dir,
+            plugin_config.observe.metrics.telemetry().clone(),
+        );
+        if telemetry.is_some() {
+            // Built again on every restart: a sampler holds its source's state.
+            let mut first = telemetry;
+            let (dir, updates) = (plugin_config.kubelet_dir.clone(), updates.clone());
+            let metrics = plugin_config.observe.metrics.telemetry().clone();
+            plugin_config
+                .tasks
+                .push(TaskSpec::new("telemetry", Role::Optional, move || {
+                    let sampler = first.take().or_else(|| {
+                        dxdp::telemetry::sampler::build(
+                            dxdp::telemetry::sampler::Devices::Daemon(tap_rx.clone()),
+                            updates.clone(),
+                            host_snapshot.as_deref(),
+                            &dir,
+                            metrics.clone(),
+                        )
+                    });
+                    async move {
+                        if let Some(sampler) = sampler {
+                            dxdp::telemetry::run(sampler, std::future::pending::<()>()).await;
+                        }
+                        // Ended (or could not be built again): the supervisor restarts it.
+                    }
+                }));
+        }
         plugin_config.reload = Some(plugin::Reload {
             inputs,
             tx,

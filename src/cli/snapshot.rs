@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 
 use dxdp::backend::HostFactsSource;
 use dxdp_core::snapshot::{self, Format};
+use dxdp_core::telemetry::TelemetryFacts;
 
 /// Arguments of `dxdp snapshot`.
 #[derive(Debug, Args)]
@@ -20,6 +21,10 @@ pub struct SnapshotArgs {
     /// Document format [default: yaml, or from the file's extension .json].
     #[arg(long, value_enum)]
     format: Option<SnapshotFormat>,
+    /// Do not record the GPU telemetry section (by default two reads of the GPU counters one
+    /// second apart where they exist, or the telemetry of the --host-snapshot being rewritten).
+    #[arg(long)]
+    no_telemetry: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -55,15 +60,48 @@ impl SnapshotArgs {
     }
 }
 
+/// How long apart the two reads of the GPU counters are, so that a replay has a utilisation.
+const TELEMETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The telemetry section to record: the snapshot's own when rewriting one, else two reads of the
+/// GPU counters where they exist (none, with a note, when they cannot be read).
+fn telemetry(host_snapshot: Option<&std::path::Path>) -> Option<TelemetryFacts> {
+    if let Some(path) = host_snapshot {
+        return snapshot::read_file_full(path).ok().and_then(|(_, t)| t);
+    }
+    let source = dxdp::telemetry::source::select(None).ok()?;
+    let read = || match source.read() {
+        Ok(t) => Some(t),
+        Err(why) => {
+            super::notice(&format!("no GPU telemetry recorded: {why}"));
+            None
+        }
+    };
+    let mut first = read()?;
+    std::thread::sleep(TELEMETRY_WINDOW);
+    let second = read()?;
+    first.samples.extend(second.samples);
+    Some(first)
+}
+
 /// Collects the facts and writes them.
-pub fn run(args: &SnapshotArgs, source: &dyn HostFactsSource) -> anyhow::Result<ExitCode> {
+pub fn run(
+    args: &SnapshotArgs,
+    source: &dyn HostFactsSource,
+    host_snapshot: Option<&std::path::Path>,
+) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
     let (file, format) = args.destination();
     let format = match format {
         SnapshotFormat::Yaml => Format::Yaml,
         SnapshotFormat::Json => Format::Json,
     };
-    let text = snapshot::write(&facts, format)?;
+    let telemetry = if args.no_telemetry {
+        None
+    } else {
+        telemetry(host_snapshot)
+    };
+    let text = snapshot::write_full(&facts, telemetry.as_ref(), format)?;
     match &file {
         Some(path) => {
             std::fs::write(path, text)

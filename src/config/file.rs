@@ -387,6 +387,9 @@ pub struct ConfigFile {
     /// Node labels.
     #[serde(default)]
     pub node_labels: NodeLabelsFile,
+    /// GPU telemetry.
+    #[serde(default)]
+    pub telemetry: TelemetryFile,
     /// Named configurations, one of which a node selects with its
     /// `<prefix>device-plugin.config` label.
     pub configurations: Option<BTreeMap<ConfigName, NamedConfigFile>>,
@@ -400,6 +403,96 @@ pub struct NodeLabelsFile {
     pub enabled: Option<bool>,
     /// The label key prefix.
     pub prefix: Option<LabelPrefix>,
+}
+
+/// `telemetry`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TelemetryFile {
+    /// Sample the GPUs (where a source exists).
+    pub enabled: Option<bool>,
+    /// Time between samples.
+    pub interval: Option<Interval>,
+    /// Where the kubelet serves PodResources (a socket file, or a `\\.\pipe\…` name).
+    pub pod_resources_endpoint: Option<String>,
+}
+
+/// A sampling interval: `10s`, `1m`, `500ms` or a number of seconds, from 1 s to 1 h.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "IntervalText")]
+pub struct Interval(pub std::time::Duration);
+
+impl JsonSchema for Interval {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Interval".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "a sampling interval: 10s, 1m, 1500ms or a number of seconds, from 1 s to 1 h",
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": 3600},
+                {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)?$"}
+            ]
+        })
+    }
+}
+
+/// What an interval may be written as.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum IntervalText {
+    Seconds(u64),
+    Text(String),
+}
+
+impl TryFrom<IntervalText> for Interval {
+    type Error = String;
+
+    fn try_from(v: IntervalText) -> Result<Self, Self::Error> {
+        match v {
+            IntervalText::Seconds(n) => Interval::parse(&n.to_string()),
+            IntervalText::Text(s) => Interval::parse(&s),
+        }
+        .map(Interval)
+    }
+}
+
+impl Interval {
+    /// The shortest interval.
+    pub const MIN: std::time::Duration = std::time::Duration::from_secs(1);
+    /// The longest interval.
+    pub const MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+
+    /// Parses `10s`, `1m`, `1500ms` or `10` (seconds); says what is allowed otherwise.
+    pub fn parse(text: &str) -> Result<std::time::Duration, String> {
+        let t = text.trim();
+        let (number, unit_ms) = if let Some(n) = t.strip_suffix("ms") {
+            (n, 1)
+        } else if let Some(n) = t.strip_suffix('s') {
+            (n, 1000)
+        } else if let Some(n) = t.strip_suffix('m') {
+            (n, 60_000)
+        } else {
+            (t, 1000)
+        };
+        let bad = || {
+            format!(
+                "interval {} is not a duration from 1s to 1h: use e.g. 10s, 30s, 1m or a number of seconds",
+                quote(text)
+            )
+        };
+        let n: u64 = number.trim().parse().map_err(|_| bad())?;
+        let d = std::time::Duration::from_millis(n.checked_mul(unit_ms).ok_or_else(bad)?);
+        if d < Self::MIN || d > Self::MAX {
+            return Err(bad());
+        }
+        Ok(d)
+    }
 }
 
 /// A label key prefix, checked as a DNS subdomain followed by `/`.

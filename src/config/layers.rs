@@ -255,6 +255,18 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.metrics_address = v.0;
         c.set_origin("metrics.address", origin);
     }
+    if let Some(v) = f.telemetry.enabled {
+        c.telemetry.enabled = v;
+        c.set_origin("telemetry.enabled", origin);
+    }
+    if let Some(v) = f.telemetry.interval {
+        c.telemetry.interval = v.0;
+        c.set_origin("telemetry.interval", origin);
+    }
+    if let Some(v) = &f.telemetry.pod_resources_endpoint {
+        c.telemetry.pod_resources_endpoint = Some(v.clone()).filter(|v| !v.trim().is_empty());
+        c.set_origin("telemetry.podResourcesEndpoint", origin);
+    }
 }
 
 /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
@@ -439,6 +451,25 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             reason,
         })?;
         c.set_origin("metrics.address", "env DXDP_METRICS_ADDRESS");
+    }
+    if let Some(v) = env.get("DXDP_TELEMETRY") {
+        c.telemetry.enabled = parse_bool("DXDP_TELEMETRY", v)?;
+        c.set_origin("telemetry.enabled", "env DXDP_TELEMETRY");
+    }
+    if let Some(v) = env.get("DXDP_TELEMETRY_INTERVAL") {
+        c.telemetry.interval = file::Interval::parse(v).map_err(|reason| ConfigError::Env {
+            name: "DXDP_TELEMETRY_INTERVAL".into(),
+            value: v.clone(),
+            reason,
+        })?;
+        c.set_origin("telemetry.interval", "env DXDP_TELEMETRY_INTERVAL");
+    }
+    if let Some(v) = env.get("DXDP_POD_RESOURCES_ENDPOINT") {
+        c.telemetry.pod_resources_endpoint = Some(v.clone()).filter(|v| !v.trim().is_empty());
+        c.set_origin(
+            "telemetry.podResourcesEndpoint",
+            "env DXDP_POD_RESOURCES_ENDPOINT",
+        );
     }
     Ok(())
 }

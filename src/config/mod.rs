@@ -60,6 +60,8 @@ pub struct Config {
     /// `metrics.address`: where `/metrics`, `/healthz` and `/readyz` are served (off when
     /// `None`). Read at start; a reload that changes it takes effect at the next start.
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// `telemetry`: GPU telemetry sampling.
+    pub telemetry: Telemetry,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
     pub origins: BTreeMap<String, String>,
     /// What an operator must be told about how the configuration was built (a reference-plugin
@@ -70,6 +72,27 @@ pub struct Config {
 
 /// Why the default configuration applies when nothing selects another.
 const NO_SELECTION: &str = "default: no configuration selected";
+
+/// `telemetry`: GPU utilisation, memory and processes per device and per pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Telemetry {
+    /// Sample (when a telemetry source exists on the host).
+    pub enabled: bool,
+    /// Time between samples.
+    pub interval: std::time::Duration,
+    /// Where the kubelet serves PodResources; `None`: the kubelet's default for this OS.
+    pub pod_resources_endpoint: Option<String>,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry {
+            enabled: true,
+            interval: std::time::Duration::from_secs(10),
+            pod_resources_endpoint: None,
+        }
+    }
+}
 
 /// `nodeLabels`: the labels dxdp keeps on its Node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +163,7 @@ impl Default for Config {
                 warning: None,
             },
             metrics_address: None,
+            telemetry: Telemetry::default(),
             origins: BTreeMap::new(),
             notices: Vec::new(),
         };

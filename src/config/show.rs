@@ -40,6 +40,9 @@ impl Config {
             "nodeLabels.prefix",
             "configuration",
             "metrics.address",
+            "telemetry.enabled",
+            "telemetry.interval",
+            "telemetry.podResourcesEndpoint",
         ] {
             keys.push(k.to_string());
         }
@@ -138,8 +141,26 @@ impl Config {
                 Some(a) => json!(a.to_string()),
                 None => Value::Null,
             },
+            "telemetry.enabled" => json!(self.telemetry.enabled),
+            "telemetry.interval" => json!(format_interval(self.telemetry.interval)),
+            "telemetry.podResourcesEndpoint" => match &self.telemetry.pod_resources_endpoint {
+                Some(e) => json!(e),
+                None => Value::Null,
+            },
             _ => Value::Null,
         }
+    }
+}
+
+/// `10s`, `1m`, `1500ms`: how the configuration writes an interval.
+fn format_interval(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
     }
 }
 

@@ -64,6 +64,10 @@ nodeLabels:
   prefix: example.com/gpu-
 metrics:
   address: 0.0.0.0:9466
+telemetry:
+  enabled: true
+  interval: 30s
+  podResourcesEndpoint: /var/lib/kubelet/pod-resources/kubelet.sock
 "#;
 
 #[test]
@@ -910,4 +914,85 @@ fn every_error_of_a_file_at_once() {
             p = path.display()
         )
     );
+}
+
+#[test]
+fn telemetry_keys_follow_the_precedence_and_intervals_are_checked() {
+    let d = Config::default();
+    assert!(d.telemetry.enabled);
+    assert_eq!(d.telemetry.interval, std::time::Duration::from_secs(10));
+    assert!(d.show().contains("telemetry.interval: 10s  # default\n"));
+    assert!(d
+        .show()
+        .contains("telemetry.podResourcesEndpoint: none  # default\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        "telemetry:\n  enabled: false\n  interval: 1m\n  podResourcesEndpoint: /run/pr.sock\n",
+    );
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    assert!(!c.telemetry.enabled);
+    assert_eq!(c.telemetry.interval, std::time::Duration::from_secs(60));
+    assert_eq!(
+        c.telemetry.pod_resources_endpoint.as_deref(),
+        Some("/run/pr.sock")
+    );
+    assert_eq!(
+        c.origin("telemetry.interval"),
+        format!("file {}", file.display())
+    );
+    assert_eq!(c.show_json()["telemetry.interval"]["value"], "1m");
+    let c = inputs(
+        Some(file),
+        &[
+            ("DXDP_TELEMETRY", "true"),
+            ("DXDP_TELEMETRY_INTERVAL", "1500ms"),
+        ],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert!(c.telemetry.enabled);
+    assert_eq!(c.telemetry.interval, std::time::Duration::from_millis(1500));
+    assert_eq!(c.origin("telemetry.enabled"), "env DXDP_TELEMETRY");
+    // (text, seconds or error)
+    let table = [
+        ("10", Ok(10_000)),
+        ("10s", Ok(10_000)),
+        ("2m", Ok(120_000)),
+        ("1000ms", Ok(1_000)),
+        ("60m", Ok(3_600_000)),
+        ("999ms", Err("from 1s to 1h")),
+        ("61m", Err("from 1s to 1h")),
+        ("0", Err("from 1s to 1h")),
+        ("ten", Err("use e.g. 10s")),
+        ("-5s", Err("use e.g. 10s")),
+        ("", Err("use e.g. 10s")),
+    ];
+    for (text, want) in table {
+        match (file::Interval::parse(text), want) {
+            (Ok(d), Ok(ms)) => assert_eq!(d.as_millis(), ms, "{text}"),
+            (Err(e), Err(part)) => assert!(e.contains(part), "{text}: {e}"),
+            (got, want) => panic!("{text}: {got:?}, wanted {want:?}"),
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (text, part) in [
+        ("telemetry: {interval: 0s}\n", "from 1s to 1h"),
+        ("telemetry: {intervall: 10s}\n", "unknown key `intervall`"),
+        (
+            "telemetry: {enabled: maybe}\n",
+            "expected true or false, got",
+        ),
+    ] {
+        let f = write(&dir, "bad.yaml", text);
+        let err = inputs(Some(f), &[], Flags::default())
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(part), "{text}: {err}");
+    }
 }

@@ -1,13 +1,21 @@
 //! The kubelet side of the device plugin API: generated v1beta1 types, the kubelet's directory
-//! ([`paths`]), and an in-process kubelet stand-in used by `dxdp demo` and the integration tests.
+//! ([`paths`]), and an in-process kubelet stand-in used by `dxdp demo` and the integration tests;
+//! and the kubelet's PodResources API ([`podresources`]: client and stand-in).
 
 pub mod paths;
+pub mod podresources;
 pub mod standin;
 
 /// The kubelet device plugin API v1beta1, generated from `proto/deviceplugin_v1beta1.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod v1beta1 {
     tonic::include_proto!("v1beta1");
+}
+
+/// The kubelet's PodResources API v1, generated from `proto/podresources_v1.proto`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod v1 {
+    tonic::include_proto!("v1");
 }
 
 /// The API version dxdp speaks.

@@ -110,6 +110,8 @@ struct Inner {
     registered_names: Mutex<BTreeSet<String>>,
     /// The names `devices` and `advertised` have label sets for.
     device_names: Mutex<BTreeSet<String>>,
+    /// GPU telemetry (`observe::telemetry`).
+    telemetry: super::telemetry::TelemetryMetrics,
 }
 
 /// The metrics of one daemon. Clones share the same values.
@@ -216,6 +218,7 @@ impl Metrics {
         ] {
             drop(config_reloads.get_or_create(&outcome(r.as_str())));
         }
+        let telemetry = super::telemetry::TelemetryMetrics::register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -231,6 +234,7 @@ impl Metrics {
                 task_restarts,
                 registered_names: Mutex::default(),
                 device_names: Mutex::default(),
+                telemetry,
             }),
         }
     }
@@ -328,6 +332,11 @@ impl Metrics {
             }
             self.inner.advertised.remove(&label(&name));
         }
+    }
+
+    /// The GPU telemetry metrics.
+    pub fn telemetry(&self) -> &super::telemetry::TelemetryMetrics {
+        &self.inner.telemetry
     }
 
     /// Counts one reload of the host facts.

@@ -1,5 +1,6 @@
-//! Observability of the daemon: Prometheus metrics ([`metrics`]), what `/healthz` and `/readyz`
-//! answer ([`state`]), and the HTTP server that serves them ([`http`]).
+//! Observability of the daemon: Prometheus metrics ([`metrics`], GPU telemetry in
+//! [`telemetry`]), what `/healthz` and `/readyz` answer ([`state`]), and the HTTP server that
+//! serves them ([`http`]).
 //!
 //! One [`Observe`] handle is made per daemon and passed to it through
 //! [`crate::plugin::PluginConfig`]; the daemon's parts record into it, the server reads it. It
@@ -9,6 +10,7 @@
 pub mod http;
 pub mod metrics;
 pub mod state;
+pub mod telemetry;
 
 use std::net::SocketAddr;
 use std::path::Path;

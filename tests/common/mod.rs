@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use dxdp_core::facts::HostFacts;
 
 /// Every fixture host in `tests/fixtures/`.
-pub const FIXTURES: [&str; 12] = [
+pub const FIXTURES: [&str; 13] = [
     "nvidia-multi-gpu",
     "amd-radeon",
     "intel-igpu",
@@ -19,6 +19,7 @@ pub const FIXTURES: [&str; 12] = [
     "ws2019-old",
     "status-and-unsupported",
     "adapter-match",
+    "telemetry-t4",
 ];
 
 /// The file of a fixture host.

@@ -18,6 +18,8 @@
 //! - [`quote`]: bounded quoting of untrusted values in messages.
 //! - [`hints`]: the environment variables and annotations that tell a container its devices.
 //! - [`labels`]: the Node labels that describe the node's devices.
+//! - [`telemetry`]: GPU telemetry facts (counter samples, container processes, the kubelet's
+//!   allocations) and the per-device and per-container figures computed from them.
 
 pub mod allocation;
 pub mod assignment;
@@ -31,4 +33,5 @@ pub mod preferred;
 pub mod quote;
 pub mod sample;
 pub mod snapshot;
+pub mod telemetry;
 pub mod vendor;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::facts::{AdapterFacts, HostFacts, OsFacts, PnpFacts, RegistryKey};
 use crate::quote::{bounded, bounded_prefix};
+use crate::telemetry::TelemetryFacts;
 
 /// The only snapshot `apiVersion` this build reads and writes.
 pub const API_VERSION: &str = "dxdp/v1alpha1";
@@ -35,6 +36,8 @@ struct Document {
     registry: Vec<RegistryKey>,
     #[serde(default)]
     files: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    telemetry: Option<TelemetryFacts>,
 }
 
 /// Why a snapshot could not be read or written.
@@ -102,8 +105,25 @@ pub fn read_file(path: &Path) -> Result<HostFacts, SnapshotError> {
     parse(&text, &path.display().to_string())
 }
 
+/// Reads a snapshot file with its telemetry section (absent: `None`).
+pub fn read_file_full(path: &Path) -> Result<(HostFacts, Option<TelemetryFacts>), SnapshotError> {
+    let text = std::fs::read_to_string(path).map_err(|error| SnapshotError::Read {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    parse_full(&text, &path.display().to_string())
+}
+
 /// Parses snapshot text (YAML, or JSON when it starts with `{`). `origin` names the source in errors.
 pub fn parse(text: &str, origin: &str) -> Result<HostFacts, SnapshotError> {
+    parse_full(text, origin).map(|(facts, _)| facts)
+}
+
+/// [`parse`], with the telemetry section (absent: `None`).
+pub fn parse_full(
+    text: &str,
+    origin: &str,
+) -> Result<(HostFacts, Option<TelemetryFacts>), SnapshotError> {
     let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
     let doc = if text.trim_start().starts_with('{') {
         parse_json(text, origin)?
@@ -115,12 +135,13 @@ pub fn parse(text: &str, origin: &str) -> Result<HostFacts, SnapshotError> {
     if !doc.device_nodes.is_empty() {
         os.get_or_insert_with(OsFacts::default).device_nodes = doc.device_nodes;
     }
-    Ok(HostFacts {
+    let facts = HostFacts {
         os,
         adapters: doc.adapters,
         registry: doc.registry,
         files: doc.files,
-    })
+    };
+    Ok((facts, doc.telemetry))
 }
 
 fn parse_json(text: &str, origin: &str) -> Result<Document, SnapshotError> {
@@ -228,6 +249,15 @@ impl fmt::Display for Format {
 
 /// Renders host facts as a snapshot document that [`parse`] reads back to the same facts.
 pub fn write(facts: &HostFacts, format: Format) -> Result<String, SnapshotError> {
+    write_full(facts, None, format)
+}
+
+/// [`write`], with a telemetry section when `telemetry` is given.
+pub fn write_full(
+    facts: &HostFacts,
+    telemetry: Option<&TelemetryFacts>,
+    format: Format,
+) -> Result<String, SnapshotError> {
     let doc = Document {
         api_version: API_VERSION.to_string(),
         kind: KIND.to_string(),
@@ -240,6 +270,7 @@ pub fn write(facts: &HostFacts, format: Format) -> Result<String, SnapshotError>
             .unwrap_or_default(),
         registry: facts.registry.clone(),
         files: facts.files.clone(),
+        telemetry: telemetry.cloned(),
     };
     match format {
         Format::Yaml => {

@@ -13,6 +13,7 @@ mod error;
 mod hcs;
 mod library;
 mod os;
+pub mod pdh;
 mod registry;
 
 use std::path::Path;

@@ -1,0 +1,444 @@
+//! The kubelet's PodResources API v1: which pod containers hold which devices.
+//!
+//! The kubelet serves it on `<kubelet root>/pod-resources/kubelet.sock` on Linux and on the named
+//! pipe `\\.\pipe\kubelet-pod-resources` on Windows (kubernetes `pkg/kubelet/util/util_windows.go`,
+//! `LocalEndpoint`). [`list`] calls `List` once, with a timeout; [`PodResourcesStandin`] serves
+//! `List` from a given answer for `dxdp demo`, replays and tests.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::{Request, Response, Status};
+
+use dxdp_core::telemetry::PodAllocation;
+
+use super::v1::pod_resources_lister_client::PodResourcesListerClient;
+use super::v1::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
+use super::v1::{
+    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
+    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
+    ListPodResourcesResponse, PodResources,
+};
+use crate::transport;
+
+/// The kubelet's PodResources named pipe on Windows.
+pub const WINDOWS_PIPE: &str = r"\\.\pipe\kubelet-pod-resources";
+
+/// The most bytes of a `List` answer accepted (a node with hundreds of pods stays far below).
+const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// Where the PodResources API is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A Unix domain socket file (Linux, and AF_UNIX on Windows).
+    Socket(PathBuf),
+    /// A Windows named pipe (`\\.\pipe\…`).
+    Pipe(String),
+}
+
+impl Endpoint {
+    /// A named pipe when `text` starts with `\\.\pipe\` (or `//./pipe/`), else a socket path.
+    pub fn parse(text: &str) -> Endpoint {
+        let lower = text.to_ascii_lowercase();
+        if lower.starts_with(r"\\.\pipe\") || lower.starts_with("//./pipe/") {
+            Endpoint::Pipe(text.to_string())
+        } else {
+            Endpoint::Socket(PathBuf::from(text))
+        }
+    }
+
+    /// The kubelet's endpoint on this OS, for its device-plugin directory `kubelet_dir`
+    /// (`<root>/device-plugins`): the named pipe on Windows, `<root>/pod-resources/kubelet.sock`
+    /// elsewhere.
+    pub fn default_for(kubelet_dir: &Path) -> Endpoint {
+        if cfg!(windows) {
+            Endpoint::Pipe(WINDOWS_PIPE.to_string())
+        } else {
+            Endpoint::Socket(socket_beside(kubelet_dir))
+        }
+    }
+}
+
+/// `<root>/pod-resources/kubelet.sock` for the device-plugin directory `<root>/device-plugins`.
+pub fn socket_beside(kubelet_dir: &Path) -> PathBuf {
+    kubelet_dir
+        .parent()
+        .unwrap_or(kubelet_dir)
+        .join("pod-resources")
+        .join("kubelet.sock")
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Socket(p) => write!(f, "{}", p.display()),
+            Endpoint::Pipe(p) => f.write_str(p),
+        }
+    }
+}
+
+/// Why `List` gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum PodResourcesError {
+    /// No connection.
+    #[error("cannot connect to the kubelet's PodResources API at {endpoint}: {error} (is the kubelet running, and may dxdp open it? On Linux dxdp needs the kubelet's pod-resources directory mounted)")]
+    Connect {
+        /// Where.
+        endpoint: String,
+        /// Why.
+        error: String,
+    },
+    /// The call failed.
+    #[error("the kubelet's PodResources List call at {endpoint} failed: {error}")]
+    Call {
+        /// Where.
+        endpoint: String,
+        /// Why.
+        error: String,
+    },
+    /// No answer in time.
+    #[error("the kubelet's PodResources API at {endpoint} did not answer within {timeout:?}")]
+    Timeout {
+        /// Where.
+        endpoint: String,
+        /// How long dxdp waited.
+        timeout: Duration,
+    },
+}
+
+/// Calls `List` at `endpoint` and returns every container's devices, waiting at most `timeout`.
+pub async fn list(
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Result<Vec<PodAllocation>, PodResourcesError> {
+    let name = endpoint.to_string();
+    let call =
+        async {
+            let channel = connect(endpoint)
+                .await
+                .map_err(|e| PodResourcesError::Connect {
+                    endpoint: name.clone(),
+                    error: error_chain(&e),
+                })?;
+            let mut client =
+                PodResourcesListerClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
+            let answer = client.list(ListPodResourcesRequest {}).await.map_err(|s| {
+                PodResourcesError::Call {
+                    endpoint: name.clone(),
+                    error: format!("{}: {}", s.code(), s.message()),
+                }
+            })?;
+            Ok(allocations(&answer.into_inner()))
+        };
+    tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| PodResourcesError::Timeout {
+            endpoint: name.clone(),
+            timeout,
+        })?
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+async fn connect(
+    endpoint: &Endpoint,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    match endpoint {
+        Endpoint::Socket(path) => transport::channel(path).await,
+        Endpoint::Pipe(name) => pipe::channel(name).await,
+    }
+}
+
+#[cfg(windows)]
+mod pipe {
+    use std::io;
+    use std::time::Duration;
+
+    use hyper_util::rt::TokioIo;
+    use tonic::transport::{Channel, Endpoint};
+
+    /// A gRPC channel over the named pipe `name`.
+    pub async fn channel(name: &str) -> Result<Channel, tonic::transport::Error> {
+        let name = name.to_string();
+        Endpoint::from_static("http://localhost")
+            .connect_timeout(Duration::from_secs(5))
+            .connect_with_connector(tower::service_fn(move |_| {
+                let name = name.clone();
+                async move {
+                    let client =
+                        tokio::net::windows::named_pipe::ClientOptions::new().open(&name)?;
+                    Ok::<_, io::Error>(TokioIo::new(client))
+                }
+            }))
+            .await
+    }
+}
+
+#[cfg(not(windows))]
+mod pipe {
+    use tonic::transport::{Channel, Endpoint};
+
+    /// Named pipes exist only on Windows: connecting fails (with tonic's connection error).
+    pub async fn channel(name: &str) -> Result<Channel, tonic::transport::Error> {
+        let name = name.to_string();
+        Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let name = name.clone();
+                async move {
+                    Err::<hyper_util::rt::TokioIo<tokio::net::TcpStream>, _>(std::io::Error::new(
+                        std::io::ErrorKind::Unsupported,
+                        format!("{name} is a Windows named pipe"),
+                    ))
+                }
+            }))
+            .await
+    }
+}
+
+/// Every container's devices in a `List` answer, one entry per (container, resource).
+pub fn allocations(answer: &ListPodResourcesResponse) -> Vec<PodAllocation> {
+    let mut out = Vec::new();
+    for pod in &answer.pod_resources {
+        for container in &pod.containers {
+            for devices in &container.devices {
+                if devices.device_ids.is_empty() {
+                    continue;
+                }
+                out.push(PodAllocation {
+                    namespace: pod.namespace.clone(),
+                    pod: pod.name.clone(),
+                    container: container.name.clone(),
+                    resource: devices.resource_name.clone(),
+                    device_ids: devices.device_ids.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The `List` answer that gives `allocations` (one pod entry per pod, in first-seen order).
+pub fn answer(allocations: &[PodAllocation]) -> ListPodResourcesResponse {
+    let mut pods: Vec<PodResources> = Vec::new();
+    for a in allocations {
+        let index = match pods
+            .iter()
+            .position(|p| p.namespace == a.namespace && p.name == a.pod)
+        {
+            Some(i) => i,
+            None => {
+                pods.push(PodResources {
+                    name: a.pod.clone(),
+                    namespace: a.namespace.clone(),
+                    containers: Vec::new(),
+                });
+                pods.len() - 1
+            }
+        };
+        let pod = &mut pods[index];
+        let container = match pod.containers.iter().position(|c| c.name == a.container) {
+            Some(i) => &mut pod.containers[i],
+            None => {
+                pod.containers.push(ContainerResources {
+                    name: a.container.clone(),
+                    ..ContainerResources::default()
+                });
+                let last = pod.containers.len() - 1;
+                &mut pod.containers[last]
+            }
+        };
+        container.devices.push(ContainerDevices {
+            resource_name: a.resource.clone(),
+            device_ids: a.device_ids.clone(),
+            topology: None,
+        });
+    }
+    ListPodResourcesResponse {
+        pod_resources: pods,
+    }
+}
+
+type Answer = Arc<Mutex<Vec<PodAllocation>>>;
+
+struct Lister {
+    answer: Answer,
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for Lister {
+    async fn list(
+        &self,
+        _request: Request<ListPodResourcesRequest>,
+    ) -> Result<Response<ListPodResourcesResponse>, Status> {
+        let allocations = self
+            .answer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Ok(Response::new(answer(&allocations)))
+    }
+
+    async fn get_allocatable_resources(
+        &self,
+        _request: Request<AllocatableResourcesRequest>,
+    ) -> Result<Response<AllocatableResourcesResponse>, Status> {
+        Err(Status::unimplemented("the stand-in serves List only"))
+    }
+
+    async fn get(
+        &self,
+        _request: Request<GetPodResourcesRequest>,
+    ) -> Result<Response<GetPodResourcesResponse>, Status> {
+        Err(Status::unimplemented("the stand-in serves List only"))
+    }
+}
+
+/// A kubelet stand-in serving PodResources `List` on a socket file.
+pub struct PodResourcesStandin {
+    path: PathBuf,
+    answer: Answer,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl PodResourcesStandin {
+    /// Serves `allocations` on the socket at `path` (replacing a stale file).
+    pub async fn start(path: &Path, allocations: Vec<PodAllocation>) -> io::Result<Self> {
+        transport::check_socket_path(path).map_err(io::Error::other)?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let _ = std::fs::remove_file(path);
+        let listener = transport::bind(path)?;
+        let answer: Answer = Arc::new(Mutex::new(allocations));
+        let service = Lister {
+            answer: answer.clone(),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (close, closed) = tokio::sync::watch::channel(false);
+        let incoming = transport::incoming(listener, closed, Arc::default());
+        let task = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(PodResourcesListerServer::new(service))
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                })
+                .await;
+            close.send_replace(true);
+        });
+        Ok(PodResourcesStandin {
+            path: path.to_path_buf(),
+            answer,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// The socket's path.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::Socket(self.path.clone())
+    }
+
+    /// Answers `allocations` from now on.
+    pub fn set(&self, allocations: Vec<PodAllocation>) {
+        *self.answer.lock().unwrap_or_else(|p| p.into_inner()) = allocations;
+    }
+
+    /// Stops serving and removes the socket file.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allocation(ns: &str, pod: &str, container: &str, ids: &[&str]) -> PodAllocation {
+        PodAllocation {
+            namespace: ns.into(),
+            pod: pod.into(),
+            container: container.into(),
+            resource: "directx.microsoft.com/display".into(),
+            device_ids: ids.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn endpoints_are_pipes_or_socket_files() {
+        assert_eq!(
+            Endpoint::parse(r"\\.\pipe\kubelet-pod-resources"),
+            Endpoint::Pipe(WINDOWS_PIPE.into())
+        );
+        assert_eq!(
+            Endpoint::parse("/var/lib/kubelet/pod-resources/kubelet.sock"),
+            Endpoint::Socket("/var/lib/kubelet/pod-resources/kubelet.sock".into())
+        );
+        assert_eq!(
+            socket_beside(Path::new("/var/lib/kubelet/device-plugins")),
+            PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock")
+        );
+    }
+
+    // Unix only: Wine has no AF_UNIX sockets (bind fails with WSAEAFNOSUPPORT), so the Windows
+    // unit tests under Wine cannot run it; the transport itself is shared with the device plugin.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn list_returns_what_the_standin_serves_over_a_real_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pod-resources/kubelet.sock");
+        let served = vec![
+            allocation("ml", "train-0", "trainer", &["gpu-a"]),
+            allocation("ml", "train-0", "sidecar", &["gpu-b-r1"]),
+            allocation("web", "render", "app", &["gpu-a-r1", "gpu-b"]),
+        ];
+        let standin = PodResourcesStandin::start(&path, served.clone())
+            .await
+            .unwrap();
+        let got = list(&standin.endpoint(), Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(got, served);
+        standin.set(Vec::new());
+        let got = list(&standin.endpoint(), Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert!(got.is_empty());
+        standin.stop().await;
+        let err = list(&Endpoint::Socket(path.clone()), Duration::from_secs(10))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cannot connect") && err.contains("kubelet.sock"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn containers_without_devices_are_left_out() {
+        let mut a = answer(&[allocation("n", "p", "c", &["x"])]);
+        a.pod_resources[0].containers.push(ContainerResources {
+            name: "cpu-only".into(),
+            ..ContainerResources::default()
+        });
+        assert_eq!(allocations(&a), vec![allocation("n", "p", "c", &["x"])]);
+    }
+}

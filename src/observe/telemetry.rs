@@ -1,0 +1,276 @@
+//! The GPU telemetry metrics: the figures of the latest sample (encoded at each scrape from one
+//! shared, immutable view, so that series of devices and pods that are gone disappear at once),
+//! and the sampler's own counters.
+//!
+//! Names and labels are a public interface; `docs/observability.md` lists them.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use dxdp_core::telemetry::compute::TelemetryView;
+
+/// Upper bounds (seconds) of the sample duration buckets: a sample reads a few thousand counter
+/// values and should take well under 10 ms.
+pub const SAMPLE_BUCKETS: [f64; 10] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0,
+];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: String,
+}
+
+/// What one sample attempt gave (`dxdp_telemetry_samples_total{result}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleResult {
+    /// The counters were read and the figures published.
+    Ok,
+    /// The counters could not be read (the last figures were withdrawn).
+    Error,
+    /// The read did not finish within its timeout.
+    Timeout,
+}
+
+impl SampleResult {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SampleResult::Ok => "ok",
+            SampleResult::Error => "error",
+            SampleResult::Timeout => "timeout",
+        }
+    }
+}
+
+/// The telemetry part of the daemon's metrics. Clones share the same values.
+#[derive(Debug, Clone)]
+pub struct TelemetryMetrics {
+    view: Arc<RwLock<Option<Arc<TelemetryView>>>>,
+    samples: Family<ResultLabel, Counter>,
+    pod_resources: Family<ResultLabel, Counter>,
+    duration: Histogram,
+}
+
+/// Encodes the latest view at each scrape.
+#[derive(Debug)]
+struct ViewCollector {
+    view: Arc<RwLock<Option<Arc<TelemetryView>>>>,
+}
+
+impl TelemetryMetrics {
+    /// Registers the sampler's counters and the figures' collector in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let samples = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "dxdp_telemetry_samples",
+            "GPU telemetry samples, by result (ok, error or timeout)",
+            samples.clone(),
+        );
+        let pod_resources = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "dxdp_telemetry_pod_resources_calls",
+            "Calls of the kubelet's PodResources List API, by result (ok or error)",
+            pod_resources.clone(),
+        );
+        let duration = Histogram::new(SAMPLE_BUCKETS);
+        registry.register_with_unit(
+            "dxdp_telemetry_sample_duration",
+            "Time to read the GPU counters and compute the figures of one sample",
+            Unit::Seconds,
+            duration.clone(),
+        );
+        for r in [SampleResult::Ok, SampleResult::Error, SampleResult::Timeout] {
+            drop(samples.get_or_create(&result(r.as_str())));
+        }
+        for r in ["ok", "error"] {
+            drop(pod_resources.get_or_create(&result(r)));
+        }
+        let view = Arc::new(RwLock::new(None));
+        registry.register_collector(Box::new(ViewCollector { view: view.clone() }));
+        TelemetryMetrics {
+            view,
+            samples,
+            pod_resources,
+            duration,
+        }
+    }
+
+    /// Publishes the figures of a sample (`None`: withdraws them).
+    pub fn publish(&self, view: Option<Arc<TelemetryView>>) {
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = view;
+    }
+
+    /// The figures last published.
+    pub fn view(&self) -> Option<Arc<TelemetryView>> {
+        self.view.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Counts one sample attempt and how long it took.
+    pub fn sample(&self, outcome: SampleResult, elapsed: Duration) {
+        self.samples.get_or_create(&result(outcome.as_str())).inc();
+        self.duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts one PodResources `List` call.
+    pub fn pod_resources_call(&self, ok: bool) {
+        self.pod_resources
+            .get_or_create(&result(if ok { "ok" } else { "error" }))
+            .inc();
+    }
+}
+
+fn result(r: &str) -> ResultLabel {
+    ResultLabel {
+        result: r.to_string(),
+    }
+}
+
+/// A label value without the characters the text format would have to escape.
+fn clean(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' => '\'',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect()
+}
+
+fn gauge<'a, V: prometheus_client::encoding::EncodeGaugeValue>(
+    encoder: &mut DescriptorEncoder<'a>,
+    name: &str,
+    help: &str,
+    series: impl Iterator<Item = (Vec<(&'static str, String)>, V)>,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        metric.encode_family(&labels)?.encode_gauge(&value)?;
+    }
+    Ok(())
+}
+
+impl Collector for ViewCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(view) = self.view.read().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return Ok(());
+        };
+        let base = |d: &dxdp_core::telemetry::compute::DeviceTelemetry| {
+            vec![
+                ("device", d.device.clone()),
+                ("resource", d.resource.clone()),
+                ("luid", d.luid.clone()),
+            ]
+        };
+        let with = |mut labels: Vec<(&'static str, String)>, k: &'static str, v: &str| {
+            labels.push((k, v.to_string()));
+            labels
+        };
+        gauge(
+            &mut encoder,
+            "dxdp_gpu_info",
+            "1 for every device with telemetry, with its model.",
+            view.devices
+                .iter()
+                .map(|d| (with(base(d), "model", &clean(&d.model)), 1_i64)),
+        )?;
+        gauge(
+            &mut encoder,
+            "dxdp_gpu_engine_utilization_ratio",
+            "Busy share of the device's busiest engine of each type over the last sample window (0 to 1).",
+            view.devices.iter().flat_map(|d| {
+                d.engines
+                    .iter()
+                    .map(move |(engine, v)| (with(base(d), "engine", engine), *v))
+            }),
+        )?;
+        gauge(
+            &mut encoder,
+            "dxdp_gpu_memory_used_bytes",
+            "GPU memory in use, by segment (dedicated or shared).",
+            view.devices.iter().flat_map(|d| {
+                d.memory_used
+                    .known()
+                    .map(move |(segment, v)| (with(base(d), "segment", segment), v))
+            }),
+        )?;
+        gauge(
+            &mut encoder,
+            "dxdp_gpu_memory_total_bytes",
+            "GPU memory available, by segment (dedicated or shared).",
+            view.devices.iter().flat_map(|d| {
+                d.memory_total
+                    .known()
+                    .map(move |(segment, v)| (with(base(d), "segment", segment), v))
+            }),
+        )?;
+        gauge(
+            &mut encoder,
+            "dxdp_gpu_processes",
+            "Processes using the device.",
+            view.devices.iter().map(|d| (base(d), d.processes)),
+        )?;
+        gauge(
+            &mut encoder,
+            "dxdp_gpu_allocation",
+            "1 for every pod container the kubelet assigned the device to (one per replica held).",
+            view.devices.iter().flat_map(|d| {
+                d.holders.iter().map(move |h| {
+                    (
+                        vec![
+                            ("device", d.device.clone()),
+                            ("resource", h.resource.clone()),
+                            ("namespace", h.pod.namespace.clone()),
+                            ("pod", h.pod.pod.clone()),
+                            ("container", h.pod.container.clone()),
+                        ],
+                        1_i64,
+                    )
+                })
+            }),
+        )?;
+        let pod_labels = |c: &dxdp_core::telemetry::compute::ContainerTelemetry| {
+            vec![
+                ("namespace", c.pod.namespace.clone()),
+                ("pod", c.pod.pod.clone()),
+                ("container", c.pod.container.clone()),
+                ("device", c.device.clone()),
+            ]
+        };
+        gauge(
+            &mut encoder,
+            "dxdp_container_gpu_memory_used_bytes",
+            "GPU memory the container's processes use, by segment; pod=\"\" is the host and processes dxdp cannot place.",
+            view.containers.iter().flat_map(|c| {
+                c.memory_used
+                    .known()
+                    .map(move |(segment, v)| (with(pod_labels(c), "segment", segment), v))
+            }),
+        )?;
+        gauge(
+            &mut encoder,
+            "dxdp_container_gpu_processes",
+            "The container's processes using the device; pod=\"\" is the host and processes dxdp cannot place.",
+            view.containers.iter().map(|c| (pod_labels(c), c.processes)),
+        )?;
+        gauge(
+            &mut encoder,
+            "dxdp_container_gpu_engine_utilization_ratio",
+            "Busy share the container's processes take of the device's busiest engine of each type (0 to 1).",
+            view.containers.iter().flat_map(|c| {
+                c.engines
+                    .iter()
+                    .map(move |(engine, v)| (with(pod_labels(c), "engine", engine), *v))
+            }),
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,17 @@
+//! GPU telemetry: reads the GPU performance counters on an interval, joins them with the
+//! kubelet's PodResources answer, and publishes per-device and per-pod figures on `/metrics`.
+//!
+//! - [`source`]: where counter samples come from (a host snapshot's recorded samples, or PDH on
+//!   Windows);
+//! - [`sampler`]: the sampling task ([`sampler::run`]: runs until cancelled, never fails, retries
+//!   with backoff) and one sampling step for `dxdp top`;
+//! - [`top`]: the table `dxdp top` prints, and the figures read back from a daemon's `/metrics`.
+//!
+//! The computation itself is pure and lives in `dxdp_core::telemetry`.
+
+pub mod sampler;
+pub mod source;
+pub mod top;
+
+pub use sampler::{run, Sampler, State};
+pub use source::CounterSource;

@@ -1,0 +1,306 @@
+//! The sampling task: every `telemetry.interval`, read the counters, refresh the kubelet's
+//! allocations, compute the figures and publish them on `/metrics`.
+//!
+//! It never fails and never panics on bad data: a source that fails is retried with a doubling
+//! delay (1 s up to 5 minutes, never more often than the interval), every attempt is counted in
+//! `dxdp_telemetry_samples_total{result}`, and the figures are withdrawn while the source fails
+//! (stale figures would mislead). A PodResources failure keeps the last answer and backs off the
+//! same way. Device serving never waits for any of it.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use dxdp_core::devices::Resource;
+use dxdp_core::telemetry::compute::{compute, device_refs, push_sample, DeviceRef, TelemetryView};
+use dxdp_core::telemetry::{CounterSample, PodAllocation, TelemetryFacts};
+
+use super::source::CounterSource;
+use crate::backend::HostFactsSource;
+use crate::config::Config;
+use crate::kubelet::podresources::{self, Endpoint};
+use crate::observe::telemetry::{SampleResult, TelemetryMetrics};
+use crate::plugin::inventory::Inventory;
+
+/// How long one read of the counters (or of the host facts) may take.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one PodResources `List` call may take.
+pub const POD_RESOURCES_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the device list is rebuilt from the host facts (it changes rarely; the plugin
+/// itself reacts to device events).
+pub const DEVICES_REFRESH: Duration = Duration::from_secs(60);
+/// How long the sampler waits before its first sample, so that the daemon's own start (reading
+/// the host facts, registering with the kubelet) comes first and its errors are reported once,
+/// by the daemon.
+pub const START_DELAY: Duration = Duration::from_secs(2);
+/// The longest delay between retries of a failing source.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Where the sampler gets its devices.
+#[derive(Clone)]
+pub enum Devices {
+    /// The daemon's inventory (its devices and the configuration in force), through the
+    /// daemon's inventory tap. The sampler then never collects host facts itself, so it cannot
+    /// disturb the daemon's device watching (on Windows, a collection replaces the DXCore session
+    /// and resets the health poll).
+    Daemon(watch::Receiver<Option<Arc<Inventory>>>),
+    /// Host facts collected by the sampler itself, every [`DEVICES_REFRESH`] (for `dxdp top`, a
+    /// process of its own).
+    Host(Arc<dyn HostFactsSource>),
+}
+
+/// What the sampler reads from and writes to.
+#[derive(Clone)]
+pub struct Sampler {
+    /// The counters.
+    pub source: Arc<dyn CounterSource>,
+    /// The devices.
+    pub devices: Devices,
+    /// The configuration (telemetry settings; with [`Devices::Host`], also the resource names
+    /// and pipeline).
+    pub config: watch::Receiver<Arc<Config>>,
+    /// Where the kubelet serves PodResources; `None`: use the answer recorded with the samples.
+    pub pod_resources: Option<Endpoint>,
+    /// Where the figures and counters go.
+    pub metrics: TelemetryMetrics,
+}
+
+/// What the sampler keeps between samples.
+#[derive(Debug, Default)]
+pub struct State {
+    window: Vec<CounterSample>,
+    devices: Vec<DeviceRef>,
+    devices_at: Option<Instant>,
+    allocations: Vec<PodAllocation>,
+    pod_failures: u32,
+    pod_next_try: Option<Instant>,
+}
+
+/// The delay before retry number `failures` (1 for the first): 1 s doubled per earlier failure,
+/// at least `floor`, at most [`MAX_BACKOFF`].
+pub fn backoff(failures: u32, floor: Duration) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    Duration::from_secs(1u64 << doublings)
+        .min(MAX_BACKOFF)
+        .max(floor)
+}
+
+/// Runs `f` on the blocking pool with [`READ_TIMEOUT`]; a panic in `f` is an error.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, (SampleResult, String)> {
+    match tokio::time::timeout(READ_TIMEOUT, tokio::task::spawn_blocking(f)).await {
+        Err(_) => Err((
+            SampleResult::Timeout,
+            format!("no answer within {READ_TIMEOUT:?}"),
+        )),
+        Ok(Err(join)) => Err((SampleResult::Error, format!("the read failed: {join}"))),
+        Ok(Ok(r)) => r.map_err(|e| (SampleResult::Error, e)),
+    }
+}
+
+impl Sampler {
+    /// One sample: reads the counters (and, when due, the devices and the kubelet's allocations)
+    /// and computes the figures. Does not publish them.
+    pub async fn step(&self, state: &mut State) -> Result<TelemetryView, (SampleResult, String)> {
+        let mut config = self.config.borrow().clone();
+        let names = |config: &Config, r: Resource| {
+            config
+                .resources
+                .get(&r)
+                .filter(|s| s.enabled)
+                .map(|s| s.name.clone())
+        };
+        match &self.devices {
+            Devices::Daemon(inventory) => {
+                let Some(inventory) = inventory.borrow().clone() else {
+                    return Err((
+                        SampleResult::Error,
+                        "the daemon has no device list yet".into(),
+                    ));
+                };
+                config = inventory.config.clone();
+                state.devices = device_refs(&inventory.discovery, |r| names(&config, r));
+            }
+            Devices::Host(host) => {
+                let due = state
+                    .devices_at
+                    .is_none_or(|at| at.elapsed() >= DEVICES_REFRESH);
+                if due {
+                    let host = host.clone();
+                    let facts = blocking(move || host.load().map_err(|e| e.to_string())).await?;
+                    let discovery = dxdp_core::pipeline::discover(&facts, &config.pipeline);
+                    state.devices = device_refs(&discovery, |r| names(&config, r));
+                    state.devices_at = Some(Instant::now());
+                }
+            }
+        }
+        let source = self.source.clone();
+        let mut facts: TelemetryFacts = blocking(move || source.read()).await?;
+        if facts.samples.len() < 2 {
+            // A live read: one new sample; keep the window here.
+            for s in std::mem::take(&mut facts.samples) {
+                push_sample(&mut state.window, s);
+            }
+            facts.samples = state.window.clone();
+        }
+        let allocations = match &self.pod_resources {
+            None => facts.pod_resources.clone(),
+            Some(endpoint) => {
+                self.refresh_allocations(endpoint, &config, state).await;
+                state.allocations.clone()
+            }
+        };
+        let served: Vec<String> = config.endpoints().into_iter().map(|(_, n)| n).collect();
+        let allocations: Vec<PodAllocation> = allocations
+            .into_iter()
+            .filter(|a| served.contains(&a.resource))
+            .collect();
+        Ok(compute(
+            &state.devices,
+            &facts,
+            &HashMap::new(),
+            &allocations,
+        ))
+    }
+
+    async fn refresh_allocations(&self, endpoint: &Endpoint, config: &Config, state: &mut State) {
+        if state.pod_next_try.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        match podresources::list(endpoint, POD_RESOURCES_TIMEOUT).await {
+            Ok(a) => {
+                if state.pod_failures > 0 {
+                    tracing::info!(%endpoint, "the kubelet's PodResources API answers again");
+                }
+                self.metrics.pod_resources_call(true);
+                state.allocations = a;
+                state.pod_failures = 0;
+                state.pod_next_try = None;
+            }
+            Err(e) => {
+                self.metrics.pod_resources_call(false);
+                state.pod_failures += 1;
+                let delay = backoff(state.pod_failures, config.telemetry.interval);
+                state.pod_next_try = Some(Instant::now() + delay);
+                if state.pod_failures == 1 {
+                    tracing::warn!("{e}; pod attribution keeps the last answer, retrying in {delay:?} and backing off");
+                } else {
+                    tracing::debug!(failures = state.pod_failures, "{e}");
+                }
+            }
+        }
+    }
+}
+
+/// A sampler: counters from the host snapshot's recording (with `host_snapshot`) or PDH,
+/// PodResources at `telemetry.podResourcesEndpoint`, else the recorded answer (with a snapshot),
+/// else the kubelet's endpoint beside `kubelet_dir`. `None` (and a log line saying why) when
+/// there is no counter source.
+pub fn build(
+    devices: Devices,
+    config: watch::Receiver<Arc<Config>>,
+    host_snapshot: Option<&std::path::Path>,
+    kubelet_dir: &std::path::Path,
+    metrics: TelemetryMetrics,
+) -> Option<Sampler> {
+    let source = match super::source::select(host_snapshot) {
+        Ok(s) => s,
+        Err(why) => {
+            tracing::info!("GPU telemetry is off: {why}");
+            return None;
+        }
+    };
+    let configured = config.borrow().telemetry.pod_resources_endpoint.clone();
+    let pod_resources = match configured {
+        Some(e) => Some(Endpoint::parse(&e)),
+        None if source.is_recorded() => None,
+        None => Some(Endpoint::default_for(kubelet_dir)),
+    };
+    Some(Sampler {
+        source: Arc::from(source),
+        devices,
+        config,
+        pod_resources,
+        metrics,
+    })
+}
+
+/// Samples every `telemetry.interval` until `cancel` completes. Never returns early, never
+/// fails: with telemetry off or no source it waits for `cancel`; failures are logged (the first
+/// of a run at warn), counted and retried with backoff.
+pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
+    tokio::pin!(cancel);
+    let mut state = State::default();
+    let mut failures = 0u32;
+    tracing::info!(source = %sampler.source.describe(), "GPU telemetry on");
+    tokio::select! {
+        () = &mut cancel => return,
+        () = tokio::time::sleep(START_DELAY) => {}
+    }
+    loop {
+        let config = sampler.config.borrow().clone();
+        let wait = if !config.telemetry.enabled {
+            sampler.metrics.publish(None);
+            config.telemetry.interval
+        } else {
+            let started = Instant::now();
+            let result = sampler.step(&mut state).await;
+            let elapsed = started.elapsed();
+            match result {
+                Ok(view) => {
+                    sampler.metrics.sample(SampleResult::Ok, elapsed);
+                    sampler.metrics.publish(Some(Arc::new(view)));
+                    if failures > 0 {
+                        tracing::info!(after = failures, "GPU telemetry samples again");
+                    }
+                    failures = 0;
+                    config.telemetry.interval
+                }
+                Err((outcome, why)) => {
+                    sampler.metrics.sample(outcome, elapsed);
+                    sampler.metrics.publish(None);
+                    failures += 1;
+                    let delay = backoff(failures, config.telemetry.interval);
+                    if failures == 1 {
+                        tracing::warn!(source = %sampler.source.describe(), "cannot sample the GPU counters: {why}; retrying in {delay:?}, backing off (device serving is not affected)");
+                    } else {
+                        tracing::debug!(failures, "cannot sample the GPU counters: {why}");
+                    }
+                    delay
+                }
+            }
+        };
+        tokio::select! {
+            () = &mut cancel => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_one_second_within_the_interval_and_five_minutes() {
+        let s = Duration::from_secs;
+        // (failures, floor, delay)
+        let table = [
+            (1, s(0), s(1)),
+            (2, s(0), s(2)),
+            (3, s(0), s(4)),
+            (9, s(0), s(256)),
+            (10, s(0), s(300)),
+            (1000, s(0), s(300)),
+            (1, s(10), s(10)),
+            (5, s(10), s(16)),
+        ];
+        for (failures, floor, want) in table {
+            assert_eq!(backoff(failures, floor), want, "{failures} {floor:?}");
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Sources of GPU counter samples: the `telemetry` section of a host snapshot (a recorded window,
+//! replayed as it is), or the Windows GPU performance counters through PDH.
+
+use std::path::{Path, PathBuf};
+
+use dxdp_core::telemetry::{MemoryCounter, TelemetryFacts};
+
+/// Something that reads the GPU counters.
+pub trait CounterSource: Send + Sync {
+    /// A short description for logs (`host snapshot /x.yaml`, `PDH GPU counters`).
+    fn describe(&self) -> String;
+    /// Reads the counters now: one new sample (a live source; the sampler keeps the window), or
+    /// a recorded window of two or more samples (used as it is). Blocking; called off the async
+    /// runtime.
+    fn read(&self) -> Result<TelemetryFacts, String>;
+    /// True when the facts are a recording, not this machine's.
+    fn is_recorded(&self) -> bool {
+        false
+    }
+}
+
+/// The `telemetry` section of a host snapshot file, re-read at every sample (so that replacing
+/// the file replays another recording).
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    path: PathBuf,
+}
+
+impl Recorded {
+    /// The snapshot at `path`.
+    pub fn new(path: &Path) -> Self {
+        Recorded {
+            path: path.to_path_buf(),
+        }
+    }
+}
+
+impl CounterSource for Recorded {
+    fn describe(&self) -> String {
+        format!(
+            "telemetry recorded in host snapshot {}",
+            self.path.display()
+        )
+    }
+
+    fn read(&self) -> Result<TelemetryFacts, String> {
+        match dxdp_core::snapshot::read_file_full(&self.path) {
+            Ok((_, Some(t))) => Ok(t),
+            Ok((_, None)) => Err(format!(
+                "host snapshot {} has no telemetry section (see docs/host-snapshot.md#telemetry)",
+                self.path.display()
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn is_recorded(&self) -> bool {
+        true
+    }
+}
+
+/// The counter source for this run: the snapshot's recording when a host snapshot is used, the
+/// PDH counters on Windows, else none (with the reason).
+pub fn select(host_snapshot: Option<&Path>) -> Result<Box<dyn CounterSource>, String> {
+    match host_snapshot {
+        Some(path) => Ok(Box::new(Recorded::new(path))),
+        None => native(),
+    }
+}
+
+#[cfg(windows)]
+fn native() -> Result<Box<dyn CounterSource>, String> {
+    crate::backend::windows::pdh::PdhSource::open().map(|s| Box::new(s) as Box<dyn CounterSource>)
+}
+
+#[cfg(not(windows))]
+fn native() -> Result<Box<dyn CounterSource>, String> {
+    Err("GPU telemetry needs the Windows GPU performance counters, or a host snapshot with a telemetry section (--host-snapshot)".into())
+}
+
+/// One memory counter per instance from the `Dedicated Usage` and `Shared Usage` values of a
+/// counter set (an instance missing from one list has 0 there), in the order instances first
+/// appear.
+pub fn memory_counters(
+    dedicated: &[(String, u64)],
+    shared: &[(String, u64)],
+) -> Vec<MemoryCounter> {
+    let mut out: Vec<MemoryCounter> = Vec::with_capacity(dedicated.len());
+    let mut index = std::collections::HashMap::with_capacity(dedicated.len());
+    for (name, v) in dedicated {
+        index.entry(name.clone()).or_insert_with(|| {
+            out.push(MemoryCounter {
+                instance: name.clone(),
+                dedicated: 0,
+                shared: 0,
+            });
+            out.len() - 1
+        });
+        out[index[name]].dedicated = *v;
+    }
+    for (name, v) in shared {
+        let i = *index.entry(name.clone()).or_insert_with(|| {
+            out.push(MemoryCounter {
+                instance: name.clone(),
+                dedicated: 0,
+                shared: 0,
+            });
+            out.len() - 1
+        });
+        out[i].shared = *v;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dedicated_and_shared_values_meet_per_instance() {
+        let s = |n: &str, v: u64| (n.to_string(), v);
+        let got = memory_counters(
+            &[
+                s("pid_1_luid_0x0_0x1_phys_0", 10),
+                s("pid_2_luid_0x0_0x1_phys_0", 20),
+            ],
+            &[
+                s("pid_2_luid_0x0_0x1_phys_0", 5),
+                s("pid_3_luid_0x0_0x1_phys_0", 7),
+            ],
+        );
+        let m = |n: &str, dedicated: u64, shared: u64| MemoryCounter {
+            instance: n.into(),
+            dedicated,
+            shared,
+        };
+        assert_eq!(
+            got,
+            vec![
+                m("pid_1_luid_0x0_0x1_phys_0", 10, 0),
+                m("pid_2_luid_0x0_0x1_phys_0", 20, 5),
+                m("pid_3_luid_0x0_0x1_phys_0", 0, 7),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_snapshot_without_telemetry_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("host.yaml");
+        std::fs::write(&path, "apiVersion: dxdp/v1alpha1\nkind: HostSnapshot\n").unwrap();
+        let err = Recorded::new(&path).read().unwrap_err();
+        assert!(err.contains("no telemetry section"), "{err}");
+    }
+}

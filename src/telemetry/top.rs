@@ -1,0 +1,394 @@
+//! What `dxdp top` shows: the figures as a table for people, and the figures read back from a
+//! running daemon's `/metrics` (so that `top` and Prometheus see the same samples).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use dxdp_core::telemetry::compute::{
+    ContainerTelemetry, DeviceTelemetry, Holder, Segments, TelemetryView,
+};
+use dxdp_core::telemetry::PodRef;
+
+/// How long reading `/metrics` may take.
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most bytes of a `/metrics` answer read.
+const MAX_SCRAPE: u64 = 64 * 1024 * 1024;
+
+/// Label names and values.
+type Labels = Vec<(String, String)>;
+
+/// The labels and value of one sample line, or `None` for comments and lines of other shapes.
+fn sample_line(line: &str) -> Option<(&str, Labels, f64)> {
+    if line.starts_with('#') || line.is_empty() {
+        return None;
+    }
+    let (series, value) = line.rsplit_once(' ')?;
+    let value: f64 = value.parse().ok()?;
+    let (name, labels) = match series.find('{') {
+        Some(i) => (&series[..i], series[i + 1..].strip_suffix('}')?),
+        None => (series, ""),
+    };
+    Some((name, parse_labels(labels)?, value))
+}
+
+/// `a="x",b="y\"z"` into pairs, with the text format's escapes undone.
+fn parse_labels(text: &str) -> Option<Labels> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let eq = rest.find("=\"")?;
+        let key = rest[..eq].trim_start_matches(',').to_string();
+        let mut value = String::new();
+        let mut chars = rest[eq + 2..].char_indices();
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, c)) => value.push(c),
+                    None => return None,
+                },
+                '"' => {
+                    end = Some(eq + 2 + i + 1);
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        out.push((key, value));
+        rest = rest[end?..].trim_start_matches(',');
+    }
+    Some(out)
+}
+
+fn label<'a>(labels: &'a [(String, String)], key: &str) -> &'a str {
+    labels
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("")
+}
+
+/// The figures in a daemon's `/metrics` text (the `dxdp_gpu_*` and `dxdp_container_gpu_*`
+/// series); devices in the order of `dxdp_gpu_info`.
+pub fn view_from_metrics(text: &str) -> TelemetryView {
+    let mut view = TelemetryView::default();
+    let mut containers: BTreeMap<(PodRef, String), ContainerTelemetry> = BTreeMap::new();
+    let lines: Vec<_> = text.lines().filter_map(sample_line).collect();
+    for (name, labels, _) in &lines {
+        if *name == "dxdp_gpu_info" {
+            view.devices.push(DeviceTelemetry {
+                device: label(labels, "device").into(),
+                resource: label(labels, "resource").into(),
+                luid: label(labels, "luid").into(),
+                model: label(labels, "model").into(),
+                engines: BTreeMap::new(),
+                memory_used: Segments::default(),
+                memory_total: Segments::default(),
+                processes: 0,
+                holders: Vec::new(),
+            });
+        }
+    }
+    let segment = |s: &mut Segments, which: &str, v: f64| match which {
+        "dedicated" => s.dedicated = Some(v as u64),
+        "shared" => s.shared = Some(v as u64),
+        _ => {}
+    };
+    for (name, labels, value) in &lines {
+        let device = label(labels, "device");
+        let pod = || PodRef {
+            namespace: label(labels, "namespace").into(),
+            pod: label(labels, "pod").into(),
+            container: label(labels, "container").into(),
+        };
+        if let Some(rest) = name.strip_prefix("dxdp_container_gpu_") {
+            let entry = containers
+                .entry((pod(), device.to_string()))
+                .or_insert_with(|| ContainerTelemetry {
+                    pod: pod(),
+                    device: device.into(),
+                    memory_used: Segments::default(),
+                    engines: BTreeMap::new(),
+                    processes: 0,
+                });
+            match rest {
+                "memory_used_bytes" => {
+                    segment(&mut entry.memory_used, label(labels, "segment"), *value)
+                }
+                "processes" => entry.processes = *value as u64,
+                "engine_utilization_ratio" => {
+                    entry.engines.insert(label(labels, "engine").into(), *value);
+                }
+                _ => {}
+            }
+            continue;
+        }
+        let Some(d) = view.devices.iter_mut().find(|d| d.device == device) else {
+            continue;
+        };
+        match *name {
+            "dxdp_gpu_engine_utilization_ratio" => {
+                d.engines.insert(label(labels, "engine").into(), *value);
+            }
+            "dxdp_gpu_memory_used_bytes" => {
+                segment(&mut d.memory_used, label(labels, "segment"), *value)
+            }
+            "dxdp_gpu_memory_total_bytes" => {
+                segment(&mut d.memory_total, label(labels, "segment"), *value)
+            }
+            "dxdp_gpu_processes" => d.processes = *value as u64,
+            "dxdp_gpu_allocation" => d.holders.push(Holder {
+                pod: pod(),
+                resource: label(labels, "resource").into(),
+                device_id: String::new(),
+            }),
+            _ => {}
+        }
+    }
+    view.containers = containers.into_values().collect();
+    view
+}
+
+/// `http://HOST:PORT[/metrics]` or `HOST:PORT` as `(HOST:PORT, path)`.
+pub fn parse_endpoint(endpoint: &str) -> Result<(String, String), String> {
+    let rest = endpoint
+        .strip_prefix("http://")
+        .unwrap_or(endpoint)
+        .trim_end_matches('/');
+    if endpoint.starts_with("https://") {
+        return Err(format!(
+            "{endpoint}: dxdp serves /metrics over plain HTTP; use http://HOST:PORT"
+        ));
+    }
+    let (address, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/metrics"),
+    };
+    if address.is_empty() || !address.contains(':') {
+        return Err(format!(
+            "{endpoint} is not HOST:PORT: use the daemon's metrics.address, e.g. 127.0.0.1:9466"
+        ));
+    }
+    Ok((address.to_string(), path.to_string()))
+}
+
+/// Reads `/metrics` from a running daemon (plain HTTP/1.0 GET, [`SCRAPE_TIMEOUT`]).
+pub async fn fetch(endpoint: &str) -> Result<String, String> {
+    let (address, path) = parse_endpoint(endpoint)?;
+    let get = async {
+        let mut stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .map_err(|e| format!("cannot connect to {address}: {e} (is `dxdp plugin` running with metrics.address {address}?)"))?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n");
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| format!("{address}: {e}"))?;
+        let mut answer = Vec::new();
+        stream
+            .take(MAX_SCRAPE)
+            .read_to_end(&mut answer)
+            .await
+            .map_err(|e| format!("{address}: {e}"))?;
+        Ok::<_, String>(answer)
+    };
+    let answer = tokio::time::timeout(SCRAPE_TIMEOUT, get)
+        .await
+        .map_err(|_| format!("{address} did not answer within {SCRAPE_TIMEOUT:?}"))??;
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{address}: not an HTTP answer"))?;
+    let status = head.lines().next().unwrap_or_default();
+    if !status.contains(" 200") {
+        return Err(format!("{endpoint}{path}: {status}"));
+    }
+    Ok(body.to_string())
+}
+
+/// A share as a whole percentage.
+fn percent(v: f64) -> String {
+    format!("{:.0}%", (v * 100.0).clamp(0.0, 100.0))
+}
+
+/// Bytes as GiB with one decimal.
+fn gib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// The engines, busiest first (`3d 51% video_decode 25%`); `idle` when all are at 0, `-` when
+/// unknown.
+fn engines_text(engines: &BTreeMap<String, f64>) -> String {
+    if engines.is_empty() {
+        return "-".into();
+    }
+    let mut busy: Vec<(&String, &f64)> = engines.iter().filter(|(_, v)| **v >= 0.005).collect();
+    if busy.is_empty() {
+        return "idle".into();
+    }
+    busy.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+    busy.iter()
+        .map(|(k, v)| format!("{k} {}", percent(**v)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn memory_text(used: &Segments, total: &Segments) -> String {
+    match (used.dedicated, total.dedicated) {
+        (Some(u), Some(t)) => format!("{}/{} GiB", gib(u), gib(t)),
+        (Some(u), None) => format!("{} GiB", gib(u)),
+        (None, Some(t)) => format!("-/{} GiB", gib(t)),
+        (None, None) => "-".into(),
+    }
+}
+
+fn pod_text(p: &PodRef) -> String {
+    if p.is_host() {
+        "(host)".into()
+    } else {
+        format!("{}/{}/{}", p.namespace, p.pod, p.container)
+    }
+}
+
+/// Left-aligned columns separated by two spaces.
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The table `dxdp top` prints: one line per device, then one per container with processes on a
+/// device.
+pub fn text(view: &TelemetryView) -> String {
+    if view.devices.is_empty() {
+        return "No devices with telemetry.\n".into();
+    }
+    let mut rows = vec![vec![
+        "DEVICE".to_string(),
+        "MODEL".into(),
+        "UTILISATION".into(),
+        "MEMORY".into(),
+        "PROCS".into(),
+        "PODS".into(),
+    ]];
+    for d in &view.devices {
+        let mut pods: Vec<String> = d.holders.iter().map(|h| pod_text(&h.pod)).collect();
+        pods.dedup();
+        rows.push(vec![
+            d.device.clone(),
+            d.model.clone(),
+            engines_text(&d.engines),
+            memory_text(&d.memory_used, &d.memory_total),
+            d.processes.to_string(),
+            if pods.is_empty() {
+                "-".into()
+            } else {
+                pods.join(", ")
+            },
+        ]);
+    }
+    let mut out = table(&rows);
+    if !view.containers.is_empty() {
+        let mut rows = vec![vec![
+            "POD".to_string(),
+            "DEVICE".into(),
+            "UTILISATION".into(),
+            "MEMORY".into(),
+            "PROCS".into(),
+        ]];
+        for c in &view.containers {
+            rows.push(vec![
+                pod_text(&c.pod),
+                c.device.clone(),
+                engines_text(&c.engines),
+                memory_text(&c.memory_used, &Segments::default()),
+                if c.processes == 0 {
+                    "-".into()
+                } else {
+                    c.processes.to_string()
+                },
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&table(&rows));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_with_escapes_parse() {
+        let (name, labels, value) =
+            sample_line(r#"dxdp_gpu_info{device="a",model="x \"y\" \\ z",luid=""} 1"#).unwrap();
+        assert_eq!(name, "dxdp_gpu_info");
+        assert_eq!(value, 1.0);
+        assert_eq!(
+            labels,
+            vec![
+                ("device".to_string(), "a".to_string()),
+                ("model".into(), r#"x "y" \ z"#.into()),
+                ("luid".into(), String::new()),
+            ]
+        );
+        assert!(sample_line("# TYPE x gauge").is_none());
+        assert!(sample_line(r#"x{a="unterminated} 1"#).is_none());
+        assert_eq!(sample_line("x 2.5").map(|s| s.2), Some(2.5));
+    }
+
+    #[test]
+    fn endpoints_are_host_and_port_with_an_optional_path() {
+        let table = [
+            ("127.0.0.1:9466", Ok(("127.0.0.1:9466", "/metrics"))),
+            ("http://10.0.0.5:9466/", Ok(("10.0.0.5:9466", "/metrics"))),
+            ("http://[::1]:9466/custom", Ok(("[::1]:9466", "/custom"))),
+            ("https://x:1", Err("plain HTTP")),
+            ("localhost", Err("not HOST:PORT")),
+        ];
+        for (text, want) in table {
+            match (parse_endpoint(text), want) {
+                (Ok((a, p)), Ok((wa, wp))) => assert_eq!((a.as_str(), p.as_str()), (wa, wp)),
+                (Err(e), Err(part)) => assert!(e.contains(part), "{e}"),
+                (got, want) => panic!("{text}: {got:?} vs {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn engines_show_busiest_first_idle_or_unknown() {
+        let e = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        };
+        assert_eq!(
+            engines_text(&e(&[("copy", 0.1), ("3d", 0.51), ("cuda", 0.0)])),
+            "3d 51% copy 10%"
+        );
+        assert_eq!(engines_text(&e(&[("3d", 0.0)])), "idle");
+        assert_eq!(engines_text(&e(&[])), "-");
+    }
+}
