@@ -3,9 +3,10 @@
 //! The rest of dxdp sees only the [`HostFactsSource`] trait. Sources are the edge of the system:
 //! a host snapshot file, the built-in sample host, and (on Windows) the native backend.
 
+pub mod counters;
 mod sample;
 mod snapshot_file;
-pub mod stable_read;
+pub use crate::util::stable_read;
 #[cfg(windows)]
 pub mod windows;
 pub mod winparse;
@@ -82,4 +83,25 @@ fn native() -> Box<dyn HostFactsSource> {
 #[cfg(not(windows))]
 fn native() -> Box<dyn HostFactsSource> {
     Box::new(SampleHost)
+}
+
+/// The counter source for this run: the snapshot's recording when a host snapshot is used, the
+/// PDH counters on Windows, else none (with the reason).
+pub fn select_counters(
+    host_snapshot: Option<&std::path::Path>,
+) -> Result<Box<dyn counters::CounterSource>, String> {
+    match host_snapshot {
+        Some(path) => Ok(Box::new(counters::Recorded::new(path))),
+        None => native_counters(),
+    }
+}
+
+#[cfg(windows)]
+fn native_counters() -> Result<Box<dyn counters::CounterSource>, String> {
+    windows::pdh::PdhSource::open().map(|s| Box::new(s) as Box<dyn counters::CounterSource>)
+}
+
+#[cfg(not(windows))]
+fn native_counters() -> Result<Box<dyn counters::CounterSource>, String> {
+    Err("GPU telemetry needs the Windows GPU performance counters, or a host snapshot with a telemetry section (--host-snapshot)".into())
 }

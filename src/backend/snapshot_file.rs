@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use super::stable_read::{read_settled, Settle};
 use super::{HostFactsSource, SourceError};
+use crate::util::stable_read::{read_settled, Settle};
 use dxdp_core::facts::HostFacts;
 use dxdp_core::snapshot::{self, SnapshotError};
 

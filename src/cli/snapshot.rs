@@ -69,7 +69,7 @@ fn telemetry(host_snapshot: Option<&std::path::Path>) -> Option<TelemetryFacts> 
     if let Some(path) = host_snapshot {
         return snapshot::read_file_full(path).ok().and_then(|(_, t)| t);
     }
-    let source = dxdp::telemetry::source::select(None).ok()?;
+    let source = dxdp::backend::select_counters(None).ok()?;
     let read = || match source.read() {
         Ok(t) => Some(t),
         Err(why) => {

@@ -326,7 +326,7 @@ pub fn choose_path(flag: Option<&Path>, env: &Env) -> Option<(PathBuf, bool)> {
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
-    crate::backend::stable_read::read_settled(path, Default::default()).map_err(|e| {
+    crate::util::stable_read::read_settled(path, Default::default()).map_err(|e| {
         ConfigError::Read {
             path: path.display().to_string(),
             reason: e.to_string(),

@@ -2,7 +2,7 @@
 //! kubelet's PodResources answer, and publishes per-device and per-pod figures on `/metrics`.
 //!
 //! - [`source`]: where counter samples come from (a host snapshot's recorded samples, or PDH on
-//!   Windows);
+//!   Windows): the backend's [`crate::backend::counters`];
 //! - [`sampler`]: the sampling task ([`sampler::run`]: runs until cancelled, never fails, retries
 //!   with backoff) and one sampling step for `dxdp top`;
 //! - [`top`]: the table `dxdp top` prints, and the figures read back from a daemon's `/metrics`.
@@ -10,8 +10,8 @@
 //! The computation itself is pure and lives in `dxdp_core::telemetry`.
 
 pub mod sampler;
-pub mod source;
 pub mod top;
 
+pub use crate::backend::counters as source;
 pub use sampler::{run, Sampler, State};
 pub use source::CounterSource;

@@ -21,9 +21,9 @@ use dxdp_core::telemetry::{CounterSample, PodAllocation, TelemetryFacts};
 use super::source::CounterSource;
 use crate::backend::HostFactsSource;
 use crate::config::Config;
+use crate::inventory::Inventory;
 use crate::kubelet::podresources::{self, Endpoint};
 use crate::observe::telemetry::{SampleResult, TelemetryMetrics};
-use crate::plugin::inventory::Inventory;
 
 /// How long one read of the counters (or of the host facts) may take.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -207,7 +207,7 @@ pub fn build(
     kubelet_dir: &std::path::Path,
     metrics: TelemetryMetrics,
 ) -> Option<Sampler> {
-    let source = match super::source::select(host_snapshot) {
+    let source = match crate::backend::select_counters(host_snapshot) {
         Ok(s) => s,
         Err(why) => {
             tracing::info!("GPU telemetry is off: {why}");

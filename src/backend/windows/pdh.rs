@@ -2,7 +2,7 @@
 //! with the wildcard counters `\GPU Engine(*)\Running Time`, `\GPU Process Memory(*)\Dedicated
 //! Usage` and `Shared Usage`, `\GPU Adapter Memory(*)\Dedicated Usage` and `Shared Usage`, read as
 //! raw values. Thin: the instance names are parsed by `dxdp_core::telemetry::instance` and the
-//! values merged by `crate::telemetry::source::memory_counters`, both tested on every target.
+//! values merged by `crate::backend::counters::memory_counters`, both tested on every target.
 
 use std::sync::Mutex;
 
@@ -11,8 +11,8 @@ use windows::core::PCWSTR;
 use dxdp_core::telemetry::{CounterSample, EngineCounter, TelemetryFacts};
 
 use super::library::Library;
+use crate::backend::counters::{memory_counters, CounterSource};
 use crate::backend::winparse::wide;
-use crate::telemetry::source::{memory_counters, CounterSource};
 
 /// `PDH_MORE_DATA`: the buffer is too small.
 const PDH_MORE_DATA: u32 = 0x8000_07D2;
@@ -268,7 +268,7 @@ mod tests {
         // the sampler then reports telemetry off. On a Windows GPU node it reads a sample.
         match super::PdhSource::open() {
             Ok(source) => {
-                let facts = crate::telemetry::CounterSource::read(&source).expect("a read");
+                let facts = crate::backend::counters::CounterSource::read(&source).expect("a read");
                 assert_eq!(facts.samples.len(), 1);
             }
             Err(e) => assert!(e.contains("PDH") || e.contains("pdh.dll"), "{e}"),

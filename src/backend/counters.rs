@@ -59,25 +59,6 @@ impl CounterSource for Recorded {
     }
 }
 
-/// The counter source for this run: the snapshot's recording when a host snapshot is used, the
-/// PDH counters on Windows, else none (with the reason).
-pub fn select(host_snapshot: Option<&Path>) -> Result<Box<dyn CounterSource>, String> {
-    match host_snapshot {
-        Some(path) => Ok(Box::new(Recorded::new(path))),
-        None => native(),
-    }
-}
-
-#[cfg(windows)]
-fn native() -> Result<Box<dyn CounterSource>, String> {
-    crate::backend::windows::pdh::PdhSource::open().map(|s| Box::new(s) as Box<dyn CounterSource>)
-}
-
-#[cfg(not(windows))]
-fn native() -> Result<Box<dyn CounterSource>, String> {
-    Err("GPU telemetry needs the Windows GPU performance counters, or a host snapshot with a telemetry section (--host-snapshot)".into())
-}
-
 /// One memory counter per instance from the `Dedicated Usage` and `Shared Usage` values of a
 /// counter set (an instance missing from one list has 0 there), in the order instances first
 /// appear.
