@@ -312,6 +312,7 @@ fn device_ids_with_odd_bytes_are_refused_as_malformed() {
             let err = allocation::allocate(
                 &d,
                 Resource::Display,
+                Resource::Display.default_resource_name(),
                 2,
                 assignment,
                 &ResourcePolicy::default(),
@@ -338,6 +339,7 @@ fn device_ids_with_odd_bytes_are_refused_as_malformed() {
         let err = allocation::allocate(
             &d,
             Resource::Display,
+            Resource::Display.default_resource_name(),
             2,
             Assignment::Auto,
             &ResourcePolicy::default(),

@@ -69,7 +69,15 @@ fuzz_target!(|data: &[u8]| {
             "preferred {id:?} was not offered"
         );
     }
-    match allocation::allocate(d, resource, replicas, assignment, &policy, &ids) {
+    match allocation::allocate(
+        d,
+        resource,
+        resource.default_resource_name(),
+        replicas,
+        assignment,
+        &policy,
+        &ids,
+    ) {
         Ok(edits) => {
             assert!(!edits.devices.is_empty());
             for id in &ids {

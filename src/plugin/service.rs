@@ -81,9 +81,11 @@ fn prepare(inventory: &Arc<Inventory>, resource: Resource) -> Answers {
         .discovery
         .devices_for(resource)
         .filter_map(|d| {
+            // Only answers that succeed are kept, so the name in errors does not matter here.
             let edits = allocation::allocate(
                 &inventory.discovery,
                 resource,
+                resource.default_resource_name(),
                 replicas,
                 inventory.assignment,
                 &policy,
@@ -307,6 +309,7 @@ impl ResourceService {
             let edits = allocation::allocate(
                 &inventory.discovery,
                 self.resource,
+                &self.name,
                 replicas,
                 inventory.assignment,
                 &inventory.config.policy(self.resource),

@@ -133,10 +133,12 @@ pub enum AllocationError {
 /// The annotation that carries the multi-device warning.
 pub const MULTI_DEVICE_ANNOTATION: &str = "multi-device";
 
-/// The container edits for one container's device IDs under the resource's `policy`.
+/// The container edits for one container's device IDs under the resource's `policy`; errors
+/// name the resource as it is served (`served`: its configured name or the alias asked for).
 pub fn allocate(
     discovery: &Discovery,
     resource: Resource,
+    served: &str,
     replicas: u32,
     assignment: Assignment,
     policy: &ResourcePolicy,
@@ -154,7 +156,7 @@ pub fn allocate(
         let device =
             resolve(discovery, resource, replicas, id).ok_or_else(|| AllocationError::Unknown {
                 id: id.clone(),
-                resource: resource.default_resource_name().to_string(),
+                resource: served.to_string(),
             })?;
         if !distinct_ids.contains(&id.as_str()) {
             distinct_ids.push(id);
@@ -166,8 +168,7 @@ pub fn allocate(
     let multi = multi_device_note(resource, assignment, distinct_ids.len(), &physical);
     if let (Some(note), MultiDevice::Fail) = (&multi, policy.multi_device) {
         return Err(AllocationError::MultiDevice(format!(
-            "{note}; multiDevice is fail for {resource}: request 1 {} per container (one container or pod per GPU)",
-            resource.default_resource_name()
+            "{note}; multiDevice is fail for {resource}: request 1 {served} per container (one container or pod per GPU)"
         )));
     }
     let mut edits = container_edits(&physical);
@@ -323,6 +324,7 @@ mod tests {
         let edits = allocate(
             &d,
             Resource::Display,
+            Resource::Display.default_resource_name(),
             2,
             Assignment::LocationPath,
             &ResourcePolicy::default(),
@@ -358,6 +360,7 @@ mod tests {
         let edits = allocate(
             &d,
             Resource::Display,
+            Resource::Display.default_resource_name(),
             1,
             Assignment::LocationPath,
             &ResourcePolicy::default(),
@@ -368,6 +371,7 @@ mod tests {
         let one = allocate(
             &d,
             Resource::Display,
+            Resource::Display.default_resource_name(),
             1,
             Assignment::LocationPath,
             &ResourcePolicy::default(),
@@ -405,6 +409,7 @@ mod tests {
             let err = allocate(
                 &d,
                 Resource::Display,
+                Resource::Display.default_resource_name(),
                 1,
                 Assignment::LocationPath,
                 &ResourcePolicy::default(),
@@ -423,6 +428,7 @@ mod tests {
             let err = allocate(
                 &d,
                 Resource::Display,
+                Resource::Display.default_resource_name(),
                 1,
                 Assignment::LocationPath,
                 &ResourcePolicy::default(),
@@ -439,6 +445,7 @@ mod tests {
         let err = allocate(
             &d,
             Resource::Display,
+            Resource::Display.default_resource_name(),
             1,
             Assignment::LocationPath,
             &ResourcePolicy::default(),
@@ -449,6 +456,7 @@ mod tests {
         let err = allocate(
             &d,
             Resource::Display,
+            Resource::Display.default_resource_name(),
             1,
             Assignment::LocationPath,
             &ResourcePolicy::default(),
@@ -456,6 +464,51 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("\"nope\""), "{err}");
+    }
+
+    #[test]
+    fn errors_name_the_resource_as_it_is_served() {
+        let d = sample();
+        let err = allocate(
+            &d,
+            Resource::Display,
+            "example.com/gpu",
+            1,
+            Assignment::LocationPath,
+            &ResourcePolicy::default(),
+            &["nope".to_string()],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown device ID \"nope\" for example.com/gpu: it is not advertised (now) by this plugin"
+        );
+        let ids: Vec<String> = d
+            .devices_for(Resource::Display)
+            .map(|dev| dev.id.clone())
+            .collect();
+        let fail = ResourcePolicy {
+            multi_device: MultiDevice::Fail,
+            ..ResourcePolicy::default()
+        };
+        let err = allocate(
+            &d,
+            Resource::Display,
+            "microsoft.com/directx",
+            1,
+            Assignment::LocationPath,
+            &fail,
+            &ids,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.ends_with(
+                "request 1 microsoft.com/directx per container (one container or pod per GPU)"
+            ),
+            "{err}"
+        );
+        assert!(!err.contains("directx.microsoft.com/display"), "{err}");
     }
 
     #[test]
@@ -468,6 +521,7 @@ mod tests {
         let edits = allocate(
             &d,
             Resource::Display,
+            Resource::Display.default_resource_name(),
             1,
             Assignment::ClassGuid,
             &ResourcePolicy::default(),
@@ -540,6 +594,7 @@ mod tests {
             let got = allocate(
                 &d,
                 Resource::Display,
+                Resource::Display.default_resource_name(),
                 2,
                 Assignment::LocationPath,
                 &policy,
@@ -569,6 +624,7 @@ mod tests {
         let edits = allocate(
             &d,
             Resource::Display,
+            Resource::Display.default_resource_name(),
             1,
             Assignment::LocationPath,
             &ResourcePolicy::default(),
@@ -626,6 +682,7 @@ mod tests {
             let edits = allocate(
                 &d,
                 Resource::Display,
+                Resource::Display.default_resource_name(),
                 1,
                 Assignment::LocationPath,
                 &policy,
@@ -643,6 +700,7 @@ mod tests {
         let edits = allocate(
             &d,
             Resource::Compute,
+            Resource::Compute.default_resource_name(),
             1,
             Assignment::LocationPath,
             &policy,
@@ -671,6 +729,7 @@ mod tests {
         let edits = allocate(
             &d,
             Resource::Display,
+            Resource::Display.default_resource_name(),
             1,
             Assignment::LocationPath,
             &policy,
@@ -705,6 +764,7 @@ mod tests {
         let edits = allocate(
             &d,
             Resource::Display,
+            Resource::Display.default_resource_name(),
             1,
             Assignment::LocationPath,
             &ResourcePolicy::default(),
