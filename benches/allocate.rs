@@ -26,12 +26,9 @@ use dxdp::plugin::{self, PluginConfig};
 use prost::Message;
 use tonic::transport::Channel;
 
-const DISPLAY: &str = "directx.microsoft.com/display";
+mod common;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
+use common::{percentile, DISPLAY};
 
 /// The target ratio of Allocate to the no-op call at p50 and p99.
 const TARGET: f64 = 1.10;

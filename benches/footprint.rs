@@ -25,20 +25,9 @@ use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::kubelet::v1beta1::{AllocateRequest, ContainerAllocateRequest};
 use dxdp_core::snapshot;
 
-const DISPLAY: &str = "directx.microsoft.com/display";
-const COMPUTE: &str = "directx.microsoft.com/compute";
+mod common;
 
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
+use common::{env_number, percentile, COMPUTE, DISPLAY};
 
 /// A number field of `/proc/<pid>/status` (`VmRSS` in KiB, `Threads`).
 fn status_field(pid: u32, field: &str) -> Option<u64> {

@@ -10,7 +10,6 @@
 //! Run with `cargo bench --bench heal`. `DXDP_BENCH_RESTARTS` (default 50) and
 //! `DXDP_BENCH_EDITS` (default 100) change the sizes.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,28 +17,10 @@ use dxdp::backend::SnapshotFile;
 use dxdp::config::Inputs;
 use dxdp::kubelet::standin::KubeletStandin;
 use dxdp::plugin::{self, PluginConfig, Reload};
-use dxdp_core::snapshot;
 
-const DISPLAY: &str = "directx.microsoft.com/display";
-const COMPUTE: &str = "directx.microsoft.com/compute";
+mod common;
 
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
-fn replace(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).expect("write");
-    std::fs::rename(&tmp, path).expect("rename");
-}
+use common::{env_number, percentile, replace, sample_host_dir, COMPUTE, DISPLAY};
 
 fn report(what: &str, target: &str, mut latencies: Vec<Duration>) {
     latencies.sort();
@@ -54,16 +35,7 @@ fn report(what: &str, target: &str, mut latencies: Vec<Duration>) {
 }
 
 async fn kubelet_restarts(restarts: usize) {
-    let dir = tempfile::Builder::new()
-        .prefix("dxdp-bench")
-        .tempdir_in(std::env::temp_dir())
-        .expect("temp dir");
-    let host = dir.path().join("host.yaml");
-    let facts = dxdp_core::sample::sample_host().expect("sample host");
-    replace(
-        &host,
-        &snapshot::write(&facts, snapshot::Format::Yaml).expect("yaml"),
-    );
+    let (dir, host) = sample_host_dir();
     let mut config = PluginConfig::new(dir.path().to_path_buf());
     config.safety_poll = Duration::from_secs(3600);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -102,16 +74,7 @@ async fn kubelet_restarts(restarts: usize) {
 }
 
 async fn config_edits(edits: usize) {
-    let dir = tempfile::Builder::new()
-        .prefix("dxdp-bench")
-        .tempdir_in(std::env::temp_dir())
-        .expect("temp dir");
-    let host = dir.path().join("host.yaml");
-    let facts = dxdp_core::sample::sample_host().expect("sample host");
-    replace(
-        &host,
-        &snapshot::write(&facts, snapshot::Format::Yaml).expect("yaml"),
-    );
+    let (dir, host) = sample_host_dir();
     let file = dir.path().join("config.yaml");
     let text = |replicas: u32| format!("resources: {{display: {{replicas: {replicas}}}}}\n");
     replace(&file, &text(1));

@@ -10,7 +10,6 @@
 //! Run with `cargo bench --bench refresh`. `DXDP_BENCH_EDITS` (default 200) and
 //! `DXDP_BENCH_IDLE_SECS` (default 60) change the sizes.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,37 +19,9 @@ use dxdp::plugin::{self, PluginConfig};
 use dxdp_core::facts::HostFacts;
 use dxdp_core::snapshot;
 
-const DISPLAY: &str = "directx.microsoft.com/display";
+mod common;
 
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
-fn replace(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).expect("write snapshot");
-    std::fs::rename(&tmp, path).expect("rename snapshot");
-}
-
-/// A small deterministic generator for the random intervals (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
+use common::{env_number, percentile, replace, sample_host_dir, schedstat, Rng, DISPLAY};
 
 async fn edit_latency(edits: usize) {
     let dir = tempfile::Builder::new()
@@ -111,36 +82,8 @@ async fn edit_latency(edits: usize) {
     kubelet.stop().await;
 }
 
-/// CPU nanoseconds and times scheduled, summed over the threads of `pid`.
-fn schedstat(pid: u32) -> Option<(u64, u64)> {
-    let mut cpu = 0;
-    let mut runs = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-    {
-        let text = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
-        let fields: Vec<u64> = text
-            .split_whitespace()
-            .filter_map(|f| f.parse().ok())
-            .collect();
-        cpu += fields.first()?;
-        runs += fields.get(2)?;
-    }
-    Some((cpu, runs))
-}
-
 async fn idle_cost(seconds: u64) {
-    let dir = tempfile::Builder::new()
-        .prefix("dxdp-bench")
-        .tempdir_in(std::env::temp_dir())
-        .expect("temp dir");
-    let path = dir.path().join("host.yaml");
-    let facts = dxdp_core::sample::sample_host().expect("sample host");
-    replace(
-        &path,
-        &snapshot::write(&facts, snapshot::Format::Yaml).expect("yaml"),
-    );
+    let (dir, path) = sample_host_dir();
     let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
         .args(["plugin", "--log-level", "warn", "--kubelet-dir"])

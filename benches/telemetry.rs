@@ -26,22 +26,14 @@ use dxdp_core::telemetry::{
     TelemetryFacts,
 };
 
+mod common;
+
+use common::{env_number, percentile};
+
 const GPUS: u32 = 8;
 const PROCESSES_PER_GPU: u32 = 200;
 const PODS: u32 = 50;
 const ENGINES: [&str; 4] = ["3D", "Copy", "Compute_0", "VideoDecode"];
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
 
 fn luid(gpu: u32) -> i64 {
     0x1000 + i64::from(gpu)

@@ -1,0 +1,77 @@
+//! What every bench shares: sizes from the environment, percentiles, atomic file replaces, a
+//! deterministic random generator and the per-thread CPU figures of a process.
+#![allow(dead_code)] // each bench uses a part
+
+use std::path::Path;
+use std::time::Duration;
+
+/// The served resource names.
+pub const DISPLAY: &str = "directx.microsoft.com/display";
+pub const COMPUTE: &str = "directx.microsoft.com/compute";
+
+/// A size from the environment variable `name`, else `default`.
+pub fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `p` quantile (0..1) of sorted durations (nearest rank).
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+/// Replaces `path` atomically (write beside it, then rename), as an editor or ConfigMap would.
+pub fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+/// A small deterministic generator for random intervals (xorshift64*).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// The CPU time (ns) and the number of times they ran of all threads of `pid`, summed from
+/// `/proc/<pid>/task/*/schedstat`.
+pub fn schedstat(pid: u32) -> Option<(u64, u64)> {
+    let mut cpu = 0;
+    let mut runs = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let text = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        let fields: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        cpu += fields.first()?;
+        runs += fields.get(2)?;
+    }
+    Some((cpu, runs))
+}
+
+/// A temporary kubelet directory holding the built-in sample host as `host.yaml`, and that file.
+pub fn sample_host_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp-bench")
+        .tempdir_in(std::env::temp_dir())
+        .expect("temp dir");
+    let host = dir.path().join("host.yaml");
+    let facts = dxdp_core::sample::sample_host().expect("sample host");
+    let text = dxdp_core::snapshot::write(&facts, dxdp_core::snapshot::Format::Yaml).expect("yaml");
+    replace(&host, &text);
+    (dir, host)
+}
