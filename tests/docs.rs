@@ -373,3 +373,36 @@ fn every_documented_flag_belongs_to_dxdp() {
         unknown.into_iter().collect::<Vec<_>>().join("\n")
     );
 }
+
+/// Table keys of docs/configuration.md that are not [`Key`]s, and why.
+const DOCUMENTED_NOT_KEYS: [&str; 4] = [
+    // Node-wide defaults of the per-resource include switches.
+    "devices.includeIntegrated",
+    "devices.includeDetachable",
+    // The compute resource's keys, documented once as "as above".
+    "resources.compute.*",
+    // The map of named configurations (its selection is the `configuration` key).
+    "configurations",
+];
+
+#[test]
+fn every_configuration_key_is_in_the_docs_key_table_and_the_table_names_only_keys() {
+    use dxdp::config::Key;
+    use dxdp_core::devices::Resource;
+    let table = first_column_codes(section(&doc("docs/configuration.md"), "Keys"));
+    for key in Key::all() {
+        let documented = match key {
+            Key::Resource(Resource::Compute, _) => table.contains("resources.compute.*"),
+            // Not a key of the file: the named configuration applied, shown by `config show`.
+            Key::Configuration => doc("docs/configuration.md").contains("`configuration:"),
+            k => table.contains(&k.to_string()),
+        };
+        assert!(documented, "{key} is not in docs/configuration.md#keys");
+    }
+    for name in &table {
+        assert!(
+            Key::parse(name).is_some() || DOCUMENTED_NOT_KEYS.contains(&name.as_str()),
+            "docs/configuration.md#keys lists {name}, which is no configuration key"
+        );
+    }
+}

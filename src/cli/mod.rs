@@ -308,7 +308,7 @@ pub fn main() -> ExitCode {
     };
     let level = match (
         &cli.command,
-        config.origins.get("logLevel").map(String::as_str),
+        Some(config.origin_of(dxdp::config::Key::LogLevel)),
     ) {
         (Command::Demo(_), Some("default")) => "warn",
         _ => config.log_level.as_str(),

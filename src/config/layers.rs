@@ -7,7 +7,7 @@ use dxdp_core::pipeline::runtime_files::AdditionalFile;
 use super::file::{
     self, ConfigFile, FileEntry, LogFormatName, ReferenceFile, Replicas, ResourceName, VendorKey,
 };
-use super::{Config, ConfigError, Env, Flags};
+use super::{Config, ConfigError, Env, Flags, Key, ResourceKey};
 use crate::logging::LogFormat;
 use dxdp_core::assignment::Assignment;
 
@@ -118,7 +118,7 @@ pub fn reference_mapping(f: &ReferenceFile, r: Resource) -> Vec<String> {
 pub(super) fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, origin: &str) {
     if let Some(n) = f.multitenancy {
         c.resource(r).replicas = n.replicas();
-        c.set_origin(&format!("resources.{r}.replicas"), origin);
+        c.set_origin(Key::Resource(r, ResourceKey::Replicas), origin);
         if n.0 == 0 {
             c.notices.push(format!(
                 "{origin}: multitenancy: 0 means 1 (exclusive devices), as in the reference plugin; resources.{r}.replicas is 1"
@@ -141,7 +141,7 @@ pub(super) fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, or
                     .additional_files
                     .extend(additional(*vendor, target, entries));
             }
-            c.set_origin("runtimeFiles.additional", origin);
+            c.set_origin(Key::RuntimeFilesAdditional, origin);
         }
     }
 }
@@ -153,19 +153,19 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
     ] {
         if let Some(v) = rf.enabled {
             c.resource(r).enabled = v;
-            c.set_origin(&format!("resources.{r}.enabled"), origin);
+            c.set_origin(Key::Resource(r, ResourceKey::Enabled), origin);
         }
         if let Some(ResourceName(v)) = &rf.name {
             c.resource(r).name = v.clone();
-            c.set_origin(&format!("resources.{r}.name"), origin);
+            c.set_origin(Key::Resource(r, ResourceKey::Name), origin);
         }
         if let Some(v) = rf.replicas {
             c.resource(r).replicas = v.0;
-            c.set_origin(&format!("resources.{r}.replicas"), origin);
+            c.set_origin(Key::Resource(r, ResourceKey::Replicas), origin);
         }
         if let Some(v) = &rf.aliases {
             c.resource(r).aliases = v.iter().map(|a| a.0.clone()).collect();
-            c.set_origin(&format!("resources.{r}.aliases"), origin);
+            c.set_origin(Key::Resource(r, ResourceKey::Aliases), origin);
         }
         apply_policy(c, r, rf, origin);
     }
@@ -190,32 +190,32 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
     }
     if let Some(v) = &d.include {
         c.pipeline.include = v.clone();
-        c.set_origin("devices.include", origin);
+        c.set_origin(Key::DevicesInclude, origin);
     }
     if let Some(v) = &d.exclude {
         c.pipeline.exclude = v.clone();
-        c.set_origin("devices.exclude", origin);
+        c.set_origin(Key::DevicesExclude, origin);
     }
     if let Some(v) = f.assignment {
         c.assignment = v;
-        c.set_origin("assignment", origin);
+        c.set_origin(Key::Assignment, origin);
     }
     if let Some(v) = f.health.enabled {
         c.pipeline.health.enabled = v;
-        c.set_origin("health.enabled", origin);
+        c.set_origin(Key::HealthEnabled, origin);
     }
     if let Some(v) = &f.health.ignore_problem_codes {
         c.pipeline.health.ignore_problem_codes = v.clone();
-        c.set_origin("health.ignoreProblemCodes", origin);
+        c.set_origin(Key::HealthIgnoreProblemCodes, origin);
     }
     let rt = &f.runtime_files;
     if let Some(v) = rt.enabled {
         c.pipeline.runtime_files = v;
-        c.set_origin("runtimeFiles.enabled", origin);
+        c.set_origin(Key::RuntimeFilesEnabled, origin);
     }
     if let Some(v) = &rt.exclude {
         c.pipeline.runtime_exclude = v.clone();
-        c.set_origin("runtimeFiles.exclude", origin);
+        c.set_origin(Key::RuntimeFilesExclude, origin);
     }
     if let Some(map) = &rt.additional {
         for (vendor, files) in map {
@@ -230,42 +230,42 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
                 &files.syswow64,
             ));
         }
-        c.set_origin("runtimeFiles.additional", origin);
+        c.set_origin(Key::RuntimeFilesAdditional, origin);
     }
     if let Some(v) = &f.log_level {
         c.log_level = v.0.clone();
-        c.set_origin("logLevel", origin);
+        c.set_origin(Key::LogLevel, origin);
     }
     if let Some(v) = f.node_labels.enabled {
         c.node_labels.enabled = v;
-        c.set_origin("nodeLabels.enabled", origin);
+        c.set_origin(Key::NodeLabelsEnabled, origin);
     }
     if let Some(v) = &f.node_labels.prefix {
         c.node_labels.prefix = v.0.clone();
-        c.set_origin("nodeLabels.prefix", origin);
+        c.set_origin(Key::NodeLabelsPrefix, origin);
     }
     if let Some(v) = f.log_format {
         c.log_format = match v {
             LogFormatName::Text => LogFormat::Text,
             LogFormatName::Json => LogFormat::Json,
         };
-        c.set_origin("logFormat", origin);
+        c.set_origin(Key::LogFormat, origin);
     }
     if let Some(v) = f.metrics.address {
         c.metrics_address = v.0;
-        c.set_origin("metrics.address", origin);
+        c.set_origin(Key::MetricsAddress, origin);
     }
     if let Some(v) = f.telemetry.enabled {
         c.telemetry.enabled = v;
-        c.set_origin("telemetry.enabled", origin);
+        c.set_origin(Key::TelemetryEnabled, origin);
     }
     if let Some(v) = f.telemetry.interval {
         c.telemetry.interval = v.0;
-        c.set_origin("telemetry.interval", origin);
+        c.set_origin(Key::TelemetryInterval, origin);
     }
     if let Some(v) = &f.telemetry.pod_resources_endpoint {
         c.telemetry.pod_resources_endpoint = Some(v.clone()).filter(|v| !v.trim().is_empty());
-        c.set_origin("telemetry.podResourcesEndpoint", origin);
+        c.set_origin(Key::TelemetryPodResourcesEndpoint, origin);
     }
 }
 
@@ -273,15 +273,15 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
 fn apply_policy(c: &mut Config, r: Resource, rf: &file::ResourceFile, origin: &str) {
     if let Some(v) = rf.allocation_policy {
         c.resource(r).policy.allocation = v;
-        c.set_origin(&format!("resources.{r}.allocationPolicy"), origin);
+        c.set_origin(Key::Resource(r, ResourceKey::AllocationPolicy), origin);
     }
     if let Some(v) = rf.multi_device {
         c.resource(r).policy.multi_device = v;
-        c.set_origin(&format!("resources.{r}.multiDevice"), origin);
+        c.set_origin(Key::Resource(r, ResourceKey::MultiDevice), origin);
     }
     if let Some(v) = rf.cuda_visible_devices {
         c.resource(r).policy.cuda_visible_devices = v;
-        c.set_origin(&format!("resources.{r}.cudaVisibleDevices"), origin);
+        c.set_origin(Key::Resource(r, ResourceKey::CudaVisibleDevices), origin);
     }
 }
 
@@ -295,8 +295,14 @@ enum Switch {
 /// Sets an include switch for one resource (`Some`) or both (`None`), recording the origin.
 fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool, origin: &str) {
     let (flags, key) = match switch {
-        Switch::Integrated => (&mut c.pipeline.include_integrated, "includeIntegrated"),
-        Switch::Detachable => (&mut c.pipeline.include_detachable, "includeDetachable"),
+        Switch::Integrated => (
+            &mut c.pipeline.include_integrated,
+            ResourceKey::IncludeIntegrated,
+        ),
+        Switch::Detachable => (
+            &mut c.pipeline.include_detachable,
+            ResourceKey::IncludeDetachable,
+        ),
     };
     let targets: &[Resource] = match &r {
         Some(r) => std::slice::from_ref(r),
@@ -306,7 +312,7 @@ fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool,
         *flags.get_mut(r) = value;
     }
     for &r in targets {
-        c.set_origin(&format!("resources.{r}.{key}"), origin);
+        c.set_origin(Key::Resource(r, key), origin);
     }
 }
 
@@ -315,13 +321,13 @@ fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool,
 /// and a notice says which won.
 fn over_reference(
     c: &mut Config,
-    key: &str,
+    key: Key,
     name: &str,
     value: &str,
     before: &str,
     env: &Env,
 ) -> String {
-    let previous = c.origin(key).to_string();
+    let previous = c.origin_of(key).to_string();
     let Some(loser) = previous
         .strip_prefix("env ")
         .filter(|v| v.starts_with("WDDM_") || v.starts_with("MCDM_"))
@@ -350,7 +356,10 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
                 parse_replicas(&name, v)?
             };
             c.resource(r).replicas = replicas;
-            c.set_origin(&format!("resources.{r}.replicas"), &format!("env {name}"));
+            c.set_origin(
+                Key::Resource(r, ResourceKey::Replicas),
+                &format!("env {name}"),
+            );
         }
         // Each plugin's switch acts on its own resource, in both directions.
         for (suffix, switch) in [
@@ -369,9 +378,9 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         for r in Resource::ALL {
             let before = c.replicas(r);
             c.resource(r).replicas = n;
-            let key = format!("resources.{r}.replicas");
-            let origin = over_reference(c, &key, "DXDP_REPLICAS", v, &before.to_string(), env);
-            c.set_origin(&key, &origin);
+            let key = Key::Resource(r, ResourceKey::Replicas);
+            let origin = over_reference(c, key, "DXDP_REPLICAS", v, &before.to_string(), env);
+            c.set_origin(key, &origin);
         }
     }
     if let Some(v) = env.get("DXDP_RESOURCES") {
@@ -382,7 +391,7 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         })?;
         for r in Resource::ALL {
             c.resource(r).enabled = wanted.contains(&r);
-            c.set_origin(&format!("resources.{r}.enabled"), "env DXDP_RESOURCES");
+            c.set_origin(Key::Resource(r, ResourceKey::Enabled), "env DXDP_RESOURCES");
         }
     }
     for (name, switch) in [
@@ -398,10 +407,10 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
                 };
                 let before = flags.get(r).to_string();
                 let key = match switch {
-                    Switch::Integrated => format!("resources.{r}.includeIntegrated"),
-                    Switch::Detachable => format!("resources.{r}.includeDetachable"),
+                    Switch::Integrated => Key::Resource(r, ResourceKey::IncludeIntegrated),
+                    Switch::Detachable => Key::Resource(r, ResourceKey::IncludeDetachable),
                 };
-                let origin = over_reference(c, &key, name, v, &before, env);
+                let origin = over_reference(c, key, name, v, &before, env);
                 set_include(c, Some(r), switch, value, &origin);
             }
         }
@@ -412,11 +421,11 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             value: v.clone(),
             reason: "use location-path, class-guid or auto".into(),
         })?;
-        c.set_origin("assignment", "env DXDP_ASSIGNMENT");
+        c.set_origin(Key::Assignment, "env DXDP_ASSIGNMENT");
     }
     if let Some(v) = env.get("DXDP_NODE_LABELS") {
         c.node_labels.enabled = parse_bool("DXDP_NODE_LABELS", v)?;
-        c.set_origin("nodeLabels.enabled", "env DXDP_NODE_LABELS");
+        c.set_origin(Key::NodeLabelsEnabled, "env DXDP_NODE_LABELS");
     }
     if let Some(v) = env.get("DXDP_NODE_LABEL_PREFIX") {
         dxdp_core::labels::check_prefix(v).map_err(|reason| ConfigError::Env {
@@ -425,7 +434,7 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             reason,
         })?;
         c.node_labels.prefix = v.clone();
-        c.set_origin("nodeLabels.prefix", "env DXDP_NODE_LABEL_PREFIX");
+        c.set_origin(Key::NodeLabelsPrefix, "env DXDP_NODE_LABEL_PREFIX");
     }
     if let Some(v) = env.get("DXDP_LOG_LEVEL") {
         crate::logging::filter(v).map_err(|e| ConfigError::Env {
@@ -434,7 +443,7 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             reason: e.to_string(),
         })?;
         c.log_level = v.trim().to_string();
-        c.set_origin("logLevel", "env DXDP_LOG_LEVEL");
+        c.set_origin(Key::LogLevel, "env DXDP_LOG_LEVEL");
     }
     if let Some(v) = env.get("DXDP_LOG_FORMAT") {
         c.log_format = v.parse().map_err(|reason| ConfigError::Env {
@@ -442,7 +451,7 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             value: v.clone(),
             reason,
         })?;
-        c.set_origin("logFormat", "env DXDP_LOG_FORMAT");
+        c.set_origin(Key::LogFormat, "env DXDP_LOG_FORMAT");
     }
     if let Some(v) = env.get("DXDP_METRICS_ADDRESS") {
         c.metrics_address = file::MetricsAddress::parse(v).map_err(|reason| ConfigError::Env {
@@ -450,11 +459,11 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             value: v.clone(),
             reason,
         })?;
-        c.set_origin("metrics.address", "env DXDP_METRICS_ADDRESS");
+        c.set_origin(Key::MetricsAddress, "env DXDP_METRICS_ADDRESS");
     }
     if let Some(v) = env.get("DXDP_TELEMETRY") {
         c.telemetry.enabled = parse_bool("DXDP_TELEMETRY", v)?;
-        c.set_origin("telemetry.enabled", "env DXDP_TELEMETRY");
+        c.set_origin(Key::TelemetryEnabled, "env DXDP_TELEMETRY");
     }
     if let Some(v) = env.get("DXDP_TELEMETRY_INTERVAL") {
         c.telemetry.interval = file::Interval::parse(v).map_err(|reason| ConfigError::Env {
@@ -462,12 +471,12 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             value: v.clone(),
             reason,
         })?;
-        c.set_origin("telemetry.interval", "env DXDP_TELEMETRY_INTERVAL");
+        c.set_origin(Key::TelemetryInterval, "env DXDP_TELEMETRY_INTERVAL");
     }
     if let Some(v) = env.get("DXDP_POD_RESOURCES_ENDPOINT") {
         c.telemetry.pod_resources_endpoint = Some(v.clone()).filter(|v| !v.trim().is_empty());
         c.set_origin(
-            "telemetry.podResourcesEndpoint",
+            Key::TelemetryPodResourcesEndpoint,
             "env DXDP_POD_RESOURCES_ENDPOINT",
         );
     }
@@ -495,13 +504,13 @@ pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
     if let Some(list) = &f.resources {
         for r in Resource::ALL {
             c.resource(r).enabled = list.contains(&r);
-            c.set_origin(&format!("resources.{r}.enabled"), "flag --resources");
+            c.set_origin(Key::Resource(r, ResourceKey::Enabled), "flag --resources");
         }
     }
     if let Some(n) = f.replicas {
         for r in Resource::ALL {
             c.resource(r).replicas = n;
-            c.set_origin(&format!("resources.{r}.replicas"), "flag --replicas");
+            c.set_origin(Key::Resource(r, ResourceKey::Replicas), "flag --replicas");
         }
     }
     if f.include_integrated {
@@ -524,18 +533,18 @@ pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
     }
     if let Some(a) = f.assignment {
         c.assignment = a;
-        c.set_origin("assignment", "flag --assignment");
+        c.set_origin(Key::Assignment, "flag --assignment");
     }
     if let Some(v) = &f.log_level {
         c.log_level = v.clone();
-        c.set_origin("logLevel", "flag --log-level");
+        c.set_origin(Key::LogLevel, "flag --log-level");
     }
     if let Some(v) = f.log_format {
         c.log_format = v;
-        c.set_origin("logFormat", "flag --log-format");
+        c.set_origin(Key::LogFormat, "flag --log-format");
     }
     if let Some(v) = f.metrics_address {
         c.metrics_address = v;
-        c.set_origin("metrics.address", "flag --metrics-address");
+        c.set_origin(Key::MetricsAddress, "flag --metrics-address");
     }
 }

@@ -10,9 +10,11 @@
 //! Reloading on file changes is the daemon's job (`plugin::reload`).
 
 pub mod file;
+pub mod keys;
 mod layers;
 mod show;
 
+pub use keys::{Key, ResourceKey};
 use layers::{apply_env, apply_file, apply_flags, apply_reference};
 pub use layers::{parse_resources, process_env, reference_mapping};
 
@@ -63,7 +65,7 @@ pub struct Config {
     /// `telemetry`: GPU telemetry sampling.
     pub telemetry: Telemetry,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
-    pub origins: BTreeMap<String, String>,
+    pub origins: BTreeMap<Key, String>,
     /// What an operator must be told about how the configuration was built (a reference-plugin
     /// default file read, `*_MULTITENANCY=0` taken as 1, a dxdp variable overriding a reference
     /// variable): logged at start and shown by `config show`.
@@ -167,10 +169,10 @@ impl Default for Config {
             origins: BTreeMap::new(),
             notices: Vec::new(),
         };
-        for key in c.keys() {
+        for key in Key::all() {
             c.origins.insert(key, "default".into());
         }
-        c.set_origin("configuration", NO_SELECTION);
+        c.set_origin(Key::Configuration, NO_SELECTION);
         c
     }
 }
@@ -217,8 +219,8 @@ impl Config {
         self.resources.get(&r).map(|s| s.replicas).unwrap_or(1)
     }
 
-    fn set_origin(&mut self, key: &str, origin: &str) {
-        self.origins.insert(key.to_string(), origin.to_string());
+    fn set_origin(&mut self, key: Key, origin: &str) {
+        self.origins.insert(key, origin.to_string());
     }
 }
 
@@ -422,7 +424,7 @@ impl Inputs {
                 apply_file(&mut c, &ConfigFile::from(f), &origin);
             }
         }
-        c.set_origin("configuration", &c.selection.reason.clone());
+        c.set_origin(Key::Configuration, &c.selection.reason.clone());
         apply_env(&mut c, &self.env)?;
         apply_flags(&mut c, &self.flags);
         Ok(c)

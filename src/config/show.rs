@@ -1,62 +1,21 @@
 //! `dxdp config show`: every effective key with its typed value and where it came from, for
 //! people (one `key: value  # origin` line each) and machines (JSON).
 
-use dxdp_core::devices::{Resource, TargetDir};
+use dxdp_core::devices::TargetDir;
 use dxdp_core::pipeline::filter::DeviceSelector;
 
-use super::Config;
+use super::{Config, Key, ResourceKey};
 
 impl Config {
-    /// Every key `config show` prints.
-    pub(super) fn keys(&self) -> Vec<String> {
-        let mut keys = Vec::new();
-        for r in Resource::ALL {
-            for k in [
-                "enabled",
-                "name",
-                "replicas",
-                "aliases",
-                "includeIntegrated",
-                "includeDetachable",
-                "allocationPolicy",
-                "multiDevice",
-                "cudaVisibleDevices",
-            ] {
-                keys.push(format!("resources.{r}.{k}"));
-            }
-        }
-        for k in [
-            "devices.include",
-            "devices.exclude",
-            "assignment",
-            "runtimeFiles.enabled",
-            "runtimeFiles.exclude",
-            "runtimeFiles.additional",
-            "health.enabled",
-            "health.ignoreProblemCodes",
-            "logLevel",
-            "logFormat",
-            "nodeLabels.enabled",
-            "nodeLabels.prefix",
-            "configuration",
-            "metrics.address",
-            "telemetry.enabled",
-            "telemetry.interval",
-            "telemetry.podResourcesEndpoint",
-        ] {
-            keys.push(k.to_string());
-        }
-        keys
-    }
-
-    /// The effective values with their origins, one `key: value  # origin` line each.
+    /// The effective values with their origins, one `key: value  # origin` line each, for every
+    /// key in [`Key::all`] order.
     pub fn show(&self) -> String {
         let mut out = String::new();
-        for key in self.keys() {
+        for key in Key::all() {
             out.push_str(&format!(
                 "{key}: {}  # {}\n",
-                human(&self.value(&key)),
-                self.origin(&key)
+                human(&self.value(key)),
+                self.origin_of(key)
             ));
         }
         out
@@ -65,57 +24,61 @@ impl Config {
     /// The effective values with their origins as JSON: `{key: {"value", "origin"}}`, values
     /// typed (booleans, numbers, lists, objects).
     pub fn show_json(&self) -> serde_json::Map<String, serde_json::Value> {
-        self.keys()
+        Key::all()
             .into_iter()
             .map(|key| {
                 let entry =
-                    serde_json::json!({"value": self.value(&key), "origin": self.origin(&key)});
-                (key, entry)
+                    serde_json::json!({"value": self.value(key), "origin": self.origin_of(key)});
+                (key.to_string(), entry)
             })
             .collect()
     }
 
-    /// Where a key's value came from.
+    /// Where the value of the key named `key` came from (`default` for a name that is no key).
     pub fn origin(&self, key: &str) -> &str {
+        Key::parse(key).map_or("default", |k| self.origin_of(k))
+    }
+
+    /// Where a key's value came from.
+    pub fn origin_of(&self, key: Key) -> &str {
         self.origins
-            .get(key)
+            .get(&key)
             .map(String::as_str)
             .unwrap_or("default")
     }
 
     /// A key's value, typed.
-    fn value(&self, key: &str) -> serde_json::Value {
+    fn value(&self, key: Key) -> serde_json::Value {
         use serde_json::{json, Value};
-        if let Some(rest) = key.strip_prefix("resources.") {
-            let (r, k) = rest.split_once('.').unwrap_or((rest, ""));
-            let Some(r) = Resource::ALL.into_iter().find(|x| x.as_str() == r) else {
-                return Value::Null;
-            };
-            let Some(s) = self.resources.get(&r) else {
-                return Value::Null;
-            };
-            return match k {
-                "enabled" => json!(s.enabled),
-                "name" => json!(s.name),
-                "replicas" => json!(s.replicas),
-                "aliases" => json!(s.aliases),
-                "includeIntegrated" => json!(self.pipeline.include_integrated.get(r)),
-                "includeDetachable" => json!(self.pipeline.include_detachable.get(r)),
-                "allocationPolicy" => json!(s.policy.allocation.as_str()),
-                "multiDevice" => json!(s.policy.multi_device.as_str()),
-                "cudaVisibleDevices" => json!(s.policy.cuda_visible_devices),
-                _ => Value::Null,
-            };
-        }
         match key {
-            "devices.include" => selectors_json(&self.pipeline.include),
-            "devices.exclude" => selectors_json(&self.pipeline.exclude),
-            "assignment" => json!(self.assignment.as_str()),
-            "runtimeFiles.enabled" => json!(self.pipeline.runtime_files),
-            "health.enabled" => json!(self.pipeline.health.enabled),
-            "health.ignoreProblemCodes" => json!(self.pipeline.health.ignore_problem_codes),
-            "runtimeFiles.exclude" => json!(self.pipeline.runtime_exclude),
-            "runtimeFiles.additional" => Value::Array(
+            Key::Resource(r, k) => {
+                let Some(s) = self.resources.get(&r) else {
+                    return Value::Null;
+                };
+                match k {
+                    ResourceKey::Enabled => json!(s.enabled),
+                    ResourceKey::Name => json!(s.name),
+                    ResourceKey::Replicas => json!(s.replicas),
+                    ResourceKey::Aliases => json!(s.aliases),
+                    ResourceKey::IncludeIntegrated => {
+                        json!(self.pipeline.include_integrated.get(r))
+                    }
+                    ResourceKey::IncludeDetachable => {
+                        json!(self.pipeline.include_detachable.get(r))
+                    }
+                    ResourceKey::AllocationPolicy => json!(s.policy.allocation.as_str()),
+                    ResourceKey::MultiDevice => json!(s.policy.multi_device.as_str()),
+                    ResourceKey::CudaVisibleDevices => json!(s.policy.cuda_visible_devices),
+                }
+            }
+            Key::DevicesInclude => selectors_json(&self.pipeline.include),
+            Key::DevicesExclude => selectors_json(&self.pipeline.exclude),
+            Key::Assignment => json!(self.assignment.as_str()),
+            Key::RuntimeFilesEnabled => json!(self.pipeline.runtime_files),
+            Key::HealthEnabled => json!(self.pipeline.health.enabled),
+            Key::HealthIgnoreProblemCodes => json!(self.pipeline.health.ignore_problem_codes),
+            Key::RuntimeFilesExclude => json!(self.pipeline.runtime_exclude),
+            Key::RuntimeFilesAdditional => Value::Array(
                 self.pipeline
                     .additional_files
                     .iter()
@@ -132,22 +95,21 @@ impl Config {
                     })
                     .collect(),
             ),
-            "logLevel" => json!(self.log_level),
-            "logFormat" => json!(self.log_format.to_string()),
-            "nodeLabels.enabled" => json!(self.node_labels.enabled),
-            "nodeLabels.prefix" => json!(self.node_labels.prefix),
-            "configuration" => json!(self.selection.name.as_deref().unwrap_or("default")),
-            "metrics.address" => match self.metrics_address {
+            Key::LogLevel => json!(self.log_level),
+            Key::LogFormat => json!(self.log_format.to_string()),
+            Key::NodeLabelsEnabled => json!(self.node_labels.enabled),
+            Key::NodeLabelsPrefix => json!(self.node_labels.prefix),
+            Key::Configuration => json!(self.selection.name.as_deref().unwrap_or("default")),
+            Key::MetricsAddress => match self.metrics_address {
                 Some(a) => json!(a.to_string()),
                 None => Value::Null,
             },
-            "telemetry.enabled" => json!(self.telemetry.enabled),
-            "telemetry.interval" => json!(format_interval(self.telemetry.interval)),
-            "telemetry.podResourcesEndpoint" => match &self.telemetry.pod_resources_endpoint {
+            Key::TelemetryEnabled => json!(self.telemetry.enabled),
+            Key::TelemetryInterval => json!(format_interval(self.telemetry.interval)),
+            Key::TelemetryPodResourcesEndpoint => match &self.telemetry.pod_resources_endpoint {
                 Some(e) => json!(e),
                 None => Value::Null,
             },
-            _ => Value::Null,
         }
     }
 }

@@ -119,14 +119,15 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
         }
     );
     let origin = format!("file {}", path.display());
-    for key in c.keys() {
-        if key == "configuration" {
-            assert_eq!(c.origins[&key], "default: no configuration selected");
-        } else if !key.starts_with("resources.compute.") || key == "resources.compute.enabled" {
-            assert_eq!(c.origins[&key], origin, "{key}");
+    for key in Key::all() {
+        let name = key.to_string();
+        if name == "configuration" {
+            assert_eq!(c.origin(&name), "default: no configuration selected");
+        } else if !name.starts_with("resources.compute.") || name == "resources.compute.enabled" {
+            assert_eq!(c.origin(&name), origin, "{key}");
         }
     }
-    assert_eq!(c.origins["resources.compute.replicas"], "default");
+    assert_eq!(c.origin("resources.compute.replicas"), "default");
     assert_eq!(
         c.endpoints(),
         [
@@ -199,9 +200,9 @@ fn precedence_is_defaults_file_env_flags() {
         assert_eq!(c.assignment, assignment);
         assert_eq!(c.log_level, level);
         assert!(
-            c.origins["resources.display.replicas"].starts_with(origin),
+            c.origin("resources.display.replicas").starts_with(origin),
             "{}",
-            c.origins["resources.display.replicas"]
+            c.origin("resources.display.replicas")
         );
     }
 }
@@ -590,8 +591,8 @@ fn the_node_label_selects_a_named_configuration() {
             c.selection.warning.is_some(),
         );
         assert_eq!(got, want, "{node:?} {env:?} {flag:?}");
-        assert_eq!(c.origins["configuration"], c.selection.reason);
-        let replicas_origin = &c.origins["resources.display.replicas"];
+        assert_eq!(c.origin("configuration"), c.selection.reason);
+        let replicas_origin = c.origin("resources.display.replicas");
         match (c.selection.name.as_deref(), env.is_empty()) {
             (Some("big"), true) => {
                 assert_eq!(replicas_origin, &format!("{file} (configuration big)"))

@@ -1,0 +1,193 @@
+//! Every configuration key, once, checked by the compiler: where a value came from (its
+//! origin), what `config show` prints and in which order, and the key table of
+//! docs/configuration.md (a test checks that every key is documented) all come from this list.
+
+use std::fmt;
+
+use dxdp_core::devices::Resource;
+
+/// A key of one resource (`resources.<resource>.<key>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ResourceKey {
+    /// `enabled`.
+    Enabled,
+    /// `name`.
+    Name,
+    /// `replicas`.
+    Replicas,
+    /// `aliases`.
+    Aliases,
+    /// `includeIntegrated`.
+    IncludeIntegrated,
+    /// `includeDetachable`.
+    IncludeDetachable,
+    /// `allocationPolicy`.
+    AllocationPolicy,
+    /// `multiDevice`.
+    MultiDevice,
+    /// `cudaVisibleDevices`.
+    CudaVisibleDevices,
+}
+
+impl ResourceKey {
+    /// Every resource key, in `config show` order.
+    pub const ALL: [ResourceKey; 9] = [
+        ResourceKey::Enabled,
+        ResourceKey::Name,
+        ResourceKey::Replicas,
+        ResourceKey::Aliases,
+        ResourceKey::IncludeIntegrated,
+        ResourceKey::IncludeDetachable,
+        ResourceKey::AllocationPolicy,
+        ResourceKey::MultiDevice,
+        ResourceKey::CudaVisibleDevices,
+    ];
+
+    /// The key as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKey::Enabled => "enabled",
+            ResourceKey::Name => "name",
+            ResourceKey::Replicas => "replicas",
+            ResourceKey::Aliases => "aliases",
+            ResourceKey::IncludeIntegrated => "includeIntegrated",
+            ResourceKey::IncludeDetachable => "includeDetachable",
+            ResourceKey::AllocationPolicy => "allocationPolicy",
+            ResourceKey::MultiDevice => "multiDevice",
+            ResourceKey::CudaVisibleDevices => "cudaVisibleDevices",
+        }
+    }
+}
+
+/// A configuration key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Key {
+    /// `resources.<resource>.<key>`.
+    Resource(Resource, ResourceKey),
+    /// `devices.include`.
+    DevicesInclude,
+    /// `devices.exclude`.
+    DevicesExclude,
+    /// `assignment`.
+    Assignment,
+    /// `runtimeFiles.enabled`.
+    RuntimeFilesEnabled,
+    /// `runtimeFiles.exclude`.
+    RuntimeFilesExclude,
+    /// `runtimeFiles.additional`.
+    RuntimeFilesAdditional,
+    /// `health.enabled`.
+    HealthEnabled,
+    /// `health.ignoreProblemCodes`.
+    HealthIgnoreProblemCodes,
+    /// `logLevel`.
+    LogLevel,
+    /// `logFormat`.
+    LogFormat,
+    /// `nodeLabels.enabled`.
+    NodeLabelsEnabled,
+    /// `nodeLabels.prefix`.
+    NodeLabelsPrefix,
+    /// `configuration`: the named configuration applied (not a key of the file: its selection).
+    Configuration,
+    /// `metrics.address`.
+    MetricsAddress,
+    /// `telemetry.enabled`.
+    TelemetryEnabled,
+    /// `telemetry.interval`.
+    TelemetryInterval,
+    /// `telemetry.podResourcesEndpoint`.
+    TelemetryPodResourcesEndpoint,
+}
+
+/// The keys that are not per resource, in `config show` order.
+const NODE_WIDE: [Key; 17] = [
+    Key::DevicesInclude,
+    Key::DevicesExclude,
+    Key::Assignment,
+    Key::RuntimeFilesEnabled,
+    Key::RuntimeFilesExclude,
+    Key::RuntimeFilesAdditional,
+    Key::HealthEnabled,
+    Key::HealthIgnoreProblemCodes,
+    Key::LogLevel,
+    Key::LogFormat,
+    Key::NodeLabelsEnabled,
+    Key::NodeLabelsPrefix,
+    Key::Configuration,
+    Key::MetricsAddress,
+    Key::TelemetryEnabled,
+    Key::TelemetryInterval,
+    Key::TelemetryPodResourcesEndpoint,
+];
+
+impl Key {
+    /// Every key, in `config show` order: each resource's keys, then the others.
+    pub fn all() -> Vec<Key> {
+        let mut keys: Vec<Key> = Resource::ALL
+            .iter()
+            .flat_map(|&r| ResourceKey::ALL.iter().map(move |&k| Key::Resource(r, k)))
+            .collect();
+        keys.extend(NODE_WIDE);
+        keys
+    }
+
+    /// The key named `name` (`resources.display.replicas`, `logLevel`).
+    pub fn parse(name: &str) -> Option<Key> {
+        Key::all().into_iter().find(|k| k.to_string() == name)
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            Key::Resource(..) => "",
+            Key::DevicesInclude => "devices.include",
+            Key::DevicesExclude => "devices.exclude",
+            Key::Assignment => "assignment",
+            Key::RuntimeFilesEnabled => "runtimeFiles.enabled",
+            Key::RuntimeFilesExclude => "runtimeFiles.exclude",
+            Key::RuntimeFilesAdditional => "runtimeFiles.additional",
+            Key::HealthEnabled => "health.enabled",
+            Key::HealthIgnoreProblemCodes => "health.ignoreProblemCodes",
+            Key::LogLevel => "logLevel",
+            Key::LogFormat => "logFormat",
+            Key::NodeLabelsEnabled => "nodeLabels.enabled",
+            Key::NodeLabelsPrefix => "nodeLabels.prefix",
+            Key::Configuration => "configuration",
+            Key::MetricsAddress => "metrics.address",
+            Key::TelemetryEnabled => "telemetry.enabled",
+            Key::TelemetryInterval => "telemetry.interval",
+            Key::TelemetryPodResourcesEndpoint => "telemetry.podResourcesEndpoint",
+        }
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Key::Resource(r, k) => write!(f, "resources.{r}.{}", k.as_str()),
+            other => f.write_str(other.path()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_parse_back() {
+        let all = Key::all();
+        assert_eq!(all.len(), 2 * 9 + 17);
+        let names: std::collections::BTreeSet<String> =
+            all.iter().map(ToString::to_string).collect();
+        assert_eq!(names.len(), all.len());
+        for k in all {
+            assert_eq!(Key::parse(&k.to_string()), Some(k));
+        }
+        assert_eq!(
+            Key::Resource(Resource::Compute, ResourceKey::CudaVisibleDevices).to_string(),
+            "resources.compute.cudaVisibleDevices"
+        );
+        assert_eq!(Key::parse("resources.display.replica"), None);
+    }
+}
