@@ -14,7 +14,6 @@ use dxdp::kubelet::standin::KubeletStandin;
 use dxdp::observe::Observe;
 use dxdp::plugin::{self, PluginConfig, PluginError};
 use dxdp_core::facts::HostFacts;
-use dxdp_core::snapshot;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -23,7 +22,6 @@ mod common;
 const DISPLAY: &str = "directx.microsoft.com/display";
 const COMPUTE: &str = "directx.microsoft.com/compute";
 const WAIT: Duration = Duration::from_secs(10);
-const NO_SAFETY_POLL: Duration = Duration::from_secs(3600);
 
 /// The sample host's devices (`dxdp discover --json` on the built-in sample host).
 const SAMPLE_DISPLAY: [&str; 2] = [
@@ -36,22 +34,10 @@ fn tempdir() -> tempfile::TempDir {
     common::socket_tempdir()
 }
 
-fn write_facts(path: &Path, facts: &HostFacts) {
-    let text = snapshot::write(facts, snapshot::Format::Yaml).unwrap();
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
+use common::write_facts;
 
 fn config(dir: &Path) -> PluginConfig {
-    let mut c = PluginConfig::new(dir.to_path_buf());
-    c.safety_poll = NO_SAFETY_POLL;
-    c.backoff = plugin::register::Backoff {
-        initial: Duration::from_millis(50),
-        max: Duration::from_millis(200),
-        timeout: Duration::from_secs(5),
-    };
-    c
+    common::plugin_config(dir)
 }
 
 struct Running {

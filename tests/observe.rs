@@ -28,8 +28,7 @@ mod common;
 const DISPLAY: &str = "directx.microsoft.com/display";
 const COMPUTE: &str = "directx.microsoft.com/compute";
 const WAIT: Duration = Duration::from_secs(10);
-/// Everything must happen from events: the safety poll never fires during a test.
-const NO_SAFETY_POLL: Duration = Duration::from_secs(3600);
+use common::NO_SAFETY_POLL;
 
 /// One HTTP/1.1 exchange on a fresh connection: status, raw headers, body.
 async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
@@ -147,14 +146,8 @@ impl Daemon {
         let snapshot = dir.path().join("host.yaml");
         Self::write_facts(&snapshot, &common::facts("sample"));
         config.metrics_address = Some("127.0.0.1:0".parse().unwrap());
-        let mut pc = PluginConfig::new(dir.path().to_path_buf());
+        let mut pc = common::plugin_config(dir.path());
         pc.config = config.clone();
-        pc.safety_poll = NO_SAFETY_POLL;
-        pc.backoff = plugin::register::Backoff {
-            initial: Duration::from_millis(50),
-            max: Duration::from_millis(200),
-            timeout: Duration::from_secs(5),
-        };
         let observe = pc.observe.clone();
         let mut listening = observe.listening();
         let (keep, own) = watch::channel(Arc::new(config));

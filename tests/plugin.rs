@@ -25,8 +25,7 @@ const COMPUTE: &str = "directx.microsoft.com/compute";
 /// Generous: these waits are for behaviour, not speed (latency is measured by the `refresh`
 /// benchmark, never asserted here).
 const WAIT: Duration = Duration::from_secs(10);
-/// Longer than any test, so that only events can drive the daemon.
-const NO_SAFETY_POLL: Duration = Duration::from_secs(3600);
+use common::NO_SAFETY_POLL;
 
 mod common;
 
@@ -83,17 +82,11 @@ impl Harness {
         updates: tokio::sync::watch::Receiver<Arc<dxdp::config::Config>>,
         reload: Option<plugin::Reload>,
     ) {
-        let mut config = PluginConfig::new(self.dir.path().to_path_buf());
+        // Everything must happen from events: the safety poll never fires during a test.
+        let mut config = common::plugin_config(self.dir.path());
         config.reload = reload;
         self.observe = config.observe.clone();
         config.config = updates.borrow().as_ref().clone();
-        // Everything must happen from events: the safety poll never fires during a test.
-        config.safety_poll = NO_SAFETY_POLL;
-        config.backoff = plugin::register::Backoff {
-            initial: Duration::from_millis(100),
-            max: Duration::from_millis(400),
-            timeout: Duration::from_secs(5),
-        };
         let source = Arc::new(SnapshotFile::new(self.snapshot.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
         self.stop = Some(stop);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use dxdp::backend::SnapshotFile;
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
-use dxdp::plugin::{self, PluginConfig, PluginError};
+use dxdp::plugin::{self, PluginError};
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::HostFacts;
 use dxdp_core::snapshot;
@@ -29,7 +29,6 @@ const COMPUTE: &str = "directx.microsoft.com/compute";
 /// For behaviour, not speed.
 const WAIT: Duration = Duration::from_secs(20);
 /// Longer than any test, so that only events drive the daemon.
-const NO_SAFETY_POLL: Duration = Duration::from_secs(3600);
 /// Descriptors that may still be closing when the count is taken (a connection the kubelet
 /// stand-in is tearing down, a watch being replaced); a leak grows with the number of cycles and
 /// exceeds this quickly.
@@ -206,13 +205,7 @@ impl Daemon {
             &snapshot::write(facts, snapshot::Format::Yaml).unwrap(),
         );
         let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
-        let mut config = PluginConfig::new(dir.path().to_path_buf());
-        config.safety_poll = NO_SAFETY_POLL;
-        config.backoff = plugin::register::Backoff {
-            initial: Duration::from_millis(50),
-            max: Duration::from_millis(200),
-            timeout: Duration::from_secs(5),
-        };
+        let mut config = common::plugin_config(dir.path());
         let updates = match &reload {
             Some(r) => r.tx.subscribe(),
             None => {

@@ -76,3 +76,28 @@ pub fn socket_tempdir() -> tempfile::TempDir {
         .tempdir_in(base)
         .unwrap_or_else(|e| panic!("temporary directory: {e}"))
 }
+
+/// Longer than any test, so that only events drive the daemons under test.
+pub const NO_SAFETY_POLL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The daemon's configuration for tests on `kubelet_dir`: driven by events alone (the safety
+/// poll an hour away) and registration retried fast (50 ms doubling to 200 ms, 5 s a call).
+pub fn plugin_config(kubelet_dir: &Path) -> dxdp::plugin::PluginConfig {
+    let mut c = dxdp::plugin::PluginConfig::new(kubelet_dir.to_path_buf());
+    c.safety_poll = NO_SAFETY_POLL;
+    c.backoff = dxdp::plugin::register::Backoff {
+        initial: std::time::Duration::from_millis(50),
+        max: std::time::Duration::from_millis(200),
+        timeout: std::time::Duration::from_secs(5),
+    };
+    c
+}
+
+/// Writes `facts` as a host snapshot at `path`, atomically (write beside it, then rename).
+pub fn write_facts(path: &Path, facts: &HostFacts) {
+    let text = dxdp_core::snapshot::write(facts, dxdp_core::snapshot::Format::Yaml)
+        .unwrap_or_else(|e| panic!("snapshot: {e}"));
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("{}: {e}", tmp.display()));
+    std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
