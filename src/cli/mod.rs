@@ -506,8 +506,14 @@ fn warning(message: &str) {
 }
 
 /// A multi-threaded tokio runtime for the commands that serve gRPC.
+/// The async runtime: two workers whatever the node's size (a device plugin waits on events;
+/// on a 64-core node tokio's default would be 64 idle threads), and blocking threads (file
+/// reads, host scans) that end one second after their last job instead of ten.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 2));
     tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_keep_alive(std::time::Duration::from_secs(1))
         .enable_all()
         .build()
         .context("cannot start the async runtime")
