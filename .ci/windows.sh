@@ -44,7 +44,7 @@ case "${1:-}" in
     /usr/bin/cargo test "${build_std[@]}" --lib "$@"
     # The daemon's fault tests build for Windows and, under Wine (no AF_UNIX), say that they are
     # skipped and why; on a real Windows machine they run.
-    /usr/bin/cargo test "${build_std[@]}" --test faults 2>&1 | tee "$CARGO_TARGET_DIR/faults-wine.log"
+    /usr/bin/cargo test "${build_std[@]}" --test faults -- --nocapture 2>&1 | tee "$CARGO_TARGET_DIR/faults-wine.log"
     grep -q "skipped .*AF_UNIX sockets are not available here" "$CARGO_TARGET_DIR/faults-wine.log" \
       || grep -q "test result: ok. 6 passed" "$CARGO_TARGET_DIR/faults-wine.log"
 
