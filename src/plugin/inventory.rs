@@ -187,7 +187,10 @@ pub async fn refresh(
                     Notice::Events(events) => match files.classify(&events) {
                         Batch::Unrelated => continue,
                         Batch::Writing => {
-                            writing_until = Some(tokio::time::Instant::now() + WRITE_GRACE);
+                            // The grace counts from the first write: a writer that keeps
+                            // writing without closing is read anyway once it is over.
+                            writing_until
+                                .get_or_insert(tokio::time::Instant::now() + WRITE_GRACE);
                             continue;
                         }
                         Batch::Complete => Some(Read::Complete),

@@ -90,6 +90,9 @@ enum Item {
     /// One of the subscription's directories (or an ancestor of a missing one) changed
     /// itself: verify the watches, then check.
     Verify,
+    /// One of the subscription's directories is watched again (by whichever subscriber's
+    /// verification added it): events may have been missed meanwhile.
+    Rewatched,
 }
 
 /// What a directory's inode is (its identity, so that a directory replaced by another of the
@@ -285,6 +288,10 @@ impl FileWatch {
             id
         };
         self.verify();
+        // The subscriber looks at its directories after subscribing: what was queued while its
+        // watches were being added (their first "watched again") says nothing new.
+        let mut rx = rx;
+        while rx.try_recv().is_ok() {}
         let mut safety = tokio::time::interval_at(
             tokio::time::Instant::now() + safety_tick,
             safety_tick.max(Duration::from_millis(1)),
@@ -322,6 +329,7 @@ impl FileWatch {
             };
             let mut ancestors = BTreeSet::new();
             let mut now = BTreeMap::new();
+            let mut rewatched_now = Vec::new();
             for (dir, watched) in &dirs {
                 let current = identity(dir);
                 let state = match (watched, current) {
@@ -331,6 +339,7 @@ impl FileWatch {
                         match watcher.watch(dir, RecursiveMode::NonRecursive) {
                             Ok(()) => {
                                 rewatched.push(dir.clone());
+                                rewatched_now.push(dir.clone());
                                 Some(cur)
                             }
                             Err(e) => {
@@ -362,19 +371,30 @@ impl FileWatch {
             }
             let settled = {
                 let mut state = lock(&self.shared.state);
+                let mut raced = false;
                 for (dir, st) in now {
-                    // Only directories still subscribed (one may have gone meanwhile).
+                    // Only directories still subscribed (one may have gone meanwhile), and only
+                    // where the watcher's callback did not mark the watch lost meanwhile (then
+                    // another round looks again).
                     if let Some(slot) = state.dirs.get_mut(&dir) {
-                        *slot = st;
+                        if dirs.get(&dir) == Some(slot) {
+                            *slot = st;
+                        } else {
+                            raced = true;
+                        }
                     }
                 }
                 state.ancestors = ancestors;
+                for dir in &rewatched_now {
+                    state.send(|s| s.dirs.contains(dir), || Item::Rewatched);
+                }
                 // A missing directory that exists by now (created while its ancestor watch
                 // was being added) needs another round.
-                !state
-                    .dirs
-                    .iter()
-                    .any(|(d, st)| st.is_none() && identity(d).is_some())
+                !raced
+                    && !state
+                        .dirs
+                        .iter()
+                        .any(|(d, st)| st.is_none() && identity(d).is_some())
             };
             if settled {
                 break;
@@ -439,52 +459,56 @@ impl Subscription {
     /// The next notice: a batch of entry changes, or a check (after a safety tick, a possible
     /// loss of events, or a directory watched again).
     pub async fn next(&mut self) -> Notice {
-        let first = tokio::select! {
-            item = self.rx.recv() => match item {
-                Some(item) => item,
-                // Unreachable while `self.watch` holds the sender's owner; only ticks remain.
-                None => {
-                    self.safety.tick().await;
-                    return self.tick();
+        loop {
+            let first = tokio::select! {
+                item = self.rx.recv() => match item {
+                    Some(item) => item,
+                    // Unreachable while `self.watch` holds the sender's owner; only ticks remain.
+                    None => {
+                        self.safety.tick().await;
+                        self.watch.verify();
+                        return Notice::Check(Check::Tick);
+                    }
+                },
+                _ = self.safety.tick() => {
+                    // A directory watched again by this verification is announced by its own
+                    // item, which the next call returns.
+                    self.watch.verify();
+                    return Notice::Check(Check::Tick);
                 }
-            },
-            _ = self.safety.tick() => return self.tick(),
-        };
-        let mut items = vec![first];
-        while let Ok(item) = self.rx.try_recv() {
-            items.push(item);
-        }
-        let verify = items.iter().any(|i| matches!(i, Item::Verify));
-        let rescan = items.iter().any(|i| matches!(i, Item::Rescan));
-        if verify || rescan {
-            let rewatched = self.watch.verify();
-            if rescan {
+            };
+            let mut items = vec![first];
+            self.drain(&mut items);
+            if items
+                .iter()
+                .any(|i| matches!(i, Item::Verify | Item::Rescan))
+            {
+                self.watch.verify();
+                self.drain(&mut items);
+            }
+            if items.iter().any(|i| matches!(i, Item::Rescan)) {
                 return Notice::Check(Check::Rescan);
             }
-            if rewatched.iter().any(|d| self.dirs.contains(d)) {
+            if items.iter().any(|i| matches!(i, Item::Rewatched)) {
                 return Notice::Check(Check::Rewatched);
             }
-        }
-        let events: Vec<DirEvent> = items
-            .into_iter()
-            .filter_map(|i| match i {
-                Item::Event(e) => Some(e),
-                _ => None,
-            })
-            .collect();
-        if events.is_empty() {
+            let events: Vec<DirEvent> = items
+                .into_iter()
+                .filter_map(|i| match i {
+                    Item::Event(e) => Some(e),
+                    _ => None,
+                })
+                .collect();
+            if !events.is_empty() {
+                return Notice::Events(events);
+            }
             // Only a verification that changed nothing for this subscriber: wait on.
-            return Box::pin(self.next()).await;
         }
-        Notice::Events(events)
     }
 
-    fn tick(&mut self) -> Notice {
-        let rewatched = self.watch.verify();
-        if rewatched.iter().any(|d| self.dirs.contains(d)) {
-            Notice::Check(Check::Rewatched)
-        } else {
-            Notice::Check(Check::Tick)
+    fn drain(&mut self, items: &mut Vec<Item>) {
+        while let Ok(item) = self.rx.try_recv() {
+            items.push(item);
         }
     }
 
@@ -628,6 +652,19 @@ mod tests {
         assert!(w.is_watching(a.path()) && w.is_watching(b.path()));
         std::fs::write(a.path().join("x"), b"").unwrap();
         next_event(&mut sa, "x", Change::Created).await;
+    }
+
+    #[tokio::test]
+    async fn a_directory_watched_again_by_one_subscriber_is_announced_to_every_one() {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("device-plugins");
+        let w = FileWatch::new();
+        let mut a = w.subscribe(std::slice::from_ref(&dir), HOUR);
+        let mut b = w.subscribe(std::slice::from_ref(&dir), HOUR);
+        std::fs::create_dir(&dir).unwrap();
+        // Whichever verifies first adds the watch; both are told to look again.
+        assert_eq!(next_check(&mut a).await, Check::Rewatched);
+        assert_eq!(next_check(&mut b).await, Check::Rewatched);
     }
 
     #[tokio::test(start_paused = true)]
