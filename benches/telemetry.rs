@@ -28,7 +28,7 @@ use dxdp_core::telemetry::{
 
 mod common;
 
-use common::{env_number, percentile};
+use common::{env_number, percentile, schedstat};
 
 const GPUS: u32 = 8;
 const PROCESSES_PER_GPU: u32 = 200;
@@ -155,18 +155,6 @@ fn sample_and_scrape(iterations: usize) {
     }
 }
 
-fn schedstat(pid: u32) -> Option<u64> {
-    let mut cpu = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-    {
-        let text = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
-        cpu += text.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(cpu)
-}
-
 async fn idle_cost(seconds: u64, telemetry: bool) {
     let dir = tempfile::Builder::new()
         .prefix("dxdp-bench")
@@ -192,13 +180,13 @@ async fn idle_cost(seconds: u64, telemetry: bool) {
     assert!(registered, "plugin registered");
     // Past the sampler's first sample.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (Some(before), start) = (schedstat(pid), Instant::now()) else {
+    let (Some((before, _)), start) = (schedstat(pid), Instant::now()) else {
         println!("idle cost: /proc/<pid>/task/*/schedstat is not available here");
         return;
     };
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let elapsed = start.elapsed();
-    let Some(after) = schedstat(pid) else {
+    let Some((after, _)) = schedstat(pid) else {
         println!("idle cost: the plugin exited during the measurement");
         return;
     };

@@ -92,6 +92,23 @@ async fn both_registered(kubelet: &KubeletStandin) {
     );
 }
 
+/// Writes the sample host without its A100 to `snapshot` and waits until the kubelet's compute
+/// list is empty (the daemon read the new snapshot).
+async fn remove_the_a100(snapshot: &Path, kubelet: &KubeletStandin) {
+    let mut fewer = common::facts("sample");
+    fewer
+        .adapters
+        .retain(|a| !a.driver_description.contains("A100"));
+    write_facts(snapshot, &fewer);
+    assert!(
+        kubelet
+            .wait_for(WAIT, |v| v.devices(COMPUTE).is_some_and(|d| d.is_empty()))
+            .await,
+        "the snapshot without the A100 was not read: {:#?}",
+        kubelet.view()
+    );
+}
+
 /// Waits until `metric` (a whole line of the OpenMetrics text) is there.
 async fn metric(observe: &Observe, line: &str) {
     let ok = tokio::time::timeout(WAIT, async {
@@ -158,18 +175,7 @@ async fn the_snapshot_directory_deleted_and_recreated_is_watched_again() {
     std::fs::remove_dir_all(&snap_dir).unwrap();
     std::fs::create_dir(&snap_dir).unwrap();
     // A host without the A100: the compute list empties.
-    let mut fewer = common::facts("sample");
-    fewer
-        .adapters
-        .retain(|a| !a.driver_description.contains("A100"));
-    write_facts(&snapshot, &fewer);
-    assert!(
-        kubelet
-            .wait_for(WAIT, |v| v.devices(COMPUTE).is_some_and(|d| d.is_empty()))
-            .await,
-        "the new snapshot was read: {:#?}",
-        kubelet.view()
-    );
+    remove_the_a100(&snapshot, &kubelet).await;
     assert_eq!(ids(&kubelet, DISPLAY), sorted(&SAMPLE_DISPLAY));
     running.stop().await.unwrap();
     kubelet.stop().await;
@@ -233,18 +239,7 @@ async fn a_refresher_that_panics_is_restarted_and_devices_keep_following_the_hos
     metric(&observe, "dxdp_task_restarts_total{task=\"refresher\"} 1").await;
     metric(&observe, "dxdp_task_up{task=\"refresher\"} 1").await;
     // The restarted refresher follows the host: the A100 goes.
-    let mut fewer = common::facts("sample");
-    fewer
-        .adapters
-        .retain(|a| !a.driver_description.contains("A100"));
-    write_facts(&snapshot, &fewer);
-    assert!(
-        kubelet
-            .wait_for(WAIT, |v| v.devices(COMPUTE).is_some_and(|d| d.is_empty()))
-            .await,
-        "{:#?}",
-        kubelet.view()
-    );
+    remove_the_a100(&snapshot, &kubelet).await;
     assert!(observe.health.check(Duration::from_secs(2)).await.is_ok());
     assert!(kubelet.view().plugins[DISPLAY].connected);
     running.stop().await.unwrap();
