@@ -445,6 +445,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cri_endpoints_are_the_configured_one_or_containerds() {
+        assert_eq!(
+            cri_endpoint(Some("npipe:////./pipe/containerd-containerd")),
+            Endpoint::Pipe(r"\\.\pipe\containerd-containerd".into())
+        );
+        assert_eq!(
+            cri_endpoint(Some("unix:///run/k3s/containerd/containerd.sock")),
+            Endpoint::Socket("/run/k3s/containerd/containerd.sock".into())
+        );
+        assert_eq!(cri_endpoint(None), cri::default_endpoint());
+        assert_eq!(cri_endpoint(Some("")), cri::default_endpoint());
+    }
+
+    #[test]
+    fn a_replay_asks_the_runtime_only_when_an_endpoint_is_configured() {
+        let snapshot = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/telemetry-t4.yaml");
+        let kubelet = std::path::Path::new("/nonexistent/device-plugins");
+        let built = |cri: Option<&str>| {
+            let mut config = Config::default();
+            config.telemetry.cri_endpoint = cri.map(str::to_string);
+            let (_, config) = watch::channel(Arc::new(config));
+            let (_, inventory) = watch::channel(None);
+            build(
+                Devices::Daemon(inventory),
+                config,
+                Some(&snapshot),
+                kubelet,
+                crate::observe::Metrics::new().telemetry().clone(),
+            )
+            .expect("the snapshot is a source")
+        };
+        let recorded = built(None);
+        // The recording's containers and pods: no live lists, no runtime, no kubelet.
+        assert!(recorded.containers.is_none() && recorded.cri.is_none());
+        assert!(recorded.pod_resources.is_none());
+        let asked = built(Some("unix:///run/cri.sock"));
+        assert!(asked.containers.is_none());
+        assert_eq!(asked.cri, Some(Endpoint::Socket("/run/cri.sock".into())));
+    }
+
+    #[test]
     fn backoff_doubles_from_one_second_within_the_interval_and_five_minutes() {
         let s = Duration::from_secs;
         // (failures, floor, delay)
