@@ -97,7 +97,7 @@ impl TelemetryMetrics {
         let duration = Histogram::new(SAMPLE_BUCKETS);
         registry.register_with_unit(
             "dxdp_telemetry_sample_duration",
-            "Time to read the GPU counters and compute the figures of one sample",
+            "Time of one sample: reading the GPU counters (and the containers' processes and pods) and computing the figures",
             Unit::Seconds,
             duration.clone(),
         );

@@ -149,8 +149,8 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Sampler {
-    /// One sample: reads the counters (and, when due, the devices and the kubelet's allocations)
-    /// and computes the figures. Does not publish them.
+    /// One sample: reads the counters (and, when due, the devices, the containers' processes,
+    /// their pods and the kubelet's allocations) and computes the figures. Does not publish them.
     pub async fn step(&self, state: &mut State) -> Result<TelemetryView, (SampleResult, String)> {
         let mut config = self.config.borrow().clone();
         let names = |config: &Config, r: Resource| {
