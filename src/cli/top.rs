@@ -64,7 +64,7 @@ struct TopDocument<'a> {
 /// Where `top` gets its figures.
 enum Figures {
     Daemon(String),
-    Here(Box<Sampler>, State),
+    Here(Box<Sampler>, Box<State>),
 }
 
 impl Figures {
@@ -123,7 +123,7 @@ pub fn run(
                     "no GPU telemetry source here: run dxdp top on a Windows node, pass --host-snapshot with a telemetry section, or --endpoint of a running daemon"
                 )
             })?;
-            Figures::Here(Box::new(sampler), State::default())
+            Figures::Here(Box::new(sampler), Box::default())
         }
     };
     let interval = Duration::from_secs(args.interval);

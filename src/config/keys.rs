@@ -98,10 +98,12 @@ pub enum Key {
     TelemetryInterval,
     /// `telemetry.podResourcesEndpoint`.
     TelemetryPodResourcesEndpoint,
+    /// `telemetry.criEndpoint`.
+    TelemetryCriEndpoint,
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 17] = [
+const NODE_WIDE: [Key; 18] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -119,6 +121,7 @@ const NODE_WIDE: [Key; 17] = [
     Key::TelemetryEnabled,
     Key::TelemetryInterval,
     Key::TelemetryPodResourcesEndpoint,
+    Key::TelemetryCriEndpoint,
 ];
 
 impl Key {
@@ -157,6 +160,7 @@ impl Key {
             Key::TelemetryEnabled => "telemetry.enabled",
             Key::TelemetryInterval => "telemetry.interval",
             Key::TelemetryPodResourcesEndpoint => "telemetry.podResourcesEndpoint",
+            Key::TelemetryCriEndpoint => "telemetry.criEndpoint",
         }
     }
 }
@@ -177,7 +181,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 17);
+        assert_eq!(all.len(), 2 * 9 + 18);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());
