@@ -107,7 +107,10 @@ async fn series(
     alloc.sort();
     let at = |d: &[Duration]| [0.50, 0.90, 0.99].map(|p| percentile(d, p));
     let p50 = percentile(&noop, 0.5);
-    (report("tonic", callers, noop.len(), at(&noop), at(&alloc)), p50)
+    (
+        report("tonic", callers, noop.len(), at(&noop), at(&alloc)),
+        p50,
+    )
 }
 
 /// What the client alone spends decoding one Allocate answer (prost, as the tonic client does),
@@ -118,8 +121,8 @@ fn client_decode(answer: &dxdp::kubelet::v1beta1::AllocateResponse) -> (usize, D
     let mut times = Vec::with_capacity(20_000);
     for _ in 0..20_000 {
         let t = Instant::now();
-        let decoded = dxdp::kubelet::v1beta1::AllocateResponse::decode(bytes.as_slice())
-            .expect("decode");
+        let decoded =
+            dxdp::kubelet::v1beta1::AllocateResponse::decode(bytes.as_slice()).expect("decode");
         std::hint::black_box(decoded);
         times.push(t.elapsed());
     }

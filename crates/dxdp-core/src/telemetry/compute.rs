@@ -19,9 +19,9 @@
 //! on the adapter in the last sample.
 //!
 //! **Attribution.** A process belongs to the container whose process list has its ID; the
-//! container to the pod container given for its ID (from the pod's status). Processes of no
-//! known container, or of a container dxdp cannot place, are summed under the empty pod (the
-//! host). A PodResources device ID names its physical device directly, or a replica of it
+//! container to the pod container given for its ID (from the container runtime's CRI labels).
+//! Processes of no known container, or of a container dxdp cannot place, are summed under the
+//! empty pod (the host). A PodResources device ID names its physical device directly, or a replica of it
 //! (`<id>-r<k>`).
 
 use std::collections::{BTreeMap, HashMap};
@@ -180,8 +180,8 @@ type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
 type FastSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<FastHasher>>;
 
 /// Computes the figures of `devices` from `facts`. `pods` maps container IDs to pod containers
-/// (from the pods' status) and wins over the pod recorded in `facts.containers`; `allocations`
-/// is the PodResources answer.
+/// (from the container runtime's CRI `ListContainers`) and wins over the pod recorded in
+/// `facts.containers`; `allocations` is the PodResources answer.
 pub fn compute(
     devices: &[DeviceRef],
     facts: &TelemetryFacts,
