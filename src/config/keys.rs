@@ -98,10 +98,14 @@ pub enum Key {
     TelemetryInterval,
     /// `telemetry.podResourcesEndpoint`.
     TelemetryPodResourcesEndpoint,
+    /// `isolation.policy`.
+    IsolationPolicy,
+    /// `isolation.events`.
+    IsolationEvents,
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 17] = [
+const NODE_WIDE: [Key; 19] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -119,6 +123,8 @@ const NODE_WIDE: [Key; 17] = [
     Key::TelemetryEnabled,
     Key::TelemetryInterval,
     Key::TelemetryPodResourcesEndpoint,
+    Key::IsolationPolicy,
+    Key::IsolationEvents,
 ];
 
 impl Key {
@@ -157,6 +163,8 @@ impl Key {
             Key::TelemetryEnabled => "telemetry.enabled",
             Key::TelemetryInterval => "telemetry.interval",
             Key::TelemetryPodResourcesEndpoint => "telemetry.podResourcesEndpoint",
+            Key::IsolationPolicy => "isolation.policy",
+            Key::IsolationEvents => "isolation.events",
         }
     }
 }
@@ -177,7 +185,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 17);
+        assert_eq!(all.len(), 2 * 9 + 19);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

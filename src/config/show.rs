@@ -110,6 +110,8 @@ impl Config {
                 Some(e) => json!(e),
                 None => Value::Null,
             },
+            Key::IsolationPolicy => json!(self.isolation.policy.as_str()),
+            Key::IsolationEvents => json!(self.isolation.events),
         }
     }
 }

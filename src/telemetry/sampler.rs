@@ -5,7 +5,8 @@
 //! delay (1 s up to 5 minutes, never more often than the interval), every attempt is counted in
 //! `dxdp_telemetry_samples_total{result}`, and the figures are withdrawn while the source fails
 //! (stale figures would mislead). A PodResources failure keeps the last answer and backs off the
-//! same way. Device serving never waits for any of it.
+//! same way. Device serving never waits for any of it. In the daemon, the isolation audit is fed
+//! after every successful sample ([`run_with`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,6 +19,7 @@ use dxdp_core::devices::Resource;
 use dxdp_core::telemetry::compute::{compute, device_refs, push_sample, DeviceRef, TelemetryView};
 use dxdp_core::telemetry::{CounterSample, PodAllocation, TelemetryFacts};
 
+use super::isolation::Tracker;
 use super::source::CounterSource;
 use crate::backend::HostFactsSource;
 use crate::config::Config;
@@ -75,6 +77,8 @@ pub struct State {
     devices: Vec<DeviceRef>,
     devices_at: Option<Instant>,
     allocations: Vec<PodAllocation>,
+    /// The kubelet's PodResources API answered at least once.
+    pod_answered: bool,
     pod_failures: u32,
     pod_next_try: Option<Instant>,
 }
@@ -167,6 +171,12 @@ impl Sampler {
         ))
     }
 
+    /// Whether the allocations of the last [`Sampler::step`] are the kubelet's (recorded, or
+    /// answered at least once), rather than empty for want of an answer.
+    pub fn allocations_known(&self, state: &State) -> bool {
+        self.pod_resources.is_none() || state.pod_answered
+    }
+
     async fn refresh_allocations(&self, endpoint: &Endpoint, config: &Config, state: &mut State) {
         if state.pod_next_try.is_some_and(|t| Instant::now() < t) {
             return;
@@ -178,6 +188,7 @@ impl Sampler {
                 }
                 self.metrics.pod_resources_call(true);
                 state.allocations = a;
+                state.pod_answered = true;
                 state.pod_failures = 0;
                 state.pod_next_try = None;
             }
@@ -233,6 +244,16 @@ pub fn build(
 /// fails: with telemetry off or no source it waits for `cancel`; failures are logged (the first
 /// of a run at warn), counted and retried with backoff.
 pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
+    run_with(sampler, None, cancel).await
+}
+
+/// [`run`], feeding the isolation audit's `tracker` after every successful sample (and telling
+/// it when telemetry is off).
+pub async fn run_with(
+    sampler: Sampler,
+    mut tracker: Option<Tracker>,
+    cancel: impl Future<Output = ()>,
+) {
     tokio::pin!(cancel);
     let mut state = State::default();
     let mut failures = 0u32;
@@ -245,6 +266,9 @@ pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
         let config = sampler.config.borrow().clone();
         let wait = if !config.telemetry.enabled {
             sampler.metrics.publish(None);
+            if let Some(t) = &mut tracker {
+                t.off("telemetry.enabled is false");
+            }
             config.telemetry.interval
         } else {
             let started = Instant::now();
@@ -253,7 +277,11 @@ pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
             match result {
                 Ok(view) => {
                     sampler.metrics.sample(SampleResult::Ok, elapsed);
-                    sampler.metrics.publish(Some(Arc::new(view)));
+                    let view = Arc::new(view);
+                    sampler.metrics.publish(Some(view.clone()));
+                    if let Some(t) = &mut tracker {
+                        t.sample(&view, sampler.allocations_known(&state));
+                    }
                     if failures > 0 {
                         tracing::info!(after = failures, "GPU telemetry samples again");
                     }
