@@ -332,7 +332,7 @@ pub async fn report_events(
                     *p = v;
                 }
             } else if !send {
-                // Events are off: nothing to do for it.
+                metrics.event(EventResult::Disabled);
             } else if gate.is_duplicate(&key, now) {
                 metrics.event(EventResult::Deduplicated);
             } else {
@@ -477,5 +477,115 @@ pub async fn keep_taint(
             changed = config.changed(), if config_open => config_open = changed.is_ok(),
             () = sleep_until(wake) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dxdp_core::telemetry::isolation::{Adapter, ViolationKind};
+
+    fn key(pod: &str) -> Key {
+        (
+            PodRef {
+                namespace: "n".into(),
+                pod: pod.into(),
+                container: "c".into(),
+            },
+            "gpu-1".into(),
+        )
+    }
+
+    #[test]
+    fn the_bucket_holds_a_burst_and_refills_one_per_period() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut gate = EventGate::new(
+            EventLimits {
+                burst: 2,
+                every: s(60),
+                dedup: s(3600),
+            },
+            t0,
+        );
+        assert!(gate.take(t0));
+        assert!(gate.take(t0));
+        assert!(!gate.take(t0), "the burst is spent");
+        assert_eq!(gate.next_token(), t0 + s(60));
+        assert!(!gate.take(t0 + s(59)));
+        assert!(gate.take(t0 + s(60)), "one token a minute");
+        assert!(!gate.take(t0 + s(61)));
+        // Long idle: the bucket fills up to the burst, not beyond.
+        assert!(gate.take(t0 + s(10_000)));
+        assert!(gate.take(t0 + s(10_000)));
+        assert!(!gate.take(t0 + s(10_000)));
+    }
+
+    #[test]
+    fn a_second_event_for_the_same_container_and_gpu_waits_for_the_window() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut gate = EventGate::new(EVENT_LIMITS, t0);
+        assert!(!gate.is_duplicate(&key("p"), t0));
+        gate.sent(key("p"), t0);
+        assert!(gate.is_duplicate(&key("p"), t0 + s(3599)));
+        assert!(!gate.is_duplicate(&key("q"), t0 + s(1)));
+        assert!(!gate.is_duplicate(&key("p"), t0 + s(3600)));
+        // Old entries are forgotten when another is recorded.
+        gate.sent(key("q"), t0 + s(3600));
+        assert_eq!(gate.sent.len(), 1);
+    }
+
+    #[test]
+    fn the_event_names_the_pod_container_and_both_adapters() {
+        let v = Violation {
+            pod: PodRef {
+                namespace: "vision".into(),
+                pod: "detect-0".into(),
+                container: "worker".into(),
+            },
+            used: Adapter {
+                device: "gpu-1".into(),
+                luid: "0x00000000_0x00000002".into(),
+                model: "T4".into(),
+            },
+            allocated: vec![Adapter {
+                device: "gpu-0".into(),
+                luid: "0x00000000_0x00000001".into(),
+                model: "T4".into(),
+            }],
+            processes: 1,
+            kind: ViolationKind::OtherDevice,
+        };
+        let now = Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap());
+        let e = serde_json::to_value(event(&v, "node-1", now)).unwrap();
+        // 1_700_000_000 s = 0x17979CFE362A0000 ns.
+        assert_eq!(e["metadata"]["name"], "detect-0.17979cfe362a0000");
+        assert_eq!(e["metadata"]["namespace"], "vision");
+        assert_eq!(
+            e["involvedObject"],
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "name": "detect-0", "namespace": "vision", "fieldPath": "spec.containers{worker}"})
+        );
+        assert_eq!(e["reason"], "GPUIsolationViolation");
+        assert_eq!(e["type"], "Warning");
+        assert_eq!(
+            e["source"],
+            serde_json::json!({"component": "dxdp", "host": "node-1"})
+        );
+        assert_eq!(e["related"]["kind"], "Node");
+        assert_eq!(e["count"], 1);
+        assert_eq!(
+            e["message"],
+            "container worker uses GPU gpu-1 (T4, LUID 0x00000000_0x00000002), which was not allocated to it (1 process); it was allocated gpu-0 (T4, LUID 0x00000000_0x00000001). Windows does not confine a process-isolated container to its GPU; see dxdp's docs/isolation.md"
+        );
+        // A long pod name is cut so that the Event's name stays within 253 characters.
+        let mut long = v.clone();
+        long.pod.pod = "p".repeat(253);
+        let e = event(
+            &long,
+            "node-1",
+            Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        );
+        assert_eq!(e.metadata.name.as_deref().map(str::len), Some(253));
     }
 }

@@ -35,6 +35,8 @@ pub enum EventResult {
     Deduplicated,
     /// Held back by the rate limit (sent later if the violation still lasts).
     RateLimited,
+    /// Not sent: `isolation.events` is false.
+    Disabled,
 }
 
 impl EventResult {
@@ -45,14 +47,16 @@ impl EventResult {
             EventResult::Error => "error",
             EventResult::Deduplicated => "deduplicated",
             EventResult::RateLimited => "rate_limited",
+            EventResult::Disabled => "disabled",
         }
     }
 
-    const ALL: [EventResult; 4] = [
+    const ALL: [EventResult; 5] = [
         EventResult::Sent,
         EventResult::Error,
         EventResult::Deduplicated,
         EventResult::RateLimited,
+        EventResult::Disabled,
     ];
 }
 
@@ -113,7 +117,7 @@ impl IsolationMetrics {
         let events = Family::<ResultLabel, Counter>::default();
         registry.register(
             "dxdp_isolation_events",
-            "Kubernetes Events about isolation violations, by result (sent, error, deduplicated, rate_limited)",
+            "Kubernetes Events about isolation violations, by result (sent, error, deduplicated, rate_limited, disabled)",
             events.clone(),
         );
         let taint_changes = Family::<ResultLabel, Counter>::default();
@@ -192,6 +196,11 @@ impl IsolationMetrics {
         self.taint_changes
             .get_or_create(&label(result.as_str()))
             .get()
+    }
+
+    /// Whether dxdp's taint is on the node, as dxdp last wrote or read it.
+    pub fn node_tainted(&self) -> bool {
+        self.tainted.get() == 1
     }
 
     /// How many violations started so far.
