@@ -995,3 +995,71 @@ mod daemon {
         );
     }
 }
+
+mod docs {
+    use super::*;
+
+    use std::collections::BTreeSet;
+
+    fn page(name: &str) -> String {
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(name)).unwrap()
+    }
+
+    /// The `dxdp_…` names in a text.
+    fn referenced(text: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("dxdp_") {
+            let tail = &rest[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                .unwrap_or(tail.len());
+            out.insert(tail[..end].to_string());
+            rest = &tail[end..];
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn every_isolation_metric_is_documented_and_the_alerts_use_real_ones() {
+        let metrics = Metrics::new();
+        let view = view_of(&common::fixture_path("telemetry-leak")).await;
+        metrics.telemetry().publish(Some(Arc::new(view.clone())));
+        let active = Arc::new(watch::Sender::new(None));
+        let mut t = dxdp::telemetry::isolation::Tracker::new(metrics.isolation().clone(), active);
+        t.sample(&view, true);
+        let served: BTreeSet<String> = metrics
+            .encode()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .map(str::to_string)
+            .collect();
+        let isolation: Vec<&String> = served
+            .iter()
+            .filter(|n| n.starts_with("dxdp_isolation_"))
+            .collect();
+        assert_eq!(isolation.len(), 6, "{isolation:?}");
+        let observability = page("docs/observability.md");
+        let start = observability.find("\n## GPU isolation\n").expect("section");
+        let section = &observability[start..];
+        let section = &section[..section[4..].find("\n## ").map_or(section.len(), |i| i + 4)];
+        let guide = page("docs/isolation.md");
+        for name in isolation {
+            let row = format!("| `{name}` |");
+            assert!(
+                section.contains(&row),
+                "docs/observability.md#gpu-isolation lacks {name}"
+            );
+            assert!(guide.contains(&row), "docs/isolation.md lacks {name}");
+        }
+        let unknown: Vec<String> = referenced(&guide)
+            .into_iter()
+            .filter(|n| !served.contains(n) && n != "dxdp_")
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "docs/isolation.md names metrics dxdp does not serve: {unknown:?}"
+        );
+    }
+}
