@@ -1,6 +1,7 @@
-//! Compiles the kubelet device plugin API (`proto/deviceplugin_v1beta1.proto`) and the kubelet's
-//! PodResources API (`proto/podresources_v1.proto`) with protox, a pure-Rust protobuf compiler, so no system `protoc` is needed, and records the git commit and
-//! target for `dxdp --version`.
+//! Compiles the kubelet device plugin API (`proto/deviceplugin_v1beta1.proto`), the kubelet's
+//! PodResources API (`proto/podresources_v1.proto`) and the part of the container runtime's CRI
+//! that dxdp uses (`proto/cri_runtime_v1.proto`) with protox, a pure-Rust protobuf compiler, so
+//! no system `protoc` is needed, and records the git commit and target for `dxdp --version`.
 
 use std::process::Command;
 
@@ -37,6 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/deviceplugin_v1beta1.proto",
         "proto/podresources_v1.proto",
+        "proto/cri_runtime_v1.proto",
     ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");

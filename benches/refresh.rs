@@ -4,7 +4,7 @@
 //!    intervals, alternating between two hosts; each time, the time from the rename to the kubelet
 //!    stand-in receiving the new device list. Reports p50/p99 (target: p99 under 20 ms).
 //! 2. Idle cost: `dxdp plugin` as its own process, registered with the stand-in and left alone;
-//!    the CPU time and the number of times its threads ran, from `/proc/<pid>/task/*/schedstat`
+//!    its CPU time (the process CPU clock) and the number of times its threads ran, from `/proc/<pid>/task/*/schedstat`
 //!    (target: under 0.05% of a core, about one wake-up per second or fewer).
 //!
 //! Run with `cargo bench --bench refresh`. `DXDP_BENCH_EDITS` (default 200) and
@@ -21,7 +21,9 @@ use dxdp_core::snapshot;
 
 mod common;
 
-use common::{env_number, percentile, replace, sample_host_dir, schedstat, Rng, DISPLAY};
+use common::{
+    env_number, percentile, process_cpu, replace, sample_host_dir, schedstat, Rng, DISPLAY,
+};
 
 async fn edit_latency(edits: usize) {
     let dir = tempfile::Builder::new()
@@ -102,18 +104,21 @@ async fn idle_cost(seconds: u64) {
         .await;
     assert!(registered, "plugin registered");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (Some(before), start) = (schedstat(pid), Instant::now()) else {
-        println!("idle cost: /proc/<pid>/task/*/schedstat is not available here");
+    let (Some(before), Some(cpu_before), start) =
+        (schedstat(pid), process_cpu(pid), Instant::now())
+    else {
+        println!("idle cost: /proc/<pid>/task/*/schedstat or the process CPU clock is not available here");
         return;
     };
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let elapsed = start.elapsed();
-    let Some(after) = schedstat(pid) else {
+    let (Some(after), Some(cpu_after)) = (schedstat(pid), process_cpu(pid)) else {
         println!("idle cost: the plugin exited during the measurement");
         return;
     };
-    let cpu = Duration::from_nanos(after.0 - before.0);
-    let runs = after.1 - before.1;
+    let cpu = cpu_after.saturating_sub(cpu_before);
+    // Wake-ups of the threads alive at both reads (an exited thread's are lost).
+    let runs = after.1.saturating_sub(before.1);
     println!(
         "idle dxdp plugin over {:.0} s: CPU {:.3} ms = {:.4}% of a core (target < 0.05%), {} thread wake-ups = {:.2}/s",
         elapsed.as_secs_f64(),

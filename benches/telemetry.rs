@@ -3,12 +3,15 @@
 //! 1. One sample and one scrape on a simulated node with 8 GPUs x 200 processes each x 50 pods:
 //!    `compute` over a window of two counter samples (6,400 engine instances, 1,600 process
 //!    memory instances each) with the PodResources answer, and `Metrics::encode` with those
-//!    figures published. p50/p99 over `DXDP_BENCH_ITERATIONS` (default 300) rounds. Targets:
-//!    sample under 2 ms, scrape under 5 ms at p99. (On Windows the PDH read comes on top; it is
+//!    figures published. p50/p99 over `DXDP_BENCH_ITERATIONS` (default 300) rounds, as wall
+//!    time and as the CPU time of the thread (`CLOCK_THREAD_CPUTIME_ID`): the CPU time is what
+//!    a sample costs the node, and unlike the wall time it does not include the time the thread
+//!    waited for a core on a busy machine. Targets: sample under 2 ms, scrape under 5 ms at p99
+//!    (of the CPU time). (On Windows the PDH read comes on top; it is
 //!    not measurable here.)
 //! 2. Idle cost: `dxdp plugin` on the `telemetry-t4` fixture with telemetry at the default
 //!    10 s interval, and again with `DXDP_TELEMETRY=false`, each for `DXDP_BENCH_IDLE_SECS`
-//!    (default 60): CPU time from `/proc/<pid>/task/*/schedstat`. Target: under 0.05% of a core
+//!    (default 60): CPU time from the process CPU clock (exited threads included). Target: under 0.05% of a core
 //!    with telemetry on.
 //!
 //! Run with `cargo bench --bench telemetry`.
@@ -28,7 +31,7 @@ use dxdp_core::telemetry::{
 
 mod common;
 
-use common::{env_number, percentile, schedstat};
+use common::{env_number, percentile, process_cpu};
 
 const GPUS: u32 = 8;
 const PROCESSES_PER_GPU: u32 = 200;
@@ -120,25 +123,49 @@ fn node() -> (Vec<DeviceRef>, TelemetryFacts) {
     (devices, facts)
 }
 
+/// The CPU time this thread has used.
+#[cfg(unix)]
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec; the clock ID is a constant the kernel knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Not measured on other systems (the bench runs on Linux): zero.
+#[cfg(not(unix))]
+fn thread_cpu() -> Duration {
+    Duration::ZERO
+}
+
 fn sample_and_scrape(iterations: usize) {
     let (devices, facts) = node();
     let metrics = Metrics::new();
     let none = HashMap::new();
     let mut samples = Vec::with_capacity(iterations);
     let mut scrapes = Vec::with_capacity(iterations);
+    let mut sample_cpu = Vec::with_capacity(iterations);
+    let mut scrape_cpu = Vec::with_capacity(iterations);
     let mut bytes = 0;
     for _ in 0..iterations {
-        let start = Instant::now();
+        let (start, cpu) = (Instant::now(), thread_cpu());
         let view = compute(&devices, &facts, &none, &facts.pod_resources);
         metrics.telemetry().publish(Some(Arc::new(view)));
         samples.push(start.elapsed());
-        let start = Instant::now();
+        sample_cpu.push(thread_cpu() - cpu);
+        let (start, cpu) = (Instant::now(), thread_cpu());
         let text = metrics.encode();
         scrapes.push(start.elapsed());
+        scrape_cpu.push(thread_cpu() - cpu);
         bytes = text.len();
     }
-    samples.sort();
-    scrapes.sort();
+    for list in [&mut samples, &mut scrapes, &mut sample_cpu, &mut scrape_cpu] {
+        list.sort();
+    }
     let view = metrics.telemetry().view().expect("published");
     println!(
         "simulated node: {GPUS} GPUs x {PROCESSES_PER_GPU} processes x {PODS} pods ({} engine instances per sample, {} container series, /metrics {} KiB)",
@@ -146,11 +173,22 @@ fn sample_and_scrape(iterations: usize) {
         view.containers.len(),
         bytes / 1024
     );
-    for (what, list, target) in [("sample", &samples, "2 ms"), ("scrape", &scrapes, "5 ms")] {
+    let ms = |list: &[Duration], p: f64| percentile(list, p).as_secs_f64() * 1000.0;
+    for (what, wall, cpu, target) in [
+        ("sample", &samples, &sample_cpu, 2.0),
+        ("scrape", &scrapes, &scrape_cpu, 5.0),
+    ] {
+        let verdict = if ms(cpu, 0.99) < target {
+            "met"
+        } else {
+            "NOT met"
+        };
         println!(
-            "{what}: p50 {:.3} ms, p99 {:.3} ms (target p99 < {target}), {iterations} rounds",
-            percentile(list, 0.5).as_secs_f64() * 1000.0,
-            percentile(list, 0.99).as_secs_f64() * 1000.0,
+            "{what}: CPU time p50 {:.3} ms, p99 {:.3} ms (target p99 < {target} ms: {verdict}); wall time p50 {:.3} ms, p99 {:.3} ms; {iterations} rounds",
+            ms(cpu, 0.5),
+            ms(cpu, 0.99),
+            ms(wall, 0.5),
+            ms(wall, 0.99),
         );
     }
 }
@@ -180,17 +218,17 @@ async fn idle_cost(seconds: u64, telemetry: bool) {
     assert!(registered, "plugin registered");
     // Past the sampler's first sample.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (Some((before, _)), start) = (schedstat(pid), Instant::now()) else {
-        println!("idle cost: /proc/<pid>/task/*/schedstat is not available here");
+    let (Some(before), start) = (process_cpu(pid), Instant::now()) else {
+        println!("idle cost: the process CPU clock is not available here");
         return;
     };
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let elapsed = start.elapsed();
-    let Some((after, _)) = schedstat(pid) else {
+    let Some(after) = process_cpu(pid) else {
         println!("idle cost: the plugin exited during the measurement");
         return;
     };
-    let cpu = Duration::from_nanos(after - before);
+    let cpu = after.saturating_sub(before);
     println!(
         "idle dxdp plugin, telemetry {} (10 s interval), over {:.0} s: CPU {:.3} ms = {:.4}% of a core (target < 0.05%)",
         if telemetry { "on" } else { "off" },

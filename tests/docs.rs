@@ -273,8 +273,9 @@ const FOREIGN_FLAGS: &[&str] = &[
     "namespace",
     // helm's `--set key=value` in prose.
     "set",
-    // The kubelet's flag for its state directory.
+    // The kubelet's flags for its state directory and its container runtime's CRI endpoint.
     "root-dir",
+    "container-runtime-endpoint",
     // eksctl / AKS node-pool options in docs/install.md.
     "gpu-driver",
     "skip-gpu-driver-install",

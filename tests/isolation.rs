@@ -61,6 +61,8 @@ async fn view_of(path: &Path) -> TelemetryView {
         devices: Devices::Host(Arc::new(SnapshotFile::new(path.to_path_buf()))),
         config,
         pod_resources: None,
+        cri: None,
+        containers: None,
         metrics: Metrics::new().telemetry().clone(),
     };
     let mut state = State::default();

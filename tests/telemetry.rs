@@ -2,6 +2,8 @@
 //! by hand from the fixture's numbers (the comments show the arithmetic).
 
 mod common;
+#[path = "support/cri.rs"]
+mod cri_standin;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -256,6 +258,8 @@ mod sampler {
                 devices: Devices::Host(Arc::new(SnapshotFile::new(path))),
                 config,
                 pod_resources,
+                cri: None,
+                containers: None,
                 metrics: metrics.telemetry().clone(),
             },
             metrics,
@@ -359,6 +363,163 @@ mod sampler {
         assert_eq!(
             m["dxdp_telemetry_pod_resources_calls_total{result=\"error\"}"],
             "1"
+        );
+    }
+
+    /// The fixture's window with its containers as HCS lists them live: IDs and processes, no
+    /// pods (aaa111: 4100, 4101; bbb222: 4200; ccc333: 4300; ddd444: 4400).
+    fn recorded_without_pods(dir: &std::path::Path) -> std::path::PathBuf {
+        let (facts, telemetry) =
+            dxdp_core::snapshot::read_file_full(&common::fixture_path("telemetry-t4")).unwrap();
+        let mut telemetry = telemetry.unwrap();
+        for c in &mut telemetry.containers {
+            c.pod = None;
+        }
+        let path = dir.join("live-containers.yaml");
+        let text = dxdp_core::snapshot::write_full(
+            &facts,
+            Some(&telemetry),
+            dxdp_core::snapshot::Format::Yaml,
+        )
+        .unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// (pod, device, dedicated, shared, engines, processes) of every container row.
+    type Row = (PodRef, String, u64, u64, BTreeMap<String, f64>, u64);
+
+    fn rows(view: &TelemetryView) -> Vec<Row> {
+        view.containers
+            .iter()
+            .map(|c| {
+                (
+                    c.pod.clone(),
+                    c.device.clone(),
+                    c.memory_used.dedicated.unwrap(),
+                    c.memory_used.shared.unwrap(),
+                    c.engines.clone(),
+                    c.processes,
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_container_runtime_names_the_pods_of_containers_recorded_without_them() {
+        use cri_standin::{container, CriStandin};
+        use dxdp::kubelet::cri::v1::{Container, ContainerState};
+
+        let dir = tempfile::tempdir().unwrap();
+        let source: Arc<dyn CounterSource> =
+            Arc::new(Recorded::new(&recorded_without_pods(dir.path())));
+        let running = ContainerState::ContainerRunning;
+        let standin = CriStandin::start(
+            &dir.path().join("containerd.sock"),
+            vec![
+                container("aaa111", running, "ml", "train-0", "trainer"),
+                container("bbb222", running, "ml", "infer-7d9", "server"),
+                // Exited (this runtime ignores the request's filter): not placed.
+                container(
+                    "ccc333",
+                    ContainerState::ContainerExited,
+                    "web",
+                    "render-1",
+                    "app",
+                ),
+                container("ddd444", running, "ops", "agent", "main"),
+                // Not created by the kubelet (no pod labels), and not in HCS's list anyway.
+                Container {
+                    id: "fff666".into(),
+                    state: running as i32,
+                    ..Container::default()
+                },
+            ],
+        )
+        .await
+        .unwrap();
+
+        // Without CRI, nothing places the containers: every process is the host's.
+        let (mut s, metrics) = sampler(source, None);
+        let view = s.step(&mut State::default()).await.unwrap();
+        assert!(
+            view.containers.iter().all(|c| c.pod.is_host()),
+            "{:?}",
+            view.containers
+        );
+
+        s.cri = Some(standin.endpoint());
+        let mut state = State::default();
+        let view = s.step(&mut state).await.unwrap();
+        let expected: Vec<Row> = vec![
+            // The host on GPU 0: pid 1200 and pid 4300 (ccc333 has exited as far as the
+            // runtime knows). Memory 256 MiB + 2 GiB = 2415919104, shared 16 MiB + 0.
+            // 3d engine 0: pid 1200 1M + pid 4300 20M = 21M of 100M; copy engine 2 (4300) 10M;
+            // video_decode 25M; cuda went down -> 0.
+            (
+                PodRef::host(),
+                GPU0.into(),
+                2_415_919_104,
+                16_777_216,
+                engines(&[
+                    ("3d", 0.21),
+                    ("copy", 0.10),
+                    ("video_decode", 0.25),
+                    ("cuda", 0.0),
+                ]),
+                2,
+            ),
+            // pid 4200: 4 GiB, 100 MiB; 3d 30M, copy 5M.
+            (
+                pod("ml", "infer-7d9", "server"),
+                GPU0.into(),
+                4_294_967_296,
+                104_857_600,
+                engines(&[("3d", 0.30), ("copy", 0.05)]),
+                1,
+            ),
+            // pids 4100 + 4101: 8 GiB + 1 GiB, 512 MiB + 0; compute engine 0 80M + 30M
+            // capped at 1, copy 2M.
+            (
+                pod("ml", "train-0", "trainer"),
+                GPU1.into(),
+                9_663_676_416,
+                536_870_912,
+                engines(&[("compute", 1.0), ("copy", 0.02)]),
+                2,
+            ),
+            // pid 4400: no memory; its compute counter is new in the later sample -> 0.
+            (
+                pod("ops", "agent", "main"),
+                GPU0.into(),
+                0,
+                0,
+                engines(&[("compute", 0.0)]),
+                1,
+            ),
+        ];
+        assert_eq!(rows(&view), expected);
+        // dxdp asked for the running containers only.
+        let requests = standin.requests();
+        assert_eq!(requests.len(), 1);
+        let state_filter = requests[0].filter.as_ref().and_then(|f| f.state.as_ref());
+        assert_eq!(state_filter.map(|s| s.state), Some(running as i32));
+
+        // The runtime goes away: the last answer is kept, the failure counted.
+        standin.stop().await;
+        let again = s.step(&mut state).await.unwrap();
+        assert_eq!(rows(&again), expected);
+        metrics.telemetry().publish(Some(Arc::new(again)));
+        let m = samples(&metrics.encode());
+        assert_eq!(m["dxdp_telemetry_cri_calls_total{result=\"ok\"}"], "1");
+        assert_eq!(m["dxdp_telemetry_cri_calls_total{result=\"error\"}"], "1");
+        assert_eq!(
+            m[&format!("dxdp_container_gpu_memory_used_bytes{{namespace=\"\",pod=\"\",container=\"\",device=\"{GPU0}\",segment=\"dedicated\"}}")],
+            "2415919104"
+        );
+        assert_eq!(
+            m[&format!("dxdp_container_gpu_engine_utilization_ratio{{namespace=\"ops\",pod=\"agent\",container=\"main\",device=\"{GPU0}\",engine=\"compute\"}}")],
+            "0.0"
         );
     }
 

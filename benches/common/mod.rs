@@ -43,8 +43,36 @@ impl Rng {
     }
 }
 
+/// The CPU time of process `pid` (every thread it ever had, exited ones included: the kernel's
+/// per-process CPU clock through `clock_getcpuclockid`). Summing the threads' `schedstat`
+/// instead loses the time of threads that exit during a measurement, such as a blocking-pool
+/// thread that ran one telemetry sample.
+#[cfg(unix)]
+pub fn process_cpu(pid: u32) -> Option<Duration> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `clock` is a valid out pointer.
+    if unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) } != 0 {
+        return None;
+    }
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec and `clock` came from the kernel.
+    if unsafe { libc::clock_gettime(clock, &mut t) } != 0 {
+        return None;
+    }
+    Some(Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
+}
+
+/// Not available on other systems (the benches run on Linux).
+#[cfg(not(unix))]
+pub fn process_cpu(_pid: u32) -> Option<Duration> {
+    None
+}
+
 /// The CPU time (ns) and the number of times they ran of all threads of `pid`, summed from
-/// `/proc/<pid>/task/*/schedstat`.
+/// `/proc/<pid>/task/*/schedstat` (threads that exited are not counted).
 pub fn schedstat(pid: u32) -> Option<(u64, u64)> {
     let mut cpu = 0;
     let mut runs = 0;

@@ -1,9 +1,11 @@
 //! Sources of GPU counter samples: the `telemetry` section of a host snapshot (a recorded window,
-//! replayed as it is), or the Windows GPU performance counters through PDH.
+//! replayed as it is), or the Windows GPU performance counters through PDH (with DXCore's shared
+//! memory limits); and of the containers' process lists (HCS on Windows; a recording has them in
+//! its telemetry section).
 
 use std::path::{Path, PathBuf};
 
-use dxdp_core::telemetry::{MemoryCounter, TelemetryFacts};
+use dxdp_core::telemetry::{ContainerProcesses, MemoryCounter, TelemetryFacts};
 
 /// Something that reads the GPU counters.
 pub trait CounterSource: Send + Sync {
@@ -17,6 +19,16 @@ pub trait CounterSource: Send + Sync {
     fn is_recorded(&self) -> bool {
         false
     }
+}
+
+/// Something that lists the containers of this machine and their processes, live (a recording
+/// has them in its telemetry facts instead).
+pub trait ContainerSource: Send + Sync {
+    /// A short description for logs (`HCS (computecore.dll)`).
+    fn describe(&self) -> String;
+    /// The running containers and their process IDs, now, without their pods (which the
+    /// container runtime knows). Blocking, with its own time limit; called off the async runtime.
+    fn list(&self) -> Result<Vec<ContainerProcesses>, String>;
 }
 
 /// The `telemetry` section of a host snapshot file, re-read at every sample (so that replacing

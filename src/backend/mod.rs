@@ -98,10 +98,27 @@ pub fn select_counters(
 
 #[cfg(windows)]
 fn native_counters() -> Result<Box<dyn counters::CounterSource>, String> {
-    windows::pdh::PdhSource::open().map(|s| Box::new(s) as Box<dyn counters::CounterSource>)
+    windows::telemetry::NodeCounters::open()
+        .map(|s| Box::new(s) as Box<dyn counters::CounterSource>)
 }
 
 #[cfg(not(windows))]
 fn native_counters() -> Result<Box<dyn counters::CounterSource>, String> {
     Err("GPU telemetry needs the Windows GPU performance counters, or a host snapshot with a telemetry section (--host-snapshot)".into())
+}
+
+/// The live source of the containers' process lists: HCS on Windows, else none (with the
+/// reason).
+#[cfg(windows)]
+pub fn native_containers() -> Result<Box<dyn counters::ContainerSource>, String> {
+    windows::hcs::HcsContainers::open()
+        .map(|s| Box::new(s) as Box<dyn counters::ContainerSource>)
+        .map_err(|e| e.to_string())
+}
+
+/// The live source of the containers' process lists: HCS on Windows, else none (with the
+/// reason).
+#[cfg(not(windows))]
+pub fn native_containers() -> Result<Box<dyn counters::ContainerSource>, String> {
+    Err("the containers' process lists come from HCS, which exists only on Windows".into())
 }

@@ -2,7 +2,8 @@
 //! target from recorded buffers: UTF-16 strings and multi-strings, registry value data, device
 //! property buffers (checked against their `DEVPROPTYPE`), device node status, DXCore property
 //! reads (supported, unsupported or failed), driver versions and LUIDs, the D3DKMT
-//! registry-query struct and the HCS service-properties JSON.
+//! registry-query struct and the HCS JSON documents (service properties, compute systems, process
+//! lists).
 
 use std::collections::BTreeMap;
 
@@ -439,6 +440,89 @@ pub fn hcs_schema_versions(json: &str) -> Result<Vec<String>, String> {
         .collect())
 }
 
+/// The `SystemQuery` for `HcsEnumerateComputeSystems`: containers only.
+pub const HCS_CONTAINERS_QUERY: &str = r#"{"Types":["Container"]}"#;
+
+/// The `System_PropertyQuery` for `HcsGetComputeSystemProperties`: the process list.
+pub const HCS_PROCESS_LIST_QUERY: &str = r#"{"PropertyTypes":["ProcessList"]}"#;
+
+/// The IDs of the running containers in an `HcsEnumerateComputeSystems` answer (an array of
+/// compute system summaries: `Id`, `SystemType`, `State`, `Owner`, …). Virtual machines, and
+/// containers in another state than `Running`, are left out (HCS may ignore the query's filter);
+/// a summary without a `State` counts as running. `null` is no compute system.
+pub fn hcs_running_containers(json: &str) -> Result<Vec<String>, String> {
+    let value: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| format!("HCS listed its compute systems in invalid JSON: {e}"))?;
+    let systems = match &value {
+        serde_json::Value::Null => return Ok(Vec::new()),
+        serde_json::Value::Array(a) => a,
+        other => {
+            return Err(format!(
+                "HCS listed its compute systems as {}, not an array",
+                json_kind(other)
+            ))
+        }
+    };
+    let mut out = Vec::new();
+    for system in systems {
+        let text = |k: &str| system.get(k).and_then(|v| v.as_str());
+        let Some(id) = text("Id").filter(|id| !id.is_empty()) else {
+            return Err(format!("HCS compute system without an Id: {system}"));
+        };
+        if text("SystemType") != Some("Container") {
+            continue;
+        }
+        if text("State").is_some_and(|s| s != "Running") {
+            continue;
+        }
+        out.push(id.to_string());
+    }
+    Ok(out)
+}
+
+/// The process IDs in an `HcsGetComputeSystemProperties` answer to the `ProcessList` query (a
+/// `Properties` document whose `ProcessList` holds `ProcessDetails`: `ProcessId`, `ImageName`,
+/// …), in the order listed, without duplicates. For a process-isolated container these are host
+/// process IDs, as in the GPU counters' `pid_…` instance names.
+pub fn hcs_process_ids(json: &str) -> Result<Vec<u32>, String> {
+    let value: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| format!("HCS answered the ProcessList query with invalid JSON: {e}"))?;
+    let list = match value.get("ProcessList") {
+        Some(serde_json::Value::Array(list)) => list,
+        Some(serde_json::Value::Null) => return Ok(Vec::new()),
+        Some(other) => {
+            return Err(format!(
+                "HCS ProcessList is {}, not an array",
+                json_kind(other)
+            ))
+        }
+        None => return Err("HCS answer has no ProcessList".into()),
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for p in list {
+        let pid = p
+            .get("ProcessId")
+            .and_then(|v| v.as_u64())
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| format!("HCS process without a valid ProcessId: {p}"))?;
+        if !out.contains(&pid) {
+            out.push(pid);
+        }
+    }
+    Ok(out)
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 /// `major.minor.build.UBR`, leaving out what is unknown.
 pub fn os_build(
     major: Option<u64>,
@@ -856,6 +940,84 @@ mod tests {
             r#"{"Properties":[{"SupportedSchemaVersions":[{"Major":"2"}]}]}"#,
         ] {
             assert!(hcs_schema_versions(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// `HcsEnumerateComputeSystems` on a Windows Server 2022 node with containerd: two
+    /// process-isolated containers of pods, a pod's sandbox, a Hyper-V isolated pod's utility VM
+    /// and a stopped container. Written from the published `Properties` schema (the fields of a
+    /// compute system summary).
+    const HCS_ENUMERATION: &str = r#"[
+      {"Id":"5e0055c814a6005b8e57ac59f9a522066e0af12b48b3c26a9416e23907e24a4d","SystemType":"Container","Name":"5e0055c814a6005b8e57ac59f9a522066e0af12b48b3c26a9416e23907e24a4d","Owner":"containerd-shim-runhcs-v1.exe","RuntimeId":"00000000-0000-0000-0000-000000000000","RuntimeOsType":"Windows","State":"Running"},
+      {"Id":"9b1c2a6f0e4d4f4e8a7b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f","SystemType":"Container","Owner":"containerd-shim-runhcs-v1.exe","State":"Running","IsDummy":false},
+      {"Id":"0c7e5b8a2f1d4c3b9a8e7f6d5c4b3a2918f7e6d5c4b3a29180f7e6d5c4b3a291","SystemType":"Container","Owner":"containerd-shim-runhcs-v1.exe","State":"Running"},
+      {"Id":"4f3e2d1c-vm@vm","SystemType":"VirtualMachine","Owner":"containerd-shim-runhcs-v1.exe","RuntimeId":"1d6f2c3e-8a9b-4c5d-9e0f-1a2b3c4d5e6f","State":"Running"},
+      {"Id":"7a6b5c4d3e2f1a0b","SystemType":"Container","Owner":"docker","State":"Stopped"}
+    ]"#;
+
+    /// `HcsGetComputeSystemProperties({"PropertyTypes":["ProcessList"]})` for the first
+    /// container: its entry point and a worker (written from the `ProcessDetails` schema).
+    const HCS_PROCESS_LIST: &str = r#"{
+      "Id":"5e0055c814a6005b8e57ac59f9a522066e0af12b48b3c26a9416e23907e24a4d",
+      "SystemType":"Container",
+      "ProcessList":[
+        {"ProcessId":4100,"ImageName":"python.exe","CreateTimestamp":"2024-05-02T10:00:01.1234567Z","UserTime100ns":81250000,"KernelTime100ns":3125000,"MemoryCommitBytes":2147483648,"MemoryWorkingSetPrivateBytes":1073741824,"MemoryWorkingSetSharedBytes":52428800},
+        {"ProcessId":4101,"ImageName":"worker.exe","CreateTimestamp":"2024-05-02T10:00:02.5Z","UserTime100ns":0,"KernelTime100ns":0,"MemoryCommitBytes":0,"MemoryWorkingSetPrivateBytes":0,"MemoryWorkingSetSharedBytes":0},
+        {"ProcessId":4100,"ImageName":"python.exe"}
+      ]
+    }"#;
+
+    #[test]
+    fn hcs_lists_the_running_containers_only() {
+        assert_eq!(
+            hcs_running_containers(HCS_ENUMERATION).unwrap(),
+            [
+                "5e0055c814a6005b8e57ac59f9a522066e0af12b48b3c26a9416e23907e24a4d",
+                "9b1c2a6f0e4d4f4e8a7b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f",
+                "0c7e5b8a2f1d4c3b9a8e7f6d5c4b3a2918f7e6d5c4b3a29180f7e6d5c4b3a291",
+            ]
+        );
+        assert!(hcs_running_containers("[]").unwrap().is_empty());
+        assert!(hcs_running_containers("null").unwrap().is_empty());
+        for (bad, part) in [
+            ("", "invalid JSON"),
+            ("{}", "an object, not an array"),
+            (r#"[{"SystemType":"Container"}]"#, "without an Id"),
+            (r#"[{"Id":"","SystemType":"Container"}]"#, "without an Id"),
+        ] {
+            let err = hcs_running_containers(bad).unwrap_err();
+            assert!(err.contains(part), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn hcs_process_lists_give_host_process_ids() {
+        assert_eq!(hcs_process_ids(HCS_PROCESS_LIST).unwrap(), [4100, 4101]);
+        assert!(hcs_process_ids(r#"{"Id":"x","ProcessList":[]}"#)
+            .unwrap()
+            .is_empty());
+        assert!(hcs_process_ids(r#"{"Id":"x","ProcessList":null}"#)
+            .unwrap()
+            .is_empty());
+        for (bad, part) in [
+            ("[", "invalid JSON"),
+            (r#"{"Id":"x","SystemType":"Container"}"#, "no ProcessList"),
+            (r#"{"ProcessList":{}}"#, "an object, not an array"),
+            (
+                r#"{"ProcessList":[{"ImageName":"a.exe"}]}"#,
+                "without a valid ProcessId",
+            ),
+            (
+                r#"{"ProcessList":[{"ProcessId":-1}]}"#,
+                "without a valid ProcessId",
+            ),
+            (
+                r#"{"ProcessList":[{"ProcessId":4294967296}]}"#,
+                "without a valid ProcessId",
+            ),
+        ] {
+            let err = hcs_process_ids(bad).unwrap_err();
+            assert!(err.contains(part), "{bad}: {err}");
         }
     }
 

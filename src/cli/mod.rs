@@ -358,9 +358,12 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
     let source = backend::select(cli.global.host_snapshot.clone());
     match cli.command {
         Command::Discover(args) => discover::run(&args, &config, source.as_ref()),
-        Command::Snapshot(args) => {
-            snapshot::run(&args, source.as_ref(), cli.global.host_snapshot.as_deref())
-        }
+        Command::Snapshot(args) => snapshot::run(
+            &args,
+            &config,
+            source.as_ref(),
+            cli.global.host_snapshot.as_deref(),
+        ),
         Command::Plugin(args) => plugin::run(
             &args,
             config,

@@ -159,7 +159,7 @@ pub fn run(
         tracing::info!(
             configuration = config.selection.name.as_deref().unwrap_or("default"),
             reason = %config.selection.reason,
-            "configuration applied"
+            "configuration selected; validated before it is served"
         );
         plugin_config.config = config.clone();
         let (tx, updates) = watch::channel(Arc::new(config));
@@ -301,12 +301,8 @@ async fn connect_cluster(
             tracing::warn!(node = %cluster.node(), "the API server did not answer within {NODE_READ_TIMEOUT:?}; starting with the default configuration")
         }
     }
+    // The selection is logged once, by the caller, with or without the API server.
     let resolved = inputs.resolve()?;
-    tracing::info!(
-        configuration = resolved.selection.name.as_deref().unwrap_or("default"),
-        reason = %resolved.selection.reason,
-        "configuration selected"
-    );
     if let Some(w) = &resolved.selection.warning {
         tracing::warn!("{w}");
     }

@@ -8,8 +8,11 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use dxdp::backend::HostFactsSource;
+use dxdp::config::Config;
+use dxdp::kubelet::cri;
+use dxdp::telemetry::sampler;
 use dxdp_core::snapshot::{self, Format};
-use dxdp_core::telemetry::TelemetryFacts;
+use dxdp_core::telemetry::{ContainerProcesses, TelemetryFacts};
 
 /// Arguments of `dxdp snapshot`.
 #[derive(Debug, Args)]
@@ -22,7 +25,8 @@ pub struct SnapshotArgs {
     #[arg(long, value_enum)]
     format: Option<SnapshotFormat>,
     /// Do not record the GPU telemetry section (by default two reads of the GPU counters one
-    /// second apart where they exist, or the telemetry of the --host-snapshot being rewritten).
+    /// second apart where they exist, with the containers' processes and pods, or the telemetry
+    /// of the --host-snapshot being rewritten).
     #[arg(long)]
     no_telemetry: bool,
 }
@@ -64,8 +68,9 @@ impl SnapshotArgs {
 const TELEMETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The telemetry section to record: the snapshot's own when rewriting one, else two reads of the
-/// GPU counters where they exist (none, with a note, when they cannot be read).
-fn telemetry(host_snapshot: Option<&std::path::Path>) -> Option<TelemetryFacts> {
+/// GPU counters where they exist (none, with a note, when they cannot be read), with the
+/// containers' processes (HCS) and their pods (CRI at `telemetry.criEndpoint`).
+fn telemetry(host_snapshot: Option<&std::path::Path>, config: &Config) -> Option<TelemetryFacts> {
     if let Some(path) = host_snapshot {
         return snapshot::read_file_full(path).ok().and_then(|(_, t)| t);
     }
@@ -81,12 +86,51 @@ fn telemetry(host_snapshot: Option<&std::path::Path>) -> Option<TelemetryFacts> 
     std::thread::sleep(TELEMETRY_WINDOW);
     let second = read()?;
     first.samples.extend(second.samples);
+    first.containers = containers(config);
     Some(first)
+}
+
+/// The running containers with their processes and, where the container runtime names them,
+/// their pods; none (with a note saying why) without HCS.
+fn containers(config: &Config) -> Vec<ContainerProcesses> {
+    let lister = match dxdp::backend::native_containers() {
+        Ok(l) => l,
+        Err(why) => {
+            super::notice(&format!("no container processes recorded: {why}"));
+            return Vec::new();
+        }
+    };
+    let mut containers = match lister.list() {
+        Ok(c) => c,
+        Err(why) => {
+            super::notice(&format!("no container processes recorded: {why}"));
+            return Vec::new();
+        }
+    };
+    let endpoint = sampler::cri_endpoint(config.telemetry.cri_endpoint.as_deref());
+    let pods = super::runtime()
+        .map_err(|e| format!("{e:#}"))
+        .and_then(|rt| {
+            rt.block_on(cri::list_pods(&endpoint, sampler::CRI_TIMEOUT))
+                .map_err(|e| e.to_string())
+        });
+    match pods {
+        Ok(pods) => {
+            for c in &mut containers {
+                c.pod = pods.get(&c.id).cloned();
+            }
+        }
+        Err(why) => super::notice(&format!(
+            "the containers are recorded without their pods: {why}"
+        )),
+    }
+    containers
 }
 
 /// Collects the facts and writes them.
 pub fn run(
     args: &SnapshotArgs,
+    config: &Config,
     source: &dyn HostFactsSource,
     host_snapshot: Option<&std::path::Path>,
 ) -> anyhow::Result<ExitCode> {
@@ -99,7 +143,7 @@ pub fn run(
     let telemetry = if args.no_telemetry {
         None
     } else {
-        telemetry(host_snapshot)
+        telemetry(host_snapshot, config)
     };
     let text = snapshot::write_full(&facts, telemetry.as_ref(), format)?;
     match &file {

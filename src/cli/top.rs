@@ -65,7 +65,7 @@ struct TopDocument<'a> {
 /// here.
 pub(super) enum Figures {
     Daemon(String),
-    Here(Box<Sampler>, State),
+    Here(Box<Sampler>, Box<State>),
 }
 
 impl Figures {
@@ -101,7 +101,7 @@ impl Figures {
                         "no GPU telemetry source here: run on a Windows node, pass --host-snapshot with a telemetry section, or --endpoint of a running daemon"
                     )
                 })?;
-                Figures::Here(Box::new(sampler), State::default())
+                Figures::Here(Box::new(sampler), Box::default())
             }
         })
     }

@@ -418,6 +418,75 @@ pub struct TelemetryFile {
     pub interval: Option<Interval>,
     /// Where the kubelet serves PodResources (a socket file, or a `\\.\pipe\…` name).
     pub pod_resources_endpoint: Option<String>,
+    /// Where the container runtime serves its CRI API (`unix:///…`, `npipe:////./pipe/…`, a
+    /// `\\.\pipe\…` name or a socket file); empty: containerd's.
+    pub cri_endpoint: Option<CriEndpoint>,
+}
+
+/// Where the container runtime serves its CRI API, as the user wrote it (validated: a local
+/// socket or named pipe).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(try_from = "String")]
+pub struct CriEndpoint(pub String);
+
+impl TryFrom<String> for CriEndpoint {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        CriEndpoint::parse(&s).map(|_| CriEndpoint(s.trim().to_string()))
+    }
+}
+
+impl CriEndpoint {
+    /// The local address of a CRI endpoint as the kubelet's `--container-runtime-endpoint`
+    /// writes it, in the form dxdp's clients take: `unix:///run/x.sock` → `/run/x.sock`,
+    /// `npipe:////./pipe/NAME` (or `npipe://./pipe/NAME`) → `\\.\pipe\NAME`; a `\\.\pipe\NAME`
+    /// or `//./pipe/NAME` name and a socket file path are taken as they are. Empty: `None` (the
+    /// default). Another scheme, or a pipe on another machine, is an error saying what to use.
+    pub fn parse(text: &str) -> Result<Option<String>, String> {
+        let t = text.trim();
+        if t.is_empty() {
+            return Ok(None);
+        }
+        let usage = "use unix:///PATH, npipe:////./pipe/NAME, \\\\.\\pipe\\NAME or a socket file path, e.g. npipe:////./pipe/containerd-containerd (containerd on Windows) or unix:///run/containerd/containerd.sock";
+        let lower = t.to_ascii_lowercase();
+        if lower.starts_with("unix://") {
+            // unix:///run/x.sock and, on Windows, unix:///C:/x.sock.
+            let rest = &t["unix://".len()..];
+            let path = match rest.as_bytes() {
+                [b'/', drive, b':', ..] if drive.is_ascii_alphabetic() => &rest[1..],
+                _ => rest,
+            };
+            if path.is_empty() || !(path.starts_with('/') || path.get(1..2) == Some(":")) {
+                return Err(format!(
+                    "CRI endpoint {} has no absolute socket path: {usage}",
+                    quote(t)
+                ));
+            }
+            return Ok(Some(path.to_string()));
+        }
+        if lower.starts_with("npipe:") {
+            let rest = t["npipe:".len()..].trim_start_matches(['/', '\\']);
+            let parts: Vec<&str> = rest.split(['/', '\\']).collect();
+            return match parts.as_slice() {
+                [".", pipe, name] if pipe.eq_ignore_ascii_case("pipe") && !name.is_empty() => {
+                    Ok(Some(format!(r"\\.\pipe\{name}")))
+                }
+                _ => Err(format!(
+                    "CRI endpoint {} is not a named pipe on this machine: {usage}",
+                    quote(t)
+                )),
+            };
+        }
+        if let Some((scheme, _)) = t.split_once("://") {
+            return Err(format!(
+                "CRI endpoint {} uses {}://, which dxdp does not speak (the CRI API is local): {usage}",
+                quote(t),
+                scheme
+            ));
+        }
+        Ok(Some(t.to_string()))
+    }
 }
 
 /// `isolation`.

@@ -98,6 +98,8 @@ pub enum Key {
     TelemetryInterval,
     /// `telemetry.podResourcesEndpoint`.
     TelemetryPodResourcesEndpoint,
+    /// `telemetry.criEndpoint`.
+    TelemetryCriEndpoint,
     /// `isolation.policy`.
     IsolationPolicy,
     /// `isolation.events`.
@@ -105,7 +107,7 @@ pub enum Key {
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 19] = [
+const NODE_WIDE: [Key; 20] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -123,6 +125,7 @@ const NODE_WIDE: [Key; 19] = [
     Key::TelemetryEnabled,
     Key::TelemetryInterval,
     Key::TelemetryPodResourcesEndpoint,
+    Key::TelemetryCriEndpoint,
     Key::IsolationPolicy,
     Key::IsolationEvents,
 ];
@@ -163,6 +166,7 @@ impl Key {
             Key::TelemetryEnabled => "telemetry.enabled",
             Key::TelemetryInterval => "telemetry.interval",
             Key::TelemetryPodResourcesEndpoint => "telemetry.podResourcesEndpoint",
+            Key::TelemetryCriEndpoint => "telemetry.criEndpoint",
             Key::IsolationPolicy => "isolation.policy",
             Key::IsolationEvents => "isolation.events",
         }
@@ -185,7 +189,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 19);
+        assert_eq!(all.len(), 2 * 9 + 20);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

@@ -267,6 +267,10 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.telemetry.pod_resources_endpoint = Some(v.clone()).filter(|v| !v.trim().is_empty());
         c.set_origin(Key::TelemetryPodResourcesEndpoint, origin);
     }
+    if let Some(v) = &f.telemetry.cri_endpoint {
+        c.telemetry.cri_endpoint = Some(v.0.clone()).filter(|v| !v.is_empty());
+        c.set_origin(Key::TelemetryCriEndpoint, origin);
+    }
     if let Some(v) = f.isolation.policy {
         c.isolation.policy = v;
         c.set_origin(Key::IsolationPolicy, origin);
@@ -487,6 +491,15 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             Key::TelemetryPodResourcesEndpoint,
             "env DXDP_POD_RESOURCES_ENDPOINT",
         );
+    }
+    if let Some(v) = env.get("DXDP_CRI_ENDPOINT") {
+        file::CriEndpoint::parse(v).map_err(|reason| ConfigError::Env {
+            name: "DXDP_CRI_ENDPOINT".into(),
+            value: v.clone(),
+            reason,
+        })?;
+        c.telemetry.cri_endpoint = Some(v.trim().to_string()).filter(|v| !v.is_empty());
+        c.set_origin(Key::TelemetryCriEndpoint, "env DXDP_CRI_ENDPOINT");
     }
     if let Some(v) = env.get("DXDP_ISOLATION_POLICY") {
         c.isolation.policy =

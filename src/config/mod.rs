@@ -86,6 +86,9 @@ pub struct Telemetry {
     pub interval: std::time::Duration,
     /// Where the kubelet serves PodResources; `None`: the kubelet's default for this OS.
     pub pod_resources_endpoint: Option<String>,
+    /// Where the container runtime serves its CRI API, as written (validated by
+    /// [`file::CriEndpoint::parse`]); `None`: containerd's default for this OS.
+    pub cri_endpoint: Option<String>,
 }
 
 impl Default for Telemetry {
@@ -94,6 +97,7 @@ impl Default for Telemetry {
             enabled: true,
             interval: std::time::Duration::from_secs(10),
             pod_resources_endpoint: None,
+            cri_endpoint: None,
         }
     }
 }

@@ -110,6 +110,10 @@ impl Config {
                 Some(e) => json!(e),
                 None => Value::Null,
             },
+            Key::TelemetryCriEndpoint => match &self.telemetry.cri_endpoint {
+                Some(e) => json!(e),
+                None => Value::Null,
+            },
             Key::IsolationPolicy => json!(self.isolation.policy.as_str()),
             Key::IsolationEvents => json!(self.isolation.events),
         }

@@ -68,6 +68,7 @@ telemetry:
   enabled: true
   interval: 30s
   podResourcesEndpoint: /var/lib/kubelet/pod-resources/kubelet.sock
+  criEndpoint: npipe:////./pipe/containerd-containerd
 isolation:
   policy: taint
   events: false
@@ -918,6 +919,84 @@ fn every_error_of_a_file_at_once() {
             p = path.display()
         )
     );
+}
+
+#[test]
+fn cri_endpoints_are_local_sockets_or_pipes() {
+    // (text, the address dxdp connects to, or part of the error)
+    let table = [
+        ("", Ok(None)),
+        (
+            "npipe:////./pipe/containerd-containerd",
+            Ok(Some(r"\\.\pipe\containerd-containerd")),
+        ),
+        ("npipe://./pipe/cri", Ok(Some(r"\\.\pipe\cri"))),
+        ("NPIPE:////./PIPE/cri", Ok(Some(r"\\.\pipe\cri"))),
+        (
+            r"\\.\pipe\containerd-containerd",
+            Ok(Some(r"\\.\pipe\containerd-containerd")),
+        ),
+        ("//./pipe/x", Ok(Some("//./pipe/x"))),
+        (
+            "unix:///run/containerd/containerd.sock",
+            Ok(Some("/run/containerd/containerd.sock")),
+        ),
+        ("unix:///C:/run/cri.sock", Ok(Some("C:/run/cri.sock"))),
+        ("  /run/crio/crio.sock ", Ok(Some("/run/crio/crio.sock"))),
+        ("unix://run/x.sock", Err("no absolute socket path")),
+        ("unix://", Err("no absolute socket path")),
+        (
+            "npipe:////server/pipe/x",
+            Err("not a named pipe on this machine"),
+        ),
+        ("npipe:////./pipe/", Err("not a named pipe on this machine")),
+        ("tcp://10.0.0.1:1234", Err("uses tcp://")),
+        ("https://x", Err("use unix:///PATH, npipe:////./pipe/NAME")),
+    ];
+    for (text, want) in table {
+        match (file::CriEndpoint::parse(text), want) {
+            (Ok(got), Ok(want)) => assert_eq!(got.as_deref(), want, "{text}"),
+            (Err(e), Err(part)) => assert!(e.contains(part), "{text}: {e}"),
+            (got, want) => panic!("{text}: {got:?}, wanted {want:?}"),
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        "telemetry: {criEndpoint: 'tcp://x:1'}\n",
+    );
+    let err = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("uses tcp://"), "{err}");
+    let err = inputs(None, &[("DXDP_CRI_ENDPOINT", "http://x")], Flags::default())
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("DXDP_CRI_ENDPOINT") && err.contains("uses http://"),
+        "{err}"
+    );
+    let c = inputs(
+        None,
+        &[(
+            "DXDP_CRI_ENDPOINT",
+            "unix:///run/k3s/containerd/containerd.sock",
+        )],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(
+        c.telemetry.cri_endpoint.as_deref(),
+        Some("unix:///run/k3s/containerd/containerd.sock")
+    );
+    assert_eq!(c.origin("telemetry.criEndpoint"), "env DXDP_CRI_ENDPOINT");
+    assert!(Config::default()
+        .show()
+        .contains("telemetry.criEndpoint: none  # default\n"));
 }
 
 #[test]

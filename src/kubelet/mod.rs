@@ -1,7 +1,11 @@
 //! The kubelet side of the device plugin API: generated v1beta1 types, the kubelet's directory
 //! ([`paths`]), and an in-process kubelet stand-in used by `dxdp demo` and the integration tests;
-//! and the kubelet's PodResources API ([`podresources`]: client and stand-in).
+//! the kubelet's PodResources API ([`podresources`]: client and stand-in); the container
+//! runtime's CRI API, which the kubelet drives ([`cri`]: the `ListContainers` client); and where
+//! such node-local APIs are served ([`endpoint`]: socket files and named pipes).
 
+pub mod cri;
+pub mod endpoint;
 pub mod paths;
 pub mod podresources;
 pub mod standin;

@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status};
 
 use dxdp_core::telemetry::PodAllocation;
 
+use super::endpoint::{connect, error_chain};
 use super::v1::pod_resources_lister_client::PodResourcesListerClient;
 use super::v1::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
 use super::v1::{
@@ -31,26 +32,9 @@ pub const WINDOWS_PIPE: &str = r"\\.\pipe\kubelet-pod-resources";
 /// The most bytes of a `List` answer accepted (a node with hundreds of pods stays far below).
 const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 
-/// Where the PodResources API is served.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    /// A Unix domain socket file (Linux, and AF_UNIX on Windows).
-    Socket(PathBuf),
-    /// A Windows named pipe (`\\.\pipe\…`).
-    Pipe(String),
-}
+pub use super::endpoint::Endpoint;
 
 impl Endpoint {
-    /// A named pipe when `text` starts with `\\.\pipe\` (or `//./pipe/`), else a socket path.
-    pub fn parse(text: &str) -> Endpoint {
-        let lower = text.to_ascii_lowercase();
-        if lower.starts_with(r"\\.\pipe\") || lower.starts_with("//./pipe/") {
-            Endpoint::Pipe(text.to_string())
-        } else {
-            Endpoint::Socket(PathBuf::from(text))
-        }
-    }
-
     /// The kubelet's endpoint on this OS, for its device-plugin directory `kubelet_dir`
     /// (`<root>/device-plugins`): the named pipe on Windows, `<root>/pod-resources/kubelet.sock`
     /// elsewhere.
@@ -70,15 +54,6 @@ pub fn socket_beside(kubelet_dir: &Path) -> PathBuf {
         .unwrap_or(kubelet_dir)
         .join("pod-resources")
         .join("kubelet.sock")
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Socket(p) => write!(f, "{}", p.display()),
-            Endpoint::Pipe(p) => f.write_str(p),
-        }
-    }
 }
 
 /// Why `List` gave no answer.
@@ -140,72 +115,6 @@ pub async fn list(
             endpoint: name.clone(),
             timeout,
         })?
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
-async fn connect(
-    endpoint: &Endpoint,
-) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    match endpoint {
-        Endpoint::Socket(path) => transport::channel(path).await,
-        Endpoint::Pipe(name) => pipe::channel(name).await,
-    }
-}
-
-#[cfg(windows)]
-mod pipe {
-    use std::io;
-    use std::time::Duration;
-
-    use hyper_util::rt::TokioIo;
-    use tonic::transport::{Channel, Endpoint};
-
-    /// A gRPC channel over the named pipe `name`.
-    pub async fn channel(name: &str) -> Result<Channel, tonic::transport::Error> {
-        let name = name.to_string();
-        Endpoint::from_static("http://localhost")
-            .connect_timeout(Duration::from_secs(5))
-            .connect_with_connector(tower::service_fn(move |_| {
-                let name = name.clone();
-                async move {
-                    let client =
-                        tokio::net::windows::named_pipe::ClientOptions::new().open(&name)?;
-                    Ok::<_, io::Error>(TokioIo::new(client))
-                }
-            }))
-            .await
-    }
-}
-
-#[cfg(not(windows))]
-mod pipe {
-    use tonic::transport::{Channel, Endpoint};
-
-    /// Named pipes exist only on Windows: connecting fails (with tonic's connection error).
-    pub async fn channel(name: &str) -> Result<Channel, tonic::transport::Error> {
-        let name = name.to_string();
-        Endpoint::from_static("http://localhost")
-            .connect_with_connector(tower::service_fn(move |_| {
-                let name = name.clone();
-                async move {
-                    Err::<hyper_util::rt::TokioIo<tokio::net::TcpStream>, _>(std::io::Error::new(
-                        std::io::ErrorKind::Unsupported,
-                        format!("{name} is a Windows named pipe"),
-                    ))
-                }
-            }))
-            .await
-    }
 }
 
 /// Every container's devices in a `List` answer, one entry per (container, resource).
@@ -382,15 +291,7 @@ mod tests {
     }
 
     #[test]
-    fn endpoints_are_pipes_or_socket_files() {
-        assert_eq!(
-            Endpoint::parse(r"\\.\pipe\kubelet-pod-resources"),
-            Endpoint::Pipe(WINDOWS_PIPE.into())
-        );
-        assert_eq!(
-            Endpoint::parse("/var/lib/kubelet/pod-resources/kubelet.sock"),
-            Endpoint::Socket("/var/lib/kubelet/pod-resources/kubelet.sock".into())
-        );
+    fn the_kubelets_socket_is_beside_the_device_plugin_directory() {
         assert_eq!(
             socket_beside(Path::new("/var/lib/kubelet/device-plugins")),
             PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock")

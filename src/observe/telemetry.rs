@@ -56,6 +56,8 @@ pub struct TelemetryMetrics {
     view: Arc<RwLock<Option<Arc<TelemetryView>>>>,
     samples: Family<ResultLabel, Counter>,
     pod_resources: Family<ResultLabel, Counter>,
+    cri: Family<ResultLabel, Counter>,
+    hcs: Family<ResultLabel, Counter>,
     duration: Histogram,
 }
 
@@ -80,10 +82,22 @@ impl TelemetryMetrics {
             "Calls of the kubelet's PodResources List API, by result (ok or error)",
             pod_resources.clone(),
         );
+        let cri = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "dxdp_telemetry_cri_calls",
+            "Calls of the container runtime's CRI ListContainers API, by result (ok or error)",
+            cri.clone(),
+        );
+        let hcs = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "dxdp_telemetry_hcs_calls",
+            "Reads of the containers' process lists from HCS, by result (ok or error)",
+            hcs.clone(),
+        );
         let duration = Histogram::new(SAMPLE_BUCKETS);
         registry.register_with_unit(
             "dxdp_telemetry_sample_duration",
-            "Time to read the GPU counters and compute the figures of one sample",
+            "Time of one sample: reading the GPU counters (and the containers' processes and pods) and computing the figures",
             Unit::Seconds,
             duration.clone(),
         );
@@ -92,6 +106,8 @@ impl TelemetryMetrics {
         }
         for r in ["ok", "error"] {
             drop(pod_resources.get_or_create(&result(r)));
+            drop(cri.get_or_create(&result(r)));
+            drop(hcs.get_or_create(&result(r)));
         }
         let view = Arc::new(RwLock::new(None));
         registry.register_collector(Box::new(ViewCollector { view: view.clone() }));
@@ -99,6 +115,8 @@ impl TelemetryMetrics {
             view,
             samples,
             pod_resources,
+            cri,
+            hcs,
             duration,
         }
     }
@@ -122,6 +140,20 @@ impl TelemetryMetrics {
     /// Counts one PodResources `List` call.
     pub fn pod_resources_call(&self, ok: bool) {
         self.pod_resources
+            .get_or_create(&result(if ok { "ok" } else { "error" }))
+            .inc();
+    }
+
+    /// Counts one CRI `ListContainers` call.
+    pub fn cri_call(&self, ok: bool) {
+        self.cri
+            .get_or_create(&result(if ok { "ok" } else { "error" }))
+            .inc();
+    }
+
+    /// Counts one read of the containers' process lists (HCS).
+    pub fn hcs_call(&self, ok: bool) {
+        self.hcs
             .get_or_create(&result(if ok { "ok" } else { "error" }))
             .inc();
     }

@@ -138,8 +138,10 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
     let wait = Duration::from_secs(10);
     assert!(kubelet.wait_for(wait, |v| v.registrations.len() == 1).await);
     let first = sup.units[&display].path.clone();
-    // Kill the server as a crash would.
-    sup.units[&display].server.abort();
+    // Kill the server as a crash would, after the unit ran for a while.
+    let unit = sup.units.get_mut(&display).unwrap();
+    unit.started -= units::RAPID_END * 2;
+    unit.server.abort();
     let ended = tokio::time::timeout(wait, sup.ended_rx.recv())
         .await
         .unwrap()
@@ -167,5 +169,48 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
         sup.on_ended(ended);
         assert!(sup.units.is_empty());
     }
+    kubelet.stop().await;
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_that_ends_right_after_its_start_waits_for_the_next_check() {
+    use crate::kubelet::standin::KubeletStandin;
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let facts = dxdp_core::sample::sample_host().unwrap();
+    let config = PluginConfig::new(dir.path().to_path_buf());
+    let (inventory, _) = inventory::build(&facts, Arc::new(config.config.clone()));
+    let (_tx, rx) = channel::channel(Arc::new(inventory));
+    let display = "directx.microsoft.com/display".to_string();
+    let mut sup = Units::new(
+        dir.path(),
+        config.backoff,
+        config.observe.clone(),
+        rx,
+        vec![(Resource::Display, display.clone())],
+    );
+    sup.check();
+    let wait = Duration::from_secs(10);
+    assert!(kubelet.wait_for(wait, |v| v.registrations.len() == 1).await);
+    // The server dies at once (as one failing at every start would).
+    sup.units[&display].server.abort();
+    let ended = tokio::time::timeout(wait, sup.ended_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    sup.on_ended(ended);
+    assert!(sup.units.is_empty(), "not restarted at once");
+    config.observe.phase(crate::observe::state::Phase::Running);
+    let why = config.observe.readiness.check().unwrap_err();
+    assert!(why.contains("ended right after its start"), "{why}");
+    // The next full check starts it again.
+    sup.check();
+    assert!(sup.units.contains_key(&display));
+    assert!(kubelet.wait_for(wait, |v| v.registrations.len() == 2).await);
+    sup.stop_all().await;
     kubelet.stop().await;
 }

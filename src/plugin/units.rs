@@ -78,7 +78,13 @@ pub struct Unit {
     /// The server task (aborting it is how tests simulate a crash).
     pub server: AbortHandle,
     registrar: AbortHandle,
+    /// When it started (tests age it).
+    pub(super) started: std::time::Instant,
 }
+
+/// A unit that ends sooner than this after its start is restarted by the next full check, not
+/// at once.
+pub const RAPID_END: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Keeps the wanted units running.
 pub struct Units {
@@ -214,16 +220,31 @@ impl Units {
         }
     }
 
-    /// A unit's server or registration ended: restarts it when it is the current one.
+    /// A unit's server or registration ended: restarts it when it is the current one. A unit
+    /// that ended within [`RAPID_END`] of its start is not restarted at once but by the next
+    /// full check (the safety poll, or the next kubelet event), so that a unit failing at every
+    /// start cannot spin.
     pub fn on_ended(&mut self, ended: Ended) {
-        let current = self
+        let Some(unit) = self
             .units
             .get(&ended.name)
-            .is_some_and(|u| u.generation == ended.generation);
-        if current {
-            tracing::error!(resource = %ended.name, "{}", ended.reason);
-            self.restart(&ended.name, "restarting the unit");
+            .filter(|u| u.generation == ended.generation)
+        else {
+            return;
+        };
+        tracing::error!(resource = %ended.name, "{}", ended.reason);
+        if unit.started.elapsed() < RAPID_END {
+            if let Some(unit) = self.units.remove(&ended.name) {
+                tracing::warn!(resource = %ended.name, "the unit ended within {RAPID_END:?} of its start; starting it again at the next check");
+                tokio::spawn(self.stop(&ended.name, unit));
+                self.observe.unit_not_listening(
+                    &ended.name,
+                    format!("ended right after its start: {}", ended.reason),
+                );
+            }
+            return;
         }
+        self.restart(&ended.name, "restarting the unit");
     }
 
     /// Serves the names of a new (validated) configuration.
@@ -366,6 +387,7 @@ impl Units {
                 monitor,
                 server: server_abort,
                 registrar: registrar.abort_handle(),
+                started: std::time::Instant::now(),
             },
         );
     }

@@ -7,9 +7,9 @@
 //!
 //! A violation lasts from the first sample that shows it to the first successful sample that
 //! does not. While samples fail the last state stands (the figures cannot tell); with telemetry
-//! off, nothing can be known and every violation ends. Nothing is judged before the kubelet's
-//! PodResources API has answered once: without the allocations every container would look
-//! unallocated.
+//! off, nothing can be known and every violation ends. Nothing is judged while the kubelet's
+//! PodResources API has not answered the last call: without current allocations a pod that
+//! started since would look unallocated (the last state stands meanwhile).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -72,12 +72,12 @@ impl Tracker {
         }
     }
 
-    /// Audits the figures of a successful sample. `allocations_known`: the kubelet's
-    /// PodResources API has answered at least once (or the allocations were recorded).
+    /// Audits the figures of a successful sample. `allocations_known`: the allocations are the
+    /// kubelet's current answer (or recorded); see `Sampler::allocations_known`.
     pub fn sample(&mut self, view: &TelemetryView, allocations_known: bool) -> Changes {
         if !allocations_known {
             if !self.waiting_said {
-                tracing::info!("the GPU isolation audit waits for the kubelet's PodResources answer: without it every container would look unallocated");
+                tracing::info!("the GPU isolation audit waits for the kubelet's PodResources answer: without current allocations a new pod would look unallocated");
                 self.waiting_said = true;
             }
             return Changes::default();

@@ -1,5 +1,6 @@
 //! GPU telemetry: reads the GPU performance counters on an interval, joins them with the
-//! kubelet's PodResources answer, and publishes per-device and per-pod figures on `/metrics`.
+//! containers' processes (HCS), their pods (the runtime's CRI) and the kubelet's PodResources
+//! answer, and publishes per-device and per-pod figures on `/metrics`.
 //!
 //! - [`source`]: where counter samples come from (a host snapshot's recorded samples, or PDH on
 //!   Windows): the backend's [`crate::backend::counters`];
@@ -17,4 +18,4 @@ pub mod top;
 
 pub use crate::backend::counters as source;
 pub use sampler::{run, Sampler, State};
-pub use source::CounterSource;
+pub use source::{ContainerSource, CounterSource};

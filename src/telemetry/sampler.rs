@@ -1,12 +1,14 @@
-//! The sampling task: every `telemetry.interval`, read the counters, refresh the kubelet's
-//! allocations, compute the figures and publish them on `/metrics`.
+//! The sampling task: every `telemetry.interval`, read the counters, refresh the containers'
+//! process lists (HCS), which pod each container is (the runtime's CRI) and the kubelet's
+//! allocations (PodResources), compute the figures and publish them on `/metrics`.
 //!
 //! It never fails and never panics on bad data: a source that fails is retried with a doubling
 //! delay (1 s up to 5 minutes, never more often than the interval), every attempt is counted in
 //! `dxdp_telemetry_samples_total{result}`, and the figures are withdrawn while the source fails
-//! (stale figures would mislead). A PodResources failure keeps the last answer and backs off the
-//! same way. Device serving never waits for any of it. In the daemon, the isolation audit is fed
-//! after every successful sample ([`run_with`]).
+//! (stale figures would mislead). A PodResources, CRI or HCS failure keeps the last answer, is
+//! counted (`dxdp_telemetry_{pod_resources,cri,hcs}_calls_total{result}`), warned about once
+//! per outage and backs off the same way. Device serving never waits for any of it. In the daemon,
+//! the isolation audit is fed after every successful sample ([`run_with`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -17,13 +19,16 @@ use tokio::sync::watch;
 
 use dxdp_core::devices::Resource;
 use dxdp_core::telemetry::compute::{compute, device_refs, push_sample, DeviceRef, TelemetryView};
-use dxdp_core::telemetry::{CounterSample, PodAllocation, TelemetryFacts};
+use dxdp_core::telemetry::{
+    ContainerProcesses, CounterSample, PodAllocation, PodRef, TelemetryFacts,
+};
 
 use super::isolation::Tracker;
-use super::source::CounterSource;
+use super::source::{ContainerSource, CounterSource};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
 use crate::inventory::Inventory;
+use crate::kubelet::cri;
 use crate::kubelet::podresources::{self, Endpoint};
 use crate::observe::telemetry::{SampleResult, TelemetryMetrics};
 
@@ -31,6 +36,8 @@ use crate::observe::telemetry::{SampleResult, TelemetryMetrics};
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one PodResources `List` call may take.
 pub const POD_RESOURCES_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one CRI `ListContainers` call may take.
+pub const CRI_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the device list is rebuilt from the host facts (it changes rarely; the plugin
 /// itself reacts to device events).
 pub const DEVICES_REFRESH: Duration = Duration::from_secs(60);
@@ -66,6 +73,12 @@ pub struct Sampler {
     pub config: watch::Receiver<Arc<Config>>,
     /// Where the kubelet serves PodResources; `None`: use the answer recorded with the samples.
     pub pod_resources: Option<Endpoint>,
+    /// Where the container runtime serves CRI, which names each container's pod; `None`: use
+    /// the pods recorded with the containers.
+    pub cri: Option<Endpoint>,
+    /// The live source of the containers' process lists (HCS); `None`: use the containers
+    /// recorded with the samples (none live: every process is then the host's).
+    pub containers: Option<Arc<dyn ContainerSource>>,
     /// Where the figures and counters go.
     pub metrics: TelemetryMetrics,
 }
@@ -79,8 +92,41 @@ pub struct State {
     allocations: Vec<PodAllocation>,
     /// The kubelet's PodResources API answered at least once.
     pod_answered: bool,
-    pod_failures: u32,
-    pod_next_try: Option<Instant>,
+    pod_retry: Retry,
+    containers: Vec<ContainerProcesses>,
+    containers_retry: Retry,
+    pods: HashMap<String, PodRef>,
+    cri_retry: Retry,
+}
+
+/// When a source that failed may be asked again.
+#[derive(Debug, Default)]
+struct Retry {
+    failures: u32,
+    next_try: Option<Instant>,
+}
+
+impl Retry {
+    /// Whether the source may be asked now.
+    fn due(&self) -> bool {
+        self.next_try.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// Records an answer; true when it ends an outage.
+    fn answered(&mut self) -> bool {
+        let recovered = self.failures > 0;
+        self.failures = 0;
+        self.next_try = None;
+        recovered
+    }
+
+    /// Records a failure; the delay before the next try (see [`backoff`]).
+    fn failed(&mut self, floor: Duration) -> Duration {
+        self.failures += 1;
+        let delay = backoff(self.failures, floor);
+        self.next_try = Some(Instant::now() + delay);
+        delay
+    }
 }
 
 /// The delay before retry number `failures` (1 for the first): 1 s doubled per earlier failure,
@@ -107,8 +153,8 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Sampler {
-    /// One sample: reads the counters (and, when due, the devices and the kubelet's allocations)
-    /// and computes the figures. Does not publish them.
+    /// One sample: reads the counters (and, when due, the devices, the containers' processes,
+    /// their pods and the kubelet's allocations) and computes the figures. Does not publish them.
     pub async fn step(&self, state: &mut State) -> Result<TelemetryView, (SampleResult, String)> {
         let mut config = self.config.borrow().clone();
         let names = |config: &Config, r: Resource| {
@@ -151,6 +197,13 @@ impl Sampler {
             }
             facts.samples = state.window.clone();
         }
+        if let Some(lister) = &self.containers {
+            self.refresh_containers(lister, &config, state).await;
+            facts.containers = state.containers.clone();
+        }
+        if let Some(endpoint) = &self.cri {
+            self.refresh_pods(endpoint, &config, state).await;
+        }
         let allocations = match &self.pod_resources {
             None => facts.pod_resources.clone(),
             Some(endpoint) => {
@@ -163,54 +216,132 @@ impl Sampler {
             .into_iter()
             .filter(|a| served.contains(&a.resource))
             .collect();
-        Ok(compute(
-            &state.devices,
-            &facts,
-            &HashMap::new(),
-            &allocations,
-        ))
+        // The pods the runtime named (empty without CRI) win over the recorded ones.
+        Ok(compute(&state.devices, &facts, &state.pods, &allocations))
     }
 
-    /// Whether the allocations of the last [`Sampler::step`] are the kubelet's (recorded, or
-    /// answered at least once), rather than empty for want of an answer.
+    /// Whether the allocations of the last [`Sampler::step`] are the kubelet's current answer
+    /// (recorded, or the last call answered), rather than an old or missing one: while the
+    /// PodResources API fails, a pod that started since its last answer would look unallocated.
     pub fn allocations_known(&self, state: &State) -> bool {
-        self.pod_resources.is_none() || state.pod_answered
+        self.pod_resources.is_none() || (state.pod_answered && state.pod_retry.failures == 0)
     }
 
     async fn refresh_allocations(&self, endpoint: &Endpoint, config: &Config, state: &mut State) {
-        if state.pod_next_try.is_some_and(|t| Instant::now() < t) {
+        if !state.pod_retry.due() {
             return;
         }
         match podresources::list(endpoint, POD_RESOURCES_TIMEOUT).await {
             Ok(a) => {
-                if state.pod_failures > 0 {
+                if state.pod_retry.answered() {
                     tracing::info!(%endpoint, "the kubelet's PodResources API answers again");
                 }
                 self.metrics.pod_resources_call(true);
                 state.allocations = a;
                 state.pod_answered = true;
-                state.pod_failures = 0;
-                state.pod_next_try = None;
             }
             Err(e) => {
                 self.metrics.pod_resources_call(false);
-                state.pod_failures += 1;
-                let delay = backoff(state.pod_failures, config.telemetry.interval);
-                state.pod_next_try = Some(Instant::now() + delay);
-                if state.pod_failures == 1 {
-                    tracing::warn!("{e}; pod attribution keeps the last answer, retrying in {delay:?} and backing off");
-                } else {
-                    tracing::debug!(failures = state.pod_failures, "{e}");
+                let delay = state.pod_retry.failed(config.telemetry.interval);
+                outage(
+                    state.pod_retry.failures,
+                    &e.to_string(),
+                    "pod attribution",
+                    delay,
+                );
+            }
+        }
+    }
+
+    async fn refresh_pods(&self, endpoint: &Endpoint, config: &Config, state: &mut State) {
+        if !state.cri_retry.due() {
+            return;
+        }
+        match cri::list_pods(endpoint, CRI_TIMEOUT).await {
+            Ok(pods) => {
+                if state.cri_retry.answered() {
+                    tracing::info!(%endpoint, "the container runtime's CRI API answers again");
                 }
+                self.metrics.cri_call(true);
+                state.pods = pods;
+            }
+            Err(e) => {
+                self.metrics.cri_call(false);
+                let delay = state.cri_retry.failed(config.telemetry.interval);
+                outage(
+                    state.cri_retry.failures,
+                    &e.to_string(),
+                    "which pod each container is",
+                    delay,
+                );
+            }
+        }
+    }
+
+    async fn refresh_containers(
+        &self,
+        lister: &Arc<dyn ContainerSource>,
+        config: &Config,
+        state: &mut State,
+    ) {
+        if !state.containers_retry.due() {
+            return;
+        }
+        let source = lister.clone();
+        match blocking(move || source.list()).await {
+            Ok(containers) => {
+                if state.containers_retry.answered() {
+                    tracing::info!(source = %lister.describe(), "the containers' process lists can be read again");
+                }
+                self.metrics.hcs_call(true);
+                state.containers = containers;
+            }
+            Err((_, why)) => {
+                self.metrics.hcs_call(false);
+                let delay = state.containers_retry.failed(config.telemetry.interval);
+                outage(
+                    state.containers_retry.failures,
+                    &format!(
+                        "cannot read the containers' process lists from {}: {why}",
+                        lister.describe()
+                    ),
+                    "which processes each container has",
+                    delay,
+                );
             }
         }
     }
 }
 
+/// Logs a failure of an attribution source: at warn for the first of an outage (what is kept,
+/// when it is tried again), at debug after.
+fn outage(failures: u32, error: &str, what: &str, delay: Duration) {
+    if failures == 1 {
+        tracing::warn!("{error}; {what} keeps the last answer, retrying in {delay:?} and backing off (device serving is not affected)");
+    } else {
+        tracing::debug!(failures, "{error}");
+    }
+}
+
+/// The CRI endpoint for `telemetry.criEndpoint` (`configured`, validated when the configuration
+/// was read), or containerd's on this OS.
+pub fn cri_endpoint(configured: Option<&str>) -> Endpoint {
+    match configured.map(crate::config::file::CriEndpoint::parse) {
+        Some(Ok(Some(address))) => Endpoint::parse(&address),
+        Some(Err(e)) => {
+            tracing::warn!("{e}; using containerd's default CRI endpoint");
+            cri::default_endpoint()
+        }
+        Some(Ok(None)) | None => cri::default_endpoint(),
+    }
+}
+
 /// A sampler: counters from the host snapshot's recording (with `host_snapshot`) or PDH,
 /// PodResources at `telemetry.podResourcesEndpoint`, else the recorded answer (with a snapshot),
-/// else the kubelet's endpoint beside `kubelet_dir`. `None` (and a log line saying why) when
-/// there is no counter source.
+/// else the kubelet's endpoint beside `kubelet_dir`. Live, the containers' processes from HCS
+/// and their pods from CRI at `telemetry.criEndpoint` (else containerd's); with a snapshot, the
+/// recorded containers and pods, unless `telemetry.criEndpoint` is set. `None` (and a log line
+/// saying why) when there is no counter source.
 pub fn build(
     devices: Devices,
     config: watch::Receiver<Arc<Config>>,
@@ -225,17 +356,46 @@ pub fn build(
             return None;
         }
     };
-    let configured = config.borrow().telemetry.pod_resources_endpoint.clone();
+    let (configured, configured_cri) = {
+        let c = config.borrow();
+        (
+            c.telemetry.pod_resources_endpoint.clone(),
+            c.telemetry.cri_endpoint.clone(),
+        )
+    };
+    let recorded = source.is_recorded();
     let pod_resources = match configured {
         Some(e) => Some(Endpoint::parse(&e)),
-        None if source.is_recorded() => None,
+        None if recorded => None,
         None => Some(Endpoint::default_for(kubelet_dir)),
+    };
+    let containers: Option<Arc<dyn ContainerSource>> = if recorded {
+        None
+    } else {
+        match crate::backend::native_containers() {
+            Ok(c) => Some(Arc::from(c)),
+            Err(why) => {
+                tracing::info!(
+                    "GPU use per pod is off, every process is counted under pod=\"\": {why}"
+                );
+                None
+            }
+        }
+    };
+    let cri = match configured_cri {
+        // Live without process lists, the pods of the containers are of no use.
+        _ if !recorded && containers.is_none() => None,
+        Some(e) => Some(cri_endpoint(Some(&e))),
+        None if recorded => None,
+        None => Some(cri::default_endpoint()),
     };
     Some(Sampler {
         source: Arc::from(source),
         devices,
         config,
         pod_resources,
+        cri,
+        containers,
         metrics,
     })
 }
@@ -312,6 +472,48 @@ pub async fn run_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cri_endpoints_are_the_configured_one_or_containerds() {
+        assert_eq!(
+            cri_endpoint(Some("npipe:////./pipe/containerd-containerd")),
+            Endpoint::Pipe(r"\\.\pipe\containerd-containerd".into())
+        );
+        assert_eq!(
+            cri_endpoint(Some("unix:///run/k3s/containerd/containerd.sock")),
+            Endpoint::Socket("/run/k3s/containerd/containerd.sock".into())
+        );
+        assert_eq!(cri_endpoint(None), cri::default_endpoint());
+        assert_eq!(cri_endpoint(Some("")), cri::default_endpoint());
+    }
+
+    #[test]
+    fn a_replay_asks_the_runtime_only_when_an_endpoint_is_configured() {
+        let snapshot = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/telemetry-t4.yaml");
+        let kubelet = std::path::Path::new("/nonexistent/device-plugins");
+        let built = |cri: Option<&str>| {
+            let mut config = Config::default();
+            config.telemetry.cri_endpoint = cri.map(str::to_string);
+            let (_, config) = watch::channel(Arc::new(config));
+            let (_, inventory) = watch::channel(None);
+            build(
+                Devices::Daemon(inventory),
+                config,
+                Some(&snapshot),
+                kubelet,
+                crate::observe::Metrics::new().telemetry().clone(),
+            )
+            .expect("the snapshot is a source")
+        };
+        let recorded = built(None);
+        // The recording's containers and pods: no live lists, no runtime, no kubelet.
+        assert!(recorded.containers.is_none() && recorded.cri.is_none());
+        assert!(recorded.pod_resources.is_none());
+        let asked = built(Some("unix:///run/cri.sock"));
+        assert!(asked.containers.is_none());
+        assert_eq!(asked.cri, Some(Endpoint::Socket("/run/cri.sock".into())));
+    }
 
     #[test]
     fn backoff_doubles_from_one_second_within_the_interval_and_five_minutes() {

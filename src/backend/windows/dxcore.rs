@@ -1,5 +1,6 @@
 //! DXCore: the adapter lists, each adapter's properties, attributes and driver-update state, and
-//! change notifications (AdapterListStale, AdapterNoLongerValid).
+//! change notifications (AdapterListStale, AdapterNoLongerValid); and, for GPU telemetry, each
+//! adapter's shared system memory.
 //!
 //! `dxcore.dll` is loaded at run time, so dxdp starts where it is missing.
 
@@ -14,8 +15,9 @@ use windows::Win32::Graphics::DXCore::{
     AdapterListStale, AdapterNoLongerValid, DXCoreAdapterProperty, DXCoreHardwareID,
     DXCoreNotificationType, DedicatedAdapterMemory, DriverDescription, DriverVersion, HardwareID,
     IDXCoreAdapter, IDXCoreAdapterFactory, IDXCoreAdapterList, InstanceLuid, IsDetachable,
-    IsDriverUpdateInProgress, IsHardware, IsIntegrated, DXCORE_ADAPTER_ATTRIBUTE_D3D11_GRAPHICS,
-    DXCORE_ADAPTER_ATTRIBUTE_D3D12_CORE_COMPUTE, DXCORE_ADAPTER_ATTRIBUTE_D3D12_GRAPHICS,
+    IsDriverUpdateInProgress, IsHardware, IsIntegrated, SharedSystemMemory,
+    DXCORE_ADAPTER_ATTRIBUTE_D3D11_GRAPHICS, DXCORE_ADAPTER_ATTRIBUTE_D3D12_CORE_COMPUTE,
+    DXCORE_ADAPTER_ATTRIBUTE_D3D12_GRAPHICS,
 };
 
 use super::error::WinError;
@@ -23,6 +25,7 @@ use super::library::Library;
 use crate::backend::winparse::{self, PropertyRead};
 use crate::backend::Wake;
 use dxdp_core::facts::{AdapterFacts, AdapterProperty, Attribute, HardwareId};
+use dxdp_core::telemetry::SharedMemoryLimit;
 
 /// `DXCORE_ADAPTER_ATTRIBUTE_D3D12_GENERIC_ML` (newer SDKs only).
 const D3D12_GENERIC_ML: GUID = GUID::from_u128(0xb71b0d41_1088_422f_a27c_0250b7d3a988);
@@ -256,10 +259,8 @@ fn adapter_facts(adapter: &IDXCoreAdapter, luid: i64) -> AdapterFacts {
     }
 }
 
-/// Enumerates every adapter of every attribute list, deduplicated by LUID, and registers for
-/// change notifications.
-pub fn enumerate() -> Result<(Vec<AdapterFacts>, Session), WinError> {
-    let library = Library::load("dxcore.dll")?;
+/// A DXCore adapter factory from `library` (`dxcore.dll`), which must outlive it.
+fn create_factory(library: &Library) -> Result<IDXCoreAdapterFactory, WinError> {
     let symbol = library.symbol(c"DXCoreCreateAdapterFactory")?;
     // SAFETY: the export has this signature (dxcore.h).
     let create: CreateFactory = unsafe {
@@ -271,7 +272,61 @@ pub fn enumerate() -> Result<(Vec<AdapterFacts>, Session), WinError> {
         .ok()
         .map_err(|e| WinError::hresult("DXCoreCreateAdapterFactory", &e))?;
     // SAFETY: `raw` is an owned IDXCoreAdapterFactory pointer.
-    let factory = unsafe { IDXCoreAdapterFactory::from_raw(raw) };
+    Ok(unsafe { IDXCoreAdapterFactory::from_raw(raw) })
+}
+
+/// Every adapter's DXCore `SharedSystemMemory` (the system memory the adapter may use, the
+/// total of its shared segment), by LUID, for GPU telemetry. Uses DXCore objects of its own,
+/// released before returning: the daemon's session (its notifications and health poll) is not
+/// touched. An adapter whose property is unsupported or unreadable is left out (its shared total
+/// is then unknown), with a debug log.
+pub fn shared_memory_limits() -> Result<Vec<SharedMemoryLimit>, WinError> {
+    let library = Library::load("dxcore.dll")?;
+    let factory = create_factory(&library)?;
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for (guid, attribute) in ATTRIBUTES {
+        // SAFETY: live factory; an OS that does not know the attribute returns an error.
+        let list = match unsafe { factory.CreateAdapterList::<IDXCoreAdapterList>(&[guid]) } {
+            Ok(list) => list,
+            Err(e) => {
+                tracing::debug!("no DXCore list for {attribute:?}: {e}");
+                continue;
+            }
+        };
+        // SAFETY: live list.
+        for index in 0..unsafe { list.GetAdapterCount() } {
+            // SAFETY: index < count.
+            let Ok(adapter) = (unsafe { list.GetAdapter::<IDXCoreAdapter>(index) }) else {
+                continue;
+            };
+            let PropertyRead::Value(luid) = read::<LUID>(&adapter, InstanceLuid, "InstanceLuid")
+            else {
+                continue;
+            };
+            let luid = winparse::luid_to_i64(luid.LowPart, luid.HighPart);
+            if !seen.insert(luid) {
+                continue;
+            }
+            match read::<u64>(&adapter, SharedSystemMemory, "SharedSystemMemory") {
+                PropertyRead::Value(bytes) => out.push(SharedMemoryLimit { luid, bytes }),
+                PropertyRead::Unsupported => {
+                    tracing::debug!(
+                        "adapter LUID {luid}: DXCore does not support SharedSystemMemory"
+                    )
+                }
+                PropertyRead::Failed(e) => tracing::debug!("adapter LUID {luid}: {e}"),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Enumerates every adapter of every attribute list, deduplicated by LUID, and registers for
+/// change notifications.
+pub fn enumerate() -> Result<(Vec<AdapterFacts>, Session), WinError> {
+    let library = Library::load("dxcore.dll")?;
+    let factory = create_factory(&library)?;
     let mut session = Session {
         factory,
         lists: Vec::new(),

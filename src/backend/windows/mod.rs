@@ -1,5 +1,6 @@
 //! The native Windows backend: host facts from DXCore, CfgMgr32 device nodes, D3DKMT, the
-//! registry, the file system and HCS. The only code that touches Windows APIs; every shim is thin
+//! registry, the file system and HCS; and the live telemetry sources (PDH GPU counters, DXCore
+//! shared memory limits, HCS container process lists). The only code that touches Windows APIs; every shim is thin
 //! and the byte-level parsing lives in [`crate::backend::winparse`], tested on every target.
 //!
 //! Per-adapter tolerance: an adapter whose device node, driver store path or registry keys cannot
@@ -10,11 +11,12 @@ mod d3dkmt;
 mod devnodes;
 mod dxcore;
 mod error;
-mod hcs;
+pub mod hcs;
 mod library;
 mod os;
 pub mod pdh;
 mod registry;
+pub mod telemetry;
 
 use std::path::Path;
 use std::sync::Mutex;

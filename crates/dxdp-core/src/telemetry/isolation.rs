@@ -371,7 +371,7 @@ pub fn audit(view: &TelemetryView, allocations: &[PodAllocation]) -> IsolationRe
         .any(|c| c.pod.is_host() && uses(c) && held_devices.contains(c.device.as_str()));
     if !placed && host_use_on_held {
         report.undetermined = Some(
-            "pods hold GPUs that are in use, but no process could be attributed to a pod container (the containers' process lists are not available here): all GPU use is counted as the host's".into(),
+            "pods hold GPUs that are in use, but no process could be attributed to a pod container (the containers' process lists or their pods are not available here: HCS or the CRI API): all GPU use is counted as the host's".into(),
         );
     }
     report.unplaced = unplaced

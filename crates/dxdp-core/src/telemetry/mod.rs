@@ -86,12 +86,13 @@ pub struct MemoryCounter {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContainerProcesses {
     /// The compute system ID, which is the container ID the runtime reports in the pod's status
-    /// (`containerd://<id>` without the scheme).
+    /// (`containerd://<id>` without the scheme) and in its CRI `ListContainers`.
     pub id: String,
     /// Process IDs of the container's processes (HCS `ProcessList`).
     #[serde(default)]
     pub pids: Vec<u32>,
-    /// The pod container this is, when known (recorded from the pod's status).
+    /// The pod container this is, when known (recorded from the container runtime's CRI
+    /// `ListContainers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodRef>,
 }

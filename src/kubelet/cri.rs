@@ -1,0 +1,269 @@
+//! The container runtime's CRI API v1 (the API the kubelet itself uses), for one question: which
+//! pod container is each running container? `RuntimeService/ListContainers` with the state
+//! `CONTAINER_RUNNING` answers with every container's ID and the labels the kubelet set when it
+//! created it (`io.kubernetes.pod.namespace`, `io.kubernetes.pod.name`,
+//! `io.kubernetes.container.name`). Under containerd with hcsshim a process-isolated container's
+//! ID is also the ID of its HCS compute system, which lists its processes.
+//!
+//! The call is local (a socket or named pipe on the node), needs no API server and no RBAC.
+//! [`list_pods`] calls it once, with a timeout; [`pods`] is the pure part, tested with recorded
+//! answers. The generated types are in [`v1`] (from `proto/cri_runtime_v1.proto`, the subset of
+//! the published `k8s.io/cri-api` `runtime/v1/api.proto` that dxdp uses).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use dxdp_core::telemetry::PodRef;
+
+use super::endpoint::{connect, error_chain, Endpoint};
+
+/// The CRI runtime API v1, generated from `proto/cri_runtime_v1.proto`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod v1 {
+    tonic::include_proto!("runtime.v1");
+}
+
+use v1::runtime_service_client::RuntimeServiceClient;
+use v1::{
+    ContainerFilter, ContainerState, ContainerStateValue, ListContainersRequest,
+    ListContainersResponse,
+};
+
+/// containerd's CRI endpoint on Windows (`npipe:////./pipe/containerd-containerd`).
+pub const WINDOWS_PIPE: &str = r"\\.\pipe\containerd-containerd";
+/// containerd's CRI endpoint on Linux (`unix:///run/containerd/containerd.sock`).
+pub const LINUX_SOCKET: &str = "/run/containerd/containerd.sock";
+
+/// The kubelet's label with the pod's namespace.
+pub const LABEL_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+/// The kubelet's label with the pod's name.
+pub const LABEL_POD: &str = "io.kubernetes.pod.name";
+/// The kubelet's label with the container's name in the pod spec.
+pub const LABEL_CONTAINER: &str = "io.kubernetes.container.name";
+
+/// The most bytes of a `ListContainers` answer accepted (a node with hundreds of containers stays
+/// far below).
+const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// containerd's endpoint on this OS.
+pub fn default_endpoint() -> Endpoint {
+    if cfg!(windows) {
+        Endpoint::Pipe(WINDOWS_PIPE.to_string())
+    } else {
+        Endpoint::Socket(LINUX_SOCKET.into())
+    }
+}
+
+/// Why `ListContainers` gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CriError {
+    /// No connection.
+    #[error("cannot connect to the container runtime's CRI API at {endpoint}: {error} (is containerd running, and is telemetry.criEndpoint its socket or pipe? dxdp must be allowed to open it: on Windows it runs as SYSTEM in a HostProcess container, which may)")]
+    Connect {
+        /// Where.
+        endpoint: String,
+        /// Why.
+        error: String,
+    },
+    /// The call failed.
+    #[error("the container runtime's CRI ListContainers call at {endpoint} failed: {error}{hint}")]
+    Call {
+        /// Where.
+        endpoint: String,
+        /// Why.
+        error: String,
+        /// What to do, when known.
+        hint: &'static str,
+    },
+    /// No answer in time.
+    #[error("the container runtime's CRI API at {endpoint} did not answer within {timeout:?}")]
+    Timeout {
+        /// Where.
+        endpoint: String,
+        /// How long dxdp waited.
+        timeout: Duration,
+    },
+}
+
+/// The request dxdp sends: the running containers.
+pub fn request() -> ListContainersRequest {
+    ListContainersRequest {
+        filter: Some(ContainerFilter {
+            state: Some(ContainerStateValue {
+                state: ContainerState::ContainerRunning as i32,
+            }),
+            ..ContainerFilter::default()
+        }),
+    }
+}
+
+/// The pod container of every running container in `answer`, by container ID. A container that
+/// is not running (a runtime may ignore the filter) or lacks one of the kubelet's labels (not
+/// created by the kubelet) is left out.
+pub fn pods(answer: &ListContainersResponse) -> HashMap<String, PodRef> {
+    let mut out = HashMap::with_capacity(answer.containers.len());
+    for c in &answer.containers {
+        if c.state != ContainerState::ContainerRunning as i32 || c.id.is_empty() {
+            continue;
+        }
+        let label = |k: &str| c.labels.get(k).filter(|v| !v.is_empty()).cloned();
+        let (Some(namespace), Some(pod), Some(container)) = (
+            label(LABEL_NAMESPACE),
+            label(LABEL_POD),
+            label(LABEL_CONTAINER),
+        ) else {
+            continue;
+        };
+        out.insert(
+            c.id.clone(),
+            PodRef {
+                namespace,
+                pod,
+                container,
+            },
+        );
+    }
+    out
+}
+
+/// Calls `ListContainers` at `endpoint` and returns the pod container of every running container
+/// the kubelet created, by container ID, waiting at most `timeout`.
+pub async fn list_pods(
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Result<HashMap<String, PodRef>, CriError> {
+    let name = endpoint.to_string();
+    let call = async {
+        let channel = connect(endpoint).await.map_err(|e| CriError::Connect {
+            endpoint: name.clone(),
+            error: error_chain(&e),
+        })?;
+        let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
+        let answer = client
+            .list_containers(request())
+            .await
+            .map_err(|s| CriError::Call {
+                endpoint: name.clone(),
+                error: format!("{}: {}", s.code(), s.message()),
+                hint: if s.code() == tonic::Code::Unimplemented {
+                    " (dxdp speaks CRI v1, which Kubernetes 1.26 and later require of the runtime: is this a container runtime's endpoint, and a current one?)"
+                } else {
+                    ""
+                },
+            })?;
+        Ok(pods(&answer.into_inner()))
+    };
+    tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| CriError::Timeout {
+            endpoint: name.clone(),
+            timeout,
+        })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::v1::{Container, ContainerMetadata};
+    use super::*;
+
+    fn container(id: &str, state: ContainerState, labels: &[(&str, &str)]) -> Container {
+        Container {
+            id: id.into(),
+            pod_sandbox_id: format!("sandbox-of-{id}"),
+            metadata: Some(ContainerMetadata {
+                name: "ignored".into(),
+                attempt: 0,
+            }),
+            state: state as i32,
+            created_at: 1,
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    fn labels<'a>(ns: &'a str, pod: &'a str, c: &'a str) -> [(&'a str, &'a str); 3] {
+        [
+            (LABEL_NAMESPACE, ns),
+            (LABEL_POD, pod),
+            (LABEL_CONTAINER, c),
+        ]
+    }
+
+    #[test]
+    fn running_containers_of_the_kubelet_name_their_pod_container() {
+        let answer = ListContainersResponse {
+            containers: vec![
+                container(
+                    "aaa",
+                    ContainerState::ContainerRunning,
+                    &labels("ml", "train-0", "trainer"),
+                ),
+                // Not running: the runtime ignored the filter.
+                container(
+                    "bbb",
+                    ContainerState::ContainerExited,
+                    &labels("ml", "old", "x"),
+                ),
+                // Not the kubelet's (no pod labels), and a label left empty.
+                container("ccc", ContainerState::ContainerRunning, &[("app", "ctr")]),
+                container(
+                    "ddd",
+                    ContainerState::ContainerRunning,
+                    &labels("ml", "", "x"),
+                ),
+                container(
+                    "",
+                    ContainerState::ContainerRunning,
+                    &labels("ml", "p", "c"),
+                ),
+            ],
+        };
+        let got = pods(&answer);
+        let want = HashMap::from([(
+            "aaa".to_string(),
+            PodRef {
+                namespace: "ml".into(),
+                pod: "train-0".into(),
+                container: "trainer".into(),
+            },
+        )]);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_request_asks_for_running_containers_only() {
+        let r = request();
+        let filter = r.filter.unwrap();
+        assert_eq!(filter.state.unwrap().state, 1); // CONTAINER_RUNNING in the published enum
+        assert!(filter.id.is_empty() && filter.label_selector.is_empty());
+    }
+
+    #[test]
+    fn the_default_endpoint_is_containerds() {
+        let want = if cfg!(windows) {
+            Endpoint::Pipe(r"\\.\pipe\containerd-containerd".into())
+        } else {
+            Endpoint::Socket("/run/containerd/containerd.sock".into())
+        };
+        assert_eq!(default_endpoint(), want);
+    }
+
+    // Unix only: Wine has no AF_UNIX sockets. The stand-in serving answers over a real socket is
+    // in tests/telemetry.rs.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn an_absent_runtime_is_a_connect_error_naming_the_endpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("containerd.sock");
+        let err = list_pods(&Endpoint::Socket(path), Duration::from_secs(10))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cannot connect") && err.contains("containerd.sock"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,135 @@
+//! An in-process stand-in for a container runtime's CRI API, over a real Unix domain socket:
+//! `runtime.v1.RuntimeService/ListContainers` answers a given list of containers. Like a runtime
+//! that ignores filters, it answers every container whatever the request asks (so the client's
+//! own checks are tested), and it records the requests. Only `ListContainers` exists (the
+//! service of `proto/cri_runtime_v1.proto`).
+#![allow(dead_code)] // each user takes a part
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::{Request, Response, Status};
+
+use dxdp::kubelet::cri::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+use dxdp::kubelet::cri::v1::{
+    Container, ContainerMetadata, ContainerState, ListContainersRequest, ListContainersResponse,
+};
+use dxdp::kubelet::cri::{LABEL_CONTAINER, LABEL_NAMESPACE, LABEL_POD};
+use dxdp::kubelet::endpoint::Endpoint;
+use dxdp::transport;
+
+/// A container the kubelet created for `namespace/pod/name`, in `state`.
+pub fn container(
+    id: &str,
+    state: ContainerState,
+    namespace: &str,
+    pod: &str,
+    name: &str,
+) -> Container {
+    Container {
+        id: id.into(),
+        pod_sandbox_id: format!("sandbox-{pod}"),
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        state: state as i32,
+        created_at: 1_714_644_000_000_000_000,
+        labels: [
+            (LABEL_NAMESPACE, namespace),
+            (LABEL_POD, pod),
+            (LABEL_CONTAINER, name),
+            (
+                "io.kubernetes.pod.uid",
+                "0f8e2c3a-5b6d-4e7f-8a9b-0c1d2e3f4a5b",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    containers: Mutex<Vec<Container>>,
+    requests: Mutex<Vec<ListContainersRequest>>,
+}
+
+struct Service(Arc<Shared>);
+
+#[tonic::async_trait]
+impl RuntimeService for Service {
+    async fn list_containers(
+        &self,
+        request: Request<ListContainersRequest>,
+    ) -> Result<Response<ListContainersResponse>, Status> {
+        self.0.requests.lock().unwrap().push(request.into_inner());
+        Ok(Response::new(ListContainersResponse {
+            containers: self.0.containers.lock().unwrap().clone(),
+        }))
+    }
+}
+
+/// The stand-in, serving until [`CriStandin::stop`].
+pub struct CriStandin {
+    path: PathBuf,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl CriStandin {
+    /// Serves `containers` on the socket at `path`.
+    pub async fn start(path: &Path, containers: Vec<Container>) -> io::Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let listener = transport::bind(path)?;
+        let shared = Arc::new(Shared {
+            containers: Mutex::new(containers),
+            requests: Mutex::default(),
+        });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (close, closed) = tokio::sync::watch::channel(false);
+        let incoming = transport::incoming(listener, closed, Arc::default());
+        let service = Service(shared.clone());
+        let task = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(RuntimeServiceServer::new(service))
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                })
+                .await;
+            close.send_replace(true);
+        });
+        Ok(CriStandin {
+            path: path.to_path_buf(),
+            shared,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// Where it serves.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::Socket(self.path.clone())
+    }
+
+    /// The requests received so far.
+    pub fn requests(&self) -> Vec<ListContainersRequest> {
+        self.shared.requests.lock().unwrap().clone()
+    }
+
+    /// Stops serving and removes the socket file.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
