@@ -248,8 +248,11 @@ def assert_daemonset(label, objs, values):
 
 CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
 
-# The only permissions dxdp needs: its own Node, read, watched and labelled.
+# The only permissions dxdp needs: its own Node, read, watched, labelled and tainted; with
+# isolation.events, creating Events (about GPU isolation violations on pods).
 NODE_RULES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "patch"]}]
+EVENT_RULES = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+ISOLATION_TAINT = "directx.microsoft.com/isolation-violation"
 
 
 def assert_node_api(label, objs, values, defaults, pod, c):
@@ -257,7 +260,15 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     the plugin's service account. Without: no token, no RBAC, no NODE_NAME."""
     node_api = {**defaults["nodeApi"], **values.get("nodeApi", {})}["enabled"]
     labels = {**defaults["nodeLabels"], **values.get("nodeLabels", {})}
+    isolation = {**defaults["isolation"], **values.get("isolation", {})}
     env = env_of(c)
+    check(f"{label}: dxdp tolerates its own isolation taint",
+          any(t.get("key") == ISOLATION_TAINT and t.get("effect") == "NoSchedule" for t in pod.get("tolerations", [])),
+          str(pod.get("tolerations")))
+    check(f"{label}: DXDP_ISOLATION_POLICY is isolation.policy",
+          env.get("DXDP_ISOLATION_POLICY") == (isolation["policy"] or None), str(env))
+    check(f"{label}: DXDP_ISOLATION_EVENTS=false exactly when isolation.events is off",
+          env.get("DXDP_ISOLATION_EVENTS") == (None if isolation["events"] else "false"), str(env))
     node_name = [e for e in c.get("env", []) if e["name"] == "NODE_NAME"]
     rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
     if not node_api:
@@ -275,8 +286,10 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     check(f"{label}: only a ClusterRole and its binding", len(roles) == 1 and len(bindings) == 1 and len(rbac) == 2,
           str([o["kind"] for o in rbac]))
     if roles:
-        check(f"{label}: the role grants exactly get, watch and patch on nodes", roles[0].get("rules") == NODE_RULES,
-              str(roles[0].get("rules")))
+        want = NODE_RULES + (EVENT_RULES if isolation["events"] else [])
+        check(f"{label}: the role grants exactly get, watch and patch on nodes"
+              + (" and create on events" if isolation["events"] else ""),
+              roles[0].get("rules") == want, str(roles[0].get("rules")))
     if roles and bindings:
         b = bindings[0]
         ref = b.get("roleRef", {})
@@ -369,6 +382,7 @@ def chart_checks():
          ["--set", "metrics.enabled=false", "--set", "probes.enabled=false",
           "--set", "metrics.serviceMonitor.enabled=true"], "metrics.enabled"),
         ("a bad assignment mode", ["--set", "config.assignment=guid"], "assignment"),
+        ("a bad isolation policy", ["--set", "isolation.policy=cordon"], "isolation.policy"),
     ]
     for name, args, needle in refused:
         code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, *args)
@@ -446,7 +460,8 @@ def readme_checks():
     """The chart README documents every value (top-level, and the keys of small groups)."""
     values = load_values(os.path.join(CHART, "values.yaml"))
     readme = open(os.path.join(CHART, "README.md")).read()
-    grouped = ("image", "namespace", "serviceAccount", "metrics", "probes", "nodeApi", "nodeLabels")
+    grouped = ("image", "namespace", "serviceAccount", "metrics", "probes", "nodeApi", "nodeLabels",
+               "isolation")
     keys = []
     for k, v in values.items():
         if k in grouped and isinstance(v, dict):

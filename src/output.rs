@@ -1,5 +1,5 @@
 //! The machine-readable documents dxdp prints (`discover --json`, `doctor --json`, `hcs --json`,
-//! `config show --json`, `mounts --format json`): typed, each headed by `apiVersion` and `kind`,
+//! `config show --json`, `mounts --format json`, `audit -o json`): typed, each headed by `apiVersion` and `kind`,
 //! and their JSON Schemas, generated from these same types (checked into `docs/schemas/`).
 //!
 //! Compatibility: within `dxdp/v1` fields are only added, never removed, renamed or retyped.
@@ -72,6 +72,10 @@ const_string!(
 const_string!(
     /// `Mounts`.
     MountsKind = "Mounts"
+);
+const_string!(
+    /// `Audit`.
+    AuditKind = "Audit"
 );
 
 /// `dxdp discover --json`: the devices of the host, what was left out and why, and warnings.
@@ -214,6 +218,75 @@ pub struct MountsDoc {
     pub container_devices: Vec<String>,
 }
 
+/// What `dxdp audit` looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditScope {
+    /// The node: every pod container's GPU use against its allocation.
+    Node,
+    /// This container: the adapters it can enumerate against `DXDP_ADAPTER_LUIDS`.
+    Container,
+}
+
+/// The verdict of `dxdp audit` (and its exit code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditVerdict {
+    /// No violation (node), or the container sees only what it was given (exit code 0).
+    Clean,
+    /// Containers use GPUs they were not allocated (node), or the container sees GPUs it was
+    /// not given: the node leaks (exit code 1).
+    Violations,
+    /// The audit could not tell; `reason` says why (exit code 2).
+    Unknown,
+}
+
+impl AuditVerdict {
+    /// `clean`, `violations` or `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditVerdict::Clean => "clean",
+            AuditVerdict::Violations => "violations",
+            AuditVerdict::Unknown => "unknown",
+        }
+    }
+
+    /// 0, 1 or 2.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            AuditVerdict::Clean => 0,
+            AuditVerdict::Violations => 1,
+            AuditVerdict::Unknown => 2,
+        }
+    }
+}
+
+/// `dxdp audit -o json`: whether containers stay on the GPUs they were allocated.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "Audit")]
+pub struct AuditDoc {
+    /// Always `dxdp/v1`.
+    pub api_version: ApiVersion,
+    /// Always `Audit`.
+    pub kind: AuditKind,
+    /// What was audited: the node, or the container `dxdp audit` runs in.
+    pub scope: AuditScope,
+    /// The verdict; the exit code is 0 (clean), 1 (violations) or 2 (unknown).
+    pub verdict: AuditVerdict,
+    /// Why the audit could not tell (verdict `unknown`), else null.
+    pub reason: Option<String>,
+    /// Where the figures came from (a daemon's `/metrics`, the GPU counters here, a host
+    /// snapshot, or DXCore in this container).
+    pub source: String,
+    /// The node audit (scope `node`, when figures were read).
+    pub node: Option<dxdp_core::telemetry::isolation::IsolationReport>,
+    /// The container check (scope `container`, when the adapters could be enumerated).
+    pub container: Option<dxdp_core::telemetry::isolation::ContainerCheck>,
+    /// What an operator should know to read the verdict.
+    pub notes: Vec<String>,
+}
+
 /// Pretty JSON with a final newline.
 pub fn to_json<T: Serialize>(doc: &T) -> String {
     // The documents are plain structs of strings, numbers and JSON values: serialising them
@@ -235,6 +308,7 @@ pub fn schemas() -> Vec<(&'static str, Schema)> {
             schemars::schema_for!(ConfigurationDoc),
         ),
         (MountsKind::VALUE, schemars::schema_for!(MountsDoc)),
+        (AuditKind::VALUE, schemars::schema_for!(AuditDoc)),
     ]
 }
 

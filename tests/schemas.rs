@@ -201,6 +201,7 @@ fn every_json_output_conforms_to_its_schema() {
             ("DoctorReport", &["doctor", "--json"]),
             ("HcsReport", &["hcs", "--json"]),
             ("Mounts", &["mounts", "--all", "--format", "json"]),
+            ("Audit", &["audit", "-o", "json"]),
         ] {
             let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
             a.extend(["--host-snapshot".to_string(), f.clone()]);
@@ -220,6 +221,28 @@ fn every_json_output_conforms_to_its_schema() {
         kinds_seen.insert(kind);
     }
     assert_eq!(kinds_seen.len(), schemas.len());
+    // `audit` inside a container (DXDP_ADAPTER_LUIDS set) writes its other scope.
+    for luids in ["7048070", "not-a-luid"] {
+        let fixture =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/telemetry-t4.yaml");
+        let out = Command::new(env!("CARGO_BIN_EXE_dxdp"))
+            .args(["audit", "-o", "json", "--host-snapshot"])
+            .arg(&fixture)
+            .env_clear()
+            .env("DXDP_ADAPTER_LUIDS", luids)
+            .output()
+            .unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let s = schema("Audit");
+        let mut errors = Vec::new();
+        violations(&doc, &s, &s, "$", &mut errors);
+        assert!(
+            errors.is_empty(),
+            "audit in a container ({luids}):\n{}",
+            errors.join("\n")
+        );
+        assert_eq!(doc["scope"], "container");
+    }
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Command-line interface: global options, subcommands and error reporting.
 
+mod audit;
 mod config_cmd;
 mod demo;
 mod discover;
@@ -211,6 +212,9 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Show the node's GPUs at a glance: utilisation, memory, processes and the pods holding them.
     Top(top::TopArgs),
+    /// Check that containers use only the GPUs they were allocated (on the node, or inside a
+    /// container given GPUs): exit code 0 clean, 1 violations, 2 could not tell.
+    Audit(audit::AuditArgs),
     /// Show the effective configuration, or check a configuration file.
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
@@ -245,6 +249,7 @@ impl Command {
             Command::Doctor(a) => a.apply(&mut flags),
             Command::Snapshot(_)
             | Command::Top(_)
+            | Command::Audit(_)
             | Command::Config(_)
             | Command::Completion { .. }
             | Command::Version
@@ -371,6 +376,12 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
         Command::Hcs(args) => hcs::run(&args, &config, source.as_ref()),
         Command::Doctor(args) => doctor::run(&args, &config, source.as_ref()),
         Command::Top(args) => top::run(
+            &args,
+            config,
+            source.into(),
+            cli.global.host_snapshot.clone(),
+        ),
+        Command::Audit(args) => audit::run(
             &args,
             config,
             source.into(),

@@ -9,11 +9,12 @@ use clap::Args;
 use tokio::sync::watch;
 
 use dxdp::backend::HostFactsSource;
-use dxdp::cluster::{self, Cluster};
+use dxdp::cluster::{self, isolation, Cluster};
 use dxdp::config::{file, Config, Flags, Inputs};
 use dxdp::kubelet::paths;
 use dxdp::plugin::register::Backoff;
 use dxdp::plugin::tasks::{Role, TaskSpec};
+use dxdp::telemetry::isolation::{ActiveTx, Tracker};
 use dxdp_core::allocation::MAX_REPLICAS;
 
 use super::ResourceArg;
@@ -109,11 +110,13 @@ pub fn run(
         let mut inputs = inputs;
         let mut config = config;
         let mut node_rx = None;
+        let mut isolation_cluster = None;
         // The served inventory, for the node labels and the telemetry sampler.
         let (tap_tx, tap_rx) = watch::channel(None);
         plugin_config.inventory_tap = Some(tap_tx);
         if let Some((cluster, resolved)) = connect_cluster(&config, &mut inputs).await? {
             config = resolved;
+            isolation_cluster = Some(cluster.clone());
             let (node_tx, rx) = watch::channel(inputs.node.clone());
             let (c, node, tap_rx) = (cluster.clone(), rx.clone(), tap_rx.clone());
             plugin_config
@@ -167,11 +170,18 @@ pub fn run(
             &plugin_config.kubelet_dir,
             plugin_config.observe.metrics.telemetry().clone(),
         );
+        // The isolation violations the telemetry task finds; without telemetry none can be
+        // known, which the node taint needs to hear at once.
+        let active: ActiveTx = Arc::new(watch::Sender::new(
+            telemetry.is_none().then(|| Arc::new(Vec::new())),
+        ));
         if telemetry.is_some() {
             // Built again on every restart: a sampler holds its source's state.
             let mut first = telemetry;
             let (dir, updates) = (plugin_config.kubelet_dir.clone(), updates.clone());
             let metrics = plugin_config.observe.metrics.telemetry().clone();
+            let isolation = plugin_config.observe.metrics.isolation().clone();
+            let active = active.clone();
             plugin_config
                 .tasks
                 .push(TaskSpec::new("telemetry", Role::Optional, move || {
@@ -184,13 +194,57 @@ pub fn run(
                             metrics.clone(),
                         )
                     });
+                    let tracker = Tracker::new(isolation.clone(), active.clone());
                     async move {
                         if let Some(sampler) = sampler {
-                            dxdp::telemetry::run(sampler, std::future::pending::<()>()).await;
+                            dxdp::telemetry::sampler::run_with(
+                                sampler,
+                                Some(tracker),
+                                std::future::pending::<()>(),
+                            )
+                            .await;
                         }
                         // Ended (or could not be built again): the supervisor restarts it.
                     }
                 }));
+        }
+        if let Some(cluster) = isolation_cluster {
+            let metrics = plugin_config.observe.metrics.isolation().clone();
+            let (c, rx, config, m) = (
+                cluster.clone(),
+                active.subscribe(),
+                updates.clone(),
+                metrics.clone(),
+            );
+            plugin_config.tasks.push(TaskSpec::new(
+                "isolation-events",
+                Role::Optional,
+                move || {
+                    isolation::report_events(
+                        c.clone(),
+                        rx.clone(),
+                        config.clone(),
+                        m.clone(),
+                        isolation::EVENT_LIMITS,
+                        API_BACKOFF,
+                    )
+                },
+            ));
+            let (rx, config) = (active.subscribe(), updates.clone());
+            plugin_config.tasks.push(TaskSpec::new(
+                "isolation-taint",
+                Role::Optional,
+                move || {
+                    isolation::keep_taint(
+                        cluster.clone(),
+                        rx.clone(),
+                        config.clone(),
+                        metrics.clone(),
+                        API_BACKOFF,
+                        isolation::TAINT_START_GRACE,
+                    )
+                },
+            ));
         }
         plugin_config.reload = Some(plugin::Reload {
             inputs,

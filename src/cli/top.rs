@@ -61,18 +61,77 @@ struct TopDocument<'a> {
     view: &'a TelemetryView,
 }
 
-/// Where `top` gets its figures.
-enum Figures {
+/// Where `top` and `audit` get their figures: a running daemon's `/metrics`, or samples taken
+/// here.
+pub(super) enum Figures {
     Daemon(String),
     Here(Box<Sampler>, Box<State>),
 }
 
 impl Figures {
+    /// The daemon's figures at `endpoint`, else a sampler of this host's counters (an error
+    /// when there is no source here).
+    pub(super) fn new(
+        endpoint: Option<&str>,
+        config: Config,
+        source: Arc<dyn HostFactsSource>,
+        host_snapshot: Option<PathBuf>,
+    ) -> anyhow::Result<Figures> {
+        Ok(match endpoint {
+            Some(e) => {
+                top::parse_endpoint(e).map_err(anyhow::Error::msg)?;
+                Figures::Daemon(e.to_string())
+            }
+            None => {
+                if source.is_simulated() {
+                    super::notice(&format!("simulated host: using {}", source.describe()));
+                }
+                let kubelet_dir =
+                    paths::resolve(None, std::env::var("DXDP_KUBELET_DIR").ok().as_deref());
+                let (_, updates) = watch::channel(Arc::new(config));
+                let sampler = sampler::build(
+                    sampler::Devices::Host(source),
+                    updates,
+                    host_snapshot.as_deref(),
+                    &kubelet_dir.path,
+                    Metrics::new().telemetry().clone(),
+                )
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "no GPU telemetry source here: run on a Windows node, pass --host-snapshot with a telemetry section, or --endpoint of a running daemon"
+                    )
+                })?;
+                Figures::Here(Box::new(sampler), Box::default())
+            }
+        })
+    }
+
+    /// Where the figures come from, for people.
+    pub(super) fn describe(&self) -> String {
+        match self {
+            Figures::Daemon(endpoint) => format!("the daemon's /metrics at {endpoint}"),
+            Figures::Here(sampler, _) => sampler.source.describe(),
+        }
+    }
+
     async fn read(&mut self, interval: Duration, first: bool) -> anyhow::Result<TelemetryView> {
+        Ok(self.read_with_allocations(interval, first).await?.0)
+    }
+
+    /// The figures, and whether the allocations behind them are the kubelet's (see
+    /// [`Sampler::allocations_known`]).
+    pub(super) async fn read_with_allocations(
+        &mut self,
+        interval: Duration,
+        first: bool,
+    ) -> anyhow::Result<(TelemetryView, bool)> {
         match self {
             Figures::Daemon(endpoint) => {
                 let text = top::fetch(endpoint).await.map_err(anyhow::Error::msg)?;
-                Ok(top::view_from_metrics(&text))
+                Ok((
+                    top::view_from_metrics(&text),
+                    top::allocations_known_in_metrics(&text),
+                ))
             }
             Figures::Here(sampler, state) => {
                 let mut view = sampler
@@ -86,7 +145,8 @@ impl Figures {
                         anyhow::anyhow!("cannot sample the GPU counters: {why}")
                     })?;
                 }
-                Ok(view)
+                let known = sampler.allocations_known(state);
+                Ok((view, known))
             }
         }
     }
@@ -99,33 +159,7 @@ pub fn run(
     source: Arc<dyn HostFactsSource>,
     host_snapshot: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let mut figures = match &args.endpoint {
-        Some(e) => {
-            top::parse_endpoint(e).map_err(anyhow::Error::msg)?;
-            Figures::Daemon(e.clone())
-        }
-        None => {
-            if source.is_simulated() {
-                super::notice(&format!("simulated host: using {}", source.describe()));
-            }
-            let kubelet_dir =
-                paths::resolve(None, std::env::var("DXDP_KUBELET_DIR").ok().as_deref());
-            let (_, updates) = watch::channel(Arc::new(config));
-            let sampler = sampler::build(
-                sampler::Devices::Host(source),
-                updates,
-                host_snapshot.as_deref(),
-                &kubelet_dir.path,
-                Metrics::new().telemetry().clone(),
-            )
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "no GPU telemetry source here: run dxdp top on a Windows node, pass --host-snapshot with a telemetry section, or --endpoint of a running daemon"
-                )
-            })?;
-            Figures::Here(Box::new(sampler), Box::default())
-        }
-    };
+    let mut figures = Figures::new(args.endpoint.as_deref(), config, source, host_snapshot)?;
     let interval = Duration::from_secs(args.interval);
     let output = args.output;
     let watching = args.watch;

@@ -4,11 +4,14 @@
 //!
 //! - [`labels`]: keeps the Node's labels in step with the devices and the configuration;
 //! - [`node`]: follows the Node (its labels select a named configuration);
+//! - [`isolation`]: GPU isolation violations as Events on the pod, and the node taint of the
+//!   `taint` policy;
 //!
 //! Everything here is optional: without `NODE_NAME` or credentials the daemon serves devices
 //! as before and says once why the cluster features are off. API errors are retried with
 //! backoff and never stop the daemon.
 
+pub mod isolation;
 pub mod labels;
 pub mod node;
 
@@ -61,6 +64,7 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 /// This node's object on the API server.
 #[derive(Clone)]
 pub struct Cluster {
+    client: kube::Client,
     api: Api<Node>,
     node: String,
     timeout: Duration,
@@ -95,7 +99,8 @@ impl Cluster {
     fn with_config(config: kube::Config, node: &str) -> Result<Cluster, Off> {
         let client = kube::Client::try_from(config).map_err(|e| Off::Client(chain(&e)))?;
         Ok(Cluster {
-            api: Api::all(client),
+            api: Api::all(client.clone()),
+            client,
             node: node.to_string(),
             timeout: CALL_TIMEOUT,
         })

@@ -390,6 +390,9 @@ pub struct ConfigFile {
     /// GPU telemetry.
     #[serde(default)]
     pub telemetry: TelemetryFile,
+    /// The GPU isolation audit.
+    #[serde(default)]
+    pub isolation: IsolationFile,
     /// Named configurations, one of which a node selects with its
     /// `<prefix>device-plugin.config` label.
     pub configurations: Option<BTreeMap<ConfigName, NamedConfigFile>>,
@@ -483,6 +486,50 @@ impl CriEndpoint {
             ));
         }
         Ok(Some(t.to_string()))
+    }
+}
+
+/// `isolation`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IsolationFile {
+    /// What dxdp does while a container uses a GPU it was not allocated: `audit` (report it) or
+    /// `taint` (also put a NoSchedule taint on the node).
+    pub policy: Option<IsolationPolicy>,
+    /// Report violations as Kubernetes Events on the pod (needs create on events).
+    pub events: Option<bool>,
+}
+
+/// What dxdp does while a GPU isolation violation lasts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum IsolationPolicy {
+    /// Detect and report (metrics, log, Events).
+    #[default]
+    Audit,
+    /// Also taint the node NoSchedule while any violation lasts.
+    Taint,
+}
+
+impl IsolationPolicy {
+    /// `audit` or `taint`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IsolationPolicy::Audit => "audit",
+            IsolationPolicy::Taint => "taint",
+        }
+    }
+
+    /// Parses `audit` or `taint`; says what is allowed otherwise.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "audit" => Ok(IsolationPolicy::Audit),
+            "taint" => Ok(IsolationPolicy::Taint),
+            _ => Err(format!(
+                "isolation policy {} is not audit or taint",
+                quote(text)
+            )),
+        }
     }
 }
 

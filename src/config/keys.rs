@@ -100,10 +100,14 @@ pub enum Key {
     TelemetryPodResourcesEndpoint,
     /// `telemetry.criEndpoint`.
     TelemetryCriEndpoint,
+    /// `isolation.policy`.
+    IsolationPolicy,
+    /// `isolation.events`.
+    IsolationEvents,
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 18] = [
+const NODE_WIDE: [Key; 20] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -122,6 +126,8 @@ const NODE_WIDE: [Key; 18] = [
     Key::TelemetryInterval,
     Key::TelemetryPodResourcesEndpoint,
     Key::TelemetryCriEndpoint,
+    Key::IsolationPolicy,
+    Key::IsolationEvents,
 ];
 
 impl Key {
@@ -161,6 +167,8 @@ impl Key {
             Key::TelemetryInterval => "telemetry.interval",
             Key::TelemetryPodResourcesEndpoint => "telemetry.podResourcesEndpoint",
             Key::TelemetryCriEndpoint => "telemetry.criEndpoint",
+            Key::IsolationPolicy => "isolation.policy",
+            Key::IsolationEvents => "isolation.events",
         }
     }
 }
@@ -181,7 +189,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 18);
+        assert_eq!(all.len(), 2 * 9 + 20);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

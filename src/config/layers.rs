@@ -271,6 +271,14 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.telemetry.cri_endpoint = Some(v.0.clone()).filter(|v| !v.is_empty());
         c.set_origin(Key::TelemetryCriEndpoint, origin);
     }
+    if let Some(v) = f.isolation.policy {
+        c.isolation.policy = v;
+        c.set_origin(Key::IsolationPolicy, origin);
+    }
+    if let Some(v) = f.isolation.events {
+        c.isolation.events = v;
+        c.set_origin(Key::IsolationEvents, origin);
+    }
 }
 
 /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
@@ -492,6 +500,19 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         })?;
         c.telemetry.cri_endpoint = Some(v.trim().to_string()).filter(|v| !v.is_empty());
         c.set_origin(Key::TelemetryCriEndpoint, "env DXDP_CRI_ENDPOINT");
+    }
+    if let Some(v) = env.get("DXDP_ISOLATION_POLICY") {
+        c.isolation.policy =
+            file::IsolationPolicy::parse(v).map_err(|reason| ConfigError::Env {
+                name: "DXDP_ISOLATION_POLICY".into(),
+                value: v.clone(),
+                reason,
+            })?;
+        c.set_origin(Key::IsolationPolicy, "env DXDP_ISOLATION_POLICY");
+    }
+    if let Some(v) = env.get("DXDP_ISOLATION_EVENTS") {
+        c.isolation.events = parse_bool("DXDP_ISOLATION_EVENTS", v)?;
+        c.set_origin(Key::IsolationEvents, "env DXDP_ISOLATION_EVENTS");
     }
     Ok(())
 }

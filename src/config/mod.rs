@@ -64,6 +64,8 @@ pub struct Config {
     pub metrics_address: Option<std::net::SocketAddr>,
     /// `telemetry`: GPU telemetry sampling.
     pub telemetry: Telemetry,
+    /// `isolation`: the GPU isolation audit.
+    pub isolation: Isolation,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
     pub origins: BTreeMap<Key, String>,
     /// What an operator must be told about how the configuration was built (a reference-plugin
@@ -96,6 +98,25 @@ impl Default for Telemetry {
             interval: std::time::Duration::from_secs(10),
             pod_resources_endpoint: None,
             cri_endpoint: None,
+        }
+    }
+}
+
+/// `isolation`: what dxdp does when a container uses a GPU it was not allocated
+/// (docs/isolation.md). Applies at the next sample after a reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Isolation {
+    /// `audit` (report) or `taint` (also taint the node NoSchedule while a violation lasts).
+    pub policy: file::IsolationPolicy,
+    /// Report violations as Kubernetes Events on the pod.
+    pub events: bool,
+}
+
+impl Default for Isolation {
+    fn default() -> Self {
+        Isolation {
+            policy: file::IsolationPolicy::Audit,
+            events: true,
         }
     }
 }
@@ -170,6 +191,7 @@ impl Default for Config {
             },
             metrics_address: None,
             telemetry: Telemetry::default(),
+            isolation: Isolation::default(),
             origins: BTreeMap::new(),
             notices: Vec::new(),
         };

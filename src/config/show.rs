@@ -114,6 +114,8 @@ impl Config {
                 Some(e) => json!(e),
                 None => Value::Null,
             },
+            Key::IsolationPolicy => json!(self.isolation.policy.as_str()),
+            Key::IsolationEvents => json!(self.isolation.events),
         }
     }
 }

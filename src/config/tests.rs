@@ -69,6 +69,9 @@ telemetry:
   interval: 30s
   podResourcesEndpoint: /var/lib/kubelet/pod-resources/kubelet.sock
   criEndpoint: npipe:////./pipe/containerd-containerd
+isolation:
+  policy: taint
+  events: false
 "#;
 
 #[test]
@@ -1067,6 +1070,67 @@ fn telemetry_keys_follow_the_precedence_and_intervals_are_checked() {
             "telemetry: {enabled: maybe}\n",
             "expected true or false, got",
         ),
+    ] {
+        let f = write(&dir, "bad.yaml", text);
+        let err = inputs(Some(f), &[], Flags::default())
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(part), "{text}: {err}");
+    }
+}
+
+#[test]
+fn isolation_keys_follow_the_precedence_and_policies_are_checked() {
+    let d = Config::default();
+    assert_eq!(d.isolation.policy, file::IsolationPolicy::Audit);
+    assert!(d.isolation.events);
+    assert!(d.show().contains("isolation.policy: audit  # default\n"));
+    assert!(d.show().contains("isolation.events: true  # default\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        "isolation:\n  policy: taint\n  events: false\n",
+    );
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    assert_eq!(c.isolation.policy, file::IsolationPolicy::Taint);
+    assert!(!c.isolation.events);
+    assert_eq!(
+        c.origin("isolation.policy"),
+        format!("file {}", file.display())
+    );
+    assert_eq!(c.show_json()["isolation.policy"]["value"], "taint");
+    let c = inputs(
+        Some(file),
+        &[
+            ("DXDP_ISOLATION_POLICY", " Audit "),
+            ("DXDP_ISOLATION_EVENTS", "true"),
+        ],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(c.isolation.policy, file::IsolationPolicy::Audit);
+    assert!(c.isolation.events);
+    assert_eq!(c.origin("isolation.policy"), "env DXDP_ISOLATION_POLICY");
+    let err = inputs(
+        None,
+        &[("DXDP_ISOLATION_POLICY", "cordon")],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("DXDP_ISOLATION_POLICY") && err.contains("not audit or taint"),
+        "{err}"
+    );
+    for (text, part) in [
+        ("isolation: {policy: cordon}\n", "cordon"),
+        ("isolation: {polcy: taint}\n", "unknown key `polcy`"),
     ] {
         let f = write(&dir, "bad.yaml", text);
         let err = inputs(Some(f), &[], Flags::default())

@@ -112,6 +112,8 @@ struct Inner {
     device_names: Mutex<BTreeSet<String>>,
     /// GPU telemetry (`observe::telemetry`).
     telemetry: super::telemetry::TelemetryMetrics,
+    /// The GPU isolation audit (`observe::isolation`).
+    isolation: super::isolation::IsolationMetrics,
 }
 
 /// The metrics of one daemon. Clones share the same values.
@@ -219,6 +221,7 @@ impl Metrics {
             drop(config_reloads.get_or_create(&outcome(r.as_str())));
         }
         let telemetry = super::telemetry::TelemetryMetrics::register(&mut registry);
+        let isolation = super::isolation::IsolationMetrics::register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -235,6 +238,7 @@ impl Metrics {
                 registered_names: Mutex::default(),
                 device_names: Mutex::default(),
                 telemetry,
+                isolation,
             }),
         }
     }
@@ -337,6 +341,11 @@ impl Metrics {
     /// The GPU telemetry metrics.
     pub fn telemetry(&self) -> &super::telemetry::TelemetryMetrics {
         &self.inner.telemetry
+    }
+
+    /// The GPU isolation audit's metrics.
+    pub fn isolation(&self) -> &super::isolation::IsolationMetrics {
+        &self.inner.isolation
     }
 
     /// Counts one reload of the host facts.

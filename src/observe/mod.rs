@@ -1,5 +1,5 @@
 //! Observability of the daemon: Prometheus metrics ([`metrics`], GPU telemetry in
-//! [`telemetry`]), what `/healthz` and `/readyz` answer ([`state`]), and the HTTP server that
+//! [`telemetry`], the GPU isolation audit in [`isolation`]), what `/healthz` and `/readyz` answer ([`state`]), and the HTTP server that
 //! serves them ([`http`]).
 //!
 //! One [`Observe`] handle is made per daemon and passed to it through
@@ -8,6 +8,7 @@
 //! when no server is listening.
 
 pub mod http;
+pub mod isolation;
 pub mod metrics;
 pub mod state;
 pub mod telemetry;

@@ -6,10 +6,13 @@
 //!   Windows): the backend's [`crate::backend::counters`];
 //! - [`sampler`]: the sampling task ([`sampler::run`]: runs until cancelled, never fails, retries
 //!   with backoff) and one sampling step for `dxdp top`;
-//! - [`top`]: the table `dxdp top` prints, and the figures read back from a daemon's `/metrics`.
+//! - [`top`]: the table `dxdp top` prints, and the figures read back from a daemon's `/metrics`;
+//! - [`isolation`]: the isolation audit's tracker (starts and ends of violations, logged once,
+//!   counted and published for the Kubernetes side) and `dxdp audit`'s table.
 //!
 //! The computation itself is pure and lives in `dxdp_core::telemetry`.
 
+pub mod isolation;
 pub mod sampler;
 pub mod top;
 

@@ -7,7 +7,8 @@
 //! `dxdp_telemetry_samples_total{result}`, and the figures are withdrawn while the source fails
 //! (stale figures would mislead). A PodResources, CRI or HCS failure keeps the last answer, is
 //! counted (`dxdp_telemetry_{pod_resources,cri,hcs}_calls_total{result}`), warned about once
-//! per outage and backs off the same way. Device serving never waits for any of it.
+//! per outage and backs off the same way. Device serving never waits for any of it. In the daemon,
+//! the isolation audit is fed after every successful sample ([`run_with`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,6 +23,7 @@ use dxdp_core::telemetry::{
     ContainerProcesses, CounterSample, PodAllocation, PodRef, TelemetryFacts,
 };
 
+use super::isolation::Tracker;
 use super::source::{ContainerSource, CounterSource};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
@@ -88,6 +90,8 @@ pub struct State {
     devices: Vec<DeviceRef>,
     devices_at: Option<Instant>,
     allocations: Vec<PodAllocation>,
+    /// The kubelet's PodResources API answered at least once.
+    pod_answered: bool,
     pod_retry: Retry,
     containers: Vec<ContainerProcesses>,
     containers_retry: Retry,
@@ -216,6 +220,13 @@ impl Sampler {
         Ok(compute(&state.devices, &facts, &state.pods, &allocations))
     }
 
+    /// Whether the allocations of the last [`Sampler::step`] are the kubelet's current answer
+    /// (recorded, or the last call answered), rather than an old or missing one: while the
+    /// PodResources API fails, a pod that started since its last answer would look unallocated.
+    pub fn allocations_known(&self, state: &State) -> bool {
+        self.pod_resources.is_none() || (state.pod_answered && state.pod_retry.failures == 0)
+    }
+
     async fn refresh_allocations(&self, endpoint: &Endpoint, config: &Config, state: &mut State) {
         if !state.pod_retry.due() {
             return;
@@ -227,6 +238,7 @@ impl Sampler {
                 }
                 self.metrics.pod_resources_call(true);
                 state.allocations = a;
+                state.pod_answered = true;
             }
             Err(e) => {
                 self.metrics.pod_resources_call(false);
@@ -392,6 +404,16 @@ pub fn build(
 /// fails: with telemetry off or no source it waits for `cancel`; failures are logged (the first
 /// of a run at warn), counted and retried with backoff.
 pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
+    run_with(sampler, None, cancel).await
+}
+
+/// [`run`], feeding the isolation audit's `tracker` after every successful sample (and telling
+/// it when telemetry is off).
+pub async fn run_with(
+    sampler: Sampler,
+    mut tracker: Option<Tracker>,
+    cancel: impl Future<Output = ()>,
+) {
     tokio::pin!(cancel);
     let mut state = State::default();
     let mut failures = 0u32;
@@ -404,6 +426,9 @@ pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
         let config = sampler.config.borrow().clone();
         let wait = if !config.telemetry.enabled {
             sampler.metrics.publish(None);
+            if let Some(t) = &mut tracker {
+                t.off("telemetry.enabled is false");
+            }
             config.telemetry.interval
         } else {
             let started = Instant::now();
@@ -412,7 +437,11 @@ pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
             match result {
                 Ok(view) => {
                     sampler.metrics.sample(SampleResult::Ok, elapsed);
-                    sampler.metrics.publish(Some(Arc::new(view)));
+                    let view = Arc::new(view);
+                    sampler.metrics.publish(Some(view.clone()));
+                    if let Some(t) = &mut tracker {
+                        t.sample(&view, sampler.allocations_known(&state));
+                    }
                     if failures > 0 {
                         tracing::info!(after = failures, "GPU telemetry samples again");
                     }

@@ -152,6 +152,23 @@ pub fn view_from_metrics(text: &str) -> TelemetryView {
     view
 }
 
+/// Whether the allocations behind a daemon's `/metrics` are the kubelet's: false when every one
+/// of its PodResources calls failed (the holders are then empty for want of an answer, not
+/// because no pod holds a GPU).
+pub fn allocations_known_in_metrics(text: &str) -> bool {
+    let mut calls = (0.0, 0.0);
+    for (name, labels, value) in text.lines().filter_map(sample_line) {
+        if name == "dxdp_telemetry_pod_resources_calls_total" {
+            match label(&labels, "result") {
+                "ok" => calls.0 += value,
+                "error" => calls.1 += value,
+                _ => {}
+            }
+        }
+    }
+    !(calls.0 == 0.0 && calls.1 > 0.0)
+}
+
 /// `http://HOST:PORT[/metrics]` or `HOST:PORT` as `(HOST:PORT, path)`.
 pub fn parse_endpoint(endpoint: &str) -> Result<(String, String), String> {
     let rest = endpoint
@@ -245,7 +262,7 @@ fn memory_text(used: &Segments, total: &Segments) -> String {
     }
 }
 
-fn pod_text(p: &PodRef) -> String {
+pub(super) fn pod_text(p: &PodRef) -> String {
     if p.is_host() {
         "(host)".into()
     } else {
@@ -254,7 +271,7 @@ fn pod_text(p: &PodRef) -> String {
 }
 
 /// Left-aligned columns separated by two spaces.
-fn table(rows: &[Vec<String>]) -> String {
+pub(super) fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {

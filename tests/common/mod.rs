@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use dxdp_core::facts::HostFacts;
 
 /// Every fixture host in `tests/fixtures/`.
-pub const FIXTURES: [&str; 13] = [
+pub const FIXTURES: [&str; 14] = [
     "nvidia-multi-gpu",
     "amd-radeon",
     "intel-igpu",
@@ -20,6 +20,7 @@ pub const FIXTURES: [&str; 13] = [
     "status-and-unsupported",
     "adapter-match",
     "telemetry-t4",
+    "telemetry-leak",
 ];
 
 /// The file of a fixture host.

@@ -1,7 +1,8 @@
 //! An in-process stand-in for the Kubernetes API server's Node endpoints, over real HTTP on
 //! loopback: `GET /api/v1/nodes/{name}`, server-side apply (`PATCH` with
-//! `application/apply-patch+yaml`) with per-field-manager ownership of labels, and a watch of one
-//! Node. It records every request exactly as received so that tests can check content type,
+//! `application/apply-patch+yaml`) with per-field-manager ownership of labels, a JSON merge patch
+//! of `spec.taints` conditional on `metadata.resourceVersion` (409 when it is stale), a watch of
+//! one Node, and `POST /api/v1/namespaces/{ns}/events` (kept, answered 201). It records every request exactly as received so that tests can check content type,
 //! field manager and body, and it can fail requests on demand.
 //!
 //! Only what dxdp uses is implemented; anything else is answered 404.
@@ -46,6 +47,10 @@ impl Recorded {
 #[derive(Debug, Default)]
 struct State {
     labels: BTreeMap<String, String>,
+    /// `spec.taints`.
+    taints: Vec<serde_json::Value>,
+    /// The Events created, in order.
+    events: Vec<serde_json::Value>,
     /// The field manager that owns each label.
     owners: BTreeMap<String, String>,
     version: u64,
@@ -77,6 +82,7 @@ impl Shared {
                 "resourceVersion": s.version.to_string(),
                 "labels": s.labels,
             },
+            "spec": {"taints": s.taints},
         })
     }
 
@@ -149,6 +155,50 @@ impl ApiServerStandin {
     /// The Node's labels now.
     pub fn labels(&self) -> BTreeMap<String, String> {
         self.shared.lock().labels.clone()
+    }
+
+    /// The Node's taints now.
+    pub fn taints(&self) -> Vec<serde_json::Value> {
+        self.shared.lock().taints.clone()
+    }
+
+    /// Sets the Node's taints as another client would.
+    pub fn set_taints(&self, taints: Vec<serde_json::Value>) {
+        let mut s = self.shared.lock();
+        s.taints = taints;
+        self.shared.publish(&mut s);
+        drop(s);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// The Events created so far.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        self.shared.lock().events.clone()
+    }
+
+    /// Waits until `condition` holds for the Events and the taints (checked after every
+    /// request); false when it does not within `timeout`.
+    pub async fn wait_for_state(
+        &self,
+        timeout: std::time::Duration,
+        mut condition: impl FnMut(&[serde_json::Value], &[serde_json::Value]) -> bool,
+    ) -> bool {
+        let shared = self.shared.clone();
+        let wait = async move {
+            loop {
+                let notified = shared.changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                {
+                    let s = shared.lock();
+                    if condition(&s.events, &s.taints) {
+                        return;
+                    }
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
     }
 
     /// Every request so far.
@@ -337,8 +387,18 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             Some(status(code, "injected failure"))
         } else if method == Method::GET && path == node_path {
             Some(full(StatusCode::OK, &shared.node_json(&s)))
+        } else if method == Method::PATCH
+            && path == node_path
+            && content_type.as_deref() == Some("application/merge-patch+json")
+        {
+            Some(merge_taints(&shared, &mut s, &body))
         } else if method == Method::PATCH && path == node_path {
             Some(apply(&shared, &mut s, &q, content_type.as_deref(), &body))
+        } else if method == Method::POST
+            && path.starts_with("/api/v1/namespaces/")
+            && path.ends_with("/events")
+        {
+            Some(create_event(&mut s, &path, &body))
         } else if method == Method::GET
             && path == "/api/v1/nodes"
             && q.get("watch").map(String::as_str) == Some("true")
@@ -358,6 +418,46 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         Some(r) => r,
         None => watch(&shared, &q),
     })
+}
+
+/// A JSON merge patch of the Node: only `spec.taints` is supported, and a
+/// `metadata.resourceVersion` in the patch must be the current one (409 otherwise), as on a real
+/// API server.
+fn merge_taints(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    if let Some(version) = doc.pointer("/metadata/resourceVersion") {
+        if version.as_str() != Some(s.version.to_string().as_str()) {
+            return status(
+                StatusCode::CONFLICT,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            );
+        }
+    }
+    if let Some(taints) = doc.pointer("/spec/taints") {
+        s.taints = taints.as_array().cloned().unwrap_or_default();
+        shared.publish(s);
+    }
+    full(StatusCode::OK, &shared.node_json(s))
+}
+
+/// Creates an Event in the namespace of the path; the body must name that namespace.
+fn create_event(s: &mut State, path: &str, body: &str) -> Response<Body> {
+    let namespace = path
+        .trim_start_matches("/api/v1/namespaces/")
+        .trim_end_matches("/events");
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    if doc.pointer("/metadata/namespace").and_then(|n| n.as_str()) != Some(namespace) {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "the namespace of the provided object does not match the namespace sent on the request",
+        );
+    }
+    s.events.push(doc.clone());
+    full(StatusCode::CREATED, &doc)
 }
 
 /// Server-side apply of `metadata.labels` by the request's field manager.

@@ -8,9 +8,12 @@
 //! - [`instance`]: parsing of the PDH counter instance names (`pid_…_luid_…_engtype_…`).
 //! - [`compute`]: utilisation from running-time counters, memory per segment, per-process to
 //!   per-container sums and the join with the kubelet's allocations.
+//! - [`isolation`]: the isolation audit: containers using a GPU the kubelet did not allocate to
+//!   them.
 
 pub mod compute;
 pub mod instance;
+pub mod isolation;
 
 use serde::{Deserialize, Serialize};
 

@@ -1,0 +1,268 @@
+//! The GPU isolation audit's metrics: the violations that last now (one series each, encoded
+//! at each scrape from the current set, so that an ended violation's series disappears at once),
+//! how many started (`dxdp_isolation_violations_total`), the processes dxdp cannot place, and what the Kubernetes side (Events, the node
+//! taint) did.
+//!
+//! Names and labels are a public interface; `docs/observability.md` lists them.
+
+use std::sync::{Arc, RwLock};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use dxdp_core::telemetry::isolation::Violation;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: String,
+}
+
+/// What became of one Kubernetes Event (`dxdp_isolation_events_total{result}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventResult {
+    /// Created on the API server.
+    Sent,
+    /// The API server refused it or did not answer (retried with backoff while the violation
+    /// lasts).
+    Error,
+    /// Not sent: an Event for the same container and device was sent within the deduplication
+    /// window.
+    Deduplicated,
+    /// Held back by the rate limit (sent later if the violation still lasts).
+    RateLimited,
+    /// Not sent: `isolation.events` is false.
+    Disabled,
+}
+
+impl EventResult {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventResult::Sent => "sent",
+            EventResult::Error => "error",
+            EventResult::Deduplicated => "deduplicated",
+            EventResult::RateLimited => "rate_limited",
+            EventResult::Disabled => "disabled",
+        }
+    }
+
+    const ALL: [EventResult; 5] = [
+        EventResult::Sent,
+        EventResult::Error,
+        EventResult::Deduplicated,
+        EventResult::RateLimited,
+        EventResult::Disabled,
+    ];
+}
+
+/// What one change of the node's taint gave (`dxdp_isolation_taint_changes_total{result}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaintResult {
+    /// dxdp's taint was put on the node.
+    Added,
+    /// dxdp's taint was taken off the node.
+    Removed,
+    /// The node could not be read or patched (retried with backoff).
+    Error,
+}
+
+impl TaintResult {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaintResult::Added => "added",
+            TaintResult::Removed => "removed",
+            TaintResult::Error => "error",
+        }
+    }
+
+    const ALL: [TaintResult; 3] = [TaintResult::Added, TaintResult::Removed, TaintResult::Error];
+}
+
+/// The isolation part of the daemon's metrics. Clones share the same values.
+#[derive(Debug, Clone)]
+pub struct IsolationMetrics {
+    active: Arc<RwLock<Arc<Vec<Violation>>>>,
+    started: Counter,
+    unplaced: Gauge,
+    events: Family<ResultLabel, Counter>,
+    taint_changes: Family<ResultLabel, Counter>,
+    tainted: Gauge,
+}
+
+/// Encodes the violations that last now at each scrape.
+#[derive(Debug)]
+struct ActiveCollector {
+    active: Arc<RwLock<Arc<Vec<Violation>>>>,
+    started: Counter,
+}
+
+impl IsolationMetrics {
+    /// Registers the isolation metrics in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        // Not registered as a counter: OpenMetrics would name its family
+        // `dxdp_isolation_violations`, the gauge's name; the collector writes it.
+        let started = Counter::default();
+        let unplaced = Gauge::default();
+        registry.register(
+            "dxdp_isolation_unplaced_processes",
+            "Processes using a GPU that dxdp cannot attribute to a pod container (the host's, or of containers whose pod is unknown) in the last sample; never violations",
+            unplaced.clone(),
+        );
+        let events = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "dxdp_isolation_events",
+            "Kubernetes Events about isolation violations, by result (sent, error, deduplicated, rate_limited, disabled)",
+            events.clone(),
+        );
+        let taint_changes = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "dxdp_isolation_taint_changes",
+            "Changes of dxdp's isolation taint on the node, by result (added, removed, error)",
+            taint_changes.clone(),
+        );
+        let tainted = Gauge::default();
+        registry.register(
+            "dxdp_isolation_node_tainted",
+            "1 while dxdp's isolation taint is on the node (as last written or read by dxdp)",
+            tainted.clone(),
+        );
+        for r in EventResult::ALL {
+            drop(events.get_or_create(&label(r.as_str())));
+        }
+        for r in TaintResult::ALL {
+            drop(taint_changes.get_or_create(&label(r.as_str())));
+        }
+        let active = Arc::new(RwLock::new(Arc::new(Vec::new())));
+        registry.register_collector(Box::new(ActiveCollector {
+            active: active.clone(),
+            started: started.clone(),
+        }));
+        IsolationMetrics {
+            active,
+            started,
+            unplaced,
+            events,
+            taint_changes,
+            tainted,
+        }
+    }
+
+    /// Sets the violations that last now.
+    pub fn set_active(&self, violations: Arc<Vec<Violation>>) {
+        *self.active.write().unwrap_or_else(|p| p.into_inner()) = violations;
+    }
+
+    /// Counts violations that started.
+    pub fn started(&self, n: u64) {
+        self.started.inc_by(n);
+    }
+
+    /// Sets the processes dxdp cannot place.
+    pub fn unplaced(&self, processes: u64) {
+        self.unplaced
+            .set(i64::try_from(processes).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one Event outcome.
+    pub fn event(&self, result: EventResult) {
+        self.events.get_or_create(&label(result.as_str())).inc();
+    }
+
+    /// Counts one taint outcome.
+    pub fn taint_change(&self, result: TaintResult) {
+        self.taint_changes
+            .get_or_create(&label(result.as_str()))
+            .inc();
+    }
+
+    /// Sets whether dxdp's taint is on the node.
+    pub fn tainted(&self, on: bool) {
+        self.tainted.set(i64::from(on));
+    }
+
+    /// How many Events had `result` so far (for tests and `dxdp audit`).
+    pub fn events(&self, result: EventResult) -> u64 {
+        self.events.get_or_create(&label(result.as_str())).get()
+    }
+
+    /// How many taint changes had `result` so far.
+    pub fn taint_changes(&self, result: TaintResult) -> u64 {
+        self.taint_changes
+            .get_or_create(&label(result.as_str()))
+            .get()
+    }
+
+    /// Whether dxdp's taint is on the node, as dxdp last wrote or read it.
+    pub fn node_tainted(&self) -> bool {
+        self.tainted.get() == 1
+    }
+
+    /// How many violations started so far.
+    pub fn violations_started(&self) -> u64 {
+        self.started.get()
+    }
+}
+
+fn label(r: &str) -> ResultLabel {
+    ResultLabel {
+        result: r.to_string(),
+    }
+}
+
+/// A label value without the characters the text format would have to escape.
+fn clean(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' => '\'',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect()
+}
+
+impl Collector for ActiveCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let active = self
+            .active
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut metric = encoder.encode_descriptor(
+            "dxdp_isolation_violations",
+            "1 for every pod container that uses a GPU it was not allocated, while it lasts; device is the GPU used",
+            None,
+            MetricType::Gauge,
+        )?;
+        for v in active.iter() {
+            let labels = [
+                ("namespace", clean(&v.pod.namespace)),
+                ("pod", clean(&v.pod.pod)),
+                ("container", clean(&v.pod.container)),
+                ("device", clean(&v.used.device)),
+            ];
+            let gauge = Gauge::<i64>::default();
+            gauge.set(1);
+            gauge.encode(metric.encode_family(&labels)?)?;
+        }
+        // The count of starts under its conventional name. OpenMetrics reserves a counter's
+        // family name without `_total` (here the gauge's), so it is written as `unknown`, whose
+        // sample carries the family name as is; PromQL's rate() and increase() work the same.
+        let total = encoder.encode_descriptor(
+            "dxdp_isolation_violations_total",
+            "GPU isolation violations that started (a counter)",
+            None,
+            MetricType::Unknown,
+        )?;
+        let value = Gauge::<i64>::default();
+        value.set(i64::try_from(self.started.get()).unwrap_or(i64::MAX));
+        value.encode(total)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,296 @@
+//! The isolation audit in the daemon: after every successful telemetry sample the figures are
+//! audited (`dxdp_core::telemetry::isolation`), and the [`Tracker`] turns the violations of one
+//! sample into starts and ends: each start and each end is logged once (not once per sample)
+//! and counted, the current set is exported as `dxdp_isolation_violations`, and it is published
+//! on a channel for the Kubernetes side (Events on the pod, the node taint), which lives in
+//! `cluster::isolation`.
+//!
+//! A violation lasts from the first sample that shows it to the first successful sample that
+//! does not. While samples fail the last state stands (the figures cannot tell); with telemetry
+//! off, nothing can be known and every violation ends. Nothing is judged while the kubelet's
+//! PodResources API has not answered the last call: without current allocations a pod that
+//! started since would look unallocated (the last state stands meanwhile).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use dxdp_core::telemetry::compute::TelemetryView;
+use dxdp_core::telemetry::isolation::{
+    audit, held, ContainerVerdict, IsolationReport, SeenAdapter, Violation,
+};
+use dxdp_core::telemetry::PodRef;
+
+use crate::observe::isolation::IsolationMetrics;
+use crate::output::{AuditDoc, AuditScope, AuditVerdict};
+
+/// The violations that last now, as the tracker publishes them: `None` until the first audit
+/// (or until dxdp knows that none can be made), then the current set, sorted.
+pub type Active = Option<Arc<Vec<Violation>>>;
+
+/// The sending side of [`Active`], shared by the restarts of the telemetry task.
+pub type ActiveTx = Arc<watch::Sender<Active>>;
+
+/// What one audit changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Violations that started.
+    pub started: Vec<Violation>,
+    /// Violations that ended.
+    pub ended: Vec<Violation>,
+}
+
+/// Follows violations from sample to sample.
+#[derive(Debug)]
+pub struct Tracker {
+    metrics: IsolationMetrics,
+    active: ActiveTx,
+    /// The violations that last, with when they started (as this tracker saw it).
+    current: BTreeMap<(PodRef, String), (Violation, Instant)>,
+    /// Whether "waiting for the kubelet's allocations" was said.
+    waiting_said: bool,
+}
+
+impl Tracker {
+    /// A tracker publishing on `active`. A restarted telemetry task takes over the violations
+    /// the last one published, so that they are not logged and counted again.
+    pub fn new(metrics: IsolationMetrics, active: ActiveTx) -> Self {
+        let now = Instant::now();
+        let current = active
+            .borrow()
+            .iter()
+            .flat_map(|v| v.iter())
+            .map(|v| (v.key(), (v.clone(), now)))
+            .collect();
+        Tracker {
+            metrics,
+            active,
+            current,
+            waiting_said: false,
+        }
+    }
+
+    /// Audits the figures of a successful sample. `allocations_known`: the allocations are the
+    /// kubelet's current answer (or recorded); see `Sampler::allocations_known`.
+    pub fn sample(&mut self, view: &TelemetryView, allocations_known: bool) -> Changes {
+        if !allocations_known {
+            if !self.waiting_said {
+                tracing::info!("the GPU isolation audit waits for the kubelet's PodResources answer: without current allocations a new pod would look unallocated");
+                self.waiting_said = true;
+            }
+            return Changes::default();
+        }
+        self.waiting_said = false;
+        let report = audit(view, &held(view));
+        self.metrics.unplaced(report.unplaced_processes);
+        self.apply(report.violations, "the last sample shows no such use")
+    }
+
+    /// Nothing can be known (telemetry off, or no source): every violation ends.
+    pub fn off(&mut self, why: &str) -> Changes {
+        self.metrics.unplaced(0);
+        self.apply(Vec::new(), why)
+    }
+
+    fn apply(&mut self, violations: Vec<Violation>, why_ended: &str) -> Changes {
+        let now = Instant::now();
+        let mut changes = Changes::default();
+        let mut next: BTreeMap<(PodRef, String), (Violation, Instant)> = BTreeMap::new();
+        for v in violations {
+            let key = v.key();
+            let since = match self.current.remove(&key) {
+                Some((_, since)) => since,
+                None => {
+                    log_start(&v);
+                    changes.started.push(v.clone());
+                    now
+                }
+            };
+            next.insert(key, (v, since));
+        }
+        for (v, since) in std::mem::take(&mut self.current).into_values() {
+            log_end(&v, now.saturating_duration_since(since), why_ended);
+            changes.ended.push(v);
+        }
+        self.current = next;
+        self.metrics.started(changes.started.len() as u64);
+        let list: Vec<Violation> = self.current.values().map(|(v, _)| v.clone()).collect();
+        self.metrics.set_active(Arc::new(list.clone()));
+        self.active.send_if_modified(|published| {
+            if published.as_deref() == Some(&list) {
+                false
+            } else {
+                *published = Some(Arc::new(list));
+                true
+            }
+        });
+        changes
+    }
+}
+
+fn log_start(v: &Violation) {
+    tracing::warn!(
+        namespace = %v.pod.namespace,
+        pod = %v.pod.pod,
+        container = %v.pod.container,
+        device = %v.used.device,
+        kind = v.kind.as_str(),
+        "GPU isolation violation started: pod {}/{}: {} (docs/isolation.md)",
+        v.pod.namespace,
+        v.pod.pod,
+        v.message()
+    );
+}
+
+fn log_end(v: &Violation, lasted: Duration, why: &str) {
+    tracing::info!(
+        namespace = %v.pod.namespace,
+        pod = %v.pod.pod,
+        container = %v.pod.container,
+        device = %v.used.device,
+        lasted_seconds = lasted.as_secs(),
+        "GPU isolation violation ended: container {} of pod {}/{} and GPU {}: {why}",
+        v.pod.container,
+        v.pod.namespace,
+        v.pod.pod,
+        v.used.device
+    );
+}
+
+/// The text `dxdp audit` prints for people: the containers (node scope) or what this container
+/// sees (container scope), the violations, the processes not judged, notes and the verdict.
+pub fn audit_text(doc: &AuditDoc) -> String {
+    let mut out = String::new();
+    if let Some(report) = &doc.node {
+        out.push_str(&node_table(report));
+    }
+    if let Some(check) = &doc.container {
+        let list = |adapters: &[SeenAdapter]| {
+            if adapters.is_empty() {
+                return "-".to_string();
+            }
+            adapters
+                .iter()
+                .map(|a| {
+                    if a.model.is_empty() {
+                        a.luid.to_string()
+                    } else {
+                        format!("{} ({})", a.luid, a.model)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out.push_str(&super::top::table(&[
+            vec![
+                "Given (DXDP_ADAPTER_LUIDS):".to_string(),
+                list(&check.allocated),
+            ],
+            vec!["Visible here (DXCore):".into(), list(&check.visible)],
+            vec!["Visible, not given:".into(), list(&check.extra)],
+            vec!["Given, not visible:".into(), list(&check.missing)],
+        ]));
+    }
+    for note in &doc.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    let verdict = match (doc.verdict, doc.scope) {
+        (AuditVerdict::Clean, AuditScope::Node) => {
+            "clean: every container uses only the GPUs it was allocated".to_string()
+        }
+        (AuditVerdict::Clean, AuditScope::Container) => {
+            "clean: this container sees only the GPUs it was given".to_string()
+        }
+        (AuditVerdict::Violations, AuditScope::Node) => {
+            "violations: containers use GPUs they were not allocated".to_string()
+        }
+        (AuditVerdict::Violations, AuditScope::Container) => {
+            "violations: this node leaks GPUs into containers (this one sees GPUs it was not given)"
+                .to_string()
+        }
+        (AuditVerdict::Unknown, _) => format!(
+            "unknown: {}",
+            doc.reason.as_deref().unwrap_or("the audit could not tell")
+        ),
+    };
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "Verdict: {verdict} (exit code {})\n",
+        doc.verdict.exit_code()
+    ));
+    out
+}
+
+fn node_table(report: &IsolationReport) -> String {
+    let mut out = String::new();
+    if report.containers.is_empty() {
+        out.push_str("No pod container holds or uses a GPU dxdp serves.\n");
+    } else {
+        let mut rows = vec![vec![
+            "CONTAINER".to_string(),
+            "ALLOCATED".into(),
+            "USED".into(),
+            "VERDICT".into(),
+        ]];
+        for c in &report.containers {
+            let mut allocated: Vec<String> = c
+                .allocated
+                .iter()
+                .map(|a| a.adapter.device.clone())
+                .collect();
+            allocated.dedup();
+            let used: Vec<String> = c
+                .used
+                .iter()
+                .map(|u| {
+                    if u.allocated {
+                        u.adapter.device.clone()
+                    } else {
+                        format!("{} (not allocated)", u.adapter.device)
+                    }
+                })
+                .collect();
+            let cell = |v: Vec<String>| {
+                if v.is_empty() {
+                    "-".to_string()
+                } else {
+                    v.join(", ")
+                }
+            };
+            rows.push(vec![
+                super::top::pod_text(&c.pod),
+                cell(allocated),
+                cell(used),
+                match c.verdict {
+                    ContainerVerdict::Violation => "VIOLATION".into(),
+                    v => v.as_str().into(),
+                },
+            ]);
+        }
+        out.push_str(&super::top::table(&rows));
+    }
+    if !report.violations.is_empty() {
+        out.push('\n');
+        for v in &report.violations {
+            out.push_str(&format!(
+                "{}/{}: {}\n",
+                v.pod.namespace,
+                v.pod.pod,
+                v.message()
+            ));
+        }
+    }
+    if report.unplaced_processes > 0 {
+        out.push_str(&format!(
+            "\n{} process{} dxdp cannot place (the host's, or of containers whose pod is unknown) use{} GPUs: not judged.\n",
+            report.unplaced_processes,
+            if report.unplaced_processes == 1 { "" } else { "es" },
+            if report.unplaced_processes == 1 { "s" } else { "" },
+        ));
+    }
+    out
+}
