@@ -28,7 +28,18 @@ pub trait ContainerSource: Send + Sync {
     fn describe(&self) -> String;
     /// The running containers and their process IDs, now, without their pods (which the
     /// container runtime knows). Blocking, with its own time limit; called off the async runtime.
-    fn list(&self) -> Result<Vec<ContainerProcesses>, String>;
+    fn list(&self) -> Result<ContainerListing, String>;
+}
+
+/// What one listing of the containers' processes gave.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerListing {
+    /// The containers whose processes were read.
+    pub containers: Vec<ContainerProcesses>,
+    /// Running containers whose processes could not be read this time (each with why): the
+    /// sampler keeps their previous process list rather than give their processes to the host
+    /// for one sample.
+    pub unreadable: Vec<(String, String)>,
 }
 
 /// The `telemetry` section of a host snapshot file, re-read at every sample (so that replacing

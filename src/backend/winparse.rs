@@ -449,7 +449,8 @@ pub const HCS_PROCESS_LIST_QUERY: &str = r#"{"PropertyTypes":["ProcessList"]}"#;
 /// The IDs of the running containers in an `HcsEnumerateComputeSystems` answer (an array of
 /// compute system summaries: `Id`, `SystemType`, `State`, `Owner`, …). Virtual machines, and
 /// containers in another state than `Running`, are left out (HCS may ignore the query's filter);
-/// a summary without a `State` counts as running. `null` is no compute system.
+/// a summary without a `State` counts as running, one without an `Id` is skipped (it cannot be
+/// queried, and the others still can). `null` is no compute system.
 pub fn hcs_running_containers(json: &str) -> Result<Vec<String>, String> {
     let value: serde_json::Value = serde_json::from_str(json)
         .map_err(|e| format!("HCS listed its compute systems in invalid JSON: {e}"))?;
@@ -466,8 +467,9 @@ pub fn hcs_running_containers(json: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for system in systems {
         let text = |k: &str| system.get(k).and_then(|v| v.as_str());
+        // A summary without an Id cannot be queried; the others still can.
         let Some(id) = text("Id").filter(|id| !id.is_empty()) else {
-            return Err(format!("HCS compute system without an Id: {system}"));
+            continue;
         };
         if text("SystemType") != Some("Container") {
             continue;
@@ -979,12 +981,15 @@ mod tests {
         );
         assert!(hcs_running_containers("[]").unwrap().is_empty());
         assert!(hcs_running_containers("null").unwrap().is_empty());
-        for (bad, part) in [
-            ("", "invalid JSON"),
-            ("{}", "an object, not an array"),
-            (r#"[{"SystemType":"Container"}]"#, "without an Id"),
-            (r#"[{"Id":"","SystemType":"Container"}]"#, "without an Id"),
-        ] {
+        // A summary without an Id is skipped; the others are listed.
+        assert_eq!(
+            hcs_running_containers(
+                r#"[{"SystemType":"Container"},{"Id":"","SystemType":"Container"},{"Id":"a1","SystemType":"Container","State":"Running"}]"#
+            )
+            .unwrap(),
+            ["a1"]
+        );
+        for (bad, part) in [("", "invalid JSON"), ("{}", "an object, not an array")] {
             let err = hcs_running_containers(bad).unwrap_err();
             assert!(err.contains(part), "{bad}: {err}");
         }

@@ -101,7 +101,14 @@ fn containers(config: &Config) -> Vec<ContainerProcesses> {
         }
     };
     let mut containers = match lister.list() {
-        Ok(c) => c,
+        Ok(listing) => {
+            for (id, why) in &listing.unreadable {
+                super::notice(&format!(
+                    "container {id} left out: its processes cannot be read: {why}"
+                ));
+            }
+            listing.containers
+        }
         Err(why) => {
             super::notice(&format!("no container processes recorded: {why}"));
             return Vec::new();

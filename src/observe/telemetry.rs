@@ -91,7 +91,7 @@ impl TelemetryMetrics {
         let hcs = Family::<ResultLabel, Counter>::default();
         registry.register(
             "dxdp_telemetry_hcs_calls",
-            "Reads of the containers' process lists from HCS, by result (ok or error)",
+            "Reads of the containers' process lists from HCS, by result (ok; partial: some running containers could not be read and keep their last process list; error)",
             hcs.clone(),
         );
         let duration = Histogram::new(SAMPLE_BUCKETS);
@@ -109,6 +109,7 @@ impl TelemetryMetrics {
             drop(cri.get_or_create(&result(r)));
             drop(hcs.get_or_create(&result(r)));
         }
+        drop(hcs.get_or_create(&result("partial")));
         let view = Arc::new(RwLock::new(None));
         registry.register_collector(Box::new(ViewCollector { view: view.clone() }));
         TelemetryMetrics {
@@ -151,11 +152,9 @@ impl TelemetryMetrics {
             .inc();
     }
 
-    /// Counts one read of the containers' process lists (HCS).
-    pub fn hcs_call(&self, ok: bool) {
-        self.hcs
-            .get_or_create(&result(if ok { "ok" } else { "error" }))
-            .inc();
+    /// Counts one read of the containers' process lists (HCS): `ok`, `partial` or `error`.
+    pub fn hcs_call(&self, outcome: &str) {
+        self.hcs.get_or_create(&result(outcome)).inc();
     }
 }
 

@@ -95,8 +95,13 @@ pub struct State {
     pod_retry: Retry,
     containers: Vec<ContainerProcesses>,
     containers_retry: Retry,
+    /// Whether the last listing left running containers unreadable (warned once per episode).
+    containers_partial: bool,
     pods: HashMap<String, PodRef>,
     cri_retry: Retry,
+    stuck_host: Stuck,
+    stuck_counters: Stuck,
+    stuck_containers: Stuck,
 }
 
 /// When a source that failed may be asked again.
@@ -139,18 +144,48 @@ pub fn backoff(failures: u32, floor: Duration) -> Duration {
 }
 
 /// Runs `f` on the blocking pool with [`READ_TIMEOUT`]; a panic in `f` is an error.
+///
+/// A read that times out keeps its blocking thread (a thread cannot be stopped) and is kept in
+/// `stuck`: while it still runs, no second one of the same kind is started, so a source that
+/// hangs holds one thread of the blocking pool, never a growing number of them (the pool is the
+/// daemon's too).
 async fn blocking<T: Send + 'static>(
+    stuck: &mut Stuck,
     f: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, (SampleResult, String)> {
-    match tokio::time::timeout(READ_TIMEOUT, tokio::task::spawn_blocking(f)).await {
-        Err(_) => Err((
-            SampleResult::Timeout,
-            format!("no answer within {READ_TIMEOUT:?}"),
-        )),
+    blocking_within(READ_TIMEOUT, stuck, f).await
+}
+
+/// [`blocking`] with another time limit.
+async fn blocking_within<T: Send + 'static>(
+    limit: Duration,
+    stuck: &mut Stuck,
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, (SampleResult, String)> {
+    if let Some(previous) = &stuck.0 {
+        if !previous.is_finished() {
+            return Err((
+                SampleResult::Timeout,
+                format!("the previous read, started more than {limit:?} ago, has not returned yet; not starting another"),
+            ));
+        }
+        stuck.0 = None;
+    }
+    let task = tokio::task::spawn_blocking(f);
+    let handle = task.abort_handle();
+    match tokio::time::timeout(limit, task).await {
+        Err(_) => {
+            stuck.0 = Some(handle);
+            Err((SampleResult::Timeout, format!("no answer within {limit:?}")))
+        }
         Ok(Err(join)) => Err((SampleResult::Error, format!("the read failed: {join}"))),
         Ok(Ok(r)) => r.map_err(|e| (SampleResult::Error, e)),
     }
 }
+
+/// A blocking read of one kind that timed out and may still run.
+#[derive(Debug, Default)]
+pub struct Stuck(Option<tokio::task::AbortHandle>);
 
 impl Sampler {
     /// One sample: reads the counters (and, when due, the devices, the containers' processes,
@@ -181,7 +216,10 @@ impl Sampler {
                     .is_none_or(|at| at.elapsed() >= DEVICES_REFRESH);
                 if due {
                     let host = host.clone();
-                    let facts = blocking(move || host.load().map_err(|e| e.to_string())).await?;
+                    let facts = blocking(&mut state.stuck_host, move || {
+                        host.load().map_err(|e| e.to_string())
+                    })
+                    .await?;
                     let discovery = dxdp_core::pipeline::discover(&facts, &config.pipeline);
                     state.devices = device_refs(&discovery, |r| names(&config, r));
                     state.devices_at = Some(Instant::now());
@@ -189,7 +227,8 @@ impl Sampler {
             }
         }
         let source = self.source.clone();
-        let mut facts: TelemetryFacts = blocking(move || source.read()).await?;
+        let mut facts: TelemetryFacts =
+            blocking(&mut state.stuck_counters, move || source.read()).await?;
         if facts.samples.len() < 2 {
             // A live read: one new sample; keep the window here.
             for s in std::mem::take(&mut facts.samples) {
@@ -288,16 +327,25 @@ impl Sampler {
             return;
         }
         let source = lister.clone();
-        match blocking(move || source.list()).await {
-            Ok(containers) => {
+        match blocking(&mut state.stuck_containers, move || source.list()).await {
+            Ok(listing) => {
                 if state.containers_retry.answered() {
                     tracing::info!(source = %lister.describe(), "the containers' process lists can be read again");
                 }
-                self.metrics.hcs_call(true);
-                state.containers = containers;
+                let partial = !listing.unreadable.is_empty();
+                self.metrics
+                    .hcs_call(if partial { "partial" } else { "ok" });
+                if partial && !state.containers_partial {
+                    let (id, why) = &listing.unreadable[0];
+                    tracing::warn!(source = %lister.describe(), unreadable = listing.unreadable.len(), "the process lists of some running containers cannot be read (container {id}: {why}); they keep their last known processes (warned once until every container can be read again)");
+                } else if !partial && state.containers_partial {
+                    tracing::info!(source = %lister.describe(), "every running container's process list can be read again");
+                }
+                state.containers_partial = partial;
+                state.containers = merge_listing(&state.containers, listing);
             }
             Err((_, why)) => {
-                self.metrics.hcs_call(false);
+                self.metrics.hcs_call("error");
                 let delay = state.containers_retry.failed(config.telemetry.interval);
                 outage(
                     state.containers_retry.failures,
@@ -311,6 +359,22 @@ impl Sampler {
             }
         }
     }
+}
+
+/// The containers of a new listing, and for each running container it could not read, its
+/// previous process list when there is one (a container without one is left out: its processes
+/// are the host's until it can be read).
+fn merge_listing(
+    previous: &[ContainerProcesses],
+    listing: crate::backend::counters::ContainerListing,
+) -> Vec<ContainerProcesses> {
+    let mut out = listing.containers;
+    for (id, _) in listing.unreadable {
+        if let Some(p) = previous.iter().find(|p| p.id == id) {
+            out.push(p.clone());
+        }
+    }
+    out
 }
 
 /// Logs a failure of an attribution source: at warn for the first of an outage (what is kept,
@@ -513,6 +577,68 @@ mod tests {
         let asked = built(Some("unix:///run/cri.sock"));
         assert!(asked.containers.is_none());
         assert_eq!(asked.cri, Some(Endpoint::Socket("/run/cri.sock".into())));
+    }
+
+    #[test]
+    fn containers_that_cannot_be_read_keep_their_last_process_list() {
+        let c = |id: &str, pids: &[u32]| ContainerProcesses {
+            id: id.into(),
+            pids: pids.to_vec(),
+            pod: None,
+        };
+        let previous = [c("a", &[1, 2]), c("b", &[3])];
+        let listing = crate::backend::counters::ContainerListing {
+            containers: vec![c("a", &[1, 5])],
+            unreadable: vec![
+                ("b".into(), "access denied".into()),
+                ("new".into(), "access denied".into()),
+            ],
+        };
+        // "a" as read now, "b" as last read, "new" (never read) left out.
+        assert_eq!(
+            merge_listing(&previous, listing),
+            [c("a", &[1, 5]), c("b", &[3])]
+        );
+    }
+
+    // Real time: tokio's paused clock does not advance while a blocking task runs.
+    #[tokio::test]
+    async fn a_read_that_hangs_holds_one_thread_and_no_second_read_starts_meanwhile() {
+        let limit = Duration::from_millis(50);
+        let mut stuck = Stuck::default();
+        let (release, hung) = std::sync::mpsc::channel::<()>();
+        let first = blocking_within(limit, &mut stuck, move || {
+            let _ = hung.recv();
+            Ok(1)
+        })
+        .await;
+        assert!(
+            matches!(first, Err((SampleResult::Timeout, _))),
+            "{first:?}"
+        );
+        // While it still runs, the next read is not started.
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = started.clone();
+        let second = blocking_within(limit, &mut stuck, move || {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(2)
+        })
+        .await;
+        match second {
+            Err((SampleResult::Timeout, why)) => assert!(why.contains("not returned yet"), "{why}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(!started.load(std::sync::atomic::Ordering::SeqCst));
+        // Once it returns, reads start again.
+        release.send(()).unwrap();
+        while stuck.0.as_ref().is_some_and(|h| !h.is_finished()) {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            blocking_within(limit, &mut stuck, || Ok(3)).await.unwrap(),
+            3
+        );
+        assert!(stuck.0.is_none());
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //! `HcsGetComputeSystemProperties(ProcessList)` per container), for per-pod GPU attribution.
 //!
 //! Thin: the JSON documents are parsed by `winparse::hcs_*`, tested on every target. Every
-//! operation is waited for with `HcsWaitForOperationResult` and a timeout, and a whole listing
-//! has a deadline; result documents are released with `LocalFree`, operations with
-//! `HcsCloseOperation` and compute systems with `HcsCloseComputeSystem`, as documented.
+//! operation is waited for with `HcsWaitForOperationResult` and a timeout, and no wait starts
+//! after the listing's deadline (`HcsOpenComputeSystem` and `HcsCloseComputeSystem` are
+//! synchronous and have no timeout: the sampler bounds a whole listing and never runs two);
+//! result documents are released with `LocalFree`, operations with `HcsCloseOperation` and
+//! compute systems with `HcsCloseComputeSystem`, as documented.
 
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -19,7 +21,7 @@ use dxdp_core::telemetry::ContainerProcesses;
 
 use super::error::WinError;
 use super::library::Library;
-use crate::backend::counters::ContainerSource;
+use crate::backend::counters::{ContainerListing, ContainerSource};
 use crate::backend::winparse::{self, wide};
 
 type HcsGetServiceProperties = unsafe extern "system" fn(PCWSTR, *mut PWSTR) -> HRESULT;
@@ -243,9 +245,9 @@ impl Hcs {
     }
 
     /// Every running container with its process IDs, within [`LIST_DEADLINE`]. A container that
-    /// cannot be queried (it may have stopped since the enumeration) is left out, with a debug
-    /// log; when none of several can be, the first error is returned.
-    pub fn containers(&self) -> Result<Vec<ContainerProcesses>, WinError> {
+    /// cannot be queried (it may have stopped since the enumeration) is listed as unreadable,
+    /// with why; when none of several can be, the first error is returned.
+    pub fn containers(&self) -> Result<ContainerListing, WinError> {
         let deadline = Instant::now() + LIST_DEADLINE;
         let late = || {
             WinError::other(
@@ -254,24 +256,24 @@ impl Hcs {
             )
         };
         let ids = self.running_containers(budget(deadline).ok_or_else(late)?)?;
-        let mut out = Vec::with_capacity(ids.len());
+        let mut out = ContainerListing::default();
         let mut first_error = None;
         for id in ids.iter() {
             let timeout = budget(deadline).ok_or_else(late)?;
             match self.process_ids(id, timeout) {
-                Ok(pids) => out.push(ContainerProcesses {
+                Ok(pids) => out.containers.push(ContainerProcesses {
                     id: id.clone(),
                     pids,
                     pod: None,
                 }),
                 Err(e) => {
-                    tracing::debug!("container {id} left out of GPU attribution: {e}");
+                    out.unreadable.push((id.clone(), e.to_string()));
                     first_error.get_or_insert(e);
                 }
             }
         }
         match first_error {
-            Some(e) if out.is_empty() => Err(e),
+            Some(e) if out.containers.is_empty() => Err(e),
             _ => Ok(out),
         }
     }
@@ -302,7 +304,7 @@ impl ContainerSource for HcsContainers {
         "HCS (computecore.dll)".into()
     }
 
-    fn list(&self) -> Result<Vec<ContainerProcesses>, String> {
+    fn list(&self) -> Result<ContainerListing, String> {
         self.hcs.containers().map_err(|e| e.to_string())
     }
 }
@@ -316,7 +318,7 @@ mod tests {
         // feature it lists the running containers (none is fine).
         match super::HcsContainers::open() {
             Ok(hcs) => match crate::backend::counters::ContainerSource::list(&hcs) {
-                Ok(containers) => assert!(containers.iter().all(|c| !c.id.is_empty())),
+                Ok(listing) => assert!(listing.containers.iter().all(|c| !c.id.is_empty())),
                 // Not an administrator: HCS refuses, and says which call failed.
                 Err(e) => {
                     assert!(e.contains("Hcs"), "{e}");
