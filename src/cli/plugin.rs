@@ -195,6 +195,7 @@ pub fn run(
                         )
                     });
                     let tracker = Tracker::new(isolation.clone(), active.clone());
+                    let config = updates.clone();
                     async move {
                         if let Some(sampler) = sampler {
                             dxdp::telemetry::sampler::run_with(
@@ -203,6 +204,10 @@ pub fn run(
                                 std::future::pending::<()>(),
                             )
                             .await;
+                        } else {
+                            // No sample can be judged: the violations it took over end when
+                            // they are stale (no taint stays for what is unknown).
+                            tracker.expire_when_stale(config).await;
                         }
                         // Ended (or could not be built again): the supervisor restarts it.
                     }
@@ -242,6 +247,7 @@ pub fn run(
                         metrics.clone(),
                         API_BACKOFF,
                         isolation::TAINT_START_GRACE,
+                        isolation::TAINT_MIN_HOLD,
                     )
                 },
             ));
