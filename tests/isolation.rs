@@ -658,9 +658,9 @@ mod cluster {
     }
 
     #[tokio::test]
-    async fn a_refused_event_is_counted_and_retried_with_backoff() {
+    async fn a_failed_event_is_counted_and_retried_with_backoff() {
         let api = ApiServerStandin::start("n1", &[]).await.unwrap();
-        api.fail_next("POST", &[403, 500]);
+        api.fail_next("POST", &[500, 409]);
         let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
         let metrics = Metrics::new().isolation().clone();
         let (tx, rx) = watch::channel::<Active>(None);
@@ -679,6 +679,59 @@ mod cluster {
         assert_eq!(
             api.requests().iter().filter(|r| r.method == "POST").count(),
             3
+        );
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn an_event_the_api_server_refuses_is_dropped_and_the_next_one_sent() {
+        let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+        api.fail_next_with(
+            "POST",
+            403,
+            "events \"p.1\" is forbidden: unable to create new content in namespace a because it is being terminated",
+        );
+        api.fail_next("POST", &[422]);
+        let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+        let metrics = Metrics::new().isolation().clone();
+        let (tx, rx) = watch::channel::<Active>(None);
+        let task = tokio::spawn(report_events(
+            cluster,
+            rx,
+            config(IsolationPolicy::Audit),
+            metrics.clone(),
+            dxdp::cluster::isolation::EVENT_LIMITS,
+            // A refusal must not wait for a retry: a backoff longer than the test.
+            Backoff {
+                initial: Duration::from_secs(3600),
+                max: Duration::from_secs(3600),
+                timeout: Duration::from_secs(5),
+            },
+        ));
+        // In key order: a (403, terminating), b (422), c (sent).
+        tx.send_replace(Some(Arc::new(vec![
+            violation("a", "p"),
+            violation("b", "q"),
+            violation("c", "r"),
+        ])));
+        counted(&metrics, "sent", |m| m.events(EventResult::Sent) == 1).await;
+        assert_eq!(metrics.events(EventResult::Error), 2);
+        let events = api.events();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0]["metadata"]["namespace"], "c");
+        let posts: Vec<String> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST")
+            .map(|r| r.path)
+            .collect();
+        assert_eq!(
+            posts,
+            [
+                "/api/v1/namespaces/a/events",
+                "/api/v1/namespaces/b/events",
+                "/api/v1/namespaces/c/events"
+            ]
         );
         task.abort();
     }

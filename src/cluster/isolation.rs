@@ -199,27 +199,64 @@ pub fn event(v: &Violation, node: &str, now: Time) -> Event {
     }
 }
 
+/// Why an Event could not be created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventError {
+    /// Worth another try with backoff (the API server or the network, a conflict, throttling).
+    Retry(String),
+    /// The API server refused this Event (4xx other than 409 and 429): it is dropped, so that it
+    /// does not hold back the others. `kind` names the refusal for logging once.
+    Drop { kind: String, why: String },
+}
+
+/// Classifies the API server's refusal of an Event in `namespace` (`code`, Status `message`).
+pub fn event_refusal(code: u16, message: &str, namespace: &str) -> EventError {
+    match code {
+        409 | 429 => EventError::Retry(format!(
+            "cannot create an Event in namespace {namespace}: {message} ({code})"
+        )),
+        403 if message.contains("is being terminated") => EventError::Drop {
+            kind: "namespace terminating".into(),
+            why: format!("namespace {namespace} is being terminated, the Event for its pod is dropped: {message}"),
+        },
+        403 => EventError::Drop {
+            kind: "forbidden".into(),
+            why: format!(
+                "cannot create Events in namespace {namespace}: {message} (grant create on events: the chart does with isolation.events=true; or set isolation.events: false); the Event is dropped"
+            ),
+        },
+        400..=499 => EventError::Drop {
+            kind: code.to_string(),
+            why: format!(
+                "the API server refused an Event in namespace {namespace} ({code}): {message}; the Event is dropped"
+            ),
+        },
+        _ => EventError::Retry(format!(
+            "cannot create an Event in namespace {namespace}: {message} ({code})"
+        )),
+    }
+}
+
 impl Cluster {
     /// Creates the Event for `v` in its pod's namespace.
-    async fn create_event(&self, v: &Violation) -> Result<(), String> {
+    async fn create_event(&self, v: &Violation) -> Result<(), EventError> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &v.pod.namespace);
         let e = event(v, &self.node, Time(k8s_openapi::jiff::Timestamp::now()));
         let params = PostParams::default();
         match tokio::time::timeout(self.timeout, api.create(&params, &e)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(kube::Error::Api(s))) if s.code == 403 => Err(format!(
-                "cannot create Events in namespace {}: {} (grant create on events: the chart does with isolation.events=true; or set isolation.events: false)",
-                v.pod.namespace, s.message
-            )),
-            Ok(Err(e)) => Err(format!(
+            Ok(Err(kube::Error::Api(s))) => {
+                Err(event_refusal(s.code, &s.message, &v.pod.namespace))
+            }
+            Ok(Err(e)) => Err(EventError::Retry(format!(
                 "cannot create an Event in namespace {}: {}",
                 v.pod.namespace,
                 chain(&e)
-            )),
-            Err(_) => Err(format!(
+            ))),
+            Err(_) => Err(EventError::Retry(format!(
                 "the API server did not answer an Event within {} s",
                 self.timeout.as_secs_f64()
-            )),
+            ))),
         }
     }
 
@@ -322,6 +359,7 @@ pub async fn report_events(
     let mut failures = 0u32;
     let mut retry_at: Option<Instant> = None;
     let mut last_error: Option<String> = None;
+    let mut dropped_said: BTreeSet<String> = BTreeSet::new();
     loop {
         let now = Instant::now();
         let current: Vec<Violation> = active
@@ -381,7 +419,20 @@ pub async fn report_events(
                         pending.remove(&key);
                         held_back.remove(&key);
                     }
-                    Err(why) => {
+                    Err(EventError::Drop { kind, why }) => {
+                        // Refused for good: counted, said once per kind, and the next one goes.
+                        metrics.event(EventResult::Error);
+                        if dropped_said.insert(kind) {
+                            tracing::warn!("cannot report a GPU isolation violation as an Event: {why} (said once; device serving is not affected)");
+                        } else {
+                            tracing::debug!(
+                                "cannot report a GPU isolation violation as an Event: {why}"
+                            );
+                        }
+                        pending.remove(&key);
+                        held_back.remove(&key);
+                    }
+                    Err(EventError::Retry(why)) => {
                         metrics.event(EventResult::Error);
                         failures = failures.saturating_add(1);
                         say_once(
@@ -569,6 +620,38 @@ mod tests {
             },
             "gpu-1".into(),
         )
+    }
+
+    #[test]
+    fn refused_events_are_dropped_and_a_terminating_namespace_is_not_called_rbac() {
+        let terminating = "events \"p.1\" is forbidden: unable to create new content in namespace a because it is being terminated";
+        match event_refusal(403, terminating, "a") {
+            EventError::Drop { kind, why } => {
+                assert_eq!(kind, "namespace terminating");
+                assert!(why.starts_with("namespace a is being terminated"), "{why}");
+                assert!(!why.contains("grant"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match event_refusal(403, "events is forbidden: User cannot create resource", "a") {
+            EventError::Drop { kind, why } => {
+                assert_eq!(kind, "forbidden");
+                assert!(why.contains("grant create on events"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        for code in [400, 404, 422] {
+            assert!(
+                matches!(event_refusal(code, "m", "a"), EventError::Drop { .. }),
+                "{code}"
+            );
+        }
+        for code in [409, 429, 500, 503] {
+            assert!(
+                matches!(event_refusal(code, "m", "a"), EventError::Retry(_)),
+                "{code}"
+            );
+        }
     }
 
     #[test]
