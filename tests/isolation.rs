@@ -1169,35 +1169,49 @@ mod cli {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_audit_reads_a_running_daemons_metrics() {
+        async fn audit_of(text: String) -> Output {
+            let (address, server) = serve_metrics(text).await;
+            let out = tokio::task::spawn_blocking(move || {
+                dxdp(&["audit", "-o", "json", "--endpoint", &address], &[])
+            })
+            .await
+            .unwrap();
+            server.abort();
+            out
+        }
         let metrics = Metrics::new();
         let view = view_of(&common::fixture_path("telemetry-leak")).await;
         metrics.telemetry().publish(Some(Arc::new(view)));
-        let (address, server) = serve_metrics(metrics.encode()).await;
-        let out = tokio::task::spawn_blocking(move || {
-            dxdp(&["audit", "-o", "json", "--endpoint", &address], &[])
-        })
-        .await
-        .unwrap();
+        metrics.telemetry().pod_resources_call(true);
+        metrics.telemetry().attribution_current(true);
+        let out = audit_of(metrics.encode()).await;
         assert_eq!(out.status.code(), Some(1));
         let doc = json(&out);
         assert_eq!(doc["node"]["violations"][1]["pod"], "detect-0");
         assert_eq!(doc["node"]["violations"][1]["allocated"][0]["device"], GPU0);
-        server.abort();
 
-        // A daemon whose PodResources calls all failed cannot tell.
+        // PodResources answered once but not the last call (an outage): it cannot tell.
         metrics.telemetry().pod_resources_call(false);
-        let (address, server) = serve_metrics(metrics.encode()).await;
-        let out = tokio::task::spawn_blocking(move || {
-            dxdp(&["audit", "-o", "json", "--endpoint", &address], &[])
-        })
-        .await
-        .unwrap();
+        metrics.telemetry().attribution_current(false);
+        let out = audit_of(metrics.encode()).await;
         assert_eq!(out.status.code(), Some(2));
         assert!(json(&out)["reason"]
             .as_str()
             .unwrap()
             .contains("PodResources"));
-        server.abort();
+
+        // A daemon without the gauge whose PodResources calls all failed cannot tell either.
+        let older = Metrics::new();
+        let view = view_of(&common::fixture_path("telemetry-leak")).await;
+        older.telemetry().publish(Some(Arc::new(view)));
+        older.telemetry().pod_resources_call(false);
+        let text: String = older
+            .encode()
+            .lines()
+            .filter(|l| !l.contains("dxdp_telemetry_attribution_current"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(audit_of(text).await.status.code(), Some(2));
     }
 }
 

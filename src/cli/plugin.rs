@@ -175,7 +175,8 @@ pub fn run(
         let active: ActiveTx = Arc::new(watch::Sender::new(
             telemetry.is_none().then(|| Arc::new(Vec::new())),
         ));
-        if telemetry.is_some() {
+        let telemetry_on = telemetry.is_some();
+        if telemetry_on {
             // Built again on every restart: a sampler holds its source's state.
             let mut first = telemetry;
             let (dir, updates) = (plugin_config.kubelet_dir.clone(), updates.clone());
@@ -212,6 +213,15 @@ pub fn run(
                         // Ended (or could not be built again): the supervisor restarts it.
                     }
                 }));
+        }
+        if isolation_cluster.is_none() {
+            // Said once, at start: what the isolation audit cannot do without the API server.
+            let c = updates.borrow().clone();
+            if c.isolation.policy == dxdp::config::file::IsolationPolicy::Taint {
+                tracing::warn!("isolation.policy is taint, but dxdp has no API server client (no NODE_NAME or credentials, see the line above; the chart needs nodeApi.enabled): the node is never tainted, violations are only logged and counted");
+            } else if c.isolation.events && telemetry_on {
+                tracing::info!("GPU isolation Events are off: dxdp has no API server client (no NODE_NAME or credentials; the chart needs nodeApi.enabled); violations are logged and counted only");
+            }
         }
         if let Some(cluster) = isolation_cluster {
             let metrics = plugin_config.observe.metrics.isolation().clone();

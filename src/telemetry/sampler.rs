@@ -455,8 +455,10 @@ pub async fn run_with(
                     sampler.metrics.sample(SampleResult::Ok, elapsed);
                     let view = Arc::new(view);
                     sampler.metrics.publish(Some(view.clone()));
+                    let current = sampler.sources_current(&state);
+                    sampler.metrics.attribution_current(current);
                     if let Some(t) = &mut tracker {
-                        t.sample(&view, sampler.sources_current(&state));
+                        t.sample(&view, current);
                     }
                     if failures > 0 {
                         tracing::info!(after = failures, "GPU telemetry samples again");
@@ -467,6 +469,7 @@ pub async fn run_with(
                 Err((outcome, why)) => {
                     sampler.metrics.sample(outcome, elapsed);
                     sampler.metrics.publish(None);
+                    sampler.metrics.attribution_current(false);
                     failures += 1;
                     let delay = backoff(failures, config.telemetry.interval);
                     if failures == 1 {
