@@ -15,6 +15,9 @@
 //! a patch without the condition could drop a taint someone else added meanwhile). At start the
 //! node is reconciled once the first audit is known (at the latest after the start grace): a
 //! taint an earlier run left is removed when no violation is known, also with `policy: audit`.
+//! Once on, the taint stays at least [`TAINT_MIN_HOLD`] (with `policy: taint`); the Node is
+//! read again whenever a violation starts. An Event the API server refuses (4xx other than 409
+//! and 429) is dropped rather than retried, so that it holds back no other.
 //!
 //! Every failure is logged once per distinct error, counted, and retried with backoff; device
 //! serving never waits for any of it.
