@@ -383,6 +383,8 @@ def chart_checks():
           "--set", "metrics.serviceMonitor.enabled=true"], "metrics.enabled"),
         ("a bad assignment mode", ["--set", "config.assignment=guid"], "assignment"),
         ("a bad isolation policy", ["--set", "isolation.policy=cordon"], "isolation.policy"),
+        ("the taint policy without the API server",
+         ["--set", "isolation.policy=taint", "--set", "nodeApi.enabled=false"], "nodeApi.enabled"),
     ]
     for name, args, needle in refused:
         code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, *args)

@@ -67,7 +67,7 @@ async fn view_of(path: &Path) -> TelemetryView {
     };
     let mut state = State::default();
     let view = sampler.step(&mut state).await.unwrap();
-    assert!(sampler.allocations_known(&state), "recorded allocations");
+    assert!(sampler.sources_current(&state), "recorded allocations");
     view
 }
 
@@ -86,6 +86,37 @@ fn leak_ended(dir: &Path) -> std::path::PathBuf {
     assert_ne!(ended, text);
     let path = dir.join("leak-ended.yaml");
     std::fs::write(&path, ended).unwrap();
+    path
+}
+
+/// The leak fixture with the leaking processes' counters stopped (they stopped using the other
+/// GPU): pid 4500's compute running time on GPU 1 does not move between the two samples and its
+/// memory there is 0; pid 4600's memory on GPU 0 is 0.
+fn leak_stopped(dir: &Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(common::fixture_path("telemetry-leak")).unwrap();
+    let stopped = text
+        .replace(
+            "pid_4500_luid_0x00000000_0x006B9126_phys_0_eng_0_engtype_Compute_0, runningTime: 20000000}",
+            "pid_4500_luid_0x00000000_0x006B9126_phys_0_eng_0_engtype_Compute_0, runningTime: 0}",
+        )
+        .replace(
+            "pid_4500_luid_0x00000000_0x006B9126_phys_0, dedicated: 2147483648",
+            "pid_4500_luid_0x00000000_0x006B9126_phys_0, dedicated: 0",
+        )
+        .replace(
+            "pid_4600_luid_0x00000000_0x006B8B86_phys_0, dedicated: 268435456",
+            "pid_4600_luid_0x00000000_0x006B8B86_phys_0, dedicated: 0",
+        );
+    assert_eq!(
+        stopped
+            .lines()
+            .zip(text.lines())
+            .filter(|(a, b)| a != b)
+            .count(),
+        3
+    );
+    let path = dir.join("leak-stopped.yaml");
+    std::fs::write(&path, stopped).unwrap();
     path
 }
 
@@ -184,7 +215,8 @@ mod detection {
             .collect();
         assert_eq!(unplaced, [(GPU0, 1), (GPU1, 1)]);
         assert_eq!(r.unplaced_processes, 2);
-        assert!(r.violations.iter().all(|v| !v.pod.is_host()));
+        // Neither is judged: the violations are exactly the two placed leaks.
+        assert_eq!(r.violations, leak_violations());
     }
 
     #[tokio::test]
@@ -225,6 +257,107 @@ mod detection {
             .unwrap();
         assert_eq!(detect.verdict, ContainerVerdict::Idle);
     }
+
+    #[tokio::test]
+    async fn a_leak_whose_counters_stop_is_no_violation() {
+        let dir = tempfile::tempdir().unwrap();
+        let view = view_of(&leak_stopped(dir.path())).await;
+        let r = audit(&view, &held(&view));
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        let verdicts: Vec<(PodRef, ContainerVerdict)> = r
+            .containers
+            .iter()
+            .map(|c| (c.pod.clone(), c.verdict))
+            .collect();
+        // detect-0 still works on its own GPU 0 (video decode, 256 MiB); debug-0 uses nothing
+        // and holds no dxdp GPU, so it is not listed.
+        assert_eq!(
+            verdicts,
+            [
+                (pod("ml", "idle-0", "main"), ContainerVerdict::Idle),
+                (pod("ml", "infer-7d9", "server"), ContainerVerdict::Ok),
+                (pod("ml", "train-0", "trainer"), ContainerVerdict::Ok),
+                (pod("vision", "detect-0", "worker"), ContainerVerdict::Ok),
+                (pod("web", "render-1", "app"), ContainerVerdict::Ok),
+            ]
+        );
+        // Only the host's pid 1200 and ddd444's pid 4400, as in the leak.
+        assert_eq!(r.unplaced_processes, 2);
+    }
+}
+
+mod judging {
+    use super::*;
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use dxdp::backend::counters::ContainerSource;
+    use dxdp::kubelet::podresources::Endpoint;
+    use dxdp_core::telemetry::ContainerProcesses;
+
+    /// The containers' process lists, answering or failing as told.
+    struct Lister(AtomicBool);
+
+    impl ContainerSource for Lister {
+        fn describe(&self) -> String {
+            "test lister".into()
+        }
+        fn list(&self) -> Result<Vec<ContainerProcesses>, String> {
+            if self.0.load(Ordering::SeqCst) {
+                Ok(Vec::new())
+            } else {
+                Err("HCS is down".into())
+            }
+        }
+    }
+
+    fn sampler(
+        lister: Option<Arc<Lister>>,
+        pod_resources: Option<Endpoint>,
+        cri: Option<Endpoint>,
+    ) -> Sampler {
+        let path = common::fixture_path("telemetry-leak");
+        let (_, config) = watch::channel(Arc::new(Config::default()));
+        Sampler {
+            source: Arc::new(Recorded::new(&path)),
+            devices: Devices::Host(Arc::new(SnapshotFile::new(path.to_path_buf()))),
+            config,
+            pod_resources,
+            cri,
+            containers: lister.map(|l| l as Arc<dyn ContainerSource>),
+            metrics: Metrics::new().telemetry().clone(),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_samples_where_every_attribution_source_answered_are_judged() {
+        let dir = tempfile::tempdir().unwrap();
+        let nowhere = Endpoint::Socket(dir.path().join("none.sock"));
+        let lister = Arc::new(Lister(AtomicBool::new(true)));
+
+        // HCS answers: judged; it fails: not; the next step is skipped by the backoff (the
+        // last list would be used): still not.
+        let s = sampler(Some(lister.clone()), None, None);
+        let mut state = State::default();
+        s.step(&mut state).await.unwrap();
+        assert!(s.sources_current(&state));
+        lister.0.store(false, Ordering::SeqCst);
+        s.step(&mut state).await.unwrap();
+        assert!(!s.sources_current(&state), "HCS failed");
+        lister.0.store(true, Ordering::SeqCst);
+        s.step(&mut state).await.unwrap();
+        assert!(!s.sources_current(&state), "HCS skipped by the backoff");
+
+        // CRI or PodResources that do not answer: not judged.
+        let s = sampler(Some(lister.clone()), None, Some(nowhere.clone()));
+        let mut state = State::default();
+        s.step(&mut state).await.unwrap();
+        assert!(!s.sources_current(&state), "CRI failed");
+        let s = sampler(None, Some(nowhere), None);
+        let mut state = State::default();
+        s.step(&mut state).await.unwrap();
+        assert!(!s.sources_current(&state), "PodResources failed");
+    }
 }
 
 mod tracker {
@@ -244,7 +377,7 @@ mod tracker {
     async fn a_leak_starts_once_lasts_and_ends_once_with_its_series() {
         let dir = tempfile::tempdir().unwrap();
         let leaking = view_of(&common::fixture_path("telemetry-leak")).await;
-        let ended = view_of(&leak_ended(dir.path())).await;
+        let ended = view_of(&leak_stopped(dir.path())).await;
         let metrics = Metrics::new();
         let active = Arc::new(watch::Sender::new(None));
         let mut rx = active.subscribe();
@@ -274,6 +407,11 @@ mod tracker {
         assert_eq!(m["dxdp_isolation_violations_total"], "2");
         assert_eq!(m["dxdp_isolation_unplaced_processes"], "2");
 
+        // Two clean samples do not end it; the third does.
+        for _ in 0..2 {
+            assert_eq!(t.sample(&ended, true), Changes::default());
+        }
+        assert!(!rx.has_changed().unwrap());
         let end = t.sample(&ended, true);
         assert!(end.started.is_empty());
         assert_eq!(end.ended, leak_violations());
@@ -281,13 +419,75 @@ mod tracker {
         let m = series(&metrics.encode());
         assert!(!m.contains_key(&detect) && !m.contains_key(&debug));
         assert_eq!(m["dxdp_isolation_violations_total"], "2", "starts only");
-        assert_eq!(m["dxdp_isolation_unplaced_processes"], "5");
+        assert_eq!(m["dxdp_isolation_unplaced_processes"], "2");
 
         // It starts again, and telemetry turned off ends it.
         assert_eq!(t.sample(&leaking, true).started.len(), 2);
         assert_eq!(metrics.isolation().violations_started(), 4);
         assert_eq!(t.off("telemetry.enabled is false").ended.len(), 2);
         assert_eq!(rx.borrow_and_update().as_deref(), Some(&Vec::new()));
+    }
+
+    #[tokio::test]
+    async fn a_leak_that_is_brief_but_frequent_lasts_until_three_clean_samples() {
+        let dir = tempfile::tempdir().unwrap();
+        let leaking = view_of(&common::fixture_path("telemetry-leak")).await;
+        let clean = view_of(&leak_stopped(dir.path())).await;
+        let metrics = Metrics::new();
+        let active = Arc::new(watch::Sender::new(None));
+        let mut t = Tracker::new(metrics.isolation().clone(), active.clone());
+        assert_eq!(t.sample(&leaking, true).started.len(), 2);
+        // leak, clean, clean, leak, clean, clean, leak: one violation all along.
+        for _ in 0..2 {
+            for _ in 0..2 {
+                assert_eq!(t.sample(&clean, true), Changes::default());
+            }
+            assert_eq!(t.sample(&leaking, true), Changes::default());
+        }
+        // A sample that cannot be judged does not count as clean.
+        for _ in 0..2 {
+            assert_eq!(t.sample(&clean, true), Changes::default());
+        }
+        assert_eq!(t.sample(&clean, false), Changes::default());
+        assert_eq!(active.borrow().as_deref(), Some(&leak_violations()));
+        assert_eq!(t.sample(&clean, true).ended, leak_violations());
+        assert_eq!(metrics.isolation().violations_started(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn violations_end_when_nothing_was_judged_for_too_long() {
+        use dxdp::telemetry::isolation::stale_after;
+        let s = Duration::from_secs;
+        // max(5 minutes, 10 intervals).
+        assert_eq!(stale_after(s(10)), s(300));
+        assert_eq!(stale_after(s(60)), s(600));
+        let leaking = view_of(&common::fixture_path("telemetry-leak")).await;
+        let metrics = Metrics::new();
+        let active = Arc::new(watch::Sender::new(None));
+        let mut t = Tracker::new(metrics.isolation().clone(), active.clone());
+        let limit = stale_after(s(10));
+        assert_eq!(t.expire(limit), Changes::default(), "nothing lasts");
+        assert_eq!(t.sample(&leaking, true).started.len(), 2);
+        tokio::time::advance(s(200)).await;
+        // Samples that cannot be judged do not reset the clock.
+        assert_eq!(t.sample(&leaking, false), Changes::default());
+        tokio::time::advance(s(99)).await;
+        assert_eq!(t.expire(limit), Changes::default());
+        tokio::time::advance(s(1)).await;
+        assert_eq!(t.expire(limit).ended, leak_violations());
+        assert_eq!(active.borrow().as_deref(), Some(&Vec::new()));
+        assert_eq!(t.expire(limit), Changes::default(), "once");
+
+        // A telemetry task that cannot sample at all: the violations it took over end when
+        // they are stale.
+        let mut t = Tracker::new(metrics.isolation().clone(), active.clone());
+        assert_eq!(t.sample(&leaking, true).started.len(), 2);
+        let again = Tracker::new(metrics.isolation().clone(), active.clone());
+        let (_, config) = watch::channel(Arc::new(Config::default()));
+        let started = tokio::time::Instant::now();
+        again.expire_when_stale(config).await;
+        assert_eq!(started.elapsed(), s(300));
+        assert_eq!(active.borrow().as_deref(), Some(&Vec::new()));
     }
 
     #[tokio::test]
@@ -458,9 +658,9 @@ mod cluster {
     }
 
     #[tokio::test]
-    async fn a_refused_event_is_counted_and_retried_with_backoff() {
+    async fn a_failed_event_is_counted_and_retried_with_backoff() {
         let api = ApiServerStandin::start("n1", &[]).await.unwrap();
-        api.fail_next("POST", &[403, 500]);
+        api.fail_next("POST", &[500, 409]);
         let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
         let metrics = Metrics::new().isolation().clone();
         let (tx, rx) = watch::channel::<Active>(None);
@@ -479,6 +679,59 @@ mod cluster {
         assert_eq!(
             api.requests().iter().filter(|r| r.method == "POST").count(),
             3
+        );
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn an_event_the_api_server_refuses_is_dropped_and_the_next_one_sent() {
+        let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+        api.fail_next_with(
+            "POST",
+            403,
+            "events \"p.1\" is forbidden: unable to create new content in namespace a because it is being terminated",
+        );
+        api.fail_next("POST", &[422]);
+        let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+        let metrics = Metrics::new().isolation().clone();
+        let (tx, rx) = watch::channel::<Active>(None);
+        let task = tokio::spawn(report_events(
+            cluster,
+            rx,
+            config(IsolationPolicy::Audit),
+            metrics.clone(),
+            dxdp::cluster::isolation::EVENT_LIMITS,
+            // A refusal must not wait for a retry: a backoff longer than the test.
+            Backoff {
+                initial: Duration::from_secs(3600),
+                max: Duration::from_secs(3600),
+                timeout: Duration::from_secs(5),
+            },
+        ));
+        // In key order: a (403, terminating), b (422), c (sent).
+        tx.send_replace(Some(Arc::new(vec![
+            violation("a", "p"),
+            violation("b", "q"),
+            violation("c", "r"),
+        ])));
+        counted(&metrics, "sent", |m| m.events(EventResult::Sent) == 1).await;
+        assert_eq!(metrics.events(EventResult::Error), 2);
+        let events = api.events();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0]["metadata"]["namespace"], "c");
+        let posts: Vec<String> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST")
+            .map(|r| r.path)
+            .collect();
+        assert_eq!(
+            posts,
+            [
+                "/api/v1/namespaces/a/events",
+                "/api/v1/namespaces/b/events",
+                "/api/v1/namespaces/c/events"
+            ]
         );
         task.abort();
     }
@@ -531,6 +784,7 @@ mod cluster {
             metrics.clone(),
             FAST,
             WAIT,
+            Duration::ZERO,
         ));
         tx.send_replace(Some(Arc::new(vec![violation("a", "p")])));
         assert!(
@@ -572,6 +826,74 @@ mod cluster {
         task.abort();
     }
 
+    #[test]
+    fn the_taint_stays_ten_minutes_at_least_and_goes_at_once_with_policy_audit() {
+        use dxdp::cluster::isolation::{taint_want, TaintWant, TAINT_MIN_HOLD};
+        use IsolationPolicy::{Audit, Taint};
+        let s = Duration::from_secs;
+        assert_eq!(TAINT_MIN_HOLD, s(600));
+        let grace = s(60);
+        let want = |policy, violations, since_start, tainted_for| {
+            taint_want(policy, violations, since_start, grace, tainted_for, s(600))
+        };
+        // (policy, violations, since start, tainted for, want)
+        let table = [
+            (Taint, Some(1), s(0), None, TaintWant::On),
+            (Taint, Some(1), s(900), Some(s(5)), TaintWant::On),
+            (Taint, Some(0), s(900), Some(s(5)), TaintWant::Wait(s(595))),
+            (Taint, Some(0), s(900), Some(s(599)), TaintWant::Wait(s(1))),
+            (Taint, Some(0), s(900), Some(s(600)), TaintWant::Off),
+            (Taint, Some(0), s(900), None, TaintWant::Off),
+            (Taint, None, s(10), None, TaintWant::Wait(s(50))),
+            (Taint, None, s(60), None, TaintWant::Off),
+            (Audit, Some(1), s(900), Some(s(5)), TaintWant::Off),
+        ];
+        for (policy, violations, since, tainted, expected) in table {
+            assert_eq!(
+                want(policy, violations, since, tainted),
+                expected,
+                "{policy:?} {violations:?} {since:?} {tainted:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_taint_removed_by_hand_comes_back_when_a_violation_starts() {
+        let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+        let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+        let metrics = Metrics::new().isolation().clone();
+        let (tx, rx) = watch::channel::<Active>(None);
+        let task = tokio::spawn(keep_taint(
+            cluster,
+            rx,
+            config(IsolationPolicy::Taint),
+            metrics.clone(),
+            FAST,
+            WAIT,
+            Duration::ZERO,
+        ));
+        tx.send_replace(Some(Arc::new(vec![violation("a", "p")])));
+        counted(&metrics, "added", |m| {
+            m.taint_changes(TaintResult::Added) == 1
+        })
+        .await;
+        // Removed by hand, or replaced by the key with another effect: the same violations
+        // change nothing, a new one reads the Node again and puts it back.
+        let by_hand = serde_json::json!({"key": TAINT_KEY, "effect": "PreferNoSchedule"});
+        api.set_taints(vec![by_hand]);
+        tx.send_replace(Some(Arc::new(vec![violation("a", "p")])));
+        tx.send_replace(Some(Arc::new(vec![
+            violation("a", "p"),
+            violation("b", "q"),
+        ])));
+        counted(&metrics, "added again", |m| {
+            m.taint_changes(TaintResult::Added) == 2
+        })
+        .await;
+        assert_eq!(api.taints(), [ours()]);
+        task.abort();
+    }
+
     #[tokio::test]
     async fn a_conflicting_update_is_read_again() {
         let api = ApiServerStandin::start("n1", &[]).await.unwrap();
@@ -586,6 +908,7 @@ mod cluster {
             metrics.clone(),
             FAST,
             WAIT,
+            Duration::ZERO,
         ));
         assert!(api.wait_for_state(WAIT, |_, t| t.len() == 1).await);
         counted(&metrics, "added", |m| {
@@ -613,6 +936,7 @@ mod cluster {
             metrics.clone(),
             FAST,
             WAIT,
+            Duration::ZERO,
         ));
         tx.send_replace(Some(Arc::new(vec![])));
         assert!(api.wait_for_state(WAIT, |_, t| t.len() == 1).await);
@@ -633,6 +957,7 @@ mod cluster {
             metrics.clone(),
             FAST,
             Duration::from_millis(50),
+            Duration::ZERO,
         ));
         assert!(api.wait_for_state(WAIT, |_, t| t.is_empty()).await);
         counted(&metrics, "removed", |m| {
@@ -651,6 +976,7 @@ mod cluster {
             metrics.clone(),
             FAST,
             WAIT,
+            Duration::ZERO,
         ));
         assert!(api.wait_for_state(WAIT, |_, t| t.is_empty()).await);
         counted(&metrics, "removed", |m| {
@@ -674,6 +1000,7 @@ mod cluster {
             metrics.clone(),
             FAST,
             WAIT,
+            Duration::ZERO,
         ));
         counted(&metrics, "tainted", IsolationMetrics::node_tainted).await;
         assert!(api.patches().is_empty());
@@ -842,35 +1169,49 @@ mod cli {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_audit_reads_a_running_daemons_metrics() {
+        async fn audit_of(text: String) -> Output {
+            let (address, server) = serve_metrics(text).await;
+            let out = tokio::task::spawn_blocking(move || {
+                dxdp(&["audit", "-o", "json", "--endpoint", &address], &[])
+            })
+            .await
+            .unwrap();
+            server.abort();
+            out
+        }
         let metrics = Metrics::new();
         let view = view_of(&common::fixture_path("telemetry-leak")).await;
         metrics.telemetry().publish(Some(Arc::new(view)));
-        let (address, server) = serve_metrics(metrics.encode()).await;
-        let out = tokio::task::spawn_blocking(move || {
-            dxdp(&["audit", "-o", "json", "--endpoint", &address], &[])
-        })
-        .await
-        .unwrap();
+        metrics.telemetry().pod_resources_call(true);
+        metrics.telemetry().attribution_current(true);
+        let out = audit_of(metrics.encode()).await;
         assert_eq!(out.status.code(), Some(1));
         let doc = json(&out);
         assert_eq!(doc["node"]["violations"][1]["pod"], "detect-0");
         assert_eq!(doc["node"]["violations"][1]["allocated"][0]["device"], GPU0);
-        server.abort();
 
-        // A daemon whose PodResources calls all failed cannot tell.
+        // PodResources answered once but not the last call (an outage): it cannot tell.
         metrics.telemetry().pod_resources_call(false);
-        let (address, server) = serve_metrics(metrics.encode()).await;
-        let out = tokio::task::spawn_blocking(move || {
-            dxdp(&["audit", "-o", "json", "--endpoint", &address], &[])
-        })
-        .await
-        .unwrap();
+        metrics.telemetry().attribution_current(false);
+        let out = audit_of(metrics.encode()).await;
         assert_eq!(out.status.code(), Some(2));
         assert!(json(&out)["reason"]
             .as_str()
             .unwrap()
             .contains("PodResources"));
-        server.abort();
+
+        // A daemon without the gauge whose PodResources calls all failed cannot tell either.
+        let older = Metrics::new();
+        let view = view_of(&common::fixture_path("telemetry-leak")).await;
+        older.telemetry().publish(Some(Arc::new(view)));
+        older.telemetry().pod_resources_call(false);
+        let text: String = older
+            .encode()
+            .lines()
+            .filter(|l| !l.contains("dxdp_telemetry_attribution_current"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(audit_of(text).await.status.code(), Some(2));
     }
 }
 
@@ -983,15 +1324,22 @@ mod daemon {
             api.wait_for_state(WAIT, |e, t| e.len() == 4 && has_ours(t))
                 .await
         );
-        // And ends: the taint goes.
-        std::fs::write(&snapshot, &ended).unwrap();
+        // Its counters stop: the violations end after three clean samples, but the taint
+        // stays for this run (TAINT_MIN_HOLD, 10 minutes); the next run removes it at start.
+        let stopped_dir = tempfile::tempdir().unwrap();
+        let stopped = std::fs::read_to_string(leak_stopped(stopped_dir.path())).unwrap();
+        std::fs::write(&snapshot, &stopped).unwrap();
+        stop(plugin, dir.path()).await;
+        assert!(has_ours(&api.taints()));
+        let plugin = start(dir.path(), &snapshot, &kubeconfig);
         assert!(api.wait_for_state(WAIT, |_, t| !has_ours(t)).await);
         let log = stop(plugin, dir.path()).await;
         assert_eq!(
-            log.matches("GPU isolation violation ended").count(),
-            2,
+            log.matches("GPU isolation violation started").count(),
+            0,
             "{log}"
         );
+        assert_eq!(api.events().len(), 4);
     }
 }
 

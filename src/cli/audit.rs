@@ -113,7 +113,7 @@ fn on_node(
         return unknown(d, "there are no GPU figures: no device with telemetry here, or the daemon's telemetry is off or its last sample failed (see dxdp_telemetry_samples_total)");
     }
     if !known {
-        return unknown(d, "the kubelet's PodResources API did not answer, so which pod holds which GPU is unknown (every container would look unallocated); check telemetry.podResourcesEndpoint");
+        return unknown(d, "the kubelet's PodResources API, the containers' process lists (HCS) or the runtime's CRI API did not answer the last call, so which pod holds or uses which GPU is unknown (a new pod would look unallocated); check telemetry.podResourcesEndpoint and telemetry.criEndpoint (dxdp_telemetry_*_calls_total)");
     }
     let report = audit(&view, &held(&view));
     d.verdict = if !report.violations.is_empty() {

@@ -175,7 +175,8 @@ pub fn run(
         let active: ActiveTx = Arc::new(watch::Sender::new(
             telemetry.is_none().then(|| Arc::new(Vec::new())),
         ));
-        if telemetry.is_some() {
+        let telemetry_on = telemetry.is_some();
+        if telemetry_on {
             // Built again on every restart: a sampler holds its source's state.
             let mut first = telemetry;
             let (dir, updates) = (plugin_config.kubelet_dir.clone(), updates.clone());
@@ -195,6 +196,7 @@ pub fn run(
                         )
                     });
                     let tracker = Tracker::new(isolation.clone(), active.clone());
+                    let config = updates.clone();
                     async move {
                         if let Some(sampler) = sampler {
                             dxdp::telemetry::sampler::run_with(
@@ -203,10 +205,23 @@ pub fn run(
                                 std::future::pending::<()>(),
                             )
                             .await;
+                        } else {
+                            // No sample can be judged: the violations it took over end when
+                            // they are stale (no taint stays for what is unknown).
+                            tracker.expire_when_stale(config).await;
                         }
                         // Ended (or could not be built again): the supervisor restarts it.
                     }
                 }));
+        }
+        if isolation_cluster.is_none() {
+            // Said once, at start: what the isolation audit cannot do without the API server.
+            let c = updates.borrow().clone();
+            if c.isolation.policy == dxdp::config::file::IsolationPolicy::Taint {
+                tracing::warn!("isolation.policy is taint, but dxdp has no API server client (no NODE_NAME or credentials, see the line above; the chart needs nodeApi.enabled): the node is never tainted, violations are only logged and counted");
+            } else if c.isolation.events && telemetry_on {
+                tracing::info!("GPU isolation Events are off: dxdp has no API server client (no NODE_NAME or credentials; the chart needs nodeApi.enabled); violations are logged and counted only");
+            }
         }
         if let Some(cluster) = isolation_cluster {
             let metrics = plugin_config.observe.metrics.isolation().clone();
@@ -242,6 +257,7 @@ pub fn run(
                         metrics.clone(),
                         API_BACKOFF,
                         isolation::TAINT_START_GRACE,
+                        isolation::TAINT_MIN_HOLD,
                     )
                 },
             ));

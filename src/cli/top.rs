@@ -119,7 +119,7 @@ impl Figures {
     }
 
     /// The figures, and whether the allocations behind them are the kubelet's (see
-    /// [`Sampler::allocations_known`]).
+    /// [`Sampler::sources_current`]).
     pub(super) async fn read_with_allocations(
         &mut self,
         interval: Duration,
@@ -145,7 +145,7 @@ impl Figures {
                         anyhow::anyhow!("cannot sample the GPU counters: {why}")
                     })?;
                 }
-                let known = sampler.allocations_known(state);
+                let known = sampler.sources_current(state);
                 Ok((view, known))
             }
         }

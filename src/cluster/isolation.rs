@@ -15,6 +15,9 @@
 //! a patch without the condition could drop a taint someone else added meanwhile). At start the
 //! node is reconciled once the first audit is known (at the latest after the start grace): a
 //! taint an earlier run left is removed when no violation is known, also with `policy: audit`.
+//! Once on, the taint stays at least [`TAINT_MIN_HOLD`] (with `policy: taint`); the Node is
+//! read again whenever a violation starts. An Event the API server refuses (4xx other than 409
+//! and 429) is dropped rather than retried, so that it holds back no other.
 //!
 //! Every failure is logged once per distinct error, counted, and retried with backoff; device
 //! serving never waits for any of it.
@@ -199,27 +202,64 @@ pub fn event(v: &Violation, node: &str, now: Time) -> Event {
     }
 }
 
+/// Why an Event could not be created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventError {
+    /// Worth another try with backoff (the API server or the network, a conflict, throttling).
+    Retry(String),
+    /// The API server refused this Event (4xx other than 409 and 429): it is dropped, so that it
+    /// does not hold back the others. `kind` names the refusal for logging once.
+    Drop { kind: String, why: String },
+}
+
+/// Classifies the API server's refusal of an Event in `namespace` (`code`, Status `message`).
+pub fn event_refusal(code: u16, message: &str, namespace: &str) -> EventError {
+    match code {
+        409 | 429 => EventError::Retry(format!(
+            "cannot create an Event in namespace {namespace}: {message} ({code})"
+        )),
+        403 if message.contains("is being terminated") => EventError::Drop {
+            kind: "namespace terminating".into(),
+            why: format!("namespace {namespace} is being terminated, the Event for its pod is dropped: {message}"),
+        },
+        403 => EventError::Drop {
+            kind: "forbidden".into(),
+            why: format!(
+                "cannot create Events in namespace {namespace}: {message} (grant create on events: the chart does with isolation.events=true; or set isolation.events: false); the Event is dropped"
+            ),
+        },
+        400..=499 => EventError::Drop {
+            kind: code.to_string(),
+            why: format!(
+                "the API server refused an Event in namespace {namespace} ({code}): {message}; the Event is dropped"
+            ),
+        },
+        _ => EventError::Retry(format!(
+            "cannot create an Event in namespace {namespace}: {message} ({code})"
+        )),
+    }
+}
+
 impl Cluster {
     /// Creates the Event for `v` in its pod's namespace.
-    async fn create_event(&self, v: &Violation) -> Result<(), String> {
+    async fn create_event(&self, v: &Violation) -> Result<(), EventError> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &v.pod.namespace);
         let e = event(v, &self.node, Time(k8s_openapi::jiff::Timestamp::now()));
         let params = PostParams::default();
         match tokio::time::timeout(self.timeout, api.create(&params, &e)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(kube::Error::Api(s))) if s.code == 403 => Err(format!(
-                "cannot create Events in namespace {}: {} (grant create on events: the chart does with isolation.events=true; or set isolation.events: false)",
-                v.pod.namespace, s.message
-            )),
-            Ok(Err(e)) => Err(format!(
+            Ok(Err(kube::Error::Api(s))) => {
+                Err(event_refusal(s.code, &s.message, &v.pod.namespace))
+            }
+            Ok(Err(e)) => Err(EventError::Retry(format!(
                 "cannot create an Event in namespace {}: {}",
                 v.pod.namespace,
                 chain(&e)
-            )),
-            Err(_) => Err(format!(
+            ))),
+            Err(_) => Err(EventError::Retry(format!(
                 "the API server did not answer an Event within {} s",
                 self.timeout.as_secs_f64()
-            )),
+            ))),
         }
     }
 
@@ -234,8 +274,16 @@ impl Cluster {
                 .as_ref()
                 .and_then(|s| s.taints.clone())
                 .unwrap_or_default();
-            let has = taints.iter().any(|t| t.key == TAINT_KEY);
-            if has == on {
+            // Ours is the key with its effect; the key with another effect (set by hand) is
+            // replaced when the taint is wanted, and removed with it.
+            let done = if on {
+                taints
+                    .iter()
+                    .any(|t| t.key == TAINT_KEY && t.effect == TAINT_EFFECT)
+            } else {
+                !taints.iter().any(|t| t.key == TAINT_KEY)
+            };
+            if done {
                 return Ok(false);
             }
             let mut next: Vec<Taint> = taints.into_iter().filter(|t| t.key != TAINT_KEY).collect();
@@ -314,6 +362,7 @@ pub async fn report_events(
     let mut failures = 0u32;
     let mut retry_at: Option<Instant> = None;
     let mut last_error: Option<String> = None;
+    let mut dropped_said: BTreeSet<String> = BTreeSet::new();
     loop {
         let now = Instant::now();
         let current: Vec<Violation> = active
@@ -373,7 +422,20 @@ pub async fn report_events(
                         pending.remove(&key);
                         held_back.remove(&key);
                     }
-                    Err(why) => {
+                    Err(EventError::Drop { kind, why }) => {
+                        // Refused for good: counted, said once per kind, and the next one goes.
+                        metrics.event(EventResult::Error);
+                        if dropped_said.insert(kind) {
+                            tracing::warn!("cannot report a GPU isolation violation as an Event: {why} (said once; device serving is not affected)");
+                        } else {
+                            tracing::debug!(
+                                "cannot report a GPU isolation violation as an Event: {why}"
+                            );
+                        }
+                        pending.remove(&key);
+                        held_back.remove(&key);
+                    }
+                    Err(EventError::Retry(why)) => {
                         metrics.event(EventResult::Error);
                         failures = failures.saturating_add(1);
                         say_once(
@@ -409,9 +471,51 @@ async fn sleep_until(at: Option<Instant>) {
 /// violation known" (the telemetry sampler takes its first sample 2 s after the start).
 pub const TAINT_START_GRACE: Duration = Duration::from_secs(60);
 
-/// Keeps dxdp's taint on the node while a violation lasts and `isolation.policy` is `taint`,
-/// and off otherwise, until both channels close. A taint an earlier run left is removed once
-/// the first audit shows no violation, or after `start_grace` when none comes.
+/// How long the taint stays at least once this run added it (or found it needed), so that use
+/// that is brief but frequent does not open and close the node every sample.
+pub const TAINT_MIN_HOLD: Duration = Duration::from_secs(600);
+
+/// What the taint should be now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaintWant {
+    /// On the node.
+    On,
+    /// Off the node.
+    Off,
+    /// Left as it is for this long, then decided again.
+    Wait(Duration),
+}
+
+/// Decides the taint (pure): `violations` is how many last (`None`: no audit known yet),
+/// `since_start` the time since this run started, `tainted_for` how long ago this run put the
+/// taint on (or found it needed), `None` when it did not.
+pub fn taint_want(
+    policy: IsolationPolicy,
+    violations: Option<usize>,
+    since_start: Duration,
+    start_grace: Duration,
+    tainted_for: Option<Duration>,
+    min_hold: Duration,
+) -> TaintWant {
+    match (policy, violations) {
+        // The operator turned the policy off: at once.
+        (IsolationPolicy::Audit, _) => TaintWant::Off,
+        (IsolationPolicy::Taint, Some(n)) if n > 0 => TaintWant::On,
+        (IsolationPolicy::Taint, None) if since_start < start_grace => {
+            TaintWant::Wait(start_grace - since_start)
+        }
+        (IsolationPolicy::Taint, _) => match tainted_for {
+            Some(t) if t < min_hold => TaintWant::Wait(min_hold - t),
+            _ => TaintWant::Off,
+        },
+    }
+}
+
+/// Keeps dxdp's taint on the node while a violation lasts and `isolation.policy` is `taint`
+/// (and for `min_hold` at least once it is on), and off otherwise, until both channels close.
+/// A taint an earlier run left is removed once the first audit shows no violation, or after
+/// `start_grace` when none comes. The Node is read again whenever a violation starts, so that
+/// a taint removed by hand comes back.
 pub async fn keep_taint(
     cluster: Cluster,
     mut active: watch::Receiver<Active>,
@@ -419,55 +523,80 @@ pub async fn keep_taint(
     metrics: IsolationMetrics,
     backoff: Backoff,
     start_grace: Duration,
+    min_hold: Duration,
 ) {
     let started = Instant::now();
     // What the node has, as dxdp last read or wrote it.
     let mut applied: Option<bool> = None;
+    // When this run put the taint on, or found it needed.
+    let mut tainted_at: Option<Instant> = None;
+    let mut known_keys: BTreeSet<Key> = BTreeSet::new();
     let mut failures = 0u32;
     let mut last_error: Option<String> = None;
     let (mut active_open, mut config_open) = (true, true);
     loop {
         let policy = config.borrow_and_update().isolation.policy;
         let known = active.borrow_and_update().clone();
-        let want = match (policy, known) {
-            (IsolationPolicy::Audit, _) => Some(false),
-            (IsolationPolicy::Taint, Some(v)) => Some(!v.is_empty()),
-            (IsolationPolicy::Taint, None) if started.elapsed() >= start_grace => Some(false),
-            (IsolationPolicy::Taint, None) => None,
-        };
+        let keys: BTreeSet<Key> = known
+            .iter()
+            .flat_map(|v| v.iter().map(Violation::key))
+            .collect();
+        if !keys.is_subset(&known_keys) {
+            // A violation started: read the Node again rather than trust what was applied.
+            applied = None;
+        }
+        known_keys = keys;
+        let now = Instant::now();
+        let want = taint_want(
+            policy,
+            known.as_ref().map(|v| v.len()),
+            now.saturating_duration_since(started),
+            start_grace,
+            tainted_at.map(|t| now.saturating_duration_since(t)),
+            min_hold,
+        );
         let mut wake = None;
         match want {
-            None => wake = Some(started + start_grace),
-            Some(w) if applied != Some(w) => match cluster.set_isolation_taint(w).await {
-                Ok(changed) => {
-                    if changed && w {
-                        metrics.taint_change(TaintResult::Added);
-                        tracing::warn!(node = %cluster.node(), taint = TAINT_KEY, "node tainted {TAINT_KEY}:{TAINT_EFFECT} (isolation.policy: taint): a pod container uses a GPU it was not allocated, so no new pod is scheduled here until it stops");
-                    } else if changed {
-                        metrics.taint_change(TaintResult::Removed);
-                        tracing::info!(node = %cluster.node(), taint = TAINT_KEY, "taint {TAINT_KEY} removed: no GPU isolation violation lasts (or the policy is audit)");
+            TaintWant::Wait(d) => wake = Some(now + d),
+            TaintWant::On | TaintWant::Off => {
+                let w = want == TaintWant::On;
+                if applied != Some(w) {
+                    match cluster.set_isolation_taint(w).await {
+                        Ok(changed) => {
+                            if changed && w {
+                                metrics.taint_change(TaintResult::Added);
+                                tracing::warn!(node = %cluster.node(), taint = TAINT_KEY, "node tainted {TAINT_KEY}:{TAINT_EFFECT} (isolation.policy: taint): a pod container uses a GPU it was not allocated, so no new pod is scheduled here until it stops");
+                            } else if changed {
+                                metrics.taint_change(TaintResult::Removed);
+                                tracing::info!(node = %cluster.node(), taint = TAINT_KEY, "taint {TAINT_KEY} removed: no GPU isolation violation lasts (or the policy is audit)");
+                            }
+                            metrics.tainted(w);
+                            applied = Some(w);
+                            failures = 0;
+                            last_error = None;
+                        }
+                        Err(why) => {
+                            metrics.taint_change(TaintResult::Error);
+                            failures = failures.saturating_add(1);
+                            say_once(
+                                &mut last_error,
+                                why,
+                                if w {
+                                    "cannot taint the node for a GPU isolation violation"
+                                } else {
+                                    "cannot remove dxdp's isolation taint from the node"
+                                },
+                            );
+                            wake = Some(Instant::now() + backoff.delay(failures, random()));
+                        }
                     }
-                    metrics.tainted(w);
-                    applied = Some(w);
-                    failures = 0;
-                    last_error = None;
                 }
-                Err(why) => {
-                    metrics.taint_change(TaintResult::Error);
-                    failures = failures.saturating_add(1);
-                    say_once(
-                        &mut last_error,
-                        why,
-                        if w {
-                            "cannot taint the node for a GPU isolation violation"
-                        } else {
-                            "cannot remove dxdp's isolation taint from the node"
-                        },
-                    );
-                    wake = Some(Instant::now() + backoff.delay(failures, random()));
+                if applied == Some(true) && tainted_at.is_none() {
+                    tainted_at = Some(Instant::now());
+                } else if applied == Some(false) {
+                    tainted_at = None;
                 }
-            },
-            Some(_) => {}
+            }
         }
         if !active_open && !config_open && wake.is_none() {
             std::future::pending::<()>().await;
@@ -494,6 +623,38 @@ mod tests {
             },
             "gpu-1".into(),
         )
+    }
+
+    #[test]
+    fn refused_events_are_dropped_and_a_terminating_namespace_is_not_called_rbac() {
+        let terminating = "events \"p.1\" is forbidden: unable to create new content in namespace a because it is being terminated";
+        match event_refusal(403, terminating, "a") {
+            EventError::Drop { kind, why } => {
+                assert_eq!(kind, "namespace terminating");
+                assert!(why.starts_with("namespace a is being terminated"), "{why}");
+                assert!(!why.contains("grant"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match event_refusal(403, "events is forbidden: User cannot create resource", "a") {
+            EventError::Drop { kind, why } => {
+                assert_eq!(kind, "forbidden");
+                assert!(why.contains("grant create on events"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        for code in [400, 404, 422] {
+            assert!(
+                matches!(event_refusal(code, "m", "a"), EventError::Drop { .. }),
+                "{code}"
+            );
+        }
+        for code in [409, 429, 500, 503] {
+            assert!(
+                matches!(event_refusal(code, "m", "a"), EventError::Retry(_)),
+                "{code}"
+            );
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
@@ -58,6 +59,7 @@ pub struct TelemetryMetrics {
     pod_resources: Family<ResultLabel, Counter>,
     cri: Family<ResultLabel, Counter>,
     hcs: Family<ResultLabel, Counter>,
+    attribution: Gauge,
     duration: Histogram,
 }
 
@@ -87,6 +89,12 @@ impl TelemetryMetrics {
             "dxdp_telemetry_cri_calls",
             "Calls of the container runtime's CRI ListContainers API, by result (ok or error)",
             cri.clone(),
+        );
+        let attribution = Gauge::default();
+        registry.register(
+            "dxdp_telemetry_attribution_current",
+            "1 when the last sample had current answers of every attribution source (PodResources, the containers' process lists, CRI) and was judged by the isolation audit, else 0",
+            attribution.clone(),
         );
         let hcs = Family::<ResultLabel, Counter>::default();
         registry.register(
@@ -118,6 +126,7 @@ impl TelemetryMetrics {
             pod_resources,
             cri,
             hcs,
+            attribution,
             duration,
         }
     }
@@ -143,6 +152,11 @@ impl TelemetryMetrics {
         self.pod_resources
             .get_or_create(&result(if ok { "ok" } else { "error" }))
             .inc();
+    }
+
+    /// Whether the last sample had current answers of every attribution source.
+    pub fn attribution_current(&self, current: bool) {
+        self.attribution.set(i64::from(current));
     }
 
     /// Counts one CRI `ListContainers` call.

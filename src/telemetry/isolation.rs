@@ -5,17 +5,20 @@
 //! on a channel for the Kubernetes side (Events on the pod, the node taint), which lives in
 //! `cluster::isolation`.
 //!
-//! A violation lasts from the first sample that shows it to the first successful sample that
-//! does not. While samples fail the last state stands (the figures cannot tell); with telemetry
-//! off, nothing can be known and every violation ends. Nothing is judged while the kubelet's
-//! PodResources API has not answered the last call: without current allocations a pod that
-//! started since would look unallocated (the last state stands meanwhile).
+//! A violation lasts from the first sample that shows it until [`CLEAN_TO_END`] judged samples
+//! in a row do not (so that use that is brief but frequent does not flap). Nothing is judged
+//! unless every attribution source (the kubelet's PodResources, the containers' process lists,
+//! CRI) answered in that same sample: with an old answer a new pod would look unallocated and a
+//! reused PID would be placed in the wrong container; the last state stands meanwhile, as it
+//! does while samples fail, but for [`stale_after`] at most: then every violation ends (unknown
+//! is not a violation), with one warning. With telemetry off every violation ends at once.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use dxdp_core::telemetry::compute::TelemetryView;
 use dxdp_core::telemetry::isolation::{
@@ -23,6 +26,7 @@ use dxdp_core::telemetry::isolation::{
 };
 use dxdp_core::telemetry::PodRef;
 
+use crate::config::Config;
 use crate::observe::isolation::IsolationMetrics;
 use crate::output::{AuditDoc, AuditScope, AuditVerdict};
 
@@ -42,15 +46,38 @@ pub struct Changes {
     pub ended: Vec<Violation>,
 }
 
+/// How many judged samples in a row must not show a violation for it to end.
+pub const CLEAN_TO_END: u32 = 3;
+
+/// The shortest time without a judged sample after which every violation ends.
+pub const STALE_MIN: Duration = Duration::from_secs(300);
+
+/// How long violations stand without a judged sample: `max(`[`STALE_MIN`]`, 10 × interval)`.
+pub fn stale_after(interval: Duration) -> Duration {
+    STALE_MIN.max(interval.saturating_mul(10))
+}
+
+/// A violation that lasts.
+#[derive(Debug)]
+struct Live {
+    violation: Violation,
+    /// When it started (as this tracker saw it).
+    since: Instant,
+    /// Judged samples in a row that did not show it.
+    clean: u32,
+}
+
 /// Follows violations from sample to sample.
 #[derive(Debug)]
 pub struct Tracker {
     metrics: IsolationMetrics,
     active: ActiveTx,
-    /// The violations that last, with when they started (as this tracker saw it).
-    current: BTreeMap<(PodRef, String), (Violation, Instant)>,
-    /// Whether "waiting for the kubelet's allocations" was said.
+    /// The violations that last.
+    current: BTreeMap<(PodRef, String), Live>,
+    /// Whether "waiting for current answers" was said.
     waiting_said: bool,
+    /// When a sample was last judged (or the tracker was made).
+    judged: Instant,
 }
 
 impl Tracker {
@@ -62,61 +89,119 @@ impl Tracker {
             .borrow()
             .iter()
             .flat_map(|v| v.iter())
-            .map(|v| (v.key(), (v.clone(), now)))
+            .map(|v| {
+                let live = Live {
+                    violation: v.clone(),
+                    since: now,
+                    clean: 0,
+                };
+                (v.key(), live)
+            })
             .collect();
         Tracker {
             metrics,
             active,
             current,
             waiting_said: false,
+            judged: now,
         }
     }
 
-    /// Audits the figures of a successful sample. `allocations_known`: the allocations are the
-    /// kubelet's current answer (or recorded); see `Sampler::allocations_known`.
-    pub fn sample(&mut self, view: &TelemetryView, allocations_known: bool) -> Changes {
-        if !allocations_known {
+    /// Audits the figures of a successful sample. `sources_current`: every attribution source
+    /// answered in this sample (see `Sampler::sources_current`); otherwise nothing is judged.
+    pub fn sample(&mut self, view: &TelemetryView, sources_current: bool) -> Changes {
+        if !sources_current {
             if !self.waiting_said {
-                tracing::info!("the GPU isolation audit waits for the kubelet's PodResources answer: without current allocations a new pod would look unallocated");
+                tracing::info!("the GPU isolation audit waits for current answers of the kubelet's PodResources API, the containers' process lists (HCS) and CRI: with old ones a new pod would look unallocated and a reused PID would be misplaced (the last state stands meanwhile)");
                 self.waiting_said = true;
             }
             return Changes::default();
         }
         self.waiting_said = false;
+        self.judged = Instant::now();
         let report = audit(view, &held(view));
         self.metrics.unplaced(report.unplaced_processes);
-        self.apply(report.violations, "the last sample shows no such use")
+        self.apply(
+            report.violations,
+            false,
+            &format!("the last {CLEAN_TO_END} samples show no such use"),
+        )
     }
 
     /// Nothing can be known (telemetry off, or no source): every violation ends.
     pub fn off(&mut self, why: &str) -> Changes {
         self.metrics.unplaced(0);
-        self.apply(Vec::new(), why)
+        self.apply(Vec::new(), true, why)
     }
 
-    fn apply(&mut self, violations: Vec<Violation>, why_ended: &str) -> Changes {
+    /// When the violations that last end for want of a judged sample (see [`stale_after`]);
+    /// `None` when none lasts.
+    pub fn stale_at(&self, limit: Duration) -> Option<Instant> {
+        (!self.current.is_empty()).then(|| self.judged + limit)
+    }
+
+    /// Ends every violation, with one warning, when no sample was judged for `limit`: unknown
+    /// is not a violation (and keeps no taint on the node).
+    pub fn expire(&mut self, limit: Duration) -> Changes {
+        if self.stale_at(limit).is_none_or(|at| Instant::now() < at) {
+            return Changes::default();
+        }
+        tracing::warn!(
+            violations = self.current.len(),
+            "no telemetry sample could be judged for {} s (failing samples, or the kubelet's PodResources, HCS or CRI not answering): the GPU isolation violations are no longer known and end; they start again when a judged sample shows them",
+            limit.as_secs()
+        );
+        self.metrics.unplaced(0);
+        self.apply(Vec::new(), true, "no sample could be judged for too long")
+    }
+
+    /// Ends the violations when [`stale_after`] the configured interval passes without a
+    /// judged sample (for a telemetry task that cannot sample at all), then returns.
+    pub async fn expire_when_stale(mut self, config: watch::Receiver<Arc<Config>>) {
+        let limit = stale_after(config.borrow().telemetry.interval);
+        if let Some(at) = self.stale_at(limit) {
+            tokio::time::sleep_until(at).await;
+            self.expire(limit);
+        }
+    }
+
+    fn apply(&mut self, violations: Vec<Violation>, at_once: bool, why_ended: &str) -> Changes {
         let now = Instant::now();
         let mut changes = Changes::default();
-        let mut next: BTreeMap<(PodRef, String), (Violation, Instant)> = BTreeMap::new();
+        let mut next: BTreeMap<(PodRef, String), Live> = BTreeMap::new();
         for v in violations {
             let key = v.key();
             let since = match self.current.remove(&key) {
-                Some((_, since)) => since,
+                Some(live) => live.since,
                 None => {
                     log_start(&v);
                     changes.started.push(v.clone());
                     now
                 }
             };
-            next.insert(key, (v, since));
+            let live = Live {
+                violation: v,
+                since,
+                clean: 0,
+            };
+            next.insert(key, live);
         }
-        for (v, since) in std::mem::take(&mut self.current).into_values() {
-            log_end(&v, now.saturating_duration_since(since), why_ended);
-            changes.ended.push(v);
+        for (key, mut live) in std::mem::take(&mut self.current) {
+            live.clean += 1;
+            if at_once || live.clean >= CLEAN_TO_END {
+                log_end(
+                    &live.violation,
+                    now.saturating_duration_since(live.since),
+                    why_ended,
+                );
+                changes.ended.push(live.violation);
+            } else {
+                next.insert(key, live);
+            }
         }
         self.current = next;
         self.metrics.started(changes.started.len() as u64);
-        let list: Vec<Violation> = self.current.values().map(|(v, _)| v.clone()).collect();
+        let list: Vec<Violation> = self.current.values().map(|l| l.violation.clone()).collect();
         self.metrics.set_active(Arc::new(list.clone()));
         self.active.send_if_modified(|published| {
             if published.as_deref() == Some(&list) {

@@ -109,6 +109,8 @@ pub struct State {
 struct Retry {
     failures: u32,
     next_try: Option<Instant>,
+    /// The source answered in the current step (not skipped by backoff, not failed).
+    fresh: bool,
 }
 
 impl Retry {
@@ -122,12 +124,14 @@ impl Retry {
         let recovered = self.failures > 0;
         self.failures = 0;
         self.next_try = None;
+        self.fresh = true;
         recovered
     }
 
     /// Records a failure; the delay before the next try (see [`backoff`]).
     fn failed(&mut self, floor: Duration) -> Duration {
         self.failures += 1;
+        self.fresh = false;
         let delay = backoff(self.failures, floor);
         self.next_try = Some(Instant::now() + delay);
         delay
@@ -191,6 +195,13 @@ impl Sampler {
     /// One sample: reads the counters (and, when due, the devices, the containers' processes,
     /// their pods and the kubelet's allocations) and computes the figures. Does not publish them.
     pub async fn step(&self, state: &mut State) -> Result<TelemetryView, (SampleResult, String)> {
+        for retry in [
+            &mut state.pod_retry,
+            &mut state.containers_retry,
+            &mut state.cri_retry,
+        ] {
+            retry.fresh = false;
+        }
         let mut config = self.config.borrow().clone();
         let names = |config: &Config, r: Resource| {
             config
@@ -259,11 +270,15 @@ impl Sampler {
         Ok(compute(&state.devices, &facts, &state.pods, &allocations))
     }
 
-    /// Whether the allocations of the last [`Sampler::step`] are the kubelet's current answer
-    /// (recorded, or the last call answered), rather than an old or missing one: while the
-    /// PodResources API fails, a pod that started since its last answer would look unallocated.
-    pub fn allocations_known(&self, state: &State) -> bool {
-        self.pod_resources.is_none() || (state.pod_answered && state.pod_retry.failures == 0)
+    /// Whether the last [`Sampler::step`] may be judged by the isolation audit: each live
+    /// attribution source (PodResources, the HCS process lists, CRI; a recorded one always is)
+    /// answered in that very step, neither skipped by backoff nor failed. With an old answer a
+    /// pod that started since would look unallocated, and a PID Windows reused would be placed
+    /// in the wrong container.
+    pub fn sources_current(&self, state: &State) -> bool {
+        (self.pod_resources.is_none() || (state.pod_answered && state.pod_retry.fresh))
+            && (self.containers.is_none() || state.containers_retry.fresh)
+            && (self.cri.is_none() || state.cri_retry.fresh)
     }
 
     async fn refresh_allocations(&self, endpoint: &Endpoint, config: &Config, state: &mut State) {
@@ -472,7 +487,8 @@ pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
 }
 
 /// [`run`], feeding the isolation audit's `tracker` after every successful sample (and telling
-/// it when telemetry is off).
+/// it when telemetry is off); when no sample could be judged for
+/// [`stale_after`](super::isolation::stale_after) the interval, its violations end.
 pub async fn run_with(
     sampler: Sampler,
     mut tracker: Option<Tracker>,
@@ -503,8 +519,10 @@ pub async fn run_with(
                     sampler.metrics.sample(SampleResult::Ok, elapsed);
                     let view = Arc::new(view);
                     sampler.metrics.publish(Some(view.clone()));
+                    let current = sampler.sources_current(&state);
+                    sampler.metrics.attribution_current(current);
                     if let Some(t) = &mut tracker {
-                        t.sample(&view, sampler.allocations_known(&state));
+                        t.sample(&view, current);
                     }
                     if failures > 0 {
                         tracing::info!(after = failures, "GPU telemetry samples again");
@@ -515,6 +533,7 @@ pub async fn run_with(
                 Err((outcome, why)) => {
                     sampler.metrics.sample(outcome, elapsed);
                     sampler.metrics.publish(None);
+                    sampler.metrics.attribution_current(false);
                     failures += 1;
                     let delay = backoff(failures, config.telemetry.interval);
                     if failures == 1 {
@@ -525,6 +544,17 @@ pub async fn run_with(
                     delay
                 }
             }
+        };
+        // Violations stand without a judged sample for a limited time only.
+        let limit = super::isolation::stale_after(config.telemetry.interval);
+        let wait = match &mut tracker {
+            Some(t) => {
+                t.expire(limit);
+                t.stale_at(limit).map_or(wait, |at| {
+                    wait.min(at.saturating_duration_since(tokio::time::Instant::now()))
+                })
+            }
+            None => wait,
         };
         tokio::select! {
             () = &mut cancel => return,

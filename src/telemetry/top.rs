@@ -152,13 +152,18 @@ pub fn view_from_metrics(text: &str) -> TelemetryView {
     view
 }
 
-/// Whether the allocations behind a daemon's `/metrics` are the kubelet's: false when every one
-/// of its PodResources calls failed (the holders are then empty for want of an answer, not
-/// because no pod holds a GPU).
+/// Whether the attribution behind a daemon's `/metrics` is current: its gauge
+/// `dxdp_telemetry_attribution_current` (the last sample had current answers of PodResources,
+/// HCS and CRI). From a daemon without that gauge: false when every one of its PodResources
+/// calls failed (the holders are then empty for want of an answer, not because no pod holds a
+/// GPU).
 pub fn allocations_known_in_metrics(text: &str) -> bool {
     let mut calls = (0.0, 0.0);
+    let mut current = None;
     for (name, labels, value) in text.lines().filter_map(sample_line) {
-        if name == "dxdp_telemetry_pod_resources_calls_total" {
+        if name == "dxdp_telemetry_attribution_current" {
+            current = Some(value == 1.0);
+        } else if name == "dxdp_telemetry_pod_resources_calls_total" {
             match label(&labels, "result") {
                 "ok" => calls.0 += value,
                 "error" => calls.1 += value,
@@ -166,7 +171,7 @@ pub fn allocations_known_in_metrics(text: &str) -> bool {
             }
         }
     }
-    !(calls.0 == 0.0 && calls.1 > 0.0)
+    current.unwrap_or(!(calls.0 == 0.0 && calls.1 > 0.0))
 }
 
 /// `http://HOST:PORT[/metrics]` or `HOST:PORT` as `(HOST:PORT, path)`.

@@ -56,7 +56,7 @@ struct State {
     version: u64,
     requests: Vec<Recorded>,
     /// Status codes for the next requests of a method (`PATCH`, `GET`).
-    failures: BTreeMap<String, Vec<u16>>,
+    failures: BTreeMap<String, Vec<(u16, String)>>,
     /// Answer watches 403 (RBAC without `watch`).
     forbid_watch: bool,
 }
@@ -239,7 +239,17 @@ impl ApiServerStandin {
             .failures
             .entry(method.to_string())
             .or_default()
-            .extend_from_slice(codes);
+            .extend(codes.iter().map(|c| (*c, "injected failure".to_string())));
+    }
+
+    /// Answers the next request of `method` with this status code and Status message.
+    pub fn fail_next_with(&self, method: &str, code: u16, message: &str) {
+        self.shared
+            .lock()
+            .failures
+            .entry(method.to_string())
+            .or_default()
+            .push((code, message.to_string()));
     }
 
     /// Answers every watch with 403 Forbidden, as RBAC without the `watch` verb does.
@@ -382,9 +392,9 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             .filter(|codes| !codes.is_empty())
             .map(|codes| codes.remove(0));
         let node_path = format!("/api/v1/nodes/{}", shared.node);
-        if let Some(code) = injected {
+        if let Some((code, message)) = injected {
             let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            Some(status(code, "injected failure"))
+            Some(status(code, &message))
         } else if method == Method::GET && path == node_path {
             Some(full(StatusCode::OK, &shared.node_json(&s)))
         } else if method == Method::PATCH

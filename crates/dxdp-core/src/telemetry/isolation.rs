@@ -10,8 +10,11 @@
 //! - a container's **allocated** devices are the physical devices of the IDs the kubelet gave it
 //!   for any resource dxdp serves; a replica ID (`<id>-r<k>`) counts for its physical device, so
 //!   several pods sharing one GPU through replicas are each allocated that GPU;
+//! - a container with no dxdp allocation of its own in a pod whose other containers hold dxdp
+//!   devices (a regular init container: the kubelet's PodResources does not list those) is
+//!   allocated the union of its pod's devices;
 //! - a **violation** is a container using a device it was not allocated, or a container with no
-//!   dxdp allocation at all using a GPU;
+//!   dxdp allocation at all (nor its pod) using a GPU;
 //! - processes dxdp cannot place (the host's, and those of containers whose pod is unknown: the
 //!   view's empty pod) are never violations; they are counted apart.
 //!
@@ -295,6 +298,21 @@ pub fn audit(view: &TelemetryView, allocations: &[PodAllocation]) -> IsolationRe
             });
         }
     }
+    // A container with no dxdp allocation of its own in a pod that holds dxdp devices (a
+    // regular init container, which PodResources does not list) is judged against the union
+    // of its pod's devices.
+    let mut of_pod: BTreeMap<(String, String), BTreeSet<Allocated>> = BTreeMap::new();
+    for (pod, set) in &allocated {
+        of_pod
+            .entry((pod.namespace.clone(), pod.pod.clone()))
+            .or_default()
+            .extend(set.iter().cloned());
+    }
+    let given_to = |pod: &PodRef| -> Option<&BTreeSet<Allocated>> {
+        allocated
+            .get(pod)
+            .or_else(|| of_pod.get(&(pod.namespace.clone(), pod.pod.clone())))
+    };
     let mut used: BTreeMap<PodRef, Vec<Used>> = BTreeMap::new();
     let mut unplaced: BTreeMap<String, u64> = BTreeMap::new();
     for c in &view.containers {
@@ -308,8 +326,7 @@ pub fn audit(view: &TelemetryView, allocations: &[PodAllocation]) -> IsolationRe
             continue;
         }
         let adapter = adapter_of(&view.devices, &c.device);
-        let mine = allocated
-            .get(&c.pod)
+        let mine = given_to(&c.pod)
             .is_some_and(|set| set.iter().any(|a| a.adapter.device == adapter.device));
         used.entry(c.pod.clone()).or_default().push(Used {
             adapter,
@@ -321,8 +338,7 @@ pub fn audit(view: &TelemetryView, allocations: &[PodAllocation]) -> IsolationRe
     let mut report = IsolationReport::default();
     let pods: BTreeSet<&PodRef> = allocated.keys().chain(used.keys()).collect();
     for pod in pods {
-        let given: Vec<Allocated> = allocated
-            .get(pod)
+        let given: Vec<Allocated> = given_to(pod)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
         let mut uses_now = used.get(pod).cloned().unwrap_or_default();
@@ -600,6 +616,50 @@ mod tests {
         assert!(r.undetermined.is_some());
         // Nobody holds a device: the host's use is just the host's.
         assert_eq!(audit(&v, &[]).undetermined, None);
+    }
+
+    #[test]
+    fn a_container_the_kubelet_does_not_list_is_judged_by_its_pods_devices() {
+        let (main, init) = (pod("n", "p", "main"), pod("n", "p", "init"));
+        let other = pod("n", "q", "c");
+        let v = view(vec![
+            // The init container uses the pod's GPU a: no violation.
+            on(init.clone(), "a", true, 1),
+            // It also uses b, which its pod does not hold: a violation against a.
+            on(init.clone(), "b", true, 2),
+            // Another pod without any allocation: still no-allocation.
+            on(other.clone(), "a", true, 1),
+        ]);
+        let r = audit(&v, &[alloc(&main, &["a-r1"])]);
+        let got: Vec<(PodRef, &str, Vec<&str>, ViolationKind)> = r
+            .violations
+            .iter()
+            .map(|v| {
+                (
+                    v.pod.clone(),
+                    v.used.device.as_str(),
+                    v.allocated.iter().map(|a| a.device.as_str()).collect(),
+                    v.kind,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (init.clone(), "b", vec!["a"], ViolationKind::OtherDevice),
+                (other.clone(), "a", vec![], ViolationKind::NoAllocation),
+            ]
+        );
+        let init_audit = r.containers.iter().find(|c| c.pod == init).unwrap();
+        assert_eq!(init_audit.allocated[0].device_id, "a-r1");
+        assert_eq!(
+            init_audit
+                .used
+                .iter()
+                .map(|u| (u.adapter.device.as_str(), u.allocated))
+                .collect::<Vec<_>>(),
+            [("a", true), ("b", false)]
+        );
     }
 
     #[test]
