@@ -291,9 +291,8 @@ mod judging {
 
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use dxdp::backend::counters::ContainerSource;
+    use dxdp::backend::counters::{ContainerListing, ContainerSource};
     use dxdp::kubelet::podresources::Endpoint;
-    use dxdp_core::telemetry::ContainerProcesses;
 
     /// The containers' process lists, answering or failing as told.
     struct Lister(AtomicBool);
@@ -302,9 +301,9 @@ mod judging {
         fn describe(&self) -> String {
             "test lister".into()
         }
-        fn list(&self) -> Result<Vec<ContainerProcesses>, String> {
+        fn list(&self) -> Result<ContainerListing, String> {
             if self.0.load(Ordering::SeqCst) {
-                Ok(Vec::new())
+                Ok(ContainerListing::default())
             } else {
                 Err("HCS is down".into())
             }
