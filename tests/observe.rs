@@ -404,12 +404,29 @@ async fn metrics_count_allocations_host_refreshes_and_configuration_reloads() {
         (2 * gpus) as f64,
         "unhealthy devices stay advertised"
     );
-    let ok_refreshes = m["dxdp_host_refreshes_total{result=\"ok\"}"];
-    assert!(ok_refreshes >= 1.0, "{m:#?}");
+    assert!(
+        m["dxdp_host_refreshes_total{result=\"ok\"}"] >= 1.0,
+        "{m:#?}"
+    );
     assert_eq!(m["dxdp_host_refreshes_total{result=\"error\"}"], 0.0);
     // A malformed snapshot: a failed refresh, the last good devices stay.
     replace(&d.snapshot, "adapters: [\n");
     metric_at_least(d.addr, "dxdp_host_refreshes_total{result=\"error\"}", 1.0).await;
+    // Events are handled in order: every batch of the earlier write was handled before this
+    // error, so from here on every refresh reads a malformed file. Another malformed edit
+    // counts as an error, never as ok.
+    let m = metrics(d.addr).await;
+    let (ok_refreshes, errors) = (
+        m["dxdp_host_refreshes_total{result=\"ok\"}"],
+        m["dxdp_host_refreshes_total{result=\"error\"}"],
+    );
+    replace(&d.snapshot, "adapters: [[\n");
+    metric_at_least(
+        d.addr,
+        "dxdp_host_refreshes_total{result=\"error\"}",
+        errors + 1.0,
+    )
+    .await;
     let m = metrics(d.addr).await;
     assert_eq!(m["dxdp_host_refreshes_total{result=\"ok\"}"], ok_refreshes);
     assert_eq!(m[&devices(DISPLAY, "Unhealthy")], 1.0);
