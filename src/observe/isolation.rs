@@ -8,7 +8,7 @@
 use std::sync::{Arc, RwLock};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -17,10 +17,7 @@ use prometheus_client::registry::Registry;
 
 use dxdp_core::telemetry::isolation::Violation;
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabel {
-    result: String,
-}
+use super::telemetry::{clean, result as label, ResultLabel};
 
 /// What became of one Kubernetes Event (`dxdp_isolation_events_total{result}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,24 +204,6 @@ impl IsolationMetrics {
     pub fn violations_started(&self) -> u64 {
         self.started.get()
     }
-}
-
-fn label(r: &str) -> ResultLabel {
-    ResultLabel {
-        result: r.to_string(),
-    }
-}
-
-/// A label value without the characters the text format would have to escape.
-fn clean(value: &str) -> String {
-    value
-        .chars()
-        .map(|c| match c {
-            '"' | '\\' => '\'',
-            c if c.is_control() => ' ',
-            c => c,
-        })
-        .collect()
 }
 
 impl Collector for ActiveCollector {

@@ -24,8 +24,9 @@ pub const SAMPLE_BUCKETS: [f64; 10] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0,
 ];
 
+/// The `result` label of the telemetry and isolation counters.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabel {
+pub(super) struct ResultLabel {
     result: String,
 }
 
@@ -172,14 +173,15 @@ impl TelemetryMetrics {
     }
 }
 
-fn result(r: &str) -> ResultLabel {
+/// The `result` label with value `r`.
+pub(super) fn result(r: &str) -> ResultLabel {
     ResultLabel {
         result: r.to_string(),
     }
 }
 
 /// A label value without the characters the text format would have to escape.
-fn clean(value: &str) -> String {
+pub(super) fn clean(value: &str) -> String {
     value
         .chars()
         .map(|c| match c {

@@ -113,9 +113,19 @@ async fn claiming_removes_stale_sockets_and_refuses_a_live_dxdp_for_the_same_res
     }
 }
 
+/// A kubelet stand-in and the display unit registered with it, in a fresh directory.
 #[cfg(unix)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_again() {
+struct DisplayUnit {
+    _dir: tempfile::TempDir,
+    kubelet: crate::kubelet::standin::KubeletStandin,
+    config: PluginConfig,
+    _inventory: channel::Sender<Arc<inventory::Inventory>>,
+    sup: Units,
+    display: String,
+}
+
+#[cfg(unix)]
+async fn display_unit() -> DisplayUnit {
     use crate::kubelet::standin::KubeletStandin;
     let dir = tempfile::Builder::new()
         .prefix("dxdp")
@@ -125,7 +135,7 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
     let facts = dxdp_core::sample::sample_host().unwrap();
     let config = PluginConfig::new(dir.path().to_path_buf());
     let (inventory, _) = inventory::build(&facts, Arc::new(config.config.clone()));
-    let (_tx, rx) = channel::channel(Arc::new(inventory));
+    let (tx, rx) = channel::channel(Arc::new(inventory));
     let display = "directx.microsoft.com/display".to_string();
     let mut sup = Units::new(
         dir.path(),
@@ -135,8 +145,34 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
         vec![(Resource::Display, display.clone())],
     );
     sup.check();
+    assert!(
+        kubelet
+            .wait_for(Duration::from_secs(10), |v| v.registrations.len() == 1)
+            .await
+    );
+    DisplayUnit {
+        _dir: dir,
+        kubelet,
+        config,
+        _inventory: tx,
+        sup,
+        display,
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_again() {
+    // Held to the end: the directory and the inventory sender.
+    let DisplayUnit {
+        _dir,
+        _inventory,
+        kubelet,
+        mut sup,
+        display,
+        ..
+    } = display_unit().await;
     let wait = Duration::from_secs(10);
-    assert!(kubelet.wait_for(wait, |v| v.registrations.len() == 1).await);
     let first = sup.units[&display].path.clone();
     // Kill the server as a crash would, after the unit ran for a while.
     let unit = sup.units.get_mut(&display).unwrap();
@@ -175,27 +211,16 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_that_ends_right_after_its_start_waits_for_the_next_check() {
-    use crate::kubelet::standin::KubeletStandin;
-    let dir = tempfile::Builder::new()
-        .prefix("dxdp")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
-    let facts = dxdp_core::sample::sample_host().unwrap();
-    let config = PluginConfig::new(dir.path().to_path_buf());
-    let (inventory, _) = inventory::build(&facts, Arc::new(config.config.clone()));
-    let (_tx, rx) = channel::channel(Arc::new(inventory));
-    let display = "directx.microsoft.com/display".to_string();
-    let mut sup = Units::new(
-        dir.path(),
-        config.backoff,
-        config.observe.clone(),
-        rx,
-        vec![(Resource::Display, display.clone())],
-    );
-    sup.check();
+    // Held to the end: the directory and the inventory sender.
+    let DisplayUnit {
+        _dir,
+        _inventory,
+        kubelet,
+        config,
+        mut sup,
+        display,
+    } = display_unit().await;
     let wait = Duration::from_secs(10);
-    assert!(kubelet.wait_for(wait, |v| v.registrations.len() == 1).await);
     // The server dies at once (as one failing at every start would).
     sup.units[&display].server.abort();
     let ended = tokio::time::timeout(wait, sup.ended_rx.recv())
