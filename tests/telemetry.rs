@@ -680,19 +680,29 @@ fn the_telemetry_section_round_trips_through_yaml_and_json() {
     );
 }
 
-/// Every series name `/metrics` has with the fixture's figures published.
+/// Every series name `/metrics` has with the fixture's figures published, and the series name
+/// of every family it declares (a family without series now, such as the isolation audit's
+/// violations on a clean node, still exists: `_total` for a counter, the family's name else).
 fn series_names() -> std::collections::BTreeSet<String> {
     let metrics = dxdp::observe::Metrics::new();
     metrics
         .telemetry()
         .publish(Some(std::sync::Arc::new(view())));
-    metrics
-        .encode()
+    let text = metrics.encode();
+    let series = text
         .lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| l.split(['{', ' ']).next())
-        .map(str::to_string)
-        .collect()
+        .map(str::to_string);
+    let declared = text.lines().filter_map(|l| {
+        let mut words = l.strip_prefix("# TYPE ")?.split(' ');
+        let (name, kind) = (words.next()?, words.next()?);
+        Some(match kind {
+            "counter" => format!("{name}_total"),
+            _ => name.to_string(),
+        })
+    });
+    series.chain(declared).collect()
 }
 
 /// The `dxdp_…` names in a text.
