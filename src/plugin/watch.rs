@@ -369,21 +369,23 @@ impl FileWatch {
                     let _ = watcher.unwatch(a);
                 }
             }
+            let mut orphans = Vec::new();
             let settled = {
                 let mut state = lock(&self.shared.state);
                 let mut raced = false;
                 for (dir, st) in now {
-                    // Only directories still subscribed (one may have gone meanwhile), and only
-                    // where the watcher's callback did not mark the watch lost meanwhile (then
-                    // another round looks again).
-                    if let Some(slot) = state.dirs.get_mut(&dir) {
-                        if dirs.get(&dir) == Some(slot) {
-                            *slot = st;
-                        } else {
-                            raced = true;
-                        }
+                    // Only directories still subscribed, and only where the watcher's callback
+                    // did not mark the watch lost meanwhile (then another round looks again).
+                    // A directory unsubscribed while this ran may have been watched here after
+                    // its last subscriber looked (it saw no watch to remove): removed below.
+                    match state.dirs.get_mut(&dir) {
+                        Some(slot) if dirs.get(&dir) == Some(slot) => *slot = st,
+                        Some(_) => raced = true,
+                        None if st.is_some() => orphans.push(dir),
+                        None => {}
                     }
                 }
+                orphans.retain(|d| !ancestors.contains(d));
                 state.ancestors = ancestors;
                 for dir in &rewatched_now {
                     state.send(|s| s.dirs.contains(dir), || Item::Rewatched);
@@ -396,6 +398,11 @@ impl FileWatch {
                         .iter()
                         .any(|(d, st)| st.is_none() && identity(d).is_some())
             };
+            // (Not one that is the nearest existing ancestor of a missing directory: that watch
+            // is still needed; `orphans` lost those above.)
+            for dir in &orphans {
+                let _ = watcher.unwatch(dir);
+            }
             if settled {
                 break;
             }
