@@ -136,6 +136,53 @@ where
     }
 }
 
+/// A gRPC server on a socket of this module, as the stand-ins (kubelet, PodResources, CRI) run
+/// one: it serves `router` until [`Served::stop`], then closes the connections it accepted.
+pub struct Served {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    /// Serves `router` on `listener` in a task of its own.
+    pub fn spawn(listener: Listener, router: tonic::transport::server::Router) -> Self {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (close, closed) = tokio::sync::watch::channel(false);
+        let incoming = incoming(listener, closed, Arc::default());
+        let task = tokio::spawn(async move {
+            let _ = router
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                })
+                .await;
+            close.send_replace(true);
+        });
+        Served {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Stops serving and waits for the server to end: at most `limit` (then it is aborted), or
+    /// as long as it takes with `None`.
+    pub async fn stop(&mut self, limit: Option<Duration>) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match limit {
+            None => {
+                let _ = (&mut self.task).await;
+            }
+            Some(limit) => {
+                let abort = self.task.abort_handle();
+                if tokio::time::timeout(limit, &mut self.task).await.is_err() {
+                    abort.abort();
+                }
+            }
+        }
+    }
+}
+
 /// The pause after `failures` failed `accept` calls in a row (1 for the first).
 pub fn accept_backoff(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);

@@ -60,17 +60,7 @@ impl Plugin {
     }
 
     async fn stop(mut self) -> String {
-        let pid = self.child.id().unwrap().to_string();
-        let kill = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
-        assert!(kill.success());
-        let status = tokio::time::timeout(WAIT, self.child.wait())
-            .await
-            .expect("exits after SIGTERM")
-            .unwrap();
-        assert!(status.success(), "{status:?}");
+        common::terminate(&mut self.child, WAIT).await;
         std::fs::read_to_string(&self.log).unwrap()
     }
 }

@@ -8,7 +8,6 @@ mod common;
 #[path = "support/apiserver.rs"]
 mod apiserver;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -364,13 +363,7 @@ mod tracker {
 
     use dxdp::telemetry::isolation::{Changes, Tracker};
 
-    fn series(text: &str) -> BTreeMap<String, String> {
-        text.lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-            .filter_map(|l| l.rsplit_once(' '))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use common::metric_samples as series;
 
     #[tokio::test]
     async fn a_leak_starts_once_lasts_and_ends_once_with_its_series() {
@@ -1247,17 +1240,7 @@ mod daemon {
     }
 
     async fn stop(mut child: tokio::process::Child, dir: &Path) -> String {
-        let pid = child.id().unwrap().to_string();
-        let kill = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
-        assert!(kill.success());
-        let status = tokio::time::timeout(WAIT, child.wait())
-            .await
-            .expect("exits after SIGTERM")
-            .unwrap();
-        assert!(status.success(), "{status:?}");
+        common::terminate(&mut child, WAIT).await;
         std::fs::read_to_string(dir.join("stderr.log")).unwrap()
     }
 

@@ -672,17 +672,7 @@ async fn sigterm_stops_the_binary_and_removes_its_sockets() {
                 && v.devices(COMPUTE).is_some())
             .await
     );
-    let pid = child.id().unwrap().to_string();
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = tokio::time::timeout(WAIT, child.wait())
-        .await
-        .expect("exits after SIGTERM")
-        .unwrap();
-    assert!(status.success(), "{status:?}");
+    common::terminate(&mut child, WAIT).await;
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .filter_map(Result::ok)

@@ -235,14 +235,7 @@ mod sampler {
     use dxdp_core::telemetry::{PodAllocation, TelemetryFacts};
     use tokio::sync::watch;
 
-    /// `series -> value` of every sample line of OpenMetrics text.
-    fn samples(text: &str) -> BTreeMap<String, String> {
-        text.lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-            .filter_map(|l| l.rsplit_once(' '))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use super::common::metric_samples as samples;
 
     fn sampler(
         source: Arc<dyn CounterSource>,

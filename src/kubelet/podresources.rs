@@ -10,8 +10,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tonic::{Request, Response, Status};
 
 use dxdp_core::telemetry::PodAllocation;
@@ -219,8 +217,7 @@ impl PodResourcesLister for Lister {
 pub struct PodResourcesStandin {
     path: PathBuf,
     answer: Answer,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    served: transport::Served,
 }
 
 impl PodResourcesStandin {
@@ -236,23 +233,14 @@ impl PodResourcesStandin {
         let service = Lister {
             answer: answer.clone(),
         };
-        let (stop, stopped) = oneshot::channel::<()>();
-        let (close, closed) = tokio::sync::watch::channel(false);
-        let incoming = transport::incoming(listener, closed, Arc::default());
-        let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(PodResourcesListerServer::new(service))
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                })
-                .await;
-            close.send_replace(true);
-        });
+        let served = transport::Served::spawn(
+            listener,
+            tonic::transport::Server::builder().add_service(PodResourcesListerServer::new(service)),
+        );
         Ok(PodResourcesStandin {
             path: path.to_path_buf(),
             answer,
-            stop: Some(stop),
-            task,
+            served,
         })
     }
 
@@ -268,10 +256,7 @@ impl PodResourcesStandin {
 
     /// Stops serving and removes the socket file.
     pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = (&mut self.task).await;
+        self.served.stop(None).await;
         let _ = std::fs::remove_file(&self.path);
     }
 }

@@ -10,8 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -84,8 +83,7 @@ fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 pub struct KubeletStandin {
     dir: PathBuf,
     shared: Arc<Mutex<Shared>>,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    served: transport::Served,
 }
 
 struct RegistrationService {
@@ -203,23 +201,14 @@ impl KubeletStandin {
             dir: dir.to_path_buf(),
             shared: shared.clone(),
         };
-        let (stop, stopped) = oneshot::channel::<()>();
-        let (close, closed) = watch::channel(false);
-        let incoming = transport::incoming(listener, closed, Arc::default());
-        let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(RegistrationServer::new(service))
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                })
-                .await;
-            close.send_replace(true);
-        });
+        let served = transport::Served::spawn(
+            listener,
+            tonic::transport::Server::builder().add_service(RegistrationServer::new(service)),
+        );
         Ok(KubeletStandin {
             dir: dir.to_path_buf(),
             shared,
-            stop: Some(stop),
-            task,
+            served,
         })
     }
 
@@ -307,16 +296,7 @@ impl KubeletStandin {
 
     /// Stops serving and removes `kubelet.sock`, as a stopping kubelet does.
     pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let abort = self.task.abort_handle();
-        if tokio::time::timeout(Duration::from_secs(2), &mut self.task)
-            .await
-            .is_err()
-        {
-            abort.abort();
-        }
+        self.served.stop(Some(Duration::from_secs(2))).await;
         lock(&self.shared).clients.clear();
         let _ = std::fs::remove_file(self.socket_path());
     }

@@ -102,3 +102,28 @@ pub fn write_facts(path: &Path, facts: &HostFacts) {
     std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("{}: {e}", tmp.display()));
     std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
+
+/// `series -> value` (as written) of every sample line of OpenMetrics text.
+pub fn metric_samples(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Sends SIGTERM to `child` (as the kubelet's container runtime does) and asserts that it exits
+/// successfully within `limit`.
+pub async fn terminate(child: &mut tokio::process::Child, limit: std::time::Duration) {
+    let pid = child.id().expect("running").to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(limit, child.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}

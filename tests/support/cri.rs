@@ -9,8 +9,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tonic::{Request, Response, Status};
 
 use dxdp::kubelet::cri::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
@@ -78,8 +76,7 @@ impl RuntimeService for Service {
 pub struct CriStandin {
     path: PathBuf,
     shared: Arc<Shared>,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    served: transport::Served,
 }
 
 impl CriStandin {
@@ -93,24 +90,15 @@ impl CriStandin {
             containers: Mutex::new(containers),
             requests: Mutex::default(),
         });
-        let (stop, stopped) = oneshot::channel::<()>();
-        let (close, closed) = tokio::sync::watch::channel(false);
-        let incoming = transport::incoming(listener, closed, Arc::default());
-        let service = Service(shared.clone());
-        let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(RuntimeServiceServer::new(service))
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                })
-                .await;
-            close.send_replace(true);
-        });
+        let served = transport::Served::spawn(
+            listener,
+            tonic::transport::Server::builder()
+                .add_service(RuntimeServiceServer::new(Service(shared.clone()))),
+        );
         Ok(CriStandin {
             path: path.to_path_buf(),
             shared,
-            stop: Some(stop),
-            task,
+            served,
         })
     }
 
@@ -126,10 +114,7 @@ impl CriStandin {
 
     /// Stops serving and removes the socket file.
     pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = (&mut self.task).await;
+        self.served.stop(None).await;
         let _ = std::fs::remove_file(&self.path);
     }
 }
