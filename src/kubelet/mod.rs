@@ -2,8 +2,10 @@
 //! ([`paths`]), and an in-process kubelet stand-in used by `dxdp demo` and the integration tests;
 //! the kubelet's PodResources API ([`podresources`]: client and stand-in); the container
 //! runtime's CRI API, which the kubelet drives ([`cri`]: the `ListContainers` client); and where
-//! such node-local APIs are served ([`endpoint`]: socket files and named pipes).
+//! such node-local APIs are served ([`endpoint`]: socket files and named pipes). The plugin's
+//! own `DevicePlugin` server, with pre-encoded Allocate answers, is [`answering`].
 
+pub mod answering;
 pub mod cri;
 pub mod endpoint;
 pub mod paths;

@@ -2,7 +2,8 @@
 //!
 //! Allocate is on the pod-start path: the answer for a request of one device ID (what the kubelet
 //! sends for one GPU) is prepared per physical device once per inventory (when the kubelet is
-//! sent a new device list, or by the first Allocate after a change) and only copied per call.
+//! sent a new device list, or by the first Allocate after a change), encoded then, and only
+//! reference-counted per call ([`crate::kubelet::answering`]).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -14,11 +15,13 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use super::inventory::{Inventory, InventoryRx};
+use crate::kubelet::answering::{
+    encode_container, server::device_plugin_server::DevicePlugin, AllocateAnswer,
+};
 use crate::kubelet::v1beta1::{
-    self, device_plugin_server::DevicePlugin, AllocateRequest, AllocateResponse,
-    ContainerAllocateResponse, ContainerPreferredAllocationResponse, DevicePluginOptions, Empty,
-    ListAndWatchResponse, PreStartContainerRequest, PreStartContainerResponse,
-    PreferredAllocationRequest, PreferredAllocationResponse,
+    self, AllocateRequest, ContainerAllocateResponse, ContainerPreferredAllocationResponse,
+    DevicePluginOptions, Empty, ListAndWatchResponse, PreStartContainerRequest,
+    PreStartContainerResponse, PreferredAllocationRequest, PreferredAllocationResponse,
 };
 use crate::observe::metrics::AllocateRecorder;
 use dxdp_core::allocation::{self, AllocationError};
@@ -41,7 +44,12 @@ pub struct ResourceService {
 /// The Allocate answer of one physical device, as computed for one inventory.
 #[derive(Debug)]
 struct Answer {
-    response: ContainerAllocateResponse,
+    /// The device paths given (logged with each answer).
+    devices: Vec<String>,
+    /// How many files are mounted (logged with each answer).
+    mounts: usize,
+    /// The `ContainerAllocateResponse`, encoded.
+    encoded: bytes::Bytes,
     /// What the core noted (logged with each answer).
     notes: Vec<String>,
 }
@@ -93,10 +101,17 @@ fn prepare(inventory: &Arc<Inventory>, resource: Resource) -> Answers {
             )
             .ok()?;
             let notes = edits.notes.clone();
+            let response = container_response(edits);
             Some((
                 d.id.clone(),
                 Answer {
-                    response: container_response(edits),
+                    devices: response
+                        .devices
+                        .iter()
+                        .map(|d| d.host_path.clone())
+                        .collect(),
+                    mounts: response.mounts.len(),
+                    encoded: encode_container(&response),
                     notes,
                 },
             ))
@@ -269,7 +284,7 @@ impl DevicePlugin for ResourceService {
     async fn allocate(
         &self,
         request: Request<AllocateRequest>,
-    ) -> Result<Response<AllocateResponse>, Status> {
+    ) -> Result<Response<AllocateAnswer>, Status> {
         let started = Instant::now();
         let result = self.allocate_all(request.into_inner());
         self.allocations.record(result.is_ok(), started.elapsed());
@@ -286,11 +301,11 @@ impl DevicePlugin for ResourceService {
 
 impl ResourceService {
     /// Answers an Allocate request: the edits of every container, or the first refusal.
-    fn allocate_all(&self, request: AllocateRequest) -> Result<AllocateResponse, Status> {
+    fn allocate_all(&self, request: AllocateRequest) -> Result<AllocateAnswer, Status> {
         let inventory = self.inventory.borrow().clone();
         let answers = self.prepared.for_inventory(&inventory, self.resource);
         let replicas = inventory.config.replicas(self.resource);
-        let mut response = AllocateResponse::default();
+        let mut response = AllocateAnswer::default();
         for container in request.container_requests {
             if let Some(answer) = self.prepared_answer(&answers, replicas, &container.devices_ids) {
                 for note in &answer.notes {
@@ -299,11 +314,11 @@ impl ResourceService {
                 tracing::info!(
                     resource = %self.name,
                     ids = %quote::bounded(&container.devices_ids.join(",")),
-                    devices = ?answer.response.devices.iter().map(|d| &d.host_path).collect::<Vec<_>>(),
-                    mounts = answer.response.mounts.len(),
+                    devices = ?answer.devices,
+                    mounts = answer.mounts,
                     "allocated"
                 );
-                response.container_responses.push(answer.response.clone());
+                response.container_responses.push(answer.encoded.clone());
                 continue;
             }
             let edits = allocation::allocate(
@@ -334,7 +349,9 @@ impl ResourceService {
                 mounts = edits.mounts.len(),
                 "allocated"
             );
-            response.container_responses.push(container_response(edits));
+            response
+                .container_responses
+                .push(encode_container(&container_response(edits)));
         }
         Ok(response)
     }
@@ -384,7 +401,11 @@ mod tests {
     fn device_of(service: &ResourceService, id: &str) -> Result<String, tonic::Code> {
         service
             .allocate_all(request(id))
-            .map(|r| r.container_responses[0].devices[0].host_path.clone())
+            .map(|r| {
+                r.decoded().unwrap().container_responses[0].devices[0]
+                    .host_path
+                    .clone()
+            })
             .map_err(|s| s.code())
     }
 

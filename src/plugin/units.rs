@@ -28,7 +28,7 @@ use super::inventory::InventoryRx;
 use super::register::{self, Backoff};
 use super::service::ResourceService;
 use super::watch::{Change, DirEvent};
-use crate::kubelet::v1beta1::device_plugin_server::DevicePluginServer;
+use crate::kubelet::answering::server::device_plugin_server::DevicePluginServer;
 use crate::kubelet::KUBELET_SOCKET;
 use crate::observe::Observe;
 use crate::transport;
