@@ -8,6 +8,10 @@
 //! logging task waits, so no line is lost. [`init`] returns a [`LogGuard`] that flushes
 //! the queue when dropped (keep it for the process's life); a panic, and [`flush`], flush it too,
 //! so the lines before a fatal error are out before the error message.
+//!
+//! A line on a latency-critical path (the one per Allocate) can be [`deferred`]: the caller
+//! queues the event itself, and the writer thread formats it, so the request path pays neither
+//! the formatting nor the filter.
 
 use std::fmt;
 use std::io::{IsTerminal, Write};
@@ -89,10 +93,18 @@ pub const LINGER: Duration = Duration::from_millis(2);
 /// The longest a flush waits for the writer (stderr may be a pipe nobody reads).
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// An event to log on the writer thread.
+type Event = Box<dyn FnOnce() + Send>;
+
+/// The most events [`deferred`] queues; beyond, the caller logs it at once.
+pub const DEFERRED_EVENTS: usize = 4096;
+
 #[derive(Default)]
 struct State {
     /// Lines not yet written.
     lines: Vec<u8>,
+    /// Events not yet logged ([`deferred`]), in call order.
+    events: Vec<Event>,
     /// The writer sleeps until woken.
     writer_idle: bool,
     /// Flushes asked for and done (a flush is done when the lines before it are written).
@@ -115,15 +127,27 @@ impl Queue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues `line`; waits while the queue is full. Wakes the writer only if it sleeps.
-    fn push(&self, line: &[u8]) {
+    /// Queues `line`; waits while the queue is full (unless `writer`: the writer thread itself
+    /// logs deferred events and must not wait for itself). Wakes the writer only if it sleeps.
+    fn push(&self, line: &[u8], writer: bool) {
         let mut state = self.lock();
-        while !state.lines.is_empty() && state.lines.len() + line.len() > QUEUE_BYTES {
+        while !writer && !state.lines.is_empty() && state.lines.len() + line.len() > QUEUE_BYTES {
             self.wake_writer(&mut state);
             state = self.written.wait(state).unwrap_or_else(|p| p.into_inner());
         }
         state.lines.extend_from_slice(line);
         self.wake_writer(&mut state);
+    }
+
+    /// Queues `event` for the writer; gives it back when [`DEFERRED_EVENTS`] are queued.
+    fn defer(&self, event: Event) -> Result<(), Event> {
+        let mut state = self.lock();
+        if state.events.len() >= DEFERRED_EVENTS {
+            return Err(event);
+        }
+        state.events.push(event);
+        self.wake_writer(&mut state);
+        Ok(())
     }
 
     fn wake_writer(&self, state: &mut State) {
@@ -145,22 +169,32 @@ impl Queue {
     }
 
     /// The writer: takes what is queued (after letting a burst gather for [`LINGER`], unless a
-    /// flush waits or the queue is half full), writes it to `out`, and sleeps when there is
-    /// nothing. Runs until the process ends.
-    fn write_to(&self, mut out: impl Write) {
+    /// flush waits or the queue is half full), logs the deferred events (which `log` turns
+    /// into queued lines), writes the lines to `out`, and sleeps when there is nothing. Runs
+    /// until the process ends.
+    fn write_to(&self, mut out: impl Write, log: impl Fn(Event)) {
         let mut spare = Vec::new();
+        let mut events = Vec::new();
         loop {
             let mut state = self.lock();
-            while state.lines.is_empty() && state.flushes_done == state.flushes_asked {
+            while state.lines.is_empty()
+                && state.events.is_empty()
+                && state.flushes_done == state.flushes_asked
+            {
                 state.writer_idle = true;
                 state = self.work.wait(state).unwrap_or_else(|p| p.into_inner());
             }
             state.writer_idle = false;
-            let hurry =
-                state.flushes_done < state.flushes_asked || state.lines.len() >= QUEUE_BYTES / 2;
+            let hurry = state.flushes_done < state.flushes_asked
+                || state.lines.len() >= QUEUE_BYTES / 2
+                || state.events.len() >= DEFERRED_EVENTS / 2;
             drop(state);
             if !hurry {
                 std::thread::sleep(LINGER);
+            }
+            std::mem::swap(&mut self.lock().events, &mut events);
+            for event in events.drain(..) {
+                log(event);
             }
             let mut state = self.lock();
             std::mem::swap(&mut state.lines, &mut spare);
@@ -198,7 +232,7 @@ fn writer() -> Option<&'static Writer> {
         let queue = queue.clone();
         std::thread::Builder::new()
             .name("dxdp-log".into())
-            .spawn(move || queue.write_to(std::io::stderr()))
+            .spawn(move || queue.write_to(std::io::stderr(), |event| event()))
             .ok()?
     };
     let thread = thread.thread().id();
@@ -213,7 +247,7 @@ impl Write for Queued {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match WRITER.get() {
             Some(w) => {
-                w.queue.push(buf);
+                w.queue.push(buf, std::thread::current().id() == w.thread);
                 Ok(buf.len())
             }
             // No writer thread: write directly.
@@ -234,6 +268,23 @@ pub fn flush() {
         return;
     }
     w.queue.flush(FLUSH_TIMEOUT);
+}
+
+/// Logs `event` (a closure that logs, e.g. with `tracing::info!`) on the writer thread, off the
+/// caller's path: the caller pays for queueing a closure, not for filtering and formatting the
+/// line. The line's timestamp is when the writer logs it (at most [`LINGER`] later), and it may
+/// follow lines other tasks logged meanwhile. Without a writer thread, or with
+/// [`DEFERRED_EVENTS`] already queued, `event` runs at once. [`flush`] waits for deferred events
+/// too. Guard the call with `tracing::enabled!` so that a filtered-out line costs nothing.
+pub fn deferred(event: impl FnOnce() + Send + 'static) {
+    let event: Event = Box::new(event);
+    let rejected = match WRITER.get() {
+        Some(w) if std::thread::current().id() != w.thread => w.queue.defer(event).err(),
+        _ => Some(event),
+    };
+    if let Some(event) = rejected {
+        event();
+    }
 }
 
 /// Flushes the log queue when dropped: keep it until the process ends.
@@ -303,14 +354,14 @@ mod tests {
         let sink = Sink::default();
         {
             let (queue, out) = (queue.clone(), sink.clone());
-            std::thread::spawn(move || queue.write_to(out));
+            std::thread::spawn(move || queue.write_to(out, |event| event()));
         }
         for line in ["one\n", "two\n", "three\n"] {
-            queue.push(line.as_bytes());
+            queue.push(line.as_bytes(), false);
         }
         queue.flush(Duration::from_secs(10));
         assert_eq!(&*sink.0.lock().unwrap(), b"one\ntwo\nthree\n");
-        queue.push(b"four\n");
+        queue.push(b"four\n", false);
         queue.flush(Duration::from_secs(10));
         assert_eq!(&*sink.0.lock().unwrap(), b"one\ntwo\nthree\nfour\n");
     }
@@ -325,17 +376,56 @@ mod tests {
             let (queue, line) = (queue.clone(), line.clone());
             std::thread::spawn(move || {
                 for _ in 0..n {
-                    queue.push(&line);
+                    queue.push(&line, false);
                 }
             })
         };
         {
             let (queue, out) = (queue.clone(), sink.clone());
-            std::thread::spawn(move || queue.write_to(out));
+            std::thread::spawn(move || queue.write_to(out, |event| event()));
         }
         logger.join().unwrap();
         queue.flush(Duration::from_secs(10));
         assert_eq!(sink.0.lock().unwrap().len(), n * line.len());
+    }
+
+    #[test]
+    fn deferred_events_are_logged_on_the_writer_thread_before_a_flush_is_answered() {
+        let queue = std::sync::Arc::new(Queue::default());
+        let sink = Sink::default();
+        let writer = {
+            let (queue, out) = (queue.clone(), sink.clone());
+            std::thread::spawn(move || queue.write_to(out, |event| event()))
+        };
+        let ran_on = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        queue.push(b"direct\n", false);
+        for line in ["deferred one\n", "deferred two\n"] {
+            let (q, ran_on) = (queue.clone(), ran_on.clone());
+            let event: Event = Box::new(move || {
+                ran_on.lock().unwrap().push(std::thread::current().id());
+                // As `Queued` does on the writer thread: never waits for room.
+                q.push(line.as_bytes(), true);
+            });
+            assert!(queue.defer(event).is_ok());
+        }
+        queue.flush(Duration::from_secs(10));
+        // The deferred lines follow the direct one queued before them, in call order.
+        assert_eq!(
+            &*sink.0.lock().unwrap(),
+            b"direct\ndeferred one\ndeferred two\n"
+        );
+        let writer = writer.thread().id();
+        assert_eq!(*ran_on.lock().unwrap(), vec![writer, writer]);
+    }
+
+    #[test]
+    fn deferred_events_beyond_the_cap_are_handed_back() {
+        // No writer thread: nothing drains the queue.
+        let queue = Queue::default();
+        for _ in 0..DEFERRED_EVENTS {
+            assert!(queue.defer(Box::new(|| {})).is_ok());
+        }
+        assert!(queue.defer(Box::new(|| {})).is_err());
     }
 
     #[test]

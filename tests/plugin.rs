@@ -644,7 +644,8 @@ async fn options_preferred_allocation_and_pre_start() {
     h.shutdown().await;
 }
 
-/// Unix only: the Windows stop (console events) is tested in `src/shutdown.rs`.
+/// Unix only: the Windows stop (console events) is tested in `src/shutdown.rs`. The Allocate
+/// line, which the daemon logs from its log writer's thread, is out before the process ends.
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_the_binary_and_removes_its_sockets() {
@@ -663,16 +664,35 @@ async fn sigterm_stops_the_binary_and_removes_its_sockets() {
         .arg(common::fixture_path("nvidia-multi-gpu"))
         .env_clear()
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let log = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text).await;
+        text
+    });
     assert!(
         kubelet
             .wait_for(WAIT, |v| v.devices(DISPLAY).is_some()
                 && v.devices(COMPUTE).is_some())
             .await
     );
+    // The first T4 of the fixture.
+    let id = "pciroot-0-pci-1b00-0540e5ad73bf260f".to_string();
+    assert!(kubelet.allocate(DISPLAY, &[id]).await.is_ok());
     common::terminate(&mut child, WAIT).await;
+    let log = log.await.unwrap();
+    let allocated: Vec<&str> = log.lines().filter(|l| l.contains(" allocated ")).collect();
+    assert_eq!(allocated.len(), 1, "{log}");
+    for part in [
+        "resource=directx.microsoft.com/display",
+        "ids=pciroot-0-pci-1b00-0540e5ad73bf260f",
+        r#"devices=["vpci-location-path://PCIROOT(0)#PCI(1B00)"]"#,
+    ] {
+        assert!(allocated[0].contains(part), "{part} in {}", allocated[0]);
+    }
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .filter_map(Result::ok)
