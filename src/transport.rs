@@ -80,7 +80,9 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// distinct error, counted in `accept_errors`, and followed by a pause that doubles per failure in
 /// a row ([`ACCEPT_BACKOFF_MIN`] to [`ACCEPT_BACKOFF_MAX`]); it never ends the stream. When
 /// `close` turns true, every connection accepted here fails its next read or write, so that the
-/// server's connection tasks end and their sockets close even when a client never reads.
+/// server's connection tasks end and their sockets close even when a client never reads; the
+/// sender's [`closed`](tokio::sync::watch::Sender::closed) then tells when the stream and every
+/// connection it accepted are dropped.
 pub fn incoming(
     listener: Listener,
     close: tokio::sync::watch::Receiver<bool>,
@@ -323,21 +325,28 @@ impl<C: Connected> Connected for Coalescing<C> {
 }
 
 /// A connection that fails its reads and writes once its `close` signal turns true.
+///
+/// It holds a receiver of that signal until it is dropped, so the sender's
+/// [`closed`](tokio::sync::watch::Sender::closed) completes only once every connection given
+/// the signal (and the accept stream of [`incoming`], which holds one too) is gone.
 pub struct Closable<C> {
     inner: C,
     closed: Pin<Box<dyn Future<Output = ()> + Send + Sync>>,
     done: bool,
+    _open: tokio::sync::watch::Receiver<bool>,
 }
 
 impl<C> Closable<C> {
     /// Wraps `inner`; it fails from the moment `close` turns true (or its sender is gone).
-    pub fn new(inner: C, mut close: tokio::sync::watch::Receiver<bool>) -> Self {
+    pub fn new(inner: C, close: tokio::sync::watch::Receiver<bool>) -> Self {
+        let mut signal = close.clone();
         Closable {
             inner,
             closed: Box::pin(async move {
-                let _ = close.wait_for(|c| *c).await;
+                let _ = signal.wait_for(|c| *c).await;
             }),
             done: false,
+            _open: close,
         }
     }
 
@@ -724,6 +733,26 @@ mod tests {
         // Pauses of 5, 10, 20, 40 and 80 ms after the failures.
         assert_eq!(at, [0, 5, 15, 35, 75, 155]);
         assert_eq!(accept_backoff(20), ACCEPT_BACKOFF_MAX);
+    }
+
+    #[tokio::test]
+    async fn the_close_signal_tells_when_every_connection_is_dropped() {
+        use futures_util::FutureExt;
+        use tokio::io::AsyncReadExt;
+        let (close, closed) = tokio::sync::watch::channel(false);
+        let (a, _a) = tokio::io::duplex(8);
+        let (b, _b) = tokio::io::duplex(8);
+        let mut first = Closable::new(a, closed.clone());
+        let second = Closable::new(b, closed);
+        close.send_replace(true);
+        // The first one saw the signal (its read fails), yet it is still there.
+        let mut buf = [0u8; 1];
+        assert!(first.read(&mut buf).await.is_err());
+        assert!(close.closed().now_or_never().is_none());
+        drop(first);
+        assert!(close.closed().now_or_never().is_none(), "one is left");
+        drop(second);
+        assert!(close.closed().now_or_never().is_some());
     }
 
     #[tokio::test]

@@ -573,6 +573,102 @@ async fn a_deleted_plugin_socket_alone_triggers_re_registration() {
     h.shutdown().await;
 }
 
+/// A client of a plugin socket that connects and never speaks (no HTTP/2 preface): a stopping
+/// unit's server cannot finish it gracefully and keeps it until the unit closes its connections
+/// ([`dxdp::plugin::units::STOP_GRACE`]). Plain blocking sockets, read without the async reactor, so
+/// that [`Silent::closed`] tells the socket's state at the moment it is called.
+struct Silent(RawStream);
+
+#[cfg(unix)]
+type RawStream = std::os::unix::net::UnixStream;
+#[cfg(windows)]
+type RawStream = uds_windows::UnixStream;
+
+impl Silent {
+    /// Connects to `socket` and waits until the server's first bytes (its HTTP/2 settings)
+    /// arrive: the server accepted the connection.
+    async fn connect(socket: &Path) -> Silent {
+        let socket = socket.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            let mut stream = RawStream::connect(&socket).unwrap();
+            stream.set_read_timeout(Some(WAIT)).unwrap();
+            let mut buf = [0u8; 256];
+            let n = stream.read(&mut buf).expect("the server's first bytes");
+            assert!(n > 0, "the server closed the connection at once");
+            stream.set_nonblocking(true).unwrap();
+            Silent(stream)
+        })
+        .await
+        .unwrap()
+    }
+
+    /// Whether the server has closed the connection (reading, without blocking, what it sent).
+    fn closed(&mut self) -> bool {
+        use std::io::Read;
+        let mut buf = [0u8; 1024];
+        loop {
+            match self.0.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
+/// The kubelet marks every device of a resource unhealthy when a stream of any registration of it
+/// ends (`PluginDisconnected`), until the next list: a unit restarted while the kubelet lives must
+/// register only once the old unit's streams ended and its connections are closed. A silent
+/// client keeps the old unit's server for 0.5 s; the stand-in refuses the first `Register`, so
+/// that the moment it arrived is kept, and the silent connection must be closed by then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_unit_registers_only_after_the_old_units_connections_are_closed() {
+    if !common::af_unix(
+        "a_restarted_unit_registers_only_after_the_old_units_connections_are_closed",
+    ) {
+        return;
+    }
+    let h = Harness::start(&load_facts("sample"), 1, true).await;
+    h.registered().await;
+    let old = h.kubelet().view().plugins[DISPLAY].endpoint.clone();
+    let mut silent = Silent::connect(&h.dir.path().join(&old)).await;
+    h.kubelet()
+        .refuse_registrations(Some("the test keeps the first Register"));
+    std::fs::remove_file(h.dir.path().join(&old)).unwrap();
+    h.wait("the new unit's first Register", |v| !v.refused.is_empty())
+        .await;
+    assert!(
+        silent.closed(),
+        "the new unit's Register reached the kubelet while the old unit still had a connection open"
+    );
+    let view = h.kubelet().view();
+    assert_eq!(view.refused[0].resource_name, DISPLAY);
+    assert_ne!(view.refused[0].endpoint, old);
+    // The old unit's stream ended before the new registration (the stand-in had 2).
+    assert_eq!(
+        view.stream_ends
+            .iter()
+            .map(|e| (e.endpoint.as_str(), e.replaced, e.registrations))
+            .collect::<Vec<_>>(),
+        [(old.as_str(), false, 2)]
+    );
+    h.kubelet().refuse_registrations(None);
+    h.wait("the new unit registered with its list", |v| {
+        v.plugins[DISPLAY].endpoint != old && v.plugins[DISPLAY].devices.is_some()
+    })
+    .await;
+    let view = h.kubelet().view();
+    assert!(!view.plugins[DISPLAY].held_unhealthy, "{view:#?}");
+    assert_eq!(view.allocatable(DISPLAY), 2);
+    assert_eq!(view.allocatable(COMPUTE), 1);
+    assert_eq!(h.ids(DISPLAY), expected_ids("sample", Resource::Display));
+    assert_eq!(view.stream_ends.len(), 1, "{:#?}", view.stream_ends);
+    h.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_started_before_the_kubelet_registers_when_it_appears() {
     if !common::af_unix("a_plugin_started_before_the_kubelet_registers_when_it_appears") {

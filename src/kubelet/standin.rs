@@ -3,6 +3,11 @@
 //!
 //! `dxdp demo` uses it to show the plugin working without a cluster, and the integration tests
 //! use it to speak the real protocol over real sockets.
+//!
+//! Like the kubelet (`PluginDisconnected` in its device manager, keyed by the resource name), it
+//! holds every device of a resource unhealthy when the `ListAndWatch` stream of a registration
+//! that a newer one replaced ends, until the next `ListAndWatch` message for the resource
+//! ([`PluginView::held_unhealthy`], [`StandinView::allocatable`]).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -11,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -24,11 +30,16 @@ use super::v1beta1::{
 use super::{API_VERSION, KUBELET_SOCKET};
 use crate::transport;
 
+/// The health the kubelet gives a device it may allocate.
+pub const HEALTHY: &str = "Healthy";
+
 /// What the stand-in knows about one registered resource.
 #[derive(Debug, Clone)]
 pub struct PluginView {
     /// The plugin's socket file name.
     pub endpoint: String,
+    /// Its registration: an index into [`StandinView::registrations`].
+    pub registration: usize,
     /// The options the plugin returned.
     pub options: DevicePluginOptions,
     /// The latest device list, once one arrived.
@@ -39,6 +50,26 @@ pub struct PluginView {
     pub list_sizes: Vec<usize>,
     /// Whether the ListAndWatch stream is still open.
     pub connected: bool,
+    /// Whether every device of the resource is held unhealthy, as the kubelet holds them after
+    /// the stream of a replaced registration ended (`PluginDisconnected`), until the next
+    /// ListAndWatch message.
+    pub held_unhealthy: bool,
+}
+
+/// The end of a registration's ListAndWatch stream (its end of stream or its error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamEnd {
+    /// The registration's resource name.
+    pub resource_name: String,
+    /// The registration's socket file name.
+    pub endpoint: String,
+    /// The registration: an index into [`StandinView::registrations`].
+    pub registration: usize,
+    /// Whether a newer registration of the resource had replaced it (then the resource's
+    /// devices were held unhealthy).
+    pub replaced: bool,
+    /// How many registrations had been accepted when it ended.
+    pub registrations: usize,
 }
 
 /// Everything the stand-in has seen.
@@ -50,6 +81,8 @@ pub struct StandinView {
     pub refused: Vec<RegisterRequest>,
     /// The current plugin of each resource name.
     pub plugins: BTreeMap<String, PluginView>,
+    /// Every ListAndWatch stream that ended, in order.
+    pub stream_ends: Vec<StreamEnd>,
 }
 
 impl StandinView {
@@ -57,11 +90,27 @@ impl StandinView {
     pub fn devices(&self, resource_name: &str) -> Option<&[Device]> {
         self.plugins.get(resource_name)?.devices.as_deref()
     }
+
+    /// The devices of `resource_name` the kubelet would allocate (the node's allocatable count):
+    /// the healthy devices of the latest list, none while the resource is held unhealthy.
+    pub fn allocatable(&self, resource_name: &str) -> usize {
+        match self.plugins.get(resource_name) {
+            Some(p) if !p.held_unhealthy => p
+                .devices
+                .iter()
+                .flatten()
+                .filter(|d| d.health == HEALTHY)
+                .count(),
+            _ => 0,
+        }
+    }
 }
 
 struct Shared {
     view: StandinView,
     clients: BTreeMap<String, DevicePluginClient<Channel>>,
+    /// The task reading each registration's ListAndWatch stream.
+    watchers: Vec<JoinHandle<()>>,
     refuse: Option<String>,
     /// Bumped on every change of the view, so that waiting needs no polling.
     changed: watch::Sender<()>,
@@ -126,54 +175,72 @@ impl Registration for RegistrationService {
         let mut stream = client.list_and_watch(Empty {}).await?.into_inner();
         let resource = req.resource_name.clone();
         let endpoint = req.endpoint.clone();
-        {
-            let mut shared = lock(&self.shared);
-            shared.clients.insert(resource.clone(), client);
-            shared.view.plugins.insert(
-                resource.clone(),
-                PluginView {
-                    endpoint: endpoint.clone(),
-                    options,
-                    devices: None,
-                    updates: 0,
-                    list_sizes: Vec::new(),
-                    connected: true,
-                },
-            );
-            shared.view.registrations.push(req);
-            shared.touch();
-        }
-        let shared = self.shared.clone();
-        tokio::spawn(async move {
+        let mut shared = lock(&self.shared);
+        let registration = shared.view.registrations.len();
+        shared.clients.insert(resource.clone(), client);
+        shared.view.plugins.insert(
+            resource.clone(),
+            PluginView {
+                endpoint: endpoint.clone(),
+                registration,
+                options,
+                devices: None,
+                updates: 0,
+                list_sizes: Vec::new(),
+                connected: true,
+                held_unhealthy: false,
+            },
+        );
+        shared.view.registrations.push(req);
+        shared.touch();
+        let reader = self.shared.clone();
+        // Spawned under the lock, so that `stop` finds it.
+        let watcher = tokio::spawn(async move {
             loop {
                 let message = stream.message().await;
-                let mut guard = lock(&shared);
-                let Some(plugin) = guard
-                    .view
+                let mut guard = lock(&reader);
+                let view = &mut guard.view;
+                let newest = view
                     .plugins
                     .get_mut(&resource)
-                    .filter(|p| p.endpoint == endpoint)
-                else {
-                    return; // replaced by a newer registration
-                };
-                let more = match message {
-                    Ok(Some(list)) => {
+                    .filter(|p| p.registration == registration);
+                match (message, newest) {
+                    (Ok(Some(list)), Some(plugin)) => {
                         plugin.list_sizes.push(list.devices.len());
                         plugin.devices = Some(list.devices);
                         plugin.updates += 1;
-                        true
+                        plugin.held_unhealthy = false;
                     }
-                    _ => {
-                        plugin.connected = false;
-                        false
+                    // A replaced registration's list: the view shows the newest one's.
+                    (Ok(Some(_)), None) => continue,
+                    (_, newest) => {
+                        let replaced = newest.is_none();
+                        match newest {
+                            Some(plugin) => plugin.connected = false,
+                            // The kubelet's PluginDisconnected: every device of the resource.
+                            None => {
+                                if let Some(plugin) = view.plugins.get_mut(&resource) {
+                                    plugin.held_unhealthy = true;
+                                }
+                            }
+                        }
+                        let registrations = view.registrations.len();
+                        view.stream_ends.push(StreamEnd {
+                            resource_name: resource,
+                            endpoint,
+                            registration,
+                            replaced,
+                            registrations,
+                        });
+                        guard.touch();
+                        return;
                     }
-                };
-                guard.touch();
-                if !more {
-                    return;
                 }
+                guard.touch();
             }
         });
+        shared.watchers.retain(|w| !w.is_finished());
+        shared.watchers.push(watcher);
         Ok(Response::new(Empty {}))
     }
 }
@@ -194,6 +261,7 @@ impl KubeletStandin {
         let shared = Arc::new(Mutex::new(Shared {
             view: StandinView::default(),
             clients: BTreeMap::new(),
+            watchers: Vec::new(),
             refuse: refuse.map(str::to_string),
             changed: watch::Sender::new(()),
         }));
@@ -294,10 +362,214 @@ impl KubeletStandin {
             .unwrap_or_default())
     }
 
-    /// Stops serving and removes `kubelet.sock`, as a stopping kubelet does.
+    /// Stops serving and removes `kubelet.sock`, as a stopping kubelet does, and drops its
+    /// connections to the plugins, as the kubelet's process ending closes them.
     pub async fn stop(mut self) {
         self.served.stop(Some(Duration::from_secs(2))).await;
-        lock(&self.shared).clients.clear();
+        let watchers = {
+            let mut shared = lock(&self.shared);
+            shared.clients.clear();
+            std::mem::take(&mut shared.watchers)
+        };
+        for watcher in watchers {
+            watcher.abort();
+            // Aborted, it ends at its next poll; the bound only guards against a stuck runtime.
+            let _ = tokio::time::timeout(Duration::from_secs(2), watcher).await;
+        }
         let _ = std::fs::remove_file(self.socket_path());
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::pin::Pin;
+
+    use super::super::v1beta1::device_plugin_server::{DevicePlugin, DevicePluginServer};
+    use super::super::v1beta1::registration_client::RegistrationClient;
+    use super::super::v1beta1::{
+        ListAndWatchResponse, PreStartContainerRequest, PreStartContainerResponse,
+        PreferredAllocationResponse,
+    };
+    use super::*;
+
+    const GPU: &str = "example.com/gpu";
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// A device plugin whose device lists the test sends; `None` ends its streams. `open`
+    /// counts its streams that were not dropped.
+    struct Fake {
+        lists: watch::Receiver<Option<Vec<Device>>>,
+        open: Arc<watch::Sender<usize>>,
+    }
+
+    /// Counts one open stream until dropped.
+    struct Open(Arc<watch::Sender<usize>>);
+
+    impl Drop for Open {
+        fn drop(&mut self) {
+            self.0.send_modify(|n| *n -= 1);
+        }
+    }
+
+    type Lists =
+        Pin<Box<dyn tokio_stream::Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
+
+    #[tonic::async_trait]
+    impl DevicePlugin for Fake {
+        async fn get_device_plugin_options(
+            &self,
+            _: Request<Empty>,
+        ) -> Result<Response<DevicePluginOptions>, Status> {
+            Ok(Response::new(DevicePluginOptions::default()))
+        }
+
+        type ListAndWatchStream = Lists;
+
+        async fn list_and_watch(&self, _: Request<Empty>) -> Result<Response<Lists>, Status> {
+            let mut lists = self.lists.clone();
+            self.open.send_modify(|n| *n += 1);
+            let open = Open(self.open.clone());
+            Ok(Response::new(Box::pin(async_stream::stream! {
+                let _open = open;
+                loop {
+                    let Some(devices) = lists.borrow_and_update().clone() else {
+                        break;
+                    };
+                    yield Ok(ListAndWatchResponse { devices });
+                    if lists.changed().await.is_err() {
+                        break;
+                    }
+                }
+            })))
+        }
+
+        async fn get_preferred_allocation(
+            &self,
+            _: Request<PreferredAllocationRequest>,
+        ) -> Result<Response<PreferredAllocationResponse>, Status> {
+            Err(Status::unimplemented("fake"))
+        }
+
+        async fn allocate(
+            &self,
+            _: Request<AllocateRequest>,
+        ) -> Result<Response<AllocateResponse>, Status> {
+            Err(Status::unimplemented("fake"))
+        }
+
+        async fn pre_start_container(
+            &self,
+            _: Request<PreStartContainerRequest>,
+        ) -> Result<Response<PreStartContainerResponse>, Status> {
+            Err(Status::unimplemented("fake"))
+        }
+    }
+
+    /// A fake plugin on `<dir>/<endpoint>`, the sender of its lists and the count of its open
+    /// streams.
+    fn fake(
+        dir: &Path,
+        endpoint: &str,
+    ) -> (
+        transport::Served,
+        watch::Sender<Option<Vec<Device>>>,
+        watch::Receiver<usize>,
+    ) {
+        let (lists_tx, lists) = watch::channel(None);
+        let (open, open_rx) = watch::channel(0);
+        let open = Arc::new(open);
+        let listener = transport::bind(&dir.join(endpoint)).unwrap();
+        let served = transport::Served::spawn(
+            listener,
+            tonic::transport::Server::builder()
+                .add_service(DevicePluginServer::new(Fake { lists, open })),
+        );
+        (served, lists_tx, open_rx)
+    }
+
+    fn device(id: &str, health: &str) -> Device {
+        Device {
+            id: id.to_string(),
+            health: health.to_string(),
+            topology: None,
+        }
+    }
+
+    async fn register(kubelet: &KubeletStandin, endpoint: &str) {
+        let channel = transport::channel(&kubelet.socket_path()).await.unwrap();
+        RegistrationClient::new(channel)
+            .register(RegisterRequest {
+                version: API_VERSION.to_string(),
+                endpoint: endpoint.to_string(),
+                resource_name: GPU.to_string(),
+                options: None,
+            })
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replaced_registrations_stream_end_holds_the_devices_unhealthy_until_the_next_list() {
+        let dir = tempfile::Builder::new()
+            .prefix("dxdp")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+        let list = vec![device("gpu-0", "Healthy"), device("gpu-1", "Unhealthy")];
+        let (mut old, old_lists, _) = fake(dir.path(), "old.sock");
+        old_lists.send_replace(Some(list.clone()));
+        register(&kubelet, "old.sock").await;
+        assert!(kubelet.wait_for(WAIT, |v| v.allocatable(GPU) == 1).await);
+        // A newer registration of the resource, which sent its first list.
+        let (mut new, new_lists, mut new_open) = fake(dir.path(), "new.sock");
+        new_lists.send_replace(Some(list.clone()));
+        register(&kubelet, "new.sock").await;
+        assert!(
+            kubelet
+                .wait_for(WAIT, |v| v.plugins[GPU].endpoint == "new.sock"
+                    && v.plugins[GPU].updates == 1)
+                .await
+        );
+        assert_eq!(kubelet.view().allocatable(GPU), 1);
+        // Then the old registration's stream ends: every device is held unhealthy.
+        old_lists.send_replace(None);
+        assert!(kubelet.wait_for(WAIT, |v| v.stream_ends.len() == 1).await);
+        let view = kubelet.view();
+        assert_eq!(
+            view.stream_ends,
+            [StreamEnd {
+                resource_name: GPU.to_string(),
+                endpoint: "old.sock".to_string(),
+                registration: 0,
+                replaced: true,
+                registrations: 2,
+            }]
+        );
+        let plugin = &view.plugins[GPU];
+        assert!(plugin.held_unhealthy && plugin.connected);
+        assert_eq!(plugin.devices.as_deref(), Some(&list[..]));
+        assert_eq!(view.allocatable(GPU), 0);
+        // The next list (the same devices) makes them healthy again.
+        new_lists.send_replace(Some(list.clone()));
+        assert!(
+            kubelet
+                .wait_for(WAIT, |v| v.plugins[GPU].updates == 2)
+                .await
+        );
+        let view = kubelet.view();
+        assert!(!view.plugins[GPU].held_unhealthy);
+        assert_eq!(view.allocatable(GPU), 1);
+        // The stand-in stopping closes its connections to the plugin, as the kubelet's process
+        // ending would: the plugin's stream is dropped without the plugin ending it.
+        assert_eq!(*new_open.borrow(), 1);
+        kubelet.stop().await;
+        assert!(
+            tokio::time::timeout(WAIT, new_open.wait_for(|n| *n == 0))
+                .await
+                .is_ok(),
+            "the stopped stand-in still holds the plugin's stream"
+        );
+        old.stop(Some(WAIT)).await;
+        new.stop(Some(WAIT)).await;
     }
 }

@@ -208,6 +208,85 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
     kubelet.stop().await;
 }
 
+/// A client of `socket` that connects, reads the server's first bytes (it was accepted) and
+/// never speaks; its socket is non-blocking, for [`closed`].
+#[cfg(unix)]
+async fn silent_client(socket: &Path) -> std::os::unix::net::UnixStream {
+    let socket = socket.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        assert!(stream.read(&mut [0u8; 256]).unwrap() > 0);
+        stream.set_nonblocking(true).unwrap();
+        stream
+    })
+    .await
+    .unwrap()
+}
+
+/// Whether the server closed `stream`, at the moment of the call.
+#[cfg(unix)]
+fn closed(stream: &mut std::os::unix::net::UnixStream) -> bool {
+    use std::io::Read;
+    loop {
+        match stream.read(&mut [0u8; 1024]) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return true,
+        }
+    }
+}
+
+/// An aborted server leaves its connection tasks running: the unit restarted after it registers
+/// only once the stop closed them (the stand-in refuses the first `Register` to keep its moment).
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_whose_server_died_registers_again_only_after_its_connections_are_closed() {
+    // Held to the end: the directory and the inventory sender.
+    let DisplayUnit {
+        _dir,
+        _inventory,
+        kubelet,
+        mut sup,
+        display,
+        ..
+    } = display_unit().await;
+    let wait = Duration::from_secs(10);
+    let first = sup.units[&display].path.clone();
+    let mut silent = silent_client(&first).await;
+    kubelet.refuse_registrations(Some("the test keeps the first Register"));
+    let unit = sup.units.get_mut(&display).unwrap();
+    unit.started -= units::RAPID_END * 2;
+    unit.server.abort();
+    let ended = tokio::time::timeout(wait, sup.ended_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    sup.on_ended(ended);
+    assert!(kubelet.wait_for(wait, |v| !v.refused.is_empty()).await);
+    assert!(
+        closed(&mut silent),
+        "the new unit's Register reached the kubelet while the old unit still had a connection open"
+    );
+    kubelet.refuse_registrations(None);
+    assert!(
+        kubelet
+            .wait_for(wait, |v| v.registrations.len() == 2
+                && v.allocatable(&display) == 2)
+            .await
+    );
+    let view = kubelet.view();
+    assert_eq!(view.stream_ends.len(), 1);
+    assert!(!view.stream_ends[0].replaced);
+    sup.stop_all().await;
+    kubelet.stop().await;
+}
+
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_that_ends_right_after_its_start_waits_for_the_next_check() {

@@ -12,6 +12,15 @@
 //! A stopping unit removes its socket at once, ends its streams, and after [`STOP_GRACE`]
 //! closes every connection it still has (a client that never reads cannot keep a stopped
 //! unit's descriptors), so that nothing outlives its socket.
+//!
+//! A unit started again for a name while the same kubelet lives (its socket removed, its server
+//! ended, a name served again) listens at once but registers only once the earlier units of that
+//! name have finished stopping: the kubelet marks every device of a resource unhealthy when the
+//! `ListAndWatch` stream of any of its registrations ends (`PluginDisconnected` is keyed by the
+//! resource name), and only a later `ListAndWatch` message makes them healthy again. An old
+//! stream whose end the kubelet saw after the new unit's first list would leave the resource
+//! unhealthy until the device list next changes. A new kubelet (`kubelet.sock` recreated) has no
+//! clients of the old units: there the new units register at once.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -40,6 +49,10 @@ pub const STOP_GRACE: Duration = Duration::from_millis(500);
 /// aborted. With [`STOP_GRACE`] a unit stops in at most one second, well inside the ~5 s
 /// Windows gives a HostProcess container's process after CTRL_SHUTDOWN_EVENT.
 pub const STOP_ABORT: Duration = Duration::from_millis(500);
+
+/// How long a unit started again waits, at most, for the earlier units of its name to finish
+/// stopping before it registers: twice the longest stop ([`STOP_GRACE`] + [`STOP_ABORT`]).
+pub const PREDECESSOR_WAIT: Duration = Duration::from_secs(2);
 
 /// What tells one `kubelet.sock` from its successor.
 type FileIdentity = (Option<SystemTime>, u64);
@@ -98,6 +111,9 @@ pub struct Units {
     kubelet: Option<FileIdentity>,
     waiting_announced: bool,
     generations: u64,
+    /// The units stopped while this kubelet lives that have not finished stopping, by served
+    /// name: each receiver's sender is dropped when its unit finished.
+    stopping: BTreeMap<String, Vec<channel::Receiver<()>>>,
     ended_tx: mpsc::UnboundedSender<Ended>,
     /// Where units report that they ended.
     pub ended_rx: mpsc::UnboundedReceiver<Ended>,
@@ -126,6 +142,7 @@ impl Units {
             units: BTreeMap::new(),
             waiting_announced: false,
             generations: 0,
+            stopping: BTreeMap::new(),
             ended_tx,
             ended_rx,
             observe,
@@ -141,6 +158,10 @@ impl Units {
     /// whole state is compared, so it is also the fallback for missed events.
     pub fn check(&mut self) {
         let now = file_identity(&self.kubelet_sock);
+        if now != self.kubelet {
+            // Another kubelet (or none): it has no clients of the units stopped so far.
+            self.stopping.clear();
+        }
         self.observe
             .kubelet_missing(now.is_none().then_some(self.kubelet_sock.as_path()));
         if now.is_none() {
@@ -236,7 +257,7 @@ impl Units {
         if unit.started.elapsed() < RAPID_END {
             if let Some(unit) = self.units.remove(&ended.name) {
                 tracing::warn!(resource = %ended.name, "the unit ended within {RAPID_END:?} of its start; starting it again at the next check");
-                tokio::spawn(self.stop(&ended.name, unit));
+                self.retire(&ended.name, unit);
                 self.observe.unit_not_listening(
                     &ended.name,
                     format!("ended right after its start: {}", ended.reason),
@@ -262,7 +283,7 @@ impl Units {
         for name in stale {
             if let Some(unit) = self.units.remove(&name) {
                 tracing::info!(resource = %name, "no longer served");
-                tokio::spawn(self.stop(&name, unit));
+                self.retire(&name, unit);
             }
         }
         self.observe
@@ -271,6 +292,8 @@ impl Units {
         self.check();
     }
 
+    /// Restarts every unit for a new kubelet: the new units register at once (the new kubelet
+    /// has no clients of the old ones; [`Units::check`] forgot them).
     fn restart_all(&mut self, why: &str) {
         tracing::warn!("{why}; starting new sockets and registering again");
         let units = std::mem::take(&mut self.units);
@@ -286,14 +309,34 @@ impl Units {
         };
         tracing::warn!(resource = %name, "{why}; serving it on a new socket and registering again");
         let resource = unit.resource;
-        tokio::spawn(self.stop(name, unit));
+        self.retire(name, unit);
         if self.kubelet_sock.exists() {
             self.start(resource, name);
         }
     }
 
-    /// Binds a fresh socket for `name`, serves it and registers it. A failure is logged and
-    /// retried by the next full check.
+    /// Stops `unit` (in a task of its own) while the kubelet lives on: the next unit of `name`
+    /// registers only once it finished.
+    fn retire(&mut self, name: &str, unit: Unit) {
+        let (finished, stopping) = channel::channel(());
+        let stop = self.stop(name, unit);
+        tokio::spawn(async move {
+            stop.await;
+            drop(finished);
+        });
+        self.stopping.retain(|_, units| {
+            units.retain(|u| u.has_changed().is_ok());
+            !units.is_empty()
+        });
+        self.stopping
+            .entry(name.to_string())
+            .or_default()
+            .push(stopping);
+    }
+
+    /// Binds a fresh socket for `name`, serves it and registers it once the earlier units of
+    /// `name` stopped while this kubelet lives have finished. A failure is logged and retried by
+    /// the next full check.
     fn start(&mut self, resource: Resource, name: &str) {
         let path = self.kubelet_dir.join(socket_name(name));
         if let Err(e) = transport::check_socket_path(&path) {
@@ -349,6 +392,14 @@ impl Units {
         });
         tracing::info!(resource = %name, socket = %path.display(), "listening");
         self.observe.unit_started(name, generation);
+        let predecessors = match self.stopping.get_mut(name) {
+            Some(units) => {
+                units.retain(|u| u.has_changed().is_ok());
+                units.clone()
+            }
+            None => Vec::new(),
+        };
+        let predecessors = predecessors_finished(name.to_string(), predecessors);
         let registration = registration(
             self.kubelet_sock.clone(),
             path.clone(),
@@ -356,6 +407,10 @@ impl Units {
             self.backoff,
             (self.observe.clone(), generation),
         );
+        let registration = async move {
+            predecessors.await;
+            registration.await;
+        };
         let ended_tx = self.ended_tx.clone();
         let ended_name = name.to_string();
         let registrar = tokio::spawn(async move {
@@ -409,6 +464,28 @@ impl Units {
     }
 }
 
+/// Waits until every unit of `predecessors` finished stopping (its sender is dropped), at most
+/// [`PREDECESSOR_WAIT`].
+async fn predecessors_finished(name: String, predecessors: Vec<channel::Receiver<()>>) {
+    if predecessors.is_empty() {
+        return;
+    }
+    tracing::debug!(resource = %name, "waiting for the previous unit to finish before registering");
+    let started = tokio::time::Instant::now();
+    let all = futures_util::future::join_all(predecessors.into_iter().map(|mut unit| async move {
+        // Nothing is ever sent: `changed` fails once the sender is dropped.
+        while unit.changed().await.is_ok() {}
+    }));
+    match tokio::time::timeout(PREDECESSOR_WAIT, all).await {
+        Ok(_) => {
+            tracing::debug!(resource = %name, waited = ?started.elapsed(), "the previous unit finished; registering")
+        }
+        Err(_) => {
+            tracing::warn!(resource = %name, "the previous unit did not finish stopping within {PREDECESSOR_WAIT:?}; registering anyway. If the node then shows no allocatable devices for it while its devices are healthy, restart dxdp")
+        }
+    }
+}
+
 /// Registers one unit until the kubelet accepts it, reporting every attempt to `observe` as the
 /// unit's generation.
 async fn registration(
@@ -448,8 +525,9 @@ async fn registration(
 
 /// Stops a unit. At once: its socket file is removed (so the kubelet cannot dial it again and
 /// the directory shows it gone), its registration stops and its streams are told to end. The
-/// returned future waits for the server to finish: after [`STOP_GRACE`] its connections are
-/// closed, after [`STOP_ABORT`] more it is aborted.
+/// returned future waits for the server to finish and every connection it accepted to be
+/// dropped: after [`STOP_GRACE`] its connections are closed, after [`STOP_ABORT`] more it is
+/// aborted (and the future ends).
 fn stop_unit(unit: Unit) -> impl Future<Output = ()> {
     let _ = unit.stop.send(true);
     unit.registrar.abort();
@@ -460,16 +538,17 @@ fn stop_unit(unit: Unit) -> impl Future<Output = ()> {
     }
     async move {
         let mut monitor = unit.monitor;
-        if tokio::time::timeout(STOP_GRACE, &mut monitor).await.is_ok() {
-            let _ = unit.close.send(true);
-            return;
-        }
-        // Streams that did not end (a client that does not read): close their connections.
+        let ended = tokio::time::timeout(STOP_GRACE, &mut monitor).await.is_ok();
+        // Streams that did not end (a client that does not read) and the connections of a
+        // server that ended without them (aborted: its connection tasks live on) are closed.
         let _ = unit.close.send(true);
-        if tokio::time::timeout(STOP_ABORT, &mut monitor)
-            .await
-            .is_err()
-        {
+        let finished = async {
+            if !ended {
+                let _ = monitor.await;
+            }
+            unit.close.closed().await;
+        };
+        if tokio::time::timeout(STOP_ABORT, finished).await.is_err() {
             unit.server.abort();
         }
     }
