@@ -26,8 +26,11 @@ const COMPUTE: &str = "directx.microsoft.com/compute";
 /// benchmark, never asserted here).
 const WAIT: Duration = Duration::from_secs(10);
 use common::NO_SAFETY_POLL;
+use silent::Silent;
 
 mod common;
+#[path = "support/silent.rs"]
+mod silent;
 
 fn load_facts(name: &str) -> HostFacts {
     common::facts(name)
@@ -571,52 +574,6 @@ async fn a_deleted_plugin_socket_alone_triggers_re_registration() {
     })
     .await;
     h.shutdown().await;
-}
-
-/// A client of a plugin socket that connects and never speaks (no HTTP/2 preface): a stopping
-/// unit's server cannot finish it gracefully and keeps it until the unit closes its connections
-/// ([`dxdp::plugin::units::STOP_GRACE`]). Plain blocking sockets, read without the async reactor, so
-/// that [`Silent::closed`] tells the socket's state at the moment it is called.
-struct Silent(RawStream);
-
-#[cfg(unix)]
-type RawStream = std::os::unix::net::UnixStream;
-#[cfg(windows)]
-type RawStream = uds_windows::UnixStream;
-
-impl Silent {
-    /// Connects to `socket` and waits until the server's first bytes (its HTTP/2 settings)
-    /// arrive: the server accepted the connection.
-    async fn connect(socket: &Path) -> Silent {
-        let socket = socket.to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            use std::io::Read;
-            let mut stream = RawStream::connect(&socket).unwrap();
-            stream.set_read_timeout(Some(WAIT)).unwrap();
-            let mut buf = [0u8; 256];
-            let n = stream.read(&mut buf).expect("the server's first bytes");
-            assert!(n > 0, "the server closed the connection at once");
-            stream.set_nonblocking(true).unwrap();
-            Silent(stream)
-        })
-        .await
-        .unwrap()
-    }
-
-    /// Whether the server has closed the connection (reading, without blocking, what it sent).
-    fn closed(&mut self) -> bool {
-        use std::io::Read;
-        let mut buf = [0u8; 1024];
-        loop {
-            match self.0.read(&mut buf) {
-                Ok(0) => return true,
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return true,
-            }
-        }
-    }
 }
 
 /// The kubelet marks every device of a resource unhealthy when a stream of any registration of it

@@ -12,7 +12,7 @@
 use bytes::Bytes;
 use prost::Message;
 
-use super::v1beta1::{AllocateResponse, ContainerAllocateResponse};
+use super::v1beta1::ContainerAllocateResponse;
 
 /// `AllocateResponse` on the wire, each container's answer already encoded.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -22,10 +22,11 @@ pub struct AllocateAnswer {
     pub container_responses: Vec<Bytes>,
 }
 
+#[cfg(test)]
 impl AllocateAnswer {
-    /// The answer as the kubelet decodes it (for tests and tools; the server never decodes).
-    pub fn decoded(&self) -> Result<AllocateResponse, prost::DecodeError> {
-        AllocateResponse::decode(self.encode_to_vec().as_slice())
+    /// The answer as the kubelet decodes it (the server itself never decodes it).
+    pub fn decoded(&self) -> Result<super::v1beta1::AllocateResponse, prost::DecodeError> {
+        super::v1beta1::AllocateResponse::decode(self.encode_to_vec().as_slice())
     }
 }
 
@@ -43,7 +44,7 @@ pub mod server {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kubelet::v1beta1::{DeviceSpec, Mount};
+    use crate::kubelet::v1beta1::{AllocateResponse, DeviceSpec, Mount};
 
     fn container(device: &str, mounts: &[(&str, &str)]) -> ContainerAllocateResponse {
         ContainerAllocateResponse {

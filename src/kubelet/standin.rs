@@ -29,9 +29,7 @@ use super::v1beta1::{
 };
 use super::{API_VERSION, KUBELET_SOCKET};
 use crate::transport;
-
-/// The health the kubelet gives a device it may allocate.
-pub const HEALTHY: &str = "Healthy";
+use dxdp_core::devices::HealthState;
 
 /// What the stand-in knows about one registered resource.
 #[derive(Debug, Clone)]
@@ -99,7 +97,7 @@ impl StandinView {
                 .devices
                 .iter()
                 .flatten()
-                .filter(|d| d.health == HEALTHY)
+                .filter(|d| d.health == HealthState::Healthy.as_str())
                 .count(),
             _ => 0,
         }

@@ -12,6 +12,12 @@ use super::*;
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::OsFacts;
 
+#[cfg(unix)]
+#[path = "../../tests/support/silent.rs"]
+mod silent;
+#[cfg(unix)]
+use silent::Silent;
+
 fn check_servable(config: &Config, dir: &Path) -> Result<(), Unservable> {
     validate(config, dir, &OsFacts::default())
 }
@@ -160,6 +166,19 @@ async fn display_unit() -> DisplayUnit {
     }
 }
 
+/// Kills the server of unit `name` as a crash would, after the unit ran for a while, and returns
+/// the unit's report of its end.
+#[cfg(unix)]
+async fn crash_after_a_while(sup: &mut Units, name: &str) -> units::Ended {
+    let unit = sup.units.get_mut(name).unwrap();
+    unit.started -= units::RAPID_END * 2;
+    unit.server.abort();
+    tokio::time::timeout(Duration::from_secs(10), sup.ended_rx.recv())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_again() {
@@ -174,14 +193,7 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
     } = display_unit().await;
     let wait = Duration::from_secs(10);
     let first = sup.units[&display].path.clone();
-    // Kill the server as a crash would, after the unit ran for a while.
-    let unit = sup.units.get_mut(&display).unwrap();
-    unit.started -= units::RAPID_END * 2;
-    unit.server.abort();
-    let ended = tokio::time::timeout(wait, sup.ended_rx.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = crash_after_a_while(&mut sup, &display).await;
     assert_eq!(ended.name, display);
     assert_eq!(ended.reason, "gRPC server ended: aborted");
     sup.on_ended(ended);
@@ -208,40 +220,6 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
     kubelet.stop().await;
 }
 
-/// A client of `socket` that connects, reads the server's first bytes (it was accepted) and
-/// never speaks; its socket is non-blocking, for [`closed`].
-#[cfg(unix)]
-async fn silent_client(socket: &Path) -> std::os::unix::net::UnixStream {
-    let socket = socket.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        use std::io::Read;
-        let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        assert!(stream.read(&mut [0u8; 256]).unwrap() > 0);
-        stream.set_nonblocking(true).unwrap();
-        stream
-    })
-    .await
-    .unwrap()
-}
-
-/// Whether the server closed `stream`, at the moment of the call.
-#[cfg(unix)]
-fn closed(stream: &mut std::os::unix::net::UnixStream) -> bool {
-    use std::io::Read;
-    loop {
-        match stream.read(&mut [0u8; 1024]) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return true,
-        }
-    }
-}
-
 /// An aborted server leaves its connection tasks running: the unit restarted after it registers
 /// only once the stop closed them (the stand-in refuses the first `Register` to keep its moment).
 #[cfg(unix)]
@@ -258,19 +236,13 @@ async fn a_unit_whose_server_died_registers_again_only_after_its_connections_are
     } = display_unit().await;
     let wait = Duration::from_secs(10);
     let first = sup.units[&display].path.clone();
-    let mut silent = silent_client(&first).await;
+    let mut silent = Silent::connect(&first).await;
     kubelet.refuse_registrations(Some("the test keeps the first Register"));
-    let unit = sup.units.get_mut(&display).unwrap();
-    unit.started -= units::RAPID_END * 2;
-    unit.server.abort();
-    let ended = tokio::time::timeout(wait, sup.ended_rx.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let ended = crash_after_a_while(&mut sup, &display).await;
     sup.on_ended(ended);
     assert!(kubelet.wait_for(wait, |v| !v.refused.is_empty()).await);
     assert!(
-        closed(&mut silent),
+        silent.closed(),
         "the new unit's Register reached the kubelet while the old unit still had a connection open"
     );
     kubelet.refuse_registrations(None);
