@@ -227,7 +227,7 @@ fn main() {
             .prefix("dxdp-bench")
             .tempdir_in(std::env::temp_dir())
             .expect("temp dir");
-        let kubelet = KubeletStandin::start(dir.path())
+        let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
             .await
             .expect("kubelet stand-in");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -75,7 +75,9 @@ async fn start_to_registered(starts: usize, snapshot: &Path) {
             .prefix("dxdp-bench")
             .tempdir_in(std::env::temp_dir())
             .expect("temp dir");
-        let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+        let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+            .await
+            .expect("stand-in");
         let start = Instant::now();
         let mut child = spawn(dir.path(), snapshot);
         assert!(
@@ -101,7 +103,9 @@ async fn memory(allocations: usize, snapshot: &Path) {
         .prefix("dxdp-bench")
         .tempdir_in(std::env::temp_dir())
         .expect("temp dir");
-    let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .expect("stand-in");
     let mut child = spawn(dir.path(), snapshot);
     let pid = child.id().expect("pid");
     assert!(
@@ -220,7 +224,9 @@ async fn metrics_load(snapshot: &Path, clients: usize, secs: u64) {
     let address = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port");
-    let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .expect("stand-in");
     let mut child = spawn_with(
         dir.path(),
         snapshot,

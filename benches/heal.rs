@@ -52,7 +52,9 @@ async fn kubelet_restarts(restarts: usize) {
         // The socket file appears before anything accepts on it.
         std::fs::write(&sock, b"").expect("kubelet.sock placeholder");
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+        let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+            .await
+            .expect("stand-in");
         let listening = Instant::now();
         let registered = kubelet
             .wait_for(Duration::from_secs(10), |v| {
@@ -84,7 +86,9 @@ async fn config_edits(edits: usize) {
     };
     let first = Arc::new(inputs.resolve().expect("configuration"));
     let (tx, updates) = tokio::sync::watch::channel(first.clone());
-    let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .expect("stand-in");
     let mut config = PluginConfig::new(dir.path().to_path_buf());
     config.config = first.as_ref().clone();
     config.safety_poll = Duration::from_secs(3600);

@@ -40,7 +40,9 @@ async fn edit_latency(edits: usize) {
     let counts = [2, 1];
     let path = dir.path().join("host.yaml");
     replace(&path, &texts[0]);
-    let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .expect("stand-in");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(plugin::run(
         PluginConfig::new(dir.path().to_path_buf()),
@@ -86,7 +88,9 @@ async fn edit_latency(edits: usize) {
 
 async fn idle_cost(seconds: u64) {
     let (dir, path) = sample_host_dir();
-    let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .expect("stand-in");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
         .args(["plugin", "--log-level", "warn", "--kubelet-dir"])
         .arg(dir.path())

@@ -199,7 +199,9 @@ async fn idle_cost(seconds: u64, telemetry: bool) {
         .tempdir_in(std::env::temp_dir())
         .expect("temp dir");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/telemetry-t4.yaml");
-    let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .expect("stand-in");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
         .args(["plugin", "--log-level", "warn", "--kubelet-dir"])
         .arg(dir.path())

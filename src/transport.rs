@@ -1,8 +1,16 @@
-//! AF_UNIX transport for gRPC, the only place that differs between Unix and Windows.
+//! The transport under the daemon: how a socket *file* is bound, dialled and probed.
 //!
-//! The kubelet talks to device plugins over Unix domain socket *files* on both systems. On Unix
-//! this is tokio's `UnixListener`/`UnixStream`; tokio has no AF_UNIX on Windows, so there it is
-//! `uds_windows` driven by `async-io`, adapted to tokio's I/O traits.
+//! The kubelet talks to device plugins over Unix domain socket files on both systems, and that
+//! is the only transport the `dxdp` binary uses ([`Transport::UnixSocket`]): on Unix tokio's
+//! `UnixListener`/`UnixStream`; tokio has no AF_UNIX on Windows, so there it is `uds_windows`
+//! driven by `async-io`, adapted to tokio's I/O traits.
+//!
+//! [`Transport::Loopback`] exists for tests where AF_UNIX does not (Wine 8 has none): the
+//! listener is loopback TCP, and the socket path is still a file, written at bind time with the
+//! port in it, so that everything the daemon does with socket *files* (stale-file removal, the
+//! file watch that notices a kubelet restart, the one-daemon-per-directory probe) runs for real.
+//! Nothing in the command line selects it: only code that builds a
+//! [`PluginConfig`](crate::plugin::PluginConfig) or a kubelet stand-in by hand can.
 
 use std::future::Future;
 use std::io;
@@ -43,30 +51,150 @@ pub fn check_socket_path(path: &Path) -> Result<(), SocketPathTooLong> {
     Ok(())
 }
 
-/// A gRPC channel to the socket at `path` (the address in the URI is not used).
-pub async fn channel(path: &Path) -> Result<Channel, tonic::transport::Error> {
-    let path = path.to_path_buf();
-    Endpoint::from_static("http://localhost")
-        .connect_timeout(Duration::from_secs(5))
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move { Ok::<_, io::Error>(TokioIo::new(imp::connect(&path).await?)) }
-        }))
-        .await
+/// How socket files are bound and dialled: AF_UNIX in production, loopback TCP behind the same
+/// files in tests that run where AF_UNIX is missing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// AF_UNIX sockets, as the kubelet uses: the only transport of the `dxdp` binary.
+    #[default]
+    UnixSocket,
+    /// Loopback TCP, addressed through a file at the socket path (for tests; see the module
+    /// documentation).
+    Loopback,
 }
 
-/// Whether something accepts connections on the socket at `path` (a stale socket file left by
-/// a dead process refuses them).
-pub async fn probe(path: &Path) -> io::Result<()> {
-    imp::connect(path).await.map(drop)
+impl Transport {
+    /// Binds a listener at `path`, which must not exist (as for an AF_UNIX socket, an existing
+    /// file fails with [`io::ErrorKind::AddrInUse`]).
+    pub fn bind(self, path: &Path) -> io::Result<Listener> {
+        match self {
+            Transport::UnixSocket => imp::bind(path).map(Listener::Unix),
+            Transport::Loopback => loopback::bind(path).map(Listener::Loopback),
+        }
+    }
+
+    /// A raw connection to the listener at `path`.
+    pub async fn connect(self, path: &Path) -> io::Result<Conn> {
+        match self {
+            Transport::UnixSocket => imp::connect(path).await.map(Conn::Unix),
+            Transport::Loopback => loopback::connect(path).await.map(Conn::Loopback),
+        }
+    }
+
+    /// Whether something accepts connections at `path` (a stale socket file left by a dead
+    /// process refuses them).
+    pub async fn probe(self, path: &Path) -> io::Result<()> {
+        self.connect(path).await.map(drop)
+    }
+
+    /// A gRPC channel to the listener at `path` (the address in the URI is not used).
+    pub async fn channel(self, path: &Path) -> Result<Channel, tonic::transport::Error> {
+        let path = path.to_path_buf();
+        Endpoint::from_static("http://localhost")
+            .connect_timeout(Duration::from_secs(5))
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move { Ok::<_, io::Error>(TokioIo::new(self.connect(&path).await?)) }
+            }))
+            .await
+    }
 }
 
-/// A raw connection to the socket at `path`.
-pub async fn connect(path: &Path) -> io::Result<Conn> {
-    imp::connect(path).await
+/// A listener of a [`Transport`].
+#[derive(Debug)]
+pub enum Listener {
+    /// An AF_UNIX socket.
+    Unix(imp::Listener),
+    /// A loopback TCP listener.
+    Loopback(tokio::net::TcpListener),
 }
 
-pub use imp::{bind, Conn, Listener};
+impl Listener {
+    /// The next accepted connection.
+    pub async fn accept(&self) -> io::Result<Conn> {
+        match self {
+            Listener::Unix(l) => l.accept().await.map(Conn::Unix),
+            Listener::Loopback(l) => {
+                let (conn, _) = l.accept().await?;
+                conn.set_nodelay(true)?;
+                Ok(Conn::Loopback(conn))
+            }
+        }
+    }
+}
+
+/// A connection of a [`Transport`], accepted or dialled.
+#[derive(Debug)]
+pub enum Conn {
+    /// An AF_UNIX stream.
+    Unix(imp::Conn),
+    /// A loopback TCP stream.
+    Loopback(tokio::net::TcpStream),
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Unix(c) => Pin::new(c).poll_read(cx, buf),
+            Conn::Loopback(c) => Pin::new(c).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Unix(c) => Pin::new(c).poll_write(cx, buf),
+            Conn::Loopback(c) => Pin::new(c).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Unix(c) => Pin::new(c).poll_write_vectored(cx, bufs),
+            Conn::Loopback(c) => Pin::new(c).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Unix(c) => c.is_write_vectored(),
+            Conn::Loopback(c) => c.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Unix(c) => Pin::new(c).poll_flush(cx),
+            Conn::Loopback(c) => Pin::new(c).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Unix(c) => Pin::new(c).poll_shutdown(cx),
+            Conn::Loopback(c) => Pin::new(c).poll_shutdown(cx),
+        }
+    }
+}
+
+impl Connected for Conn {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
 
 /// The first pause after a failed `accept` (doubled per failure in a row, up to
 /// [`ACCEPT_BACKOFF_MAX`]): at the file-descriptor limit every `accept` fails at once, and
@@ -99,8 +227,8 @@ pub fn incoming(
     )
 }
 
-/// [`incoming`] over any `accept`.
-fn accept_loop<C, A, F>(
+/// [`incoming`] over any `accept` (a named pipe server's, say).
+pub fn accept_loop<C, A, F>(
     mut accept: A,
     close: tokio::sync::watch::Receiver<bool>,
     accept_errors: Arc<AtomicU64>,
@@ -148,9 +276,26 @@ pub struct Served {
 impl Served {
     /// Serves `router` on `listener` in a task of its own.
     pub fn spawn(listener: Listener, router: tonic::transport::server::Router) -> Self {
+        let listener = Arc::new(listener);
+        Self::spawn_accepting(
+            move || {
+                let listener = listener.clone();
+                async move { listener.accept().await }
+            },
+            router,
+        )
+    }
+
+    /// Serves `router` on the connections `accept` returns, in a task of its own.
+    pub fn spawn_accepting<C, A, F>(accept: A, router: tonic::transport::server::Router) -> Self
+    where
+        C: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        A: FnMut() -> F + Send + 'static,
+        F: Future<Output = io::Result<C>> + Send,
+    {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (close, closed) = tokio::sync::watch::channel(false);
-        let incoming = incoming(listener, closed, Arc::default());
+        let incoming = accept_loop(accept, closed, Arc::default());
         let task = tokio::spawn(async move {
             let _ = router
                 .serve_with_incoming_shutdown(incoming, async {
@@ -426,8 +571,9 @@ impl<C: Connected> Connected for Closable<C> {
     }
 }
 
+/// AF_UNIX sockets on Unix (tokio).
 #[cfg(unix)]
-mod imp {
+pub mod imp {
     use std::io;
     use std::path::Path;
 
@@ -450,13 +596,15 @@ mod imp {
         }
     }
 
-    pub(super) async fn connect(path: &Path) -> io::Result<Conn> {
+    /// A connection to the socket at `path`.
+    pub async fn connect(path: &Path) -> io::Result<Conn> {
         tokio::net::UnixStream::connect(path).await
     }
 }
 
+/// AF_UNIX sockets on Windows (`uds_windows` driven by `async-io`).
 #[cfg(windows)]
-mod imp {
+pub mod imp {
     use std::io;
     use std::os::windows::io::{AsRawSocket, AsSocket, BorrowedSocket};
     use std::path::Path;
@@ -573,12 +721,106 @@ mod imp {
         }
     }
 
-    pub(super) async fn connect(path: &Path) -> io::Result<Conn> {
+    /// A connection to the socket at `path`.
+    pub async fn connect(path: &Path) -> io::Result<Conn> {
         let path = path.to_path_buf();
         let stream = tokio::task::spawn_blocking(move || uds_windows::UnixStream::connect(path))
             .await
             .map_err(io::Error::other)??;
         Conn::new(stream)
+    }
+}
+
+/// Loopback TCP behind a file at the socket path, for [`Transport::Loopback`].
+mod loopback {
+    use std::io::{self, Write};
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::path::Path;
+
+    /// The first word of an address file; anything else at the path refuses connections.
+    const MAGIC: &str = "dxdp-loopback-transport";
+
+    /// Listens on 127.0.0.1 (a port the OS picks) and writes the address to a new file at
+    /// `path`: an existing file fails as `bind` on an AF_UNIX socket does.
+    pub fn bind(path: &Path) -> io::Result<tokio::net::TcpListener> {
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::AlreadyExists => io::Error::new(io::ErrorKind::AddrInUse, e),
+                _ => e,
+            })?;
+        file.write_all(format!("{MAGIC} {addr}\n").as_bytes())?;
+        tokio::net::TcpListener::from_std(listener)
+    }
+
+    /// The address in the file at `path`: missing is `NotFound`, anything but a complete address
+    /// file (still being written, or not ours) is `ConnectionRefused`.
+    pub fn address(path: &Path) -> io::Result<SocketAddr> {
+        let text = std::fs::read_to_string(path)?;
+        text.strip_prefix(MAGIC)
+            .and_then(|rest| rest.strip_suffix('\n'))
+            .and_then(|addr| addr.trim().parse().ok())
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!(
+                        "{} is not a loopback transport address file",
+                        path.display()
+                    ),
+                )
+            })
+    }
+
+    /// A connection to the listener whose address file is `path`.
+    pub async fn connect(path: &Path) -> io::Result<tokio::net::TcpStream> {
+        let addr = address(path)?;
+        let conn = tokio::net::TcpStream::connect(addr).await?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    }
+}
+
+/// What the crate's unit tests of the daemon's parts run on.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::Transport;
+
+    /// AF_UNIX where it works (Linux, Windows), the loopback transport where it does not (Wine
+    /// 8), said once per test binary so that a run shows which one it tested;
+    /// `DXDP_TEST_TRANSPORT=loopback` asks for the loopback transport anywhere.
+    pub fn transport() -> Transport {
+        static CHOSEN: std::sync::OnceLock<Transport> = std::sync::OnceLock::new();
+        *CHOSEN.get_or_init(|| {
+            if std::env::var("DXDP_TEST_TRANSPORT").as_deref() == Ok("loopback") {
+                eprintln!("daemon tests run over the loopback transport (DXDP_TEST_TRANSPORT=loopback)");
+                return Transport::Loopback;
+            }
+            let dir = socket_dir();
+            match super::imp::bind(&dir.path().join("probe.sock")) {
+                Ok(_) => Transport::UnixSocket,
+                Err(e) => {
+                    eprintln!("daemon tests run over the loopback transport: AF_UNIX sockets are not available here ({e})");
+                    Transport::Loopback
+                }
+            }
+        })
+    }
+
+    /// A temporary directory short enough for AF_UNIX socket paths.
+    pub fn socket_dir() -> tempfile::TempDir {
+        #[cfg(unix)]
+        let base = std::path::PathBuf::from("/tmp");
+        #[cfg(not(unix))]
+        let base = std::env::temp_dir();
+        tempfile::Builder::new()
+            .prefix("dxdp")
+            .tempdir_in(base)
+            .unwrap_or_else(|e| panic!("temporary directory: {e}"))
     }
 }
 
@@ -768,5 +1010,81 @@ mod tests {
         let err = conn.write_all(b"x").await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::ConnectionAborted);
         assert!(conn.read(&mut buf).await.is_err());
+    }
+
+    /// What the daemon relies on of a socket file, checked for both transports: a second bind
+    /// on the same path fails, a dial reaches the listener, a missing file is `NotFound`, and a
+    /// file whose listener is gone refuses connections.
+    async fn socket_file_contract(transport: Transport) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.sock");
+        let listener = transport.bind(&path).unwrap();
+        assert!(
+            path.exists(),
+            "{transport:?}: bind leaves a file at the path"
+        );
+        let again = transport.bind(&path).unwrap_err();
+        assert_eq!(
+            again.kind(),
+            io::ErrorKind::AddrInUse,
+            "{transport:?}: {again}"
+        );
+        let (accepted, dialled) = tokio::join!(listener.accept(), transport.connect(&path));
+        let (mut accepted, mut dialled) = (accepted.unwrap(), dialled.unwrap());
+        dialled.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        accepted.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+        let missing = transport
+            .connect(&dir.path().join("none.sock"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            missing.kind(),
+            io::ErrorKind::NotFound,
+            "{transport:?}: {missing}"
+        );
+        drop(listener);
+        let stale = transport.probe(&path).await.unwrap_err();
+        assert_eq!(
+            stale.kind(),
+            io::ErrorKind::ConnectionRefused,
+            "{transport:?}: {stale}"
+        );
+    }
+
+    #[tokio::test]
+    async fn loopback_behaves_as_a_socket_file() {
+        socket_file_contract(Transport::Loopback).await;
+    }
+
+    #[tokio::test]
+    async fn unix_sockets_behave_as_the_loopback_transport_assumes() {
+        let dir = tempfile::tempdir().unwrap();
+        if let Err(e) = imp::bind(&dir.path().join("probe.sock")) {
+            eprintln!("skipped unix_sockets_behave_as_the_loopback_transport_assumes: AF_UNIX sockets are not available here ({e})");
+            return;
+        }
+        socket_file_contract(Transport::UnixSocket).await;
+    }
+
+    #[tokio::test]
+    async fn a_file_that_is_no_address_file_refuses_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in [
+            ("empty", ""),
+            ("half", "dxdp-loopback-transport 127.0.0.1:"),
+            ("other", "something else 127.0.0.1:80\n"),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            let err = Transport::Loopback.connect(&path).await.unwrap_err();
+            assert_eq!(
+                err.kind(),
+                io::ErrorKind::ConnectionRefused,
+                "{name}: {err}"
+            );
+        }
     }
 }

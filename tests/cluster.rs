@@ -77,7 +77,9 @@ async fn labels_and_the_selected_configuration_follow_the_node() {
         .prefix("dxdp")
         .tempdir_in("/tmp")
         .unwrap();
-    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let kubelet = KubeletStandin::start(common::transport(), dir.path())
+        .await
+        .unwrap();
     let api = ApiServerStandin::start("gpu-node-1", &[(SELECTOR, "shared"), ("team", "vision")])
         .await
         .unwrap();
@@ -161,7 +163,9 @@ async fn without_node_name_or_credentials_it_serves_and_says_why_once() {
             .prefix("dxdp")
             .tempdir_in("/tmp")
             .unwrap();
-        let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+        let kubelet = KubeletStandin::start(common::transport(), dir.path())
+            .await
+            .unwrap();
         let plugin = Plugin::start(dir.path(), &env);
         assert!(
             kubelet

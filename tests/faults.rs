@@ -131,22 +131,23 @@ async fn metric(observe: &Observe, line: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubelet_directory_deleted_and_recreated_is_watched_again_and_the_new_kubelet_gets_both_resources(
 ) {
-    if !common::af_unix("the_kubelet_directory_deleted_and_recreated_is_watched_again_and_the_new_kubelet_gets_both_resources") {
-        return;
-    }
     let top = tempdir();
     let dir = top.path().join("device-plugins");
     std::fs::create_dir(&dir).unwrap();
     let snapshot = top.path().join("host.yaml");
     write_facts(&snapshot, &common::facts("sample"));
-    let kubelet = KubeletStandin::start(&dir).await.unwrap();
+    let kubelet = KubeletStandin::start(common::transport(), &dir)
+        .await
+        .unwrap();
     let running = spawn(config(&dir), Arc::new(SnapshotFile::new(snapshot)));
     both_registered(&kubelet).await;
     kubelet.stop().await;
     // The kubelet's directory goes away with everything in it and comes back.
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::create_dir(&dir).unwrap();
-    let kubelet = KubeletStandin::start(&dir).await.unwrap();
+    let kubelet = KubeletStandin::start(common::transport(), &dir)
+        .await
+        .unwrap();
     // With the safety poll an hour away, only a watch that came back can see the new
     // kubelet.sock.
     both_registered(&kubelet).await;
@@ -158,15 +159,14 @@ async fn the_kubelet_directory_deleted_and_recreated_is_watched_again_and_the_ne
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_snapshot_directory_deleted_and_recreated_is_watched_again() {
-    if !common::af_unix("the_snapshot_directory_deleted_and_recreated_is_watched_again") {
-        return;
-    }
     let dir = tempdir();
     let snap_dir = dir.path().join("facts");
     std::fs::create_dir(&snap_dir).unwrap();
     let snapshot = snap_dir.join("host.yaml");
     write_facts(&snapshot, &common::facts("sample"));
-    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let kubelet = KubeletStandin::start(common::transport(), dir.path())
+        .await
+        .unwrap();
     let running = spawn(
         config(dir.path()),
         Arc::new(SnapshotFile::new(snapshot.clone())),
@@ -216,14 +216,12 @@ impl HostFactsSource for Panicky {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresher_that_panics_is_restarted_and_devices_keep_following_the_host() {
-    if !common::af_unix("a_refresher_that_panics_is_restarted_and_devices_keep_following_the_host")
-    {
-        return;
-    }
     let dir = tempdir();
     let snapshot = dir.path().join("host.yaml");
     write_facts(&snapshot, &common::facts("sample"));
-    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let kubelet = KubeletStandin::start(common::transport(), dir.path())
+        .await
+        .unwrap();
     let mut c = config(dir.path());
     // The safety tick is what calls the source's change check.
     c.safety_poll = Duration::from_millis(200);
@@ -248,16 +246,17 @@ async fn a_refresher_that_panics_is_restarted_and_devices_keep_following_the_hos
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_daemons_started_at_the_same_instant_exactly_one_serves() {
-    if !common::af_unix("of_two_daemons_started_at_the_same_instant_exactly_one_serves") {
-        return;
-    }
     for kubelet_first in [true, false] {
         for _ in 0..5 {
             let dir = tempdir();
             let snapshot = dir.path().join("host.yaml");
             write_facts(&snapshot, &common::facts("sample"));
             let kubelet = if kubelet_first {
-                Some(KubeletStandin::start(dir.path()).await.unwrap())
+                Some(
+                    KubeletStandin::start(common::transport(), dir.path())
+                        .await
+                        .unwrap(),
+                )
             } else {
                 None
             };
@@ -276,7 +275,9 @@ async fn of_two_daemons_started_at_the_same_instant_exactly_one_serves() {
             }
             let kubelet = match kubelet {
                 Some(k) => k,
-                None => KubeletStandin::start(dir.path()).await.unwrap(),
+                None => KubeletStandin::start(common::transport(), dir.path())
+                    .await
+                    .unwrap(),
             };
             both_registered(&kubelet).await;
             let view = kubelet.view();
@@ -290,16 +291,13 @@ async fn of_two_daemons_started_at_the_same_instant_exactly_one_serves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_top_level() {
-    if !common::af_unix(
-        "a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_top_level",
-    ) {
-        return;
-    }
     let dir = tempdir();
     let snapshot = dir.path().join("host.yaml");
     // Windows Server 2019: HCS 2.1, no location-path assignment.
     write_facts(&snapshot, &common::facts("ws2019-old"));
-    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let kubelet = KubeletStandin::start(common::transport(), dir.path())
+        .await
+        .unwrap();
     let mut c = config(dir.path());
     c.config.assignment = dxdp_core::assignment::Assignment::LocationPath;
     c.config.selection.name = Some("strict".into());
@@ -335,18 +333,17 @@ async fn a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_unit_closes_connections_that_never_speak() {
-    if !common::af_unix("a_stopped_unit_closes_connections_that_never_speak") {
-        return;
-    }
     let dir = tempdir();
     let snapshot = dir.path().join("host.yaml");
     write_facts(&snapshot, &common::facts("sample"));
-    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let kubelet = KubeletStandin::start(common::transport(), dir.path())
+        .await
+        .unwrap();
     let running = spawn(config(dir.path()), Arc::new(SnapshotFile::new(snapshot)));
     both_registered(&kubelet).await;
     let socket = dir.path().join(&kubelet.view().registrations[0].endpoint);
     // A client that connects and then neither reads nor writes.
-    let mut silent = dxdp::transport::connect(&socket).await.unwrap();
+    let mut silent = common::transport().connect(&socket).await.unwrap();
     // The socket goes (as in a kubelet restart): the unit stops and closes the connection.
     std::fs::remove_file(&socket).unwrap();
     let mut buf = [0u8; 1024];

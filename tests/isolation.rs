@@ -1257,7 +1257,10 @@ mod daemon {
             .prefix("dxdp")
             .tempdir_in("/tmp")
             .unwrap();
-        let _kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+        // The binary speaks AF_UNIX only.
+        let _kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+            .await
+            .unwrap();
         let api = ApiServerStandin::start("gpu-node-1", &[]).await.unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();

@@ -261,7 +261,9 @@ async fn readiness_follows_registration_through_a_kubelet_restart() {
     assert_eq!((status, body.as_str()), (503, ""), "{head}");
 
     // The kubelet appears: ready once both names are registered.
-    let kubelet = KubeletStandin::start(d.dir.path()).await.unwrap();
+    let kubelet = KubeletStandin::start(common::transport(), d.dir.path())
+        .await
+        .unwrap();
     until(d.addr, "/readyz", "registration", |s, b| {
         s == 200 && b == "ok\n"
     })
@@ -277,9 +279,10 @@ async fn readiness_follows_registration_through_a_kubelet_restart() {
     })
     .await;
     // It comes back refusing registrations: still not ready, and says why.
-    let kubelet = KubeletStandin::start_refusing(d.dir.path(), Some("not ready yet"))
-        .await
-        .unwrap();
+    let kubelet =
+        KubeletStandin::start_refusing(common::transport(), d.dir.path(), Some("not ready yet"))
+            .await
+            .unwrap();
     let refused =
         format!("{DISPLAY}: registration failed: the kubelet refused: not ready yet, retrying");
     until(d.addr, "/readyz", "a refused registration", |s, b| {
@@ -321,7 +324,9 @@ async fn metrics_count_allocations_host_refreshes_and_configuration_reloads() {
         format!("metrics: {{address: '127.0.0.1:0'}}\nresources: {{display: {{replicas: {replicas}}}}}\n")
     };
     std::fs::write(&config_path, file(2)).unwrap();
-    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let kubelet = KubeletStandin::start(common::transport(), dir.path())
+        .await
+        .unwrap();
     let inputs = Inputs {
         file: Some((config_path.clone(), true)),
         ..Default::default()
@@ -468,10 +473,13 @@ async fn an_address_in_use_does_not_stop_device_serving_and_the_endpoint_comes_u
     let dir = tempdir();
     let snapshot = dir.path().join("host.yaml");
     Daemon::write_facts(&snapshot, &common::facts("sample"));
-    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let kubelet = KubeletStandin::start(common::transport(), dir.path())
+        .await
+        .unwrap();
     let mut pc = PluginConfig::new(dir.path().to_path_buf());
     pc.config.metrics_address = Some(address);
     pc.safety_poll = NO_SAFETY_POLL;
+    pc.transport = common::transport();
     let observe = pc.observe.clone();
     let mut listening = observe.listening();
     let source = Arc::new(SnapshotFile::new(snapshot));

@@ -104,7 +104,11 @@ impl Harness {
     }
 
     async fn start_kubelet(&mut self) {
-        self.kubelet = Some(KubeletStandin::start(self.dir.path()).await.unwrap());
+        self.kubelet = Some(
+            KubeletStandin::start(common::transport(), self.dir.path())
+                .await
+                .unwrap(),
+        );
     }
 
     fn kubelet(&self) -> &KubeletStandin {
@@ -247,9 +251,6 @@ fn expected_ids(host: &str, resource: Resource) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registers_both_resources_with_the_full_lists_of_several_hosts() {
-    if !common::af_unix("registers_both_resources_with_the_full_lists_of_several_hosts") {
-        return;
-    }
     for host in [
         "sample",
         "nvidia-multi-gpu",
@@ -281,9 +282,6 @@ async fn registers_both_resources_with_the_full_lists_of_several_hosts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resource_without_devices_is_still_registered_with_an_empty_list() {
-    if !common::af_unix("a_resource_without_devices_is_still_registered_with_an_empty_list") {
-        return;
-    }
     let h = Harness::start(&load_facts("nvidia-multi-gpu"), 1, true).await;
     h.registered().await;
     assert_eq!(h.ids(DISPLAY).len(), 4);
@@ -293,9 +291,6 @@ async fn a_resource_without_devices_is_still_registered_with_an_empty_list() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allocate_returns_the_device_spec_and_read_only_mounts_of_existing_files() {
-    if !common::af_unix("allocate_returns_the_device_spec_and_read_only_mounts_of_existing_files") {
-        return;
-    }
     let facts = load_facts("amd-radeon");
     let h = Harness::start(&facts, 1, true).await;
     h.registered().await;
@@ -349,11 +344,6 @@ async fn allocate_returns_the_device_spec_and_read_only_mounts_of_existing_files
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_and_malformed_ids_fail_with_invalid_argument_and_the_plugin_keeps_serving() {
-    if !common::af_unix(
-        "unknown_and_malformed_ids_fail_with_invalid_argument_and_the_plugin_keeps_serving",
-    ) {
-        return;
-    }
     let h = Harness::start(&load_facts("sample"), 1, true).await;
     h.registered().await;
     let compute_id = h.ids(COMPUTE)[0].clone();
@@ -377,9 +367,6 @@ async fn unknown_and_malformed_ids_fail_with_invalid_argument_and_the_plugin_kee
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_one_physical_device_and_give_one_device_spec() {
-    if !common::af_unix("replicas_share_one_physical_device_and_give_one_device_spec") {
-        return;
-    }
     let facts = load_facts("sample");
     let h = Harness::start(&facts, 3, true).await;
     h.registered().await;
@@ -425,9 +412,6 @@ async fn replicas_share_one_physical_device_and_give_one_device_spec() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn devices_disappear_and_return_when_the_host_changes() {
-    if !common::af_unix("devices_disappear_and_return_when_the_host_changes") {
-        return;
-    }
     let facts = load_facts("nvidia-multi-gpu");
     let h = Harness::start(&facts, 1, true).await;
     h.registered().await;
@@ -457,9 +441,6 @@ async fn devices_disappear_and_return_when_the_host_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_lost_and_recovered() {
-    if !common::af_unix("health_is_lost_and_recovered") {
-        return;
-    }
     let facts = load_facts("sample");
     let h = Harness::start(&facts, 1, true).await;
     h.registered().await;
@@ -488,9 +469,6 @@ async fn health_is_lost_and_recovered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_snapshot_edit_keeps_the_last_good_list() {
-    if !common::af_unix("a_malformed_snapshot_edit_keeps_the_last_good_list") {
-        return;
-    }
     let facts = load_facts("sample");
     let h = Harness::start(&facts, 1, true).await;
     h.registered().await;
@@ -531,9 +509,6 @@ async fn restart_kubelet(h: &mut Harness) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn re_registers_after_several_kubelet_restarts_on_fresh_sockets() {
-    if !common::af_unix("re_registers_after_several_kubelet_restarts_on_fresh_sockets") {
-        return;
-    }
     let mut h = Harness::start(&load_facts("sample"), 1, true).await;
     h.registered().await;
     let mut endpoints = vec![h.kubelet().view().plugins[DISPLAY].endpoint.clone()];
@@ -560,9 +535,6 @@ async fn re_registers_after_several_kubelet_restarts_on_fresh_sockets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_plugin_socket_alone_triggers_re_registration() {
-    if !common::af_unix("a_deleted_plugin_socket_alone_triggers_re_registration") {
-        return;
-    }
     let h = Harness::start(&load_facts("sample"), 1, true).await;
     h.registered().await;
     let old = h.kubelet().view().plugins[DISPLAY].endpoint.clone();
@@ -583,11 +555,6 @@ async fn a_deleted_plugin_socket_alone_triggers_re_registration() {
 /// that the moment it arrived is kept, and the silent connection must be closed by then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_unit_registers_only_after_the_old_units_connections_are_closed() {
-    if !common::af_unix(
-        "a_restarted_unit_registers_only_after_the_old_units_connections_are_closed",
-    ) {
-        return;
-    }
     let h = Harness::start(&load_facts("sample"), 1, true).await;
     h.registered().await;
     let old = h.kubelet().view().plugins[DISPLAY].endpoint.clone();
@@ -628,9 +595,6 @@ async fn a_restarted_unit_registers_only_after_the_old_units_connections_are_clo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_started_before_the_kubelet_registers_when_it_appears() {
-    if !common::af_unix("a_plugin_started_before_the_kubelet_registers_when_it_appears") {
-        return;
-    }
     let mut h = Harness::start(&load_facts("sample"), 1, false).await;
     until("the daemon waits for the kubelet", || {
         h.observe
@@ -650,9 +614,6 @@ async fn a_plugin_started_before_the_kubelet_registers_when_it_appears() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_registration_is_retried() {
-    if !common::af_unix("a_refused_registration_is_retried") {
-        return;
-    }
     let mut h = Harness::start(&load_facts("sample"), 1, false).await;
     h.start_kubelet().await;
     h.kubelet()
@@ -669,9 +630,6 @@ async fn a_refused_registration_is_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn options_preferred_allocation_and_pre_start() {
-    if !common::af_unix("options_preferred_allocation_and_pre_start") {
-        return;
-    }
     let h = Harness::start(&load_facts("sample"), 1, true).await;
     h.registered().await;
     let mut client = h.kubelet().client(DISPLAY).unwrap();
@@ -709,7 +667,10 @@ async fn sigterm_stops_the_binary_and_removes_its_sockets() {
         .prefix("dxdp")
         .tempdir_in("/tmp")
         .unwrap();
-    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    // The binary speaks AF_UNIX only.
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
         .args(["plugin", "--kubelet-dir"])
         .arg(dir.path())
@@ -791,9 +752,6 @@ fn replace(path: &Path, text: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configuration_changes_apply_without_a_restart_and_bad_edits_are_ignored() {
-    if !common::af_unix("configuration_changes_apply_without_a_restart_and_bad_edits_are_ignored") {
-        return;
-    }
     let (h, path) = start_with_config_file("resources: {display: {replicas: 1}}\n").await;
     h.registered().await;
     assert_eq!(h.ids(DISPLAY).len(), 2);
@@ -845,9 +803,6 @@ async fn configuration_changes_apply_without_a_restart_and_bad_edits_are_ignored
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aliases_advertise_the_same_devices_and_class_guid_allocates_the_class() {
-    if !common::af_unix("aliases_advertise_the_same_devices_and_class_guid_allocates_the_class") {
-        return;
-    }
     let (h, _path) = start_with_config_file(
         "resources: {display: {aliases: [microsoft.com/directx]}}\nassignment: class-guid\n",
     )
@@ -894,11 +849,6 @@ fn renamed_display(name: &str) -> dxdp::config::Config {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configuration_that_cannot_be_served_is_rejected_and_the_daemon_keeps_serving() {
-    if !common::af_unix(
-        "a_configuration_that_cannot_be_served_is_rejected_and_the_daemon_keeps_serving",
-    ) {
-        return;
-    }
     let mut h = Harness::new(&load_facts("sample"));
     h.start_kubelet().await;
     let tx = start_with_updates(&mut h, dxdp::config::Config::default());
@@ -935,9 +885,6 @@ async fn a_configuration_that_cannot_be_served_is_rejected_and_the_daemon_keeps_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_right_after_start_is_not_lost() {
-    if !common::af_unix("a_reload_right_after_start_is_not_lost") {
-        return;
-    }
     let mut h = Harness::new(&load_facts("sample"));
     h.start_kubelet().await;
     let tx = start_with_updates(&mut h, dxdp::config::Config::default());
@@ -964,15 +911,10 @@ async fn a_reload_right_after_start_is_not_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_registration_does_not_stop_the_daemon_from_noticing_a_removed_socket() {
-    if !common::af_unix(
-        "a_hanging_registration_does_not_stop_the_daemon_from_noticing_a_removed_socket",
-    ) {
-        return;
-    }
     let mut h = Harness::new(&load_facts("sample"));
     // A "kubelet" that accepts connections and never answers.
     let kubelet_sock = h.dir.path().join("kubelet.sock");
-    let listener = dxdp::transport::bind(&kubelet_sock).unwrap();
+    let listener = common::transport().bind(&kubelet_sock).unwrap();
     let silent = tokio::spawn(async move {
         let mut held = Vec::new();
         while let Ok(conn) = listener.accept().await {
@@ -1020,11 +962,6 @@ async fn a_hanging_registration_does_not_stop_the_daemon_from_noticing_a_removed
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_dxdp_for_the_same_resource_refuses_to_start_and_stale_sockets_are_cleaned() {
-    if !common::af_unix(
-        "a_second_dxdp_for_the_same_resource_refuses_to_start_and_stale_sockets_are_cleaned",
-    ) {
-        return;
-    }
     let mut h = Harness::new(&load_facts("sample"));
     h.start_kubelet().await;
     // A stale socket from a crashed run.
@@ -1032,12 +969,13 @@ async fn a_second_dxdp_for_the_same_resource_refuses_to_start_and_stale_sockets_
         .dir
         .path()
         .join("dxdp-directx.microsoft.com-display-42.sock");
-    drop(dxdp::transport::bind(&stale).unwrap());
+    drop(common::transport().bind(&stale).unwrap());
     let _tx = start_with_updates(&mut h, dxdp::config::Config::default());
     h.registered().await;
     assert!(!stale.exists(), "the stale socket was removed at start");
     let mut second = PluginConfig::new(h.dir.path().to_path_buf());
     second.safety_poll = NO_SAFETY_POLL;
+    second.transport = common::transport();
     let source = Arc::new(SnapshotFile::new(h.snapshot.clone()));
     let result = tokio::time::timeout(
         WAIT,
@@ -1053,6 +991,7 @@ async fn a_second_dxdp_for_the_same_resource_refuses_to_start_and_stale_sockets_
     let lock_dir = tempfile::tempdir().unwrap();
     let mut third = PluginConfig::new(h.dir.path().to_path_buf());
     third.safety_poll = NO_SAFETY_POLL;
+    third.transport = common::transport();
     third.lock_dir = lock_dir.path().to_path_buf();
     let source = Arc::new(SnapshotFile::new(h.snapshot.clone()));
     let result = tokio::time::timeout(
@@ -1077,9 +1016,6 @@ async fn a_second_dxdp_for_the_same_resource_refuses_to_start_and_stale_sockets_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_device_ids_fail_with_invalid_argument_and_a_bounded_message() {
-    if !common::af_unix("huge_device_ids_fail_with_invalid_argument_and_a_bounded_message") {
-        return;
-    }
     let h = Harness::start(&load_facts("sample"), 1, true).await;
     h.registered().await;
     for len in [100_000, 3 << 20] {
@@ -1127,9 +1063,6 @@ fn valid_smaller_prefix(text: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_rewritten_slowly_in_place_never_shows_a_partial_list() {
-    if !common::af_unix("a_snapshot_rewritten_slowly_in_place_never_shows_a_partial_list") {
-        return;
-    }
     use std::io::Write;
     let facts = load_facts("nvidia-multi-gpu");
     let mut unhealthy = facts.clone();
@@ -1203,9 +1136,6 @@ fn sample_displays() -> [(String, &'static str, &'static str); 2] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preferred_allocation_spreads_replicas_and_answers_hostile_requests() {
-    if !common::af_unix("preferred_allocation_spreads_replicas_and_answers_hostile_requests") {
-        return;
-    }
     let h = Harness::start(&load_facts("sample"), 2, true).await;
     h.registered().await;
     let [(a, _, _), (b, _, _)] = sample_displays();
@@ -1252,9 +1182,6 @@ async fn preferred_allocation_spreads_replicas_and_answers_hostile_requests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allocate_gives_hints_and_follows_the_pack_and_multi_device_options() {
-    if !common::af_unix("allocate_gives_hints_and_follows_the_pack_and_multi_device_options") {
-        return;
-    }
     let (h, _path) = start_with_config_file(
         "resources:\n  display: {replicas: 2, allocationPolicy: pack, multiDevice: fail, cudaVisibleDevices: true}\n  compute: {replicas: 2}\n",
     )

@@ -204,7 +204,9 @@ impl Daemon {
             &snapshot,
             &snapshot::write(facts, snapshot::Format::Yaml).unwrap(),
         );
-        let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+        let kubelet = KubeletStandin::start(common::transport(), dir.path())
+            .await
+            .unwrap();
         let mut config = common::plugin_config(dir.path());
         let updates = match &reload {
             Some(r) => r.tx.subscribe(),
@@ -305,7 +307,7 @@ async fn kubelet_restarts_every_few_hundred_ms_while_allocate_calls_run() {
                     continue;
                 };
                 let answer = async {
-                    let channel = dxdp::transport::channel(&dir.join(name)).await.ok()?;
+                    let channel = common::transport().channel(&dir.join(name)).await.ok()?;
                     let mut client =
                         dxdp::kubelet::v1beta1::device_plugin_client::DevicePluginClient::new(
                             channel,
@@ -342,7 +344,11 @@ async fn kubelet_restarts_every_few_hundred_ms_while_allocate_calls_run() {
         for name in plugin_sockets(d.dir.path()) {
             let _ = std::fs::remove_file(d.dir.path().join(name));
         }
-        d.kubelet = Some(KubeletStandin::start(d.dir.path()).await.unwrap());
+        d.kubelet = Some(
+            KubeletStandin::start(common::transport(), d.dir.path())
+                .await
+                .unwrap(),
+        );
         restarts += 1;
         d.assert_running();
     }
@@ -505,7 +511,10 @@ async fn sigkill_and_restart_cleans_stale_sockets_and_registers_again() {
     let snapshot = common::fixture_path("nvidia-multi-gpu");
     let display = expected_ids("nvidia-multi-gpu", Resource::Display, 1);
     let compute = expected_ids("nvidia-multi-gpu", Resource::Compute, 1);
-    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    // The binary speaks AF_UNIX only.
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .unwrap();
     let end = Instant::now() + soak_time();
     let mut kills = 0;
     let mut endpoints: Vec<String> = Vec::new();
@@ -564,7 +573,9 @@ async fn sigkill_and_restart_cleans_stale_sockets_and_registers_again() {
         for name in plugin_sockets(dir.path()) {
             let _ = std::fs::remove_file(dir.path().join(name));
         }
-        kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+        kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+            .await
+            .unwrap();
         assert!(
             kubelet
                 .wait_for(WAIT, |v| ids(v, DISPLAY) == display

@@ -326,7 +326,7 @@ mod sampler {
     #[tokio::test]
     async fn the_kubelets_live_answer_is_used_and_an_unreachable_kubelet_keeps_the_last_one() {
         let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("pod-resources/kubelet.sock");
+        let endpoint = common::local_endpoint(dir.path(), "kubelet.sock");
         let only_trainer = vec![PodAllocation {
             namespace: "ml".into(),
             pod: "train-0".into(),
@@ -334,7 +334,7 @@ mod sampler {
             resource: DISPLAY.into(),
             device_ids: vec![GPU1.into()],
         }];
-        let standin = PodResourcesStandin::start(&socket, only_trainer)
+        let standin = PodResourcesStandin::start(&endpoint, only_trainer)
             .await
             .unwrap();
         let (s, metrics) = sampler(recorded(), Some(standin.endpoint()));
@@ -408,7 +408,7 @@ mod sampler {
             Arc::new(Recorded::new(&recorded_without_pods(dir.path())));
         let running = ContainerState::ContainerRunning;
         let standin = CriStandin::start(
-            &dir.path().join("containerd.sock"),
+            &common::local_endpoint(dir.path(), "containerd.sock"),
             vec![
                 container("aaa111", running, "ml", "train-0", "trainer"),
                 container("bbb222", running, "ml", "infer-7d9", "server"),

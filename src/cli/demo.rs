@@ -70,7 +70,7 @@ async fn demo(
     let _ = writeln!(out, "Host facts:        {}", source.describe());
     let _ = writeln!(out, "Kubelet directory: {}", dir.display());
 
-    let kubelet = KubeletStandin::start(&dir)
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, &dir)
         .await
         .context("cannot start the kubelet stand-in")?;
     let names: Vec<String> = config.endpoints().into_iter().map(|(_, n)| n).collect();

@@ -213,40 +213,35 @@ impl PodResourcesLister for Lister {
     }
 }
 
-/// A kubelet stand-in serving PodResources `List` on a socket file.
+/// A kubelet stand-in serving PodResources `List` on a socket file or a named pipe.
 pub struct PodResourcesStandin {
-    path: PathBuf,
+    endpoint: Endpoint,
     answer: Answer,
     served: transport::Served,
 }
 
 impl PodResourcesStandin {
-    /// Serves `allocations` on the socket at `path` (replacing a stale file).
-    pub async fn start(path: &Path, allocations: Vec<PodAllocation>) -> io::Result<Self> {
-        transport::check_socket_path(path).map_err(io::Error::other)?;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let _ = std::fs::remove_file(path);
-        let listener = transport::bind(path)?;
+    /// Serves `allocations` at `endpoint`: a socket file (replacing a stale one) or a named
+    /// pipe.
+    pub async fn start(endpoint: &Endpoint, allocations: Vec<PodAllocation>) -> io::Result<Self> {
         let answer: Answer = Arc::new(Mutex::new(allocations));
         let service = Lister {
             answer: answer.clone(),
         };
-        let served = transport::Served::spawn(
-            listener,
+        let served = super::endpoint::serve(
+            endpoint,
             tonic::transport::Server::builder().add_service(PodResourcesListerServer::new(service)),
-        );
+        )?;
         Ok(PodResourcesStandin {
-            path: path.to_path_buf(),
+            endpoint: endpoint.clone(),
             answer,
             served,
         })
     }
 
-    /// The socket's path.
+    /// Where it serves.
     pub fn endpoint(&self) -> Endpoint {
-        Endpoint::Socket(self.path.clone())
+        self.endpoint.clone()
     }
 
     /// Answers `allocations` from now on.
@@ -254,10 +249,12 @@ impl PodResourcesStandin {
         *self.answer.lock().unwrap_or_else(|p| p.into_inner()) = allocations;
     }
 
-    /// Stops serving and removes the socket file.
+    /// Stops serving and removes the socket file (a named pipe goes with its last instance).
     pub async fn stop(mut self) {
         self.served.stop(None).await;
-        let _ = std::fs::remove_file(&self.path);
+        if let Endpoint::Socket(path) = &self.endpoint {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -283,21 +280,21 @@ mod tests {
         );
     }
 
-    // Unix only: Wine has no AF_UNIX sockets (bind fails with WSAEAFNOSUPPORT), so the Windows
-    // unit tests under Wine cannot run it; the transport itself is shared with the device plugin.
-    #[cfg(unix)]
+    /// Over a real socket on Unix, and a real named pipe on Windows (under Wine too), as the
+    /// kubelet serves it on each.
     #[tokio::test]
-    async fn list_returns_what_the_standin_serves_over_a_real_socket() {
+    async fn list_returns_what_the_standin_serves_over_the_kubelets_kind_of_endpoint() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("pod-resources/kubelet.sock");
+        let endpoint = super::super::endpoint::testing::local(dir.path(), "kubelet.sock");
         let served = vec![
             allocation("ml", "train-0", "trainer", &["gpu-a"]),
             allocation("ml", "train-0", "sidecar", &["gpu-b-r1"]),
             allocation("web", "render", "app", &["gpu-a-r1", "gpu-b"]),
         ];
-        let standin = PodResourcesStandin::start(&path, served.clone())
+        let standin = PodResourcesStandin::start(&endpoint, served.clone())
             .await
             .unwrap();
+        assert_eq!(standin.endpoint(), endpoint);
         let got = list(&standin.endpoint(), Duration::from_secs(10))
             .await
             .unwrap();
@@ -308,7 +305,7 @@ mod tests {
             .unwrap();
         assert!(got.is_empty());
         standin.stop().await;
-        let err = list(&Endpoint::Socket(path.clone()), Duration::from_secs(10))
+        let err = list(&endpoint, Duration::from_secs(10))
             .await
             .unwrap_err()
             .to_string();

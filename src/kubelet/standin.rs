@@ -28,7 +28,7 @@ use super::v1beta1::{
     PreferredAllocationRequest, RegisterRequest,
 };
 use super::{API_VERSION, KUBELET_SOCKET};
-use crate::transport;
+use crate::transport::{self, Transport};
 use dxdp_core::devices::HealthState;
 
 /// What the stand-in knows about one registered resource.
@@ -135,6 +135,7 @@ pub struct KubeletStandin {
 
 struct RegistrationService {
     dir: PathBuf,
+    transport: Transport,
     shared: Arc<Mutex<Shared>>,
 }
 
@@ -162,7 +163,7 @@ impl Registration for RegistrationService {
             )));
         }
         let path = self.dir.join(&req.endpoint);
-        let channel = transport::channel(&path).await.map_err(|e| {
+        let channel = self.transport.channel(&path).await.map_err(|e| {
             Status::unavailable(format!("cannot dial plugin at {}: {e}", path.display()))
         })?;
         let mut client = DevicePluginClient::new(channel);
@@ -244,18 +245,23 @@ impl Registration for RegistrationService {
 }
 
 impl KubeletStandin {
-    /// Starts serving `Registration` on `<dir>/kubelet.sock` (replacing a stale file).
-    pub async fn start(dir: &Path) -> io::Result<Self> {
-        Self::start_refusing(dir, None).await
+    /// Starts serving `Registration` on `<dir>/kubelet.sock` (replacing a stale file), over
+    /// `transport` (which it also dials plugins with).
+    pub async fn start(transport: Transport, dir: &Path) -> io::Result<Self> {
+        Self::start_refusing(transport, dir, None).await
     }
 
     /// [`KubeletStandin::start`], refusing every `Register` with `refuse` from the first one
     /// on (until [`KubeletStandin::refuse_registrations`] changes it).
-    pub async fn start_refusing(dir: &Path, refuse: Option<&str>) -> io::Result<Self> {
+    pub async fn start_refusing(
+        transport: Transport,
+        dir: &Path,
+        refuse: Option<&str>,
+    ) -> io::Result<Self> {
         let socket = dir.join(KUBELET_SOCKET);
         transport::check_socket_path(&socket).map_err(io::Error::other)?;
         let _ = std::fs::remove_file(&socket);
-        let listener = transport::bind(&socket)?;
+        let listener = transport.bind(&socket)?;
         let shared = Arc::new(Mutex::new(Shared {
             view: StandinView::default(),
             clients: BTreeMap::new(),
@@ -265,6 +271,7 @@ impl KubeletStandin {
         }));
         let service = RegistrationService {
             dir: dir.to_path_buf(),
+            transport,
             shared: shared.clone(),
         };
         let served = transport::Served::spawn(
@@ -378,7 +385,7 @@ impl KubeletStandin {
     }
 }
 
-#[cfg(all(test, unix))]
+#[cfg(test)]
 mod tests {
     use std::pin::Pin;
 
@@ -389,6 +396,7 @@ mod tests {
         PreferredAllocationResponse,
     };
     use super::*;
+    use crate::transport::testing;
 
     const GPU: &str = "example.com/gpu";
     const WAIT: Duration = Duration::from_secs(10);
@@ -476,7 +484,7 @@ mod tests {
         let (lists_tx, lists) = watch::channel(None);
         let (open, open_rx) = watch::channel(0);
         let open = Arc::new(open);
-        let listener = transport::bind(&dir.join(endpoint)).unwrap();
+        let listener = testing::transport().bind(&dir.join(endpoint)).unwrap();
         let served = transport::Served::spawn(
             listener,
             tonic::transport::Server::builder()
@@ -494,7 +502,10 @@ mod tests {
     }
 
     async fn register(kubelet: &KubeletStandin, endpoint: &str) {
-        let channel = transport::channel(&kubelet.socket_path()).await.unwrap();
+        let channel = testing::transport()
+            .channel(&kubelet.socket_path())
+            .await
+            .unwrap();
         RegistrationClient::new(channel)
             .register(RegisterRequest {
                 version: API_VERSION.to_string(),
@@ -508,11 +519,10 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_replaced_registrations_stream_end_holds_the_devices_unhealthy_until_the_next_list() {
-        let dir = tempfile::Builder::new()
-            .prefix("dxdp")
-            .tempdir_in("/tmp")
+        let dir = testing::socket_dir();
+        let kubelet = KubeletStandin::start(testing::transport(), dir.path())
+            .await
             .unwrap();
-        let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
         let list = vec![device("gpu-0", "Healthy"), device("gpu-1", "Unhealthy")];
         let (mut old, old_lists, _) = fake(dir.path(), "old.sock");
         old_lists.send_replace(Some(list.clone()));

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use dxdp_core::devices::Resource;
 
 use super::PluginError;
-use crate::transport;
+use crate::transport::Transport;
 
 /// The held lock of one kubelet directory; released when dropped (or the process ends).
 #[derive(Debug)]
@@ -142,6 +142,7 @@ pub fn socket_resource(file_name: &str) -> Option<&str> {
 /// to start when a live dxdp (one older than the directory lock) already serves one of
 /// `endpoints` in `dir`.
 pub async fn remove_stale_sockets(
+    transport: Transport,
     dir: &Path,
     endpoints: &[(Resource, String)],
 ) -> Result<(), PluginError> {
@@ -163,7 +164,7 @@ pub async fn remove_stale_sockets(
             continue;
         };
         let path = entry.path();
-        let live = tokio::time::timeout(Duration::from_secs(2), transport::probe(&path))
+        let live = tokio::time::timeout(Duration::from_secs(2), transport.probe(&path))
             .await
             .is_ok_and(|r| r.is_ok());
         if live {

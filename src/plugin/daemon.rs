@@ -62,7 +62,7 @@ pub async fn run(
             "the kubelet directory does not exist yet: watching for it to appear"
         );
     }
-    claim::remove_stale_sockets(&config.kubelet_dir, &first.endpoints()).await?;
+    claim::remove_stale_sockets(config.transport, &config.kubelet_dir, &first.endpoints()).await?;
     let facts = {
         let source = source.clone();
         tokio::task::spawn_blocking(move || source.load())
@@ -141,6 +141,7 @@ pub async fn run(
 
     let mut units = Units::new(
         &config.kubelet_dir,
+        config.transport,
         config.backoff,
         observe.clone(),
         inventory_rx.clone(),

@@ -35,6 +35,7 @@ use tokio::sync::watch as channel;
 use crate::backend::{HostFactsSource, SourceError};
 use crate::config::{Config, Inputs, NodeInfo};
 use crate::observe::Observe;
+use crate::transport::Transport;
 use register::Backoff;
 pub use validate::{validate, Unservable};
 
@@ -83,6 +84,10 @@ pub struct PluginConfig {
     pub tasks: Vec<tasks::TaskSpec>,
     /// Where the lock of the kubelet directory is kept ([`claim::lock_dir`]).
     pub lock_dir: PathBuf,
+    /// How the plugin's sockets are bound and `kubelet.sock` is dialled: AF_UNIX, always, for
+    /// the `dxdp` binary; [`Transport::Loopback`] only for tests that run where AF_UNIX is
+    /// missing (Wine).
+    pub transport: Transport,
 }
 
 /// The default safety poll.
@@ -108,6 +113,7 @@ impl PluginConfig {
             reload: None,
             tasks: Vec::new(),
             lock_dir: claim::lock_dir(),
+            transport: Transport::UnixSocket,
         }
     }
 }

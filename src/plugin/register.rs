@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::kubelet::v1beta1::registration_client::RegistrationClient;
 use crate::kubelet::v1beta1::RegisterRequest;
 use crate::kubelet::API_VERSION;
-use crate::transport;
+use crate::transport::Transport;
 
 use super::service;
 
@@ -37,6 +37,7 @@ pub enum RegisterError {
 
 /// Registers `resource_name` served at `endpoint` (a file name in the kubelet's directory).
 pub async fn register(
+    transport: Transport,
     kubelet_sock: &Path,
     endpoint: &str,
     resource_name: &str,
@@ -44,7 +45,8 @@ pub async fn register(
 ) -> Result<(), RegisterError> {
     let call = async {
         let channel =
-            transport::channel(kubelet_sock)
+            transport
+                .channel(kubelet_sock)
                 .await
                 .map_err(|error| RegisterError::Connect {
                     path: kubelet_sock.to_path_buf(),
@@ -274,7 +276,8 @@ mod tests {
     /// A real connection error (nothing listens at that path).
     async fn refused() -> tonic::transport::Error {
         let dir = tempfile::tempdir().unwrap();
-        crate::transport::channel(&dir.path().join("none.sock"))
+        Transport::UnixSocket
+            .channel(&dir.path().join("none.sock"))
             .await
             .unwrap_err()
     }

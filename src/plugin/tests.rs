@@ -3,19 +3,16 @@
 
 use std::path::Path;
 
-#[cfg(unix)]
 use super::claim::remove_stale_sockets;
 use super::claim::{socket_name, socket_resource};
-#[cfg(unix)]
 use super::units::Units;
 use super::*;
+use crate::transport::testing;
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::OsFacts;
 
-#[cfg(unix)]
 #[path = "../../tests/support/silent.rs"]
 mod silent;
-#[cfg(unix)]
 use silent::Silent;
 
 fn check_servable(config: &Config, dir: &Path) -> Result<(), Unservable> {
@@ -85,32 +82,33 @@ fn servable_configurations() {
     ));
 }
 
-#[cfg(unix)]
 #[tokio::test]
 async fn claiming_removes_stale_sockets_and_refuses_a_live_dxdp_for_the_same_resource() {
-    let dir = tempfile::Builder::new()
-        .prefix("dxdp")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let transport = testing::transport();
+    let dir = testing::socket_dir();
     let display = [(
         Resource::Display,
         "directx.microsoft.com/display".to_string(),
     )];
     // A stale socket (bound, then its listener dropped) and an unrelated file.
     let stale = dir.path().join("dxdp-directx.microsoft.com-display-1.sock");
-    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    drop(transport.bind(&stale).unwrap());
     std::fs::write(dir.path().join("kubelet_internal_checkpoint"), b"{}").unwrap();
-    remove_stale_sockets(dir.path(), &display).await.unwrap();
+    remove_stale_sockets(transport, dir.path(), &display)
+        .await
+        .unwrap();
     assert!(!stale.exists(), "stale socket removed");
     assert!(dir.path().join("kubelet_internal_checkpoint").exists());
     // A live one for another resource is left alone; one for ours refuses the start.
     let other = dir.path().join("dxdp-directx.microsoft.com-compute-2.sock");
-    let _other_listener = std::os::unix::net::UnixListener::bind(&other).unwrap();
-    remove_stale_sockets(dir.path(), &display).await.unwrap();
+    let _other_listener = transport.bind(&other).unwrap();
+    remove_stale_sockets(transport, dir.path(), &display)
+        .await
+        .unwrap();
     assert!(other.exists());
     let live = dir.path().join("dxdp-directx.microsoft.com-display-3.sock");
-    let _live_listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
-    match remove_stale_sockets(dir.path(), &display).await {
+    let _live_listener = transport.bind(&live).unwrap();
+    match remove_stale_sockets(transport, dir.path(), &display).await {
         Err(PluginError::AlreadyServed { resource, socket }) => {
             assert_eq!(resource, "directx.microsoft.com/display");
             assert_eq!(socket, live);
@@ -120,7 +118,6 @@ async fn claiming_removes_stale_sockets_and_refuses_a_live_dxdp_for_the_same_res
 }
 
 /// A kubelet stand-in and the display unit registered with it, in a fresh directory.
-#[cfg(unix)]
 struct DisplayUnit {
     _dir: tempfile::TempDir,
     kubelet: crate::kubelet::standin::KubeletStandin,
@@ -130,21 +127,21 @@ struct DisplayUnit {
     display: String,
 }
 
-#[cfg(unix)]
 async fn display_unit() -> DisplayUnit {
     use crate::kubelet::standin::KubeletStandin;
-    let dir = tempfile::Builder::new()
-        .prefix("dxdp")
-        .tempdir_in("/tmp")
+    let dir = testing::socket_dir();
+    let kubelet = KubeletStandin::start(testing::transport(), dir.path())
+        .await
         .unwrap();
-    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
     let facts = dxdp_core::sample::sample_host().unwrap();
-    let config = PluginConfig::new(dir.path().to_path_buf());
+    let mut config = PluginConfig::new(dir.path().to_path_buf());
+    config.transport = testing::transport();
     let (inventory, _) = inventory::build(&facts, Arc::new(config.config.clone()));
     let (tx, rx) = channel::channel(Arc::new(inventory));
     let display = "directx.microsoft.com/display".to_string();
     let mut sup = Units::new(
         dir.path(),
+        config.transport,
         config.backoff,
         config.observe.clone(),
         rx,
@@ -168,7 +165,6 @@ async fn display_unit() -> DisplayUnit {
 
 /// Kills the server of unit `name` as a crash would, after the unit ran for a while, and returns
 /// the unit's report of its end.
-#[cfg(unix)]
 async fn crash_after_a_while(sup: &mut Units, name: &str) -> units::Ended {
     let unit = sup.units.get_mut(name).unwrap();
     unit.started -= units::RAPID_END * 2;
@@ -179,7 +175,6 @@ async fn crash_after_a_while(sup: &mut Units, name: &str) -> units::Ended {
         .unwrap()
 }
 
-#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_again() {
     // Held to the end: the directory and the inventory sender.
@@ -222,7 +217,6 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
 
 /// An aborted server leaves its connection tasks running: the unit restarted after it registers
 /// only once the stop closed them (the stand-in refuses the first `Register` to keep its moment).
-#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_whose_server_died_registers_again_only_after_its_connections_are_closed() {
     // Held to the end: the directory and the inventory sender.
@@ -259,7 +253,6 @@ async fn a_unit_whose_server_died_registers_again_only_after_its_connections_are
     kubelet.stop().await;
 }
 
-#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_that_ends_right_after_its_start_waits_for_the_next_check() {
     // Held to the end: the directory and the inventory sender.

@@ -40,7 +40,7 @@ use super::watch::{Change, DirEvent};
 use crate::kubelet::answering::server::device_plugin_server::DevicePluginServer;
 use crate::kubelet::KUBELET_SOCKET;
 use crate::observe::Observe;
-use crate::transport;
+use crate::transport::{self, Transport};
 use dxdp_core::devices::Resource;
 
 /// How long a stopping unit's streams get to end before its connections are closed.
@@ -103,6 +103,7 @@ pub const RAPID_END: std::time::Duration = std::time::Duration::from_secs(1);
 pub struct Units {
     kubelet_dir: PathBuf,
     kubelet_sock: PathBuf,
+    transport: Transport,
     backoff: Backoff,
     inventory: InventoryRx,
     wanted: Vec<(Resource, String)>,
@@ -124,6 +125,7 @@ impl Units {
     /// No units yet; `wanted` are the names to serve.
     pub fn new(
         kubelet_dir: &Path,
+        transport: Transport,
         backoff: Backoff,
         observe: Observe,
         inventory: InventoryRx,
@@ -136,6 +138,7 @@ impl Units {
             kubelet: file_identity(&kubelet_sock),
             kubelet_dir: kubelet_dir.to_path_buf(),
             kubelet_sock,
+            transport,
             backoff,
             inventory,
             wanted,
@@ -344,7 +347,7 @@ impl Units {
             return;
         }
         let _ = std::fs::remove_file(&path);
-        let listener = match transport::bind(&path) {
+        let listener = match self.transport.bind(&path) {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(resource = %name, socket = %path.display(), "cannot listen: {e}; retrying at the next safety poll");
@@ -401,7 +404,7 @@ impl Units {
         };
         let predecessors = predecessors_finished(name.to_string(), predecessors);
         let registration = registration(
-            self.kubelet_sock.clone(),
+            (self.transport, self.kubelet_sock.clone()),
             path.clone(),
             name.to_string(),
             self.backoff,
@@ -489,7 +492,7 @@ async fn predecessors_finished(name: String, predecessors: Vec<channel::Receiver
 /// Registers one unit until the kubelet accepts it, reporting every attempt to `observe` as the
 /// unit's generation.
 async fn registration(
-    kubelet_sock: PathBuf,
+    (transport, kubelet_sock): (Transport, PathBuf),
     socket: PathBuf,
     name: String,
     backoff: Backoff,
@@ -504,7 +507,7 @@ async fn registration(
         backoff,
         move || {
             let (sock, ep, rn) = (sock.clone(), ep.clone(), rn.clone());
-            async move { register::register(&sock, &ep, &rn, backoff.timeout).await }
+            async move { register::register(transport, &sock, &ep, &rn, backoff.timeout).await }
         },
         |attempt, result, retry_in| {
             observe.registration(

@@ -38,9 +38,50 @@ pub fn facts(name: &str) -> HostFacts {
     dxdp_core::snapshot::read_file(&fixture_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-/// Whether AF_UNIX sockets work here, for the tests of the daemon over real sockets. Wine (the
-/// Windows tests in CI) has no AF_UNIX at all: there such a test says why it is skipped and
-/// returns, rather than failing or passing silently.
+/// The transport the daemon tests run on: AF_UNIX where it works (Linux, Windows), the loopback
+/// transport where it does not (Wine 8 has no AF_UNIX: `dxdp::transport` explains the loopback
+/// transport), said once per test binary so that every run shows which one it tested.
+/// `DXDP_TEST_TRANSPORT=loopback` asks for the loopback transport anywhere.
+pub fn transport() -> dxdp::transport::Transport {
+    use dxdp::transport::Transport;
+    static CHOSEN: std::sync::OnceLock<Transport> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        if std::env::var("DXDP_TEST_TRANSPORT").as_deref() == Ok("loopback") {
+            eprintln!("daemon tests run over the loopback transport (DXDP_TEST_TRANSPORT=loopback)");
+            return Transport::Loopback;
+        }
+        let dir = socket_tempdir();
+        match probe_bind(&dir.path().join("probe.sock")) {
+            Ok(()) => Transport::UnixSocket,
+            Err(e) => {
+                eprintln!("daemon tests run over the loopback transport: AF_UNIX sockets are not available here ({e})");
+                Transport::Loopback
+            }
+        }
+    })
+}
+
+/// Where a node-local API (PodResources, CRI) is served in a test, as on a node: a socket file
+/// `name` in `dir` on Unix, a named pipe unique to this process and moment on Windows.
+pub fn local_endpoint(dir: &Path, name: &str) -> dxdp::kubelet::endpoint::Endpoint {
+    use dxdp::kubelet::endpoint::Endpoint;
+    if cfg!(windows) {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        Endpoint::Pipe(format!(
+            r"\\.\pipe\dxdp-test-{}-{nanos}-{name}",
+            std::process::id()
+        ))
+    } else {
+        Endpoint::Socket(dir.join(name))
+    }
+}
+
+/// Whether AF_UNIX sockets work here, for the tests that run the `dxdp` binary (which serves
+/// the kubelet over AF_UNIX only). Wine (the Windows tests in CI) has no AF_UNIX at all: there
+/// such a test says why it is skipped and returns, rather than failing or passing silently.
 pub fn af_unix(test: &str) -> bool {
     let dir = match tempfile::tempdir() {
         Ok(d) => d,
@@ -86,6 +127,7 @@ pub const NO_SAFETY_POLL: std::time::Duration = std::time::Duration::from_secs(3
 pub fn plugin_config(kubelet_dir: &Path) -> dxdp::plugin::PluginConfig {
     let mut c = dxdp::plugin::PluginConfig::new(kubelet_dir.to_path_buf());
     c.safety_poll = NO_SAFETY_POLL;
+    c.transport = transport();
     c.backoff = dxdp::plugin::register::Backoff {
         initial: std::time::Duration::from_millis(50),
         max: std::time::Duration::from_millis(200),

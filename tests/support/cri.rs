@@ -6,7 +6,6 @@
 #![allow(dead_code)] // each user takes a part
 
 use std::io;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use tonic::{Request, Response, Status};
@@ -74,29 +73,25 @@ impl RuntimeService for Service {
 
 /// The stand-in, serving until [`CriStandin::stop`].
 pub struct CriStandin {
-    path: PathBuf,
+    endpoint: Endpoint,
     shared: Arc<Shared>,
     served: transport::Served,
 }
 
 impl CriStandin {
-    /// Serves `containers` on the socket at `path`.
-    pub async fn start(path: &Path, containers: Vec<Container>) -> io::Result<Self> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let listener = transport::bind(path)?;
+    /// Serves `containers` at `endpoint`: a socket file, or a named pipe on Windows.
+    pub async fn start(endpoint: &Endpoint, containers: Vec<Container>) -> io::Result<Self> {
         let shared = Arc::new(Shared {
             containers: Mutex::new(containers),
             requests: Mutex::default(),
         });
-        let served = transport::Served::spawn(
-            listener,
+        let served = dxdp::kubelet::endpoint::serve(
+            endpoint,
             tonic::transport::Server::builder()
                 .add_service(RuntimeServiceServer::new(Service(shared.clone()))),
-        );
+        )?;
         Ok(CriStandin {
-            path: path.to_path_buf(),
+            endpoint: endpoint.clone(),
             shared,
             served,
         })
@@ -104,7 +99,7 @@ impl CriStandin {
 
     /// Where it serves.
     pub fn endpoint(&self) -> Endpoint {
-        Endpoint::Socket(self.path.clone())
+        self.endpoint.clone()
     }
 
     /// The requests received so far.
@@ -112,9 +107,11 @@ impl CriStandin {
         self.shared.requests.lock().unwrap().clone()
     }
 
-    /// Stops serving and removes the socket file.
+    /// Stops serving and removes the socket file (a named pipe goes with its last instance).
     pub async fn stop(mut self) {
         self.served.stop(None).await;
-        let _ = std::fs::remove_file(&self.path);
+        if let Endpoint::Socket(path) = &self.endpoint {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }

@@ -2,15 +2,60 @@
 //! unit's server cannot finish it gracefully and keeps it until the unit closes its connections
 //! (`dxdp::plugin::units::STOP_GRACE`). Plain sockets, read without the async reactor, so that
 //! [`Silent::closed`] tells the socket's state at the moment it is called. Shared by the
-//! integration tests and the plugin's unit tests.
+//! integration tests and the plugin's unit tests. A socket file of the loopback transport (the
+//! daemon tests under Wine) is dialled over TCP at the address it holds.
 
 use std::path::Path;
 use std::time::Duration;
 
 #[cfg(unix)]
-type RawStream = std::os::unix::net::UnixStream;
+type UnixStream = std::os::unix::net::UnixStream;
 #[cfg(windows)]
-type RawStream = uds_windows::UnixStream;
+type UnixStream = uds_windows::UnixStream;
+
+/// An AF_UNIX or a loopback TCP stream.
+enum RawStream {
+    Unix(UnixStream),
+    Tcp(std::net::TcpStream),
+}
+
+impl RawStream {
+    /// The loopback transport writes `dxdp-loopback-transport <address>` into its socket files.
+    fn connect(socket: &Path) -> std::io::Result<RawStream> {
+        let text = std::fs::read(socket).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text);
+        match text.strip_prefix("dxdp-loopback-transport ") {
+            Some(addr) => {
+                let addr: std::net::SocketAddr =
+                    addr.trim().parse().map_err(std::io::Error::other)?;
+                std::net::TcpStream::connect(addr).map(RawStream::Tcp)
+            }
+            None => UnixStream::connect(socket).map(RawStream::Unix),
+        }
+    }
+
+    fn set_read_timeout(&self, limit: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            RawStream::Unix(s) => s.set_read_timeout(limit),
+            RawStream::Tcp(s) => s.set_read_timeout(limit),
+        }
+    }
+
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        match self {
+            RawStream::Unix(s) => s.set_nonblocking(on),
+            RawStream::Tcp(s) => s.set_nonblocking(on),
+        }
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::io::Read;
+        match self {
+            RawStream::Unix(s) => s.read(buf),
+            RawStream::Tcp(s) => s.read(buf),
+        }
+    }
+}
 
 /// The silent connection.
 pub struct Silent(RawStream);
@@ -21,7 +66,6 @@ impl Silent {
     pub async fn connect(socket: &Path) -> Silent {
         let socket = socket.to_path_buf();
         tokio::task::spawn_blocking(move || {
-            use std::io::Read;
             let mut stream = RawStream::connect(&socket).unwrap();
             stream
                 .set_read_timeout(Some(Duration::from_secs(10)))
@@ -38,7 +82,6 @@ impl Silent {
 
     /// Whether the server has closed the connection (reading, without blocking, what it sent).
     pub fn closed(&mut self) -> bool {
-        use std::io::Read;
         let mut buf = [0u8; 1024];
         loop {
             match self.0.read(&mut buf) {
