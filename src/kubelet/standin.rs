@@ -109,9 +109,25 @@ struct Shared {
     clients: BTreeMap<String, DevicePluginClient<Channel>>,
     /// The task reading each registration's ListAndWatch stream.
     watchers: Vec<JoinHandle<()>>,
+    /// The reader of each registration's stream, by registration.
+    readers: BTreeMap<usize, tokio::task::AbortHandle>,
     refuse: Option<String>,
+    /// How the end of a replaced registration's stream is handled.
+    disconnects: Disconnects,
     /// Bumped on every change of the view, so that waiting needs no polling.
     changed: watch::Sender<()>,
+}
+
+/// How the stand-in handles the end of a replaced registration's `ListAndWatch` stream, the
+/// kubelet's `PluginDisconnected` (keyed by the resource name, so it concerns the newest
+/// registration of the name).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Disconnects {
+    /// How long after the stream ended the kubelet handles it (its goroutine may run late).
+    pub late: Duration,
+    /// Whether it also closes the newest registration's stream and forgets its client, as a
+    /// kubelet does whose handler disconnects the current client of the name.
+    pub drop_newest: bool,
 }
 
 impl Shared {
@@ -197,8 +213,16 @@ impl Registration for RegistrationService {
         let watcher = tokio::spawn(async move {
             loop {
                 let message = stream.message().await;
+                if !matches!(message, Ok(Some(_))) {
+                    let late = lock(&reader).disconnects.late;
+                    if !late.is_zero() {
+                        tokio::time::sleep(late).await;
+                    }
+                }
                 let mut guard = lock(&reader);
-                let view = &mut guard.view;
+                let drop_newest = guard.disconnects.drop_newest;
+                let shared = &mut *guard;
+                let view = &mut shared.view;
                 let newest = view
                     .plugins
                     .get_mut(&resource)
@@ -220,6 +244,14 @@ impl Registration for RegistrationService {
                             None => {
                                 if let Some(plugin) = view.plugins.get_mut(&resource) {
                                     plugin.held_unhealthy = true;
+                                    if drop_newest {
+                                        plugin.connected = false;
+                                        let newest = plugin.registration;
+                                        if let Some(reader) = shared.readers.remove(&newest) {
+                                            reader.abort();
+                                        }
+                                        shared.clients.remove(&resource);
+                                    }
                                 }
                             }
                         }
@@ -239,6 +271,7 @@ impl Registration for RegistrationService {
             }
         });
         shared.watchers.retain(|w| !w.is_finished());
+        shared.readers.insert(registration, watcher.abort_handle());
         shared.watchers.push(watcher);
         Ok(Response::new(Empty {}))
     }
@@ -266,6 +299,8 @@ impl KubeletStandin {
             view: StandinView::default(),
             clients: BTreeMap::new(),
             watchers: Vec::new(),
+            readers: BTreeMap::new(),
+            disconnects: Disconnects::default(),
             refuse: refuse.map(str::to_string),
             changed: watch::Sender::new(()),
         }));
@@ -288,6 +323,11 @@ impl KubeletStandin {
     /// The path of `kubelet.sock`.
     pub fn socket_path(&self) -> PathBuf {
         self.dir.join(KUBELET_SOCKET)
+    }
+
+    /// Handles the ends of replaced registrations' streams as `disconnects` says from now on.
+    pub fn set_disconnects(&self, disconnects: Disconnects) {
+        lock(&self.shared).disconnects = disconnects;
     }
 
     /// Makes `Register` fail with `reason` (or accept again with `None`).

@@ -112,6 +112,12 @@ impl Observe {
         }
     }
 
+    /// The kubelet watches (`true`) or stopped watching (`false`) the device list of unit
+    /// `generation` of `name`.
+    pub fn watching(&self, name: &str, generation: u64, watching: bool) {
+        self.readiness.watching(name, generation, watching);
+    }
+
     /// The supervised task `name` runs.
     pub fn task_up(&self, name: &str) {
         self.metrics.set_task_up(name, true);

@@ -33,8 +33,11 @@ enum Standing {
     NotListening(String),
     /// Listening; the first Register call is under way.
     Registering,
-    /// Registered with the current kubelet.
+    /// Registered with the current kubelet, which has not (or no longer) a `ListAndWatch`
+    /// stream open.
     Registered,
+    /// Registered, and the kubelet watches the device list.
+    Watched,
     /// The last Register call failed; retrying.
     Failed(String),
 }
@@ -54,11 +57,51 @@ struct State {
 #[derive(Debug, Clone, Default)]
 pub struct Readiness {
     state: Arc<Mutex<State>>,
+    /// Bumped after every change of the state.
+    changed: Arc<tokio::sync::watch::Sender<()>>,
+}
+
+/// Bumps the change signal when the state's lock is released.
+struct Changing<'a> {
+    guard: MutexGuard<'a, State>,
+    changed: &'a tokio::sync::watch::Sender<()>,
+}
+
+impl std::ops::Deref for Changing<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Changing<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.changed.send_replace(());
+    }
 }
 
 impl Readiness {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state, to change it: waiters on [`Readiness::changes`] wake afterwards.
+    fn change(&self) -> Changing<'_> {
+        Changing {
+            guard: self.lock(),
+            changed: &self.changed,
+        }
+    }
+
+    /// Wakes after every change of the readiness (to wait for it without polling).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.changed.subscribe()
     }
 
     /// `Ok` when ready; otherwise why not, one reason per line cause joined with `; `.
@@ -78,7 +121,10 @@ impl Readiness {
             .wanted
             .iter()
             .filter_map(|name| match s.units.get(name).map(|(_, st)| st) {
-                Some(Standing::Registered) => None,
+                Some(Standing::Watched) => None,
+                Some(Standing::Registered) => Some(format!(
+                    "{name}: registered; waiting for the kubelet to watch the device list"
+                )),
                 Some(Standing::Registering) => {
                     Some(format!("{name}: registering with the kubelet"))
                 }
@@ -104,7 +150,10 @@ impl Readiness {
             .iter()
             .filter(|n| {
                 s.kubelet_missing.is_none()
-                    && matches!(s.units.get(*n), Some((_, Standing::Registered)))
+                    && matches!(
+                        s.units.get(*n),
+                        Some((_, Standing::Registered | Standing::Watched))
+                    )
             })
             .cloned()
             .collect();
@@ -113,47 +162,62 @@ impl Readiness {
 
     /// Sets the phase.
     pub fn set_phase(&self, phase: Phase) {
-        self.lock().phase = phase;
+        self.change().phase = phase;
     }
 
     /// Sets the served names (forgetting units of other names).
     pub fn set_wanted(&self, names: Vec<String>) {
-        let mut s = self.lock();
+        let mut s = self.change();
         s.units.retain(|n, _| names.contains(n));
         s.wanted = names;
     }
 
     /// `kubelet.sock` does not exist (`Some`) or does (`None`).
     pub fn set_kubelet_missing(&self, socket: Option<&Path>) {
-        self.lock().kubelet_missing = socket.map(|p| p.display().to_string());
+        self.change().kubelet_missing = socket.map(|p| p.display().to_string());
     }
 
     /// A unit of `name` with `generation` listens and registers.
     pub fn unit_started(&self, name: &str, generation: u64) {
-        self.lock()
+        self.change()
             .units
             .insert(name.to_string(), (generation, Standing::Registering));
     }
 
     /// A unit of `name` could not listen.
     pub fn unit_not_listening(&self, name: &str, why: String) {
-        self.lock()
+        self.change()
             .units
             .insert(name.to_string(), (0, Standing::NotListening(why)));
     }
 
     /// The unit of `name` with `generation` stopped.
     pub fn unit_stopped(&self, name: &str, generation: u64) {
-        let mut s = self.lock();
+        let mut s = self.change();
         if s.units.get(name).is_some_and(|(g, _)| *g == generation) {
             s.units.remove(name);
+        }
+    }
+
+    /// The kubelet opened (`true`) or closed every (`false`) `ListAndWatch` stream of the unit
+    /// `generation` of `name`, which it registered.
+    pub fn watching(&self, name: &str, generation: u64, watching: bool) {
+        let mut s = self.change();
+        if let Some((g, standing)) = s.units.get_mut(name) {
+            if *g == generation && matches!(standing, Standing::Registered | Standing::Watched) {
+                *standing = if watching {
+                    Standing::Watched
+                } else {
+                    Standing::Registered
+                };
+            }
         }
     }
 
     /// A Register call of the unit `generation` of `name` ended with `result`. Returns whether
     /// it concerned the current unit (a late report of a replaced unit changes nothing).
     pub fn registration(&self, name: &str, generation: u64, result: Result<(), String>) -> bool {
-        let mut s = self.lock();
+        let mut s = self.change();
         match s.units.get_mut(name) {
             Some((g, standing)) if *g == generation => {
                 *standing = match result {
@@ -314,10 +378,26 @@ mod tests {
         assert!(r.registration("a.example/y", 2, Ok(())));
         assert_eq!(
             r.check(),
-            Err("a.example/x: registration failed: refused, retrying".into())
+            Err("a.example/x: registration failed: refused, retrying; a.example/y: registered; waiting for the kubelet to watch the device list".into())
         );
         assert!(r.registration("a.example/x", 1, Ok(())));
+        assert_eq!(
+            r.check(),
+            Err("a.example/x: registered; waiting for the kubelet to watch the device list; a.example/y: registered; waiting for the kubelet to watch the device list".into())
+        );
+        r.watching("a.example/x", 1, true);
+        r.watching("a.example/y", 2, true);
+        // A stream of a replaced unit says nothing about the current one.
+        r.watching("a.example/y", 1, false);
         assert_eq!(r.check(), Ok(()));
+        // The kubelet stopped watching one (it dropped the registration): not ready until the
+        // unit registered again and is watched.
+        r.watching("a.example/x", 1, false);
+        assert_eq!(
+            r.check(),
+            Err("a.example/x: registered; waiting for the kubelet to watch the device list".into())
+        );
+        r.watching("a.example/x", 1, true);
         assert_eq!(
             r.registered(),
             (
@@ -345,6 +425,12 @@ mod tests {
         );
         assert_eq!(r.registered().1, Vec::<String>::new());
         assert!(r.registration("a.example/x", 2, Ok(())));
+        r.watching("a.example/x", 1, true);
+        assert_eq!(
+            r.check(),
+            Err("a.example/x: registered; waiting for the kubelet to watch the device list".into())
+        );
+        r.watching("a.example/x", 2, true);
         assert_eq!(r.check(), Ok(()));
         // A name no longer served is forgotten; a new one is not ready.
         r.set_wanted(vec!["a.example/z".into()]);

@@ -39,6 +39,44 @@ pub struct ResourceService {
     stopping: watch::Receiver<bool>,
     allocations: AllocateRecorder,
     prepared: Prepared,
+    streams: Streams,
+}
+
+/// The `ListAndWatch` streams of one unit: how many are open (the unit's registration task
+/// watches it, to tell when the kubelet stopped watching), and a request to send the current
+/// list again on each of them, changed or not.
+#[derive(Debug, Clone)]
+pub struct Streams {
+    /// The number of open streams.
+    pub open: Arc<watch::Sender<usize>>,
+    /// Each change asks every open stream to send the current list again.
+    pub resend: watch::Receiver<u64>,
+}
+
+impl Streams {
+    /// No stream open yet; `resend` asks for the list again.
+    pub fn new(resend: watch::Receiver<u64>) -> Self {
+        Streams {
+            open: Arc::new(watch::Sender::new(0)),
+            resend,
+        }
+    }
+}
+
+/// Counts one open stream while it lives.
+struct OpenStream(Arc<watch::Sender<usize>>);
+
+impl OpenStream {
+    fn new(open: Arc<watch::Sender<usize>>) -> Self {
+        open.send_modify(|n| *n += 1);
+        OpenStream(open)
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// The Allocate answer of one physical device, as computed for one inventory.
@@ -151,13 +189,13 @@ fn container_response(edits: allocation::ContainerEdits) -> ContainerAllocateRes
 }
 
 impl ResourceService {
-    /// A service for `resource` registered as `name`; streams end when `stopping` turns true;
-    /// Allocate calls are counted and timed in `allocations`.
+    /// A service for `resource` registered as `name`; streams end when `stopping` turns true and
+    /// are counted in `streams`; Allocate calls are counted and timed in `allocations`.
     pub fn new(
         resource: Resource,
         name: String,
         inventory: InventoryRx,
-        stopping: watch::Receiver<bool>,
+        (stopping, streams): (watch::Receiver<bool>, Streams),
         allocations: AllocateRecorder,
     ) -> Self {
         ResourceService {
@@ -165,6 +203,7 @@ impl ResourceService {
             name,
             inventory,
             stopping,
+            streams,
             allocations,
             prepared: Prepared::default(),
         }
@@ -214,10 +253,15 @@ impl DevicePlugin for ResourceService {
     ) -> Result<Response<Self::ListAndWatchStream>, Status> {
         let mut inventory = self.inventory.clone();
         let mut stopping = self.stopping.clone();
+        let mut resend = self.streams.resend.clone();
+        resend.mark_unchanged();
+        let open = OpenStream::new(self.streams.open.clone());
         let resource = self.resource;
         let prepared = self.prepared.clone();
         tracing::info!(resource = %self.name, "kubelet is watching the device list");
         let stream = async_stream::stream! {
+            let _open = open;
+            let mut resend_alive = true;
             let mut last: Option<Vec<v1beta1::Device>> = None;
             loop {
                 let list = {
@@ -237,6 +281,12 @@ impl DevicePlugin for ResourceService {
                 tokio::select! {
                     changed = inventory.changed() => if changed.is_err() { break },
                     _ = stopping.changed() => break,
+                    // The same list again: the kubelet may have marked the resource unhealthy
+                    // since it last received it (see `units`).
+                    again = resend.changed(), if resend_alive => match again {
+                        Ok(()) => last = None,
+                        Err(_) => resend_alive = false,
+                    },
                 }
             }
         };
@@ -425,7 +475,7 @@ mod tests {
             Resource::Display,
             "directx.microsoft.com/display".into(),
             rx,
-            stopping,
+            (stopping, Streams::new(watch::channel(0).1)),
             Metrics::new().allocate_recorder("directx.microsoft.com/display"),
         );
         let path = |p: &str| Ok(format!("vpci-location-path://{p}"));

@@ -283,3 +283,102 @@ async fn a_unit_that_ends_right_after_its_start_waits_for_the_next_check() {
     sup.stop_all().await;
     kubelet.stop().await;
 }
+
+/// The kubelet handles the end of the crashed unit's stream only after the new unit's first
+/// list (late): every device of the resource is held unhealthy, and the list the restarted unit
+/// sends again makes them allocatable without any change on the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_plugin_disconnected_after_a_restart_is_healed_by_the_list_sent_again() {
+    use crate::kubelet::standin::Disconnects;
+    let DisplayUnit {
+        _dir,
+        _inventory,
+        kubelet,
+        mut sup,
+        display,
+        ..
+    } = display_unit().await;
+    kubelet.set_disconnects(Disconnects {
+        late: Duration::from_millis(300),
+        drop_newest: false,
+    });
+    let ended = crash_after_a_while(&mut sup, &display).await;
+    sup.on_ended(ended);
+    let wait = Duration::from_secs(15);
+    // The late end marked the newest registration's devices unhealthy...
+    assert!(
+        kubelet
+            .wait_for(wait, |v| v.stream_ends.iter().any(|e| e.replaced))
+            .await
+    );
+    // ...and a later list (the same two devices) made them allocatable again.
+    assert!(
+        kubelet
+            .wait_for(wait, |v| v.allocatable(&display) == 2
+                && !v.plugins[&display].held_unhealthy)
+            .await,
+        "{:?}",
+        kubelet.view().plugins.get(&display)
+    );
+    let view = kubelet.view();
+    assert_eq!(view.registrations.len(), 2);
+    assert_eq!(view.plugins[&display].list_sizes.last(), Some(&2));
+    sup.stop_all().await;
+    kubelet.stop().await;
+}
+
+/// A kubelet that closes the newest registration of the name when it handles the end of the
+/// crashed unit's stream (late): the unit sees its stream closed while `kubelet.sock` stayed,
+/// registers again, and is watched and ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_the_kubelet_drops_is_made_again() {
+    use crate::kubelet::standin::Disconnects;
+    let DisplayUnit {
+        _dir,
+        _inventory,
+        kubelet,
+        config,
+        mut sup,
+        display,
+    } = display_unit().await;
+    config.observe.phase(crate::observe::state::Phase::Running);
+    kubelet.set_disconnects(Disconnects {
+        late: Duration::from_millis(300),
+        drop_newest: true,
+    });
+    let ended = crash_after_a_while(&mut sup, &display).await;
+    sup.on_ended(ended);
+    let wait = Duration::from_secs(15);
+    assert!(
+        kubelet
+            .wait_for(wait, |v| v.stream_ends.iter().any(|e| e.replaced))
+            .await
+    );
+    assert!(
+        kubelet
+            .wait_for(wait, |v| v.registrations.len() == 3
+                && v.plugins[&display].connected
+                && v.allocatable(&display) == 2)
+            .await,
+        "{:?}",
+        kubelet.view()
+    );
+    let view = kubelet.view();
+    // The unit registered again on the same socket: no restart.
+    assert_eq!(
+        view.registrations[2].endpoint,
+        view.registrations[1].endpoint
+    );
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut sub = config.observe.readiness.changes();
+    while config.observe.readiness.check().is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            config.observe.readiness.check()
+        );
+        let _ = tokio::time::timeout_at(deadline, sub.changed()).await;
+    }
+    sup.stop_all().await;
+    kubelet.stop().await;
+}

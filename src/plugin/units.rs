@@ -17,10 +17,13 @@
 //! ended, a name served again) listens at once but registers only once the earlier units of that
 //! name have finished stopping: the kubelet marks every device of a resource unhealthy when the
 //! `ListAndWatch` stream of any of its registrations ends (`PluginDisconnected` is keyed by the
-//! resource name), and only a later `ListAndWatch` message makes them healthy again. An old
-//! stream whose end the kubelet saw after the new unit's first list would leave the resource
-//! unhealthy until the device list next changes. A new kubelet (`kubelet.sock` recreated) has no
-//! clients of the old units: there the new units register at once.
+//! resource name), and only a later `ListAndWatch` message makes them healthy again. The kubelet
+//! may still handle the old stream's end after the new unit's first list (its goroutine runs
+//! late): so a restarted unit sends its list again ([`RESEND_AFTER`]), and a unit whose streams
+//! the kubelet closes while `kubelet.sock` stays (a kubelet that disconnects the newest client of
+//! the name) registers again. Readiness counts a name as served only while the kubelet watches
+//! its list. A new kubelet (`kubelet.sock` recreated) has no clients of the old units: there the
+//! new units register at once.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -35,7 +38,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use super::claim::socket_name;
 use super::inventory::InventoryRx;
 use super::register::{self, Backoff};
-use super::service::ResourceService;
+use super::service::{ResourceService, Streams};
 use super::watch::{Change, DirEvent};
 use crate::kubelet::answering::server::device_plugin_server::DevicePluginServer;
 use crate::kubelet::KUBELET_SOCKET;
@@ -360,14 +363,17 @@ impl Units {
         let generation = self.generations;
         let (stop, stopping) = channel::channel(false);
         let (close, closing) = channel::channel(false);
+        let (resend, resend_rx) = channel::channel(0u64);
+        let streams = Streams::new(resend_rx);
+        let open = streams.open.subscribe();
         let svc = ResourceService::new(
             resource,
             name.to_string(),
             self.inventory.clone(),
-            stopping.clone(),
+            (stopping.clone(), streams),
             self.observe.metrics.allocate_recorder(name),
         );
-        let mut until_stopped = stopping;
+        let mut until_stopped = stopping.clone();
         let incoming = transport::incoming(listener, closing, Arc::default());
         let server = tokio::spawn(async move {
             tonic::transport::Server::builder()
@@ -402,6 +408,12 @@ impl Units {
             }
             None => Vec::new(),
         };
+        let watch = Watch {
+            open,
+            resend,
+            stopping,
+            restarted: !predecessors.is_empty(),
+        };
         let predecessors = predecessors_finished(name.to_string(), predecessors);
         let registration = registration(
             (self.transport, self.kubelet_sock.clone()),
@@ -409,6 +421,7 @@ impl Units {
             name.to_string(),
             self.backoff,
             (self.observe.clone(), generation),
+            watch,
         );
         let registration = async move {
             predecessors.await;
@@ -484,46 +497,123 @@ async fn predecessors_finished(name: String, predecessors: Vec<channel::Receiver
             tracing::debug!(resource = %name, waited = ?started.elapsed(), "the previous unit finished; registering")
         }
         Err(_) => {
-            tracing::warn!(resource = %name, "the previous unit did not finish stopping within {PREDECESSOR_WAIT:?}; registering anyway. If the node then shows no allocatable devices for it while its devices are healthy, restart dxdp")
+            tracing::warn!(resource = %name, "the previous unit did not finish stopping within {PREDECESSOR_WAIT:?}; registering anyway (the device list is sent again later, and a registration the kubelet drops is made again)")
         }
     }
 }
 
+/// When a unit restarted while its kubelet lives sends its device list again, counted from the
+/// moment the kubelet first watches it: by then the end of the old unit's stream has reached the
+/// kubelet however late it handles it, and the list makes the devices healthy again if that
+/// end marked them unhealthy.
+pub const RESEND_AFTER: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(5)];
+
+/// How long the kubelet gets, after accepting a registration, to open its `ListAndWatch`
+/// stream before the unit registers again.
+pub const WATCH_WAIT: Duration = Duration::from_secs(30);
+
+/// The pause before a unit whose streams the kubelet closed (while `kubelet.sock` stayed)
+/// registers again: the kubelet finishes dropping the registration first.
+pub const REWATCH_PAUSE: Duration = Duration::from_secs(1);
+
+/// What a unit's registration task follows of its streams.
+struct Watch {
+    /// The number of open `ListAndWatch` streams.
+    open: channel::Receiver<usize>,
+    /// Asks the streams to send the current list again.
+    resend: channel::Sender<u64>,
+    /// Turns true when the unit stops.
+    stopping: channel::Receiver<bool>,
+    /// Whether an earlier unit of the name served this kubelet and was still stopping.
+    restarted: bool,
+}
+
 /// Registers one unit until the kubelet accepts it, reporting every attempt to `observe` as the
-/// unit's generation.
+/// unit's generation; then follows the kubelet's `ListAndWatch` streams: when the kubelet
+/// stops watching while the unit lives (it dropped the registration: a late
+/// `PluginDisconnected` of an earlier unit of the name closes the newest client), the unit
+/// registers again. A unit that was `restarted` sends its list again ([`RESEND_AFTER`]).
 async fn registration(
     (transport, kubelet_sock): (Transport, PathBuf),
     socket: PathBuf,
     name: String,
     backoff: Backoff,
     (observe, generation): (Observe, u64),
+    mut watch: Watch,
 ) {
     let endpoint = socket
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let (sock, ep, rn) = (kubelet_sock.clone(), endpoint.clone(), name.clone());
-    register::until_registered(
-        backoff,
-        move || {
-            let (sock, ep, rn) = (sock.clone(), ep.clone(), rn.clone());
-            async move { register::register(transport, &sock, &ep, &rn, backoff.timeout).await }
-        },
-        |attempt, result, retry_in| {
-            observe.registration(
-                &name,
-                generation,
-                result.as_ref().map(|_| ()).map_err(|e| e.to_string()),
-            );
-            match (result, retry_in) {
-                (Ok(()), _) => tracing::info!(resource = %name, endpoint = %endpoint, attempt, "registered with the kubelet"),
-                (Err(e), Some(delay)) if delay <= register::FAST_RETRY => tracing::debug!(resource = %name, attempt, retry_in = ?delay, "registration failed: {e}"),
-                (Err(e), Some(delay)) => tracing::warn!(resource = %name, attempt, retry_in = ?delay, "registration failed: {e}"),
-                (Err(e), None) => tracing::warn!(resource = %name, attempt, "registration failed: {e}"),
+    loop {
+        let (sock, ep, rn) = (kubelet_sock.clone(), endpoint.clone(), name.clone());
+        register::until_registered(
+            backoff,
+            move || {
+                let (sock, ep, rn) = (sock.clone(), ep.clone(), rn.clone());
+                async move { register::register(transport, &sock, &ep, &rn, backoff.timeout).await }
+            },
+            |attempt, result, retry_in| {
+                observe.registration(
+                    &name,
+                    generation,
+                    result.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+                );
+                match (result, retry_in) {
+                    (Ok(()), _) => tracing::info!(resource = %name, endpoint = %endpoint, attempt, "registered with the kubelet"),
+                    (Err(e), Some(delay)) if delay <= register::FAST_RETRY => tracing::debug!(resource = %name, attempt, retry_in = ?delay, "registration failed: {e}"),
+                    (Err(e), Some(delay)) => tracing::warn!(resource = %name, attempt, retry_in = ?delay, "registration failed: {e}"),
+                    (Err(e), None) => tracing::warn!(resource = %name, attempt, "registration failed: {e}"),
+                }
+            },
+        )
+        .await;
+        match tokio::time::timeout(WATCH_WAIT, watch.open.wait_for(|n| *n > 0)).await {
+            Ok(Ok(_)) => {}
+            // The service is gone: the unit stops.
+            Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::warn!(resource = %name, "the kubelet accepted the registration but did not watch the device list within {WATCH_WAIT:?}; registering again");
+                continue;
             }
-        },
-    )
-    .await;
+        }
+        let kubelet = file_identity(&kubelet_sock);
+        observe.watching(&name, generation, true);
+        let resends = async {
+            if watch.restarted {
+                let mut since = Duration::ZERO;
+                for at in RESEND_AFTER {
+                    tokio::time::sleep(at.saturating_sub(since)).await;
+                    since = at;
+                    tracing::debug!(resource = %name, "sending the device list again after a restart");
+                    watch.resend.send_modify(|n| *n = n.wrapping_add(1));
+                }
+            }
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            closed = watch.open.wait_for(|n| *n == 0) => if closed.is_err() { return },
+            () = resends => {}
+        }
+        if *watch.stopping.borrow() {
+            return;
+        }
+        observe.watching(&name, generation, false);
+        tokio::time::sleep(REWATCH_PAUSE).await;
+        if *watch.stopping.borrow() {
+            return;
+        }
+        if file_identity(&kubelet_sock) != kubelet {
+            // The kubelet restarted or went away: the unit manager serves the next kubelet
+            // with new units, and stops this one.
+            tracing::debug!(resource = %name, "the kubelet stopped watching the device list and kubelet.sock changed; waiting for the new units");
+            let _ = watch.stopping.wait_for(|s| *s).await;
+            return;
+        }
+        tracing::warn!(resource = %name, "the kubelet stopped watching the device list while kubelet.sock stayed (it dropped the registration); registering again");
+        // The kubelet may handle the end of this registration's stream late, too.
+        watch.restarted = true;
+    }
 }
 
 /// Stops a unit. At once: its socket file is removed (so the kubelet cannot dial it again and
