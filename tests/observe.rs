@@ -207,7 +207,7 @@ impl Daemon {
 fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("dxdp")
-        .tempdir_in("/tmp")
+        .tempdir_in(common::socket_tempdir_base())
         .unwrap()
 }
 

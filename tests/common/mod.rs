@@ -107,15 +107,21 @@ fn probe_bind(path: &Path) -> std::io::Result<()> {
     uds_windows::UnixListener::bind(path).map(drop)
 }
 
+/// Where [`socket_tempdir`] makes its directories: `/tmp` on Unix (short enough for AF_UNIX
+/// socket paths), the temporary directory elsewhere.
+pub fn socket_tempdir_base() -> PathBuf {
+    if cfg!(unix) {
+        PathBuf::from("/tmp")
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// A temporary directory for a kubelet directory: short enough for AF_UNIX socket paths.
 pub fn socket_tempdir() -> tempfile::TempDir {
-    #[cfg(unix)]
-    let base = PathBuf::from("/tmp");
-    #[cfg(not(unix))]
-    let base = std::env::temp_dir();
     tempfile::Builder::new()
         .prefix("dxdp")
-        .tempdir_in(base)
+        .tempdir_in(socket_tempdir_base())
         .unwrap_or_else(|e| panic!("temporary directory: {e}"))
 }
 
