@@ -315,3 +315,32 @@ fn the_checker_finds_a_cycle_and_an_upward_import() {
     );
     assert!(!c.edges.contains_key(&src.join("plugin/mod.rs")));
 }
+
+/// The loopback transport exists for tests only: nothing the `dxdp` binary runs outside tests
+/// may name it (so no flag, environment variable or configuration key can select it), and the
+/// daemon's configuration defaults to AF_UNIX.
+#[test]
+fn only_tests_can_select_the_loopback_transport() {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut named = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        if rel == Path::new("transport.rs") || rel.ends_with("tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        // Code before the file's unit tests, comments left out.
+        let before_tests = text.split("#[cfg(test)]").next().unwrap_or("");
+        if code(before_tests).iter().any(|l| l.contains("Loopback")) {
+            named.push(rel.display().to_string());
+        }
+    }
+    assert!(
+        named.is_empty(),
+        "the loopback transport is named by {named:?}"
+    );
+    let config = dxdp::plugin::PluginConfig::new(PathBuf::from("k"));
+    assert_eq!(config.transport, dxdp::transport::Transport::UnixSocket);
+}
