@@ -13,12 +13,12 @@
     addresses and problem codes; the driver store folder of each device's driver package from
     SetupGetInfDriverStoreLocationW; pnputil /enum-drivers; a reg export of each adapter's driver
     key with its CopyToVm* values and their data; dxdiag /x where present; nvidia-smi where
-    present); starts `dxdp plugin` against the
-    node's real kubelet for a short time and stops it the way hcsshim stops a HostProcess
-    container (CTRL_SHUTDOWN_EVENT through a kernel32!CtrlRoutine thread), timing the stop and
-    checking that it removed its sockets and logged its stop line; when kubectl is available,
-    runs the device-discovery example Job (examples/device-discovery/display.yaml) pinned to
-    this node by its Kubernetes node name; and writes everything into one folder and one .zip.
+    present); starts `dxdp plugin` against the node's real kubelet for a short time and stops it
+    the way hcsshim stops a HostProcess container (CTRL_SHUTDOWN_EVENT through a
+    kernel32!CtrlRoutine thread), timing the stop and checking that it removed its sockets and
+    logged its stop line; when kubectl is available, runs the device-discovery example Job
+    (examples/device-discovery/display.yaml) pinned to this node by its Kubernetes node name;
+    and writes everything into one folder and one .zip.
 
     Nothing is installed or changed on the node, except that the plugin registers with the
     kubelet for -PluginSeconds. If dxdp sockets are already in the kubelet directory (a dxdp
@@ -27,9 +27,9 @@
 
     scripts/field-compare.py compares each dxdp fact in the bundle with what Windows said (the
     device nodes, the driver store folders, the CopyToVm* value data, and the assumption behind
-    dxdp's match by PCI location) and prints the mismatches. docs/field-verification.md explains the procedure and
-    docs/troubleshooting.md how to read the bundle. Works with Windows PowerShell 5.1 and
-    PowerShell 7, and with spaces in every path.
+    dxdp's match by PCI location) and prints the mismatches. docs/field-verification.md explains
+    the procedure and docs/troubleshooting.md how to read the bundle. Works with Windows
+    PowerShell 5.1 and PowerShell 7, and with spaces in every path.
 
 .EXAMPLE
     .\field-check.ps1
