@@ -422,10 +422,10 @@ mod tests {
             // The child: ready once the handler is in place, then wait for the event.
             println!("console child: ready");
             std::io::stdout().flush().unwrap();
-            let reason = rt.block_on(tokio::time::timeout(
-                Duration::from_secs(30),
-                global().requested(),
-            ));
+            // The timeout is made inside the runtime (it needs its timer).
+            let reason = rt.block_on(async {
+                tokio::time::timeout(Duration::from_secs(30), global().requested()).await
+            });
             println!(
                 "console child: got {}",
                 reason.as_deref().unwrap_or("nothing")
