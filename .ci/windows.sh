@@ -8,6 +8,9 @@
 #   .ci/windows.sh release-check [DIR]
 #                           DIR/dxdp.exe is a PE32+ x86-64 console executable, matches its
 #                           SHA-256 file, and `dxdp.exe --version` runs under Wine
+#   .ci/windows.sh sbom [DIR]
+#                           DIR/dxdp.cdx.json: a CycloneDX SBOM of dxdp.exe's crates for the
+#                           target (cargo-cyclonedx on PATH), checked by .ci/sbom-check.py
 #
 # rustup has no Windows std here, so std is built from Debian's rust-web-src 1.96 with
 # Debian's rustc/cargo/clippy 1.96 (RUSTC_BOOTSTRAP for -Zbuild-std). /usr/bin comes first on
@@ -125,8 +128,24 @@ case "${1:-}" in
     fi
     echo "dxdp.exe --version under Wine: $version"
     ;;
+  sbom)
+    out="${2:-dist}"
+    if ! command -v cargo-cyclonedx >/dev/null; then
+      echo "cargo-cyclonedx is not on PATH: cargo install --locked cargo-cyclonedx --version 0.5.9" >&2
+      exit 1
+    fi
+    # The dxdp binary's crates as resolved for the target (cargo metadata), without build and
+    # dev dependencies. std (built from rust-web-src) is not a crate of the lock file and is
+    # not listed.
+    mkdir -p "$out"
+    rm -f dxdp_bin.cdx.json
+    /usr/bin/cargo cyclonedx --manifest-path Cargo.toml --target "$target" --describe binaries \
+      --no-build-deps --format json --spec-version 1.5
+    mv dxdp_bin.cdx.json "$out/dxdp.cdx.json"
+    python3 .ci/sbom-check.py "$out/dxdp.cdx.json" "$target"
+    ;;
   *)
-    echo "usage: $0 clippy|test [test args...]|release [DIR]|release-check [DIR]" >&2
+    echo "usage: $0 clippy|test [test args...]|release [DIR]|release-check [DIR]|sbom [DIR]" >&2
     exit 2
     ;;
 esac

@@ -4,27 +4,35 @@
     bug report.
 
 .DESCRIPTION
-    Checks that it runs elevated, then runs `dxdp snapshot`, `dxdp discover`, `dxdp doctor` and
-    `dxdp hcs`; records what Windows itself says about the same devices with stock cmdlets and
-    tools (Get-PnpDevice and Get-PnpDeviceProperty for every display and compute device, with
-    the adapter LUID property and its type, location paths, bus numbers, addresses and problem
-    codes; pnputil /enum-drivers; a reg export of each adapter's driver key with its CopyToVm*
-    values; dxdiag /x where present; nvidia-smi where present); starts `dxdp plugin` against the
-    node's real kubelet for a short time and stops it the way hcsshim stops a HostProcess
-    container (CTRL_SHUTDOWN_EVENT through a kernel32!CtrlRoutine thread), timing the stop and
-    checking that it removed its sockets and logged its stop line; when kubectl is available,
-    runs the device-discovery example Job (examples/device-discovery/display.yaml) pinned to
-    this node by its Kubernetes node name; and writes everything into one folder and one .zip.
+    Checks that it runs elevated, finds dxdp.exe (-Dxdp, else beside this script, else on PATH,
+    else in the dxdp image's location), records the versions of containerd and the kubelet from
+    their Windows services (not PATH), then runs `dxdp snapshot`, `dxdp discover`, `dxdp doctor`
+    and `dxdp hcs`; records what Windows itself says about the same devices with stock cmdlets
+    and tools (Get-PnpDevice and Get-PnpDeviceProperty for every display and compute device, with
+    the adapter LUID property and its type, location paths, driver key and INF, bus numbers,
+    addresses and problem codes; the driver store folder of each device's driver package from
+    SetupGetInfDriverStoreLocationW; pnputil /enum-drivers; a reg export of each adapter's driver
+    key with its CopyToVm* values and their data; dxdiag /x where present; nvidia-smi where
+    present); starts `dxdp plugin` against the node's real kubelet for a short time and stops it
+    the way hcsshim stops a HostProcess container (CTRL_SHUTDOWN_EVENT through a
+    kernel32!CtrlRoutine thread), timing the stop and checking that it removed its sockets and
+    logged its stop line; when kubectl is available, runs the device-discovery example Job
+    (examples/device-discovery/display.yaml) pinned to this node by its Kubernetes node name;
+    and writes everything into one folder and one .zip.
 
     Nothing is installed or changed on the node, except that the plugin registers with the
     kubelet for -PluginSeconds. If dxdp sockets are already in the kubelet directory (a dxdp
     DaemonSet serves this node, or a crashed run left them), the plugin step is skipped unless
     -Force is given.
 
-    scripts/field-compare.py compares each dxdp fact in the bundle with what Windows said and
-    prints the mismatches. docs/field-verification.md explains the procedure and
-    docs/troubleshooting.md how to read the bundle. Works with Windows PowerShell 5.1 and
-    PowerShell 7, and with spaces in every path.
+    scripts/field-compare.py compares each dxdp fact in the bundle with what Windows said (the
+    device nodes, the driver store folders, the CopyToVm* value data, and the assumption behind
+    dxdp's match by PCI location) and prints the mismatches. docs/field-verification.md explains
+    the procedure and docs/troubleshooting.md how to read the bundle. Works with Windows
+    PowerShell 5.1 and PowerShell 7, and with spaces in every path.
+
+.EXAMPLE
+    .\field-check.ps1
 
 .EXAMPLE
     .\field-check.ps1 -Dxdp C:\dxdp\dxdp.exe
@@ -34,8 +42,9 @@
 #>
 [CmdletBinding()]
 param(
-    # The dxdp executable to test.
-    [string]$Dxdp = 'dxdp.exe',
+    # The dxdp executable to test; empty: dxdp.exe beside this script, else on PATH, else where
+    # the dxdp image puts it (%CONTAINER_SANDBOX_MOUNT_POINT%\dxdp.exe in the dxdp pod, C:\hpc).
+    [string]$Dxdp = '',
     # Where the bundle folder and .zip are written.
     [string]$OutputDir = '.',
     # How long the plugin runs against the kubelet; 0 skips the plugin step.
@@ -68,6 +77,52 @@ $principal = New-Object Security.Principal.WindowsPrincipal($identity)
 if (-not $principal.IsInRole([Security.Principal.WindowsBuiltInRole]::Administrator)) {
     Write-Error 'field-check.ps1 needs an elevated PowerShell (Run as administrator): the plugin step creates sockets in the kubelet directory and the ground truth reads driver keys.'
     exit 2
+}
+
+# The dxdp under test, and where it was found.
+function Resolve-Dxdp {
+    if ($Dxdp -ne '') {
+        $named = Get-Command $Dxdp -CommandType Application -ErrorAction SilentlyContinue | Select-Object -First 1
+        if ($null -ne $named) { return @($named.Source, '-Dxdp') }
+        return @($null, "-Dxdp $Dxdp does not exist")
+    }
+    $beside = Join-Path $PSScriptRoot 'dxdp.exe'
+    if (Test-Path -LiteralPath $beside -PathType Leaf) { return @($beside, 'beside the script') }
+    $onPath = Get-Command 'dxdp.exe' -CommandType Application -ErrorAction SilentlyContinue | Select-Object -First 1
+    if ($null -ne $onPath) { return @($onPath.Source, 'PATH') }
+    foreach ($root in @($env:CONTAINER_SANDBOX_MOUNT_POINT, 'C:\hpc')) {
+        if (-not $root) { continue }
+        $inImage = Join-Path $root 'dxdp.exe'
+        if (Test-Path -LiteralPath $inImage -PathType Leaf) { return @($inImage, "the image's location ($root)") }
+    }
+    return @($null, 'no dxdp.exe beside the script, on PATH, under %CONTAINER_SANDBOX_MOUNT_POINT% or in C:\hpc')
+}
+$dxdpInfo = Resolve-Dxdp
+if ($null -eq $dxdpInfo[0]) {
+    Write-Error "field-check.ps1 cannot find dxdp.exe: $($dxdpInfo[1]). Pass -Dxdp C:\path\to\dxdp.exe."
+    exit 2
+}
+$Dxdp = $dxdpInfo[0]
+
+# The executable of a Windows service, from its command line (Win32_Service PathName, quoted or
+# not); through nssm, the program nssm runs (the service's Parameters\Application).
+function Get-ServiceExecutable {
+    param([string]$Name)
+    $service = Get-CimInstance -ClassName Win32_Service -Filter "Name='$Name'" -ErrorAction SilentlyContinue
+    if ($null -eq $service -or -not $service.PathName) { return $null }
+    $line = $service.PathName.Trim()
+    $exe = ($line -split '\s+')[0]
+    if ($line -match '^"([^"]+)"') {
+        $exe = $Matches[1]
+    } elseif ($line -match '^(.+?\.exe)(\s|$)') {
+        $exe = $Matches[1]
+    }
+    if ((Split-Path -Leaf $exe) -ieq 'nssm.exe') {
+        $parameters = "HKLM:\SYSTEM\CurrentControlSet\Services\$Name\Parameters"
+        $application = (Get-ItemProperty -LiteralPath $parameters -Name 'Application' -ErrorAction SilentlyContinue).Application
+        if ($application) { $exe = $application }
+    }
+    return [ordered]@{ path = $exe; state = [string]$service.State; commandLine = $line }
 }
 
 $stamp = Get-Date -Format 'yyyyMMdd-HHmmss'
@@ -178,18 +233,33 @@ Write-Summary "bundle: $bundle"
 $nodeInfo = Get-NodeName
 $node = $nodeInfo[0]
 Write-Summary ("{0,-22} {1} (from {2})" -f 'node name', $node, $nodeInfo[1])
+Write-Summary ("{0,-22} {1} (found {2})" -f 'dxdp', $Dxdp, $dxdpInfo[1])
 
 # --- Versions ---------------------------------------------------------------------------------
 $versions = Join-Path $bundle 'versions.txt'
 $cv = Get-ItemProperty -Path 'HKLM:\SOFTWARE\Microsoft\Windows NT\CurrentVersion' -ErrorAction SilentlyContinue
 $lines = @(
-    "dxdp: $(& $Dxdp --version 2>&1)",
+    "dxdp: $(& $Dxdp --version 2>&1) ($Dxdp, found $($dxdpInfo[1]))",
     "Windows: $($cv.ProductName) $($cv.DisplayVersion) build $($cv.CurrentBuild).$($cv.UBR)",
     "SystemDrive: $($env:SystemDrive)",
     "PowerShell: $($PSVersionTable.PSVersion) $($PSVersionTable.PSEdition)",
     "Node name: $node (from $($nodeInfo[1]))"
 )
-foreach ($tool in @('containerd', 'kubelet', 'kubectl', 'nvidia-smi')) {
+# containerd and the kubelet as the node runs them: the programs of their Windows services.
+foreach ($service in @('containerd', 'kubelet')) {
+    $program = Get-ServiceExecutable -Name $service
+    if ($null -eq $program) {
+        $lines += "${service}: no Windows service named $service"
+        continue
+    }
+    $version = 'cannot run it'
+    if (Test-Path -LiteralPath $program.path -PathType Leaf) {
+        $version = (& $program.path '--version' 2>&1) -join ' | '
+    }
+    $lines += "${service}: $version (service $service, $($program.state): $($program.path))"
+    $lines += "${service} service command line: $($program.commandLine)"
+}
+foreach ($tool in @('kubectl', 'nvidia-smi')) {
     $cmd = Get-Command $tool -ErrorAction SilentlyContinue
     if ($null -eq $cmd) {
         $lines += "${tool}: not found"
@@ -224,7 +294,7 @@ $truthDir = Join-Path $bundle 'ground-truth'
 New-Item -ItemType Directory -Path $truthDir -Force | Out-Null
 $keys = @(
     'DEVPKEY_Device_DeviceDesc', 'DEVPKEY_Device_Manufacturer', 'DEVPKEY_Device_LocationPaths',
-    'DEVPKEY_Device_Driver', 'DEVPKEY_Device_BusNumber', 'DEVPKEY_Device_Address',
+    'DEVPKEY_Device_Driver', 'DEVPKEY_Device_DriverInfPath', 'DEVPKEY_Device_BusNumber', 'DEVPKEY_Device_Address',
     'DEVPKEY_Device_ProblemCode', 'DEVPKEY_Device_DevNodeStatus',
     '{60B193CB-5276-4D0F-96FC-F173ABAD3EC6} 2'
 )
@@ -253,7 +323,34 @@ ConvertTo-Json -InputObject @($devices) -Depth 6 | Set-Content -LiteralPath (Joi
 $pnp | Format-List -Property * | Out-File -LiteralPath (Join-Path $truthDir 'pnp-devices.txt') -Encoding utf8
 Write-Summary ("{0,-22} {1} display/compute device(s) from Get-PnpDevice" -f 'ground truth', $devices.Count)
 
-# The driver key of each device, exported as Windows has it (CopyToVm* subkeys included).
+# The driver store folder of each device's driver package, as Windows reports it for the INF
+# the device was installed from (SetupGetInfDriverStoreLocationW, setupapi.dll).
+Add-Type -Namespace DxdpFieldCheck -Name Setup -MemberDefinition @'
+[DllImport("setupapi.dll", SetLastError=true, CharSet=CharSet.Unicode)] public static extern bool SetupGetInfDriverStoreLocationW(string fileName, System.IntPtr platform, string localeName, System.Text.StringBuilder buffer, uint bufferSize, out uint requiredSize);
+'@
+$packages = @()
+foreach ($device in $devices) {
+    $entry = [ordered]@{ instanceId = $device.instanceId; infPath = $null; driverStoreInf = $null; error = $null }
+    $inf = $device.properties['DEVPKEY_Device_DriverInfPath']
+    if ($null -eq $inf) {
+        $entry.error = 'the device node has no DEVPKEY_Device_DriverInfPath'
+    } else {
+        $entry.infPath = [string]$inf.data
+        $buffer = New-Object System.Text.StringBuilder 2048
+        $needed = [uint32]0
+        $infFile = Join-Path $env:windir "INF\$($entry.infPath)"
+        if ([DxdpFieldCheck.Setup]::SetupGetInfDriverStoreLocationW($infFile, [System.IntPtr]::Zero, $null, $buffer, [uint32]$buffer.Capacity, [ref]$needed)) {
+            $entry.driverStoreInf = $buffer.ToString()
+        } else {
+            $entry.error = "SetupGetInfDriverStoreLocationW($infFile) failed: Win32 error $([System.Runtime.InteropServices.Marshal]::GetLastWin32Error())"
+        }
+    }
+    $packages += $entry
+}
+ConvertTo-Json -InputObject @($packages) -Depth 4 | Set-Content -LiteralPath (Join-Path $truthDir 'driver-packages.json') -Encoding utf8
+Write-Summary ("{0,-22} {1} driver package(s) located" -f 'driver store', @($packages | Where-Object { $_.driverStoreInf }).Count)
+
+# The driver key of each device, exported as Windows has it (CopyToVm* subkeys and data included).
 foreach ($device in $devices) {
     $driver = $device.properties['DEVPKEY_Device_Driver']
     if ($null -eq $driver) { continue }

@@ -6,7 +6,11 @@ Usage: python3 scripts/field-compare.py BUNDLE   (the dxdp-field-* folder or its
 scripts/field-check.ps1 writes, next to dxdp's own outputs (snapshot.json, discover-json.txt),
 the ground truth gathered with stock cmdlets and tools (ground-truth/pnp-devices.json from
 Get-PnpDevice and Get-PnpDeviceProperty, ground-truth/driver-key-*.reg from reg export,
-ground-truth/nvidia-smi.txt). This script checks each dxdp fact against it and prints one line per
+ground-truth/driver-packages.json from SetupGetInfDriverStoreLocationW, ground-truth/nvidia-smi.txt).
+Beyond the device nodes it checks what the container mounts depend on: each device's driver store
+directory, the data of every CopyToVm* registry value, and the assumption behind dxdp's match by
+PCI location (the graphics kernel's adapter address is the device node's bus number and
+address). This script checks each dxdp fact against it and prints one line per
 check: "ok", "MISMATCH" (dxdp and Windows disagree: a dxdp bug, or a device that changed between
 the two reads) or "note" (worth knowing, not wrong). Exit status: 0 without mismatches, 1 with,
 2 when the bundle cannot be read. Standard library only; Python 3.8 or later.
@@ -144,8 +148,8 @@ def compare_nodes(report, snapshot, devices):
         bus = (prop(device, "DEVPKEY_Device_BusNumber") or {}).get("data")
         address = (prop(device, "DEVPKEY_Device_Address") or {}).get("data")
         if iid.upper().startswith("PCI\\") and bus is not None and address is not None:
-            truth_pci = {"bus": bus, "device": address >> 16, "function": address & 0xFFFF}
-            report.same(f"{iid}: PCI location", node.get("pci"), truth_pci)
+            # Address 0xFFFFFFFF (or -1 as an Int32) means "no address": no PCI location.
+            report.same(f"{iid}: PCI location", node.get("pci"), pci_of(device))
         problem = (prop(device, "DEVPKEY_Device_ProblemCode") or {}).get("data") or 0
         report.same(f"{iid}: problem code", node.get("problemCode", 0), problem)
         status = (prop(device, "DEVPKEY_Device_DevNodeStatus") or {}).get("data")
@@ -202,37 +206,211 @@ def compare_nvidia_smi(report, discovery, text):
             report.mismatch("dxdp NVIDIA device %s at %02x:%02x.%x is not in nvidia-smi's list" % ((dev,) + loc))
 
 
+REG_TYPES = {
+    "0": "REG_NONE",
+    "1": "REG_SZ",
+    "2": "REG_EXPAND_SZ",
+    "3": "REG_BINARY",
+    "4": "REG_DWORD",
+    "5": "REG_DWORD_BIG_ENDIAN",
+    "6": "REG_LINK",
+    "7": "REG_MULTI_SZ",
+    "8": "REG_RESOURCE_LIST",
+    "9": "REG_FULL_RESOURCE_DESCRIPTOR",
+    "a": "REG_RESOURCE_REQUIREMENTS_LIST",
+    "b": "REG_QWORD",
+}
+
+
+def utf16_strings(raw):
+    """The strings of REG_MULTI_SZ bytes: up to the empty string that ends the list."""
+    out = []
+    for part in raw.decode("utf-16-le", errors="replace").split("\0"):
+        if part == "":
+            break
+        out.append(part)
+    return out
+
+
+def reg_data(kind, raw):
+    """(type name, data) of a value in the form dxdp's snapshot records it."""
+    name = REG_TYPES.get(kind, "REG_BINARY")
+    if name in ("REG_SZ", "REG_EXPAND_SZ", "REG_LINK"):
+        return name, raw.decode("utf-16-le", errors="replace").split("\0")[0]
+    if name == "REG_MULTI_SZ":
+        return name, utf16_strings(raw)
+    if name in ("REG_DWORD", "REG_DWORD_BIG_ENDIAN") and len(raw) == 4:
+        return name, int.from_bytes(raw, "little" if name == "REG_DWORD" else "big")
+    if name == "REG_QWORD" and len(raw) == 8:
+        return name, int.from_bytes(raw, "little")
+    return name, raw.hex()
+
+
+def reg_string(text):
+    """The text of a quoted .reg string (without its quotes): \\ and \" unescaped."""
+    return re.sub(r'\\(.)', r"\1", text)
+
+
 def reg_values(text):
-    """{key (upper case, HKLM\\...): set of value names} of a .reg export."""
+    """{key (upper case, HKLM\\...): {value name: (type name, data)}} of a reg export."""
     keys = {}
     current = None
-    for line in text.splitlines():
-        line = line.strip()
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        i += 1
+        # A value's hex data continues on the next lines after a trailing backslash.
+        while line.endswith("\\") and i < len(lines) and not line.startswith("["):
+            line = line[:-1] + lines[i].strip()
+            i += 1
         if line.startswith("[") and line.endswith("]"):
             current = line[1:-1].replace("HKEY_LOCAL_MACHINE", "HKLM", 1).upper()
-            keys.setdefault(current, set())
-        elif current and line.startswith('"'):
-            m = re.match(r'"((?:[^"\\]|\\.)*)"=', line)
-            if m:
-                keys[current].add(m.group(1).replace('\\"', '"').replace("\\\\", "\\"))
-        elif current and line.startswith("@="):
-            keys[current].add("")
+            keys.setdefault(current, {})
+            continue
+        if current is None:
+            continue
+        m = re.match(r'^(@|"((?:[^"\\]|\\.)*)")=(.*)$', line)
+        if not m:
+            continue
+        name = "" if m.group(1) == "@" else reg_string(m.group(2))
+        value = m.group(3)
+        if value.startswith('"') and value.endswith('"'):
+            keys[current][name] = ("REG_SZ", reg_string(value[1:-1]))
+        elif value.startswith("dword:"):
+            keys[current][name] = ("REG_DWORD", int(value[6:], 16))
+        else:
+            h = re.match(r"^hex(?:\(([0-9a-fA-F]+)\))?:(.*)$", value)
+            if h:
+                raw = bytes(int(b, 16) for b in h.group(2).replace(" ", "").split(",") if b)
+                keys[current][name] = reg_data((h.group(1) or "3").lower(), raw)
     return keys
 
 
-def compare_registry(report, snapshot, exports):
+def driver_key_of(key):
+    """The driver key (`{class}\\NNNN`, upper case) of a CopyToVm* key path, else None."""
+    m = re.search(r"\\CLASS\\(\{[^}]+\}\\[^\\]+)\\COPYTOVM[^\\]*$", key.upper())
+    return m.group(1) if m else None
+
+
+def compare_registry(report, snapshot, discovery, exports):
+    """The data of every CopyToVm* value under the driver keys dxdp read, against reg export."""
     recorded = {
-        k["key"].upper(): {v.get("name", "") for v in k.get("values") or []}
+        k["key"].upper(): {v.get("name", ""): (v.get("type"), v.get("data")) for v in k.get("values") or []}
         for k in snapshot.get("registry") or []
     }
+    # dxdp reads the CopyToVm* keys of the device nodes it matched to an adapter only.
+    used = {(d.get("driverKey") or "").upper() for d in (discovery or {}).get("devices") or []}
+    used |= {driver_key_of(k) for k in recorded}
+    used.discard("")
+    used.discard(None)
+    exported = {}
     for name, text in exports:
-        for key, names in reg_values(text).items():
-            if "\\COPYTOVM" not in key:
-                continue
-            if key not in recorded:
+        for key, values in reg_values(text).items():
+            if driver_key_of(key):
+                exported[key] = (name, values)
+    for key in sorted(exported):
+        name, values = exported[key]
+        if key not in recorded:
+            if driver_key_of(key) in used:
                 report.mismatch(f"{key}: in {name}, not in dxdp's snapshot")
-                continue
-            report.same(f"{key}: value names", sorted(recorded[key]), sorted(names))
+            else:
+                report.note(f"{key}: in {name}; dxdp did not read it (its device node serves no adapter)")
+            continue
+        mine = recorded[key]
+        for value in sorted(set(mine) | set(values)):
+            report.same(f"{key}: value {value!r} (type, data)", mine.get(value), values.get(value))
+    exported_drivers = {driver_key_of(k) for k in exported} | {
+        "\\".join(k.split("\\")[-2:]).upper() for n, t in exports for k in reg_values(t)
+    }
+    for key in sorted(set(recorded) - set(exported)):
+        if driver_key_of(key) in exported_drivers:
+            report.mismatch(f"{key}: in dxdp's snapshot, not in Windows' export of its driver key")
+        else:
+            report.note(f"{key}: in dxdp's snapshot; its driver key was not exported")
+
+
+def norm_path(path):
+    return (path or "").replace("/", "\\").rstrip("\\").lower()
+
+
+def compare_driver_store(report, discovery, packages):
+    """Each device's driver store directory against the folder of its driver package's INF in
+    the driver store, as SetupGetInfDriverStoreLocationW reports it."""
+    truth = {}
+    for p in packages or []:
+        truth[(p.get("instanceId") or "").lower()] = p
+    for device in discovery.get("devices") or []:
+        what = f"device {device.get('id')}: driver store directory"
+        package = truth.get((device.get("instanceId") or "").lower())
+        inf = (package or {}).get("driverStoreInf")
+        if not inf:
+            why = (package or {}).get("error") or "no driver package recorded for its device node"
+            report.note(f"{what}: Windows' side unknown ({why})")
+            continue
+        windows = inf.replace("/", "\\").rsplit("\\", 1)[0]
+        dxdp = device.get("driverStorePath")
+        if norm_path(dxdp) == norm_path(windows):
+            report.ok(f"{what}: {dxdp!r}")
+        else:
+            report.mismatch(f"{what}: dxdp {dxdp!r}, Windows {windows!r} (the folder of {package.get('infPath')})")
+
+
+def luid_of(prop_value):
+    """The LUID a device node's LUID property holds, as Windows reports it (any integer type)."""
+    data = (prop_value or {}).get("data")
+    return data if isinstance(data, int) else None
+
+
+def pci_of(device):
+    bus = (prop(device, "DEVPKEY_Device_BusNumber") or {}).get("data")
+    address = (prop(device, "DEVPKEY_Device_Address") or {}).get("data")
+    if not isinstance(bus, int) or not isinstance(address, int) or address in (-1, 0xFFFFFFFF):
+        return None
+    address &= 0xFFFFFFFF
+    return {"bus": bus, "device": address >> 16, "function": address & 0xFFFF}
+
+
+def show(loc):
+    return "%02x:%02x.%x" % (loc["bus"], loc["device"], loc["function"])
+
+
+def compare_pci_assumption(report, snapshot, devices):
+    """dxdp matches an adapter without a LUID property to the device node at its PCI location,
+    assuming the graphics kernel's adapter address (D3DKMT) is the device node's bus number and
+    address. Where Windows ties an adapter to its device node by the LUID property, both must
+    agree; elsewhere the match rests on the assumption alone."""
+    pci_devices = [d for d in devices if d["instanceId"].upper().startswith("PCI\\")]
+    by_luid = {}
+    for d in pci_devices:
+        luid = luid_of(prop(d, LUID_KEY))
+        if luid is not None:
+            by_luid[luid] = d
+    for adapter in snapshot.get("adapters") or []:
+        address = adapter.get("adapterAddress")
+        if not address:
+            continue
+        what = f"adapter {adapter.get('luid')}: D3DKMT adapter address {show(address)}"
+        node = by_luid.get(adapter.get("luid"))
+        if node is not None:
+            truth = pci_of(node)
+            if truth == address:
+                report.ok(f"{what} = bus number and address of {node['instanceId']} (its LUID property)")
+            else:
+                where = show(truth) if truth else "none"
+                report.mismatch(
+                    f"{what}, but {node['instanceId']} (its LUID property) is at {where}: "
+                    "the match by PCI location would be wrong on this host"
+                )
+            continue
+        at = [d for d in pci_devices if pci_of(d) == address]
+        if len(at) == 1:
+            report.note(f"{what}: {at[0]['instanceId']} is there; no LUID property confirms it is this adapter's")
+        elif not at:
+            report.note(f"{what}: Windows lists no display or compute device node there")
+        else:
+            names = ", ".join(d["instanceId"] for d in at)
+            report.mismatch(f"{what}: {len(at)} device nodes are there ({names}); the match by PCI location is ambiguous")
 
 
 def compare(bundle):
@@ -252,8 +430,17 @@ def compare(bundle):
         smi = bundle.text("ground-truth/nvidia-smi.txt")
         if smi:
             compare_nvidia_smi(report, discovery, smi)
+    compare_pci_assumption(report, snapshot, devices)
+    packages = bundle.json("ground-truth/driver-packages.json")
+    if isinstance(packages, dict):
+        packages = [packages]
+    if discovery is not None:
+        if packages is None:
+            report.note("no ground-truth/driver-packages.json: driver store directories not compared")
+        else:
+            compare_driver_store(report, discovery, packages)
     exports = [(n, bundle.text(n)) for n in bundle.names(r"ground-truth/driver-key-.*\.reg")]
-    compare_registry(report, snapshot, exports)
+    compare_registry(report, snapshot, discovery, exports)
     return report
 
 

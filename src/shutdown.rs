@@ -393,25 +393,113 @@ mod tests {
         assert!(c.wait_done(Duration::ZERO));
     }
 
-    /// The real registration: a console event generated for this process's console reaches the
-    /// handler and requests shutdown through the global coordinator.
+    /// The real registration, in a child of its own: this test runs itself again as a child
+    /// process in a **new process group** (`CREATE_NEW_PROCESS_GROUP`, sharing this console),
+    /// and sends `CTRL_BREAK_EVENT` to that group only. A Ctrl-Break for group 0 would reach
+    /// every process of the console: on a CI runner the shell and cargo too (they die with it).
+    /// The child installs the handler, says it is ready, and must see the event arrive through
+    /// the global coordinator; this process installs the handler as well and must see nothing.
     #[cfg(windows)]
     #[test]
     #[ignore = "Wine refuses GenerateConsoleCtrlEvent (docs/plugin.md); run with --ignored on Windows"]
     fn a_real_console_event_reaches_the_handler() {
+        use std::io::{BufRead, BufReader, Write};
+        use std::os::windows::process::CommandExt;
+        use std::process::{Command, Stdio};
+        use std::sync::mpsc;
         use windows::Win32::System::Console::{GenerateConsoleCtrlEvent, CTRL_BREAK_EVENT};
+        use windows::Win32::System::Threading::CREATE_NEW_PROCESS_GROUP;
+
+        const CHILD: &str = "DXDP_CONSOLE_EVENT_CHILD";
+        const NAME: &str = "shutdown::tests::a_real_console_event_reaches_the_handler";
         windows_handler::install().unwrap();
-        // SAFETY: sends Ctrl-Break to the processes of this console; our handler takes it.
-        unsafe { GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, 0) }.unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .unwrap();
-        let reason = rt.block_on(tokio::time::timeout(
-            Duration::from_secs(30),
-            global().requested(),
-        ));
-        assert_eq!(reason.ok().as_deref(), Some("CTRL_BREAK_EVENT"));
+
+        if std::env::var_os(CHILD).is_some() {
+            // The child: ready once the handler is in place, then wait for the event.
+            println!("console child: ready");
+            std::io::stdout().flush().unwrap();
+            // The timeout is made inside the runtime (it needs its timer).
+            let reason = rt.block_on(async {
+                tokio::time::timeout(Duration::from_secs(30), global().requested()).await
+            });
+            println!(
+                "console child: got {}",
+                reason.as_deref().unwrap_or("nothing")
+            );
+            assert_eq!(reason.ok().as_deref(), Some("CTRL_BREAK_EVENT"));
+            return;
+        }
+
+        let exe = std::env::current_exe().unwrap();
+        let mut child = Command::new(exe)
+            .args([
+                NAME,
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .creation_flags(CREATE_NEW_PROCESS_GROUP.0)
+            .spawn()
+            .expect("the child test process starts");
+        // The child's lines, as they come (a thread, so that every wait has a timeout).
+        let (tx, rx) = mpsc::channel::<String>();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let wait_for = |want: &str| -> Vec<String> {
+            let mut seen = Vec::new();
+            loop {
+                match rx.recv_timeout(Duration::from_secs(60)) {
+                    Ok(line) => {
+                        // libtest may print `test NAME ... ` before the child's own output.
+                        let found = line.contains(want);
+                        seen.push(line);
+                        if found {
+                            return seen;
+                        }
+                    }
+                    Err(e) => {
+                        panic!("no {want:?} line from the child ({e:?}); it printed {seen:?}")
+                    }
+                }
+            }
+        };
+        wait_for("console child: ready");
+        // SAFETY: sends Ctrl-Break to the child's process group (its process ID) only.
+        let sent = unsafe { GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, child.id()) };
+        if let Err(e) = sent {
+            let _ = child.kill();
+            panic!(
+                "GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, {}): {e}",
+                child.id()
+            );
+        }
+        let got = wait_for("console child: got");
+        let status = child.wait().expect("the child's exit status");
+        let last = got.last().map(String::as_str).unwrap_or_default();
+        assert!(
+            last.ends_with("console child: got CTRL_BREAK_EVENT"),
+            "the child saw {last:?}"
+        );
+        assert!(status.success(), "the child test failed: {status:?}");
+        // The event was for the child's group only: this process's handler saw nothing.
+        assert!(
+            global().requested.borrow().is_none(),
+            "the parent received a console event meant for the child"
+        );
     }
 
     #[test]

@@ -6,6 +6,9 @@
 //! (`JobContainer.Shutdown`), that its sockets are gone, and that its log ends with the stop
 //! line. Where AF_UNIX sockets do not exist (Wine 8) the plugin cannot serve, and the tests say
 //! so and return.
+//!
+//! The exe under test is cargo's build of `dxdp`, or the one `DXDP_EXE` names: CI points it at
+//! the release `x86_64-pc-windows-gnu` dxdp.exe, the one that ships. Each test prints which.
 #![cfg(windows)]
 
 use std::ffi::c_void;
@@ -115,8 +118,29 @@ fn short_dir() -> tempfile::TempDir {
         .unwrap_or_else(|e| panic!("a temporary directory in {}: {e}", base.display()))
 }
 
+/// The exe under test: `DXDP_EXE` when set (the release exe in CI), else cargo's build.
+fn dxdp_exe() -> PathBuf {
+    match std::env::var_os("DXDP_EXE").filter(|v| !v.is_empty()) {
+        Some(exe) => {
+            let exe = PathBuf::from(exe);
+            assert!(exe.is_file(), "DXDP_EXE={} is not a file", exe.display());
+            eprintln!("testing {} (from DXDP_EXE)", exe.display());
+            exe
+        }
+        None => {
+            let exe = PathBuf::from(env!("CARGO_BIN_EXE_dxdp"));
+            eprintln!(
+                "testing {} (cargo's build; set DXDP_EXE to test another exe)",
+                exe.display()
+            );
+            exe
+        }
+    }
+}
+
 /// Starts `dxdp plugin` in a new console on a fixture host, or says why it cannot serve here.
 fn start() -> Option<Plugin> {
+    let exe = dxdp_exe();
     let dir = short_dir();
     if let Some(why) = af_unix_missing(dir.path()) {
         eprintln!("skipped: {why}");
@@ -125,7 +149,7 @@ fn start() -> Option<Plugin> {
     let log = dir.path().join("dxdp.log");
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvidia-multi-gpu.yaml");
-    let child = Command::new(env!("CARGO_BIN_EXE_dxdp"))
+    let child = Command::new(&exe)
         .arg("--host-snapshot")
         .arg(&fixture)
         .args(["plugin", "--kubelet-dir"])
