@@ -53,8 +53,23 @@ case "${1:-}" in
     daemon_tests=(plugin faults soak observe telemetry)
     log="$CARGO_TARGET_DIR/daemon-wine.log"
     : >"$log"
+    # Not run under Wine, each for a reason Wine has and a native Windows run must settle:
+    # - Wine 8 sends no ReadDirectoryChangesW event for a file rewritten in place (truncated and
+    #   written, not replaced);
+    # - a directory deleted while the daemon watches it stays "delete pending" under Wine, so it
+    #   cannot be created again while the daemon runs (ERROR_ALREADY_EXISTS for 10 s and more).
+    wine_skips=(
+      a_snapshot_rewritten_slowly_in_place_never_shows_a_partial_list
+      the_kubelet_directory_deleted_and_recreated_is_watched_again
+      the_snapshot_directory_deleted_and_recreated_is_watched_again
+    )
+    skip_args=()
+    for s in "${wine_skips[@]}"; do
+      echo "not run under Wine: $s (see .ci/windows.sh; it runs on Linux and in the native Windows jobs)"
+      skip_args+=(--skip "$s")
+    done
     for t in "${daemon_tests[@]}"; do
-      /usr/bin/cargo test "${build_std[@]}" --test "$t" -- --test-threads 2 2>&1 | tee -a "$log"
+      /usr/bin/cargo test "${build_std[@]}" --test "$t" -- --test-threads 2 "${skip_args[@]}" 2>&1 | tee -a "$log"
     done
     if grep -q "^skipped " "$log"; then
       echo "daemon tests skipped under Wine:" >&2

@@ -143,8 +143,7 @@ async fn the_kubelet_directory_deleted_and_recreated_is_watched_again_and_the_ne
     both_registered(&kubelet).await;
     kubelet.stop().await;
     // The kubelet's directory goes away with everything in it and comes back.
-    std::fs::remove_dir_all(&dir).unwrap();
-    std::fs::create_dir(&dir).unwrap();
+    common::recreate_dir(&dir);
     let kubelet = KubeletStandin::start(common::transport(), &dir)
         .await
         .unwrap();
@@ -172,8 +171,7 @@ async fn the_snapshot_directory_deleted_and_recreated_is_watched_again() {
         Arc::new(SnapshotFile::new(snapshot.clone())),
     );
     both_registered(&kubelet).await;
-    std::fs::remove_dir_all(&snap_dir).unwrap();
-    std::fs::create_dir(&snap_dir).unwrap();
+    common::recreate_dir(&snap_dir);
     // A host without the A100: the compute list empties.
     remove_the_a100(&snapshot, &kubelet).await;
     assert_eq!(ids(&kubelet, DISPLAY), sorted(&SAMPLE_DISPLAY));

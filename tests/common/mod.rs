@@ -175,3 +175,29 @@ pub async fn terminate(child: &mut tokio::process::Child, limit: std::time::Dura
         .unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// Deletes the directory `dir` with everything in it and creates it again. On Windows a
+/// directory that a process still has open (the daemon's watch) is only *marked* for deletion,
+/// and creating the name again fails (`ERROR_ALREADY_EXISTS`, or access denied) until that
+/// handle is closed: so this retries for at most 10 s, which also checks that the daemon lets
+/// go of a deleted directory. There is no event to wait on: the retries are 20 ms apart.
+pub fn recreate_dir(dir: &Path) {
+    std::fs::remove_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match std::fs::create_dir(dir) {
+            Ok(()) => return,
+            Err(e)
+                if cfg!(windows)
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::PermissionDenied
+                    )
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("{} could not be created again: {e}", dir.display()),
+        }
+    }
+}
