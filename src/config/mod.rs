@@ -353,13 +353,20 @@ pub fn choose_path(flag: Option<&Path>, env: &Env) -> Option<(PathBuf, bool)> {
     Some((default_path(), false))
 }
 
+/// The largest configuration file read (docs/configuration.md): 4 MiB, hundreds of times any
+/// real configuration; reading stops past it.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// Reads a configuration file once it has settled: a regular file only (a FIFO, socket or
+/// device is an error naming what it is, never a read that blocks), at most
+/// [`MAX_FILE_BYTES`].
 fn read(path: &Path) -> Result<String, ConfigError> {
-    crate::util::stable_read::read_settled(path, Default::default()).map_err(|e| {
-        ConfigError::Read {
+    crate::util::stable_read::read_settled(path, Default::default(), MAX_FILE_BYTES).map_err(
+        |e| ConfigError::Read {
             path: path.display().to_string(),
             reason: e.to_string(),
-        }
-    })
+        },
+    )
 }
 
 /// Everything the configuration is built from.
