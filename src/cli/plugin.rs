@@ -271,6 +271,8 @@ pub fn run(
             plugin::run_with_updates(plugin_config, source, updates, shutdown::signal()).await,
         )
     });
+    // A blocking thread hung in the OS (a host read) must not keep the stopped process alive.
+    plugin::daemon::stop_runtime(runtime);
     // Sockets are removed and streams ended: Windows may end the process now.
     shutdown::global().mark_done();
     result??;

@@ -9,7 +9,7 @@
 //! no second one ([`Overdue::StillRunning`]), so a hung file system or driver costs one thread,
 //! never one per retry, and it can wait for the hung call to return.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
@@ -25,12 +25,12 @@ pub enum Overdue {
         limit: Duration,
     },
     /// An earlier call that timed out has still not returned: no new one was started.
-    #[error("{what} has not returned for {}; not starting another until it does", secs(*.running))]
+    #[error("{what} has still not returned (it did not finish within {}); not starting another until it does", secs(*.limit))]
     StillRunning {
         /// What is done.
         what: String,
-        /// How long the earlier call has run.
-        running: Duration,
+        /// The limit the earlier call did not keep.
+        limit: Duration,
     },
     /// It panicked.
     #[error("{what} failed: {message}")]
@@ -85,8 +85,8 @@ async fn wait<T>(handle: &mut JoinHandle<T>, limit: Duration, what: &str) -> Res
 pub struct Lane<T> {
     what: String,
     limit: Duration,
-    /// The call that timed out and has not returned yet, and when it started.
-    stuck: Option<(JoinHandle<T>, Instant)>,
+    /// The call that timed out and has not returned yet.
+    stuck: Option<JoinHandle<T>>,
 }
 
 impl<T: Send + 'static> Lane<T> {
@@ -109,34 +109,33 @@ impl<T: Send + 'static> Lane<T> {
     where
         F: FnOnce() -> T + Send + 'static,
     {
-        if let Some((handle, started)) = &self.stuck {
+        if let Some(handle) = &self.stuck {
             if !handle.is_finished() {
                 return Err(Overdue::StillRunning {
                     what: self.what.clone(),
-                    running: started.elapsed(),
+                    limit: self.limit,
                 });
             }
             self.stuck = None;
         }
-        let started = Instant::now();
         let mut handle = tokio::task::spawn_blocking(f);
         let result = wait(&mut handle, self.limit, &self.what).await;
         if matches!(result, Err(Overdue::TimedOut { .. })) {
-            self.stuck = Some((handle, started));
+            self.stuck = Some(handle);
         }
         result
     }
 
     /// Whether a call that timed out has still not returned.
     pub fn is_stuck(&self) -> bool {
-        self.stuck.as_ref().is_some_and(|(h, _)| !h.is_finished())
+        self.stuck.as_ref().is_some_and(|h| !h.is_finished())
     }
 
     /// Waits until the call that timed out returns (its result is dropped: it may be stale);
     /// never returns while there is none. Cancel-safe.
     pub async fn unstuck(&mut self) {
         match &mut self.stuck {
-            Some((handle, _)) => {
+            Some(handle) => {
                 let _ = handle.await;
                 self.stuck = None;
             }
