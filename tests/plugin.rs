@@ -909,7 +909,8 @@ async fn a_configuration_rewritten_in_place_with_the_same_content_changes_nothin
         [4],
         "identical rewrites in place changed what the kubelet saw"
     );
-    h.metric("dxdp_config_reloads_total{result=\"applied\"} 1").await;
+    h.metric("dxdp_config_reloads_total{result=\"applied\"} 1")
+        .await;
     h.shutdown().await;
 }
 

@@ -80,11 +80,10 @@ impl HostFactsSource for SnapshotFile {
     fn load_complete(&self) -> Result<HostFacts, SourceError> {
         // The daemon saw the file renamed into place or closed after writing: read it once.
         self.remember(stamp(&self.path));
-        let text =
-            read_once(&self.path, MAX_SNAPSHOT_BYTES).map_err(|e| SnapshotError::Read {
-                path: self.path.clone(),
-                error: e.into(),
-            })?;
+        let text = read_once(&self.path, MAX_SNAPSHOT_BYTES).map_err(|e| SnapshotError::Read {
+            path: self.path.clone(),
+            error: e.into(),
+        })?;
         Ok(snapshot::parse(&text, &self.path.display().to_string())?)
     }
 

@@ -359,14 +359,14 @@ pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
 /// Reads a configuration file once it has settled: a regular file only (a FIFO, socket or
 /// device is an error naming what it is, never a read that blocks), at most
-/// [`MAX_FILE_BYTES`].
-fn read(path: &Path) -> Result<String, ConfigError> {
-    crate::util::stable_read::read_settled(path, Default::default(), MAX_FILE_BYTES).map_err(
-        |e| ConfigError::Read {
+/// [`MAX_FILE_BYTES`]. Blocks while a writer is at work (never on an async worker).
+pub fn read_file(path: &Path) -> Result<String, ConfigError> {
+    crate::util::stable_read::read_settled(path, Default::default(), MAX_FILE_BYTES).map_err(|e| {
+        ConfigError::Read {
             path: path.display().to_string(),
             reason: e.to_string(),
-        },
-    )
+        }
+    })
 }
 
 /// Everything the configuration is built from.
@@ -413,14 +413,14 @@ impl Inputs {
                 ));
                 origin
             };
-            let text = read(&path)?;
+            let text = read_file(&path)?;
             let f: ReferenceFile = file::parse(&text, &path.display().to_string())?;
             apply_reference(&mut c, r, &f, &origin);
         }
         let mut named = None;
         let mut missing = None;
         if let Some((path, required)) = &self.file {
-            match read(path) {
+            match read_file(path) {
                 Ok(text) => {
                     let origin = path.display().to_string();
                     let f: ConfigFile = file::parse(&text, &origin).map_err(|mut e| {

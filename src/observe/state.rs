@@ -452,7 +452,10 @@ mod tests {
                 let _ = p.send(());
             }
         });
-        h.stalled("host read", Some("reading host snapshot /x.yaml did not finish".into()));
+        h.stalled(
+            "host read",
+            Some("reading host snapshot /x.yaml did not finish".into()),
+        );
         assert_eq!(
             h.check(Duration::from_secs(30)).await,
             Err("reading host snapshot /x.yaml did not finish".into())

@@ -271,7 +271,10 @@ async fn first_read(
     limit: Duration,
     deadline: Duration,
 ) -> Result<HostFacts, SourceError> {
-    let mut lane = Lane::new(format!("reading host facts from {}", source.describe()), limit);
+    let mut lane = Lane::new(
+        format!("reading host facts from {}", source.describe()),
+        limit,
+    );
     observe.health.start_step(lane.what().to_string());
     let overdue = tokio::time::sleep(deadline);
     tokio::pin!(overdue);

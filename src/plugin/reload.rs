@@ -87,7 +87,10 @@ pub async fn watch_counted(
     let files = inputs.watched_files();
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let watched = Files::new(&files);
-    let mut lane = Lane::new(format!("reading the configuration ({})", names.join(", ")), read_limit);
+    let mut lane = Lane::new(
+        format!("reading the configuration ({})", names.join(", ")),
+        read_limit,
+    );
     let mut last_rejection: Option<String> = None;
     // Set while a file is being written in place: when to read it anyway.
     let mut writing_until: Option<tokio::time::Instant> = None;
@@ -163,10 +166,7 @@ pub async fn watch_counted(
         let outcome = {
             let (inputs, tx, dir) = (inputs.clone(), tx.clone(), kubelet_dir.clone());
             let os = inventory.borrow().os.clone();
-            match lane
-                .run(move || reload_once(&inputs, &tx, &dir, &os))
-                .await
-            {
+            match lane.run(move || reload_once(&inputs, &tx, &dir, &os)).await {
                 Ok(outcome) => outcome,
                 Err(e) => {
                     if lane.is_stuck() && !stalled {

@@ -67,7 +67,9 @@ pub enum StableReadError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
     /// The path is not a regular file (a FIFO, socket, device or directory).
-    #[error("it is {kind}, not a regular file: dxdp reads only regular files (replace it with one)")]
+    #[error(
+        "it is {kind}, not a regular file: dxdp reads only regular files (replace it with one)"
+    )]
     NotRegular {
         /// What it is (`a FIFO (named pipe)`).
         kind: &'static str,
@@ -316,11 +318,12 @@ pub fn read_settled(
     settle: Settle,
     max_bytes: u64,
 ) -> Result<String, StableReadError> {
-    let bytes = settled(|| sample(path, max_bytes), std::thread::sleep, settle).inspect_err(|e| {
-        if matches!(e, StableReadError::Unsettled { .. }) {
-            tracing::debug!(path = %path.display(), "file never settled");
-        }
-    })?;
+    let bytes =
+        settled(|| sample(path, max_bytes), std::thread::sleep, settle).inspect_err(|e| {
+            if matches!(e, StableReadError::Unsettled { .. }) {
+                tracing::debug!(path = %path.display(), "file never settled");
+            }
+        })?;
     utf8(bytes)
 }
 
@@ -466,7 +469,10 @@ mod tests {
         let path = dir.path().join("big");
         std::fs::write(&path, vec![b'a'; (1 << 20) + 1]).unwrap();
         let want = "it is 1048577 bytes, more than the 1 MiB limit for this file: it was not read (make it smaller)";
-        assert_eq!(read_settled(&path, FAST, LIMIT).unwrap_err().to_string(), want);
+        assert_eq!(
+            read_settled(&path, FAST, LIMIT).unwrap_err().to_string(),
+            want
+        );
         assert_eq!(read_once(&path, LIMIT).unwrap_err().to_string(), want);
         // Exactly the limit is read.
         std::fs::write(&path, vec![b'a'; 1 << 20]).unwrap();
