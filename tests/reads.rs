@@ -385,6 +385,18 @@ impl Hung {
     }
 }
 
+/// Releases the source when a test fails, so that it fails rather than hangs on the blocked
+/// thread when its runtime is dropped.
+struct ReleaseOnDrop(Arc<Hung>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.release();
+        }
+    }
+}
+
 impl HostFactsSource for Hung {
     fn describe(&self) -> String {
         "a hung test source".into()
@@ -436,6 +448,7 @@ fn a_first_host_read_that_never_returns_fails_liveness_past_the_start_deadline_a
     let snapshot = dir.path().join("host.yaml");
     common::write_facts(&snapshot, &common::facts("sample"));
     let source = Hung::new(snapshot, true);
+    let _release = ReleaseOnDrop(source.clone());
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let (kubelet_dir, src) = (dir.path().to_path_buf(), source.clone());
     std::thread::spawn(move || {
@@ -449,6 +462,7 @@ fn a_first_host_read_that_never_returns_fails_liveness_past_the_start_deadline_a
             c.read_limit = Duration::from_millis(100);
             c.start_deadline = Duration::from_millis(300);
             let observe = c.observe.clone();
+            let _release = ReleaseOnDrop(src.clone());
             let (stop, stopped) = oneshot::channel::<()>();
             let daemon = tokio::spawn(plugin::run(c, src, async {
                 let _ = stopped.await;
@@ -479,10 +493,9 @@ fn a_first_host_read_that_never_returns_fails_liveness_past_the_start_deadline_a
         plugin::daemon::stop_runtime(runtime);
         done_tx.send(result.map_err(|e| e.to_string())).unwrap();
     });
-    let result = done_rx
-        .recv_timeout(WAIT + Duration::from_secs(5))
-        .expect("the runtime stops although a read is still blocked");
+    let result = done_rx.recv_timeout(WAIT + Duration::from_secs(5));
     source.release();
+    let result = result.expect("the runtime stops although a read is still blocked");
     assert_eq!(result, Ok(()));
 }
 
@@ -500,6 +513,7 @@ async fn a_refresh_that_never_returns_fails_liveness_until_it_returns() {
     common::write_facts(&snapshot, &common::facts("sample"));
     let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
     let source = Hung::new(snapshot.clone(), false);
+    let _release = ReleaseOnDrop(source.clone());
     let mut c = common::plugin_config(dir.path());
     c.read_limit = Duration::from_millis(200);
     let observe = c.observe.clone();
