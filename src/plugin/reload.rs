@@ -292,6 +292,42 @@ mod tests {
         }
     }
 
+    /// The default file (read when it exists) that exists but cannot be read is an error, not
+    /// a missing file: the running configuration stays instead of the defaults.
+    #[test]
+    fn a_default_file_that_cannot_be_read_keeps_the_running_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        std::fs::write(&file, "resources: {display: {replicas: 2}}\n").unwrap();
+        let inputs = Inputs {
+            file: Some((file.clone(), false)),
+            ..Inputs::default()
+        };
+        let (tx, _rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let before = tx.borrow().clone();
+        std::fs::remove_file(&file).unwrap();
+        std::fs::create_dir(&file).unwrap();
+        let outcome = reload_once(&inputs, &tx, dir.path(), &OsFacts::default());
+        assert_eq!(
+            outcome,
+            Outcome::Rejected(format!(
+                "cannot read configuration file {}: it is a directory, not a regular file: dxdp reads only regular files (replace it with one)",
+                file.display()
+            ))
+        );
+        assert_eq!(*tx.borrow(), before);
+        // Gone: the defaults apply, as when it never existed.
+        std::fs::remove_dir(&file).unwrap();
+        assert_eq!(
+            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()),
+            Outcome::Applied
+        );
+        assert_eq!(
+            tx.borrow().replicas(dxdp_core::devices::Resource::Display),
+            1
+        );
+    }
+
     #[test]
     fn location_path_on_a_host_without_hcs_2_2_is_rejected_on_reload_as_at_start() {
         let (dir, inputs, tx) = setup("resources: {display: {replicas: 2}}\n");
