@@ -107,7 +107,7 @@ impl From<StableReadError> for std::io::Error {
 /// `n` bytes for people: whole MiB as `64 MiB`, else the bytes.
 fn bytes_text(n: u64) -> String {
     const MIB: u64 = 1 << 20;
-    if n >= MIB && n % MIB == 0 {
+    if n >= MIB && n.is_multiple_of(MIB) {
         format!("{} MiB", n / MIB)
     } else {
         format!("{n} bytes")
