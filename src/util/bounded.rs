@@ -1,8 +1,8 @@
 //! Blocking work with a time limit: the one way the daemon reads host files and host facts
 //! (the host snapshot, the Windows host scan, the configuration files).
 //!
-//! [`run_blocking`] runs a blocking closure on tokio's blocking threads and waits for it at
-//! most a given time; past it the caller gets [`Overdue::TimedOut`], naming what timed out,
+//! [`run_blocking`] runs a blocking closure on tokio's blocking threads ([`run_thread`] on a
+//! thread of its own, before the async runtime exists) and waits for it at most a given time; past it the caller gets [`Overdue::TimedOut`], naming what timed out,
 //! and goes on (the thread cannot be stopped: it is left to finish on its own). [`Lane`] is the
 //! same for a caller that reads the same thing again and again (the refresher, the
 //! configuration reload): while an earlier call that timed out has still not returned, it starts
@@ -75,6 +75,38 @@ async fn wait<T>(handle: &mut JoinHandle<T>, limit: Duration, what: &str) -> Res
         Err(_) => Err(Overdue::TimedOut {
             what: what.to_string(),
             limit,
+        }),
+    }
+}
+
+/// [`run_blocking`] for code that has no async runtime yet (the configuration read before the
+/// daemon starts): `f` runs on a thread of its own, left running past `limit`.
+pub fn run_thread<T, F>(limit: Duration, what: &str, f: F) -> Result<T, Overdue>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let spawned = std::thread::Builder::new()
+        .name("dxdp-read".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        });
+    if let Err(e) = spawned {
+        return Err(Overdue::Panicked {
+            what: what.to_string(),
+            message: format!("cannot start a thread: {e}"),
+        });
+    }
+    match rx.recv_timeout(limit) {
+        Ok(v) => Ok(v),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Overdue::TimedOut {
+            what: what.to_string(),
+            limit,
+        }),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Overdue::Panicked {
+            what: what.to_string(),
+            message: "it panicked".into(),
         }),
     }
 }
@@ -207,6 +239,29 @@ mod tests {
             .expect("the released call returns");
         assert!(!lane.is_stuck());
         assert_eq!(lane.run(|| 3).await, Ok(3));
+    }
+
+    #[test]
+    fn a_thread_that_never_returns_times_out_and_one_that_does_gives_its_result() {
+        assert_eq!(
+            run_thread(Duration::from_secs(30), "adding", || 2 + 2),
+            Ok(4)
+        );
+        let (_release, blocked) = mpsc::channel::<()>();
+        let got = run_thread(
+            Duration::from_millis(50),
+            "reading the configuration",
+            move || {
+                let _ = blocked.recv();
+            },
+        );
+        assert_eq!(
+            got,
+            Err(Overdue::TimedOut {
+                what: "reading the configuration".into(),
+                limit: Duration::from_millis(50)
+            })
+        );
     }
 
     #[test]
