@@ -201,8 +201,10 @@ pub fn open_regular(path: &Path) -> Result<File, StableReadError> {
         }
     };
     #[cfg(windows)]
-    if let Some(kind) = handle_kind(&file) {
-        return Err(StableReadError::NotRegular { kind });
+    {
+        if let Some(kind) = handle_kind(&file) {
+            return Err(StableReadError::NotRegular { kind });
+        }
     }
     if let Some(kind) = kind_of(&file.metadata()?.file_type()) {
         return Err(StableReadError::NotRegular { kind });
