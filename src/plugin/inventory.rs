@@ -175,6 +175,9 @@ pub async fn refresh(
     );
     // Set while a read that timed out has not returned.
     let mut stalled = false;
+    // A restarted task starts over: a read of its previous run that hung is no longer awaited
+    // (a new read that hangs says so again).
+    observe.health.stalled(STALL_NAME, None);
     let woken = Arc::new(Notify::new());
     {
         let woken = woken.clone();

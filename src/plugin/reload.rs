@@ -96,6 +96,9 @@ pub async fn watch_counted(
     let mut writing_until: Option<tokio::time::Instant> = None;
     // Set while a read that timed out has not returned: read again once it does.
     let mut stalled = false;
+    // A restarted task starts over: a read of its previous run that hung is no longer awaited
+    // (a new read that hangs says so again).
+    observe.health.stalled(STALL_NAME, None);
     loop {
         let until = writing_until;
         let grace = async move {
