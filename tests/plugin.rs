@@ -801,6 +801,77 @@ async fn configuration_changes_apply_without_a_restart_and_bad_edits_are_ignored
     h.shutdown().await;
 }
 
+/// A configuration whose first line alone is a valid configuration with the default replicas
+/// (2 display IDs on the sample host), and which whole gives 3 replicas (6 IDs): what a reader
+/// of a half-written copy would apply.
+const THREE_REPLICAS: &str = "logLevel: info\nresources:\n  display: {replicas: 3}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_rewritten_in_place_with_the_same_content_changes_nothing() {
+    if !common::af_unix("a_configuration_rewritten_in_place_with_the_same_content_changes_nothing")
+    {
+        return;
+    }
+    use std::io::Write;
+    let (h, path) = start_with_config_file(THREE_REPLICAS).await;
+    h.registered().await;
+    h.wait("3 replicas", |v| {
+        v.devices(DISPLAY).is_some_and(|d| d.len() == 6)
+    })
+    .await;
+    let messages = h.kubelet().view().plugins[DISPLAY].list_sizes.len();
+    const REWRITES: usize = 40;
+    let writer = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let cut = "logLevel: info\n".len();
+            for i in 0..REWRITES {
+                if i % 2 == 0 {
+                    // Python's open(path, "w"): truncate, write the first line, pause, write the
+                    // rest, close.
+                    let mut f = std::fs::File::create(&path).unwrap();
+                    f.write_all(&THREE_REPLICAS.as_bytes()[..cut]).unwrap();
+                    f.flush().unwrap();
+                    std::thread::sleep(Duration::from_millis(15));
+                    f.write_all(&THREE_REPLICAS.as_bytes()[cut..]).unwrap();
+                    drop(f);
+                } else {
+                    // A shell redirection: `printf '...' > config.yaml`.
+                    let status = std::process::Command::new("sh")
+                        .arg("-c")
+                        .arg("printf '%s' \"$1\" > \"$2\"")
+                        .arg("sh")
+                        .arg(THREE_REPLICAS)
+                        .arg(&path)
+                        .status()
+                        .unwrap();
+                    assert!(status.success());
+                }
+                std::thread::sleep(Duration::from_millis(40));
+            }
+        })
+    };
+    tokio::task::spawn_blocking(move || writer.join().unwrap())
+        .await
+        .unwrap();
+    // A last, atomic change: once it is seen, every rewrite before it has been acted on.
+    replace(&path, "resources:\n  display: {replicas: 2}\n");
+    h.wait("2 replicas", |v| {
+        v.devices(DISPLAY).is_some_and(|d| d.len() == 4)
+    })
+    .await;
+    let view = h.kubelet().view();
+    let sizes = &view.plugins[DISPLAY].list_sizes[messages..];
+    assert_eq!(
+        sizes,
+        [4],
+        "identical rewrites in place changed what the kubelet saw"
+    );
+    h.metric("dxdp_config_reloads_total{result=\"applied\"} 1")
+        .await;
+    h.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aliases_advertise_the_same_devices_and_class_guid_allocates_the_class() {
     let (h, _path) = start_with_config_file(

@@ -67,7 +67,13 @@ impl CounterSource for Recorded {
     }
 
     fn read(&self) -> Result<TelemetryFacts, String> {
-        match dxdp_core::snapshot::read_file_full(&self.path) {
+        // A regular file only, bounded, never a blocking open (as the snapshot source reads it).
+        let text = crate::util::stable_read::read_once(
+            &self.path,
+            super::snapshot_file::MAX_SNAPSHOT_BYTES,
+        )
+        .map_err(|e| format!("cannot read host snapshot {}: {e}", self.path.display()))?;
+        match dxdp_core::snapshot::parse_full(&text, &self.path.display().to_string()) {
             Ok((_, Some(t))) => Ok(t),
             Ok((_, None)) => Err(format!(
                 "host snapshot {} has no telemetry section (see docs/host-snapshot.md#telemetry)",

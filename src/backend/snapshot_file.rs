@@ -5,9 +5,13 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use super::{HostFactsSource, SourceError};
-use crate::util::stable_read::{read_settled, Settle};
+use crate::util::stable_read::{read_once, read_settled, Settle};
 use dxdp_core::facts::HostFacts;
 use dxdp_core::snapshot::{self, SnapshotError};
+
+/// The largest host snapshot read (docs/host-snapshot.md): 64 MiB, far above a real host's
+/// (tens of kilobytes) or the largest fixture; reading stops past it.
+pub const MAX_SNAPSHOT_BYTES: u64 = 64 << 20;
 
 /// What identifies a version of the file: modification time and length (or absence).
 type Stamp = Option<(Option<SystemTime>, u64)>;
@@ -21,7 +25,8 @@ fn stamp(path: &Path) -> Stamp {
 /// Reads host facts from a snapshot file every time they are loaded; a change of the file's
 /// modification time or size (including an atomic replace) counts as a change of the facts.
 /// The file is read once it has settled (see [`read_settled`]), so a file being rewritten in
-/// place is not taken half-written.
+/// place is not taken half-written; only a regular file is read (a FIFO, socket or device is an
+/// error naming what it is, never a read that blocks), and at most [`MAX_SNAPSHOT_BYTES`].
 #[derive(Debug)]
 pub struct SnapshotFile {
     path: PathBuf,
@@ -63,9 +68,11 @@ impl HostFactsSource for SnapshotFile {
 
     fn load(&self) -> Result<HostFacts, SourceError> {
         self.remember(stamp(&self.path));
-        let text = read_settled(&self.path, self.settle).map_err(|e| SnapshotError::Read {
-            path: self.path.clone(),
-            error: e.into(),
+        let text = read_settled(&self.path, self.settle, MAX_SNAPSHOT_BYTES).map_err(|e| {
+            SnapshotError::Read {
+                path: self.path.clone(),
+                error: e.into(),
+            }
         })?;
         Ok(snapshot::parse(&text, &self.path.display().to_string())?)
     }
@@ -73,7 +80,11 @@ impl HostFactsSource for SnapshotFile {
     fn load_complete(&self) -> Result<HostFacts, SourceError> {
         // The daemon saw the file renamed into place or closed after writing: read it once.
         self.remember(stamp(&self.path));
-        Ok(snapshot::read_file(&self.path)?)
+        let text = read_once(&self.path, MAX_SNAPSHOT_BYTES).map_err(|e| SnapshotError::Read {
+            path: self.path.clone(),
+            error: e.into(),
+        })?;
+        Ok(snapshot::parse(&text, &self.path.display().to_string())?)
     }
 
     fn watched_files(&self) -> Vec<PathBuf> {

@@ -100,9 +100,9 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
             file: path,
             reference,
         } => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                anyhow::anyhow!("cannot read configuration file {}: {e}", path.display())
-            })?;
+            // A regular file only, bounded, as the daemon reads it (a FIFO is an error, never
+            // a read that blocks).
+            let text = dxdp::config::read_file(path)?;
             let origin = path.display().to_string();
             let max = file::MAX_ERRORS;
             let outcome = match reference {

@@ -296,7 +296,22 @@ pub fn main() -> ExitCode {
         let _ = dxdp::shutdown::install();
     }
     let inputs = inputs(&cli);
-    let config = match inputs.resolve() {
+    // A configuration file on a hung file system must not hang the start without a word.
+    let resolved = {
+        let files: Vec<String> = inputs
+            .watched_files()
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        let what = format!("reading the configuration ({})", files.join(", "));
+        let inputs = inputs.clone();
+        dxdp::util::bounded::run_thread(dxdp::plugin::DEFAULT_READ_LIMIT, &what, move || {
+            inputs.resolve()
+        })
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+    };
+    let config = match resolved {
         Ok(c) => c,
         Err(e) => {
             // The configuration (with logFormat) is what failed: the flag or environment
@@ -307,7 +322,7 @@ pub fn main() -> ExitCode {
                     .get("DXDP_LOG_FORMAT")
                     .and_then(|f| f.parse().ok())
             });
-            fatal(format.unwrap_or_default(), &e.to_string(), false);
+            fatal(format.unwrap_or_default(), &e, false);
             return ExitCode::FAILURE;
         }
     };

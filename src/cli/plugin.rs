@@ -141,7 +141,7 @@ pub fn run(
         if config.selection.name.is_some() && config.selection.reason.starts_with("node label") {
             let mut top = inputs.clone();
             top.node = None;
-            plugin_config.fallback = top.resolve().ok();
+            plugin_config.fallback = resolve_within(top).await.ok();
         }
         // How the configuration was built, and which named configuration applies and why.
         for n in &config.notices {
@@ -271,6 +271,8 @@ pub fn run(
             plugin::run_with_updates(plugin_config, source, updates, shutdown::signal()).await,
         )
     });
+    // A blocking thread hung in the OS (a host read) must not keep the stopped process alive.
+    plugin::daemon::stop_runtime(runtime);
     // Sockets are removed and streams ended: Windows may end the process now.
     shutdown::global().mark_done();
     result??;
@@ -318,9 +320,20 @@ async fn connect_cluster(
         }
     }
     // The selection is logged once, by the caller, with or without the API server.
-    let resolved = inputs.resolve()?;
+    let resolved = resolve_within(inputs.clone()).await?;
     if let Some(w) = &resolved.selection.warning {
         tracing::warn!("{w}");
     }
     Ok(Some((cluster, resolved)))
+}
+
+/// Resolves the configuration (reading its files) on a blocking thread with the read limit.
+async fn resolve_within(inputs: Inputs) -> anyhow::Result<Config> {
+    let what = "reading the configuration";
+    Ok(
+        dxdp::util::bounded::run_blocking(plugin::DEFAULT_READ_LIMIT, what, move || {
+            inputs.resolve()
+        })
+        .await??,
+    )
 }

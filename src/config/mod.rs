@@ -353,13 +353,46 @@ pub fn choose_path(flag: Option<&Path>, env: &Env) -> Option<(PathBuf, bool)> {
     Some((default_path(), false))
 }
 
-fn read(path: &Path) -> Result<String, ConfigError> {
-    crate::util::stable_read::read_settled(path, Default::default()).map_err(|e| {
-        ConfigError::Read {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        }
+/// The largest configuration file read (docs/configuration.md): 4 MiB, hundreds of times any
+/// real configuration; reading stops past it.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// Reads a configuration file once it has settled: a regular file only (a FIFO, socket or
+/// device is an error naming what it is, never a read that blocks), at most
+/// [`MAX_FILE_BYTES`]. Blocks while a writer is at work (never on an async worker).
+pub fn read_file(path: &Path) -> Result<String, ConfigError> {
+    read_settled(path).map_err(|e| ConfigError::Read {
+        path: path.display().to_string(),
+        reason: e.to_string(),
     })
+}
+
+fn read_settled(path: &Path) -> Result<String, crate::util::stable_read::StableReadError> {
+    crate::util::stable_read::read_settled(path, Default::default(), MAX_FILE_BYTES)
+}
+
+/// A configuration file read, or the error saying it does not exist.
+enum FileRead {
+    Text(String),
+    Missing(ConfigError),
+}
+
+/// [`read_file`], with a file that does not exist told apart. Every other failure (a file that
+/// kept changing, a FIFO, too large, unreadable) is an error, never taken for a missing file:
+/// a reload then keeps the running configuration rather than falling back to the defaults.
+fn read_optional(path: &Path) -> Result<FileRead, ConfigError> {
+    use crate::util::stable_read::StableReadError;
+    let error = |e: StableReadError| ConfigError::Read {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    };
+    match read_settled(path) {
+        Ok(text) => Ok(FileRead::Text(text)),
+        Err(StableReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(FileRead::Missing(error(StableReadError::Io(e))))
+        }
+        Err(e) => Err(error(e)),
+    }
 }
 
 /// Everything the configuration is built from.
@@ -406,15 +439,15 @@ impl Inputs {
                 ));
                 origin
             };
-            let text = read(&path)?;
+            let text = read_file(&path)?;
             let f: ReferenceFile = file::parse(&text, &path.display().to_string())?;
             apply_reference(&mut c, r, &f, &origin);
         }
         let mut named = None;
         let mut missing = None;
         if let Some((path, required)) = &self.file {
-            match read(path) {
-                Ok(text) => {
+            match read_optional(path) {
+                Ok(FileRead::Text(text)) => {
                     let origin = path.display().to_string();
                     let f: ConfigFile = file::parse(&text, &origin).map_err(|mut e| {
                         // Say when there is more to fix than the first error.
@@ -432,8 +465,9 @@ impl Inputs {
                     apply_file(&mut c, &f, &format!("file {}", path.display()));
                     named = Some((path, f.configurations.unwrap_or_default()));
                 }
-                Err(e) if *required => return Err(e),
-                Err(_) => missing = Some(path),
+                Ok(FileRead::Missing(e)) if *required => return Err(e),
+                Ok(FileRead::Missing(_)) => missing = Some(path),
+                Err(e) => return Err(e),
             }
         }
         // The node labels' prefix (which names the selecting label) as env and flags make it.

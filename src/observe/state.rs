@@ -1,4 +1,5 @@
-//! What `/healthz` and `/readyz` answer: the daemon's liveness (its supervisor answers) and
+//! What `/healthz` and `/readyz` answer: the daemon's liveness (its supervisor answers, it
+//! finished starting within its start deadline, no host read is hung past its time limit) and
 //! readiness (every served resource name is registered with the current kubelet), with the
 //! reason when not.
 //!
@@ -10,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -237,11 +238,23 @@ pub type Ping = oneshot::Sender<()>;
 /// How long `/healthz` waits for the supervisor to answer.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The start: since when, its deadline, and what it is doing.
+#[derive(Debug)]
+struct Start {
+    since: Instant,
+    deadline: Duration,
+    step: String,
+}
+
 #[derive(Debug)]
 struct HealthInner {
     phase: AtomicU8,
     /// Required tasks that are down, with why.
     down: Mutex<BTreeMap<String, String>>,
+    /// Blocking reads that did not return within their time limit, with why.
+    stalled: Mutex<BTreeMap<String, String>>,
+    /// The start's deadline, once the daemon set one.
+    start: Mutex<Option<Start>>,
     pings: mpsc::Sender<Ping>,
     receiver: Mutex<Option<mpsc::Receiver<Ping>>>,
 }
@@ -259,6 +272,8 @@ impl Default for Health {
             inner: Arc::new(HealthInner {
                 phase: AtomicU8::new(0),
                 down: Mutex::default(),
+                stalled: Mutex::default(),
+                start: Mutex::default(),
                 pings,
                 receiver: Mutex::new(Some(receiver)),
             }),
@@ -301,6 +316,58 @@ impl Health {
         })
     }
 
+    /// The daemon starts now and must be running within `deadline`: past it, while still
+    /// starting, `/healthz` fails with what the start is doing.
+    pub fn start_deadline(&self, deadline: Duration) {
+        *self.start() = Some(Start {
+            since: Instant::now(),
+            deadline,
+            step: "starting".into(),
+        });
+    }
+
+    /// What the start is doing now (`reading host facts from host snapshot /x.yaml`).
+    pub fn start_step(&self, step: impl Into<String>) {
+        if let Some(s) = self.start().as_mut() {
+            s.step = step.into();
+        }
+    }
+
+    fn start(&self) -> MutexGuard<'_, Option<Start>> {
+        self.inner.start.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Why the start is late (`None` while within its deadline, or with no deadline).
+    pub fn start_overdue(&self) -> Option<String> {
+        let start = self.start();
+        let s = start.as_ref()?;
+        let elapsed = s.since.elapsed();
+        (elapsed > s.deadline).then(|| {
+            format!(
+                "the device plugin has not finished starting after {} s (start deadline {} s): {}",
+                elapsed.as_secs(),
+                s.deadline.as_secs_f64(),
+                s.step
+            )
+        })
+    }
+
+    /// A blocking read `name` did not return within its time limit (`Some(why)`), or returned
+    /// (`None`). While one has not returned, `/healthz` fails with why.
+    pub fn stalled(&self, name: &str, why: Option<String>) {
+        let mut stalled = self.inner.stalled.lock().unwrap_or_else(|p| p.into_inner());
+        match why {
+            Some(why) => stalled.insert(name.to_string(), why),
+            None => stalled.remove(name),
+        };
+    }
+
+    /// Why `/healthz` fails for reads that have not returned (`None` while there are none).
+    pub fn stalled_reads(&self) -> Option<String> {
+        let stalled = self.inner.stalled.lock().unwrap_or_else(|p| p.into_inner());
+        (!stalled.is_empty()).then(|| stalled.values().cloned().collect::<Vec<_>>().join("; "))
+    }
+
     /// Sets the phase.
     pub fn set_phase(&self, phase: Phase) {
         let n = match phase {
@@ -320,15 +387,23 @@ impl Health {
         }
     }
 
-    /// `Ok` with what to say when alive (starting, or the supervisor answered within
-    /// `timeout`), otherwise why not.
+    /// `Ok` with what to say when alive (starting within the start deadline, or the
+    /// supervisor answered within `timeout`), otherwise why not.
     pub async fn check(&self, timeout: Duration) -> Result<&'static str, String> {
         match self.phase() {
-            Phase::Starting => return Ok("ok: starting"),
+            Phase::Starting => {
+                return match self.start_overdue() {
+                    Some(why) => Err(why),
+                    None => Ok("ok: starting"),
+                }
+            }
             Phase::Stopped => return Err("the device plugin stopped".into()),
             Phase::Running => {}
         }
         if let Some(why) = self.required_down() {
+            return Err(why);
+        }
+        if let Some(why) = self.stalled_reads() {
             return Err(why);
         }
         let (tx, rx) = oneshot::channel();
@@ -435,6 +510,44 @@ mod tests {
         // A name no longer served is forgotten; a new one is not ready.
         r.set_wanted(vec!["a.example/z".into()]);
         assert_eq!(r.check(), Err("a.example/z: not serving yet".into()));
+    }
+
+    #[tokio::test]
+    async fn liveness_fails_past_the_start_deadline_with_what_the_start_is_doing() {
+        let h = Health::default();
+        h.start_deadline(Duration::ZERO);
+        h.start_step("reading host facts from host snapshot /x.yaml");
+        std::thread::sleep(Duration::from_millis(5));
+        let why = h.check(Duration::from_secs(2)).await.unwrap_err();
+        assert!(
+            why.starts_with("the device plugin has not finished starting after 0 s (start deadline 0 s): reading host facts from host snapshot /x.yaml"),
+            "{why}"
+        );
+        // Within the deadline: alive, starting.
+        h.start_deadline(Duration::from_secs(3600));
+        assert_eq!(h.check(Duration::from_secs(2)).await, Ok("ok: starting"));
+    }
+
+    #[tokio::test]
+    async fn a_stalled_read_fails_liveness_until_it_returns() {
+        let h = Health::default();
+        let mut pings = h.take_pings().unwrap();
+        h.set_phase(Phase::Running);
+        tokio::spawn(async move {
+            while let Some(p) = pings.recv().await {
+                let _ = p.send(());
+            }
+        });
+        h.stalled(
+            "host read",
+            Some("reading host snapshot /x.yaml did not finish".into()),
+        );
+        assert_eq!(
+            h.check(Duration::from_secs(30)).await,
+            Err("reading host snapshot /x.yaml did not finish".into())
+        );
+        h.stalled("host read", None);
+        assert_eq!(h.check(Duration::from_secs(30)).await, Ok("ok"));
     }
 
     #[tokio::test]

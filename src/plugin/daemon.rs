@@ -9,10 +9,17 @@
 //! The main loop reacts to the kubelet directory, the units' ends, configuration updates
 //! (validated by the same [`validate`] as at start, rejected whole), liveness pings, and the
 //! task supervisor (which ends the daemon only when a required task keeps failing).
+//!
+//! Nothing waits without a limit: the first host read has the read limit (past it the start
+//! says so and waits on; a stop ends it), the start as a whole has a deadline past which
+//! `/healthz` fails with what it is doing, and [`stop_runtime`] gives the runtime's blocking
+//! threads a time limit at exit, so that a read hung in the OS never turns a SIGTERM into a
+//! SIGKILL.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch as channel};
 
@@ -25,6 +32,19 @@ use crate::backend::{HostFactsSource, SourceError};
 use crate::config::Config;
 use crate::observe::state::Ping;
 use crate::observe::{Observe, Phase};
+use crate::util::bounded::{Lane, Overdue};
+use dxdp_core::facts::HostFacts;
+
+/// How long the runtime's blocking threads (a host read hung in the OS) may hold up the
+/// process's exit once the daemon has stopped: [`stop_runtime`].
+pub const RUNTIME_STOP_LIMIT: Duration = Duration::from_secs(2);
+
+/// Shuts `runtime` down once the daemon has returned, waiting at most [`RUNTIME_STOP_LIMIT`]
+/// for its blocking threads (dropping a runtime waits for them without limit, so one read hung
+/// in the OS would keep a stopped process alive until it is killed).
+pub fn stop_runtime(runtime: tokio::runtime::Runtime) {
+    runtime.shutdown_timeout(RUNTIME_STOP_LIMIT);
+}
 
 /// Runs the daemon (see [`super::run_with_updates`]).
 pub async fn run(
@@ -37,7 +57,10 @@ pub async fn run(
     // Says "stopped" to the probes however this function ends.
     let _stopped = StoppedOnDrop(observe.clone());
     observe.phase(Phase::Starting);
+    observe.health.start_deadline(config.start_deadline);
+    tokio::pin!(shutdown);
     let mut first = updates.borrow_and_update().clone();
+    observe.health.start_step("locking the kubelet directory");
     let _lock = claim::lock(&config.lock_dir, &config.kubelet_dir)?;
     let mut tasks = Tasks::new(observe.clone());
     if let Some(address) = first.metrics_address {
@@ -62,13 +85,17 @@ pub async fn run(
             "the kubelet directory does not exist yet: watching for it to appear"
         );
     }
+    observe.health.start_step("removing stale sockets");
     claim::remove_stale_sockets(config.transport, &config.kubelet_dir, &first.endpoints()).await?;
-    let facts = {
-        let source = source.clone();
-        tokio::task::spawn_blocking(move || source.load())
-            .await
-            .map_err(|e| SourceError::Unavailable(e.to_string()))??
+    let facts = tokio::select! {
+        facts = first_read(&source, &observe, config.read_limit, config.start_deadline) => facts?,
+        _ = &mut shutdown => {
+            tracing::info!("device plugin stopped while starting (the first host read had not returned)");
+            tasks.shutdown().await;
+            return Ok(());
+        }
     };
+    observe.health.start_step("starting the socket units");
     let os = facts.os.clone().unwrap_or_default();
     if let Err(e) = validate(&first, &config.kubelet_dir, &os) {
         match config.fallback.take() {
@@ -106,7 +133,7 @@ pub async fn run(
     {
         let (source, facts, logged) = (source.clone(), facts.clone(), notices.clone());
         let (effective, tx, watch) = (effective.clone(), inventory_tx.clone(), watch.clone());
-        let (metrics, safety) = (observe.metrics.clone(), config.safety_poll);
+        let (observe, safety, limit) = (observe.clone(), config.safety_poll, config.read_limit);
         tasks.spawn(TaskSpec::new("refresher", Role::Required, move || {
             let files = parent_dirs(&source.watched_files());
             inventory::refresh(
@@ -116,7 +143,8 @@ pub async fn run(
                 effective.clone(),
                 tx.clone(),
                 watch.subscribe(&files, safety),
-                metrics.clone(),
+                observe.clone(),
+                limit,
             )
         }));
     }
@@ -152,7 +180,6 @@ pub async fn run(
     units.check();
     let mut updates_open = true;
     let mut failed = None;
-    tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
@@ -220,7 +247,7 @@ fn spawn_reload(
     }
     let dirs = parent_dirs(&files);
     let (kubelet_dir, safety) = (config.kubelet_dir.clone(), config.safety_poll);
-    let (watch, metrics) = (watch.clone(), config.observe.metrics.clone());
+    let (watch, observe, limit) = (watch.clone(), config.observe.clone(), config.read_limit);
     tasks.spawn(TaskSpec::new("config-reload", Role::Required, move || {
         reload::watch_counted(
             r.inputs.clone(),
@@ -228,10 +255,60 @@ fn spawn_reload(
             kubelet_dir.clone(),
             watch.subscribe(&dirs, safety),
             r.node.clone(),
-            metrics.clone(),
+            observe.clone(),
             inventory.clone(),
+            limit,
         )
     }));
+}
+
+/// The first read of the host facts, each attempt given `limit`. A read that does not return
+/// is said once, and waited for (nothing can be served before the host is known); once it
+/// returns the facts are read again (its result may be stale). Past `deadline` the start is
+/// overdue: said once here, and `/healthz` fails with the reason from then on.
+async fn first_read(
+    source: &Arc<dyn HostFactsSource>,
+    observe: &Observe,
+    limit: Duration,
+    deadline: Duration,
+) -> Result<HostFacts, SourceError> {
+    let mut lane = Lane::new(
+        format!("reading host facts from {}", source.describe()),
+        limit,
+    );
+    observe.health.start_step(lane.what().to_string());
+    let overdue = tokio::time::sleep(deadline);
+    tokio::pin!(overdue);
+    let mut said_overdue = false;
+    loop {
+        let loader = source.clone();
+        match lane.run(move || loader.load()).await {
+            Ok(facts) => return facts,
+            Err(e @ Overdue::TimedOut { .. }) => {
+                tracing::error!(
+                    "{e}; waiting for it: nothing is served before the host is known (/healthz fails {} s after the start)",
+                    deadline.as_secs_f64()
+                );
+                observe
+                    .health
+                    .start_step(format!("{} has not returned", lane.what()));
+                loop {
+                    tokio::select! {
+                        _ = lane.unstuck() => break,
+                        _ = &mut overdue, if !said_overdue => {
+                            said_overdue = true;
+                            if let Some(why) = observe.health.start_overdue() {
+                                tracing::error!("{why}; /healthz fails until the start completes");
+                            }
+                        }
+                    }
+                }
+                tracing::info!("{} returned; reading the host facts again", lane.what());
+                observe.health.start_step(lane.what().to_string());
+            }
+            Err(e) => return Err(SourceError::Unavailable(e.to_string())),
+        }
+    }
 }
 
 /// Hands every inventory to `tap` (the node labels) until `tap` is closed.

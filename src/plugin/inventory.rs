@@ -6,7 +6,8 @@
 //! on every slow safety poll whether facts without events changed (device health on Windows),
 //! and reruns the pipeline over the last facts when the configuration changes. A load that fails
 //! keeps the last good inventory. Warnings and load errors are logged when they change, not on
-//! every refresh.
+//! every refresh. Every load has a time limit ([`crate::util::bounded`]): one that does not
+//! return keeps the last good inventory and fails `/healthz` until it returns.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -20,6 +21,8 @@ use super::watch::{parent_dirs, Change, Check, DirEvent, Notice, Subscription};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
 use crate::observe::metrics::{DeviceCounts, Metrics};
+use crate::observe::Observe;
+use crate::util::bounded::Lane;
 use dxdp_core::allocation;
 use dxdp_core::devices::HealthState;
 use dxdp_core::facts::HostFacts;
@@ -36,14 +39,14 @@ fn log_new(notices: Vec<String>, logged: &mut BTreeSet<String>) {
     *logged = notices.into_iter().collect();
 }
 
-/// The files of a source and the directories watched for them.
-struct Files {
+/// The files of a source (or of the configuration) and the directories watched for them.
+pub(super) struct Files {
     dirs: Vec<PathBuf>,
     names: BTreeSet<OsString>,
 }
 
 impl Files {
-    fn new(files: &[PathBuf]) -> Self {
+    pub(super) fn new(files: &[PathBuf]) -> Self {
         Files {
             dirs: parent_dirs(files),
             names: files
@@ -60,7 +63,7 @@ impl Files {
     }
 
     /// What a batch of events means for the files.
-    fn classify(&self, events: &[DirEvent]) -> Batch {
+    pub(super) fn classify(&self, events: &[DirEvent]) -> Batch {
         let relevant: Vec<&DirEvent> = events.iter().filter(|e| self.concerns(e)).collect();
         if relevant.is_empty() {
             Batch::Unrelated
@@ -81,7 +84,7 @@ fn is_swap(e: &DirEvent) -> bool {
 
 /// What a batch of file events means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Batch {
+pub(super) enum Batch {
     /// Nothing about the source's files.
     Unrelated,
     /// A file was renamed into place or closed after writing: read it now.
@@ -95,7 +98,7 @@ enum Batch {
 /// How long a file may be written in place before it is read anyway (with the source's own
 /// settle check): enough for any editor's save, short enough to notice a writer that never
 /// closes, and the only path on Windows, which reports no close events.
-const WRITE_GRACE: Duration = Duration::from_millis(300);
+pub(super) const WRITE_GRACE: Duration = Duration::from_millis(300);
 
 /// How a reload reads the facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,10 +148,16 @@ pub async fn follow_devices(mut inventory: InventoryRx, metrics: Metrics) {
     }
 }
 
+/// The name under which a host read that does not return is reported to `/healthz`.
+pub const STALL_NAME: &str = "host facts read";
+
 /// Keeps the inventory up to date until every receiver is gone (a supervised task: it is
 /// restarted from the last good facts in `facts` when it ends or panics). `logged` are the
 /// notices already shown for the first inventory; `files` is the subscription to the
-/// directories of the source's files. Every reload of the host facts is counted in `metrics`.
+/// directories of the source's files. Every reload of the host facts is counted in `observe`'s
+/// metrics and given `read_limit`; one that does not return fails `/healthz` (as
+/// [`STALL_NAME`]) until it does, and no other starts meanwhile.
+#[allow(clippy::too_many_arguments)]
 pub async fn refresh(
     source: Arc<dyn HostFactsSource>,
     facts: Arc<Mutex<HostFacts>>,
@@ -156,8 +165,19 @@ pub async fn refresh(
     mut config: watch::Receiver<Arc<Config>>,
     tx: watch::Sender<Arc<Inventory>>,
     mut files_watch: Subscription,
-    metrics: Metrics,
+    observe: Observe,
+    read_limit: Duration,
 ) {
+    let metrics = observe.metrics.clone();
+    let mut lane = Lane::new(
+        format!("reading host facts from {}", source.describe()),
+        read_limit,
+    );
+    // Set while a read that timed out has not returned.
+    let mut stalled = false;
+    // A restarted task starts over: a read of its previous run that hung is no longer awaited
+    // (a new read that hangs says so again).
+    observe.health.stalled(STALL_NAME, None);
     let woken = Arc::new(Notify::new());
     {
         let woken = woken.clone();
@@ -203,6 +223,12 @@ pub async fn refresh(
                 },
                 _ = grace => Some(Read::Careful),
                 _ = woken.notified() => Some(Read::Careful),
+                _ = lane.unstuck(), if stalled => {
+                    stalled = false;
+                    observe.health.stalled(STALL_NAME, None);
+                    tracing::info!("{} returned; reading the host facts again", lane.what());
+                    Some(Read::Careful)
+                }
                 changed = config.changed(), if config_open => {
                     if changed.is_err() {
                         // No more configuration updates: keep following the host facts.
@@ -217,13 +243,20 @@ pub async fn refresh(
         if let Some(how) = reload {
             writing_until = None;
             let loader = source.clone();
-            let loaded = tokio::task::spawn_blocking(move || match how {
-                Read::Complete => loader.load_complete(),
-                Read::Careful => loader.load(),
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()));
+            let loaded = lane
+                .run(move || match how {
+                    Read::Complete => loader.load_complete(),
+                    Read::Careful => loader.load(),
+                })
+                .await
+                .map_err(|e| {
+                    if lane.is_stuck() && !stalled {
+                        stalled = true;
+                        observe.health.stalled(STALL_NAME, Some(e.to_string()));
+                    }
+                    e.to_string()
+                })
+                .and_then(|r| r.map_err(|e| e.to_string()));
             metrics.host_refresh(loaded.is_ok());
             match loaded {
                 Ok(new) => {

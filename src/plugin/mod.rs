@@ -88,10 +88,25 @@ pub struct PluginConfig {
     /// the `dxdp` binary; [`Transport::Loopback`] only for tests that run where AF_UNIX is
     /// missing (Wine).
     pub transport: Transport,
+    /// How long one read of the host facts or the configuration may take: past it the daemon
+    /// goes on without it (the last good state stays) and `/healthz` fails until it returns.
+    pub read_limit: Duration,
+    /// How long the start (configuration checks, the first host read, the units up) may take:
+    /// past it, while still starting, `/healthz` fails with what the start is doing.
+    pub start_deadline: Duration,
 }
 
 /// The default safety poll.
 pub const DEFAULT_SAFETY_POLL: Duration = Duration::from_secs(10);
+
+/// The default [`PluginConfig::read_limit`]: a host read takes milliseconds (a few seconds for
+/// a host scan on a busy Windows node); 30 s is a hung file system or driver.
+pub const DEFAULT_READ_LIMIT: Duration = Duration::from_secs(30);
+
+/// The default [`PluginConfig::start_deadline`]: a start takes under a second; with the chart's
+/// liveness probe (every 30 s, 3 failures) a start hung for 60 s restarts the container about
+/// two minutes later.
+pub const DEFAULT_START_DEADLINE: Duration = Duration::from_secs(60);
 
 impl PluginConfig {
     /// Defaults for `kubelet_dir`: both resources, one replica, a 10 s safety poll, registration
@@ -114,6 +129,8 @@ impl PluginConfig {
             tasks: Vec::new(),
             lock_dir: claim::lock_dir(),
             transport: Transport::UnixSocket,
+            read_limit: DEFAULT_READ_LIMIT,
+            start_deadline: DEFAULT_START_DEADLINE,
         }
     }
 }

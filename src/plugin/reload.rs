@@ -3,18 +3,31 @@
 //! appears after start), validates it, and publishes it to the running plugin. A file that does
 //! not parse, or a configuration that cannot be served, is rejected whole and the running
 //! configuration stays; only what is published is logged as applied.
+//!
+//! A file written in place is read only once its writer is done, as the host snapshot is (see
+//! `inventory`): when it is closed after writing (Linux), renamed into place, or after a short
+//! grace from its first write (Windows, which reports no close); until then neither its events
+//! nor the safety checks read it. A file truncated and then rewritten (`open(path, "w")`,
+//! `echo > file`) is otherwise read empty or half-written, which is often a valid configuration
+//! with fewer settings. Every read has a time limit ([`crate::util::bounded`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::inventory::InventoryRx;
+use super::inventory::{Batch, Files, InventoryRx, WRITE_GRACE};
 use super::validate;
 use super::watch::{Notice, Subscription};
 use crate::config::{Config, Inputs, NodeInfo};
-use crate::observe::metrics::{Metrics, ReloadResult};
+use crate::observe::metrics::ReloadResult;
+use crate::observe::Observe;
+use crate::util::bounded::Lane;
 use dxdp_core::facts::OsFacts;
+
+/// The name under which a configuration read that does not return is reported to `/healthz`.
+pub const STALL_NAME: &str = "configuration read";
 
 /// What one reload attempt did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,42 +63,73 @@ pub fn reload_once(
 }
 
 /// Reloads on file events (from `files`, the subscription to the directories of
-/// `inputs.watched_files()`), on every check it asks for (safety tick, lost events, a directory
-/// watched again) and on every change of the node's labels (`node`: they select the named
-/// configuration), until `tx` has no receivers. Counts reloads in `metrics`
+/// `inputs.watched_files()`; a file written in place once its writer is done), on every check
+/// it asks for (safety tick, lost events, a directory watched again; not while a file is being
+/// written) and on every change of the node's labels (`node`: they select the named
+/// configuration), until `tx` has no receivers. Counts reloads in `observe`'s metrics
 /// (`dxdp_config_reloads_total`): every reload a file event triggers, and a check's reload when
 /// it applies a change or brings a new rejection (the routine re-reads that find nothing are not
-/// counted). New configurations are validated against the host of `inventory`.
+/// counted). New configurations are validated against the host of `inventory`. Each read is
+/// given `read_limit`; one that does not return fails `/healthz` (as [`STALL_NAME`]) until it
+/// does.
+#[allow(clippy::too_many_arguments)]
 pub async fn watch_counted(
     mut inputs: Inputs,
     tx: watch::Sender<Arc<Config>>,
     kubelet_dir: PathBuf,
     mut files_watch: Subscription,
     mut node: Option<watch::Receiver<Option<NodeInfo>>>,
-    metrics: Metrics,
+    observe: Observe,
     inventory: InventoryRx,
+    read_limit: Duration,
 ) {
+    let metrics = observe.metrics.clone();
     let files = inputs.watched_files();
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let watched = Files::new(&files);
+    let mut lane = Lane::new(
+        format!("reading the configuration ({})", names.join(", ")),
+        read_limit,
+    );
     let mut last_rejection: Option<String> = None;
+    // Set while a file is being written in place: when to read it anyway.
+    let mut writing_until: Option<tokio::time::Instant> = None;
+    // Set while a read that timed out has not returned: read again once it does.
+    let mut stalled = false;
+    // A restarted task starts over: a read of its previous run that hung is no longer awaited
+    // (a new read that hangs says so again).
+    observe.health.stalled(STALL_NAME, None);
     loop {
+        let until = writing_until;
+        let grace = async move {
+            match until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
         let from_event = tokio::select! {
             notice = files_watch.next() => match notice {
-                Notice::Events(events) => {
-                    let relevant = events.iter().any(|e| {
-                        files.iter().any(|f| {
-                            super::watch::parent_dir(f) == e.dir
-                                && (f.file_name() == Some(e.name.as_os_str())
-                                    || e.name.to_string_lossy().starts_with(".."))
-                        })
-                    });
-                    if !relevant {
+                Notice::Events(events) => match watched.classify(&events) {
+                    Batch::Unrelated => continue,
+                    Batch::Writing => {
+                        // The grace counts from the first write: a writer that keeps writing
+                        // without closing is read anyway once it is over.
+                        writing_until.get_or_insert(tokio::time::Instant::now() + WRITE_GRACE);
                         continue;
                     }
-                    true
-                }
+                    Batch::Complete | Batch::Removed => true,
+                },
+                // A file being written is read when its writer is done, not before.
+                Notice::Check(_) if writing_until.is_some() => continue,
                 Notice::Check(_) => false,
             },
+            _ = grace => true,
+            _ = lane.unstuck(), if stalled => {
+                stalled = false;
+                observe.health.stalled(STALL_NAME, None);
+                tracing::info!("{} returned; reading the configuration again", lane.what());
+                true
+            }
             _ = tx.closed() => return,
             changed = async { match node.as_mut() {
                 Some(rx) => rx.changed().await,
@@ -118,14 +162,23 @@ pub async fn watch_counted(
                 true
             }
         };
+        writing_until = None;
         let before = tx.borrow().metrics_address;
-        // Reading a file waits for a writer to finish: never on an async worker.
+        // Reading a file waits for a writer to finish: never on an async worker, and never
+        // without a time limit.
         let outcome = {
             let (inputs, tx, dir) = (inputs.clone(), tx.clone(), kubelet_dir.clone());
             let os = inventory.borrow().os.clone();
-            tokio::task::spawn_blocking(move || reload_once(&inputs, &tx, &dir, &os))
-                .await
-                .unwrap_or_else(|e| Outcome::Rejected(format!("the reload failed: {e}")))
+            match lane.run(move || reload_once(&inputs, &tx, &dir, &os)).await {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    if lane.is_stuck() && !stalled {
+                        stalled = true;
+                        observe.health.stalled(STALL_NAME, Some(e.to_string()));
+                    }
+                    Outcome::Rejected(e.to_string())
+                }
+            }
         };
         match outcome {
             Outcome::Applied => {
@@ -242,6 +295,42 @@ mod tests {
         }
     }
 
+    /// The default file (read when it exists) that exists but cannot be read is an error, not
+    /// a missing file: the running configuration stays instead of the defaults.
+    #[test]
+    fn a_default_file_that_cannot_be_read_keeps_the_running_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        std::fs::write(&file, "resources: {display: {replicas: 2}}\n").unwrap();
+        let inputs = Inputs {
+            file: Some((file.clone(), false)),
+            ..Inputs::default()
+        };
+        let (tx, _rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let before = tx.borrow().clone();
+        std::fs::remove_file(&file).unwrap();
+        std::fs::create_dir(&file).unwrap();
+        let outcome = reload_once(&inputs, &tx, dir.path(), &OsFacts::default());
+        assert_eq!(
+            outcome,
+            Outcome::Rejected(format!(
+                "cannot read configuration file {}: it is a directory, not a regular file: dxdp reads only regular files (replace it with one)",
+                file.display()
+            ))
+        );
+        assert_eq!(*tx.borrow(), before);
+        // Gone: the defaults apply, as when it never existed.
+        std::fs::remove_dir(&file).unwrap();
+        assert_eq!(
+            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()),
+            Outcome::Applied
+        );
+        assert_eq!(
+            tx.borrow().replicas(dxdp_core::devices::Resource::Display),
+            1
+        );
+    }
+
     #[test]
     fn location_path_on_a_host_without_hcs_2_2_is_rejected_on_reload_as_at_start() {
         let (dir, inputs, tx) = setup("resources: {display: {replicas: 2}}\n");
@@ -290,8 +379,9 @@ mod tests {
             kubelet_dir.to_path_buf(),
             sub,
             None,
-            Metrics::new(),
+            Observe::new(),
             rx,
+            std::time::Duration::from_secs(30),
         );
         tokio::spawn(async move {
             let _keep = (keep, fw);

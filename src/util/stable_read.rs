@@ -13,7 +13,16 @@
 //! A writer that pauses between two writes for longer than one read takes leaves the metadata
 //! unchanged across that read; the daemon covers that case with file events (it reads a file
 //! written in place once it is closed, or after a grace period on Windows).
+//!
+//! Every read here is of a regular file only, and bounded: [`open_regular`] opens without
+//! blocking (on Unix with `O_NONBLOCK`, so that a FIFO with no writer cannot hang the reader) and
+//! checks the type of the opened handle (`fstat` on Unix, `GetFileType` on Windows: no window
+//! between the check and the read), so a FIFO, socket, device or directory is an error naming
+//! what it is; and reading stops one byte past the caller's size limit, so an oversized file is
+//! refused without being read whole.
 
+use std::fs::File;
+use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -57,6 +66,23 @@ pub enum StableReadError {
     /// The file cannot be read.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The path is not a regular file (a FIFO, socket, device or directory).
+    #[error(
+        "it is {kind}, not a regular file: dxdp reads only regular files (replace it with one)"
+    )]
+    NotRegular {
+        /// What it is (`a FIFO (named pipe)`).
+        kind: &'static str,
+    },
+    /// The file holds more than the caller's limit.
+    #[error("{}, more than the {} limit for this file: it was not read (make it smaller)", size_text(*.size), bytes_text(*.limit))]
+    TooLarge {
+        /// The limit in bytes.
+        limit: u64,
+        /// The size the file's metadata gives, when over the limit (`None`: it grew past the
+        /// limit while it was read).
+        size: Option<u64>,
+    },
     /// The file changed during every read.
     #[error(
         "it kept changing: it was written to during each of {reads} reads (over {waited:?}); replace it atomically (write a new file, then rename it over the old one)"
@@ -73,9 +99,153 @@ impl From<StableReadError> for std::io::Error {
     fn from(e: StableReadError) -> Self {
         match e {
             StableReadError::Io(e) => e,
-            unsettled => std::io::Error::other(unsettled.to_string()),
+            other => std::io::Error::other(other.to_string()),
         }
     }
+}
+
+/// `n` bytes for people: whole MiB as `64 MiB`, else the bytes.
+fn bytes_text(n: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    if n >= MIB && n.is_multiple_of(MIB) {
+        format!("{} MiB", n / MIB)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+fn size_text(size: Option<u64>) -> String {
+    match size {
+        Some(n) => format!("it is {n} bytes"),
+        None => "it grew while it was read".to_string(),
+    }
+}
+
+/// What a file that is not a regular file is, for people (`None` for a regular file).
+#[cfg(unix)]
+fn kind_of(t: &std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_file() {
+        None
+    } else if t.is_fifo() {
+        Some("a FIFO (named pipe)")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else if t.is_block_device() {
+        Some("a block device")
+    } else if t.is_dir() {
+        Some("a directory")
+    } else {
+        Some("a special file")
+    }
+}
+
+/// What a file that is not a regular file is, for people (`None` for a regular file).
+#[cfg(not(unix))]
+fn kind_of(t: &std::fs::FileType) -> Option<&'static str> {
+    if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("a directory")
+    } else {
+        Some("a special file")
+    }
+}
+
+/// What the opened handle is, when Windows says it is not a file on disk (a named pipe, a
+/// console or another character device).
+#[cfg(windows)]
+fn handle_kind(file: &File) -> Option<&'static str> {
+    use std::os::windows::io::AsRawHandle;
+    use windows::Win32::Foundation::HANDLE;
+    use windows::Win32::Storage::FileSystem::{
+        GetFileType, FILE_TYPE_CHAR, FILE_TYPE_DISK, FILE_TYPE_PIPE,
+    };
+    // SAFETY: the handle is open for as long as `file` lives, and GetFileType only reads it.
+    let t = unsafe { GetFileType(HANDLE(file.as_raw_handle())) };
+    match t {
+        FILE_TYPE_DISK => None,
+        FILE_TYPE_PIPE => Some("a named pipe"),
+        FILE_TYPE_CHAR => Some("a character device"),
+        _ => Some("a special file"),
+    }
+}
+
+/// Opens `path` for reading without ever blocking in the open, and only when the opened
+/// handle is a regular file: on Unix with `O_NONBLOCK` (a FIFO without a writer would block a
+/// plain open forever) and `O_NOCTTY`, checked with `fstat` on the handle; on Windows checked
+/// with `GetFileType` and the handle's metadata. A FIFO, socket, device or directory is
+/// [`StableReadError::NotRegular`] naming what it is.
+pub fn open_regular(path: &Path) -> Result<File, StableReadError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    }
+    let file = match options.open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            // A socket cannot be opened at all (ENXIO), nor a directory on Windows: say what
+            // it is rather than the OS's words for it.
+            if let Some(kind) = std::fs::metadata(path)
+                .ok()
+                .and_then(|m| kind_of(&m.file_type()))
+            {
+                return Err(StableReadError::NotRegular { kind });
+            }
+            return Err(StableReadError::Io(e));
+        }
+    };
+    #[cfg(windows)]
+    {
+        if let Some(kind) = handle_kind(&file) {
+            return Err(StableReadError::NotRegular { kind });
+        }
+    }
+    if let Some(kind) = kind_of(&file.metadata()?.file_type()) {
+        return Err(StableReadError::NotRegular { kind });
+    }
+    Ok(file)
+}
+
+/// Reads an opened file whose metadata gives `len` bytes, at most `max_bytes`: a file the
+/// metadata says is larger is refused without reading, and reading stops one byte past the
+/// limit (a file that grows during the read is refused too, never read whole).
+fn read_bounded(file: &mut File, len: u64, max_bytes: u64) -> Result<Vec<u8>, StableReadError> {
+    if len > max_bytes {
+        return Err(StableReadError::TooLarge {
+            limit: max_bytes,
+            size: Some(len),
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(StableReadError::TooLarge {
+            limit: max_bytes,
+            size: None,
+        });
+    }
+    Ok(bytes)
+}
+
+fn utf8(bytes: Vec<u8>) -> Result<String, StableReadError> {
+    String::from_utf8(bytes)
+        .map_err(|e| StableReadError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
+/// Reads `path` once as UTF-8 text, when it is a regular file of at most `max_bytes` bytes
+/// (see [`open_regular`]), without the settle check: for a file known to be complete (renamed
+/// into place, or closed after writing).
+pub fn read_once(path: &Path, max_bytes: u64) -> Result<String, StableReadError> {
+    let mut file = open_regular(path)?;
+    let len = file.metadata()?.len();
+    utf8(read_bounded(&mut file, len, max_bytes)?)
 }
 
 /// What identifies one version of a file's content.
@@ -124,9 +294,12 @@ impl Sample {
     }
 }
 
-fn sample(path: &Path) -> std::io::Result<Sample> {
-    let before = Stamp::of(path)?;
-    let bytes = std::fs::read(path)?;
+/// One read of `path`: the stamp of the opened handle, at most `max_bytes` of content, and the
+/// stamp of the path after (a file renamed over it during the read changes its identity).
+fn sample(path: &Path, max_bytes: u64) -> Result<Sample, StableReadError> {
+    let mut file = open_regular(path)?;
+    let before = Stamp::from_metadata(&file.metadata()?);
+    let bytes = read_bounded(&mut file, before.len, max_bytes)?;
     let after = Stamp::of(path)?;
     Ok(Sample {
         before,
@@ -139,21 +312,26 @@ fn sample(path: &Path) -> std::io::Result<Sample> {
 /// agree and match the content's size. A file that is already stable is read once; otherwise it
 /// is read again after pauses of [`FIRST_PAUSE`] doubling up to `settle.interval`. A file that
 /// is removed or unreadable mid-way is an error, as is one written to during each of
-/// `settle.max_reads` reads. Blocks the calling thread (only while it pauses, and only when the
-/// file is being written).
-pub fn read_settled(path: &Path, settle: Settle) -> Result<String, StableReadError> {
-    let bytes = settled(|| sample(path), std::thread::sleep, settle).inspect_err(|e| {
-        if matches!(e, StableReadError::Unsettled { .. }) {
-            tracing::debug!(path = %path.display(), "file never settled");
-        }
-    })?;
-    String::from_utf8(bytes)
-        .map_err(|e| StableReadError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+/// `settle.max_reads` reads, one that is not a regular file ([`open_regular`]) and one larger
+/// than `max_bytes` (never read past the limit). Blocks the calling thread (only while it
+/// pauses, and only when the file is being written).
+pub fn read_settled(
+    path: &Path,
+    settle: Settle,
+    max_bytes: u64,
+) -> Result<String, StableReadError> {
+    let bytes =
+        settled(|| sample(path, max_bytes), std::thread::sleep, settle).inspect_err(|e| {
+            if matches!(e, StableReadError::Unsettled { .. }) {
+                tracing::debug!(path = %path.display(), "file never settled");
+            }
+        })?;
+    utf8(bytes)
 }
 
 /// The settle loop over any sampler and pause, so tests can drive it without a clock.
 fn settled(
-    mut read: impl FnMut() -> std::io::Result<Sample>,
+    mut read: impl FnMut() -> Result<Sample, StableReadError>,
     mut pause: impl FnMut(Duration),
     settle: Settle,
 ) -> Result<Vec<u8>, StableReadError> {
@@ -179,6 +357,8 @@ mod tests {
     use super::*;
     use std::io::Write;
 
+    const LIMIT: u64 = 1 << 20;
+
     const FAST: Settle = Settle {
         interval: Duration::from_millis(5),
         max_reads: 4,
@@ -194,7 +374,7 @@ mod tests {
         let bytes = settled(
             || {
                 reads += 1;
-                sample(&path)
+                sample(&path, LIMIT)
             },
             |_| pauses += 1,
             Settle::DEFAULT,
@@ -202,7 +382,7 @@ mod tests {
         .unwrap();
         assert_eq!(bytes, b"a: 1\n");
         assert_eq!((reads, pauses), (1, 0));
-        assert_eq!(read_settled(&path, FAST).unwrap(), "a: 1\n");
+        assert_eq!(read_settled(&path, FAST, LIMIT).unwrap(), "a: 1\n");
     }
 
     #[test]
@@ -210,11 +390,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         assert!(matches!(
-            read_settled(&path, FAST),
+            read_settled(&path, FAST, LIMIT),
             Err(StableReadError::Io(_))
         ));
         std::fs::write(&path, [0xff, 0xfe, 0x00]).unwrap();
-        let err = read_settled(&path, FAST).unwrap_err();
+        let err = read_settled(&path, FAST, LIMIT).unwrap_err();
         assert!(
             matches!(&err, StableReadError::Io(e) if e.kind() == std::io::ErrorKind::InvalidData)
         );
@@ -254,6 +434,71 @@ mod tests {
         assert_eq!(bytes, b"adapters:\n- a\n- b\n");
         assert_eq!(reads, 2);
         assert_eq!(pauses, [Duration::from_millis(1)]);
+    }
+
+    /// A FIFO with no writer, a socket, a character device and a directory: each is refused at
+    /// once, naming what it is, by both reads (a plain read of the FIFO would block forever).
+    #[cfg(unix)]
+    #[test]
+    fn only_regular_files_are_read_and_special_files_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let socket = dir.path().join("socket");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let table: [(&Path, &str); 4] = [
+            (&fifo, "a FIFO (named pipe)"),
+            (&socket, "a socket"),
+            (Path::new("/dev/null"), "a character device"),
+            (dir.path(), "a directory"),
+        ];
+        for (path, kind) in table {
+            let want = format!(
+                "it is {kind}, not a regular file: dxdp reads only regular files (replace it with one)"
+            );
+            let settled = read_settled(path, FAST, LIMIT).unwrap_err();
+            assert_eq!(settled.to_string(), want, "{}", path.display());
+            let once = read_once(path, LIMIT).unwrap_err();
+            assert_eq!(once.to_string(), want, "{}", path.display());
+        }
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_refused_naming_its_size_and_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big");
+        std::fs::write(&path, vec![b'a'; (1 << 20) + 1]).unwrap();
+        let want = "it is 1048577 bytes, more than the 1 MiB limit for this file: it was not read (make it smaller)";
+        assert_eq!(
+            read_settled(&path, FAST, LIMIT).unwrap_err().to_string(),
+            want
+        );
+        assert_eq!(read_once(&path, LIMIT).unwrap_err().to_string(), want);
+        // Exactly the limit is read.
+        std::fs::write(&path, vec![b'a'; 1 << 20]).unwrap();
+        assert_eq!(read_once(&path, LIMIT).unwrap().len(), 1 << 20);
+        assert_eq!(
+            read_once(&path, 1000).unwrap_err().to_string(),
+            "it is 1048576 bytes, more than the 1000 bytes limit for this file: it was not read (make it smaller)"
+        );
+    }
+
+    /// A file whose metadata understates its size (it grows during the read, or a file system
+    /// reports 0 as /proc does) is read only up to one byte past the limit.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn reading_stops_past_the_limit_whatever_the_metadata_says() {
+        // /proc files report a size of 0 and hold more than 16 bytes.
+        let path = Path::new("/proc/self/status");
+        let mut file = open_regular(path).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 0);
+        let err = read_bounded(&mut file, 0, 16).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "it grew while it was read, more than the 16 bytes limit for this file: it was not read (make it smaller)"
+        );
     }
 
     fn stamp(len: u64, secs: u64) -> Stamp {
