@@ -163,6 +163,11 @@ struct State {
     flushes_done: u64,
     /// Lines dropped since the writer last said so.
     unreported: u64,
+    /// Writes the writer finished.
+    writes: u64,
+    /// The writes finished when a flush last ran out of time: while no write finishes after
+    /// it, the writer hangs in a write and a further flush gives up at once.
+    timed_out_at: Option<u64>,
 }
 
 /// The queue between logging tasks and the writer thread.
@@ -229,11 +234,19 @@ impl Queue {
         state.flushes_asked += 1;
         let ticket = state.flushes_asked;
         self.wake_writer(&mut state);
-        let (state, _) = self
+        if state.timed_out_at == Some(state.writes) {
+            // Still in the write that made the last flush give up.
+            return false;
+        }
+        let (mut state, _) = self
             .written
             .wait_timeout_while(state, timeout, |s| s.flushes_done < ticket)
             .unwrap_or_else(|p| p.into_inner());
-        state.flushes_done >= ticket
+        let done = state.flushes_done >= ticket;
+        if !done {
+            state.timed_out_at = Some(state.writes);
+        }
+        done
     }
 
     /// The writer: takes what is queued (after letting a burst gather for [`LINGER`], unless a
@@ -290,6 +303,7 @@ impl Queue {
             }
             let dropped = {
                 let mut state = self.lock();
+                state.writes += 1;
                 state.flushes_done = state.flushes_done.max(asked);
                 if written.is_ok() {
                     std::mem::take(&mut state.unreported)
@@ -471,6 +485,7 @@ pub fn colour(is_terminal: bool) -> bool {
 mod tests {
     use super::*;
     use std::sync::mpsc;
+    use std::time::Instant;
 
     #[derive(Clone, Default)]
     struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
@@ -578,8 +593,11 @@ mod tests {
             queue.dropped.load(std::sync::atomic::Ordering::Relaxed),
             738
         );
-        // A flush gives up in its time.
+        // A flush gives up in its time, and the next one at once: the writer still hangs.
         assert!(!queue.flush(Duration::from_millis(50)));
+        let asked = Instant::now();
+        assert!(!queue.flush(Duration::from_secs(3600)));
+        assert!(asked.elapsed() < Duration::from_secs(60));
         // The reader reads again: everything queued is written, then the count of the lost.
         open.send(()).unwrap();
         assert!(queue.flush(Duration::from_secs(10)));

@@ -51,7 +51,8 @@ pub fn reload_once(
 
 /// Reloads on file events (from `files`, the subscription to the directories of
 /// `inputs.watched_files()`), on every check it asks for (safety tick, lost events, a directory
-/// watched again) and on every change of the node's labels (`node`: they select the named
+/// watched again), on every reload request (SIGHUP, [`crate::shutdown::reload_requests`]) and on
+/// every change of the node's labels (`node`: they select the named
 /// configuration), until `tx` has no receivers. Counts reloads in `metrics`
 /// (`dxdp_config_reloads_total`): every reload a file event triggers, and a check's reload when
 /// it applies a change or brings a new rejection (the routine re-reads that find nothing are not
@@ -68,6 +69,8 @@ pub async fn watch_counted(
     let files = inputs.watched_files();
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let mut last_rejection: Option<String> = None;
+    // SIGHUP (`crate::shutdown`): re-read now, counted like a file event.
+    let mut hangups = Some(crate::shutdown::reload_requests());
     loop {
         let from_event = tokio::select! {
             notice = files_watch.next() => match notice {
@@ -87,6 +90,16 @@ pub async fn watch_counted(
                 Notice::Check(_) => false,
             },
             _ = tx.closed() => return,
+            changed = async { match hangups.as_mut() {
+                Some(rx) => rx.changed().await,
+                None => std::future::pending().await,
+            } } => {
+                if changed.is_err() {
+                    hangups = None;
+                    continue;
+                }
+                true
+            }
             changed = async { match node.as_mut() {
                 Some(rx) => rx.changed().await,
                 None => std::future::pending().await,
