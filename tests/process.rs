@@ -349,3 +349,57 @@ async fn sigquit_sigusr2_sigint_sigalrm_and_sigpwr_stop_gracefully() {
         kubelet.stop().await;
     }
 }
+
+/// Issue 36: 128 connections to the metrics port that send nothing (its cap is 64) made 9 of 11
+/// `/healthz` probes time out, and the kubelet restarted dxdp. The probes now have a listener
+/// of their own (`--probe-address`, which the chart's probes use): they answer within 1 s,
+/// every time, however many metrics connections sit idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_metrics_connections_beyond_the_cap_do_not_starve_the_probes() {
+    if !common::af_unix("idle_metrics_connections_beyond_the_cap_do_not_starve_the_probes") {
+        return;
+    }
+    let dir = tempdir();
+    let (metrics_port, probe_port) = (free_port(), free_port());
+    let kubelet = KubeletStandin::start(dir.path()).await.unwrap();
+    let metrics_address = format!("127.0.0.1:{metrics_port}");
+    let probe_address = format!("127.0.0.1:{probe_port}");
+    let mut child = spawn(
+        dir.path(),
+        &[
+            "--metrics-address",
+            &metrics_address,
+            "--probe-address",
+            &probe_address,
+        ],
+    );
+    both_registered(&kubelet).await;
+    let deadline = Instant::now() + WAIT;
+    while get(probe_port, "/readyz", WAIT).await.map(|(c, _)| c) != Ok(200) {
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Twice the metrics listener's cap of 64, sending nothing.
+    let mut idle = Vec::new();
+    for _ in 0..128 {
+        idle.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", metrics_port))
+                .await
+                .unwrap(),
+        );
+    }
+    for round in 0..20 {
+        for path in ["/healthz", "/readyz"] {
+            let answer = get(probe_port, path, Duration::from_secs(1)).await;
+            assert_eq!(answer.map(|(c, _)| c), Ok(200), "{path}, round {round}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The probe listener serves the probes only.
+    let (code, body) = get(probe_port, "/metrics", WAIT).await.unwrap();
+    assert_eq!(code, 404, "{body}");
+    drop(idle);
+    send(&child, libc::SIGTERM);
+    exits_cleanly(&mut child, WAIT, "SIGTERM").await;
+    kubelet.stop().await;
+}

@@ -46,6 +46,11 @@ pub struct PluginArgs {
     /// 0.0.0.0:9466; empty: off [env: DXDP_METRICS_ADDRESS; config: metrics.address; default: off].
     #[arg(long, value_name = "HOST:PORT", value_parser = metrics_address)]
     metrics_address: Option<file::MetricsAddress>,
+    /// Also serve /healthz and /readyz alone on this IP:PORT, on connections of their own that
+    /// metrics clients cannot use up (point the kubelet's probes here), e.g. 127.0.0.1:9467;
+    /// empty: off [env: DXDP_PROBE_ADDRESS; config: metrics.probeAddress; default: off].
+    #[arg(long, value_name = "HOST:PORT", value_parser = metrics_address)]
+    probe_address: Option<file::MetricsAddress>,
     #[command(flatten)]
     pipeline: super::PipelineArgs,
 }
@@ -62,6 +67,7 @@ impl PluginArgs {
         flags.replicas = self.replicas;
         self.assignment.apply(flags);
         flags.metrics_address = self.metrics_address.map(|a| a.0);
+        flags.probe_address = self.probe_address.map(|a| a.0);
     }
 }
 

@@ -131,7 +131,10 @@ pub async fn watch_counted(
                 true
             }
         };
-        let before = tx.borrow().metrics_address;
+        let before = {
+            let c = tx.borrow();
+            (c.metrics_address, c.probe_address)
+        };
         // Reading a file waits for a writer to finish: never on an async worker.
         let outcome = {
             let (inputs, tx, dir) = (inputs.clone(), tx.clone(), kubelet_dir.clone());
@@ -149,13 +152,21 @@ pub async fn watch_counted(
                 if let Some(w) = &selection.warning {
                     tracing::warn!("{w}");
                 }
-                let after = tx.borrow().metrics_address;
-                if after != before {
-                    tracing::warn!(
-                        "metrics.address changed from {} to {}: it takes effect when the plugin restarts",
-                        address_text(before),
-                        address_text(after)
-                    );
+                let after = {
+                    let c = tx.borrow();
+                    (c.metrics_address, c.probe_address)
+                };
+                for (key, before, after) in [
+                    ("metrics.address", before.0, after.0),
+                    ("metrics.probeAddress", before.1, after.1),
+                ] {
+                    if after != before {
+                        tracing::warn!(
+                            "{key} changed from {} to {}: it takes effect when the plugin restarts",
+                            address_text(before),
+                            address_text(after)
+                        );
+                    }
                 }
             }
             Outcome::Unchanged => {
