@@ -30,9 +30,13 @@ fn tempdir() -> tempfile::TempDir {
 }
 
 /// `dxdp plugin` on `dir` with the `nvidia-multi-gpu` fixture, stdout to nowhere and stderr a
-/// pipe the caller may read or not.
+/// pipe the caller may read or not (`DXDP_TEST_BIN` runs another build).
 fn spawn(dir: &Path, extra: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_dxdp"))
+    // DXDP_TEST_BIN: another build to test (the release binary, or an older one to see these
+    // tests fail).
+    let bin =
+        std::env::var_os("DXDP_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_dxdp").into());
+    Command::new(bin)
         .args(["plugin", "--kubelet-dir"])
         .arg(dir)
         .arg("--host-snapshot")

@@ -612,6 +612,59 @@ mod tests {
         task.abort();
     }
 
+    /// The probe listener's cap is its own: a metrics listener whose every connection is held
+    /// by clients that send nothing leaves the probes answering (issue 36: 128 idle
+    /// connections made `/healthz` time out).
+    #[tokio::test]
+    async fn probes_answer_on_their_own_listener_while_idle_clients_hold_the_metrics_one() {
+        let observe = Observe::new();
+        let metrics = bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+            .with_connection_limit(4);
+        let metrics_address = metrics.local_addr();
+        let metrics_stats = metrics.stats();
+        let probes = bind_for("127.0.0.1:0".parse().unwrap(), Endpoints::Probes)
+            .await
+            .unwrap();
+        let probe_address = probes.local_addr();
+        let tasks = [
+            tokio::spawn(metrics.serve(observe.clone())),
+            tokio::spawn(probes.serve(observe)),
+        ];
+        let mut idle = Vec::new();
+        for _ in 0..8 {
+            idle.push(
+                tokio::net::TcpStream::connect(metrics_address)
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert!(metrics_stats.wait_for(WAIT, |s| s.open() == 4).await);
+        for _ in 0..5 {
+            let mut probe = tokio::net::TcpStream::connect(probe_address).await.unwrap();
+            probe
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+                .await
+                .unwrap();
+            let mut buf = vec![0u8; 512];
+            let n = tokio::time::timeout(Duration::from_secs(1), probe.read(&mut buf))
+                .await
+                .expect("a probe answered within 1 s")
+                .unwrap();
+            let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+            assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        }
+        // Metrics are not served there.
+        let mut other = tokio::net::TcpStream::connect(probe_address).await.unwrap();
+        assert_eq!(ask(&mut other).await, "HTTP/1.1 404 Not Found");
+        let r = answer_for(&Method::GET, "/metrics", &Observe::new(), Endpoints::Probes).await;
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
+        for t in tasks {
+            t.abort();
+        }
+    }
+
     #[tokio::test]
     async fn serve_forever_retries_a_taken_address_and_serves_once_it_is_free() {
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
