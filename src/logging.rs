@@ -286,6 +286,10 @@ impl Queue {
                 let logged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log(event)));
                 panicked |= logged.is_err();
             }
+            if panicked {
+                // Queued with this batch, right after the lines of the events before it.
+                notice(Notice::Panicked);
+            }
             std::mem::swap(&mut self.lock().lines, &mut spare);
             let written = out.write_all(&spare).and_then(|()| out.flush());
             if written.is_err() {
@@ -312,9 +316,6 @@ impl Queue {
                 }
             };
             self.written.notify_all();
-            if panicked {
-                notice(Notice::Panicked);
-            }
             if dropped > 0 {
                 notice(Notice::Dropped(dropped));
             }
@@ -599,7 +600,14 @@ mod tests {
         assert!(!queue.flush(Duration::from_secs(3600)));
         assert!(asked.elapsed() < Duration::from_secs(60));
         // The reader reads again: everything queued is written, then the count of the lost.
+        let writes = queue.lock().writes;
         open.send(()).unwrap();
+        // (A flush before the hanging write returns gives up at once, as above.)
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while queue.lock().writes == writes {
+            assert!(Instant::now() < deadline, "the write never returned");
+            std::thread::yield_now();
+        }
         assert!(queue.flush(Duration::from_secs(10)));
         assert!(queue.flush(Duration::from_secs(10)));
         let text = sink.text();
