@@ -39,9 +39,14 @@ fn both_listed(v: &StandinView) -> bool {
     v.devices(DISPLAY).is_some() && v.devices(COMPUTE).is_some()
 }
 
-/// One burst: `n` Allocate calls started at once; the time until all are answered and the peak
-/// VmRSS meanwhile.
-async fn burst(kubelet: &KubeletStandin, pid: u32, n: usize) -> (Duration, u64) {
+/// One burst: `n` Allocate calls started at once; the time until all are answered, the peak
+/// VmRSS meanwhile, and the calls that failed with their first error (a server that closes the
+/// connection fails the rest).
+async fn burst(
+    kubelet: &KubeletStandin,
+    pid: u32,
+    n: usize,
+) -> (Duration, u64, usize, Option<String>) {
     let ids: Vec<String> = kubelet
         .view()
         .devices(DISPLAY)
@@ -71,16 +76,20 @@ async fn burst(kubelet: &KubeletStandin, pid: u32, n: usize) -> (Duration, u64) 
                     devices_ids: vec![id],
                 }],
             };
-            client.allocate(request).await.expect("allocate");
+            client.allocate(request).await.map(drop)
         });
     }
+    let (mut failed, mut first_error) = (0, None);
     while let Some(done) = calls.join_next().await {
-        done.expect("caller");
+        if let Err(e) = done.expect("caller") {
+            failed += 1;
+            first_error.get_or_insert_with(|| e.to_string());
+        }
     }
     let elapsed = start.elapsed();
     peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
     sampling.abort();
-    (elapsed, peak.load(Ordering::Relaxed))
+    (elapsed, peak.load(Ordering::Relaxed), failed, first_error)
 }
 
 #[tokio::main]
@@ -114,10 +123,11 @@ async fn main() {
     }
     println!("idle: {:.2} MiB", mib(idle));
     for round in 1..=2 {
-        let (elapsed, peak) = burst(&kubelet, pid, n).await;
+        let (elapsed, peak, failed, first_error) = burst(&kubelet, pid, n).await;
         println!(
-            "burst {round}: {n} concurrent Allocate calls answered in {:.2} s, peak {:.2} MiB ({:+.2} MiB)",
+            "burst {round}: {n} concurrent Allocate calls done in {:.2} s, {failed} failed{}, peak {:.2} MiB ({:+.2} MiB)",
             elapsed.as_secs_f64(),
+            first_error.map(|e| format!(" (first: {e})")).unwrap_or_default(),
             mib(peak),
             mib(peak) - mib(idle)
         );
