@@ -221,16 +221,23 @@ def assert_daemonset(label, objs, values):
     defaults = load_values(os.path.join(CHART, "values.yaml"))
     probes = {**defaults["probes"], **values.get("probes", {})}["enabled"]
     metrics = {**defaults["metrics"], **values.get("metrics", {})}
-    if probes:
+    if metrics["enabled"]:
         port = metrics["port"]
         ports = {p["name"]: p for p in c.get("ports", [])}
         check(f"{label}: metrics port {port}", ports.get("metrics", {}).get("containerPort") == port, str(ports))
         check(f"{label}: DXDP_METRICS_ADDRESS on port {port}",
               (env.get("DXDP_METRICS_ADDRESS") or "").endswith(f":{port}"), str(env))
+    if probes:
+        probe = {**defaults["probes"], **values.get("probes", {})}
+        address, port = str(probe["bindAddress"]), probe["port"]
+        check(f"{label}: DXDP_PROBE_ADDRESS {address}:{port}",
+              env.get("DXDP_PROBE_ADDRESS") == f"{address}:{port}", str(env))
+        # The probes' own listener: on the loopback the kubelet (on the node) calls 127.0.0.1.
+        host = None if address in ("0.0.0.0", "::", "[::]") else address.strip("[]")
         for kind, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
             get = c.get(kind, {}).get("httpGet", {})
-            check(f"{label}: {kind} GET {path} on the metrics port",
-                  get.get("path") == path and get.get("port") == "metrics" and "host" not in get, str(get))
+            check(f"{label}: {kind} GET {path} on the probe listener",
+                  get.get("path") == path and get.get("port") == port and get.get("host") == host, str(get))
     else:
         check(f"{label}: no probes when probes.enabled is false",
               "livenessProbe" not in c and "readinessProbe" not in c)
@@ -377,7 +384,6 @@ def chart_checks():
         ("an unknown value", ["--set", "replicaz=4"], "replicaz"),
         ("replicas above 64", ["--set", "replicas=65"], "replicas"),
         ("an unknown config key", ["--set", "config.resources.display.replica=2"], "replica"),
-        ("probes without the health endpoint", ["--set", "metrics.enabled=false"], "metrics.enabled"),
         ("a ServiceMonitor without the endpoint",
          ["--set", "metrics.enabled=false", "--set", "probes.enabled=false",
           "--set", "metrics.serviceMonitor.enabled=true"], "metrics.enabled"),

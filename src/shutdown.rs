@@ -1,6 +1,9 @@
-//! Shutdown requests and the cleanup handshake: one future that completes on SIGTERM/SIGINT
-//! (Unix) or on Ctrl-C, Ctrl-Break, console close and system shutdown (Windows), and a way for
-//! the Windows console handler to wait until the daemon has cleaned up.
+//! Shutdown requests and the cleanup handshake: one future that completes on a stop signal
+//! (Unix: SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2 and every other signal whose default would
+//! end the process at once, see [`STOP_SIGNALS`]) or on Ctrl-C, Ctrl-Break, console close and
+//! system shutdown (Windows), and a way for the Windows console handler to wait until the daemon
+//! has cleaned up. SIGHUP asks for a configuration reload instead ([`reload_requests`]), as it
+//! does for most daemons (NVIDIA's device plugin restarts itself on it).
 //!
 //! How hcsshim stops a HostProcess (job) container, from its source (microsoft/hcsshim,
 //! `internal/signals/signal.go`, `internal/jobcontainers/process.go` and `jobcontainer.go`): the
@@ -18,6 +21,7 @@
 //! The pure part (event → action, the handshake) is tested on every target; only the handler
 //! registration is Windows-specific.
 
+use std::future::Future;
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -195,14 +199,39 @@ pub fn global() -> &'static Coordinator {
 }
 
 /// Marks cleanup done on the global coordinator when dropped, so a waiting console handler is
-/// released however the daemon ends (success, error or panic).
-pub struct CleanupGuard(());
+/// released however the daemon ends (success, error or panic). What must happen before Windows
+/// may end the process (writing out the log queue) is given to [`CleanupGuard::first`] and runs
+/// before cleanup is marked done.
+pub struct CleanupGuard {
+    coordinator: &'static Coordinator,
+    first: Option<Box<dyn FnOnce()>>,
+}
 
 impl CleanupGuard {
-    /// A guard for the daemon's lifetime.
+    /// A guard for the daemon's lifetime, on the global coordinator.
     pub fn new() -> Self {
-        CleanupGuard(())
+        CleanupGuard::on(global())
     }
+
+    /// A guard on `coordinator`.
+    pub fn on(coordinator: &'static Coordinator) -> Self {
+        CleanupGuard {
+            coordinator,
+            first: None,
+        }
+    }
+
+    /// The same guard running `first` (e.g. flushing the log queue) before it marks cleanup
+    /// done: once it is marked, a console handler returns and Windows ends the process, so
+    /// anything written after it may be lost.
+    pub fn first(self, first: impl FnOnce() + 'static) -> Self {
+        let mut guard = self;
+        guard.first = Some(Box::new(first));
+        guard
+    }
+
+    /// Runs what comes first, then marks cleanup done (the same as dropping the guard).
+    pub fn finish(self) {}
 }
 
 impl Default for CleanupGuard {
@@ -213,15 +242,34 @@ impl Default for CleanupGuard {
 
 impl Drop for CleanupGuard {
     fn drop(&mut self) {
-        global().mark_done();
+        if let Some(first) = self.first.take() {
+            first();
+        }
+        self.coordinator.mark_done();
     }
+}
+
+/// The channel of reload requests: its value counts the SIGHUPs received.
+fn reloads() -> &'static watch::Sender<u64> {
+    static RELOADS: OnceLock<watch::Sender<u64>> = OnceLock::new();
+    RELOADS.get_or_init(|| watch::Sender::new(0))
+}
+
+/// Changes (`changed()`) on every configuration reload requested from now on (SIGHUP on Unix).
+pub fn reload_requests() -> watch::Receiver<u64> {
+    reloads().subscribe()
+}
+
+/// Asks whoever follows [`reload_requests`] to re-read the configuration now.
+pub fn request_reload() {
+    reloads().send_modify(|n| *n = n.wrapping_add(1));
 }
 
 /// Installs the stop handling now: on Windows the console control handler, so that a stop
 /// event that arrives while the daemon is still starting (connecting to the API server, the
 /// first host scan) is kept and acted on, not the default "end the process at once". `dxdp
-/// plugin` calls it first thing. Elsewhere nothing is needed (tokio's SIGTERM/SIGINT handlers
-/// are installed by [`signal`]). An error is also logged by [`signal`], which then falls back to
+/// plugin` calls it first thing. Elsewhere nothing is needed (the signal handlers are
+/// installed by [`signal`]). An error is also logged by [`signal`], which then falls back to
 /// Ctrl-C.
 pub fn install() -> Result<(), String> {
     #[cfg(windows)]
@@ -234,52 +282,142 @@ pub fn install() -> Result<(), String> {
     }
 }
 
-/// Completes on the first termination request: SIGTERM or SIGINT on Unix; Ctrl-C, Ctrl-Break,
-/// console close or system/container shutdown on Windows. Installs the handlers on first use.
-pub async fn signal() {
+/// Completes on the first termination request: one of [`STOP_SIGNALS`] on Unix; Ctrl-C,
+/// Ctrl-Break, console close or system/container shutdown on Windows. On Unix a SIGHUP
+/// meanwhile asks for a configuration reload ([`request_reload`]). The handlers are installed
+/// by this call (it must be made inside the tokio runtime), not when the future is first
+/// polled, so call it as early as possible.
+pub fn signal() -> impl Future<Output = ()> + Send {
     let coordinator = global();
     #[cfg(unix)]
-    {
-        tokio::select! {
-            _ = coordinator.requested() => {}
-            reason = unix_signal() => coordinator.request(reason),
+    let mut signals = unix::Signals::listen();
+    async move {
+        #[cfg(unix)]
+        {
+            loop {
+                tokio::select! {
+                    _ = coordinator.requested() => return,
+                    event = signals.next() => match event {
+                        unix::Received::Stop(name) => {
+                            coordinator.request(name);
+                            return;
+                        }
+                        unix::Received::Hangup => {
+                            tracing::info!("SIGHUP: re-reading the configuration");
+                            request_reload();
+                        }
+                    },
+                }
+            }
         }
-    }
-    #[cfg(windows)]
-    {
-        if let Err(e) = windows_handler::install() {
-            tracing::warn!("cannot install the console control handler ({e}); only Ctrl-C stops dxdp gracefully");
+        #[cfg(windows)]
+        {
+            if let Err(e) = windows_handler::install() {
+                tracing::warn!("cannot install the console control handler ({e}); only Ctrl-C stops dxdp gracefully");
+                tokio::select! {
+                    _ = coordinator.requested() => {}
+                    _ = tokio::signal::ctrl_c() => coordinator.request("Ctrl-C"),
+                }
+                return;
+            }
+            coordinator.requested().await;
+        }
+        #[cfg(not(any(unix, windows)))]
+        {
             tokio::select! {
                 _ = coordinator.requested() => {}
                 _ = tokio::signal::ctrl_c() => coordinator.request("Ctrl-C"),
             }
-            return;
-        }
-        coordinator.requested().await;
-    }
-    #[cfg(not(any(unix, windows)))]
-    {
-        tokio::select! {
-            _ = coordinator.requested() => {}
-            _ = tokio::signal::ctrl_c() => coordinator.request("Ctrl-C"),
         }
     }
 }
 
+/// The signals that stop dxdp gracefully (sockets removed, streams ended, exit status 0): every
+/// signal whose default action ends the process, except SIGHUP (a reload), SIGPIPE (ignored by
+/// Rust) and those the kernel sends for a fault of the process itself (SIGSEGV, SIGBUS, SIGILL,
+/// SIGFPE, SIGABRT, SIGTRAP, SIGSYS), which must keep ending it. A runtime may send any of
+/// them: a container's `STOPSIGNAL`, `kill -s`, a supervisor's habit.
 #[cfg(unix)]
-async fn unix_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => "SIGINT",
-                _ = term.recv() => "SIGTERM",
+pub const STOP_SIGNALS: &[(i32, &str)] = &[
+    (libc::SIGTERM, "SIGTERM"),
+    (libc::SIGINT, "SIGINT"),
+    (libc::SIGQUIT, "SIGQUIT"),
+    (libc::SIGUSR1, "SIGUSR1"),
+    (libc::SIGUSR2, "SIGUSR2"),
+    (libc::SIGALRM, "SIGALRM"),
+    (libc::SIGVTALRM, "SIGVTALRM"),
+    (libc::SIGPROF, "SIGPROF"),
+    (libc::SIGXCPU, "SIGXCPU"),
+    (libc::SIGXFSZ, "SIGXFSZ"),
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    (libc::SIGPWR, "SIGPWR"),
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    (libc::SIGSTKFLT, "SIGSTKFLT"),
+];
+
+#[cfg(unix)]
+mod unix {
+    //! The Unix signal handlers.
+
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+
+    use super::STOP_SIGNALS;
+
+    /// What a signal asks for.
+    pub(super) enum Received {
+        /// Stop, for this signal.
+        Stop(&'static str),
+        /// Reload the configuration.
+        Hangup,
+    }
+
+    /// The installed handlers.
+    pub(super) struct Signals {
+        stops: Vec<(Signal, &'static str)>,
+        hangup: Option<Signal>,
+    }
+
+    impl Signals {
+        /// Installs the handlers now; one that cannot be installed is logged (its signal then
+        /// keeps its default action).
+        pub(super) fn listen() -> Signals {
+            let mut stops = Vec::new();
+            for &(number, name) in STOP_SIGNALS {
+                match signal(SignalKind::from_raw(number)) {
+                    Ok(s) => stops.push((s, name)),
+                    Err(e) => tracing::warn!(
+                        "cannot listen for {name}: {e}; it ends dxdp without cleaning up"
+                    ),
+                }
             }
+            let hangup = match signal(SignalKind::hangup()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot listen for SIGHUP: {e}; it ends dxdp without cleaning up"
+                    );
+                    None
+                }
+            };
+            Signals { stops, hangup }
         }
-        Err(e) => {
-            tracing::warn!("cannot listen for SIGTERM: {e}");
-            let _ = tokio::signal::ctrl_c().await;
-            "SIGINT"
+
+        /// The next signal received.
+        pub(super) async fn next(&mut self) -> Received {
+            std::future::poll_fn(|cx| {
+                for (s, name) in &mut self.stops {
+                    if let std::task::Poll::Ready(Some(())) = s.poll_recv(cx) {
+                        return std::task::Poll::Ready(Received::Stop(name));
+                    }
+                }
+                if let Some(h) = &mut self.hangup {
+                    if let std::task::Poll::Ready(Some(())) = h.poll_recv(cx) {
+                        return std::task::Poll::Ready(Received::Hangup);
+                    }
+                }
+                std::task::Poll::Pending
+            })
+            .await
         }
     }
 }
@@ -500,6 +638,40 @@ mod tests {
             global().requested.borrow().is_none(),
             "the parent received a console event meant for the child"
         );
+    }
+
+    /// Issue 30: on Windows the console handler returns once cleanup is marked done, and Windows
+    /// then ends the process: the log queue must be written out before, not after.
+    #[test]
+    fn the_guard_runs_what_comes_first_before_it_marks_cleanup_done() {
+        let c: &'static Coordinator = Box::leak(Box::new(Coordinator::new()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let guard = {
+            let seen = seen.clone();
+            CleanupGuard::on(c).first(move || {
+                let done = c.wait_done(Duration::ZERO);
+                seen.lock()
+                    .unwrap()
+                    .push(format!("flush (cleanup done: {done})"));
+            })
+        };
+        assert!(!c.wait_done(Duration::ZERO));
+        guard.finish();
+        assert_eq!(*seen.lock().unwrap(), ["flush (cleanup done: false)"]);
+        assert!(c.wait_done(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_reload_request_reaches_every_follower() {
+        let mut a = reload_requests();
+        let mut b = reload_requests();
+        assert!(!a.has_changed().unwrap());
+        request_reload();
+        assert!(a.has_changed().unwrap());
+        assert!(b.has_changed().unwrap());
+        a.mark_unchanged();
+        b.mark_unchanged();
+        assert!(!a.has_changed().unwrap());
     }
 
     #[test]

@@ -46,6 +46,11 @@ pub struct PluginArgs {
     /// 0.0.0.0:9466; empty: off [env: DXDP_METRICS_ADDRESS; config: metrics.address; default: off].
     #[arg(long, value_name = "HOST:PORT", value_parser = metrics_address)]
     metrics_address: Option<file::MetricsAddress>,
+    /// Also serve /healthz and /readyz alone on this IP:PORT, on connections of their own that
+    /// metrics clients cannot use up (point the kubelet's probes here), e.g. 127.0.0.1:9467;
+    /// empty: off [env: DXDP_PROBE_ADDRESS; config: metrics.probeAddress; default: off].
+    #[arg(long, value_name = "HOST:PORT", value_parser = metrics_address)]
+    probe_address: Option<file::MetricsAddress>,
     #[command(flatten)]
     pipeline: super::PipelineArgs,
 }
@@ -62,12 +67,14 @@ impl PluginArgs {
         flags.replicas = self.replicas;
         self.assignment.apply(flags);
         flags.metrics_address = self.metrics_address.map(|a| a.0);
+        flags.probe_address = self.probe_address.map(|a| a.0);
     }
 }
 
-/// Runs the daemon until SIGTERM/SIGINT (on Windows: Ctrl-C, Ctrl-Break, console close or
+/// Runs the daemon until a stop signal (SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, ...: see
+/// [`shutdown::STOP_SIGNALS`]; on Windows: Ctrl-C, Ctrl-Break, console close or
 /// CTRL_SHUTDOWN_EVENT, which hcsshim sends to stop a HostProcess container), reloading the
-/// configuration when its files change. Once the daemon has removed its sockets, a console
+/// configuration when its files change and on SIGHUP. Once the daemon has removed its sockets, a console
 /// handler waiting for cleanup is released (see [`dxdp::shutdown`]).
 pub fn run(
     args: &PluginArgs,
@@ -76,8 +83,11 @@ pub fn run(
     source: Arc<dyn HostFactsSource>,
     host_snapshot: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    // Releases a waiting console handler however this function ends.
-    let _cleanup = shutdown::CleanupGuard::new();
+    // Releases a waiting console handler however this function ends, after writing out the
+    // log queue: once released, Windows ends the process (issue 30).
+    let cleanup = shutdown::CleanupGuard::new().first(|| {
+        dxdp::logging::flush_within(STOP_FLUSH);
+    });
     if source.is_simulated() {
         tracing::info!("simulated host: using {}", source.describe());
     }
@@ -107,6 +117,9 @@ pub fn run(
     let safety_poll = plugin_config.safety_poll;
     let runtime = super::runtime()?;
     let result = runtime.block_on(async move {
+        // The stop and reload signals are handled from here on (the console handler on
+        // Windows is installed earlier, by `cli::main`).
+        let stop = shutdown::signal();
         let mut inputs = inputs;
         let mut config = config;
         let mut node_rx = None;
@@ -268,16 +281,22 @@ pub fn run(
             node: node_rx,
         });
         Ok::<_, anyhow::Error>(
-            plugin::run_with_updates(plugin_config, source, updates, shutdown::signal()).await,
+            plugin::run_with_updates(plugin_config, source, updates, stop).await,
         )
     });
     // A blocking thread hung in the OS (a host read) must not keep the stopped process alive.
     plugin::daemon::stop_runtime(runtime);
-    // Sockets are removed and streams ended: Windows may end the process now.
-    shutdown::global().mark_done();
+    // Sockets are removed and streams ended: the log queue is written out, then Windows may
+    // end the process.
+    cleanup.finish();
     result??;
     Ok(ExitCode::SUCCESS)
 }
+
+/// The longest the stop waits for the log queue to be written out before it releases a waiting
+/// console handler: well within the 4 s the handler waits (`shutdown::CLEANUP_BUDGET`), so that
+/// a stderr nobody reads cannot use up the time Windows gives the stop.
+const STOP_FLUSH: Duration = Duration::from_secs(1);
 
 /// Retries of API server calls (node labels, following the node): 1 s doubling to 60 s, with
 /// jitter.

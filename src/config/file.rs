@@ -345,6 +345,9 @@ impl MetricsAddress {
 pub struct MetricsFile {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     pub address: Option<MetricsAddress>,
+    /// Where `/healthz` and `/readyz` alone are also served, on a listener of their own that
+    /// metrics clients cannot starve (e.g. 127.0.0.1:9467 for the kubelet's probes).
+    pub probe_address: Option<MetricsAddress>,
 }
 
 /// Log format names.

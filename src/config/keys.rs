@@ -92,6 +92,8 @@ pub enum Key {
     Configuration,
     /// `metrics.address`.
     MetricsAddress,
+    /// `metrics.probeAddress`.
+    ProbeAddress,
     /// `telemetry.enabled`.
     TelemetryEnabled,
     /// `telemetry.interval`.
@@ -107,7 +109,7 @@ pub enum Key {
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 20] = [
+const NODE_WIDE: [Key; 21] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -122,6 +124,7 @@ const NODE_WIDE: [Key; 20] = [
     Key::NodeLabelsPrefix,
     Key::Configuration,
     Key::MetricsAddress,
+    Key::ProbeAddress,
     Key::TelemetryEnabled,
     Key::TelemetryInterval,
     Key::TelemetryPodResourcesEndpoint,
@@ -163,6 +166,7 @@ impl Key {
             Key::NodeLabelsPrefix => "nodeLabels.prefix",
             Key::Configuration => "configuration",
             Key::MetricsAddress => "metrics.address",
+            Key::ProbeAddress => "metrics.probeAddress",
             Key::TelemetryEnabled => "telemetry.enabled",
             Key::TelemetryInterval => "telemetry.interval",
             Key::TelemetryPodResourcesEndpoint => "telemetry.podResourcesEndpoint",
@@ -189,7 +193,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 20);
+        assert_eq!(all.len(), 2 * 9 + 21);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

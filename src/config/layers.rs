@@ -255,6 +255,10 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.metrics_address = v.0;
         c.set_origin(Key::MetricsAddress, origin);
     }
+    if let Some(v) = f.metrics.probe_address {
+        c.probe_address = v.0;
+        c.set_origin(Key::ProbeAddress, origin);
+    }
     if let Some(v) = f.telemetry.enabled {
         c.telemetry.enabled = v;
         c.set_origin(Key::TelemetryEnabled, origin);
@@ -473,6 +477,14 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         })?;
         c.set_origin(Key::MetricsAddress, "env DXDP_METRICS_ADDRESS");
     }
+    if let Some(v) = env.get("DXDP_PROBE_ADDRESS") {
+        c.probe_address = file::MetricsAddress::parse(v).map_err(|reason| ConfigError::Env {
+            name: "DXDP_PROBE_ADDRESS".into(),
+            value: v.clone(),
+            reason,
+        })?;
+        c.set_origin(Key::ProbeAddress, "env DXDP_PROBE_ADDRESS");
+    }
     if let Some(v) = env.get("DXDP_TELEMETRY") {
         c.telemetry.enabled = parse_bool("DXDP_TELEMETRY", v)?;
         c.set_origin(Key::TelemetryEnabled, "env DXDP_TELEMETRY");
@@ -580,5 +592,9 @@ pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
     if let Some(v) = f.metrics_address {
         c.metrics_address = v;
         c.set_origin(Key::MetricsAddress, "flag --metrics-address");
+    }
+    if let Some(v) = f.probe_address {
+        c.probe_address = v;
+        c.set_origin(Key::ProbeAddress, "flag --probe-address");
     }
 }

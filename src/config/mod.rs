@@ -62,6 +62,9 @@ pub struct Config {
     /// `metrics.address`: where `/metrics`, `/healthz` and `/readyz` are served (off when
     /// `None`). Read at start; a reload that changes it takes effect at the next start.
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// `metrics.probeAddress`: where `/healthz` and `/readyz` alone are also served, with
+    /// connections of their own (off when `None`). Read at start, like `metrics.address`.
+    pub probe_address: Option<std::net::SocketAddr>,
     /// `telemetry`: GPU telemetry sampling.
     pub telemetry: Telemetry,
     /// `isolation`: the GPU isolation audit.
@@ -190,6 +193,7 @@ impl Default for Config {
                 warning: None,
             },
             metrics_address: None,
+            probe_address: None,
             telemetry: Telemetry::default(),
             isolation: Isolation::default(),
             origins: BTreeMap::new(),
@@ -271,6 +275,8 @@ pub struct Flags {
     pub configuration: Option<String>,
     /// `--metrics-address` (`Some(None)`: an empty value, turning the endpoint off).
     pub metrics_address: Option<Option<std::net::SocketAddr>>,
+    /// `--probe-address` (`Some(None)`: an empty value, turning the endpoint off).
+    pub probe_address: Option<Option<std::net::SocketAddr>>,
 }
 
 /// Why the configuration cannot be built.

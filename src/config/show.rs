@@ -104,6 +104,10 @@ impl Config {
                 Some(a) => json!(a.to_string()),
                 None => Value::Null,
             },
+            Key::ProbeAddress => match self.probe_address {
+                Some(a) => json!(a.to_string()),
+                None => Value::Null,
+            },
             Key::TelemetryEnabled => json!(self.telemetry.enabled),
             Key::TelemetryInterval => json!(format_interval(self.telemetry.interval)),
             Key::TelemetryPodResourcesEndpoint => match &self.telemetry.pod_resources_endpoint {

@@ -64,6 +64,7 @@ nodeLabels:
   prefix: example.com/gpu-
 metrics:
   address: 0.0.0.0:9466
+  probeAddress: 127.0.0.1:9467
 telemetry:
   enabled: true
   interval: 30s
@@ -1139,4 +1140,63 @@ fn isolation_keys_follow_the_precedence_and_policies_are_checked() {
             .to_string();
         assert!(err.contains(part), "{text}: {err}");
     }
+}
+
+#[test]
+fn probe_address_follows_the_precedence_and_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        "metrics:\n  probeAddress: 127.0.0.1:9467\n",
+    );
+    let addr = |s: &str| Some(s.parse::<std::net::SocketAddr>().unwrap());
+    let d = Config::default();
+    assert_eq!(d.probe_address, None);
+    assert!(d.show().contains("metrics.probeAddress: none  # default\n"));
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    assert_eq!(c.probe_address, addr("127.0.0.1:9467"));
+    assert_eq!(
+        c.origin("metrics.probeAddress"),
+        format!("file {}", file.display())
+    );
+    assert_eq!(
+        c.show_json()["metrics.probeAddress"]["value"],
+        "127.0.0.1:9467"
+    );
+    let c = inputs(
+        Some(file.clone()),
+        &[("DXDP_PROBE_ADDRESS", "127.0.0.1:9000")],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(c.probe_address, addr("127.0.0.1:9000"));
+    assert_eq!(c.origin("metrics.probeAddress"), "env DXDP_PROBE_ADDRESS");
+    let c = inputs(
+        Some(file),
+        &[("DXDP_PROBE_ADDRESS", "127.0.0.1:9000")],
+        Flags {
+            probe_address: Some(None),
+            ..Flags::default()
+        },
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(c.probe_address, None);
+    assert_eq!(c.origin("metrics.probeAddress"), "flag --probe-address");
+    let err = inputs(
+        None,
+        &[("DXDP_PROBE_ADDRESS", "localhost:9467")],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("DXDP_PROBE_ADDRESS") && err.contains("IP:PORT"),
+        "{err}"
+    );
 }

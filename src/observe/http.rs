@@ -1,5 +1,12 @@
-//! The HTTP/1.1 server of `--metrics-address`: `/metrics` (OpenMetrics text), `/healthz` and
-//! `/readyz`; GET and HEAD only, everything else 404 (unknown path) or 405 (other method).
+//! The HTTP/1.1 servers of `--metrics-address`: `/metrics` (OpenMetrics text), `/healthz` and
+//! `/readyz`, and of `--probe-address`: `/healthz` and `/readyz` alone ([`Endpoints`]); GET and
+//! HEAD only, everything else 404 (unknown path) or 405 (other method).
+//!
+//! The probe listener exists so that metrics clients cannot starve the kubelet's probes: with
+//! one listener, 128 connections that send nothing held every connection slot and `/healthz`
+//! timed out until the kubelet restarted dxdp. It has its own [`MAX_PROBE_CONNECTIONS`] and a
+//! short [`PROBE_HEADER_TIMEOUT`]; bound to 127.0.0.1 (as the chart does) only the node itself
+//! reaches it.
 //!
 //! It is optional and must never cost the node its GPUs: [`serve_forever`] binds, and when the
 //! address is taken logs once per distinct error and retries in the background with a capped
@@ -35,8 +42,32 @@ const TEXT: &str = "text/plain; charset=utf-8";
 /// How long a client may take to send a request's headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a probe client may take to send a request's headers (the kubelet sends its at once).
+pub const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The most connections served at once (a scrape and the probes need a handful).
 pub const MAX_CONNECTIONS: usize = 64;
+
+/// The most connections the probe listener serves at once (the kubelet opens one per probe).
+pub const MAX_PROBE_CONNECTIONS: usize = 16;
+
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoints {
+    /// `/metrics`, `/healthz` and `/readyz` (`metrics.address`).
+    All,
+    /// `/healthz` and `/readyz` (`metrics.probeAddress`).
+    Probes,
+}
+
+impl Endpoints {
+    fn what(self) -> &'static str {
+        match self {
+            Endpoints::All => "/metrics, /healthz and /readyz",
+            Endpoints::Probes => "the probes /healthz and /readyz",
+        }
+    }
+}
 
 /// The pause after a failed accept, doubling with each further failure.
 pub const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
@@ -52,12 +83,28 @@ pub const BIND_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Why the server cannot listen.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot serve metrics and probes on {address}: {error}; choose a free address and port with --metrics-address, metrics.address or DXDP_METRICS_ADDRESS (HOST:PORT, e.g. 0.0.0.0:9466), or unset it to turn the endpoint off")]
+#[error("cannot serve {} on {address}: {error}; choose a free address and port with {} (HOST:PORT, e.g. {}), or unset it to turn the endpoint off", .endpoints.what(), setting(*.endpoints), example(*.endpoints))]
 pub struct BindError {
     /// The address asked for.
     pub address: SocketAddr,
     /// What the OS said.
     pub error: std::io::Error,
+    /// What it was to serve.
+    pub endpoints: Endpoints,
+}
+
+fn setting(endpoints: Endpoints) -> &'static str {
+    match endpoints {
+        Endpoints::All => "--metrics-address, metrics.address or DXDP_METRICS_ADDRESS",
+        Endpoints::Probes => "--probe-address, metrics.probeAddress or DXDP_PROBE_ADDRESS",
+    }
+}
+
+fn example(endpoints: Endpoints) -> &'static str {
+    match endpoints {
+        Endpoints::All => "0.0.0.0:9466",
+        Endpoints::Probes => "127.0.0.1:9467",
+    }
 }
 
 /// What the server has done, for logs, tests and benches.
@@ -138,21 +185,32 @@ pub struct Server {
     address: SocketAddr,
     limit: usize,
     stats: Arc<Stats>,
+    endpoints: Endpoints,
 }
 
-/// Listens on `address` (port 0 picks a free port).
+/// Listens on `address` (port 0 picks a free port) for every endpoint.
 pub async fn bind(address: SocketAddr) -> Result<Server, BindError> {
-    let listener = TcpListener::bind(address)
-        .await
-        .map_err(|error| BindError { address, error })?;
-    let address = listener
-        .local_addr()
-        .map_err(|error| BindError { address, error })?;
+    bind_for(address, Endpoints::All).await
+}
+
+/// Listens on `address` for `endpoints`, with their connection limit.
+pub async fn bind_for(address: SocketAddr, endpoints: Endpoints) -> Result<Server, BindError> {
+    let err = |error| BindError {
+        address,
+        error,
+        endpoints,
+    };
+    let listener = TcpListener::bind(address).await.map_err(err)?;
+    let address = listener.local_addr().map_err(err)?;
     Ok(Server {
         listener,
         address,
-        limit: MAX_CONNECTIONS,
+        limit: match endpoints {
+            Endpoints::All => MAX_CONNECTIONS,
+            Endpoints::Probes => MAX_PROBE_CONNECTIONS,
+        },
         stats: Arc::default(),
+        endpoints,
     })
 }
 
@@ -166,19 +224,36 @@ pub async fn serve_forever(address: SocketAddr, observe: Observe) {
 
 /// [`serve_forever`] counting into `stats`.
 pub async fn serve_forever_with(address: SocketAddr, observe: Observe, stats: Arc<Stats>) {
+    serve_forever_for(address, Endpoints::All, observe, stats).await
+}
+
+/// [`serve_forever`] for the probes alone (`metrics.probeAddress`), with their own connections.
+pub async fn serve_probes_forever(address: SocketAddr, observe: Observe) {
+    serve_forever_for(address, Endpoints::Probes, observe, Arc::default()).await
+}
+
+async fn serve_forever_for(
+    address: SocketAddr,
+    endpoints: Endpoints,
+    observe: Observe,
+    stats: Arc<Stats>,
+) {
     let mut pause = BIND_BACKOFF_FIRST;
     let mut last_error: Option<String> = None;
+    let what = endpoints.what();
     loop {
-        match bind(address).await {
+        match bind_for(address, endpoints).await {
             Ok(server) => {
                 let server = server.with_stats(stats);
                 let bound = server.local_addr();
                 if last_error.is_some() {
-                    tracing::info!(address = %bound, "bound at last: serving /metrics, /healthz and /readyz");
+                    tracing::info!(address = %bound, "bound at last: serving {what}");
                 } else {
-                    tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+                    tracing::info!(address = %bound, "serving {what}");
                 }
-                observe.set_listening(Some(bound));
+                if endpoints == Endpoints::All {
+                    observe.set_listening(Some(bound));
+                }
                 server.serve(observe).await;
                 return;
             }
@@ -246,7 +321,7 @@ impl Server {
         accept_loop(
             &self.listener,
             self.address,
-            self.limit,
+            (self.limit, self.endpoints),
             &self.stats,
             observe,
         )
@@ -259,7 +334,7 @@ impl Server {
 async fn accept_loop<L: Accept>(
     listener: &L,
     address: SocketAddr,
-    limit: usize,
+    (limit, endpoints): (usize, Endpoints),
     stats: &Arc<Stats>,
     observe: Observe,
 ) {
@@ -293,7 +368,7 @@ async fn accept_loop<L: Accept>(
                 let observe = observe.clone();
                 let stats = stats.clone();
                 connections.spawn(async move {
-                    serve_connection(stream, observe, keep_alive).await;
+                    serve_connection(stream, observe, keep_alive, endpoints).await;
                     stats.closed();
                     drop(permit);
                 });
@@ -324,14 +399,23 @@ async fn serve_connection(
     stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
     observe: Observe,
     keep_alive: bool,
+    endpoints: Endpoints,
 ) {
-    let service = hyper::service::service_fn(move |req| {
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let observe = observe.clone();
-        async move { Ok::<_, Infallible>(respond(&req, &observe).await) }
+        async move {
+            Ok::<_, Infallible>(
+                answer_for(req.method(), req.uri().path(), &observe, endpoints).await,
+            )
+        }
     });
+    let header_timeout = match endpoints {
+        Endpoints::All => HEADER_TIMEOUT,
+        Endpoints::Probes => PROBE_HEADER_TIMEOUT,
+    };
     let served = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
+        .header_read_timeout(header_timeout)
         .keep_alive(keep_alive)
         .serve_connection(TokioIo::new(stream), service)
         .await;
@@ -356,11 +440,27 @@ pub async fn respond(req: &Request<Incoming>, observe: &Observe) -> Response<Ful
 
 /// The answer to `method` on `path`.
 pub async fn answer(method: &Method, path: &str, observe: &Observe) -> Response<Full<Bytes>> {
-    let known = matches!(path, "/metrics" | "/healthz" | "/readyz");
+    answer_for(method, path, observe, Endpoints::All).await
+}
+
+/// The answer to `method` on `path` of a listener serving `endpoints`.
+pub async fn answer_for(
+    method: &Method,
+    path: &str,
+    observe: &Observe,
+    endpoints: Endpoints,
+) -> Response<Full<Bytes>> {
+    let known = match endpoints {
+        Endpoints::All => matches!(path, "/metrics" | "/healthz" | "/readyz"),
+        Endpoints::Probes => matches!(path, "/healthz" | "/readyz"),
+    };
     if !known {
         return text(
             StatusCode::NOT_FOUND,
-            "not found: dxdp serves /metrics, /healthz and /readyz\n",
+            match endpoints {
+                Endpoints::All => "not found: dxdp serves /metrics, /healthz and /readyz\n",
+                Endpoints::Probes => "not found: this is dxdp's probe endpoint, serving /healthz and /readyz (/metrics is on metrics.address)\n",
+            },
         );
     }
     if method != Method::GET && method != Method::HEAD {
@@ -483,7 +583,7 @@ mod tests {
                 accept_loop(
                     &*listener,
                     "127.0.0.1:1".parse().unwrap(),
-                    4,
+                    (4, Endpoints::All),
                     &stats,
                     Observe::new(),
                 )
@@ -510,6 +610,59 @@ mod tests {
             .collect();
         assert_eq!(gaps, [10, 20, 40, 80, 160, 320, 640, 1000]);
         task.abort();
+    }
+
+    /// The probe listener's cap is its own: a metrics listener whose every connection is held
+    /// by clients that send nothing leaves the probes answering (issue 36: 128 idle
+    /// connections made `/healthz` time out).
+    #[tokio::test]
+    async fn probes_answer_on_their_own_listener_while_idle_clients_hold_the_metrics_one() {
+        let observe = Observe::new();
+        let metrics = bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap()
+            .with_connection_limit(4);
+        let metrics_address = metrics.local_addr();
+        let metrics_stats = metrics.stats();
+        let probes = bind_for("127.0.0.1:0".parse().unwrap(), Endpoints::Probes)
+            .await
+            .unwrap();
+        let probe_address = probes.local_addr();
+        let tasks = [
+            tokio::spawn(metrics.serve(observe.clone())),
+            tokio::spawn(probes.serve(observe)),
+        ];
+        let mut idle = Vec::new();
+        for _ in 0..8 {
+            idle.push(
+                tokio::net::TcpStream::connect(metrics_address)
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert!(metrics_stats.wait_for(WAIT, |s| s.open() == 4).await);
+        for _ in 0..5 {
+            let mut probe = tokio::net::TcpStream::connect(probe_address).await.unwrap();
+            probe
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+                .await
+                .unwrap();
+            let mut buf = vec![0u8; 512];
+            let n = tokio::time::timeout(Duration::from_secs(1), probe.read(&mut buf))
+                .await
+                .expect("a probe answered within 1 s")
+                .unwrap();
+            let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+            assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        }
+        // Metrics are not served there.
+        let mut other = tokio::net::TcpStream::connect(probe_address).await.unwrap();
+        assert_eq!(ask(&mut other).await, "HTTP/1.1 404 Not Found");
+        let r = answer_for(&Method::GET, "/metrics", &Observe::new(), Endpoints::Probes).await;
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
+        for t in tasks {
+            t.abort();
+        }
     }
 
     #[tokio::test]

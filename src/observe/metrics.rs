@@ -81,6 +81,27 @@ impl ReloadResult {
     }
 }
 
+/// `dxdp_log_lines_dropped_total`: read from the log writer ([`crate::logging::lines_dropped`])
+/// when the metrics are encoded, so that logging itself touches no metric.
+#[derive(Debug)]
+struct LogLinesDropped;
+
+impl prometheus_client::encoding::EncodeMetric for LogLinesDropped {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        encoder.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+            &crate::logging::lines_dropped(),
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Counter
+    }
+}
+
 /// The devices of one served name, for the device gauges.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceCounts {
@@ -199,6 +220,11 @@ impl Metrics {
             "dxdp_task_restarts",
             "Times a long-lived task ended or panicked and was restarted (or, for a required task, gave up)",
             task_restarts.clone(),
+        );
+        registry.register(
+            "dxdp_log_lines_dropped",
+            "Log lines dropped because stderr was not read fast enough (the log queue was full) or failed",
+            LogLinesDropped,
         );
         registry.register(
             "dxdp_build",

@@ -71,6 +71,12 @@ pub async fn run(
             move || metrics_endpoint(address, observe.clone()),
         ));
     }
+    if let Some(address) = first.probe_address {
+        let observe = observe.clone();
+        tasks.spawn(TaskSpec::new("probe-endpoint", Role::Optional, move || {
+            crate::observe::http::serve_probes_forever(address, observe.clone())
+        }));
+    }
     // Names, sockets: what can be judged before the host is known.
     validate(&first, &config.kubelet_dir, &Default::default())?;
     // Watch before looking, so that nothing created from now on is missed.

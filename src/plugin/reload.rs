@@ -65,7 +65,8 @@ pub fn reload_once(
 /// Reloads on file events (from `files`, the subscription to the directories of
 /// `inputs.watched_files()`; a file written in place once its writer is done), on every check
 /// it asks for (safety tick, lost events, a directory watched again; not while a file is being
-/// written) and on every change of the node's labels (`node`: they select the named
+/// written), on every reload request (SIGHUP, [`crate::shutdown::reload_requests`]) and on
+/// every change of the node's labels (`node`: they select the named
 /// configuration), until `tx` has no receivers. Counts reloads in `observe`'s metrics
 /// (`dxdp_config_reloads_total`): every reload a file event triggers, and a check's reload when
 /// it applies a change or brings a new rejection (the routine re-reads that find nothing are not
@@ -99,6 +100,8 @@ pub async fn watch_counted(
     // A restarted task starts over: a read of its previous run that hung is no longer awaited
     // (a new read that hangs says so again).
     observe.health.stalled(STALL_NAME, None);
+    // SIGHUP (`crate::shutdown`): re-read now, counted like a file event.
+    let mut hangups = Some(crate::shutdown::reload_requests());
     loop {
         let until = writing_until;
         let grace = async move {
@@ -131,6 +134,16 @@ pub async fn watch_counted(
                 true
             }
             _ = tx.closed() => return,
+            changed = async { match hangups.as_mut() {
+                Some(rx) => rx.changed().await,
+                None => std::future::pending().await,
+            } } => {
+                if changed.is_err() {
+                    hangups = None;
+                    continue;
+                }
+                true
+            }
             changed = async { match node.as_mut() {
                 Some(rx) => rx.changed().await,
                 None => std::future::pending().await,
@@ -163,7 +176,10 @@ pub async fn watch_counted(
             }
         };
         writing_until = None;
-        let before = tx.borrow().metrics_address;
+        let before = {
+            let c = tx.borrow();
+            (c.metrics_address, c.probe_address)
+        };
         // Reading a file waits for a writer to finish: never on an async worker, and never
         // without a time limit.
         let outcome = {
@@ -189,13 +205,21 @@ pub async fn watch_counted(
                 if let Some(w) = &selection.warning {
                     tracing::warn!("{w}");
                 }
-                let after = tx.borrow().metrics_address;
-                if after != before {
-                    tracing::warn!(
-                        "metrics.address changed from {} to {}: it takes effect when the plugin restarts",
-                        address_text(before),
-                        address_text(after)
-                    );
+                let after = {
+                    let c = tx.borrow();
+                    (c.metrics_address, c.probe_address)
+                };
+                for (key, before, after) in [
+                    ("metrics.address", before.0, after.0),
+                    ("metrics.probeAddress", before.1, after.1),
+                ] {
+                    if after != before {
+                        tracing::warn!(
+                            "{key} changed from {} to {}: it takes effect when the plugin restarts",
+                            address_text(before),
+                            address_text(after)
+                        );
+                    }
                 }
             }
             Outcome::Unchanged => {

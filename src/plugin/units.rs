@@ -46,6 +46,11 @@ use crate::observe::Observe;
 use crate::transport::{self, Transport};
 use dxdp_core::devices::Resource;
 
+/// The most calls one kubelet connection has in flight at once (HTTP/2
+/// `SETTINGS_MAX_CONCURRENT_STREAMS`; RFC 9113 recommends at least 100). The kubelet admits pods
+/// one at a time: only a burst from elsewhere meets it.
+pub const MAX_CONCURRENT_STREAMS: u32 = 100;
+
 /// How long a stopping unit's streams get to end before its connections are closed.
 pub const STOP_GRACE: Duration = Duration::from_millis(500);
 /// How long a stopping unit's server gets, after its connections were closed, before it is
@@ -377,6 +382,10 @@ impl Units {
         let incoming = transport::incoming(listener, closing, Arc::default());
         let server = tokio::spawn(async move {
             tonic::transport::Server::builder()
+                // A burst of concurrent calls is served 100 at a time (the client queues the
+                // rest): memory stays bounded, and h2 never closes the kubelet's connection for
+                // buffering too many small DATA frames (issue 36, BENCHMARKS.md).
+                .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
                 .add_service(DevicePluginServer::new(svc))
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = until_stopped.wait_for(|s| *s).await;
