@@ -123,6 +123,8 @@ pub fn reg_value(kind: u32, data: &[u8]) -> (RegType, RegData) {
 
 /// Device property types (`devpropdef.h`) that dxdp reads.
 pub mod devprop_type {
+    /// `DEVPROP_TYPE_INT32`.
+    pub const INT32: u32 = 0x0000_0005;
     /// `DEVPROP_TYPE_UINT32`.
     pub const UINT32: u32 = 0x0000_0007;
     /// `DEVPROP_TYPE_UINT64`.
@@ -137,7 +139,7 @@ pub mod devprop_type {
         match kind {
             0x0000_0000 => "DEVPROP_TYPE_EMPTY".into(),
             0x0000_0001 => "DEVPROP_TYPE_NULL".into(),
-            0x0000_0005 => "DEVPROP_TYPE_INT32".into(),
+            INT32 => "DEVPROP_TYPE_INT32".into(),
             UINT32 => "DEVPROP_TYPE_UINT32".into(),
             0x0000_0008 => "DEVPROP_TYPE_INT64".into(),
             UINT64 => "DEVPROP_TYPE_UINT64".into(),
@@ -187,6 +189,23 @@ pub fn devprop_u32(kind: u32, bytes: &[u8]) -> Result<u32, String> {
     devprop_check(kind, devprop_type::UINT32, bytes, Some(4))?;
     u32_le(bytes).ok_or_else(|| "UINT32 value is truncated".into())
 }
+
+/// `DEVPKEY_Device_Address`: `None` for `0xFFFFFFFF`, which means "no address". Microsoft Learn
+/// documents the property as `DEVPROP_TYPE_INT32` and `devpkey.h` as `DEVPROP_TYPE_UINT32`:
+/// both are accepted (4 bytes either way, read as the same bits).
+pub fn devprop_address(kind: u32, bytes: &[u8]) -> Result<Option<u32>, String> {
+    let expected = if kind == devprop_type::INT32 {
+        devprop_type::INT32
+    } else {
+        devprop_type::UINT32
+    };
+    devprop_check(kind, expected, bytes, Some(4))?;
+    let address = u32_le(bytes).ok_or("the address value is truncated")?;
+    Ok(Some(address).filter(|a| *a != NO_ADDRESS))
+}
+
+/// The `DEVPKEY_Device_Address` value of a device without an address.
+pub const NO_ADDRESS: u32 = 0xFFFF_FFFF;
 
 /// A `DEVPROP_TYPE_STRING` property; `None` when empty.
 pub fn devprop_string(kind: u32, bytes: &[u8]) -> Result<Option<String>, String> {
@@ -290,13 +309,14 @@ pub fn u32_le(bytes: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes(b))
 }
 
-/// The PCI location of a device node from its `DEVPKEY_Device_BusNumber` and
-/// `DEVPKEY_Device_Address` buffers (UINT32 each); `None` unless the node is a PCI device
-/// (instance ID `PCI\...`, where the address is `(device << 16) | function`) and both read.
+/// The PCI location of a device node from its decoded `DEVPKEY_Device_BusNumber`
+/// ([`devprop_u32`]) and `DEVPKEY_Device_Address` ([`devprop_address`]; `None` also for "no
+/// address"); `None` unless the node is a PCI device (instance ID `PCI\...`, where the address is
+/// `(device << 16) | function`) and both are known.
 pub fn pci_location(
     instance_id: &str,
-    bus_number: Option<&[u8]>,
-    address: Option<&[u8]>,
+    bus_number: Option<u32>,
+    address: Option<u32>,
 ) -> Option<PciLocation> {
     let is_pci = instance_id
         .get(..4)
@@ -304,10 +324,7 @@ pub fn pci_location(
     if !is_pci {
         return None;
     }
-    Some(PciLocation::from_bus_and_address(
-        u32_le(bus_number?)?,
-        u32_le(address?)?,
-    ))
+    Some(PciLocation::from_bus_and_address(bus_number?, address?))
 }
 
 /// DXCore `DriverVersion` (four 16-bit parts, most significant first) as `a.b.c.d`.
@@ -550,6 +567,7 @@ mod tests {
 
     #[test]
     fn pci_locations_from_recorded_property_buffers() {
+        use devprop_type::{INT32, STRING, UINT32, UINT64};
         let gpu = r"PCI\VEN_10DE&DEV_2236&SUBSYS_148210DE&REV_A1\4&2B7E6F3C&0&0008";
         let loc = |bus, device, function| {
             Some(PciLocation {
@@ -558,52 +576,117 @@ mod tests {
                 function,
             })
         };
-        // (instance ID, bus buffer, address buffer, expected)
+        // What the backend does with the two properties as CM_Get_DevNode_PropertyW returned
+        // them (type and bytes, `None` when the node has no such property): a read error is
+        // recorded against the node and the location is unknown.
+        let locate = |id: &str, bus: Option<(u32, &[u8])>, address: Option<(u32, &[u8])>| {
+            let bus = bus.map(|(k, b)| devprop_u32(k, b)).transpose();
+            let address = address.map(|(k, b)| devprop_address(k, b)).transpose();
+            match (bus, address) {
+                (Ok(bus), Ok(address)) => Ok(pci_location(id, bus, address.flatten())),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            }
+        };
+        // (instance ID, bus property, address property, expected)
         type Case<'a> = (
             &'a str,
-            Option<&'a [u8]>,
-            Option<&'a [u8]>,
-            Option<PciLocation>,
+            Option<(u32, &'a [u8])>,
+            Option<(u32, &'a [u8])>,
+            Result<Option<PciLocation>, &'a str>,
         );
-        let table: [Case; 8] = [
+        let table: [Case; 14] = [
             (
                 gpu,
-                Some(&[0x3b, 0, 0, 0]),
-                Some(&[0, 0, 0, 0]),
-                loc(0x3b, 0, 0),
+                Some((UINT32, &[0x3b, 0, 0, 0])),
+                Some((UINT32, &[0, 0, 0, 0])),
+                Ok(loc(0x3b, 0, 0)),
             ),
-            (gpu, Some(&[1, 0, 0, 0]), Some(&[1, 0, 2, 0]), loc(1, 2, 1)),
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((UINT32, &[1, 0, 2, 0])),
+                Ok(loc(1, 2, 1)),
+            ),
+            // DEVPROP_TYPE_INT32, as Microsoft Learn documents the address: the same bits.
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((INT32, &[1, 0, 2, 0])),
+                Ok(loc(1, 2, 1)),
+            ),
+            (
+                gpu,
+                Some((UINT32, &[0x65, 0, 0, 0])),
+                Some((INT32, &[7, 0, 0x1f, 0])),
+                Ok(loc(0x65, 0x1f, 7)),
+            ),
+            // 0xFFFFFFFF: no address, whichever type says so.
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((UINT32, &[0xff, 0xff, 0xff, 0xff])),
+                Ok(None),
+            ),
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((INT32, &[0xff, 0xff, 0xff, 0xff])),
+                Ok(None),
+            ),
             (
                 "pci\\ven_8086",
-                Some(&[0, 0, 0, 0]),
-                Some(&[0, 0, 0x1f, 0]),
-                loc(0, 0x1f, 0),
+                Some((UINT32, &[0, 0, 0, 0])),
+                Some((UINT32, &[0, 0, 0x1f, 0])),
+                Ok(loc(0, 0x1f, 0)),
             ),
             // Not PCI: the address means something else.
             (
                 r"ACPI\MSFT0101\0",
-                Some(&[1, 0, 0, 0]),
-                Some(&[0, 0, 0, 0]),
-                None,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((UINT32, &[0, 0, 0, 0])),
+                Ok(None),
             ),
             (
                 r"ROOT\DISPLAY\0000",
-                Some(&[0, 0, 0, 0]),
-                Some(&[0, 0, 0, 0]),
-                None,
+                Some((UINT32, &[0, 0, 0, 0])),
+                Some((UINT32, &[0, 0, 0, 0])),
+                Ok(None),
             ),
-            // Missing or wrongly sized buffers.
-            (gpu, None, Some(&[0, 0, 0, 0]), None),
-            (gpu, Some(&[1, 0, 0, 0]), None, None),
-            (gpu, Some(&[1, 0, 0]), Some(&[0, 0, 0, 0, 0]), None),
+            // Missing properties.
+            (gpu, None, Some((UINT32, &[0, 0, 0, 0])), Ok(None)),
+            (gpu, Some((UINT32, &[1, 0, 0, 0])), None, Ok(None)),
+            // Wrongly sized or typed buffers are errors that say what was found.
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0])),
+                Some((UINT32, &[0, 0, 0, 0])),
+                Err("DEVPROP_TYPE_UINT32 value has 3 bytes, expected 4"),
+            ),
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((INT32, &[0, 0, 0, 0, 0])),
+                Err("DEVPROP_TYPE_INT32 value has 5 bytes, expected 4"),
+            ),
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((UINT64, &[0, 0, 0, 0, 0, 0, 0, 0])),
+                Err("has type DEVPROP_TYPE_UINT64, expected DEVPROP_TYPE_UINT32"),
+            ),
         ];
         for (id, bus, address, expected) in table {
             assert_eq!(
-                pci_location(id, bus, address),
-                expected,
+                locate(id, bus, address),
+                expected.map_err(str::to_string),
                 "{id} {bus:?} {address:?}"
             );
         }
+        assert_eq!(
+            devprop_address(STRING, &[0, 0, 0, 0]),
+            Err("has type DEVPROP_TYPE_STRING, expected DEVPROP_TYPE_UINT32".into())
+        );
+        assert_eq!(devprop_address(INT32, &[0, 0, 3, 0]), Ok(Some(0x0003_0000)));
     }
 
     #[test]
