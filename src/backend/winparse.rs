@@ -2,8 +2,8 @@
 //! target from recorded buffers: UTF-16 strings and multi-strings, registry value data, device
 //! property buffers (checked against their `DEVPROPTYPE`), device node status, DXCore property
 //! reads (supported, unsupported or failed), driver versions and LUIDs, the D3DKMT
-//! registry-query struct and the HCS JSON documents (service properties, compute systems, process
-//! lists).
+//! registry-query struct, the HCS JSON documents (service properties, compute systems, process
+//! lists) and PDH's answers (which statuses mean an empty counter set, and the sample's time).
 
 use std::collections::BTreeMap;
 
@@ -557,6 +557,214 @@ pub fn os_build(
     Some(out)
 }
 
+/// PDH status codes (`pdhmsg.h`) that dxdp tells apart.
+pub mod pdh_status {
+    /// `PDH_CSTATUS_VALID_DATA`: the value is usable.
+    pub const VALID_DATA: u32 = 0x0000_0000;
+    /// `PDH_CSTATUS_NEW_DATA`: the value is usable (and new).
+    pub const NEW_DATA: u32 = 0x0000_0001;
+    /// `PDH_CSTATUS_NO_INSTANCE`: the (wildcard) counter has no instance now.
+    pub const NO_INSTANCE: u32 = 0x8000_07D1;
+    /// `PDH_MORE_DATA`: the buffer is too small (the size was asked for).
+    pub const MORE_DATA: u32 = 0x8000_07D2;
+    /// `PDH_NO_DATA`: no data for the counter or the query (no instance to collect).
+    pub const NO_DATA: u32 = 0x8000_07D5;
+    /// `PDH_CSTATUS_NO_OBJECT`: the counter set does not exist on this machine.
+    pub const NO_OBJECT: u32 = 0xC000_0BB8;
+    /// `PDH_CSTATUS_NO_COUNTER`: the counter does not exist in its set.
+    pub const NO_COUNTER: u32 = 0xC000_0BB9;
+    /// `PDH_CSTATUS_INVALID_DATA`: the counter has no valid value (a wildcard counter whose set
+    /// has no instance yet answers this too).
+    pub const INVALID_DATA: u32 = 0xC000_0BBA;
+}
+
+/// A PDH call's failure as text: the call, the status in hex and, where the status means the GPU
+/// counters do not exist, where they come from.
+pub fn pdh_error(api: &str, code: u32) -> String {
+    let hint = match code {
+        pdh_status::NO_OBJECT | pdh_status::NO_COUNTER => {
+            " (the GPU performance counters do not exist here: they come with Windows 10 1709 / Server 2019 and a WDDM 2.4 or later driver)"
+        }
+        _ => "",
+    };
+    format!("PDH {api}: status 0x{code:08X}{hint}")
+}
+
+/// What the status of `PdhGetRawCounterArrayW` (asked for the size, with no buffer) means for a
+/// wildcard counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PdhArrayStatus {
+    /// Items to read (`PDH_MORE_DATA`: read them into a buffer of the size given).
+    Items,
+    /// No instance: an empty set, not an error. `ERROR_SUCCESS` with no buffer, `PDH_NO_DATA`,
+    /// `PDH_CSTATUS_NO_INSTANCE` and `PDH_CSTATUS_INVALID_DATA` all mean this: an idle GPU has
+    /// no `GPU Engine` or `GPU Process Memory` instance until a process uses it.
+    Empty,
+    /// The read failed (the call and status, as text).
+    Failed(String),
+}
+
+/// Decides what a `PdhGetRawCounterArrayW` status means (see [`PdhArrayStatus`]).
+pub fn pdh_array_status(code: u32) -> PdhArrayStatus {
+    match code {
+        pdh_status::MORE_DATA => PdhArrayStatus::Items,
+        pdh_status::VALID_DATA
+        | pdh_status::NO_DATA
+        | pdh_status::NO_INSTANCE
+        | pdh_status::INVALID_DATA => PdhArrayStatus::Empty,
+        other => PdhArrayStatus::Failed(pdh_error("PdhGetRawCounterArrayW", other)),
+    }
+}
+
+/// What the status of `PdhCollectQueryDataWithTime` means: `Ok` when the counters can be read
+/// (`ERROR_SUCCESS`, or `PDH_NO_DATA`: no counter of the query has an instance now, so every set
+/// reads empty), else the error.
+pub fn pdh_collect_status(code: u32) -> Result<(), String> {
+    match code {
+        pdh_status::VALID_DATA | pdh_status::NO_DATA => Ok(()),
+        other => Err(pdh_error("PdhCollectQueryDataWithTime", other)),
+    }
+}
+
+/// One item of a `PdhGetRawCounterArrayW` answer: the instance, the item's `CStatus`, its raw
+/// `TimeStamp` (a FILETIME) and `FirstValue`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdhRawItem {
+    /// The instance name.
+    pub instance: String,
+    /// `PDH_RAW_COUNTER::CStatus`.
+    pub status: u32,
+    /// `PDH_RAW_COUNTER::TimeStamp`, 100 ns units since 1601.
+    pub time_stamp: u64,
+    /// `PDH_RAW_COUNTER::FirstValue`.
+    pub value: i64,
+}
+
+/// One counter's answer: the status of `PdhGetRawCounterArrayW` and, when it had items, the
+/// items (the status of the read of the items is [`pdh_status::VALID_DATA`] or the failure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdhCounterAnswer {
+    /// The status of the first call (asked for the size).
+    pub status: u32,
+    /// The status of the second call (the items), when there was one.
+    pub read_status: u32,
+    /// The items read.
+    pub items: Vec<PdhRawItem>,
+}
+
+impl PdhCounterAnswer {
+    /// A counter whose set has instances: `PDH_MORE_DATA`, then the items.
+    pub fn items(items: Vec<PdhRawItem>) -> Self {
+        PdhCounterAnswer {
+            status: pdh_status::MORE_DATA,
+            read_status: pdh_status::VALID_DATA,
+            items,
+        }
+    }
+
+    /// A counter that answered `status` when asked for its size (nothing read after it).
+    pub fn status(status: u32) -> Self {
+        PdhCounterAnswer {
+            status,
+            read_status: pdh_status::VALID_DATA,
+            items: Vec::new(),
+        }
+    }
+}
+
+/// What one collection of the GPU counters answered: `PdhCollectQueryDataWithTime`'s status and
+/// time stamp, and each counter's answer in the order `\GPU Engine(*)\Running Time`, `\GPU
+/// Process Memory(*)\Dedicated Usage`, `Shared Usage`, `\GPU Adapter Memory(*)\Dedicated Usage`,
+/// `Shared Usage`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdhAnswer {
+    /// The status of `PdhCollectQueryDataWithTime`.
+    pub collect_status: u32,
+    /// Its time stamp (a FILETIME; 0 when it gave none).
+    pub collect_time: i64,
+    /// The five counters' answers.
+    pub counters: Vec<PdhCounterAnswer>,
+}
+
+/// The usable items of one counter: those whose status is `PDH_CSTATUS_VALID_DATA` or
+/// `NEW_DATA`; an empty set is empty, a failed read is the error.
+pub fn pdh_counter_values(answer: &PdhCounterAnswer) -> Result<Vec<&PdhRawItem>, String> {
+    match pdh_array_status(answer.status) {
+        PdhArrayStatus::Empty => return Ok(Vec::new()),
+        PdhArrayStatus::Failed(e) => return Err(e),
+        PdhArrayStatus::Items => {}
+    }
+    // The set can empty itself between the two calls.
+    match pdh_array_status(answer.read_status) {
+        PdhArrayStatus::Empty => {}
+        PdhArrayStatus::Items => {
+            return Err(pdh_error("PdhGetRawCounterArrayW", answer.read_status));
+        }
+        PdhArrayStatus::Failed(e) => return Err(e),
+    }
+    Ok(answer
+        .items
+        .iter()
+        .filter(|i| matches!(i.status, pdh_status::VALID_DATA | pdh_status::NEW_DATA))
+        .collect())
+}
+
+/// The counter sample of one collection, timed by PDH itself: `PdhCollectQueryDataWithTime`'s
+/// time stamp, else the newest time stamp of a valid item, else `previous` (the last sample's
+/// time: a sample with no time and no item restarts the utilisation window rather than invent a
+/// time), else no sample at all. Never the wall clock around the call, which includes however
+/// long the call took. Empty sets are empty; any other failure is the error.
+pub fn pdh_sample(
+    answer: &PdhAnswer,
+    previous: Option<u64>,
+) -> Result<Option<dxdp_core::telemetry::CounterSample>, String> {
+    use dxdp_core::telemetry::{CounterSample, EngineCounter};
+    pdh_collect_status(answer.collect_status)?;
+    if answer.counters.len() != 5 {
+        return Err(format!(
+            "PDH answered {} counters, expected 5",
+            answer.counters.len()
+        ));
+    }
+    let mut sets = Vec::with_capacity(5);
+    for counter in &answer.counters {
+        sets.push(pdh_counter_values(counter)?);
+    }
+    let time = u64::try_from(answer.collect_time)
+        .ok()
+        .filter(|t| *t > 0)
+        .or_else(|| {
+            sets.iter()
+                .flatten()
+                .map(|i| i.time_stamp)
+                .filter(|t| *t > 0)
+                .max()
+        })
+        .or(previous);
+    let Some(time100ns) = time else {
+        return Ok(None);
+    };
+    let positive = |v: i64| u64::try_from(v).unwrap_or(0);
+    let values = |set: &[&PdhRawItem]| -> Vec<(String, u64)> {
+        set.iter()
+            .map(|i| (i.instance.clone(), positive(i.value)))
+            .collect()
+    };
+    let memory = crate::backend::counters::memory_counters;
+    Ok(Some(CounterSample {
+        time100ns,
+        engines: sets[0]
+            .iter()
+            .map(|i| EngineCounter {
+                instance: i.instance.clone(),
+                running_time: positive(i.value),
+            })
+            .collect(),
+        process_memory: memory(&values(&sets[1]), &values(&sets[2])),
+        adapter_memory: memory(&values(&sets[3]), &values(&sets[4])),
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -687,6 +895,186 @@ mod tests {
             Err("has type DEVPROP_TYPE_STRING, expected DEVPROP_TYPE_UINT32".into())
         );
         assert_eq!(devprop_address(INT32, &[0, 0, 3, 0]), Ok(Some(0x0003_0000)));
+    }
+
+    /// Recorded PDH answers: a FILETIME of 2026-11-25 (local time, as PDH gives it) and the
+    /// instance names of one adapter (LUID 0x0000D1A6).
+    mod pdh_answers {
+        use super::super::{pdh_status as st, PdhAnswer, PdhCounterAnswer, PdhRawItem};
+
+        pub const T0: i64 = 134_086_400_000_000_000;
+        pub const ENGINE: &str = "pid_4242_luid_0x00000000_0x0000D1A6_phys_0_eng_0_engtype_3D";
+        pub const ADAPTER: &str = "luid_0x00000000_0x0000D1A6_phys_0";
+
+        pub fn item(instance: &str, status: u32, time_stamp: i64, value: i64) -> PdhRawItem {
+            PdhRawItem {
+                instance: instance.into(),
+                status,
+                time_stamp: time_stamp as u64,
+                value,
+            }
+        }
+
+        /// An idle node: no process uses the GPU, so `GPU Engine` and `GPU Process Memory` have
+        /// no instance (three ways PDH says so), and the adapter's memory counters read.
+        pub fn idle(collect_time: i64) -> PdhAnswer {
+            PdhAnswer {
+                collect_status: st::VALID_DATA,
+                collect_time,
+                counters: vec![
+                    PdhCounterAnswer::status(st::NO_INSTANCE),
+                    PdhCounterAnswer::status(st::NO_DATA),
+                    PdhCounterAnswer::status(st::INVALID_DATA),
+                    PdhCounterAnswer::items(vec![item(ADAPTER, st::VALID_DATA, T0, 1_048_576)]),
+                    PdhCounterAnswer::items(vec![item(ADAPTER, st::NEW_DATA, T0, 65_536)]),
+                ],
+            }
+        }
+
+        /// One process on the 3D engine: `running` (100 ns units) at `time`.
+        pub fn busy(time: i64, running: i64) -> PdhAnswer {
+            PdhAnswer {
+                collect_status: st::VALID_DATA,
+                collect_time: time,
+                counters: vec![
+                    PdhCounterAnswer::items(vec![item(ENGINE, st::VALID_DATA, time, running)]),
+                    PdhCounterAnswer::status(st::VALID_DATA),
+                    PdhCounterAnswer::status(st::VALID_DATA),
+                    PdhCounterAnswer::status(st::NO_DATA),
+                    PdhCounterAnswer::status(st::NO_DATA),
+                ],
+            }
+        }
+    }
+
+    #[test]
+    fn pdh_empty_sets_are_empty_and_other_statuses_are_errors() {
+        use pdh_answers::*;
+        use pdh_status as st;
+        let sample = pdh_sample(&idle(T0), None)
+            .expect("an idle node reads")
+            .expect("a sample");
+        assert_eq!(sample.time100ns, 134_086_400_000_000_000);
+        assert!(sample.engines.is_empty());
+        assert!(sample.process_memory.is_empty());
+        assert_eq!(
+            sample.adapter_memory,
+            vec![dxdp_core::telemetry::MemoryCounter {
+                instance: "luid_0x00000000_0x0000D1A6_phys_0".into(),
+                dedicated: 1_048_576,
+                shared: 65_536,
+            }]
+        );
+        // Every counter empty, and the query itself saying PDH_NO_DATA: an empty sample.
+        let nothing = PdhAnswer {
+            collect_status: st::NO_DATA,
+            collect_time: T0,
+            counters: vec![PdhCounterAnswer::status(st::NO_DATA); 5],
+        };
+        let sample = pdh_sample(&nothing, None).unwrap().unwrap();
+        assert_eq!(sample.time100ns, 134_086_400_000_000_000);
+        assert!(sample.engines.is_empty() && sample.adapter_memory.is_empty());
+        // Items PDH marks invalid are left out, the others kept.
+        let mut mixed = busy(T0, 5);
+        mixed.counters[0].items.push(item(
+            "pid_1_luid_0x0_0x1_phys_0_eng_0_engtype_3D",
+            st::INVALID_DATA,
+            T0,
+            9,
+        ));
+        assert_eq!(
+            pdh_sample(&mixed, None).unwrap().unwrap().engines,
+            vec![dxdp_core::telemetry::EngineCounter {
+                instance: "pid_4242_luid_0x00000000_0x0000D1A6_phys_0_eng_0_engtype_3D".into(),
+                running_time: 5,
+            }]
+        );
+        // Real failures stay failures, naming the call and the status.
+        let mut gone = idle(T0);
+        gone.counters[3] = PdhCounterAnswer::status(st::NO_OBJECT);
+        let e = pdh_sample(&gone, None).unwrap_err();
+        assert!(
+            e.starts_with("PDH PdhGetRawCounterArrayW: status 0xC0000BB8 (the GPU performance counters do not exist here"),
+            "{e}"
+        );
+        let mut handle = idle(T0);
+        handle.collect_status = 0xC000_0BBC; // PDH_INVALID_HANDLE
+        assert_eq!(
+            pdh_sample(&handle, None).unwrap_err(),
+            "PDH PdhCollectQueryDataWithTime: status 0xC0000BBC"
+        );
+        let mut grew = busy(T0, 5);
+        grew.counters[0].read_status = st::MORE_DATA;
+        assert_eq!(
+            pdh_sample(&grew, None).unwrap_err(),
+            "PDH PdhGetRawCounterArrayW: status 0x800007D2"
+        );
+        // The statuses one by one.
+        for (code, expected) in [
+            (st::MORE_DATA, PdhArrayStatus::Items),
+            (st::VALID_DATA, PdhArrayStatus::Empty),
+            (st::NO_DATA, PdhArrayStatus::Empty),
+            (st::NO_INSTANCE, PdhArrayStatus::Empty),
+            (st::INVALID_DATA, PdhArrayStatus::Empty),
+            (
+                0xC000_0BBD,
+                PdhArrayStatus::Failed("PDH PdhGetRawCounterArrayW: status 0xC0000BBD".into()),
+            ),
+        ] {
+            assert_eq!(pdh_array_status(code), expected, "0x{code:08X}");
+        }
+    }
+
+    #[test]
+    fn pdh_samples_are_timed_by_pdh_and_utilisation_follows_that_time() {
+        use dxdp_core::telemetry::compute::{compute, push_sample, DeviceRef};
+        use pdh_answers::*;
+        // PDH's time: the query's time stamp, else the newest item's, else the last sample's
+        // (the window restarts), else no sample yet.
+        let mut no_query_time = busy(0, 7);
+        no_query_time.counters[0].items[0].time_stamp = (T0 + 30) as u64;
+        assert_eq!(
+            pdh_sample(&no_query_time, None).unwrap().unwrap().time100ns,
+            134_086_400_000_000_030
+        );
+        let mut timeless = idle(0);
+        for c in &mut timeless.counters {
+            for i in &mut c.items {
+                i.time_stamp = 0;
+            }
+        }
+        assert_eq!(
+            pdh_sample(&timeless, Some(77)).unwrap().unwrap().time100ns,
+            77
+        );
+        assert_eq!(pdh_sample(&timeless, None).unwrap(), None);
+
+        // Two collections 2 s apart by PDH's clock, the engine busy 0.5 s in between: 25 %,
+        // whatever the wall clock did around the calls.
+        let mut window = Vec::new();
+        let first = pdh_sample(&busy(T0, 10_000_000), None).unwrap().unwrap();
+        let second = pdh_sample(&busy(T0 + 20_000_000, 15_000_000), Some(first.time100ns))
+            .unwrap()
+            .unwrap();
+        push_sample(&mut window, first);
+        push_sample(&mut window, second);
+        let facts = dxdp_core::telemetry::TelemetryFacts {
+            samples: window,
+            ..Default::default()
+        };
+        let device = DeviceRef {
+            id: "gpu0".into(),
+            resource: "directx.microsoft.com/display".into(),
+            luid: 0xD1A6,
+            model: "m".into(),
+            dedicated_total: 0,
+        };
+        let view = compute(&[device], &facts, &Default::default(), &[]);
+        assert_eq!(view.window_seconds, 2.0);
+        assert_eq!(
+            view.devices[0].engines,
+            BTreeMap::from([("3d".to_string(), 0.25)])
+        );
     }
 
     #[test]
