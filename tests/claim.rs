@@ -121,7 +121,11 @@ fn two_daemons_with_different_tmpdirs_and_spellings_of_one_kubelet_directory_do_
     let link = top.path().join("link");
     std::os::unix::fs::symlink(&kubelet, &link).unwrap();
     second_refuses(&link, tmp3.path(), &first);
-    assert_eq!(first.try_wait().unwrap(), None, "the first daemon still runs");
+    assert_eq!(
+        first.try_wait().unwrap(),
+        None,
+        "the first daemon still runs"
+    );
     let _ = first.kill();
     let _ = first.wait();
 }
