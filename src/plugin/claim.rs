@@ -421,6 +421,10 @@ mod tests {
         #[cfg(windows)]
         let linked = std::os::windows::fs::symlink_dir(&kubelet, &link);
         match linked {
+            // (Wine makes Windows symlinks that opening does not follow: not the same directory.)
+            Ok(()) if file_id(&link).ok() != file_id(&kubelet).ok() => eprintln!(
+                "skipped one_lock_per_directory_whatever_the_spelling (symlink part): a symlink here does not lead to its target"
+            ),
             Ok(()) => refused(locks.path(), &link, &first, 0, &holder),
             Err(e) => eprintln!(
                 "skipped one_lock_per_directory_whatever_the_spelling (symlink part): cannot make a symlink here: {e}"

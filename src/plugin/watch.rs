@@ -652,7 +652,15 @@ mod tests {
         let mut s = w.subscribe(std::slice::from_ref(&dir), HOUR);
         assert!(w.is_watching(&dir));
         std::fs::remove_dir(&dir).unwrap();
-        std::fs::create_dir(&dir).unwrap();
+        if let Err(e) = std::fs::create_dir(&dir) {
+            // Windows: the watch's open handle leaves the removed directory "delete pending",
+            // and its name cannot be used again until that handle is closed.
+            assert!(cfg!(windows), "{e}");
+            eprintln!(
+                "skipped a_directory_removed_and_recreated_is_watched_again_without_a_tick: the removed directory's name is still taken while it is watched ({e})"
+            );
+            return;
+        }
         // The recreated directory is watched again (however the removal and the creation
         // interleave with the watcher), and the subscriber is told to check everything.
         assert_eq!(next_check(&mut s).await, Check::Rewatched);
