@@ -2,8 +2,8 @@
 //! target from recorded buffers: UTF-16 strings and multi-strings, registry value data, device
 //! property buffers (checked against their `DEVPROPTYPE`), device node status, DXCore property
 //! reads (supported, unsupported or failed), driver versions and LUIDs, the D3DKMT
-//! registry-query struct and the HCS JSON documents (service properties, compute systems, process
-//! lists).
+//! registry-query struct, the HCS JSON documents (service properties, compute systems, process
+//! lists) and PDH's answers (which statuses mean an empty counter set, and the sample's time).
 
 use std::collections::BTreeMap;
 
@@ -123,6 +123,8 @@ pub fn reg_value(kind: u32, data: &[u8]) -> (RegType, RegData) {
 
 /// Device property types (`devpropdef.h`) that dxdp reads.
 pub mod devprop_type {
+    /// `DEVPROP_TYPE_INT32`.
+    pub const INT32: u32 = 0x0000_0005;
     /// `DEVPROP_TYPE_UINT32`.
     pub const UINT32: u32 = 0x0000_0007;
     /// `DEVPROP_TYPE_UINT64`.
@@ -137,7 +139,7 @@ pub mod devprop_type {
         match kind {
             0x0000_0000 => "DEVPROP_TYPE_EMPTY".into(),
             0x0000_0001 => "DEVPROP_TYPE_NULL".into(),
-            0x0000_0005 => "DEVPROP_TYPE_INT32".into(),
+            INT32 => "DEVPROP_TYPE_INT32".into(),
             UINT32 => "DEVPROP_TYPE_UINT32".into(),
             0x0000_0008 => "DEVPROP_TYPE_INT64".into(),
             UINT64 => "DEVPROP_TYPE_UINT64".into(),
@@ -187,6 +189,23 @@ pub fn devprop_u32(kind: u32, bytes: &[u8]) -> Result<u32, String> {
     devprop_check(kind, devprop_type::UINT32, bytes, Some(4))?;
     u32_le(bytes).ok_or_else(|| "UINT32 value is truncated".into())
 }
+
+/// `DEVPKEY_Device_Address`: `None` for `0xFFFFFFFF`, which means "no address". Microsoft Learn
+/// documents the property as `DEVPROP_TYPE_INT32` and `devpkey.h` as `DEVPROP_TYPE_UINT32`:
+/// both are accepted (4 bytes either way, read as the same bits).
+pub fn devprop_address(kind: u32, bytes: &[u8]) -> Result<Option<u32>, String> {
+    let expected = if kind == devprop_type::INT32 {
+        devprop_type::INT32
+    } else {
+        devprop_type::UINT32
+    };
+    devprop_check(kind, expected, bytes, Some(4))?;
+    let address = u32_le(bytes).ok_or("the address value is truncated")?;
+    Ok(Some(address).filter(|a| *a != NO_ADDRESS))
+}
+
+/// The `DEVPKEY_Device_Address` value of a device without an address.
+pub const NO_ADDRESS: u32 = 0xFFFF_FFFF;
 
 /// A `DEVPROP_TYPE_STRING` property; `None` when empty.
 pub fn devprop_string(kind: u32, bytes: &[u8]) -> Result<Option<String>, String> {
@@ -290,13 +309,14 @@ pub fn u32_le(bytes: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes(b))
 }
 
-/// The PCI location of a device node from its `DEVPKEY_Device_BusNumber` and
-/// `DEVPKEY_Device_Address` buffers (UINT32 each); `None` unless the node is a PCI device
-/// (instance ID `PCI\...`, where the address is `(device << 16) | function`) and both read.
+/// The PCI location of a device node from its decoded `DEVPKEY_Device_BusNumber`
+/// ([`devprop_u32`]) and `DEVPKEY_Device_Address` ([`devprop_address`]; `None` also for "no
+/// address"); `None` unless the node is a PCI device (instance ID `PCI\...`, where the address is
+/// `(device << 16) | function`) and both are known.
 pub fn pci_location(
     instance_id: &str,
-    bus_number: Option<&[u8]>,
-    address: Option<&[u8]>,
+    bus_number: Option<u32>,
+    address: Option<u32>,
 ) -> Option<PciLocation> {
     let is_pci = instance_id
         .get(..4)
@@ -304,10 +324,7 @@ pub fn pci_location(
     if !is_pci {
         return None;
     }
-    Some(PciLocation::from_bus_and_address(
-        u32_le(bus_number?)?,
-        u32_le(address?)?,
-    ))
+    Some(PciLocation::from_bus_and_address(bus_number?, address?))
 }
 
 /// DXCore `DriverVersion` (four 16-bit parts, most significant first) as `a.b.c.d`.
@@ -540,6 +557,214 @@ pub fn os_build(
     Some(out)
 }
 
+/// PDH status codes (`pdhmsg.h`) that dxdp tells apart.
+pub mod pdh_status {
+    /// `PDH_CSTATUS_VALID_DATA`: the value is usable.
+    pub const VALID_DATA: u32 = 0x0000_0000;
+    /// `PDH_CSTATUS_NEW_DATA`: the value is usable (and new).
+    pub const NEW_DATA: u32 = 0x0000_0001;
+    /// `PDH_CSTATUS_NO_INSTANCE`: the (wildcard) counter has no instance now.
+    pub const NO_INSTANCE: u32 = 0x8000_07D1;
+    /// `PDH_MORE_DATA`: the buffer is too small (the size was asked for).
+    pub const MORE_DATA: u32 = 0x8000_07D2;
+    /// `PDH_NO_DATA`: no data for the counter or the query (no instance to collect).
+    pub const NO_DATA: u32 = 0x8000_07D5;
+    /// `PDH_CSTATUS_NO_OBJECT`: the counter set does not exist on this machine.
+    pub const NO_OBJECT: u32 = 0xC000_0BB8;
+    /// `PDH_CSTATUS_NO_COUNTER`: the counter does not exist in its set.
+    pub const NO_COUNTER: u32 = 0xC000_0BB9;
+    /// `PDH_CSTATUS_INVALID_DATA`: the counter has no valid value (a wildcard counter whose set
+    /// has no instance yet answers this too).
+    pub const INVALID_DATA: u32 = 0xC000_0BBA;
+}
+
+/// A PDH call's failure as text: the call, the status in hex and, where the status means the GPU
+/// counters do not exist, where they come from.
+pub fn pdh_error(api: &str, code: u32) -> String {
+    let hint = match code {
+        pdh_status::NO_OBJECT | pdh_status::NO_COUNTER => {
+            " (the GPU performance counters do not exist here: they come with Windows 10 1709 / Server 2019 and a WDDM 2.4 or later driver)"
+        }
+        _ => "",
+    };
+    format!("PDH {api}: status 0x{code:08X}{hint}")
+}
+
+/// What the status of `PdhGetRawCounterArrayW` (asked for the size, with no buffer) means for a
+/// wildcard counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PdhArrayStatus {
+    /// Items to read (`PDH_MORE_DATA`: read them into a buffer of the size given).
+    Items,
+    /// No instance: an empty set, not an error. `ERROR_SUCCESS` with no buffer, `PDH_NO_DATA`,
+    /// `PDH_CSTATUS_NO_INSTANCE` and `PDH_CSTATUS_INVALID_DATA` all mean this: an idle GPU has
+    /// no `GPU Engine` or `GPU Process Memory` instance until a process uses it.
+    Empty,
+    /// The read failed (the call and status, as text).
+    Failed(String),
+}
+
+/// Decides what a `PdhGetRawCounterArrayW` status means (see [`PdhArrayStatus`]).
+pub fn pdh_array_status(code: u32) -> PdhArrayStatus {
+    match code {
+        pdh_status::MORE_DATA => PdhArrayStatus::Items,
+        pdh_status::VALID_DATA
+        | pdh_status::NO_DATA
+        | pdh_status::NO_INSTANCE
+        | pdh_status::INVALID_DATA => PdhArrayStatus::Empty,
+        other => PdhArrayStatus::Failed(pdh_error("PdhGetRawCounterArrayW", other)),
+    }
+}
+
+/// What the status of `PdhCollectQueryDataWithTime` means: `Ok` when the counters can be read
+/// (`ERROR_SUCCESS`, or `PDH_NO_DATA`: no counter of the query has an instance now, so every set
+/// reads empty), else the error.
+pub fn pdh_collect_status(code: u32) -> Result<(), String> {
+    match code {
+        pdh_status::VALID_DATA | pdh_status::NO_DATA => Ok(()),
+        other => Err(pdh_error("PdhCollectQueryDataWithTime", other)),
+    }
+}
+
+/// One item of a `PdhGetRawCounterArrayW` answer: the instance, the item's `CStatus`, its raw
+/// `TimeStamp` (a FILETIME) and `FirstValue`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdhRawItem {
+    /// The instance name.
+    pub instance: String,
+    /// `PDH_RAW_COUNTER::CStatus`.
+    pub status: u32,
+    /// `PDH_RAW_COUNTER::TimeStamp`, 100 ns units since 1601.
+    pub time_stamp: u64,
+    /// `PDH_RAW_COUNTER::FirstValue`.
+    pub value: i64,
+}
+
+/// One counter's answer: the status of `PdhGetRawCounterArrayW` and, when it had items, the
+/// items (the status of the read of the items is [`pdh_status::VALID_DATA`] or the failure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdhCounterAnswer {
+    /// The status of the first call (asked for the size).
+    pub status: u32,
+    /// The status of the second call (the items), when there was one.
+    pub read_status: u32,
+    /// The items read.
+    pub items: Vec<PdhRawItem>,
+}
+
+impl PdhCounterAnswer {
+    /// A counter whose set has instances: `PDH_MORE_DATA`, then the items.
+    pub fn items(items: Vec<PdhRawItem>) -> Self {
+        PdhCounterAnswer {
+            status: pdh_status::MORE_DATA,
+            read_status: pdh_status::VALID_DATA,
+            items,
+        }
+    }
+
+    /// A counter that answered `status` when asked for its size (nothing read after it).
+    pub fn status(status: u32) -> Self {
+        PdhCounterAnswer {
+            status,
+            read_status: pdh_status::VALID_DATA,
+            items: Vec::new(),
+        }
+    }
+}
+
+/// What one collection of the GPU counters answered: `PdhCollectQueryDataWithTime`'s status and
+/// time stamp, and each counter's answer in the order `\GPU Engine(*)\Running Time`, `\GPU
+/// Process Memory(*)\Dedicated Usage`, `Shared Usage`, `\GPU Adapter Memory(*)\Dedicated Usage`,
+/// `Shared Usage`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdhAnswer {
+    /// The status of `PdhCollectQueryDataWithTime`.
+    pub collect_status: u32,
+    /// Its time stamp (a FILETIME; 0 when it gave none).
+    pub collect_time: i64,
+    /// The five counters' answers.
+    pub counters: Vec<PdhCounterAnswer>,
+}
+
+/// The usable items of one counter: those whose status is `PDH_CSTATUS_VALID_DATA` or
+/// `NEW_DATA`; an empty set is empty, a failed read is the error.
+pub fn pdh_counter_values(answer: &PdhCounterAnswer) -> Result<Vec<&PdhRawItem>, String> {
+    match pdh_array_status(answer.status) {
+        PdhArrayStatus::Empty => return Ok(Vec::new()),
+        PdhArrayStatus::Failed(e) => return Err(e),
+        PdhArrayStatus::Items => {}
+    }
+    // The set can empty itself between the two calls.
+    match pdh_array_status(answer.read_status) {
+        PdhArrayStatus::Empty => {}
+        PdhArrayStatus::Items => {
+            return Err(pdh_error("PdhGetRawCounterArrayW", answer.read_status));
+        }
+        PdhArrayStatus::Failed(e) => return Err(e),
+    }
+    Ok(answer
+        .items
+        .iter()
+        .filter(|i| matches!(i.status, pdh_status::VALID_DATA | pdh_status::NEW_DATA))
+        .collect())
+}
+
+/// The counter sample of one collection, timed by PDH itself: `PdhCollectQueryDataWithTime`'s
+/// time stamp, else the newest time stamp of a valid item, else `previous` (the last sample's
+/// time: a sample with no time and no item restarts the utilisation window rather than invent a
+/// time), else no sample at all. Never the wall clock around the call, which includes however
+/// long the call took. Empty sets are empty; any other failure is the error.
+pub fn pdh_sample(
+    answer: &PdhAnswer,
+    previous: Option<u64>,
+) -> Result<Option<dxdp_core::telemetry::CounterSample>, String> {
+    use dxdp_core::telemetry::{CounterSample, EngineCounter};
+    pdh_collect_status(answer.collect_status)?;
+    if answer.counters.len() != 5 {
+        return Err(format!(
+            "PDH answered {} counters, expected 5",
+            answer.counters.len()
+        ));
+    }
+    let mut sets = Vec::with_capacity(5);
+    for counter in &answer.counters {
+        sets.push(pdh_counter_values(counter)?);
+    }
+    let time = u64::try_from(answer.collect_time)
+        .ok()
+        .filter(|t| *t > 0)
+        .or_else(|| {
+            sets.iter()
+                .flatten()
+                .map(|i| i.time_stamp)
+                .filter(|t| *t > 0)
+                .max()
+        })
+        .or(previous);
+    let Some(time100ns) = time else {
+        return Ok(None);
+    };
+    let positive = |v: i64| u64::try_from(v).unwrap_or(0);
+    let values = |set: &[&PdhRawItem]| -> Vec<(String, u64)> {
+        set.iter()
+            .map(|i| (i.instance.clone(), positive(i.value)))
+            .collect()
+    };
+    let memory = crate::backend::counters::memory_counters;
+    Ok(Some(CounterSample {
+        time100ns,
+        engines: sets[0]
+            .iter()
+            .map(|i| EngineCounter {
+                instance: i.instance.clone(),
+                running_time: positive(i.value),
+            })
+            .collect(),
+        process_memory: memory(&values(&sets[1]), &values(&sets[2])),
+        adapter_memory: memory(&values(&sets[3]), &values(&sets[4])),
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -550,6 +775,7 @@ mod tests {
 
     #[test]
     fn pci_locations_from_recorded_property_buffers() {
+        use devprop_type::{INT32, STRING, UINT32, UINT64};
         let gpu = r"PCI\VEN_10DE&DEV_2236&SUBSYS_148210DE&REV_A1\4&2B7E6F3C&0&0008";
         let loc = |bus, device, function| {
             Some(PciLocation {
@@ -558,52 +784,297 @@ mod tests {
                 function,
             })
         };
-        // (instance ID, bus buffer, address buffer, expected)
+        // What the backend does with the two properties as CM_Get_DevNode_PropertyW returned
+        // them (type and bytes, `None` when the node has no such property): a read error is
+        // recorded against the node and the location is unknown.
+        let locate = |id: &str, bus: Option<(u32, &[u8])>, address: Option<(u32, &[u8])>| {
+            let bus = bus.map(|(k, b)| devprop_u32(k, b)).transpose();
+            let address = address.map(|(k, b)| devprop_address(k, b)).transpose();
+            match (bus, address) {
+                (Ok(bus), Ok(address)) => Ok(pci_location(id, bus, address.flatten())),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            }
+        };
+        // (instance ID, bus property, address property, expected)
         type Case<'a> = (
             &'a str,
-            Option<&'a [u8]>,
-            Option<&'a [u8]>,
-            Option<PciLocation>,
+            Option<(u32, &'a [u8])>,
+            Option<(u32, &'a [u8])>,
+            Result<Option<PciLocation>, &'a str>,
         );
-        let table: [Case; 8] = [
+        let table: [Case; 14] = [
             (
                 gpu,
-                Some(&[0x3b, 0, 0, 0]),
-                Some(&[0, 0, 0, 0]),
-                loc(0x3b, 0, 0),
+                Some((UINT32, &[0x3b, 0, 0, 0])),
+                Some((UINT32, &[0, 0, 0, 0])),
+                Ok(loc(0x3b, 0, 0)),
             ),
-            (gpu, Some(&[1, 0, 0, 0]), Some(&[1, 0, 2, 0]), loc(1, 2, 1)),
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((UINT32, &[1, 0, 2, 0])),
+                Ok(loc(1, 2, 1)),
+            ),
+            // DEVPROP_TYPE_INT32, as Microsoft Learn documents the address: the same bits.
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((INT32, &[1, 0, 2, 0])),
+                Ok(loc(1, 2, 1)),
+            ),
+            (
+                gpu,
+                Some((UINT32, &[0x65, 0, 0, 0])),
+                Some((INT32, &[7, 0, 0x1f, 0])),
+                Ok(loc(0x65, 0x1f, 7)),
+            ),
+            // 0xFFFFFFFF: no address, whichever type says so.
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((UINT32, &[0xff, 0xff, 0xff, 0xff])),
+                Ok(None),
+            ),
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((INT32, &[0xff, 0xff, 0xff, 0xff])),
+                Ok(None),
+            ),
             (
                 "pci\\ven_8086",
-                Some(&[0, 0, 0, 0]),
-                Some(&[0, 0, 0x1f, 0]),
-                loc(0, 0x1f, 0),
+                Some((UINT32, &[0, 0, 0, 0])),
+                Some((UINT32, &[0, 0, 0x1f, 0])),
+                Ok(loc(0, 0x1f, 0)),
             ),
             // Not PCI: the address means something else.
             (
                 r"ACPI\MSFT0101\0",
-                Some(&[1, 0, 0, 0]),
-                Some(&[0, 0, 0, 0]),
-                None,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((UINT32, &[0, 0, 0, 0])),
+                Ok(None),
             ),
             (
                 r"ROOT\DISPLAY\0000",
-                Some(&[0, 0, 0, 0]),
-                Some(&[0, 0, 0, 0]),
-                None,
+                Some((UINT32, &[0, 0, 0, 0])),
+                Some((UINT32, &[0, 0, 0, 0])),
+                Ok(None),
             ),
-            // Missing or wrongly sized buffers.
-            (gpu, None, Some(&[0, 0, 0, 0]), None),
-            (gpu, Some(&[1, 0, 0, 0]), None, None),
-            (gpu, Some(&[1, 0, 0]), Some(&[0, 0, 0, 0, 0]), None),
+            // Missing properties.
+            (gpu, None, Some((UINT32, &[0, 0, 0, 0])), Ok(None)),
+            (gpu, Some((UINT32, &[1, 0, 0, 0])), None, Ok(None)),
+            // Wrongly sized or typed buffers are errors that say what was found.
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0])),
+                Some((UINT32, &[0, 0, 0, 0])),
+                Err("DEVPROP_TYPE_UINT32 value has 3 bytes, expected 4"),
+            ),
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((INT32, &[0, 0, 0, 0, 0])),
+                Err("DEVPROP_TYPE_INT32 value has 5 bytes, expected 4"),
+            ),
+            (
+                gpu,
+                Some((UINT32, &[1, 0, 0, 0])),
+                Some((UINT64, &[0, 0, 0, 0, 0, 0, 0, 0])),
+                Err("has type DEVPROP_TYPE_UINT64, expected DEVPROP_TYPE_UINT32"),
+            ),
         ];
         for (id, bus, address, expected) in table {
             assert_eq!(
-                pci_location(id, bus, address),
-                expected,
+                locate(id, bus, address),
+                expected.map_err(str::to_string),
                 "{id} {bus:?} {address:?}"
             );
         }
+        assert_eq!(
+            devprop_address(STRING, &[0, 0, 0, 0]),
+            Err("has type DEVPROP_TYPE_STRING, expected DEVPROP_TYPE_UINT32".into())
+        );
+        assert_eq!(devprop_address(INT32, &[0, 0, 3, 0]), Ok(Some(0x0003_0000)));
+    }
+
+    /// Recorded PDH answers: a FILETIME of 2026-11-25 (local time, as PDH gives it) and the
+    /// instance names of one adapter (LUID 0x0000D1A6).
+    mod pdh_answers {
+        use super::super::{pdh_status as st, PdhAnswer, PdhCounterAnswer, PdhRawItem};
+
+        pub const T0: i64 = 134_086_400_000_000_000;
+        pub const ENGINE: &str = "pid_4242_luid_0x00000000_0x0000D1A6_phys_0_eng_0_engtype_3D";
+        pub const ADAPTER: &str = "luid_0x00000000_0x0000D1A6_phys_0";
+
+        pub fn item(instance: &str, status: u32, time_stamp: i64, value: i64) -> PdhRawItem {
+            PdhRawItem {
+                instance: instance.into(),
+                status,
+                time_stamp: time_stamp as u64,
+                value,
+            }
+        }
+
+        /// An idle node: no process uses the GPU, so `GPU Engine` and `GPU Process Memory` have
+        /// no instance (three ways PDH says so), and the adapter's memory counters read.
+        pub fn idle(collect_time: i64) -> PdhAnswer {
+            PdhAnswer {
+                collect_status: st::VALID_DATA,
+                collect_time,
+                counters: vec![
+                    PdhCounterAnswer::status(st::NO_INSTANCE),
+                    PdhCounterAnswer::status(st::NO_DATA),
+                    PdhCounterAnswer::status(st::INVALID_DATA),
+                    PdhCounterAnswer::items(vec![item(ADAPTER, st::VALID_DATA, T0, 1_048_576)]),
+                    PdhCounterAnswer::items(vec![item(ADAPTER, st::NEW_DATA, T0, 65_536)]),
+                ],
+            }
+        }
+
+        /// One process on the 3D engine: `running` (100 ns units) at `time`.
+        pub fn busy(time: i64, running: i64) -> PdhAnswer {
+            PdhAnswer {
+                collect_status: st::VALID_DATA,
+                collect_time: time,
+                counters: vec![
+                    PdhCounterAnswer::items(vec![item(ENGINE, st::VALID_DATA, time, running)]),
+                    PdhCounterAnswer::status(st::VALID_DATA),
+                    PdhCounterAnswer::status(st::VALID_DATA),
+                    PdhCounterAnswer::status(st::NO_DATA),
+                    PdhCounterAnswer::status(st::NO_DATA),
+                ],
+            }
+        }
+    }
+
+    #[test]
+    fn pdh_empty_sets_are_empty_and_other_statuses_are_errors() {
+        use pdh_answers::*;
+        use pdh_status as st;
+        let sample = pdh_sample(&idle(T0), None)
+            .expect("an idle node reads")
+            .expect("a sample");
+        assert_eq!(sample.time100ns, 134_086_400_000_000_000);
+        assert!(sample.engines.is_empty());
+        assert!(sample.process_memory.is_empty());
+        assert_eq!(
+            sample.adapter_memory,
+            vec![dxdp_core::telemetry::MemoryCounter {
+                instance: "luid_0x00000000_0x0000D1A6_phys_0".into(),
+                dedicated: 1_048_576,
+                shared: 65_536,
+            }]
+        );
+        // Every counter empty, and the query itself saying PDH_NO_DATA: an empty sample.
+        let nothing = PdhAnswer {
+            collect_status: st::NO_DATA,
+            collect_time: T0,
+            counters: vec![PdhCounterAnswer::status(st::NO_DATA); 5],
+        };
+        let sample = pdh_sample(&nothing, None).unwrap().unwrap();
+        assert_eq!(sample.time100ns, 134_086_400_000_000_000);
+        assert!(sample.engines.is_empty() && sample.adapter_memory.is_empty());
+        // Items PDH marks invalid are left out, the others kept.
+        let mut mixed = busy(T0, 5);
+        mixed.counters[0].items.push(item(
+            "pid_1_luid_0x0_0x1_phys_0_eng_0_engtype_3D",
+            st::INVALID_DATA,
+            T0,
+            9,
+        ));
+        assert_eq!(
+            pdh_sample(&mixed, None).unwrap().unwrap().engines,
+            vec![dxdp_core::telemetry::EngineCounter {
+                instance: "pid_4242_luid_0x00000000_0x0000D1A6_phys_0_eng_0_engtype_3D".into(),
+                running_time: 5,
+            }]
+        );
+        // Real failures stay failures, naming the call and the status.
+        let mut gone = idle(T0);
+        gone.counters[3] = PdhCounterAnswer::status(st::NO_OBJECT);
+        let e = pdh_sample(&gone, None).unwrap_err();
+        assert!(
+            e.starts_with("PDH PdhGetRawCounterArrayW: status 0xC0000BB8 (the GPU performance counters do not exist here"),
+            "{e}"
+        );
+        let mut handle = idle(T0);
+        handle.collect_status = 0xC000_0BBC; // PDH_INVALID_HANDLE
+        assert_eq!(
+            pdh_sample(&handle, None).unwrap_err(),
+            "PDH PdhCollectQueryDataWithTime: status 0xC0000BBC"
+        );
+        let mut grew = busy(T0, 5);
+        grew.counters[0].read_status = st::MORE_DATA;
+        assert_eq!(
+            pdh_sample(&grew, None).unwrap_err(),
+            "PDH PdhGetRawCounterArrayW: status 0x800007D2"
+        );
+        // The statuses one by one.
+        for (code, expected) in [
+            (st::MORE_DATA, PdhArrayStatus::Items),
+            (st::VALID_DATA, PdhArrayStatus::Empty),
+            (st::NO_DATA, PdhArrayStatus::Empty),
+            (st::NO_INSTANCE, PdhArrayStatus::Empty),
+            (st::INVALID_DATA, PdhArrayStatus::Empty),
+            (
+                0xC000_0BBD,
+                PdhArrayStatus::Failed("PDH PdhGetRawCounterArrayW: status 0xC0000BBD".into()),
+            ),
+        ] {
+            assert_eq!(pdh_array_status(code), expected, "0x{code:08X}");
+        }
+    }
+
+    #[test]
+    fn pdh_samples_are_timed_by_pdh_and_utilisation_follows_that_time() {
+        use dxdp_core::telemetry::compute::{compute, push_sample, DeviceRef};
+        use pdh_answers::*;
+        // PDH's time: the query's time stamp, else the newest item's, else the last sample's
+        // (the window restarts), else no sample yet.
+        let mut no_query_time = busy(0, 7);
+        no_query_time.counters[0].items[0].time_stamp = (T0 + 30) as u64;
+        assert_eq!(
+            pdh_sample(&no_query_time, None).unwrap().unwrap().time100ns,
+            134_086_400_000_000_030
+        );
+        let mut timeless = idle(0);
+        for c in &mut timeless.counters {
+            for i in &mut c.items {
+                i.time_stamp = 0;
+            }
+        }
+        assert_eq!(
+            pdh_sample(&timeless, Some(77)).unwrap().unwrap().time100ns,
+            77
+        );
+        assert_eq!(pdh_sample(&timeless, None).unwrap(), None);
+
+        // Two collections 2 s apart by PDH's clock, the engine busy 0.5 s in between: 25 %,
+        // whatever the wall clock did around the calls.
+        let mut window = Vec::new();
+        let first = pdh_sample(&busy(T0, 10_000_000), None).unwrap().unwrap();
+        let second = pdh_sample(&busy(T0 + 20_000_000, 15_000_000), Some(first.time100ns))
+            .unwrap()
+            .unwrap();
+        push_sample(&mut window, first);
+        push_sample(&mut window, second);
+        let facts = dxdp_core::telemetry::TelemetryFacts {
+            samples: window,
+            ..Default::default()
+        };
+        let device = DeviceRef {
+            id: "gpu0".into(),
+            resource: "directx.microsoft.com/display".into(),
+            luid: 0xD1A6,
+            model: "m".into(),
+            dedicated_total: 0,
+        };
+        let view = compute(&[device], &facts, &Default::default(), &[]);
+        assert_eq!(view.window_seconds, 2.0);
+        assert_eq!(
+            view.devices[0].engines,
+            BTreeMap::from([("3d".to_string(), 0.25)])
+        );
     }
 
     #[test]

@@ -154,6 +154,15 @@ pub enum PluginError {
         /// What the lock file says of its holder.
         holder: String,
     },
+    /// The kubelet directory (or its nearest existing ancestor) cannot be resolved, so its lock
+    /// is unknown.
+    #[error("cannot resolve the kubelet directory {}: {reason} (dxdp locks it by what it is, whatever it is called; check that it, or the part of it that exists, can be read)", dir.display())]
+    KubeletDir {
+        /// The kubelet directory as given.
+        dir: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The lock file cannot be used.
     #[error("cannot lock {}: {reason} (dxdp keeps one lock file per kubelet directory there; check that it is writable)", lock.display())]
     Lock {

@@ -185,22 +185,30 @@ fn node(instance_id: &str) -> Result<PnpFacts, WinError> {
         &mut errors,
     )
     .unwrap_or_default();
-    // PCI bus number and address: UINT32 each, type-checked, then located by `pci_location`.
-    let mut uint32 = |key, name| {
-        keep(
-            typed_property(devinst, key, name, winparse::devprop_u32),
-            instance_id,
-            &mut errors,
-        )
-        .map(u32::to_le_bytes)
-    };
-    let bus = uint32(&DEVPKEY_Device_BusNumber, "DEVPKEY_Device_BusNumber");
-    let address = uint32(&DEVPKEY_Device_Address, "DEVPKEY_Device_Address");
-    let pci = winparse::pci_location(
+    // PCI bus number (UINT32) and address (INT32 or UINT32, 0xFFFFFFFF for none), type-checked,
+    // then located by `pci_location`.
+    let bus = keep(
+        typed_property(
+            devinst,
+            &DEVPKEY_Device_BusNumber,
+            "DEVPKEY_Device_BusNumber",
+            winparse::devprop_u32,
+        ),
         instance_id,
-        bus.as_ref().map(|b| &b[..]),
-        address.as_ref().map(|b| &b[..]),
+        &mut errors,
     );
+    let address = keep(
+        typed_property(
+            devinst,
+            &DEVPKEY_Device_Address,
+            "DEVPKEY_Device_Address",
+            winparse::devprop_address,
+        ),
+        instance_id,
+        &mut errors,
+    )
+    .flatten();
+    let pci = winparse::pci_location(instance_id, bus, address);
     let mut flags = CM_DEVNODE_STATUS_FLAGS(0);
     let mut problem = CM_PROB(0);
     // SAFETY: valid out pointers and device instance.

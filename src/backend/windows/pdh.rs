@@ -1,24 +1,23 @@
 //! The Windows GPU performance counters through PDH (`pdh.dll`, loaded at run time): one query
 //! with the wildcard counters `\GPU Engine(*)\Running Time`, `\GPU Process Memory(*)\Dedicated
 //! Usage` and `Shared Usage`, `\GPU Adapter Memory(*)\Dedicated Usage` and `Shared Usage`, read as
-//! raw values. Thin: the instance names are parsed by `dxdp_core::telemetry::instance` and the
-//! values merged by `crate::backend::counters::memory_counters`, both tested on every target.
+//! raw values. Thin: what PDH's statuses mean (an idle GPU's empty sets are empty, not errors) and
+//! the sample's time (PDH's own, from `PdhCollectQueryDataWithTime`) are decided by
+//! `crate::backend::winparse::pdh_sample`, the instance names parsed by
+//! `dxdp_core::telemetry::instance`, both tested on every target from recorded answers.
 
 use std::sync::Mutex;
 
 use windows::core::PCWSTR;
 
-use dxdp_core::telemetry::{CounterSample, EngineCounter, TelemetryFacts};
+use dxdp_core::telemetry::TelemetryFacts;
 
 use super::library::Library;
-use crate::backend::counters::{memory_counters, CounterSource};
-use crate::backend::winparse::wide;
-
-/// `PDH_MORE_DATA`: the buffer is too small.
-const PDH_MORE_DATA: u32 = 0x8000_07D2;
-/// `PDH_CSTATUS_VALID_DATA` and `PDH_CSTATUS_NEW_DATA`: a counter value is usable.
-const PDH_CSTATUS_VALID_DATA: u32 = 0;
-const PDH_CSTATUS_NEW_DATA: u32 = 1;
+use crate::backend::counters::CounterSource;
+use crate::backend::winparse::{
+    self, pdh_array_status, pdh_error, wide, PdhAnswer, PdhArrayStatus, PdhCounterAnswer,
+    PdhRawItem,
+};
 
 /// The counters read, in this order.
 const COUNTERS: [&str; 5] = [
@@ -51,13 +50,13 @@ struct RawCounterItem {
 
 type OpenQuery = unsafe extern "system" fn(PCWSTR, usize, *mut isize) -> u32;
 type AddEnglishCounter = unsafe extern "system" fn(isize, PCWSTR, usize, *mut isize) -> u32;
-type CollectQueryData = unsafe extern "system" fn(isize) -> u32;
+type CollectQueryDataWithTime = unsafe extern "system" fn(isize, *mut i64) -> u32;
 type GetRawCounterArray =
     unsafe extern "system" fn(isize, *mut u32, *mut u32, *mut RawCounterItem) -> u32;
 type CloseQuery = unsafe extern "system" fn(isize) -> u32;
 
 struct Functions {
-    collect: CollectQueryData,
+    collect: CollectQueryDataWithTime,
     raw_array: GetRawCounterArray,
     close: CloseQuery,
 }
@@ -66,6 +65,8 @@ struct Query {
     functions: Functions,
     query: isize,
     counters: Vec<isize>,
+    /// The time of the last sample (see [`winparse::pdh_sample`]).
+    last_time: Option<u64>,
     // Keeps pdh.dll loaded while the functions are used; dropped last.
     _library: Library,
 }
@@ -87,16 +88,6 @@ pub struct PdhSource {
 unsafe impl Send for PdhSource {}
 // SAFETY: as above.
 unsafe impl Sync for PdhSource {}
-
-fn status(api: &str, code: u32) -> String {
-    let hint = match code {
-        0xC000_0BB8 | 0xC000_0BB9 => {
-            " (the GPU performance counters do not exist here: they come with Windows 10 1709 / Server 2019 and a WDDM 2.4 or later driver)"
-        }
-        _ => "",
-    };
-    format!("PDH {api}: status 0x{code:08X}{hint}")
-}
 
 /// Transmutes an export to its signature.
 ///
@@ -120,7 +111,9 @@ impl PdhSource {
                 cast::<OpenQuery>(symbol(c"PdhOpenQueryW")?),
                 cast::<AddEnglishCounter>(symbol(c"PdhAddEnglishCounterW")?),
                 Functions {
-                    collect: cast::<CollectQueryData>(symbol(c"PdhCollectQueryData")?),
+                    collect: cast::<CollectQueryDataWithTime>(symbol(
+                        c"PdhCollectQueryDataWithTime",
+                    )?),
                     raw_array: cast::<GetRawCounterArray>(symbol(c"PdhGetRawCounterArrayW")?),
                     close: cast::<CloseQuery>(symbol(c"PdhCloseQuery")?),
                 },
@@ -130,12 +123,13 @@ impl PdhSource {
         // SAFETY: a null data source means live data; the out pointer is valid.
         let rc = unsafe { open(PCWSTR::null(), 0, &mut handle) };
         if rc != 0 {
-            return Err(status("PdhOpenQueryW", rc));
+            return Err(pdh_error("PdhOpenQueryW", rc));
         }
         let mut query = Query {
             functions,
             query: handle,
             counters: Vec::new(),
+            last_time: None,
             _library: library,
         };
         for path in COUNTERS {
@@ -144,78 +138,82 @@ impl PdhSource {
             // SAFETY: the query is open, the path is NUL-terminated UTF-16 outliving the call.
             let rc = unsafe { add(query.query, PCWSTR(wide_path.as_ptr()), 0, &mut counter) };
             if rc != 0 {
-                return Err(status(&format!("PdhAddEnglishCounterW({path})"), rc));
+                return Err(pdh_error(&format!("PdhAddEnglishCounterW({path})"), rc));
             }
             query.counters.push(counter);
         }
-        // SAFETY: the query is open.
-        let rc = unsafe { (query.functions.collect)(query.query) };
-        if rc != 0 {
-            return Err(status("PdhCollectQueryData", rc));
-        }
+        // An idle GPU's empty sets may answer PDH_NO_DATA here: no reason to turn telemetry off.
+        let mut time = 0i64;
+        // SAFETY: the query is open; the out pointer is valid.
+        let rc = unsafe { (query.functions.collect)(query.query, &mut time) };
+        winparse::pdh_collect_status(rc)?;
         Ok(PdhSource {
             query: Mutex::new(query),
         })
     }
 }
 
-/// Every instance of a counter with its raw first value.
-fn raw_values(q: &Query, counter: isize) -> Result<Vec<(String, i64)>, String> {
-    let mut size = 0u32;
-    let mut count = 0u32;
-    // SAFETY: asking for the size with a null buffer.
-    let rc =
-        unsafe { (q.functions.raw_array)(counter, &mut size, &mut count, std::ptr::null_mut()) };
-    if rc != PDH_MORE_DATA {
-        return if rc == 0 {
-            Ok(Vec::new())
-        } else {
-            Err(status("PdhGetRawCounterArrayW", rc))
+/// One counter's answer as PDH gives it (the decision what it means is `winparse`'s).
+fn raw_answer(q: &Query, counter: isize) -> PdhCounterAnswer {
+    // The set can grow between asking for the size and reading: ask again (bounded).
+    let mut answer = PdhCounterAnswer::status(0);
+    for _ in 0..5 {
+        let mut size = 0u32;
+        let mut count = 0u32;
+        // SAFETY: asking for the size with a null buffer.
+        let rc = unsafe {
+            (q.functions.raw_array)(counter, &mut size, &mut count, std::ptr::null_mut())
         };
-    }
-    // The buffer holds the items followed by their names; allocate it as items for alignment.
-    let item = std::mem::size_of::<RawCounterItem>();
-    let mut buffer = vec![
-        RawCounterItem {
-            name: std::ptr::null(),
-            raw: RawCounter {
-                status: 0,
-                time_stamp: [0, 0],
-                first_value: 0,
-                second_value: 0,
-                multi_count: 0,
-            },
+        if pdh_array_status(rc) != PdhArrayStatus::Items {
+            return PdhCounterAnswer::status(rc);
+        }
+        // The buffer holds the items followed by their names; allocate it as items for alignment.
+        let item = std::mem::size_of::<RawCounterItem>();
+        let mut buffer = vec![
+            RawCounterItem {
+                name: std::ptr::null(),
+                raw: RawCounter {
+                    status: 0,
+                    time_stamp: [0, 0],
+                    first_value: 0,
+                    second_value: 0,
+                    multi_count: 0,
+                },
+            };
+            (size as usize).div_ceil(item).max(1)
+        ];
+        let mut size = (buffer.len() * item) as u32;
+        // SAFETY: the buffer has `size` bytes and is aligned for the items.
+        let rc =
+            unsafe { (q.functions.raw_array)(counter, &mut size, &mut count, buffer.as_mut_ptr()) };
+        answer = PdhCounterAnswer {
+            status: winparse::pdh_status::MORE_DATA,
+            read_status: rc,
+            items: Vec::new(),
         };
-        (size as usize).div_ceil(item).max(1)
-    ];
-    let mut size = (buffer.len() * item) as u32;
-    // SAFETY: the buffer has `size` bytes and is aligned for the items.
-    let rc =
-        unsafe { (q.functions.raw_array)(counter, &mut size, &mut count, buffer.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(status("PdhGetRawCounterArrayW", rc));
-    }
-    let mut out = Vec::with_capacity(count as usize);
-    for it in buffer.iter().take((count as usize).min(buffer.len())) {
-        if it.name.is_null()
-            || !matches!(it.raw.status, PDH_CSTATUS_VALID_DATA | PDH_CSTATUS_NEW_DATA)
-        {
+        if rc == winparse::pdh_status::MORE_DATA {
             continue;
         }
-        // SAFETY: PDH wrote a NUL-terminated name inside the buffer, which is still alive.
-        let name = unsafe { PCWSTR(it.name).to_string() }.unwrap_or_default();
-        out.push((name, it.raw.first_value));
+        if rc != 0 {
+            return answer;
+        }
+        for it in buffer.iter().take((count as usize).min(buffer.len())) {
+            if it.name.is_null() {
+                continue;
+            }
+            // SAFETY: PDH wrote a NUL-terminated name inside the buffer, which is still alive.
+            let instance = unsafe { PCWSTR(it.name).to_string() }.unwrap_or_default();
+            answer.items.push(PdhRawItem {
+                instance,
+                status: it.raw.status,
+                time_stamp: u64::from(it.raw.time_stamp[0])
+                    | (u64::from(it.raw.time_stamp[1]) << 32),
+                value: it.raw.first_value,
+            });
+        }
+        return answer;
     }
-    Ok(out)
-}
-
-/// Now as a FILETIME (100 ns units since 1601).
-fn now_100ns() -> u64 {
-    const UNIX_TO_1601: u64 = 11_644_473_600;
-    let since_unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    (since_unix.as_secs() + UNIX_TO_1601) * 10_000_000 + u64::from(since_unix.subsec_nanos() / 100)
+    answer
 }
 
 impl CounterSource for PdhSource {
@@ -224,37 +222,22 @@ impl CounterSource for PdhSource {
     }
 
     fn read(&self) -> Result<TelemetryFacts, String> {
-        let q = self.query.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: the query is open.
-        let rc = unsafe { (q.functions.collect)(q.query) };
-        let time100ns = now_100ns();
-        if rc != 0 {
-            return Err(status("PdhCollectQueryData", rc));
-        }
-        let mut values = Vec::with_capacity(COUNTERS.len());
-        for &c in &q.counters {
-            values.push(raw_values(&q, c)?);
-        }
-        let positive = |v: i64| u64::try_from(v).unwrap_or(0);
-        let engines = values[0]
-            .iter()
-            .map(|(instance, v)| EngineCounter {
-                instance: instance.clone(),
-                running_time: positive(*v),
-            })
-            .collect();
-        let as_u64 = |list: &[(String, i64)]| -> Vec<(String, u64)> {
-            list.iter()
-                .map(|(n, v)| (n.clone(), positive(*v)))
-                .collect()
+        let mut q = self.query.lock().unwrap_or_else(|p| p.into_inner());
+        let mut time = 0i64;
+        // SAFETY: the query is open; the out pointer is valid.
+        let rc = unsafe { (q.functions.collect)(q.query, &mut time) };
+        winparse::pdh_collect_status(rc)?;
+        let answer = PdhAnswer {
+            collect_status: rc,
+            collect_time: time,
+            counters: q.counters.iter().map(|&c| raw_answer(&q, c)).collect(),
         };
+        let sample = winparse::pdh_sample(&answer, q.last_time)?;
+        if let Some(s) = &sample {
+            q.last_time = Some(s.time100ns);
+        }
         Ok(TelemetryFacts {
-            samples: vec![CounterSample {
-                time100ns,
-                engines,
-                process_memory: memory_counters(&as_u64(&values[1]), &as_u64(&values[2])),
-                adapter_memory: memory_counters(&as_u64(&values[3]), &as_u64(&values[4])),
-            }],
+            samples: sample.into_iter().collect(),
             ..TelemetryFacts::default()
         })
     }
@@ -265,13 +248,25 @@ mod tests {
     #[test]
     fn the_gpu_counters_are_read_or_their_absence_is_explained() {
         // Wine has pdh.dll but no GPU counter sets: the open fails naming PDH and the call, and
-        // the sampler then reports telemetry off. On a Windows GPU node it reads a sample.
+        // the sampler then reports telemetry off. On Windows the counters are read: on a GPU node
+        // with instances, on a machine where no process uses a GPU (a CI runner) as empty sets.
         match super::PdhSource::open() {
             Ok(source) => {
-                let facts = crate::backend::counters::CounterSource::read(&source).expect("a read");
-                assert_eq!(facts.samples.len(), 1);
+                let facts = crate::backend::counters::CounterSource::read(&source)
+                    .unwrap_or_else(|e| panic!("the GPU counters exist but cannot be read: {e}"));
+                assert!(facts.samples.len() <= 1, "{:?}", facts.samples);
+                if facts.samples.iter().all(|s| s.engines.is_empty()) {
+                    eprintln!(
+                        "the_gpu_counters_are_read_or_their_absence_is_explained: no GPU engine instance here (no process uses a GPU), read as an empty set"
+                    );
+                }
             }
-            Err(e) => assert!(e.contains("PDH") || e.contains("pdh.dll"), "{e}"),
+            Err(e) => {
+                assert!(e.contains("PDH") || e.contains("pdh.dll"), "{e}");
+                eprintln!(
+                    "skipped the_gpu_counters_are_read_or_their_absence_is_explained: no GPU counters here ({e})"
+                );
+            }
         }
     }
 }
