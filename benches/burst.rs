@@ -108,7 +108,9 @@ async fn main() {
         .prefix("dxdp-bench")
         .tempdir_in(std::env::temp_dir())
         .expect("temp dir");
-    let kubelet = KubeletStandin::start(dir.path()).await.expect("stand-in");
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .expect("stand-in");
     let mut child = spawn(dir.path(), &snapshot_path);
     let pid = child.id().expect("pid");
     assert!(
