@@ -339,7 +339,14 @@ impl FileWatch {
                             }
                         }
                     }
-                    (_, None) => None,
+                    // Gone: let go of it. On Windows a watch keeps a handle on the directory,
+                    // and a directory deleted while a handle is open stays "delete pending":
+                    // its name cannot be created again (by the kubelet) until it is closed.
+                    (Some(_), None) => {
+                        let _ = watcher.unwatch(dir);
+                        None
+                    }
+                    (None, None) => None,
                 };
                 if state.is_none() {
                     if let Some(a) = dir.ancestors().skip(1).find(|a| identity(a).is_some()) {
