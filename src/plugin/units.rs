@@ -410,6 +410,9 @@ impl Units {
         });
         tracing::info!(resource = %name, socket = %path.display(), "listening");
         self.observe.unit_started(name, generation);
+        // An earlier unit of the name served this kubelet: the kubelet may handle the end of its
+        // stream after this unit's first list, however soon that unit finished stopping.
+        let restarted = self.stopping.contains_key(name);
         let predecessors = match self.stopping.get_mut(name) {
             Some(units) => {
                 units.retain(|u| u.has_changed().is_ok());
@@ -421,7 +424,7 @@ impl Units {
             open,
             resend,
             stopping,
-            restarted: !predecessors.is_empty(),
+            restarted,
         };
         let predecessors = predecessors_finished(name.to_string(), predecessors);
         let registration = registration(
@@ -533,7 +536,7 @@ struct Watch {
     resend: channel::Sender<u64>,
     /// Turns true when the unit stops.
     stopping: channel::Receiver<bool>,
-    /// Whether an earlier unit of the name served this kubelet and was still stopping.
+    /// Whether an earlier unit of the name served this kubelet.
     restarted: bool,
 }
 
