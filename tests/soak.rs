@@ -175,10 +175,26 @@ fn health(view: &StandinView, resource: &str) -> Vec<String> {
         .collect()
 }
 
+/// Writes `text` beside `path` and renames it into place. On Windows (seen under Wine) the rename
+/// is refused while the daemon has the file open for its read, so it is tried again, for at most
+/// 5 s; there is no event to wait on.
 fn replace(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match std::fs::rename(&tmp, path) {
+            Ok(()) => return,
+            Err(e)
+                if cfg!(windows)
+                    && e.kind() == std::io::ErrorKind::PermissionDenied
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("{}: {e}", path.display()),
+        }
+    }
 }
 
 fn plugin_sockets(dir: &Path) -> Vec<String> {
