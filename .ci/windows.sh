@@ -51,6 +51,9 @@ case "${1:-}" in
     # PodResources and CRI clients talk to stand-ins on real named pipes. Every test must run:
     # one that skips fails this step.
     daemon_tests=(plugin faults soak observe telemetry)
+    # Tests that run dxdp.exe need the ProcessPrng stand-in beside it too.
+    mkdir -p "$CARGO_TARGET_DIR/$target/debug"
+    cp "$deps/bcryptprimitives.dll" "$CARGO_TARGET_DIR/$target/debug/"
     log="$CARGO_TARGET_DIR/daemon-wine.log"
     : >"$log"
     # Not run under Wine, each for a reason Wine has and a native Windows run must settle:
