@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dxdp_core::telemetry::{ContainerProcesses, MemoryCounter, TelemetryFacts};
+use dxdp_core::telemetry::{ContainerProcesses, TelemetryFacts};
 
 /// Something that reads the GPU counters.
 pub trait CounterSource: Send + Sync {
@@ -88,43 +88,12 @@ impl CounterSource for Recorded {
     }
 }
 
-/// One memory counter per instance from the `Dedicated Usage` and `Shared Usage` values of a
-/// counter set (an instance missing from one list has 0 there), in the order instances first
-/// appear.
-pub fn memory_counters(
-    dedicated: &[(String, u64)],
-    shared: &[(String, u64)],
-) -> Vec<MemoryCounter> {
-    let mut out: Vec<MemoryCounter> = Vec::with_capacity(dedicated.len());
-    let mut index = std::collections::HashMap::with_capacity(dedicated.len());
-    for (name, v) in dedicated {
-        index.entry(name.clone()).or_insert_with(|| {
-            out.push(MemoryCounter {
-                instance: name.clone(),
-                dedicated: 0,
-                shared: 0,
-            });
-            out.len() - 1
-        });
-        out[index[name]].dedicated = *v;
-    }
-    for (name, v) in shared {
-        let i = *index.entry(name.clone()).or_insert_with(|| {
-            out.push(MemoryCounter {
-                instance: name.clone(),
-                dedicated: 0,
-                shared: 0,
-            });
-            out.len() - 1
-        });
-        out[i].shared = *v;
-    }
-    out
-}
+pub use super::winparse::memory_counters;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dxdp_core::telemetry::MemoryCounter;
 
     #[test]
     fn dedicated_and_shared_values_meet_per_instance() {

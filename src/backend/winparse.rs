@@ -750,7 +750,7 @@ pub fn pdh_sample(
             .map(|i| (i.instance.clone(), positive(i.value)))
             .collect()
     };
-    let memory = crate::backend::counters::memory_counters;
+    let memory = memory_counters;
     Ok(Some(CounterSample {
         time100ns,
         engines: sets[0]
@@ -763,6 +763,40 @@ pub fn pdh_sample(
         process_memory: memory(&values(&sets[1]), &values(&sets[2])),
         adapter_memory: memory(&values(&sets[3]), &values(&sets[4])),
     }))
+}
+
+/// One memory counter per instance from the `Dedicated Usage` and `Shared Usage` values of a
+/// counter set (an instance missing from one list has 0 there), in the order instances first
+/// appear.
+pub fn memory_counters(
+    dedicated: &[(String, u64)],
+    shared: &[(String, u64)],
+) -> Vec<dxdp_core::telemetry::MemoryCounter> {
+    let mut out: Vec<dxdp_core::telemetry::MemoryCounter> = Vec::with_capacity(dedicated.len());
+    let mut index = std::collections::HashMap::with_capacity(dedicated.len());
+    for (name, v) in dedicated {
+        index.entry(name.clone()).or_insert_with(|| {
+            out.push(dxdp_core::telemetry::MemoryCounter {
+                instance: name.clone(),
+                dedicated: 0,
+                shared: 0,
+            });
+            out.len() - 1
+        });
+        out[index[name]].dedicated = *v;
+    }
+    for (name, v) in shared {
+        let i = *index.entry(name.clone()).or_insert_with(|| {
+            out.push(dxdp_core::telemetry::MemoryCounter {
+                instance: name.clone(),
+                dedicated: 0,
+                shared: 0,
+            });
+            out.len() - 1
+        });
+        out[i].shared = *v;
+    }
+    out
 }
 
 #[cfg(test)]
