@@ -284,12 +284,36 @@ async fn a_unit_that_ends_right_after_its_start_waits_for_the_next_check() {
     kubelet.stop().await;
 }
 
+/// How long the dropped-registration tests wait for each step.
+const LATE_WAIT: Duration = Duration::from_secs(15);
+
+/// Crashes the unit `name` after the kubelet was told to handle stream ends 300 ms late (and to
+/// drop the newest registration with `drop_newest`), and waits until the crashed unit's stream
+/// end was handled after the new unit registered.
+async fn crash_with_a_late_disconnect(
+    kubelet: &crate::kubelet::standin::KubeletStandin,
+    sup: &mut Units,
+    name: &str,
+    drop_newest: bool,
+) {
+    kubelet.set_disconnects(crate::kubelet::standin::Disconnects {
+        late: Duration::from_millis(300),
+        drop_newest,
+    });
+    let ended = crash_after_a_while(sup, name).await;
+    sup.on_ended(ended);
+    assert!(
+        kubelet
+            .wait_for(LATE_WAIT, |v| v.stream_ends.iter().any(|e| e.replaced))
+            .await
+    );
+}
+
 /// The kubelet handles the end of the crashed unit's stream only after the new unit's first
 /// list (late): every device of the resource is held unhealthy, and the list the restarted unit
 /// sends again makes them allocatable without any change on the host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_plugin_disconnected_after_a_restart_is_healed_by_the_list_sent_again() {
-    use crate::kubelet::standin::Disconnects;
     let DisplayUnit {
         _dir,
         _inventory,
@@ -298,19 +322,9 @@ async fn a_late_plugin_disconnected_after_a_restart_is_healed_by_the_list_sent_a
         display,
         ..
     } = display_unit().await;
-    kubelet.set_disconnects(Disconnects {
-        late: Duration::from_millis(300),
-        drop_newest: false,
-    });
-    let ended = crash_after_a_while(&mut sup, &display).await;
-    sup.on_ended(ended);
-    let wait = Duration::from_secs(15);
     // The late end marked the newest registration's devices unhealthy...
-    assert!(
-        kubelet
-            .wait_for(wait, |v| v.stream_ends.iter().any(|e| e.replaced))
-            .await
-    );
+    crash_with_a_late_disconnect(&kubelet, &mut sup, &display, false).await;
+    let wait = LATE_WAIT;
     // ...and a later list (the same two devices) made them allocatable again.
     assert!(
         kubelet
@@ -332,7 +346,6 @@ async fn a_late_plugin_disconnected_after_a_restart_is_healed_by_the_list_sent_a
 /// registers again, and is watched and ready again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registration_the_kubelet_drops_is_made_again() {
-    use crate::kubelet::standin::Disconnects;
     let DisplayUnit {
         _dir,
         _inventory,
@@ -342,18 +355,8 @@ async fn a_registration_the_kubelet_drops_is_made_again() {
         display,
     } = display_unit().await;
     config.observe.phase(crate::observe::state::Phase::Running);
-    kubelet.set_disconnects(Disconnects {
-        late: Duration::from_millis(300),
-        drop_newest: true,
-    });
-    let ended = crash_after_a_while(&mut sup, &display).await;
-    sup.on_ended(ended);
-    let wait = Duration::from_secs(15);
-    assert!(
-        kubelet
-            .wait_for(wait, |v| v.stream_ends.iter().any(|e| e.replaced))
-            .await
-    );
+    crash_with_a_late_disconnect(&kubelet, &mut sup, &display, true).await;
+    let wait = LATE_WAIT;
     assert!(
         kubelet
             .wait_for(wait, |v| v.registrations.len() == 3
