@@ -13,7 +13,8 @@ Checks:
     schemas of the oldest and newest supported Kubernetes in strict mode (kubernetes-validate);
   * the DaemonSet's HostProcess settings, node selection (no build pin), probes, config mount,
     and that every rendered config.yaml passes `dxdp config check` (when a dxdp binary exists);
-  * the example Jobs: unique names, Windows nodes without build pin, one DirectX device.
+  * the example Jobs: unique names, Windows nodes without build pin, one DirectX device, the
+    os=windows, sku=gpu and nvidia.com/gpu NoSchedule taints tolerated.
 
 Needs: helm 3 ($HELM or on PATH), python3 with PyYAML and kubernetes-validate.
 """
@@ -143,6 +144,51 @@ def dxdp_binary():
     return None
 
 
+def socket_address(address, port):
+    """The chart's IP:PORT ([IPv6]:PORT for an IPv6 address)."""
+    address = str(address)
+    if ":" in address and not address.startswith("["):
+        return f"[{address}]:{port}"
+    return f"{address}:{port}"
+
+
+# The chart values that are configuration keys: (chart value, config key, value written or None).
+def chart_keys(values, defaults):
+    merged = {k: ({**defaults[k], **values.get(k, {})} if isinstance(defaults.get(k), dict) else values.get(k, defaults.get(k)))
+              for k in ("replicas", "logLevel", "logFormat", "metrics", "probes", "nodeLabels", "isolation")}
+    m, p, n, i = merged["metrics"], merged["probes"], merged["nodeLabels"], merged["isolation"]
+    return [
+        ("replicas", "resources.display.replicas", merged["replicas"]),
+        ("replicas", "resources.compute.replicas", merged["replicas"]),
+        ("logLevel", "logLevel", merged["logLevel"] or None),
+        ("logFormat", "logFormat", merged["logFormat"] or None),
+        ("metrics", "metrics.address", socket_address(m["bindAddress"], m["port"]) if m["enabled"] else ""),
+        ("probes", "metrics.probeAddress", socket_address(p["bindAddress"], p["port"]) if p["enabled"] else ""),
+        ("nodeLabels.enabled", "nodeLabels.enabled", None if n["enabled"] else False),
+        ("nodeLabels.prefix", "nodeLabels.prefix", n["prefix"] or None),
+        ("isolation.policy", "isolation.policy", i["policy"] or None),
+        ("isolation.events", "isolation.events", None if i["events"] else False),
+    ]
+
+
+def expected_config(values, defaults):
+    """config.yaml as the chart must write it: the config value with the chart's configuration
+    keys written in (one source of truth; no variable overrides the file)."""
+    import copy
+    config = copy.deepcopy(values.get("config") or {})
+    for _, key, value in chart_keys(values, defaults):
+        if value is None:
+            continue
+        node = config
+        *parents, leaf = key.split(".")
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[leaf] = value
+    return config
+
+
 def validate(label, objs):
     """Strict OpenAPI validation of every object for every supported Kubernetes version."""
     # Custom resources (the Prometheus Operator's ServiceMonitor) have no schema there; their
@@ -204,9 +250,11 @@ def assert_daemonset(label, objs, values):
     elif check(f"{label}: the mounted ConfigMap is rendered", cm_name in maps, f"{cm_name} not in {list(maps)}"):
         text = maps[cm_name]["data"].get("config.yaml")
         check(f"{label}: ConfigMap has config.yaml", text is not None)
-        want = values.get("config") or None
-        check(f"{label}: config.yaml is the config value", yaml.safe_load(text or "") == want,
-              f"{text!r} != {want!r}")
+        want = expected_config(values, load_values(os.path.join(CHART, "values.yaml")))
+        check(f"{label}: config.yaml is the config value with the chart's configuration keys written in",
+              yaml.safe_load(text or "") == want, f"{text!r} != {want!r}")
+        variables = sorted(k for k in env if k in CHART_VARIABLES)
+        check(f"{label}: no variable overrides config.yaml", not variables, str(variables))
         dxdp = dxdp_binary()
         if dxdp:
             with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -214,24 +262,29 @@ def assert_daemonset(label, objs, values):
             p = subprocess.run([dxdp, "config", "check", f.name], capture_output=True, text=True)
             os.unlink(f.name)
             check(f"{label}: `dxdp config check` accepts config.yaml", p.returncode == 0, p.stderr.strip())
-    if "replicas" in values and values["replicas"] is not None:
-        check(f"{label}: DXDP_REPLICAS", env.get("DXDP_REPLICAS") == str(values["replicas"]), str(env))
-    else:
-        check(f"{label}: DXDP_REPLICAS unset", "DXDP_REPLICAS" not in env)
     defaults = load_values(os.path.join(CHART, "values.yaml"))
+    # An existing ConfigMap cannot be written by the chart: there its values stay variables.
+    by_env = bool(values.get("existingConfigMap"))
+    if by_env:
+        if "replicas" in values and values["replicas"] is not None:
+            check(f"{label}: DXDP_REPLICAS", env.get("DXDP_REPLICAS") == str(values["replicas"]), str(env))
+        else:
+            check(f"{label}: DXDP_REPLICAS unset", "DXDP_REPLICAS" not in env)
     probes = {**defaults["probes"], **values.get("probes", {})}["enabled"]
     metrics = {**defaults["metrics"], **values.get("metrics", {})}
     if metrics["enabled"]:
         port = metrics["port"]
         ports = {p["name"]: p for p in c.get("ports", [])}
         check(f"{label}: metrics port {port}", ports.get("metrics", {}).get("containerPort") == port, str(ports))
-        check(f"{label}: DXDP_METRICS_ADDRESS on port {port}",
-              (env.get("DXDP_METRICS_ADDRESS") or "").endswith(f":{port}"), str(env))
+        if by_env:
+            check(f"{label}: DXDP_METRICS_ADDRESS on port {port}",
+                  (env.get("DXDP_METRICS_ADDRESS") or "").endswith(f":{port}"), str(env))
     if probes:
         probe = {**defaults["probes"], **values.get("probes", {})}
         address, port = str(probe["bindAddress"]), probe["port"]
-        check(f"{label}: DXDP_PROBE_ADDRESS {address}:{port}",
-              env.get("DXDP_PROBE_ADDRESS") == f"{address}:{port}", str(env))
+        if by_env:
+            check(f"{label}: DXDP_PROBE_ADDRESS {address}:{port}",
+                  env.get("DXDP_PROBE_ADDRESS") == socket_address(address, port), str(env))
         # The probes' own listener: on the loopback the kubelet (on the node) calls 127.0.0.1.
         host = None if address in ("0.0.0.0", "::", "[::]") else address.strip("[]")
         for kind, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
@@ -241,7 +294,7 @@ def assert_daemonset(label, objs, values):
     else:
         check(f"{label}: no probes when probes.enabled is false",
               "livenessProbe" not in c and "readinessProbe" not in c)
-    if not metrics["enabled"]:
+    if not metrics["enabled"] and by_env:
         check(f"{label}: no metrics endpoint when metrics.enabled is false", "DXDP_METRICS_ADDRESS" not in env)
     assert_service_monitor(label, objs, metrics, pod_labels=ds["spec"]["template"]["metadata"].get("labels", {}))
     assert_node_api(label, objs, values, defaults, pod, c)
@@ -254,6 +307,11 @@ def assert_daemonset(label, objs, values):
 
 
 CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
+
+# The variables the chart sets only with existingConfigMap (else it writes config.yaml).
+CHART_VARIABLES = ("DXDP_REPLICAS", "DXDP_LOG_LEVEL", "DXDP_LOG_FORMAT", "DXDP_METRICS_ADDRESS",
+                   "DXDP_PROBE_ADDRESS", "DXDP_NODE_LABELS", "DXDP_NODE_LABEL_PREFIX",
+                   "DXDP_ISOLATION_POLICY", "DXDP_ISOLATION_EVENTS")
 
 # The only permissions dxdp needs: its own Node, read, watched, labelled and tainted; with
 # isolation.events, creating Events (about GPU isolation violations on pods).
@@ -269,13 +327,15 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     labels = {**defaults["nodeLabels"], **values.get("nodeLabels", {})}
     isolation = {**defaults["isolation"], **values.get("isolation", {})}
     env = env_of(c)
+    by_env = bool(values.get("existingConfigMap"))
     check(f"{label}: dxdp tolerates its own isolation taint",
           any(t.get("key") == ISOLATION_TAINT and t.get("effect") == "NoSchedule" for t in pod.get("tolerations", [])),
           str(pod.get("tolerations")))
-    check(f"{label}: DXDP_ISOLATION_POLICY is isolation.policy",
-          env.get("DXDP_ISOLATION_POLICY") == (isolation["policy"] or None), str(env))
-    check(f"{label}: DXDP_ISOLATION_EVENTS=false exactly when isolation.events is off",
-          env.get("DXDP_ISOLATION_EVENTS") == (None if isolation["events"] else "false"), str(env))
+    if by_env:
+        check(f"{label}: DXDP_ISOLATION_POLICY is isolation.policy",
+              env.get("DXDP_ISOLATION_POLICY") == (isolation["policy"] or None), str(env))
+        check(f"{label}: DXDP_ISOLATION_EVENTS=false exactly when isolation.events is off",
+              env.get("DXDP_ISOLATION_EVENTS") == (None if isolation["events"] else "false"), str(env))
     node_name = [e for e in c.get("env", []) if e["name"] == "NODE_NAME"]
     rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
     if not node_api:
@@ -306,6 +366,8 @@ def assert_node_api(label, objs, values, defaults, pod, c):
         check(f"{label}: the binding's subject is the pod's service account",
               b.get("subjects") == [{"kind": "ServiceAccount", "name": sa_name, "namespace": NAMESPACE}],
               str(b.get("subjects")))
+    if not by_env:
+        return
     if labels["enabled"]:
         check(f"{label}: node labels on (DXDP_NODE_LABELS unset)", "DXDP_NODE_LABELS" not in env)
     else:
@@ -391,6 +453,26 @@ def chart_checks():
         ("a bad isolation policy", ["--set", "isolation.policy=cordon"], "isolation.policy"),
         ("the taint policy without the API server",
          ["--set", "isolation.policy=taint", "--set", "nodeApi.enabled=false"], "nodeApi.enabled"),
+        ("the taint policy in config without the API server",
+         ["--set", "config.isolation.policy=taint", "--set", "nodeApi.enabled=false"], "nodeApi.enabled"),
+        # dxdp refuses a host name (the pod would crash-loop): the schema refuses it first.
+        ("a metrics address dxdp refuses (localhost:9466)",
+         ["--set", "config.metrics.address=localhost:9466"], "config.metrics.address"),
+        ("a probe address without a port", ["--set", "config.metrics.probeAddress=127.0.0.1"],
+         "config.metrics.probeAddress"),
+        ("a host name as metrics.bindAddress", ["--set", "metrics.bindAddress=localhost"],
+         "metrics.bindAddress"),
+        ("a host name as probes.bindAddress", ["--set", "probes.bindAddress=localhost"],
+         "probes.bindAddress"),
+        # One source of truth: a chart value and a different config value for the same key.
+        ("replicas and a different config.resources.display.replicas",
+         ["--set", "replicas=4", "--set", "config.resources.display.replicas=2"],
+         "config.resources.display.replicas is 2 but replicas makes it 4"),
+        ("isolation.policy and a different config.isolation.policy",
+         ["--set", "isolation.policy=taint", "--set", "config.isolation.policy=audit"],
+         "config.isolation.policy is audit but isolation.policy makes it taint"),
+        ("config.metrics.address other than metrics.bindAddress:port",
+         ["--set", "config.metrics.address=127.0.0.1:9000"], "metrics.enabled/bindAddress/port"),
     ]
     for name, args, needle in refused:
         code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, *args)
@@ -402,7 +484,10 @@ def chart_checks():
           f"exit {code}: {err.strip()[:300]}")
     # The default namespace only when allowed.
     code, out, err = helm("template", RELEASE, CHART, "--namespace", "default", *IMAGE)
-    check("chart refuses the default namespace", code != 0 and "allowDefaultNamespace" in err,
+    check("chart refuses the default namespace, saying how to label its own",
+          code != 0 and "allowDefaultNamespace" in err
+          and "kubectl label namespace dxdp-system pod-security.kubernetes.io/enforce=privileged" in err
+          and "--create-namespace creates the namespace but sets no label" in err,
           f"exit {code}: {err.strip()[:300]}")
     code, out, err = helm("template", RELEASE, CHART, "--namespace", "default", *IMAGE,
                           "--set", "allowDefaultNamespace=true")
@@ -414,7 +499,41 @@ def chart_checks():
     selector = pinned.get("spec", {}).get("template", {}).get("spec", {}).get("nodeSelector", {})
     check("chart accepts a Windows build pin in nodeSelector",
           selector.get("node.kubernetes.io/windows-build") == "10.0.20348", f"exit {code}: {err.strip()[:300]}")
+    address_checks()
     docs_examples_checks()
+
+
+# (address, whether dxdp accepts it): the chart's config schema must agree with the daemon.
+ADDRESSES = [
+    ("0.0.0.0:9466", True), ("127.0.0.1:9467", True), ("[::]:9466", True), ("[::1]:9466", True),
+    ("[fe80::1%2]:80", True), ("10.0.0.1:09466", True), ("1.2.3.4:65535", True), (" 1.2.3.4:80 ", True),
+    ("", True), ("localhost:9466", False), ("127.0.0.1", False), (":9466", False),
+    ("127.0.0.01:80", False), ("256.0.0.1:80", False), ("1.2.3.4:65536", False), ("::1:9466", False),
+    ("[::1%eth0]:80", False), ("example.com:9466", False), ("0.0.0.0:", False),
+]
+
+
+def address_checks():
+    """config.metrics.address: the schema's pattern says what `dxdp config check` says."""
+    import json
+    schema = json.load(open(os.path.join(CHART, "values.schema.json")))
+    pattern = schema["properties"]["config"]["properties"]["metrics"]["properties"]["address"]["pattern"]
+    dxdp = dxdp_binary()
+    if not dxdp:
+        print("skipped address_checks against dxdp: no dxdp binary (the pattern is still checked)")
+    wrong = []
+    for address, accepted in ADDRESSES:
+        if bool(re.search(pattern, address)) != accepted:
+            wrong.append(f"schema {'refuses' if accepted else 'accepts'} {address!r}")
+        if dxdp:
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+                yaml.safe_dump({"metrics": {"address": address}}, f)
+            p = subprocess.run([dxdp, "config", "check", f.name], capture_output=True, text=True)
+            os.unlink(f.name)
+            if (p.returncode == 0) != accepted:
+                wrong.append(f"dxdp {'refuses' if accepted else 'accepts'} {address!r}")
+    check(f"the chart's metrics address pattern agrees with dxdp on {len(ADDRESSES)} addresses", not wrong,
+          "; ".join(wrong))
 
 
 def configuration_examples():
@@ -511,6 +630,13 @@ def manifest_checks(update):
     check("manifest legacy-name: advertises microsoft.com/directx", aliases == ["microsoft.com/directx"], str(aliases))
 
 
+EXAMPLE_TAINTS = [
+    {"key": "os", "value": "windows", "effect": "NoSchedule"},
+    {"key": "sku", "value": "gpu", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+]
+
+
 def example_checks():
     files = sorted(glob.glob(os.path.join(EXAMPLES, "**", "*.yaml"), recursive=True))
     check("examples exist", len(files) > 0)
@@ -533,6 +659,14 @@ def example_checks():
             problems.append("nodeSelector kubernetes.io/os is not windows")
         if "node.kubernetes.io/windows-build" in sel:
             problems.append("pins a Windows build")
+        # The taints Windows and GPU node pools carry (EKS Windows nodes: os=windows:NoSchedule;
+        # AKS: sku=gpu:NoSchedule): a Job that does not tolerate them stays Pending there.
+        for taint in EXAMPLE_TAINTS:
+            if not any(t.get("key") == taint["key"] and t.get("effect") == taint["effect"]
+                       and (t.get("operator") == "Exists"
+                            or (t.get("operator") == "Equal" and t.get("value") == taint.get("value")))
+                       for t in pod.get("tolerations", [])):
+                problems.append(f"does not tolerate the taint {taint}")
         if pod.get("restartPolicy") != "Never":
             problems.append("restartPolicy is not Never")
         if "backoffLimit" not in spec:

@@ -180,6 +180,7 @@ pub async fn watch_counted(
             let c = tx.borrow();
             (c.metrics_address, c.probe_address)
         };
+        let notices_before = tx.borrow().notices.clone();
         // Reading a file waits for a writer to finish: never on an async worker, and never
         // without a time limit.
         let outcome = {
@@ -204,6 +205,12 @@ pub async fn watch_counted(
                 tracing::info!(files = ?names, configuration = selection.name.as_deref().unwrap_or("default"), reason = %selection.reason, "configuration reloaded and applied");
                 if let Some(w) = &selection.warning {
                     tracing::warn!("{w}");
+                }
+                // A file value that a variable hides: the edit changed nothing, say so.
+                for n in tx.borrow().notices.iter() {
+                    if n.contains(" overrides file ") && !notices_before.contains(n) {
+                        tracing::warn!("{n}");
+                    }
                 }
                 let after = {
                     let c = tx.borrow();
