@@ -599,6 +599,27 @@ def readme_checks():
     check(f"chart README documents all {len(keys)} values", not missing, f"missing: {missing}")
 
 
+def packaged_readme_checks():
+    """The packaged chart's README (deploy/package_chart.py): no link leaves the chart, every
+    absolute link names a file of the repository; and `helm package` of the rewritten chart works."""
+    sys.path.insert(0, os.path.join(ROOT, "deploy"))
+    import package_chart
+    base = "https://github.com/OWNER/dxdp/blob/v0.0.0"
+    text, links = package_chart.rewrite(open(os.path.join(CHART, "README.md")).read(), base)
+    left = re.findall(r"\]\((\.\./[^)]*)\)", text)
+    check("packaged chart README: no relative link leaves the chart", not left, str(left))
+    missing = [rel for _, rel in links if not os.path.exists(os.path.join(ROOT, rel))]
+    check(f"packaged chart README: its {len(links)} absolute links name files of the repository",
+          links and not missing, f"missing: {missing}")
+    with tempfile.TemporaryDirectory() as out:
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "package_chart.py"),
+                            "--repository", "OWNER/dxdp", "--ref", "v0.0.0", "--version", "0.0.0",
+                            "-d", out, "--helm", HELM], capture_output=True, text=True)
+        packaged = glob.glob(os.path.join(out, "dxdp-0.0.0.tgz"))
+        check("deploy/package_chart.py packages the chart", p.returncode == 0 and packaged,
+              (p.stdout + p.stderr).strip()[-300:])
+
+
 def manifest_checks(update):
     names = variants()
     required = {"default", "replicas-inline", "replicas-configmap", "legacy-name"}
@@ -704,6 +725,7 @@ def main():
             ok(f"strict validation rejects unknown fields ({version})")
     chart_checks()
     readme_checks()
+    packaged_readme_checks()
     manifest_checks(args.update)
     example_checks()
     print(f"\n{passed} passed, {failed} failed")
