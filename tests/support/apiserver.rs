@@ -49,6 +49,8 @@ struct State {
     labels: BTreeMap<String, String>,
     /// `spec.taints`.
     taints: Vec<serde_json::Value>,
+    /// `status.conditions`.
+    conditions: Vec<serde_json::Value>,
     /// The Events created, in order.
     events: Vec<serde_json::Value>,
     /// The field manager that owns each label.
@@ -83,6 +85,7 @@ impl Shared {
                 "labels": s.labels,
             },
             "spec": {"taints": s.taints},
+            "status": {"conditions": s.conditions},
         })
     }
 
@@ -160,6 +163,18 @@ impl ApiServerStandin {
     /// The Node's taints now.
     pub fn taints(&self) -> Vec<serde_json::Value> {
         self.shared.lock().taints.clone()
+    }
+
+    /// The Node's `status.conditions` now.
+    pub fn conditions(&self) -> Vec<serde_json::Value> {
+        self.shared.lock().conditions.clone()
+    }
+
+    /// Replaces the node's `status.conditions` (as the kubelet or another controller would).
+    pub fn set_conditions(&self, conditions: Vec<serde_json::Value>) {
+        let mut s = self.shared.lock();
+        s.conditions = conditions;
+        self.shared.publish(&mut s);
     }
 
     /// Sets the Node's taints as another client would.
@@ -398,6 +413,11 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         } else if method == Method::GET && path == node_path {
             Some(full(StatusCode::OK, &shared.node_json(&s)))
         } else if method == Method::PATCH
+            && path == format!("{node_path}/status")
+            && content_type.as_deref() == Some("application/merge-patch+json")
+        {
+            Some(merge_conditions(&shared, &mut s, &body))
+        } else if method == Method::PATCH
             && path == node_path
             && content_type.as_deref() == Some("application/merge-patch+json")
         {
@@ -447,6 +467,28 @@ fn merge_taints(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
     }
     if let Some(taints) = doc.pointer("/spec/taints") {
         s.taints = taints.as_array().cloned().unwrap_or_default();
+        shared.publish(s);
+    }
+    full(StatusCode::OK, &shared.node_json(s))
+}
+
+/// A JSON merge patch of the Node's status subresource: only `status.conditions` (replaced
+/// whole, as a merge patch replaces lists), with the same `resourceVersion` check as
+/// [`merge_taints`].
+fn merge_conditions(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    if let Some(version) = doc.pointer("/metadata/resourceVersion") {
+        if version.as_str() != Some(s.version.to_string().as_str()) {
+            return status(
+                StatusCode::CONFLICT,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            );
+        }
+    }
+    if let Some(conditions) = doc.pointer("/status/conditions") {
+        s.conditions = conditions.as_array().cloned().unwrap_or_default();
         shared.publish(s);
     }
     full(StatusCode::OK, &shared.node_json(s))
