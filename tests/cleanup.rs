@@ -14,8 +14,13 @@ use dxdp::cluster::Cluster;
 const SELECTOR: &str = "directx.microsoft.com/device-plugin.config";
 
 fn cleanup(kubeconfig: &std::path::Path, node: &str) -> std::process::Output {
+    dxdp_cleanup(kubeconfig, &["--node", node])
+}
+
+fn dxdp_cleanup(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
-        .args(["cleanup", "--node", node])
+        .arg("cleanup")
+        .args(args)
         .env("KUBECONFIG", kubeconfig)
         .env_remove("KUBERNETES_SERVICE_HOST")
         .output()
@@ -101,4 +106,60 @@ async fn cleanup_of_a_node_that_does_not_exist_fails_naming_it() {
         stderr.contains("error: node no-such-node: get node no-such-node"),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_all_finds_the_nodes_dxdp_left_something_on() {
+    let api = ApiServerStandin::start("gpu-node-1", &[("team", "vision")])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    // Only someone else's label: nothing to do, and nothing is patched.
+    let out = dxdp_cleanup(&kubeconfig, &["--all"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "no node has labels, taints or conditions of dxdp's\n"
+    );
+    assert!(api.patches().is_empty(), "{:?}", api.patches());
+    // A label dxdp applied (found through managedFields): the node is cleaned.
+    let cluster = Cluster::at_url(&api.url(), "gpu-node-1").unwrap();
+    let ours: BTreeMap<String, String> = [(
+        "directx.microsoft.com/vendor".to_string(),
+        "nvidia".to_string(),
+    )]
+    .into();
+    cluster.apply_labels(&ours).await.unwrap();
+    let out = dxdp_cleanup(&kubeconfig, &["--all"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "node gpu-node-1: removed 1 label (directx.microsoft.com/vendor)\n"
+    );
+    assert_eq!(
+        api.labels(),
+        [("team".to_string(), "vision".to_string())].into()
+    );
+}
+
+#[test]
+fn cleanup_needs_node_or_all_and_not_both() {
+    for args in [&[][..], &["--all", "--node", "n1"][..]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
+            .arg("cleanup")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
 }

@@ -4,7 +4,7 @@
 //! configuration label included) are left alone.
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 
 use super::isolation::TAINT_KEY;
 use super::{Cluster, FIELD_MANAGER};
@@ -57,7 +57,58 @@ fn dxdp_conditions(node: &Node) -> Vec<NodeCondition> {
         .unwrap_or_default()
 }
 
+/// Whether dxdp left anything on `node`: labels its field manager applied, its taint, or one of
+/// its conditions.
+pub fn has_dxdp_state(node: &Node) -> bool {
+    let labels = node
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
+        .filter_map(|m| m.fields_v1.as_ref())
+        .any(|f| f.0.pointer("/f:metadata/f:labels").is_some());
+    let taint = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == TAINT_KEY));
+    let conditions = dxdp_conditions(node)
+        .iter()
+        .any(|c| CONDITION_TYPES.contains(&c.type_.as_str()));
+    labels || taint || conditions
+}
+
 impl Cluster {
+    /// The same connection for another node.
+    pub fn for_node(&self, node: &str) -> Cluster {
+        Cluster {
+            node: node.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// The names of every node dxdp left something on ([`has_dxdp_state`]), sorted.
+    pub async fn nodes_with_dxdp_state(&self) -> Result<Vec<String>, String> {
+        let list = tokio::time::timeout(self.timeout, self.api.list(&ListParams::default()))
+            .await
+            .map_err(|_| {
+                format!(
+                    "the API server did not answer a list of nodes within {} s",
+                    self.timeout.as_secs_f64()
+                )
+            })?
+            .map_err(|e| format!("cannot list nodes: {} (grant list on nodes)", chain(&e)))?;
+        let mut names: Vec<String> = list
+            .items
+            .iter()
+            .filter(|n| has_dxdp_state(n))
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// Removes dxdp's labels, taint and conditions from the node. Each part is tried even when
     /// another fails; the error names every part that failed and what to grant.
     pub async fn cleanup(&self) -> Result<Removed, String> {

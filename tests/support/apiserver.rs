@@ -1,8 +1,11 @@
 //! An in-process stand-in for the Kubernetes API server's Node endpoints, over real HTTP on
 //! loopback: `GET /api/v1/nodes/{name}`, server-side apply (`PATCH` with
-//! `application/apply-patch+yaml`) with per-field-manager ownership of labels, a JSON merge patch
+//! `application/apply-patch+yaml`) with per-field-manager ownership of labels (listed as
+//! `managedFields`), `GET /api/v1/nodes` (the one Node), a JSON merge patch
 //! of `spec.taints` conditional on `metadata.resourceVersion` (409 when it is stale), a watch of
-//! one Node, and `POST /api/v1/namespaces/{ns}/events` (kept, answered 201). It records every request exactly as received so that tests can check content type,
+//! one Node, a JSON merge patch of `status.conditions` on `/status`, and
+//! `POST /api/v1/namespaces/{ns}/events` (kept, answered 201). It records every request exactly
+//! as received so that tests can check content type,
 //! field manager and body, and it can fail requests on demand.
 //!
 //! Only what dxdp uses is implemented; anything else is answered 404.
@@ -76,6 +79,28 @@ impl Shared {
     }
 
     fn node_json(&self, s: &State) -> serde_json::Value {
+        // Each field manager's labels as managedFields entries (operation Apply), as a real API
+        // server lists them.
+        let mut managers: BTreeMap<&str, serde_json::Map<String, serde_json::Value>> =
+            BTreeMap::new();
+        for (key, manager) in &s.owners {
+            managers
+                .entry(manager)
+                .or_default()
+                .insert(format!("f:{key}"), serde_json::json!({}));
+        }
+        let managed: Vec<serde_json::Value> = managers
+            .into_iter()
+            .map(|(manager, labels)| {
+                serde_json::json!({
+                    "manager": manager,
+                    "operation": "Apply",
+                    "apiVersion": "v1",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": labels}},
+                })
+            })
+            .collect();
         serde_json::json!({
             "apiVersion": "v1",
             "kind": "Node",
@@ -83,6 +108,7 @@ impl Shared {
                 "name": self.node,
                 "resourceVersion": s.version.to_string(),
                 "labels": s.labels,
+                "managedFields": managed,
             },
             "spec": {"taints": s.taints},
             "status": {"conditions": s.conditions},
@@ -429,6 +455,19 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             && path.ends_with("/events")
         {
             Some(create_event(&mut s, &path, &body))
+        } else if method == Method::GET
+            && path == "/api/v1/nodes"
+            && q.get("watch").map(String::as_str) != Some("true")
+        {
+            Some(full(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "NodeList",
+                    "metadata": {"resourceVersion": s.version.to_string()},
+                    "items": [shared.node_json(&s)],
+                }),
+            ))
         } else if method == Method::GET
             && path == "/api/v1/nodes"
             && q.get("watch").map(String::as_str) == Some("true")
