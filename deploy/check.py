@@ -125,8 +125,13 @@ def render_variant(name):
     return header(name) + out, None
 
 
-def find(objs, kind):
-    return [o for o in objs if o.get("kind") == kind]
+def is_hook(o):
+    return "helm.sh/hook" in (o.get("metadata", {}).get("annotations") or {})
+
+
+def find(objs, kind, hooks=False):
+    """The objects of `kind`; Helm hooks (the cleanup Job and its RBAC) only with hooks=True."""
+    return [o for o in objs if o.get("kind") == kind and (hooks or not is_hook(o))]
 
 
 def env_of(container):
@@ -298,6 +303,7 @@ def assert_daemonset(label, objs, values):
         check(f"{label}: no metrics endpoint when metrics.enabled is false", "DXDP_METRICS_ADDRESS" not in env)
     assert_service_monitor(label, objs, metrics, pod_labels=ds["spec"]["template"]["metadata"].get("labels", {}))
     assert_node_api(label, objs, values, defaults, pod, c)
+    assert_cleanup_hook(label, objs, values, defaults, ds)
     for o in objs:
         if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE:
             fail(f"{label}: {o['kind']} in the release namespace", str(o["metadata"].get("namespace")))
@@ -337,7 +343,8 @@ def assert_node_api(label, objs, values, defaults, pod, c):
         check(f"{label}: DXDP_ISOLATION_EVENTS=false exactly when isolation.events is off",
               env.get("DXDP_ISOLATION_EVENTS") == (None if isolation["events"] else "false"), str(env))
     node_name = [e for e in c.get("env", []) if e["name"] == "NODE_NAME"]
-    rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+            and not is_hook(o)]
     if not node_api:
         check(f"{label}: no RBAC objects without nodeApi", not rbac, str([o["kind"] for o in rbac]))
         check(f"{label}: no service account token without nodeApi", pod.get("automountServiceAccountToken") is False)
@@ -374,6 +381,63 @@ def assert_node_api(label, objs, values, defaults, pod, c):
         check(f"{label}: DXDP_NODE_LABELS=false", env.get("DXDP_NODE_LABELS") == "false", str(env))
     check(f"{label}: DXDP_NODE_LABEL_PREFIX is nodeLabels.prefix",
           env.get("DXDP_NODE_LABEL_PREFIX") == (labels["prefix"] or None), str(env))
+
+
+CLEANUP_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+]
+
+
+def assert_cleanup_hook(label, objs, values, defaults, ds):
+    """With cleanup.enabled: a pre-delete hook Job running `dxdp cleanup --all` as HostProcess on
+    the DaemonSet's nodes with the DaemonSet's image, bound to a role with exactly what cleanup
+    needs, created before the Job. Without: no hook at all."""
+    cleanup = {**defaults["cleanup"], **values.get("cleanup", {})}
+    hooks = [o for o in objs if is_hook(o)]
+    if not cleanup["enabled"]:
+        check(f"{label}: no Helm hooks when cleanup.enabled is false", not hooks,
+              str([o["kind"] for o in hooks]))
+        return
+    jobs = find(objs, "Job", hooks=True)
+    if not check(f"{label}: one cleanup hook Job", len(jobs) == 1, f"found {len(jobs)}"):
+        return
+    job = jobs[0]
+    notes = job["metadata"].get("annotations", {})
+    check(f"{label}: the cleanup Job is a pre-delete hook after its RBAC",
+          notes.get("helm.sh/hook") == "pre-delete"
+          and all(int(o["metadata"]["annotations"].get("helm.sh/hook-weight", "0"))
+                  < int(notes.get("helm.sh/hook-weight", "0")) for o in hooks if o is not job)
+          and all(o["metadata"]["annotations"].get("helm.sh/hook") == "pre-delete" for o in hooks),
+          str(notes))
+    spec = job["spec"]
+    pod = spec["template"]["spec"]
+    dpod = ds["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    check(f"{label}: the cleanup Job runs `dxdp cleanup --all` with the DaemonSet's image",
+          c.get("args") == ["cleanup", "--all"] and c.get("image") == dpod["containers"][0]["image"],
+          f"{c.get('args')} {c.get('image')}")
+    check(f"{label}: the cleanup Job is HostProcess on the DaemonSet's nodes",
+          pod.get("securityContext", {}).get("windowsOptions", {}).get("hostProcess") is True
+          and pod.get("hostNetwork") is True
+          and pod.get("nodeSelector") == dpod.get("nodeSelector")
+          and pod.get("tolerations") == dpod.get("tolerations"), str(pod.get("nodeSelector")))
+    check(f"{label}: the cleanup Job is bounded (activeDeadlineSeconds {cleanup['activeDeadlineSeconds']})",
+          spec.get("activeDeadlineSeconds") == cleanup["activeDeadlineSeconds"] and pod.get("restartPolicy") == "Never")
+    ds_selector = ds["spec"]["selector"]["matchLabels"]
+    pod_labels = spec["template"]["metadata"].get("labels", {})
+    check(f"{label}: the DaemonSet's selector does not select the cleanup pod",
+          not all(pod_labels.get(k) == v for k, v in ds_selector.items()), str(pod_labels))
+    roles = find(objs, "ClusterRole", hooks=True)
+    roles = [r for r in roles if is_hook(r)]
+    bindings = [b for b in find(objs, "ClusterRoleBinding", hooks=True) if is_hook(b)]
+    check(f"{label}: the cleanup role grants exactly get/list/patch nodes and patch nodes/status",
+          len(roles) == 1 and roles[0].get("rules") == CLEANUP_RULES, str([r.get("rules") for r in roles]))
+    check(f"{label}: the cleanup binding binds that role to the Job's service account",
+          len(bindings) == 1 and roles and bindings[0]["roleRef"]["name"] == roles[0]["metadata"]["name"]
+          and bindings[0].get("subjects") == [{"kind": "ServiceAccount", "name": pod.get("serviceAccountName"),
+                                               "namespace": NAMESPACE}],
+          str(bindings))
 
 
 def assert_service_monitor(label, objs, metrics, pod_labels):
@@ -588,7 +652,7 @@ def readme_checks():
     values = load_values(os.path.join(CHART, "values.yaml"))
     readme = open(os.path.join(CHART, "README.md")).read()
     grouped = ("image", "namespace", "serviceAccount", "metrics", "probes", "nodeApi", "nodeLabels",
-               "isolation")
+               "isolation", "cleanup")
     keys = []
     for k, v in values.items():
         if k in grouped and isinstance(v, dict):
@@ -640,6 +704,8 @@ def manifest_checks(update):
         objs = docs(current)
         values = load_values(os.path.join(VARIANTS, "common.values.yaml"), os.path.join(VARIANTS, f"{name}.values.yaml"))
         check(f"manifest {name}: has its Namespace", [n["metadata"]["name"] for n in find(objs, "Namespace")] == [NAMESPACE])
+        check(f"manifest {name}: no Helm hook (kubectl would run it at apply time)",
+              not [o for o in objs if is_hook(o)])
         assert_daemonset(f"manifest {name}", objs, values)
         validate(f"manifest {name}", objs)
     stale = [p for p in glob.glob(os.path.join(MANIFESTS, "*.yaml"))
