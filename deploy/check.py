@@ -663,6 +663,27 @@ def readme_checks():
     check(f"chart README documents all {len(keys)} values", not missing, f"missing: {missing}")
 
 
+def notes_checks():
+    """NOTES.txt (rendered as an ordinary template in a copy of the chart: `helm install
+    --dry-run` needs a cluster) offers the public-image smoke test first and the uninstall."""
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = os.path.join(tmp, "dxdp")
+        shutil.copytree(CHART, chart)
+        shutil.copy(os.path.join(chart, "templates", "NOTES.txt"), os.path.join(chart, "notes-copy.txt"))
+        with open(os.path.join(chart, "templates", "notes-rendered.yaml"), "w") as f:
+            f.write('notes: {{ tpl (.Files.Get "notes-copy.txt") . | toJson }}\n')
+        code, out, err = helm("template", RELEASE, chart, "--namespace", NAMESPACE, *IMAGE,
+                              "--show-only", "templates/notes-rendered.yaml")
+    if not check("NOTES.txt renders", code == 0, err.strip()[:300]):
+        return
+    out = (docs(out) or [{}])[0].get("notes", "")
+    smoke = out.find("kubectl apply -f examples/nvidia-smi/display.yaml")
+    build = out.find("device-discovery")
+    check("NOTES.txt offers the public-image smoke test (nvidia-smi) first",
+          smoke != -1 and (build == -1 or smoke < build), out[:400])
+    check("NOTES.txt says how uninstall cleans the nodes", "pre-delete hook" in out, out[-300:])
+
+
 def packaged_readme_checks():
     """The packaged chart's README (deploy/package_chart.py): no link leaves the chart, every
     absolute link names a file of the repository; and `helm package` of the rewritten chart works."""
@@ -791,6 +812,7 @@ def main():
             ok(f"strict validation rejects unknown fields ({version})")
     chart_checks()
     readme_checks()
+    notes_checks()
     packaged_readme_checks()
     manifest_checks(args.update)
     example_checks()
