@@ -793,6 +793,40 @@ def example_checks():
     check("example Job names are unique", not dupes, str(dupes))
 
 
+DRIVERS = os.path.join(ROOT, "deploy", "drivers")
+
+
+def driver_checks():
+    """deploy/drivers/*.yaml (driver-install examples): valid objects; a HostProcess DaemonSet on
+    Windows nodes without build pin, no API token, placeholders the script refuses to run with."""
+    files = sorted(glob.glob(os.path.join(DRIVERS, "*.yaml")))
+    check("driver-install examples exist", len(files) > 0)
+    for path in files:
+        rel = os.path.relpath(path, ROOT)
+        objs = docs(open(path).read())
+        validate(rel, objs)
+        sets = find(objs, "DaemonSet")
+        if not check(f"{rel}: one DaemonSet", len(sets) == 1, f"found {len(sets)}"):
+            continue
+        pod = sets[0]["spec"]["template"]["spec"]
+        win = pod.get("securityContext", {}).get("windowsOptions", {})
+        sel = pod.get("nodeSelector", {})
+        c = pod["containers"][0]
+        env = env_of(c)
+        script = "\n".join(c.get("command", []))
+        problems = []
+        if win.get("hostProcess") is not True or pod.get("hostNetwork") is not True:
+            problems.append("not HostProcess with hostNetwork")
+        if sel.get("kubernetes.io/os") != "windows" or "node.kubernetes.io/windows-build" in sel:
+            problems.append(f"nodeSelector {sel}")
+        if pod.get("automountServiceAccountToken") is not False:
+            problems.append("mounts an API token it does not need")
+        if not all(v.startswith("REPLACE_") for k, v in env.items() if k in ("DRIVER_URL", "DRIVER_SHA256")) \
+                or "REPLACE_*" not in script or "Get-FileHash" not in script:
+            problems.append("placeholders not refused, or no SHA-256 check")
+        check(f"{rel}: driver-install conventions", not problems, "; ".join(problems))
+
+
 def main():
     global HELM
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -816,6 +850,7 @@ def main():
     packaged_readme_checks()
     manifest_checks(args.update)
     example_checks()
+    driver_checks()
     print(f"\n{passed} passed, {failed} failed")
     return 1 if failed else 0
 
