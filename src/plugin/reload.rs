@@ -297,6 +297,30 @@ mod tests {
     }
 
     #[test]
+    fn a_file_edit_a_variable_hides_is_published_with_a_notice_naming_both() {
+        let (dir, mut inputs, _) = setup("resources: {display: {replicas: 2}}\n");
+        inputs.env = [("DXDP_REPLICAS".to_string(), "4".to_string())].into();
+        let (tx, _rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let file = dir.path().join("config.yaml");
+        std::fs::write(&file, "resources: {display: {replicas: 3}}\n").unwrap();
+        // The devices do not change (the variable still wins), but the configuration's story
+        // does: the new notice is what the reload logs.
+        assert_eq!(
+            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()),
+            Outcome::Applied
+        );
+        let c = tx.borrow();
+        assert_eq!(c.replicas(dxdp_core::devices::Resource::Display), 4);
+        assert_eq!(
+            c.notices,
+            [format!(
+                "resources.display.replicas: env DXDP_REPLICAS=4 overrides file {} (resources.display.replicas: 3): editing the file changes nothing while DXDP_REPLICAS is set; unset the variable to use the file's value",
+                file.display()
+            )]
+        );
+    }
+
+    #[test]
     fn unservable_or_invalid_configurations_are_rejected_whole() {
         let (dir, inputs, tx) = setup("resources: {display: {replicas: 2}}\n");
         let before = tx.borrow().clone();
