@@ -3,7 +3,6 @@
 //! everything else (labels, taints and conditions of others) as it was.
 
 #[path = "support/apiserver.rs"]
-#[allow(dead_code)]
 mod apiserver;
 
 use std::collections::BTreeMap;
