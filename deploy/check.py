@@ -14,7 +14,11 @@ Checks:
   * the DaemonSet's HostProcess settings, node selection (no build pin), probes, config mount,
     and that every rendered config.yaml passes `dxdp config check` (when a dxdp binary exists);
   * the example Jobs: unique names, Windows nodes without build pin, one DirectX device, the
-    os=windows, sku=gpu and nvidia.com/gpu NoSchedule taints tolerated.
+    os=windows, sku=gpu and nvidia.com/gpu NoSchedule taints tolerated;
+  * config.yaml holds the chart's configuration values (no variable overrides it), conflicting
+    values are refused, the metrics address pattern agrees with `dxdp config check`;
+  * the cleanup pre-delete hook, NOTES.txt (smoke test first), the packaged chart's README links
+    (deploy/package_chart.py), deploy/drivers/*.yaml and scripts/build-image.sh (stand-in docker).
 
 Needs: helm 3 ($HELM or on PATH), python3 with PyYAML and kubernetes-validate.
 """
@@ -793,6 +797,41 @@ def example_checks():
     check("example Job names are unique", not dupes, str(dupes))
 
 
+def build_image_checks():
+    """scripts/build-image.sh, with a stand-in `docker` on PATH: one buildx command for
+    windows/amd64 with deploy/image/Dockerfile, pushed, from a context holding every file the
+    Dockerfile copies (dxdp.exe and its verified SHA-256)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        bin_dir = os.path.join(tmp, "bin")
+        os.mkdir(bin_dir)
+        record = os.path.join(tmp, "record")
+        docker = os.path.join(bin_dir, "docker")
+        with open(docker, "w") as f:
+            f.write("#!/bin/sh\n"
+                    f"printf '%s\\n' \"$@\" > {record}\n"
+                    "context=$(eval echo \\${$#})\n"
+                    f"ls \"$context\" >> {record}\n"
+                    f"(cd \"$context\" && sha256sum -c dxdp.exe.sha256) >> {record} 2>&1\n")
+        os.chmod(docker, 0o755)
+        exe = os.path.join(tmp, "dxdp.exe")
+        with open(exe, "wb") as f:
+            f.write(b"MZ not really an exe")
+        env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+        p = subprocess.run([os.path.join(ROOT, "scripts", "build-image.sh"), "registry.example.com/dxdp:0.0.0", exe],
+                           capture_output=True, text=True, env=env)
+        lines = open(record).read().split("\n") if os.path.exists(record) else []
+    copied = set()
+    for line in open(os.path.join(ROOT, "deploy", "image", "Dockerfile")):
+        if line.startswith("COPY "):
+            copied.update(w for w in line.split()[1:-1] if not w.startswith("--"))
+    want = ["buildx", "build", "--platform", "windows/amd64", "-f", os.path.join(ROOT, "deploy", "image", "Dockerfile"),
+            "-t", "registry.example.com/dxdp:0.0.0", "--push"]
+    check("scripts/build-image.sh runs one buildx build for windows/amd64, pushed",
+          p.returncode == 0 and lines[:len(want)] == want, f"exit {p.returncode}: {p.stderr.strip()[:200]} {lines[:12]}")
+    check(f"scripts/build-image.sh's context holds what the Dockerfile copies ({', '.join(sorted(copied))})",
+          copied and copied <= set(lines) and "dxdp.exe: OK" in lines, str(lines))
+
+
 DRIVERS = os.path.join(ROOT, "deploy", "drivers")
 
 
@@ -851,6 +890,7 @@ def main():
     manifest_checks(args.update)
     example_checks()
     driver_checks()
+    build_image_checks()
     print(f"\n{passed} passed, {failed} failed")
     return 1 if failed else 0
 
