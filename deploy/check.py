@@ -688,6 +688,111 @@ def notes_checks():
     check("NOTES.txt says how uninstall cleans the nodes", "pre-delete hook" in out, out[-300:])
 
 
+class FakeNamespaceApi:
+    """Just enough of an API server for `helm template --dry-run=server` to run the chart's
+    `lookup` of its namespace: discovery of v1 namespaces, and GET of one namespace (or 404)."""
+
+    def __init__(self):
+        import http.server
+        import json
+        import threading
+        api = self
+        self.namespace = None
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def send(self, code, obj):
+                body = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                path = self.path.split("?")[0]
+                if path == "/version":
+                    return self.send(200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0"})
+                if path == "/api":
+                    return self.send(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+                if path == "/apis":
+                    return self.send(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+                if path == "/api/v1":
+                    return self.send(200, {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                        {"name": "namespaces", "singularName": "namespace", "namespaced": False,
+                         "kind": "Namespace", "verbs": ["get"]}]})
+                ns = api.namespace
+                if ns and path == f"/api/v1/namespaces/{ns['metadata']['name']}":
+                    return self.send(200, ns)
+                self.send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                                "code": 404, "message": "not found"})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.dir = tempfile.mkdtemp()
+        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
+        with open(self.kubeconfig, "w") as f:
+            yaml.safe_dump({"apiVersion": "v1", "kind": "Config",
+                            "clusters": [{"name": "f", "cluster": {"server": f"http://127.0.0.1:{self.server.server_port}"}}],
+                            "users": [{"name": "f", "user": {}}],
+                            "contexts": [{"name": "f", "context": {"cluster": "f", "user": "f"}}],
+                            "current-context": "f"}, f)
+
+    def close(self):
+        self.server.shutdown()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def cluster_lookup_checks():
+    """What the chart does on a cluster (helm install/upgrade run its `lookup`s), through
+    `helm template --dry-run=server` against a stand-in that serves the release namespace."""
+    api = FakeNamespaceApi()
+    env = {**os.environ, "KUBECONFIG": api.kubeconfig}
+
+    def render(namespace_labels, *args, chart=CHART, show=None):
+        api.namespace = None if namespace_labels is None else {
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": namespace_labels}}
+        cmd = [HELM, "template", RELEASE, chart, "--namespace", NAMESPACE, *IMAGE, "--dry-run=server", *args]
+        if show:
+            cmd += ["--show-only", show]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        return p.returncode, p.stdout, p.stderr
+
+    privileged = {"pod-security.kubernetes.io/enforce": "privileged"}
+    try:
+        code, out, err = render({"pod-security.kubernetes.io/enforce": "baseline"})
+        check("on a cluster: a namespace enforcing baseline is refused with the label command",
+              code != 0 and "enforces the baseline Pod Security level" in err
+              and "kubectl label --overwrite namespace dxdp-system pod-security.kubernetes.io/enforce=privileged" in err,
+              f"exit {code}: {err.strip()[:300]}")
+        code, out, err = render({}, "--set", "namespace.create=true")
+        check("on a cluster: namespace.create=true for an existing namespace is refused, saying what to do",
+              code != 0 and "exists already" in err and "namespace.create=false" in err,
+              f"exit {code}: {err.strip()[:300]}")
+        code, out, err = render(privileged)
+        check("on a cluster: a namespace labelled privileged installs", code == 0, err.strip()[:300])
+        code, out, err = render(None, "--set", "namespace.create=true")
+        check("on a cluster: namespace.create=true renders the Namespace when none exists (helm template)",
+              code == 0 and find(docs(out), "Namespace"), err.strip()[:300])
+        # NOTES.txt warns about an unlabelled namespace, and only then.
+        with tempfile.TemporaryDirectory() as tmp:
+            chart = os.path.join(tmp, "dxdp")
+            shutil.copytree(CHART, chart)
+            shutil.copy(os.path.join(chart, "templates", "NOTES.txt"), os.path.join(chart, "notes-copy.txt"))
+            with open(os.path.join(chart, "templates", "notes-rendered.yaml"), "w") as f:
+                f.write('notes: {{ tpl (.Files.Get "notes-copy.txt") . | toJson }}\n')
+            for labels, warned in (({}, True), (privileged, False)):
+                code, out, err = render(labels, chart=chart, show="templates/notes-rendered.yaml")
+                notes = (docs(out) or [{}])[0].get("notes", "") if code == 0 else ""
+                check(f"on a cluster: NOTES.txt {'warns about' if warned else 'is quiet about'} a namespace "
+                      f"{'without' if warned else 'with'} the privileged label",
+                      code == 0 and ("WARNING: namespace dxdp-system" in notes) == warned, f"exit {code}: {err.strip()[:200]}")
+    finally:
+        api.close()
+
+
 def packaged_readme_checks():
     """The packaged chart's README (deploy/package_chart.py): no link leaves the chart, every
     absolute link names a file of the repository; and `helm package` of the rewritten chart works."""
@@ -886,6 +991,7 @@ def main():
     chart_checks()
     readme_checks()
     notes_checks()
+    cluster_lookup_checks()
     packaged_readme_checks()
     manifest_checks(args.update)
     example_checks()
