@@ -13,7 +13,12 @@ Checks:
     schemas of the oldest and newest supported Kubernetes in strict mode (kubernetes-validate);
   * the DaemonSet's HostProcess settings, node selection (no build pin), probes, config mount,
     and that every rendered config.yaml passes `dxdp config check` (when a dxdp binary exists);
-  * the example Jobs: unique names, Windows nodes without build pin, one DirectX device.
+  * the example Jobs: unique names, Windows nodes without build pin, one DirectX device, the
+    os=windows, sku=gpu and nvidia.com/gpu NoSchedule taints tolerated;
+  * config.yaml holds the chart's configuration values (no variable overrides it), conflicting
+    values are refused, the metrics address pattern agrees with `dxdp config check`;
+  * the cleanup pre-delete hook, NOTES.txt (smoke test first), the packaged chart's README links
+    (deploy/package_chart.py), deploy/drivers/*.yaml and scripts/build-image.sh (stand-in docker).
 
 Needs: helm 3 ($HELM or on PATH), python3 with PyYAML and kubernetes-validate.
 """
@@ -124,8 +129,13 @@ def render_variant(name):
     return header(name) + out, None
 
 
-def find(objs, kind):
-    return [o for o in objs if o.get("kind") == kind]
+def is_hook(o):
+    return "helm.sh/hook" in (o.get("metadata", {}).get("annotations") or {})
+
+
+def find(objs, kind, hooks=False):
+    """The objects of `kind`; Helm hooks (the cleanup Job and its RBAC) only with hooks=True."""
+    return [o for o in objs if o.get("kind") == kind and (hooks or not is_hook(o))]
 
 
 def env_of(container):
@@ -141,6 +151,51 @@ def dxdp_binary():
         if os.access(full, os.X_OK):
             return full
     return None
+
+
+def socket_address(address, port):
+    """The chart's IP:PORT ([IPv6]:PORT for an IPv6 address)."""
+    address = str(address)
+    if ":" in address and not address.startswith("["):
+        return f"[{address}]:{port}"
+    return f"{address}:{port}"
+
+
+# The chart values that are configuration keys: (chart value, config key, value written or None).
+def chart_keys(values, defaults):
+    merged = {k: ({**defaults[k], **values.get(k, {})} if isinstance(defaults.get(k), dict) else values.get(k, defaults.get(k)))
+              for k in ("replicas", "logLevel", "logFormat", "metrics", "probes", "nodeLabels", "isolation")}
+    m, p, n, i = merged["metrics"], merged["probes"], merged["nodeLabels"], merged["isolation"]
+    return [
+        ("replicas", "resources.display.replicas", merged["replicas"]),
+        ("replicas", "resources.compute.replicas", merged["replicas"]),
+        ("logLevel", "logLevel", merged["logLevel"] or None),
+        ("logFormat", "logFormat", merged["logFormat"] or None),
+        ("metrics", "metrics.address", socket_address(m["bindAddress"], m["port"]) if m["enabled"] else ""),
+        ("probes", "metrics.probeAddress", socket_address(p["bindAddress"], p["port"]) if p["enabled"] else ""),
+        ("nodeLabels.enabled", "nodeLabels.enabled", None if n["enabled"] else False),
+        ("nodeLabels.prefix", "nodeLabels.prefix", n["prefix"] or None),
+        ("isolation.policy", "isolation.policy", i["policy"] or None),
+        ("isolation.events", "isolation.events", None if i["events"] else False),
+    ]
+
+
+def expected_config(values, defaults):
+    """config.yaml as the chart must write it: the config value with the chart's configuration
+    keys written in (one source of truth; no variable overrides the file)."""
+    import copy
+    config = copy.deepcopy(values.get("config") or {})
+    for _, key, value in chart_keys(values, defaults):
+        if value is None:
+            continue
+        node = config
+        *parents, leaf = key.split(".")
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[leaf] = value
+    return config
 
 
 def validate(label, objs):
@@ -204,9 +259,11 @@ def assert_daemonset(label, objs, values):
     elif check(f"{label}: the mounted ConfigMap is rendered", cm_name in maps, f"{cm_name} not in {list(maps)}"):
         text = maps[cm_name]["data"].get("config.yaml")
         check(f"{label}: ConfigMap has config.yaml", text is not None)
-        want = values.get("config") or None
-        check(f"{label}: config.yaml is the config value", yaml.safe_load(text or "") == want,
-              f"{text!r} != {want!r}")
+        want = expected_config(values, load_values(os.path.join(CHART, "values.yaml")))
+        check(f"{label}: config.yaml is the config value with the chart's configuration keys written in",
+              yaml.safe_load(text or "") == want, f"{text!r} != {want!r}")
+        variables = sorted(k for k in env if k in CHART_VARIABLES)
+        check(f"{label}: no variable overrides config.yaml", not variables, str(variables))
         dxdp = dxdp_binary()
         if dxdp:
             with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -214,24 +271,29 @@ def assert_daemonset(label, objs, values):
             p = subprocess.run([dxdp, "config", "check", f.name], capture_output=True, text=True)
             os.unlink(f.name)
             check(f"{label}: `dxdp config check` accepts config.yaml", p.returncode == 0, p.stderr.strip())
-    if "replicas" in values and values["replicas"] is not None:
-        check(f"{label}: DXDP_REPLICAS", env.get("DXDP_REPLICAS") == str(values["replicas"]), str(env))
-    else:
-        check(f"{label}: DXDP_REPLICAS unset", "DXDP_REPLICAS" not in env)
     defaults = load_values(os.path.join(CHART, "values.yaml"))
+    # An existing ConfigMap cannot be written by the chart: there its values stay variables.
+    by_env = bool(values.get("existingConfigMap"))
+    if by_env:
+        if "replicas" in values and values["replicas"] is not None:
+            check(f"{label}: DXDP_REPLICAS", env.get("DXDP_REPLICAS") == str(values["replicas"]), str(env))
+        else:
+            check(f"{label}: DXDP_REPLICAS unset", "DXDP_REPLICAS" not in env)
     probes = {**defaults["probes"], **values.get("probes", {})}["enabled"]
     metrics = {**defaults["metrics"], **values.get("metrics", {})}
     if metrics["enabled"]:
         port = metrics["port"]
         ports = {p["name"]: p for p in c.get("ports", [])}
         check(f"{label}: metrics port {port}", ports.get("metrics", {}).get("containerPort") == port, str(ports))
-        check(f"{label}: DXDP_METRICS_ADDRESS on port {port}",
-              (env.get("DXDP_METRICS_ADDRESS") or "").endswith(f":{port}"), str(env))
+        if by_env:
+            check(f"{label}: DXDP_METRICS_ADDRESS on port {port}",
+                  (env.get("DXDP_METRICS_ADDRESS") or "").endswith(f":{port}"), str(env))
     if probes:
         probe = {**defaults["probes"], **values.get("probes", {})}
         address, port = str(probe["bindAddress"]), probe["port"]
-        check(f"{label}: DXDP_PROBE_ADDRESS {address}:{port}",
-              env.get("DXDP_PROBE_ADDRESS") == f"{address}:{port}", str(env))
+        if by_env:
+            check(f"{label}: DXDP_PROBE_ADDRESS {address}:{port}",
+                  env.get("DXDP_PROBE_ADDRESS") == socket_address(address, port), str(env))
         # The probes' own listener: on the loopback the kubelet (on the node) calls 127.0.0.1.
         host = None if address in ("0.0.0.0", "::", "[::]") else address.strip("[]")
         for kind, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
@@ -241,10 +303,11 @@ def assert_daemonset(label, objs, values):
     else:
         check(f"{label}: no probes when probes.enabled is false",
               "livenessProbe" not in c and "readinessProbe" not in c)
-    if not metrics["enabled"]:
+    if not metrics["enabled"] and by_env:
         check(f"{label}: no metrics endpoint when metrics.enabled is false", "DXDP_METRICS_ADDRESS" not in env)
     assert_service_monitor(label, objs, metrics, pod_labels=ds["spec"]["template"]["metadata"].get("labels", {}))
     assert_node_api(label, objs, values, defaults, pod, c)
+    assert_cleanup_hook(label, objs, values, defaults, ds)
     for o in objs:
         if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE:
             fail(f"{label}: {o['kind']} in the release namespace", str(o["metadata"].get("namespace")))
@@ -254,6 +317,11 @@ def assert_daemonset(label, objs, values):
 
 
 CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
+
+# The variables the chart sets only with existingConfigMap (else it writes config.yaml).
+CHART_VARIABLES = ("DXDP_REPLICAS", "DXDP_LOG_LEVEL", "DXDP_LOG_FORMAT", "DXDP_METRICS_ADDRESS",
+                   "DXDP_PROBE_ADDRESS", "DXDP_NODE_LABELS", "DXDP_NODE_LABEL_PREFIX",
+                   "DXDP_ISOLATION_POLICY", "DXDP_ISOLATION_EVENTS")
 
 # The only permissions dxdp needs: its own Node, read, watched, labelled and tainted; with
 # isolation.events, creating Events (about GPU isolation violations on pods).
@@ -269,15 +337,18 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     labels = {**defaults["nodeLabels"], **values.get("nodeLabels", {})}
     isolation = {**defaults["isolation"], **values.get("isolation", {})}
     env = env_of(c)
+    by_env = bool(values.get("existingConfigMap"))
     check(f"{label}: dxdp tolerates its own isolation taint",
           any(t.get("key") == ISOLATION_TAINT and t.get("effect") == "NoSchedule" for t in pod.get("tolerations", [])),
           str(pod.get("tolerations")))
-    check(f"{label}: DXDP_ISOLATION_POLICY is isolation.policy",
-          env.get("DXDP_ISOLATION_POLICY") == (isolation["policy"] or None), str(env))
-    check(f"{label}: DXDP_ISOLATION_EVENTS=false exactly when isolation.events is off",
-          env.get("DXDP_ISOLATION_EVENTS") == (None if isolation["events"] else "false"), str(env))
+    if by_env:
+        check(f"{label}: DXDP_ISOLATION_POLICY is isolation.policy",
+              env.get("DXDP_ISOLATION_POLICY") == (isolation["policy"] or None), str(env))
+        check(f"{label}: DXDP_ISOLATION_EVENTS=false exactly when isolation.events is off",
+              env.get("DXDP_ISOLATION_EVENTS") == (None if isolation["events"] else "false"), str(env))
     node_name = [e for e in c.get("env", []) if e["name"] == "NODE_NAME"]
-    rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+            and not is_hook(o)]
     if not node_api:
         check(f"{label}: no RBAC objects without nodeApi", not rbac, str([o["kind"] for o in rbac]))
         check(f"{label}: no service account token without nodeApi", pod.get("automountServiceAccountToken") is False)
@@ -306,12 +377,71 @@ def assert_node_api(label, objs, values, defaults, pod, c):
         check(f"{label}: the binding's subject is the pod's service account",
               b.get("subjects") == [{"kind": "ServiceAccount", "name": sa_name, "namespace": NAMESPACE}],
               str(b.get("subjects")))
+    if not by_env:
+        return
     if labels["enabled"]:
         check(f"{label}: node labels on (DXDP_NODE_LABELS unset)", "DXDP_NODE_LABELS" not in env)
     else:
         check(f"{label}: DXDP_NODE_LABELS=false", env.get("DXDP_NODE_LABELS") == "false", str(env))
     check(f"{label}: DXDP_NODE_LABEL_PREFIX is nodeLabels.prefix",
           env.get("DXDP_NODE_LABEL_PREFIX") == (labels["prefix"] or None), str(env))
+
+
+CLEANUP_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+]
+
+
+def assert_cleanup_hook(label, objs, values, defaults, ds):
+    """With cleanup.enabled: a pre-delete hook Job running `dxdp cleanup --all` as HostProcess on
+    the DaemonSet's nodes with the DaemonSet's image, bound to a role with exactly what cleanup
+    needs, created before the Job. Without: no hook at all."""
+    cleanup = {**defaults["cleanup"], **values.get("cleanup", {})}
+    hooks = [o for o in objs if is_hook(o)]
+    if not cleanup["enabled"]:
+        check(f"{label}: no Helm hooks when cleanup.enabled is false", not hooks,
+              str([o["kind"] for o in hooks]))
+        return
+    jobs = find(objs, "Job", hooks=True)
+    if not check(f"{label}: one cleanup hook Job", len(jobs) == 1, f"found {len(jobs)}"):
+        return
+    job = jobs[0]
+    notes = job["metadata"].get("annotations", {})
+    check(f"{label}: the cleanup Job is a pre-delete hook after its RBAC",
+          notes.get("helm.sh/hook") == "pre-delete"
+          and all(int(o["metadata"]["annotations"].get("helm.sh/hook-weight", "0"))
+                  < int(notes.get("helm.sh/hook-weight", "0")) for o in hooks if o is not job)
+          and all(o["metadata"]["annotations"].get("helm.sh/hook") == "pre-delete" for o in hooks),
+          str(notes))
+    spec = job["spec"]
+    pod = spec["template"]["spec"]
+    dpod = ds["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    check(f"{label}: the cleanup Job runs `dxdp cleanup --all` with the DaemonSet's image",
+          c.get("args") == ["cleanup", "--all"] and c.get("image") == dpod["containers"][0]["image"],
+          f"{c.get('args')} {c.get('image')}")
+    check(f"{label}: the cleanup Job is HostProcess on the DaemonSet's nodes",
+          pod.get("securityContext", {}).get("windowsOptions", {}).get("hostProcess") is True
+          and pod.get("hostNetwork") is True
+          and pod.get("nodeSelector") == dpod.get("nodeSelector")
+          and pod.get("tolerations") == dpod.get("tolerations"), str(pod.get("nodeSelector")))
+    check(f"{label}: the cleanup Job is bounded (activeDeadlineSeconds {cleanup['activeDeadlineSeconds']})",
+          spec.get("activeDeadlineSeconds") == cleanup["activeDeadlineSeconds"] and pod.get("restartPolicy") == "Never")
+    ds_selector = ds["spec"]["selector"]["matchLabels"]
+    pod_labels = spec["template"]["metadata"].get("labels", {})
+    check(f"{label}: the DaemonSet's selector does not select the cleanup pod",
+          not all(pod_labels.get(k) == v for k, v in ds_selector.items()), str(pod_labels))
+    roles = find(objs, "ClusterRole", hooks=True)
+    roles = [r for r in roles if is_hook(r)]
+    bindings = [b for b in find(objs, "ClusterRoleBinding", hooks=True) if is_hook(b)]
+    check(f"{label}: the cleanup role grants exactly get/list/patch nodes and patch nodes/status",
+          len(roles) == 1 and roles[0].get("rules") == CLEANUP_RULES, str([r.get("rules") for r in roles]))
+    check(f"{label}: the cleanup binding binds that role to the Job's service account",
+          len(bindings) == 1 and roles and bindings[0]["roleRef"]["name"] == roles[0]["metadata"]["name"]
+          and bindings[0].get("subjects") == [{"kind": "ServiceAccount", "name": pod.get("serviceAccountName"),
+                                               "namespace": NAMESPACE}],
+          str(bindings))
 
 
 def assert_service_monitor(label, objs, metrics, pod_labels):
@@ -391,6 +521,26 @@ def chart_checks():
         ("a bad isolation policy", ["--set", "isolation.policy=cordon"], "isolation.policy"),
         ("the taint policy without the API server",
          ["--set", "isolation.policy=taint", "--set", "nodeApi.enabled=false"], "nodeApi.enabled"),
+        ("the taint policy in config without the API server",
+         ["--set", "config.isolation.policy=taint", "--set", "nodeApi.enabled=false"], "nodeApi.enabled"),
+        # dxdp refuses a host name (the pod would crash-loop): the schema refuses it first.
+        ("a metrics address dxdp refuses (localhost:9466)",
+         ["--set", "config.metrics.address=localhost:9466"], "config.metrics.address"),
+        ("a probe address without a port", ["--set", "config.metrics.probeAddress=127.0.0.1"],
+         "config.metrics.probeAddress"),
+        ("a host name as metrics.bindAddress", ["--set", "metrics.bindAddress=localhost"],
+         "metrics.bindAddress"),
+        ("a host name as probes.bindAddress", ["--set", "probes.bindAddress=localhost"],
+         "probes.bindAddress"),
+        # One source of truth: a chart value and a different config value for the same key.
+        ("replicas and a different config.resources.display.replicas",
+         ["--set", "replicas=4", "--set", "config.resources.display.replicas=2"],
+         "config.resources.display.replicas is 2 but replicas makes it 4"),
+        ("isolation.policy and a different config.isolation.policy",
+         ["--set", "isolation.policy=taint", "--set", "config.isolation.policy=audit"],
+         "config.isolation.policy is audit but isolation.policy makes it taint"),
+        ("config.metrics.address other than metrics.bindAddress:port",
+         ["--set", "config.metrics.address=127.0.0.1:9000"], "metrics.enabled/bindAddress/port"),
     ]
     for name, args, needle in refused:
         code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, *args)
@@ -402,7 +552,10 @@ def chart_checks():
           f"exit {code}: {err.strip()[:300]}")
     # The default namespace only when allowed.
     code, out, err = helm("template", RELEASE, CHART, "--namespace", "default", *IMAGE)
-    check("chart refuses the default namespace", code != 0 and "allowDefaultNamespace" in err,
+    check("chart refuses the default namespace, saying how to label its own",
+          code != 0 and "allowDefaultNamespace" in err
+          and "kubectl label namespace dxdp-system pod-security.kubernetes.io/enforce=privileged" in err
+          and "--create-namespace creates the namespace but sets no label" in err,
           f"exit {code}: {err.strip()[:300]}")
     code, out, err = helm("template", RELEASE, CHART, "--namespace", "default", *IMAGE,
                           "--set", "allowDefaultNamespace=true")
@@ -414,7 +567,41 @@ def chart_checks():
     selector = pinned.get("spec", {}).get("template", {}).get("spec", {}).get("nodeSelector", {})
     check("chart accepts a Windows build pin in nodeSelector",
           selector.get("node.kubernetes.io/windows-build") == "10.0.20348", f"exit {code}: {err.strip()[:300]}")
+    address_checks()
     docs_examples_checks()
+
+
+# (address, whether dxdp accepts it): the chart's config schema must agree with the daemon.
+ADDRESSES = [
+    ("0.0.0.0:9466", True), ("127.0.0.1:9467", True), ("[::]:9466", True), ("[::1]:9466", True),
+    ("[fe80::1%2]:80", True), ("10.0.0.1:09466", True), ("1.2.3.4:65535", True), (" 1.2.3.4:80 ", True),
+    ("", True), ("localhost:9466", False), ("127.0.0.1", False), (":9466", False),
+    ("127.0.0.01:80", False), ("256.0.0.1:80", False), ("1.2.3.4:65536", False), ("::1:9466", False),
+    ("[::1%eth0]:80", False), ("example.com:9466", False), ("0.0.0.0:", False),
+]
+
+
+def address_checks():
+    """config.metrics.address: the schema's pattern says what `dxdp config check` says."""
+    import json
+    schema = json.load(open(os.path.join(CHART, "values.schema.json")))
+    pattern = schema["properties"]["config"]["properties"]["metrics"]["properties"]["address"]["pattern"]
+    dxdp = dxdp_binary()
+    if not dxdp:
+        print("skipped address_checks against dxdp: no dxdp binary (the pattern is still checked)")
+    wrong = []
+    for address, accepted in ADDRESSES:
+        if bool(re.search(pattern, address)) != accepted:
+            wrong.append(f"schema {'refuses' if accepted else 'accepts'} {address!r}")
+        if dxdp:
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+                yaml.safe_dump({"metrics": {"address": address}}, f)
+            p = subprocess.run([dxdp, "config", "check", f.name], capture_output=True, text=True)
+            os.unlink(f.name)
+            if (p.returncode == 0) != accepted:
+                wrong.append(f"dxdp {'refuses' if accepted else 'accepts'} {address!r}")
+    check(f"the chart's metrics address pattern agrees with dxdp on {len(ADDRESSES)} addresses", not wrong,
+          "; ".join(wrong))
 
 
 def configuration_examples():
@@ -469,7 +656,7 @@ def readme_checks():
     values = load_values(os.path.join(CHART, "values.yaml"))
     readme = open(os.path.join(CHART, "README.md")).read()
     grouped = ("image", "namespace", "serviceAccount", "metrics", "probes", "nodeApi", "nodeLabels",
-               "isolation")
+               "isolation", "cleanup")
     keys = []
     for k, v in values.items():
         if k in grouped and isinstance(v, dict):
@@ -478,6 +665,153 @@ def readme_checks():
             keys.append(k)
     missing = [k for k in keys if f"| `{k}` |" not in readme]
     check(f"chart README documents all {len(keys)} values", not missing, f"missing: {missing}")
+
+
+def notes_checks():
+    """NOTES.txt (rendered as an ordinary template in a copy of the chart: `helm install
+    --dry-run` needs a cluster) offers the public-image smoke test first and the uninstall."""
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = os.path.join(tmp, "dxdp")
+        shutil.copytree(CHART, chart)
+        shutil.copy(os.path.join(chart, "templates", "NOTES.txt"), os.path.join(chart, "notes-copy.txt"))
+        with open(os.path.join(chart, "templates", "notes-rendered.yaml"), "w") as f:
+            f.write('notes: {{ tpl (.Files.Get "notes-copy.txt") . | toJson }}\n')
+        code, out, err = helm("template", RELEASE, chart, "--namespace", NAMESPACE, *IMAGE,
+                              "--show-only", "templates/notes-rendered.yaml")
+    if not check("NOTES.txt renders", code == 0, err.strip()[:300]):
+        return
+    out = (docs(out) or [{}])[0].get("notes", "")
+    smoke = out.find("kubectl apply -f examples/nvidia-smi/display.yaml")
+    build = out.find("device-discovery")
+    check("NOTES.txt offers the public-image smoke test (nvidia-smi) first",
+          smoke != -1 and (build == -1 or smoke < build), out[:400])
+    check("NOTES.txt says how uninstall cleans the nodes", "pre-delete hook" in out, out[-300:])
+
+
+class FakeNamespaceApi:
+    """Just enough of an API server for `helm template --dry-run=server` to run the chart's
+    `lookup` of its namespace: discovery of v1 namespaces, and GET of one namespace (or 404)."""
+
+    def __init__(self):
+        import http.server
+        import json
+        import threading
+        api = self
+        self.namespace = None
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def send(self, code, obj):
+                body = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                path = self.path.split("?")[0]
+                if path == "/version":
+                    return self.send(200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0"})
+                if path == "/api":
+                    return self.send(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+                if path == "/apis":
+                    return self.send(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+                if path == "/api/v1":
+                    return self.send(200, {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                        {"name": "namespaces", "singularName": "namespace", "namespaced": False,
+                         "kind": "Namespace", "verbs": ["get"]}]})
+                ns = api.namespace
+                if ns and path == f"/api/v1/namespaces/{ns['metadata']['name']}":
+                    return self.send(200, ns)
+                self.send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                                "code": 404, "message": "not found"})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.dir = tempfile.mkdtemp()
+        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
+        with open(self.kubeconfig, "w") as f:
+            yaml.safe_dump({"apiVersion": "v1", "kind": "Config",
+                            "clusters": [{"name": "f", "cluster": {"server": f"http://127.0.0.1:{self.server.server_port}"}}],
+                            "users": [{"name": "f", "user": {}}],
+                            "contexts": [{"name": "f", "context": {"cluster": "f", "user": "f"}}],
+                            "current-context": "f"}, f)
+
+    def close(self):
+        self.server.shutdown()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def cluster_lookup_checks():
+    """What the chart does on a cluster (helm install/upgrade run its `lookup`s), through
+    `helm template --dry-run=server` against a stand-in that serves the release namespace."""
+    api = FakeNamespaceApi()
+    env = {**os.environ, "KUBECONFIG": api.kubeconfig}
+
+    def render(namespace_labels, *args, chart=CHART, show=None):
+        api.namespace = None if namespace_labels is None else {
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": namespace_labels}}
+        cmd = [HELM, "template", RELEASE, chart, "--namespace", NAMESPACE, *IMAGE, "--dry-run=server", *args]
+        if show:
+            cmd += ["--show-only", show]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        return p.returncode, p.stdout, p.stderr
+
+    privileged = {"pod-security.kubernetes.io/enforce": "privileged"}
+    try:
+        code, out, err = render({"pod-security.kubernetes.io/enforce": "baseline"})
+        check("on a cluster: a namespace enforcing baseline is refused with the label command",
+              code != 0 and "enforces the baseline Pod Security level" in err
+              and "kubectl label --overwrite namespace dxdp-system pod-security.kubernetes.io/enforce=privileged" in err,
+              f"exit {code}: {err.strip()[:300]}")
+        code, out, err = render({}, "--set", "namespace.create=true")
+        check("on a cluster: namespace.create=true for an existing namespace is refused, saying what to do",
+              code != 0 and "exists already" in err and "namespace.create=false" in err,
+              f"exit {code}: {err.strip()[:300]}")
+        code, out, err = render(privileged)
+        check("on a cluster: a namespace labelled privileged installs", code == 0, err.strip()[:300])
+        code, out, err = render(None, "--set", "namespace.create=true")
+        check("on a cluster: namespace.create=true renders the Namespace when none exists (helm template)",
+              code == 0 and find(docs(out), "Namespace"), err.strip()[:300])
+        # NOTES.txt warns about an unlabelled namespace, and only then.
+        with tempfile.TemporaryDirectory() as tmp:
+            chart = os.path.join(tmp, "dxdp")
+            shutil.copytree(CHART, chart)
+            shutil.copy(os.path.join(chart, "templates", "NOTES.txt"), os.path.join(chart, "notes-copy.txt"))
+            with open(os.path.join(chart, "templates", "notes-rendered.yaml"), "w") as f:
+                f.write('notes: {{ tpl (.Files.Get "notes-copy.txt") . | toJson }}\n')
+            for labels, warned in (({}, True), (privileged, False)):
+                code, out, err = render(labels, chart=chart, show="templates/notes-rendered.yaml")
+                notes = (docs(out) or [{}])[0].get("notes", "") if code == 0 else ""
+                check(f"on a cluster: NOTES.txt {'warns about' if warned else 'is quiet about'} a namespace "
+                      f"{'without' if warned else 'with'} the privileged label",
+                      code == 0 and ("WARNING: namespace dxdp-system" in notes) == warned, f"exit {code}: {err.strip()[:200]}")
+    finally:
+        api.close()
+
+
+def packaged_readme_checks():
+    """The packaged chart's README (deploy/package_chart.py): no link leaves the chart, every
+    absolute link names a file of the repository; and `helm package` of the rewritten chart works."""
+    sys.path.insert(0, os.path.join(ROOT, "deploy"))
+    import package_chart
+    base = "https://github.com/OWNER/dxdp/blob/v0.0.0"
+    text, links = package_chart.rewrite(open(os.path.join(CHART, "README.md")).read(), base)
+    left = re.findall(r"\]\((\.\./[^)]*)\)", text)
+    check("packaged chart README: no relative link leaves the chart", not left, str(left))
+    missing = [rel for _, rel in links if not os.path.exists(os.path.join(ROOT, rel))]
+    check(f"packaged chart README: its {len(links)} absolute links name files of the repository",
+          links and not missing, f"missing: {missing}")
+    with tempfile.TemporaryDirectory() as out:
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "deploy", "package_chart.py"),
+                            "--repository", "OWNER/dxdp", "--ref", "v0.0.0", "--version", "0.0.0",
+                            "-d", out, "--helm", HELM], capture_output=True, text=True)
+        packaged = glob.glob(os.path.join(out, "dxdp-0.0.0.tgz"))
+        check("deploy/package_chart.py packages the chart", p.returncode == 0 and packaged,
+              (p.stdout + p.stderr).strip()[-300:])
 
 
 def manifest_checks(update):
@@ -500,6 +834,8 @@ def manifest_checks(update):
         objs = docs(current)
         values = load_values(os.path.join(VARIANTS, "common.values.yaml"), os.path.join(VARIANTS, f"{name}.values.yaml"))
         check(f"manifest {name}: has its Namespace", [n["metadata"]["name"] for n in find(objs, "Namespace")] == [NAMESPACE])
+        check(f"manifest {name}: no Helm hook (kubectl would run it at apply time)",
+              not [o for o in objs if is_hook(o)])
         assert_daemonset(f"manifest {name}", objs, values)
         validate(f"manifest {name}", objs)
     stale = [p for p in glob.glob(os.path.join(MANIFESTS, "*.yaml"))
@@ -509,6 +845,13 @@ def manifest_checks(update):
     cm = find(legacy, "ConfigMap")
     aliases = (yaml.safe_load(cm[0]["data"]["config.yaml"]) if cm else {}).get("resources", {}).get("display", {}).get("aliases")
     check("manifest legacy-name: advertises microsoft.com/directx", aliases == ["microsoft.com/directx"], str(aliases))
+
+
+EXAMPLE_TAINTS = [
+    {"key": "os", "value": "windows", "effect": "NoSchedule"},
+    {"key": "sku", "value": "gpu", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+]
 
 
 def example_checks():
@@ -533,6 +876,14 @@ def example_checks():
             problems.append("nodeSelector kubernetes.io/os is not windows")
         if "node.kubernetes.io/windows-build" in sel:
             problems.append("pins a Windows build")
+        # The taints Windows and GPU node pools carry (EKS Windows nodes: os=windows:NoSchedule;
+        # AKS: sku=gpu:NoSchedule): a Job that does not tolerate them stays Pending there.
+        for taint in EXAMPLE_TAINTS:
+            if not any(t.get("key") == taint["key"] and t.get("effect") == taint["effect"]
+                       and (t.get("operator") == "Exists"
+                            or (t.get("operator") == "Equal" and t.get("value") == taint.get("value")))
+                       for t in pod.get("tolerations", [])):
+                problems.append(f"does not tolerate the taint {taint}")
         if pod.get("restartPolicy") != "Never":
             problems.append("restartPolicy is not Never")
         if "backoffLimit" not in spec:
@@ -549,6 +900,75 @@ def example_checks():
         check(f"{rel}: Job conventions", not problems, "; ".join(problems))
     dupes = {n: f for n, f in names.items() if len(f) > 1}
     check("example Job names are unique", not dupes, str(dupes))
+
+
+def build_image_checks():
+    """scripts/build-image.sh, with a stand-in `docker` on PATH: one buildx command for
+    windows/amd64 with deploy/image/Dockerfile, pushed, from a context holding every file the
+    Dockerfile copies (dxdp.exe and its verified SHA-256)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        bin_dir = os.path.join(tmp, "bin")
+        os.mkdir(bin_dir)
+        record = os.path.join(tmp, "record")
+        docker = os.path.join(bin_dir, "docker")
+        with open(docker, "w") as f:
+            f.write("#!/bin/sh\n"
+                    f"printf '%s\\n' \"$@\" > {record}\n"
+                    "context=$(eval echo \\${$#})\n"
+                    f"ls \"$context\" >> {record}\n"
+                    f"(cd \"$context\" && sha256sum -c dxdp.exe.sha256) >> {record} 2>&1\n")
+        os.chmod(docker, 0o755)
+        exe = os.path.join(tmp, "dxdp.exe")
+        with open(exe, "wb") as f:
+            f.write(b"MZ not really an exe")
+        env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+        p = subprocess.run([os.path.join(ROOT, "scripts", "build-image.sh"), "registry.example.com/dxdp:0.0.0", exe],
+                           capture_output=True, text=True, env=env)
+        lines = open(record).read().split("\n") if os.path.exists(record) else []
+    copied = set()
+    for line in open(os.path.join(ROOT, "deploy", "image", "Dockerfile")):
+        if line.startswith("COPY "):
+            copied.update(w for w in line.split()[1:-1] if not w.startswith("--"))
+    want = ["buildx", "build", "--platform", "windows/amd64", "-f", os.path.join(ROOT, "deploy", "image", "Dockerfile"),
+            "-t", "registry.example.com/dxdp:0.0.0", "--push"]
+    check("scripts/build-image.sh runs one buildx build for windows/amd64, pushed",
+          p.returncode == 0 and lines[:len(want)] == want, f"exit {p.returncode}: {p.stderr.strip()[:200]} {lines[:12]}")
+    check(f"scripts/build-image.sh's context holds what the Dockerfile copies ({', '.join(sorted(copied))})",
+          copied and copied <= set(lines) and "dxdp.exe: OK" in lines, str(lines))
+
+
+DRIVERS = os.path.join(ROOT, "deploy", "drivers")
+
+
+def driver_checks():
+    """deploy/drivers/*.yaml (driver-install examples): valid objects; a HostProcess DaemonSet on
+    Windows nodes without build pin, no API token, placeholders the script refuses to run with."""
+    files = sorted(glob.glob(os.path.join(DRIVERS, "*.yaml")))
+    check("driver-install examples exist", len(files) > 0)
+    for path in files:
+        rel = os.path.relpath(path, ROOT)
+        objs = docs(open(path).read())
+        validate(rel, objs)
+        sets = find(objs, "DaemonSet")
+        if not check(f"{rel}: one DaemonSet", len(sets) == 1, f"found {len(sets)}"):
+            continue
+        pod = sets[0]["spec"]["template"]["spec"]
+        win = pod.get("securityContext", {}).get("windowsOptions", {})
+        sel = pod.get("nodeSelector", {})
+        c = pod["containers"][0]
+        env = env_of(c)
+        script = "\n".join(c.get("command", []))
+        problems = []
+        if win.get("hostProcess") is not True or pod.get("hostNetwork") is not True:
+            problems.append("not HostProcess with hostNetwork")
+        if sel.get("kubernetes.io/os") != "windows" or "node.kubernetes.io/windows-build" in sel:
+            problems.append(f"nodeSelector {sel}")
+        if pod.get("automountServiceAccountToken") is not False:
+            problems.append("mounts an API token it does not need")
+        if not all(v.startswith("REPLACE_") for k, v in env.items() if k in ("DRIVER_URL", "DRIVER_SHA256")) \
+                or "REPLACE_*" not in script or "Get-FileHash" not in script:
+            problems.append("placeholders not refused, or no SHA-256 check")
+        check(f"{rel}: driver-install conventions", not problems, "; ".join(problems))
 
 
 def main():
@@ -570,8 +990,13 @@ def main():
             ok(f"strict validation rejects unknown fields ({version})")
     chart_checks()
     readme_checks()
+    notes_checks()
+    cluster_lookup_checks()
+    packaged_readme_checks()
     manifest_checks(args.update)
     example_checks()
+    driver_checks()
+    build_image_checks()
     print(f"\n{passed} passed, {failed} failed")
     return 1 if failed else 0
 

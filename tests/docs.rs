@@ -279,6 +279,10 @@ const FOREIGN_FLAGS: &[&str] = &[
     // eksctl / AKS node-pool options in docs/install.md.
     "gpu-driver",
     "skip-gpu-driver-install",
+    "driver-type",
+    "node-vm-size",
+    // helm uninstall's flag in docs/install.md and the chart README.
+    "no-hooks",
     // `flag --x` in docs/configuration.md: the shape of a flag origin.
     "x",
 ];
@@ -286,6 +290,7 @@ const FOREIGN_FLAGS: &[&str] = &[
 /// Command lines of other programs, by how they start: their flags are not dxdp's.
 const FOREIGN_COMMANDS: &[&str] = &[
     "cargo ",
+    "az ",
     "helm ",
     "docker ",
     "ctr ",

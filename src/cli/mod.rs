@@ -1,6 +1,7 @@
 //! Command-line interface: global options, subcommands and error reporting.
 
 mod audit;
+mod cleanup;
 mod config_cmd;
 mod demo;
 mod discover;
@@ -215,6 +216,9 @@ enum Command {
     /// Check that containers use only the GPUs they were allocated (on the node, or inside a
     /// container given GPUs): exit code 0 clean, 1 violations, 2 could not tell.
     Audit(audit::AuditArgs),
+    /// Remove what dxdp put on nodes (its labels, the isolation taint, its node conditions), after
+    /// an uninstall or a crash: exit code 0 done, 1 a node could not be cleaned.
+    Cleanup(cleanup::CleanupArgs),
     /// Show the effective configuration, or check a configuration file.
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
@@ -250,6 +254,7 @@ impl Command {
             Command::Snapshot(_)
             | Command::Top(_)
             | Command::Audit(_)
+            | Command::Cleanup(_)
             | Command::Config(_)
             | Command::Completion { .. }
             | Command::Version
@@ -402,6 +407,7 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
             source.into(),
             cli.global.host_snapshot.clone(),
         ),
+        Command::Cleanup(args) => cleanup::run(&args),
         Command::Config(cmd) => {
             let (config, inputs) = match &cmd {
                 config_cmd::ConfigCommand::Show { .. } => with_node_selection(config, inputs)?,

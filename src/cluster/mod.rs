@@ -6,11 +6,13 @@
 //! - [`node`]: follows the Node (its labels select a named configuration);
 //! - [`isolation`]: GPU isolation violations as Events on the pod, and the node taint of the
 //!   `taint` policy;
+//! - [`cleanup`]: takes dxdp's labels, taint and conditions off a node (`dxdp cleanup`);
 //!
 //! Everything here is optional: without `NODE_NAME` or credentials the daemon serves devices
 //! as before and says once why the cluster features are off. API errors are retried with
 //! backoff and never stop the daemon.
 
+pub mod cleanup;
 pub mod isolation;
 pub mod labels;
 pub mod node;

@@ -344,9 +344,13 @@ impl MetricsAddress {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MetricsFile {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::socket_address")]
     pub address: Option<MetricsAddress>,
     /// Where `/healthz` and `/readyz` alone are also served, on a listener of their own that
     /// metrics clients cannot starve (e.g. 127.0.0.1:9467 for the kubelet's probes).
+    #[serde(default)]
+    #[schemars(schema_with = "schema::socket_address")]
     pub probe_address: Option<MetricsAddress>,
 }
 
@@ -895,6 +899,25 @@ mod schema {
     pub fn multi_device(_: &mut SchemaGenerator) -> Schema {
         one_of_or_null(MultiDevice::ALL.iter().map(|a| a.as_str()).collect())
     }
+
+    /// What [`super::MetricsAddress::parse`] accepts, so that the chart's schema refuses what the
+    /// daemon would (`localhost:9466`, a missing port): `IPv4:PORT` exactly (no leading zeros in
+    /// the address, a port up to 65535, leading zeros allowed), `[IPv6]:PORT` by its characters
+    /// (dxdp checks the rest), or empty (off); blanks around it are trimmed.
+    pub fn socket_address(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": ["string", "null"],
+            "pattern": SOCKET_ADDRESS_PATTERN,
+        })
+    }
+
+    /// The pattern of [`socket_address`].
+    pub const SOCKET_ADDRESS_PATTERN: &str = concat!(
+        r"^\s*$|^\s*(",
+        r"((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
+        r"|\[[0-9A-Fa-f:.]{2,45}(%[0-9]{1,10})?\]",
+        r"):0*([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])\s*$"
+    );
 
     /// `devices.include` and `devices.exclude`: lists of device selectors.
     pub fn selectors(_: &mut SchemaGenerator) -> Schema {

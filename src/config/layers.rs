@@ -357,7 +357,39 @@ fn over_reference(
     format!("env {name} (overrides env {loser}={loser_value})")
 }
 
+/// Applies the environment, then names every configuration-file value a variable overrides (in
+/// the key's origin, and in a notice the daemon logs): a file edit that a variable hides would
+/// otherwise do nothing, silently.
 pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
+    let before = c.clone();
+    apply_variables(c, env)?;
+    note_file_overrides(c, &before, env);
+    Ok(())
+}
+
+/// For each key a variable took from a file with a different value: the origin becomes
+/// `env DXDP_REPLICAS (overrides file C:\etc\dxdp\config.yaml: 2)` and a notice says what to do.
+fn note_file_overrides(c: &mut Config, before: &Config, env: &Env) {
+    for key in Key::all() {
+        let (was, now) = (before.origin_of(key), c.origin_of(key).to_string());
+        let Some(variable) = now.strip_prefix("env ") else {
+            continue;
+        };
+        if !was.starts_with("file ") || before.shown(key) == c.shown(key) {
+            continue;
+        }
+        let name = variable.split(' ').next().unwrap_or(variable);
+        let value = env.get(name).map(String::as_str).unwrap_or_default();
+        let old = before.shown(key);
+        c.notices.push(format!(
+            "{key}: env {name}={value} overrides {was} ({key}: {old}): editing the file changes nothing while {name} is set; unset the variable to use the file's value"
+        ));
+        let origin = format!("{now} (overrides {was}: {old})");
+        c.set_origin(key, &origin);
+    }
+}
+
+fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
     // The reference plugin's variables: WDDM = display, MCDM = compute.
     for (prefix, r) in [("WDDM", Resource::Display), ("MCDM", Resource::Compute)] {
         let name = format!("{prefix}_DEVICE_PLUGIN_MULTITENANCY");

@@ -47,6 +47,11 @@ impl Config {
             .unwrap_or("default")
     }
 
+    /// A key's value as `config show` prints it for people.
+    pub(super) fn shown(&self, key: Key) -> String {
+        human(&self.value(key))
+    }
+
     /// A key's value, typed.
     fn value(&self, key: Key) -> serde_json::Value {
         use serde_json::{json, Value};

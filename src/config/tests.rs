@@ -435,12 +435,12 @@ fn false_in_a_reference_variable_turns_a_switch_off_and_config_show_names_the_va
     let file_origin = format!("file {}", file.display());
     assert_eq!(
         c.origin("resources.display.includeIntegrated"),
-        "env WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED"
+        format!("env WDDM_DEVICE_PLUGIN_INCLUDE_INTEGRATED (overrides {file_origin}: true)")
     );
     assert_eq!(c.origin("resources.compute.includeIntegrated"), file_origin);
     assert_eq!(
         c.origin("resources.compute.includeDetachable"),
-        "env MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE"
+        format!("env MCDM_DEVICE_PLUGIN_INCLUDE_DETACHABLE (overrides {file_origin}: true)")
     );
     assert_eq!(c.origin("resources.display.includeDetachable"), file_origin);
     // A per-resource key in dxdp's own file overrides the node-wide one.
@@ -658,7 +658,10 @@ fn metrics_address_follows_the_precedence_and_is_checked() {
             vec![("DXDP_METRICS_ADDRESS", "127.0.0.1:9000")],
             Flags::default(),
             addr("127.0.0.1:9000"),
-            "env DXDP_METRICS_ADDRESS".into(),
+            format!(
+                "env DXDP_METRICS_ADDRESS (overrides file {}: 0.0.0.0:9466)",
+                file.display()
+            ),
         ),
         // An empty variable turns the endpoint off.
         (
@@ -666,7 +669,10 @@ fn metrics_address_follows_the_precedence_and_is_checked() {
             vec![("DXDP_METRICS_ADDRESS", "")],
             Flags::default(),
             None,
-            "env DXDP_METRICS_ADDRESS".into(),
+            format!(
+                "env DXDP_METRICS_ADDRESS (overrides file {}: 0.0.0.0:9466)",
+                file.display()
+            ),
         ),
         (
             Some(file.clone()),
@@ -1029,6 +1035,7 @@ fn telemetry_keys_follow_the_precedence_and_intervals_are_checked() {
         format!("file {}", file.display())
     );
     assert_eq!(c.show_json()["telemetry.interval"]["value"], "1m");
+    let file_origin = format!("file {}", file.display());
     let c = inputs(
         Some(file),
         &[
@@ -1041,7 +1048,10 @@ fn telemetry_keys_follow_the_precedence_and_intervals_are_checked() {
     .unwrap();
     assert!(c.telemetry.enabled);
     assert_eq!(c.telemetry.interval, std::time::Duration::from_millis(1500));
-    assert_eq!(c.origin("telemetry.enabled"), "env DXDP_TELEMETRY");
+    assert_eq!(
+        c.origin("telemetry.enabled"),
+        format!("env DXDP_TELEMETRY (overrides {file_origin}: false)")
+    );
     // (text, seconds or error)
     let table = [
         ("10", Ok(10_000)),
@@ -1104,6 +1114,7 @@ fn isolation_keys_follow_the_precedence_and_policies_are_checked() {
         format!("file {}", file.display())
     );
     assert_eq!(c.show_json()["isolation.policy"]["value"], "taint");
+    let file_origin = format!("file {}", file.display());
     let c = inputs(
         Some(file),
         &[
@@ -1116,7 +1127,10 @@ fn isolation_keys_follow_the_precedence_and_policies_are_checked() {
     .unwrap();
     assert_eq!(c.isolation.policy, file::IsolationPolicy::Audit);
     assert!(c.isolation.events);
-    assert_eq!(c.origin("isolation.policy"), "env DXDP_ISOLATION_POLICY");
+    assert_eq!(
+        c.origin("isolation.policy"),
+        format!("env DXDP_ISOLATION_POLICY (overrides {file_origin}: taint)")
+    );
     let err = inputs(
         None,
         &[("DXDP_ISOLATION_POLICY", "cordon")],
@@ -1174,7 +1188,13 @@ fn probe_address_follows_the_precedence_and_is_checked() {
     .resolve()
     .unwrap();
     assert_eq!(c.probe_address, addr("127.0.0.1:9000"));
-    assert_eq!(c.origin("metrics.probeAddress"), "env DXDP_PROBE_ADDRESS");
+    assert_eq!(
+        c.origin("metrics.probeAddress"),
+        format!(
+            "env DXDP_PROBE_ADDRESS (overrides file {}: 127.0.0.1:9467)",
+            file.display()
+        )
+    );
     let c = inputs(
         Some(file),
         &[("DXDP_PROBE_ADDRESS", "127.0.0.1:9000")],
@@ -1198,5 +1218,46 @@ fn probe_address_follows_the_precedence_and_is_checked() {
     assert!(
         err.contains("DXDP_PROBE_ADDRESS") && err.contains("IP:PORT"),
         "{err}"
+    );
+}
+
+#[test]
+fn a_variable_over_a_file_value_names_the_file_value_in_show_and_a_notice() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "config.yaml",
+        "resources:\n  display:\n    replicas: 2\nlogLevel: debug\nisolation:\n  policy: taint\n",
+    );
+    let env = [
+        ("DXDP_REPLICAS", "4"),
+        ("DXDP_LOG_LEVEL", "debug"),
+        ("DXDP_ISOLATION_POLICY", "audit"),
+    ];
+    let c = inputs(Some(path.clone()), &env, Flags::default())
+        .resolve()
+        .unwrap();
+    let file = format!("file {}", path.display());
+    assert_eq!(c.replicas(Resource::Display), 4);
+    assert_eq!(
+        c.origin("resources.display.replicas"),
+        format!("env DXDP_REPLICAS (overrides {file}: 2)")
+    );
+    // The file did not set compute's replicas, and logLevel has the same value in both: plain.
+    assert_eq!(c.origin("resources.compute.replicas"), "env DXDP_REPLICAS");
+    assert_eq!(c.origin("logLevel"), "env DXDP_LOG_LEVEL");
+    assert_eq!(
+        c.origin("isolation.policy"),
+        format!("env DXDP_ISOLATION_POLICY (overrides {file}: taint)")
+    );
+    assert!(c.show().contains(&format!(
+        "resources.display.replicas: 4  # env DXDP_REPLICAS (overrides {file}: 2)\n"
+    )));
+    assert_eq!(
+        c.notices,
+        [
+            format!("resources.display.replicas: env DXDP_REPLICAS=4 overrides {file} (resources.display.replicas: 2): editing the file changes nothing while DXDP_REPLICAS is set; unset the variable to use the file's value"),
+            format!("isolation.policy: env DXDP_ISOLATION_POLICY=audit overrides {file} (isolation.policy: taint): editing the file changes nothing while DXDP_ISOLATION_POLICY is set; unset the variable to use the file's value"),
+        ]
     );
 }

@@ -180,6 +180,7 @@ pub async fn watch_counted(
             let c = tx.borrow();
             (c.metrics_address, c.probe_address)
         };
+        let notices_before = tx.borrow().notices.clone();
         // Reading a file waits for a writer to finish: never on an async worker, and never
         // without a time limit.
         let outcome = {
@@ -204,6 +205,12 @@ pub async fn watch_counted(
                 tracing::info!(files = ?names, configuration = selection.name.as_deref().unwrap_or("default"), reason = %selection.reason, "configuration reloaded and applied");
                 if let Some(w) = &selection.warning {
                     tracing::warn!("{w}");
+                }
+                // A file value that a variable hides: the edit changed nothing, say so.
+                for n in tx.borrow().notices.iter() {
+                    if n.contains(" overrides file ") && !notices_before.contains(n) {
+                        tracing::warn!("{n}");
+                    }
                 }
                 let after = {
                     let c = tx.borrow();
@@ -286,6 +293,30 @@ mod tests {
         assert_eq!(
             tx.borrow().replicas(dxdp_core::devices::Resource::Display),
             3
+        );
+    }
+
+    #[test]
+    fn a_file_edit_a_variable_hides_is_published_with_a_notice_naming_both() {
+        let (dir, mut inputs, _) = setup("resources: {display: {replicas: 2}}\n");
+        inputs.env = [("DXDP_REPLICAS".to_string(), "4".to_string())].into();
+        let (tx, _rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let file = dir.path().join("config.yaml");
+        std::fs::write(&file, "resources: {display: {replicas: 3}}\n").unwrap();
+        // The devices do not change (the variable still wins), but the configuration's story
+        // does: the new notice is what the reload logs.
+        assert_eq!(
+            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()),
+            Outcome::Applied
+        );
+        let c = tx.borrow();
+        assert_eq!(c.replicas(dxdp_core::devices::Resource::Display), 4);
+        assert_eq!(
+            c.notices,
+            [format!(
+                "resources.display.replicas: env DXDP_REPLICAS=4 overrides file {} (resources.display.replicas: 3): editing the file changes nothing while DXDP_REPLICAS is set; unset the variable to use the file's value",
+                file.display()
+            )]
         );
     }
 

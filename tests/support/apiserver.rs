@@ -1,8 +1,11 @@
 //! An in-process stand-in for the Kubernetes API server's Node endpoints, over real HTTP on
 //! loopback: `GET /api/v1/nodes/{name}`, server-side apply (`PATCH` with
-//! `application/apply-patch+yaml`) with per-field-manager ownership of labels, a JSON merge patch
+//! `application/apply-patch+yaml`) with per-field-manager ownership of labels (listed as
+//! `managedFields`), `GET /api/v1/nodes` (the one Node), a JSON merge patch
 //! of `spec.taints` conditional on `metadata.resourceVersion` (409 when it is stale), a watch of
-//! one Node, and `POST /api/v1/namespaces/{ns}/events` (kept, answered 201). It records every request exactly as received so that tests can check content type,
+//! one Node, a JSON merge patch of `status.conditions` on `/status`, and
+//! `POST /api/v1/namespaces/{ns}/events` (kept, answered 201). It records every request exactly
+//! as received so that tests can check content type,
 //! field manager and body, and it can fail requests on demand.
 //!
 //! Only what dxdp uses is implemented; anything else is answered 404.
@@ -49,6 +52,8 @@ struct State {
     labels: BTreeMap<String, String>,
     /// `spec.taints`.
     taints: Vec<serde_json::Value>,
+    /// `status.conditions`.
+    conditions: Vec<serde_json::Value>,
     /// The Events created, in order.
     events: Vec<serde_json::Value>,
     /// The field manager that owns each label.
@@ -74,6 +79,28 @@ impl Shared {
     }
 
     fn node_json(&self, s: &State) -> serde_json::Value {
+        // Each field manager's labels as managedFields entries (operation Apply), as a real API
+        // server lists them.
+        let mut managers: BTreeMap<&str, serde_json::Map<String, serde_json::Value>> =
+            BTreeMap::new();
+        for (key, manager) in &s.owners {
+            managers
+                .entry(manager)
+                .or_default()
+                .insert(format!("f:{key}"), serde_json::json!({}));
+        }
+        let managed: Vec<serde_json::Value> = managers
+            .into_iter()
+            .map(|(manager, labels)| {
+                serde_json::json!({
+                    "manager": manager,
+                    "operation": "Apply",
+                    "apiVersion": "v1",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": labels}},
+                })
+            })
+            .collect();
         serde_json::json!({
             "apiVersion": "v1",
             "kind": "Node",
@@ -81,8 +108,10 @@ impl Shared {
                 "name": self.node,
                 "resourceVersion": s.version.to_string(),
                 "labels": s.labels,
+                "managedFields": managed,
             },
             "spec": {"taints": s.taints},
+            "status": {"conditions": s.conditions},
         })
     }
 
@@ -160,6 +189,18 @@ impl ApiServerStandin {
     /// The Node's taints now.
     pub fn taints(&self) -> Vec<serde_json::Value> {
         self.shared.lock().taints.clone()
+    }
+
+    /// The Node's `status.conditions` now.
+    pub fn conditions(&self) -> Vec<serde_json::Value> {
+        self.shared.lock().conditions.clone()
+    }
+
+    /// Replaces the node's `status.conditions` (as the kubelet or another controller would).
+    pub fn set_conditions(&self, conditions: Vec<serde_json::Value>) {
+        let mut s = self.shared.lock();
+        s.conditions = conditions;
+        self.shared.publish(&mut s);
     }
 
     /// Sets the Node's taints as another client would.
@@ -398,6 +439,11 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         } else if method == Method::GET && path == node_path {
             Some(full(StatusCode::OK, &shared.node_json(&s)))
         } else if method == Method::PATCH
+            && path == format!("{node_path}/status")
+            && content_type.as_deref() == Some("application/merge-patch+json")
+        {
+            Some(merge_conditions(&shared, &mut s, &body))
+        } else if method == Method::PATCH
             && path == node_path
             && content_type.as_deref() == Some("application/merge-patch+json")
         {
@@ -409,6 +455,19 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             && path.ends_with("/events")
         {
             Some(create_event(&mut s, &path, &body))
+        } else if method == Method::GET
+            && path == "/api/v1/nodes"
+            && q.get("watch").map(String::as_str) != Some("true")
+        {
+            Some(full(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "NodeList",
+                    "metadata": {"resourceVersion": s.version.to_string()},
+                    "items": [shared.node_json(&s)],
+                }),
+            ))
         } else if method == Method::GET
             && path == "/api/v1/nodes"
             && q.get("watch").map(String::as_str) == Some("true")
@@ -447,6 +506,28 @@ fn merge_taints(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
     }
     if let Some(taints) = doc.pointer("/spec/taints") {
         s.taints = taints.as_array().cloned().unwrap_or_default();
+        shared.publish(s);
+    }
+    full(StatusCode::OK, &shared.node_json(s))
+}
+
+/// A JSON merge patch of the Node's status subresource: only `status.conditions` (replaced
+/// whole, as a merge patch replaces lists), with the same `resourceVersion` check as
+/// [`merge_taints`].
+fn merge_conditions(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    if let Some(version) = doc.pointer("/metadata/resourceVersion") {
+        if version.as_str() != Some(s.version.to_string().as_str()) {
+            return status(
+                StatusCode::CONFLICT,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            );
+        }
+    }
+    if let Some(conditions) = doc.pointer("/status/conditions") {
+        s.conditions = conditions.as_array().cloned().unwrap_or_default();
         shared.publish(s);
     }
     full(StatusCode::OK, &shared.node_json(s))

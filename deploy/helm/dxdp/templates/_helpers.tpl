@@ -56,6 +56,95 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Refuses the default namespace unless allowDefaultNamespace. */}}
 {{- define "dxdp.checkNamespace" -}}
 {{- if and (eq .Release.Namespace "default") (not .Values.allowDefaultNamespace) }}
-{{- fail "refusing to install into the default namespace: install into its own namespace (helm install dxdp deploy/helm/dxdp --namespace dxdp-system --create-namespace, labelled pod-security.kubernetes.io/enforce=privileged; docs/install.md), or set allowDefaultNamespace=true" }}
+{{- fail "refusing to install into the default namespace: dxdp's HostProcess pods need a namespace of their own whose Pod Security level is privileged. Create and label it, then install there: kubectl create namespace dxdp-system; kubectl label namespace dxdp-system pod-security.kubernetes.io/enforce=privileged; helm install dxdp <chart> --namespace dxdp-system (helm's --create-namespace creates the namespace but sets no label; docs/install.md#the-namespace). Or set allowDefaultNamespace=true" }}
 {{- end }}
+{{- /* On a cluster (helm install/upgrade; helm template sees none): a namespace that exists
+cannot also be rendered, and one whose Pod Security level refuses HostProcess pods fails now
+rather than as pods the DaemonSet can never create. */}}
+{{- $ns := lookup "v1" "Namespace" "" .Release.Namespace }}
+{{- if $ns }}
+{{- $enforce := (($ns.metadata).labels | default dict) | dig "pod-security.kubernetes.io/enforce" "" }}
+{{- if and $enforce (ne $enforce "privileged") }}
+{{- fail (printf "namespace %s enforces the %s Pod Security level, which refuses dxdp's HostProcess pods: kubectl label --overwrite namespace %s pod-security.kubernetes.io/enforce=privileged (docs/install.md#the-namespace)" .Release.Namespace $enforce .Release.Namespace) }}
+{{- end }}
+{{- if and .Values.namespace.create (not (eq ((($ns.metadata).annotations | default dict) | dig "meta.helm.sh/release-name" "") .Release.Name)) }}
+{{- fail (printf "namespace.create=true renders the Namespace, but namespace %s exists already (helm install stores its release there before it creates any object, so Helm cannot create it from the chart). Set namespace.create=false and label the namespace: kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged (namespace.create is for `helm template | kubectl apply` and the plain manifests; docs/install.md#the-namespace)" .Release.Namespace .Release.Namespace) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* An address as dxdp's IP:PORT ([IPv6]:PORT for an IPv6 address). Args: list address port. */}}
+{{- define "dxdp.socketAddress" -}}
+{{- $a := toString (index . 0) -}}
+{{- if and (contains ":" $a) (not (hasPrefix "[" $a)) -}}
+{{- printf "[%s]:%d" $a (int (index . 1)) -}}
+{{- else -}}
+{{- printf "%s:%d" $a (int (index . 1)) -}}
+{{- end -}}
+{{- end }}
+
+{{/* Sets key (dotted) of the config dict to value; refuses a config value that differs (one
+source of truth: a chart value lands in config.yaml, it never silently beats it).
+Args: dict "config" $c "key" "a.b" "value" v "from" "the chart value". */}}
+{{- define "dxdp.setConfig" -}}
+{{- $node := .config -}}
+{{- $parts := splitList "." .key -}}
+{{- range initial $parts }}
+{{- if or (not (hasKey $node .)) (kindIs "invalid" (index $node .)) }}
+{{- $_ := set $node . dict }}
+{{- end }}
+{{- $node = index $node . }}
+{{- end }}
+{{- $leaf := last $parts }}
+{{- if and (hasKey $node $leaf) (not (kindIs "invalid" (index $node $leaf))) (ne (toString (index $node $leaf)) (toString .value)) }}
+{{- fail (printf "config.%s is %v but %s makes it %v: set one of them (the chart writes %s into config.yaml as config.%s; docs/configuration.md#the-helm-chart)" .key (index $node $leaf) .from .value .from .key) }}
+{{- end }}
+{{- $_ := set $node $leaf .value }}
+{{- end }}
+
+{{/* dxdp's configuration file: the config value, plus the chart values that are configuration
+keys (replicas, logLevel, logFormat, metrics, probes, nodeLabels, isolation), as YAML. */}}
+{{- define "dxdp.configFile" -}}
+{{- $c := deepCopy (.Values.config | default dict) -}}
+{{- $v := .Values -}}
+{{- if not (kindIs "invalid" $v.replicas) }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "resources.display.replicas" "value" $v.replicas "from" "replicas") }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "resources.compute.replicas" "value" $v.replicas "from" "replicas") }}
+{{- end }}
+{{- with $v.logLevel }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "logLevel" "value" . "from" "logLevel") }}
+{{- end }}
+{{- with $v.logFormat }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "logFormat" "value" . "from" "logFormat") }}
+{{- end }}
+{{- $metrics := "" }}
+{{- if $v.metrics.enabled }}
+{{- $metrics = include "dxdp.socketAddress" (list $v.metrics.bindAddress $v.metrics.port) }}
+{{- end }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "metrics.address" "value" $metrics "from" "metrics.enabled/bindAddress/port") }}
+{{- $probes := "" }}
+{{- if $v.probes.enabled }}
+{{- $probes = include "dxdp.socketAddress" (list $v.probes.bindAddress $v.probes.port) }}
+{{- end }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "metrics.probeAddress" "value" $probes "from" "probes.enabled/bindAddress/port") }}
+{{- if not $v.nodeLabels.enabled }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "nodeLabels.enabled" "value" false "from" "nodeLabels.enabled") }}
+{{- end }}
+{{- with $v.nodeLabels.prefix }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "nodeLabels.prefix" "value" . "from" "nodeLabels.prefix") }}
+{{- end }}
+{{- with $v.isolation.policy }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "isolation.policy" "value" . "from" "isolation.policy") }}
+{{- end }}
+{{- if not $v.isolation.events }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "isolation.events" "value" false "from" "isolation.events") }}
+{{- end }}
+{{- toYaml $c }}
+{{- end }}
+
+{{/* The effective isolation policy: the chart value, else config's, else audit. */}}
+{{- define "dxdp.isolationPolicy" -}}
+{{- $config := .Values.config | default dict -}}
+{{- $iso := (get $config "isolation") | default dict -}}
+{{- default (default "audit" (get $iso "policy")) .Values.isolation.policy -}}
 {{- end }}
