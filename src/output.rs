@@ -237,7 +237,7 @@ pub enum AuditVerdict {
     /// Containers use GPUs they were not allocated (node), or the container sees GPUs it was
     /// not given: the node leaks (exit code 1).
     Violations,
-    /// The audit could not tell; `reason` says why (exit code 2).
+    /// The audit could not tell; `reason` says why (exit code 3; 2 is a usage error).
     Unknown,
 }
 
@@ -251,12 +251,12 @@ impl AuditVerdict {
         }
     }
 
-    /// 0, 1 or 2.
+    /// 0, 1 or 3 (docs/tools.md#exit-codes).
     pub fn exit_code(self) -> u8 {
         match self {
             AuditVerdict::Clean => 0,
             AuditVerdict::Violations => 1,
-            AuditVerdict::Unknown => 2,
+            AuditVerdict::Unknown => 3,
         }
     }
 }
@@ -272,7 +272,7 @@ pub struct AuditDoc {
     pub kind: AuditKind,
     /// What was audited: the node, or the container `dxdp audit` runs in.
     pub scope: AuditScope,
-    /// The verdict; the exit code is 0 (clean), 1 (violations) or 2 (unknown).
+    /// The verdict; the exit code is 0 (clean), 1 (violations) or 3 (unknown).
     pub verdict: AuditVerdict,
     /// Why the audit could not tell (verdict `unknown`), else null.
     pub reason: Option<String>,

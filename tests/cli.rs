@@ -976,3 +976,207 @@ fn a_fatal_error_is_a_json_log_line_under_log_format_json() {
         stderr(&o)
     );
 }
+
+/// Issue 34: every command with machine output takes `-o json`, `-o yaml` and `--json`, and
+/// `--json` writes what `-o json` writes.
+#[test]
+fn every_command_with_machine_output_takes_o_json_o_yaml_and_json() {
+    let t4 = fixture("telemetry-t4.yaml");
+    let commands: [&[&str]; 8] = [
+        &["discover"],
+        &["doctor"],
+        &["hcs"],
+        &["top"],
+        &["audit", "--node"],
+        &["mounts", "--index", "0"],
+        &["config", "show"],
+        &["snapshot"],
+    ];
+    for cmd in commands {
+        let run = |extra: &[&str]| {
+            let mut args: Vec<&str> = cmd.to_vec();
+            args.extend(extra);
+            args.extend(["--host-snapshot", &t4]);
+            let o = dxdp(&args);
+            assert_no_panic(&o);
+            assert_ne!(o.status.code(), Some(2), "{args:?} refused: {}", stderr(&o));
+            stdout(&o)
+        };
+        let json = run(&["-o", "json"]);
+        let doc: serde_json::Value =
+            serde_json::from_str(&json).unwrap_or_else(|e| panic!("{cmd:?} -o json: {e}: {json}"));
+        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+        assert!(!kind.is_empty(), "{cmd:?}: no kind in {json}");
+        assert_eq!(run(&["--json"]), json, "{cmd:?} --json is -o json");
+        let yaml = run(&["-o", "yaml"]);
+        assert!(
+            yaml.lines().any(|l| l == format!("kind: {kind}")),
+            "{cmd:?} -o yaml: {yaml}"
+        );
+    }
+    // The expected kinds, written out.
+    let kinds: Vec<String> = commands
+        .iter()
+        .map(|cmd| {
+            let mut args: Vec<&str> = cmd.to_vec();
+            args.extend(["--json", "--host-snapshot", &t4]);
+            let v: serde_json::Value = serde_json::from_slice(&dxdp(&args).stdout).unwrap();
+            v["kind"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Discovery",
+            "DoctorReport",
+            "HcsReport",
+            "Top",
+            "Audit",
+            "Mounts",
+            "Configuration",
+            "HostSnapshot"
+        ]
+    );
+    // `--json` with another format is a usage error.
+    let o = dxdp(&["top", "--json", "-o", "yaml", "--host-snapshot", &t4]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = dxdp(&["mounts", "--all", "--json", "-o", "ctr"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// Issue 34: exit codes, the same scheme everywhere: 0 success, 1 error or a failed check, 2
+/// usage error (clap's), 3 a check could not tell. Each command's `--help` lists its own.
+#[test]
+fn could_not_tell_exits_3_distinct_from_a_usage_error_and_help_lists_exit_codes() {
+    let missing = "/no/such/snapshot.yaml";
+    for cmd in ["doctor", "hcs"] {
+        let o = dxdp(&[cmd, "--host-snapshot", missing]);
+        assert_eq!(o.status.code(), Some(3), "{cmd}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot read host snapshot /no/such/snapshot.yaml"),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
+    // A snapshot without telemetry: the audit cannot tell.
+    let o = dxdp(&[
+        "audit",
+        "--node",
+        "--host-snapshot",
+        &fixture("nvidia-multi-gpu.yaml"),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
+    assert!(stdout(&o).contains("(exit code 3)"), "{}", stdout(&o));
+    // Commands without a verdict: an error is 1.
+    for cmd in ["discover", "snapshot", "top"] {
+        let o = dxdp(&[cmd, "--host-snapshot", missing]);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", stderr(&o));
+    }
+    // A usage error is 2, for the checks too.
+    for cmd in ["doctor", "hcs", "audit"] {
+        let o = dxdp(&[cmd, "--no-such-option"]);
+        assert_eq!(o.status.code(), Some(2), "{cmd}");
+    }
+    let help = |args: &[&str]| stdout(&dxdp(args)).replace('\n', " ");
+    let expected = [
+        (
+            "doctor",
+            "Exit codes: 0 no check failed (warnings allowed), 1 a check failed, 2 usage error, 3 could not tell",
+        ),
+        (
+            "hcs",
+            "Exit codes: 0 the configured assignment works here, 1 it does not, 2 usage error, 3 could not tell",
+        ),
+        (
+            "audit",
+            "Exit codes: 0 clean, 1 violations, 2 usage error, 3 could not tell",
+        ),
+        ("discover", "Exit codes: 0 success, 1 error, 2 usage error."),
+        ("top", "Exit codes: 0 success, 1 error, 2 usage error."),
+        ("snapshot", "Exit codes: 0 success, 1 error, 2 usage error."),
+        ("demo", "Exit codes: 0 success, 1 error, 2 usage error."),
+        ("mounts", "with --run, ctr's own exit code."),
+        ("plugin", "Exit codes: 0 stopped by a signal (gracefully), 1 stopped on an error, 2 usage error."),
+        ("config", "Exit codes: 0 success (config check: the file is valid), 1 error"),
+    ];
+    for (cmd, text) in expected {
+        let h = help(&[cmd, "--help"]);
+        let squeezed = h.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(squeezed.contains(text), "{cmd} --help: {h}");
+    }
+    let top = help(&["--help"])
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        top.contains("Exit codes: 0 success, 1 error or a failed check, 2 usage error, 3 a check could not tell"),
+        "{top}"
+    );
+}
+
+/// Issue 34: `top --watch` into a pipe writes frames one after the other, each starting with a
+/// separator line that gives its time.
+#[test]
+fn top_watch_into_a_pipe_separates_frames_with_their_time() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dxdp"))
+        .args(["top", "--watch", "--interval", "1", "--host-snapshot"])
+        .arg(fixture("telemetry-t4.yaml"))
+        .env_clear()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    // Two frames: read until the third separator starts (or give up after 20 s).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            text.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&text).matches("--- ").count() >= 3 {
+                break;
+            }
+        }
+        let _ = tx.send(String::from_utf8_lossy(&text).into_owned());
+    });
+    let text = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("two frames within 20 s");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        !text.contains('\x1b'),
+        "no terminal codes into a pipe: {text:?}"
+    );
+    let frames: Vec<&str> = text.split("--- ").skip(1).take(2).collect();
+    assert_eq!(frames.len(), 2, "{text}");
+    for frame in frames {
+        let (time, table) = frame.split_once(" ---\n").expect("a separator line");
+        // 2026-11-25T22:06:46Z
+        let b = time.as_bytes();
+        assert!(
+            time.len() == 20
+                && b[4] == b'-'
+                && b[10] == b'T'
+                && b[13] == b':'
+                && time.ends_with('Z'),
+            "{time:?}"
+        );
+        assert!(table.starts_with("DEVICE "), "{table}");
+        assert!(
+            table.contains(
+                "pciroot-0-pci-1c00-ba6abfb666f4630a  NVIDIA Tesla T4  compute 100% copy 2%"
+            ),
+            "{table}"
+        );
+    }
+    assert!(
+        text.starts_with("--- "),
+        "the first frame has its line too: {text}"
+    );
+}
