@@ -129,6 +129,7 @@ fn global_options_work_before_and_after_the_subcommand_and_from_the_environment(
 fn human_output_has_devices_exclusions_and_warnings() {
     let o = dxdp(&[
         "discover",
+        "--details",
         "--host-snapshot",
         &fixture("broken-drivers.yaml"),
     ]);
@@ -1179,4 +1180,146 @@ fn top_watch_into_a_pipe_separates_frames_with_their_time() {
         text.starts_with("--- "),
         "the first frame has its line too: {text}"
     );
+}
+
+/// Issue 34: `discover` prints a table numbered as `mounts --index` counts, with the unhealthy
+/// devices and why; `--details` adds every property.
+#[test]
+fn discover_prints_a_table_with_the_index_mounts_takes() {
+    let o = dxdp(&[
+        "discover",
+        "--host-snapshot",
+        &fixture("broken-drivers.yaml"),
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    let expected = "\
+Host: Windows Server 2022 Standard 21H2 build 10.0.20348.2849, HCS schema 2.5
+4 devices, 3 excluded, 5 warnings
+
+INDEX  ID                                   RESOURCE  HEALTH     LUID                   MEMORY    DESCRIPTION
+0      pciroot-0-pci-1b00-0540e5ad73bf260f  display   Unhealthy  0x00000000_0x000003E9  15.0 GiB  NVIDIA Tesla T4
+1      pciroot-0-pci-1c00-ba6abfb666f4630a  display   Unhealthy  0x00000000_0x000003EA  15.0 GiB  NVIDIA Tesla T4
+2      pciroot-0-pci-1d00-99a65d9b8c3e813d  display   Healthy    0x00000000_0x000003ED  -         Radeon Pro V520 MxGPU
+3      pciroot-0-pci-1e00-4ed067a47f740fc8  display   Healthy    0x00000000_0x000003EE  -         Intel(R) Arc(TM) A380 Graphics
+
+Unhealthy devices (advertised, not allocated until healthy):
+  - 0 pciroot-0-pci-1b00-0540e5ad73bf260f: device node has problem code 43: CM_PROB_FAILED_POST_START (the driver reported a failure, often a crashed GPU)
+  - 1 pciroot-0-pci-1c00-ba6abfb666f4630a: driver update in progress
+
+Excluded adapters:
+";
+    assert!(stdout(&o).starts_with(expected), "{}", stdout(&o));
+    assert!(stdout(&o).ends_with(
+        "\nEvery property and runtime file: dxdp discover --details; flags for one device: dxdp mounts --index N\n"
+    ));
+    assert!(
+        !stdout(&o).contains("Driver store:"),
+        "details only with --details"
+    );
+    // The same numbering as `mounts --index`.
+    for (index, id) in [
+        ("0", "pciroot-0-pci-1b00-0540e5ad73bf260f"),
+        ("2", "pciroot-0-pci-1d00-99a65d9b8c3e813d"),
+        ("3", "pciroot-0-pci-1e00-4ed067a47f740fc8"),
+    ] {
+        let m = dxdp(&[
+            "mounts",
+            "--index",
+            index,
+            "--json",
+            "--host-snapshot",
+            &fixture("broken-drivers.yaml"),
+        ]);
+        let doc: serde_json::Value = serde_json::from_slice(&m.stdout).unwrap();
+        assert_eq!(doc["devices"][0]["id"], id, "--index {index}");
+    }
+    let d = dxdp(&[
+        "discover",
+        "--details",
+        "--host-snapshot",
+        &fixture("nvidia-multi-gpu.yaml"),
+    ]);
+    let text = stdout(&d);
+    assert!(
+        text.contains(
+            "\nDevice 3: pciroot-0-pci-1e00-4ed067a47f740fc8\n  Description:    NVIDIA Tesla T4\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n  LUID:           0x00000000_0x006B9C66\n"),
+        "{text}"
+    );
+    assert!(!text.contains("discover --details;"), "{text}");
+}
+
+/// Issue 34: `doctor`'s detail column starts at the same place on every line; a name too long
+/// for it has its detail on the next line, at that column.
+#[test]
+fn doctor_columns_are_aligned() {
+    let o = dxdp(&[
+        "doctor",
+        "--host-snapshot",
+        &fixture("nvidia-multi-gpu.yaml"),
+    ]);
+    let expected = "\
+PASS  Windows build                              Windows Server 2022 (build 10.0.20348.1547)
+PASS  HCS device assignment                      assignment auto: HCS schema 2.5 assigns each device by location path
+WARN  containerd 1.7+                            containerd was not found
+      -> install containerd 1.7 or later (device assignment needs it), or check PATH
+INFO  kubelet device-plugin directory            skipped: simulated host (pass --kubelet-dir to check a directory of this machine)
+INFO  kubelet.sock                               skipped: the kubelet directory was not checked
+PASS  devices for directx.microsoft.com/display  4 healthy of 4
+INFO  devices for directx.microsoft.com/compute  no compute devices on this node
+PASS  driver files of NVIDIA Tesla T4 (PCIROOT(0)#PCI(1B00))
+                                                 7 runtime files present in C:\\Windows\\System32\\DriverStore\\FileRepository\\nvgridsw_aws.inf_amd64_1b50ef32b191cff1 (2 optional file(s) absent, not mounted)
+";
+    assert!(stdout(&o).starts_with(expected), "{}", stdout(&o));
+}
+
+/// Issue 34: one LUID notation, the one of the telemetry metrics' `luid` label, in `discover`,
+/// `top`, `audit` and the warnings; `mounts --luid` takes it.
+#[test]
+fn one_luid_notation_everywhere() {
+    let t4 = fixture("telemetry-t4.yaml");
+    let label = "0x00000000_0x006B9126";
+    let discover = stdout(&dxdp(&["discover", "--host-snapshot", &t4]));
+    assert!(
+        discover.contains(&format!("1      pciroot-0-pci-1c00-ba6abfb666f4630a  display   Healthy  {label}  15.0 GiB  NVIDIA Tesla T4")),
+        "{discover}"
+    );
+    let top: serde_json::Value =
+        serde_json::from_slice(&dxdp(&["top", "--json", "--host-snapshot", &t4]).stdout).unwrap();
+    assert_eq!(top["devices"][1]["luid"], label);
+    let m = dxdp(&["mounts", "--luid", label, "--json", "--host-snapshot", &t4]);
+    let doc: serde_json::Value = serde_json::from_slice(&m.stdout).unwrap();
+    assert_eq!(
+        doc["devices"][0]["id"],
+        "pciroot-0-pci-1c00-ba6abfb666f4630a"
+    );
+    let a = dxdp_env(
+        &["audit", "--host-snapshot", &t4],
+        &[("DXDP_ADAPTER_LUIDS", "7049510")],
+    );
+    assert!(
+        stdout(&a).starts_with(&format!(
+            "Given (DXDP_ADAPTER_LUIDS):  {label} (NVIDIA Tesla T4)\n"
+        )),
+        "{}",
+        stdout(&a)
+    );
+    let broken = stdout(&dxdp(&[
+        "discover",
+        "--host-snapshot",
+        &fixture("broken-drivers.yaml"),
+    ]));
+    assert!(
+        broken.contains("  - adapter NVIDIA Tesla T4 (no device node) (LUID 0x00000000_0x000003EB): no device node matches: no device node reports LUID 0x00000000_0x000003EB,"),
+        "{broken}"
+    );
+    // Not the old notations.
+    for text in [&discover, &broken, &stdout(&a)] {
+        assert!(!text.contains("0x00000000:0x"), "{text}");
+        assert!(!text.contains("(LUID 10"), "{text}");
+    }
 }

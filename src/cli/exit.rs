@@ -14,6 +14,8 @@ use std::process::ExitCode;
 
 /// An error, or a check that failed.
 pub const FAILED: u8 = 1;
+/// A usage error (clap exits with this code on its own; a bad log level too).
+pub const USAGE: u8 = 2;
 /// A check could not tell.
 pub const COULD_NOT_TELL: u8 = 3;
 
@@ -38,7 +40,7 @@ mod tests {
         );
         // 2 is clap's, for every usage error.
         let usage = clap::error::Error::new(clap::error::ErrorKind::InvalidValue).exit_code();
-        assert_eq!(usage, 2);
+        assert_eq!(i32::from(USAGE), usage);
         assert_ne!(i32::from(COULD_NOT_TELL), usage);
     }
 }

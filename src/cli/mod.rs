@@ -387,8 +387,9 @@ pub fn main() -> ExitCode {
     let _log_guard = match logging::init(config.log_format, level) {
         Ok(guard) => guard,
         Err(e) => {
+            // A log level that is not one: a bad option value, as clap's.
             fatal(config.log_format, &e.to_string(), false);
-            return error_code;
+            return exit::code(exit::USAGE);
         }
     };
     // How the configuration was built, when an operator must know (`config show` prints the
