@@ -1323,3 +1323,60 @@ fn one_luid_notation_everywhere() {
         assert!(!text.contains("(LUID 10"), "{text}");
     }
 }
+
+/// Issue 34: the README's commands table names every command `dxdp --help` lists, and its
+/// sentence on machine output names the commands that take `-o json|yaml` and `--json` (checked
+/// above, in `every_command_with_machine_output_takes_o_json_o_yaml_and_json`).
+#[test]
+fn the_readme_lists_every_command_and_the_ones_with_machine_output() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let help = stdout(&dxdp(&["--help"]));
+    let commands: Vec<&str> = help
+        .split("Commands:\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 13, "{commands:?}");
+    let table: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| *l != "## Commands")
+        .take_while(|l| l.is_empty() || l.starts_with('|') || l.starts_with('#'))
+        .filter(|l| l.starts_with('|'))
+        .collect();
+    for c in &commands {
+        assert!(
+            table.iter().any(|row| row.contains(&format!("`dxdp {c}"))),
+            "README.md's commands table lacks `dxdp {c}`"
+        );
+    }
+    let sentence = readme
+        .split("Every command with machine output (")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .expect("the machine-output sentence")
+        .replace('\n', " ");
+    let named: Vec<String> = sentence
+        .split(',')
+        .map(|c| c.trim().trim_matches('`').to_string())
+        .collect();
+    assert_eq!(
+        named,
+        [
+            "discover",
+            "doctor",
+            "hcs",
+            "audit",
+            "top",
+            "mounts",
+            "config show",
+            "snapshot"
+        ],
+        "the commands every_command_with_machine_output_takes_o_json_o_yaml_and_json runs"
+    );
+}
