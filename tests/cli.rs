@@ -1380,3 +1380,127 @@ fn the_readme_lists_every_command_and_the_ones_with_machine_output() {
         "the commands every_command_with_machine_output_takes_o_json_o_yaml_and_json runs"
     );
 }
+
+/// Issue 34: the crates are ready for `cargo install dxdp`: the metadata crates.io shows, and
+/// packages that hold what building needs (the code, the build script's protobuf files, the
+/// core's embedded sample host) and none of the tests, fixtures or benches. `.ci/run` builds the
+/// packages too (`cargo package --workspace`).
+#[test]
+fn the_crates_are_packaged_with_what_building_needs_and_no_fixtures() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (manifest, keys) in [
+        (
+            root.join("Cargo.toml"),
+            &[
+                "description = ",
+                "license = \"MIT OR Apache-2.0\"",
+                "readme = \"README.md\"",
+                "keywords = ",
+                "categories = ",
+                "rust-version = ",
+                "include = [",
+            ][..],
+        ),
+        (
+            root.join("crates/dxdp-core/Cargo.toml"),
+            &[
+                "description = ",
+                "license = \"MIT OR Apache-2.0\"",
+                "readme = \"README.md\"",
+                "keywords = ",
+                "categories = ",
+                "rust-version = ",
+                "include = [",
+            ][..],
+        ),
+    ] {
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        for key in keys {
+            assert!(
+                text.lines().any(|l| l.starts_with(key)),
+                "{}: no `{key}`",
+                manifest.display()
+            );
+        }
+        assert!(!text.contains("publish = false"), "{}", manifest.display());
+    }
+    // dxdp depends on dxdp-core by version too, as a published crate must.
+    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    assert!(
+        cargo.contains("dxdp-core = { path = \"crates/dxdp-core\", version = \"=0.1.0\" }"),
+        "dxdp-core dependency with a version"
+    );
+    let list = |package: &str| -> Option<Vec<String>> {
+        let o = Command::new(env!("CARGO"))
+            .args([
+                "package",
+                "-p",
+                package,
+                "--no-verify",
+                "--allow-dirty",
+                "--offline",
+                "--list",
+            ])
+            .current_dir(root)
+            .output()
+            .ok()?;
+        if !o.status.success() {
+            eprintln!(
+                "skipped the package listing of {package}: cargo package --list failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            return None;
+        }
+        Some(stdout(&o).lines().map(str::to_string).collect())
+    };
+    let Some(dxdp) = list("dxdp") else { return };
+    let Some(core) = list("dxdp-core") else {
+        return;
+    };
+    for file in [
+        "Cargo.toml",
+        "build.rs",
+        "src/main.rs",
+        "src/lib.rs",
+        "proto/deviceplugin_v1beta1.proto",
+        "proto/podresources_v1.proto",
+        "proto/cri_runtime_v1.proto",
+        "README.md",
+        "LICENSE-APACHE",
+        "LICENSE-MIT",
+    ] {
+        assert!(
+            dxdp.iter().any(|f| f == file),
+            "dxdp package lacks {file}: {dxdp:?}"
+        );
+    }
+    for file in [
+        "src/lib.rs",
+        "src/sample-host.yaml",
+        "README.md",
+        "LICENSE-MIT",
+    ] {
+        assert!(
+            core.iter().any(|f| f == file),
+            "dxdp-core package lacks {file}: {core:?}"
+        );
+    }
+    for f in dxdp.iter().chain(&core) {
+        assert!(
+            ![
+                "tests/",
+                "benches/",
+                "fuzz/",
+                "docs/",
+                "deploy/",
+                "examples/",
+                "scripts/",
+                "crates/",
+                "target/"
+            ]
+            .iter()
+            .any(|d| f.starts_with(d)),
+            "{f} is packaged"
+        );
+    }
+}
