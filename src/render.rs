@@ -65,11 +65,10 @@ pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>, details: bool
         .devices
         .iter()
         .enumerate()
-        .filter_map(|(i, d)| {
-            (d.health.state != HealthState::Healthy).then(|| {
-                let reason = d.health.reason.as_deref().unwrap_or("no reason given");
-                clean(&format!("  - {i} {}: {reason}", d.id))
-            })
+        .filter(|(_, d)| d.health.state != HealthState::Healthy)
+        .map(|(i, d)| {
+            let reason = d.health.reason.as_deref().unwrap_or("no reason given");
+            clean(&format!("  - {i} {}: {reason}", d.id))
         })
         .collect();
     if !unhealthy.is_empty() {

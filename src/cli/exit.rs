@@ -39,7 +39,7 @@ mod tests {
             "documented in docs/tools.md#exit-codes"
         );
         // 2 is clap's, for every usage error.
-        let usage = clap::error::Error::new(clap::error::ErrorKind::InvalidValue).exit_code();
+        let usage = clap::Error::new(clap::error::ErrorKind::InvalidValue).exit_code();
         assert_eq!(i32::from(USAGE), usage);
         assert_ne!(i32::from(COULD_NOT_TELL), usage);
     }
