@@ -200,7 +200,10 @@ mod tests {
                 "--index 7 (there are 3 devices, 0 to 2)",
             ),
             (vec![Selector::Luid("12".into())], "--luid 12"),
-            (vec![Selector::Luid("zz".into())], "not a decimal"),
+            (
+                vec![Selector::Luid("zz".into())],
+                "--luid \"zz\" is not a LUID: write it as discover shows it (0x00000000_0x006B8B86), or in decimal",
+            ),
             (
                 vec![Selector::LocationPath("PCIROOT(9)".into())],
                 "--location-path PCIROOT(9)",
