@@ -237,7 +237,7 @@ pub enum AuditVerdict {
     /// Containers use GPUs they were not allocated (node), or the container sees GPUs it was
     /// not given: the node leaks (exit code 1).
     Violations,
-    /// The audit could not tell; `reason` says why (exit code 2).
+    /// The audit could not tell; `reason` says why (exit code 3; 2 is a usage error).
     Unknown,
 }
 
@@ -251,12 +251,12 @@ impl AuditVerdict {
         }
     }
 
-    /// 0, 1 or 2.
+    /// 0, 1 or 3 (docs/tools.md#exit-codes).
     pub fn exit_code(self) -> u8 {
         match self {
             AuditVerdict::Clean => 0,
             AuditVerdict::Violations => 1,
-            AuditVerdict::Unknown => 2,
+            AuditVerdict::Unknown => 3,
         }
     }
 }
@@ -272,7 +272,7 @@ pub struct AuditDoc {
     pub kind: AuditKind,
     /// What was audited: the node, or the container `dxdp audit` runs in.
     pub scope: AuditScope,
-    /// The verdict; the exit code is 0 (clean), 1 (violations) or 2 (unknown).
+    /// The verdict; the exit code is 0 (clean), 1 (violations) or 3 (unknown).
     pub verdict: AuditVerdict,
     /// Why the audit could not tell (verdict `unknown`), else null.
     pub reason: Option<String>,
@@ -397,6 +397,34 @@ pub struct AssignmentVerdict {
     pub works: bool,
     /// One line for people.
     pub verdict: String,
+}
+
+/// Text for people: left-aligned columns separated by two spaces, each as wide as its widest
+/// cell (in characters); the last column is not padded.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]

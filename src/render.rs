@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use dxdp_core::devices::{Device, Discovery, RuntimeFile};
+use dxdp_core::devices::{Device, Discovery, HealthState, RuntimeFile};
 use dxdp_core::facts::OsFacts;
 
 /// The `discover --json` document.
@@ -22,8 +22,10 @@ pub fn discovery_doc(discovery: &Discovery) -> crate::output::DiscoveryDoc<'_> {
     }
 }
 
-/// The human report: host, devices, excluded adapters, warnings.
-pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
+/// The human report: host, a table of the devices (with the index `mounts --index` takes),
+/// the unhealthy devices and why, excluded adapters, warnings; with `details`, every device's
+/// properties and runtime files after the table.
+pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>, details: bool) -> String {
     let mut out = String::new();
     if let Some(os) = os {
         let _ = writeln!(out, "Host: {}", clean(&os_line(os)));
@@ -55,9 +57,31 @@ pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
     if advertised == 0 {
         out.push_str("\nNo assignable DirectX devices were found on this host.\n");
     }
-    for device in &discovery.devices {
+    if !discovery.devices.is_empty() {
         out.push('\n');
-        device_text(&mut out, device);
+        out.push_str(&device_table(discovery));
+    }
+    let unhealthy: Vec<String> = discovery
+        .devices
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.health.state != HealthState::Healthy)
+        .map(|(i, d)| {
+            let reason = d.health.reason.as_deref().unwrap_or("no reason given");
+            clean(&format!("  - {i} {}: {reason}", d.id))
+        })
+        .collect();
+    if !unhealthy.is_empty() {
+        out.push_str("\nUnhealthy devices (advertised, not allocated until healthy):\n");
+        for line in unhealthy {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    if details {
+        for (i, device) in discovery.devices.iter().enumerate() {
+            out.push('\n');
+            device_text(&mut out, i, device);
+        }
     }
     if !discovery.excluded.is_empty() {
         out.push_str("\nExcluded adapters:\n");
@@ -77,10 +101,47 @@ pub fn discovery_text(discovery: &Discovery, os: Option<&OsFacts>) -> String {
             let _ = writeln!(out, "  - {} [{}]", clean(&w.message), w.code);
         }
     }
+    if !details && !discovery.devices.is_empty() {
+        out.push_str(
+            "\nEvery property and runtime file: dxdp discover --details; flags for one device: dxdp mounts --index N\n",
+        );
+    }
     out
 }
 
-fn device_text(out: &mut String, d: &Device) {
+/// One line per device, numbered as `mounts --index` counts.
+fn device_table(discovery: &Discovery) -> String {
+    let mut rows = vec![[
+        "INDEX",
+        "ID",
+        "RESOURCE",
+        "HEALTH",
+        "LUID",
+        "MEMORY",
+        "DESCRIPTION",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for (i, d) in discovery.devices.iter().enumerate() {
+        let memory = if d.dedicated_memory_bytes == 0 {
+            "-".to_string()
+        } else {
+            memory_text(d.dedicated_memory_bytes).replace(" dedicated", "")
+        };
+        rows.push(vec![
+            i.to_string(),
+            clean(&d.id),
+            d.resource.map_or("none".into(), |r| r.as_str().to_string()),
+            d.health.state.as_str().to_string(),
+            luid_text(d.luid),
+            memory,
+            clean(&d.description),
+        ]);
+    }
+    crate::output::table(&rows)
+}
+
+fn device_text(out: &mut String, index: usize, d: &Device) {
     let resource = d
         .resource
         .map(|r| r.default_resource_name().to_string())
@@ -133,7 +194,7 @@ fn device_text(out: &mut String, d: &Device) {
         ("Resource", resource),
         ("Health", health),
     ];
-    let _ = writeln!(out, "Device {}", d.id);
+    let _ = writeln!(out, "Device {index}: {}", clean(&d.id));
     for (label, value) in rows {
         let _ = writeln!(out, "  {:<16}{}", format!("{label}:"), clean(&value));
     }
@@ -179,10 +240,9 @@ pub fn os_line(os: &OsFacts) -> String {
     line
 }
 
-/// A LUID as `0xHIGH:0xLOW (decimal)`.
+/// A LUID as every text of dxdp writes it (`0x00000000_0x006B8B86`, [`dxdp_core::luid`]).
 pub fn luid_text(luid: i64) -> String {
-    let bits = luid as u64;
-    format!("0x{:08X}:0x{:08X} ({luid})", bits >> 32, bits & 0xFFFF_FFFF)
+    dxdp_core::luid::label(luid)
 }
 
 /// Bytes as GiB or MiB.
@@ -242,9 +302,9 @@ mod tests {
 
     #[test]
     fn luids_and_memory() {
-        assert_eq!(luid_text(7048070), "0x00000000:0x006B8B86 (7048070)");
-        assert_eq!(luid_text(-1), "0xFFFFFFFF:0xFFFFFFFF (-1)");
-        assert_eq!(luid_text(1 << 32), "0x00000001:0x00000000 (4294967296)");
+        assert_eq!(luid_text(7048070), "0x00000000_0x006B8B86");
+        assert_eq!(luid_text(-1), "0xFFFFFFFF_0xFFFFFFFF");
+        assert_eq!(luid_text(1 << 32), "0x00000001_0x00000000");
         assert_eq!(memory_text(0), "no dedicated memory");
         assert_eq!(memory_text(512 << 20), "512.0 MiB dedicated");
         assert_eq!(memory_text(16106127360), "15.0 GiB dedicated");

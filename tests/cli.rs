@@ -129,6 +129,7 @@ fn global_options_work_before_and_after_the_subcommand_and_from_the_environment(
 fn human_output_has_devices_exclusions_and_warnings() {
     let o = dxdp(&[
         "discover",
+        "--details",
         "--host-snapshot",
         &fixture("broken-drivers.yaml"),
     ]);
@@ -975,4 +976,531 @@ fn a_fatal_error_is_a_json_log_line_under_log_format_json() {
         "{}",
         stderr(&o)
     );
+}
+
+/// Issue 34: every command with machine output takes `-o json`, `-o yaml` and `--json`, and
+/// `--json` writes what `-o json` writes.
+#[test]
+fn every_command_with_machine_output_takes_o_json_o_yaml_and_json() {
+    let t4 = fixture("telemetry-t4.yaml");
+    let commands: [&[&str]; 8] = [
+        &["discover"],
+        &["doctor"],
+        &["hcs"],
+        &["top"],
+        &["audit", "--node"],
+        &["mounts", "--index", "0"],
+        &["config", "show"],
+        &["snapshot"],
+    ];
+    for cmd in commands {
+        let run = |extra: &[&str]| {
+            let mut args: Vec<&str> = cmd.to_vec();
+            args.extend(extra);
+            args.extend(["--host-snapshot", &t4]);
+            let o = dxdp(&args);
+            assert_no_panic(&o);
+            assert_ne!(o.status.code(), Some(2), "{args:?} refused: {}", stderr(&o));
+            stdout(&o)
+        };
+        let json = run(&["-o", "json"]);
+        let doc: serde_json::Value =
+            serde_json::from_str(&json).unwrap_or_else(|e| panic!("{cmd:?} -o json: {e}: {json}"));
+        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+        assert!(!kind.is_empty(), "{cmd:?}: no kind in {json}");
+        assert_eq!(run(&["--json"]), json, "{cmd:?} --json is -o json");
+        let yaml = run(&["-o", "yaml"]);
+        assert!(
+            yaml.lines().any(|l| l == format!("kind: {kind}")),
+            "{cmd:?} -o yaml: {yaml}"
+        );
+    }
+    // The expected kinds, written out.
+    let kinds: Vec<String> = commands
+        .iter()
+        .map(|cmd| {
+            let mut args: Vec<&str> = cmd.to_vec();
+            args.extend(["--json", "--host-snapshot", &t4]);
+            let v: serde_json::Value = serde_json::from_slice(&dxdp(&args).stdout).unwrap();
+            v["kind"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Discovery",
+            "DoctorReport",
+            "HcsReport",
+            "Top",
+            "Audit",
+            "Mounts",
+            "Configuration",
+            "HostSnapshot"
+        ]
+    );
+    // `--json` with another format is a usage error.
+    let o = dxdp(&["top", "--json", "-o", "yaml", "--host-snapshot", &t4]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = dxdp(&["mounts", "--all", "--json", "-o", "ctr"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// Issue 34: exit codes, the same scheme everywhere: 0 success, 1 error or a failed check, 2
+/// usage error (clap's), 3 a check could not tell. Each command's `--help` lists its own.
+#[test]
+fn could_not_tell_exits_3_distinct_from_a_usage_error_and_help_lists_exit_codes() {
+    let missing = "/no/such/snapshot.yaml";
+    for cmd in ["doctor", "hcs"] {
+        let o = dxdp(&[cmd, "--host-snapshot", missing]);
+        assert_eq!(o.status.code(), Some(3), "{cmd}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot read host snapshot /no/such/snapshot.yaml"),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
+    // A snapshot without telemetry: the audit cannot tell.
+    let o = dxdp(&[
+        "audit",
+        "--node",
+        "--host-snapshot",
+        &fixture("nvidia-multi-gpu.yaml"),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
+    assert!(stdout(&o).contains("(exit code 3)"), "{}", stdout(&o));
+    // Commands without a verdict: an error is 1.
+    for cmd in ["discover", "snapshot", "top"] {
+        let o = dxdp(&[cmd, "--host-snapshot", missing]);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", stderr(&o));
+    }
+    // A usage error is 2, for the checks too.
+    for cmd in ["doctor", "hcs", "audit"] {
+        let o = dxdp(&[cmd, "--no-such-option"]);
+        assert_eq!(o.status.code(), Some(2), "{cmd}");
+    }
+    let help = |args: &[&str]| stdout(&dxdp(args)).replace('\n', " ");
+    let expected = [
+        (
+            "doctor",
+            "Exit codes: 0 no check failed (warnings allowed), 1 a check failed, 2 usage error, 3 could not tell",
+        ),
+        (
+            "hcs",
+            "Exit codes: 0 the configured assignment works here, 1 it does not, 2 usage error, 3 could not tell",
+        ),
+        (
+            "audit",
+            "Exit codes: 0 clean, 1 violations, 2 usage error, 3 could not tell",
+        ),
+        ("discover", "Exit codes: 0 success, 1 error, 2 usage error."),
+        ("top", "Exit codes: 0 success, 1 error, 2 usage error."),
+        ("snapshot", "Exit codes: 0 success, 1 error, 2 usage error."),
+        ("demo", "Exit codes: 0 success, 1 error, 2 usage error."),
+        ("mounts", "with --run, ctr's own exit code."),
+        ("plugin", "Exit codes: 0 stopped by a signal (gracefully), 1 stopped on an error, 2 usage error."),
+        ("config", "Exit codes: 0 success (config check: the file is valid), 1 error"),
+    ];
+    for (cmd, text) in expected {
+        let h = help(&[cmd, "--help"]);
+        let squeezed = h.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(squeezed.contains(text), "{cmd} --help: {h}");
+    }
+    let top = help(&["--help"])
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        top.contains("Exit codes: 0 success, 1 error or a failed check, 2 usage error, 3 a check could not tell"),
+        "{top}"
+    );
+}
+
+/// Issue 34: `top --watch` into a pipe writes frames one after the other, each starting with a
+/// separator line that gives its time.
+#[test]
+fn top_watch_into_a_pipe_separates_frames_with_their_time() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dxdp"))
+        .args(["top", "--watch", "--interval", "1", "--host-snapshot"])
+        .arg(fixture("telemetry-t4.yaml"))
+        .env_clear()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    // Two frames: read until the third separator starts (or give up after 20 s).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            text.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&text).matches("--- ").count() >= 3 {
+                break;
+            }
+        }
+        let _ = tx.send(String::from_utf8_lossy(&text).into_owned());
+    });
+    let text = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("two frames within 20 s");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        !text.contains('\x1b'),
+        "no terminal codes into a pipe: {text:?}"
+    );
+    let frames: Vec<&str> = text.split("--- ").skip(1).take(2).collect();
+    assert_eq!(frames.len(), 2, "{text}");
+    for frame in frames {
+        let (time, table) = frame.split_once(" ---\n").expect("a separator line");
+        // 2026-11-25T22:06:46Z
+        let b = time.as_bytes();
+        assert!(
+            time.len() == 20
+                && b[4] == b'-'
+                && b[10] == b'T'
+                && b[13] == b':'
+                && time.ends_with('Z'),
+            "{time:?}"
+        );
+        assert!(table.starts_with("DEVICE "), "{table}");
+        assert!(
+            table.contains(
+                "pciroot-0-pci-1c00-ba6abfb666f4630a  NVIDIA Tesla T4  compute 100% copy 2%"
+            ),
+            "{table}"
+        );
+    }
+    assert!(
+        text.starts_with("--- "),
+        "the first frame has its line too: {text}"
+    );
+}
+
+/// Issue 34: `discover` prints a table numbered as `mounts --index` counts, with the unhealthy
+/// devices and why; `--details` adds every property.
+#[test]
+fn discover_prints_a_table_with_the_index_mounts_takes() {
+    let o = dxdp(&[
+        "discover",
+        "--host-snapshot",
+        &fixture("broken-drivers.yaml"),
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    let expected = "\
+Host: Windows Server 2022 Standard 21H2 build 10.0.20348.2849, HCS schema 2.5
+4 devices, 3 excluded, 5 warnings
+
+INDEX  ID                                   RESOURCE  HEALTH     LUID                   MEMORY    DESCRIPTION
+0      pciroot-0-pci-1b00-0540e5ad73bf260f  display   Unhealthy  0x00000000_0x000003E9  15.0 GiB  NVIDIA Tesla T4
+1      pciroot-0-pci-1c00-ba6abfb666f4630a  display   Unhealthy  0x00000000_0x000003EA  15.0 GiB  NVIDIA Tesla T4
+2      pciroot-0-pci-1d00-99a65d9b8c3e813d  display   Healthy    0x00000000_0x000003ED  -         Radeon Pro V520 MxGPU
+3      pciroot-0-pci-1e00-4ed067a47f740fc8  display   Healthy    0x00000000_0x000003EE  -         Intel(R) Arc(TM) A380 Graphics
+
+Unhealthy devices (advertised, not allocated until healthy):
+  - 0 pciroot-0-pci-1b00-0540e5ad73bf260f: device node has problem code 43: CM_PROB_FAILED_POST_START (the driver reported a failure, often a crashed GPU)
+  - 1 pciroot-0-pci-1c00-ba6abfb666f4630a: driver update in progress
+
+Excluded adapters:
+";
+    assert!(stdout(&o).starts_with(expected), "{}", stdout(&o));
+    assert!(stdout(&o).ends_with(
+        "\nEvery property and runtime file: dxdp discover --details; flags for one device: dxdp mounts --index N\n"
+    ));
+    assert!(
+        !stdout(&o).contains("Driver store:"),
+        "details only with --details"
+    );
+    // The same numbering as `mounts --index`.
+    for (index, id) in [
+        ("0", "pciroot-0-pci-1b00-0540e5ad73bf260f"),
+        ("2", "pciroot-0-pci-1d00-99a65d9b8c3e813d"),
+        ("3", "pciroot-0-pci-1e00-4ed067a47f740fc8"),
+    ] {
+        let m = dxdp(&[
+            "mounts",
+            "--index",
+            index,
+            "--json",
+            "--host-snapshot",
+            &fixture("broken-drivers.yaml"),
+        ]);
+        let doc: serde_json::Value = serde_json::from_slice(&m.stdout).unwrap();
+        assert_eq!(doc["devices"][0]["id"], id, "--index {index}");
+    }
+    let d = dxdp(&[
+        "discover",
+        "--details",
+        "--host-snapshot",
+        &fixture("nvidia-multi-gpu.yaml"),
+    ]);
+    let text = stdout(&d);
+    assert!(
+        text.contains(
+            "\nDevice 3: pciroot-0-pci-1e00-4ed067a47f740fc8\n  Description:    NVIDIA Tesla T4\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n  LUID:           0x00000000_0x006B9C66\n"),
+        "{text}"
+    );
+    assert!(!text.contains("discover --details;"), "{text}");
+}
+
+/// Issue 34: `doctor`'s detail column starts at the same place on every line; a name too long
+/// for it has its detail on the next line, at that column.
+#[test]
+fn doctor_columns_are_aligned() {
+    let o = dxdp(&[
+        "doctor",
+        "--host-snapshot",
+        &fixture("nvidia-multi-gpu.yaml"),
+    ]);
+    let expected = "\
+PASS  Windows build                              Windows Server 2022 (build 10.0.20348.1547)
+PASS  HCS device assignment                      assignment auto: HCS schema 2.5 assigns each device by location path
+WARN  containerd 1.7+                            containerd was not found
+      -> install containerd 1.7 or later (device assignment needs it), or check PATH
+INFO  kubelet device-plugin directory            skipped: simulated host (pass --kubelet-dir to check a directory of this machine)
+INFO  kubelet.sock                               skipped: the kubelet directory was not checked
+PASS  devices for directx.microsoft.com/display  4 healthy of 4
+INFO  devices for directx.microsoft.com/compute  no compute devices on this node
+PASS  driver files of NVIDIA Tesla T4 (PCIROOT(0)#PCI(1B00))
+                                                 7 runtime files present in C:\\Windows\\System32\\DriverStore\\FileRepository\\nvgridsw_aws.inf_amd64_1b50ef32b191cff1 (2 optional file(s) absent, not mounted)
+";
+    assert!(stdout(&o).starts_with(expected), "{}", stdout(&o));
+}
+
+/// Issue 34: one LUID notation, the one of the telemetry metrics' `luid` label, in `discover`,
+/// `top`, `audit` and the warnings; `mounts --luid` takes it.
+#[test]
+fn one_luid_notation_everywhere() {
+    let t4 = fixture("telemetry-t4.yaml");
+    let label = "0x00000000_0x006B9126";
+    let discover = stdout(&dxdp(&["discover", "--host-snapshot", &t4]));
+    assert!(
+        discover.contains(&format!("1      pciroot-0-pci-1c00-ba6abfb666f4630a  display   Healthy  {label}  15.0 GiB  NVIDIA Tesla T4")),
+        "{discover}"
+    );
+    let top: serde_json::Value =
+        serde_json::from_slice(&dxdp(&["top", "--json", "--host-snapshot", &t4]).stdout).unwrap();
+    assert_eq!(top["devices"][1]["luid"], label);
+    let m = dxdp(&["mounts", "--luid", label, "--json", "--host-snapshot", &t4]);
+    let doc: serde_json::Value = serde_json::from_slice(&m.stdout).unwrap();
+    assert_eq!(
+        doc["devices"][0]["id"],
+        "pciroot-0-pci-1c00-ba6abfb666f4630a"
+    );
+    let a = dxdp_env(
+        &["audit", "--host-snapshot", &t4],
+        &[("DXDP_ADAPTER_LUIDS", "7049510")],
+    );
+    assert!(
+        stdout(&a).starts_with(&format!(
+            "Given (DXDP_ADAPTER_LUIDS):  {label} (NVIDIA Tesla T4)\n"
+        )),
+        "{}",
+        stdout(&a)
+    );
+    let broken = stdout(&dxdp(&[
+        "discover",
+        "--host-snapshot",
+        &fixture("broken-drivers.yaml"),
+    ]));
+    assert!(
+        broken.contains("  - adapter NVIDIA Tesla T4 (no device node) (LUID 0x00000000_0x000003EB): no device node matches: no device node reports LUID 0x00000000_0x000003EB,"),
+        "{broken}"
+    );
+    // Not the old notations.
+    for text in [&discover, &broken, &stdout(&a)] {
+        assert!(!text.contains("0x00000000:0x"), "{text}");
+        assert!(!text.contains("(LUID 10"), "{text}");
+    }
+}
+
+/// Issue 34: the README's commands table names every command `dxdp --help` lists, and its
+/// sentence on machine output names the commands that take `-o json|yaml` and `--json` (checked
+/// above, in `every_command_with_machine_output_takes_o_json_o_yaml_and_json`).
+#[test]
+fn the_readme_lists_every_command_and_the_ones_with_machine_output() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let help = stdout(&dxdp(&["--help"]));
+    let commands: Vec<&str> = help
+        .split("Commands:\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 13, "{commands:?}");
+    let table: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| *l != "## Commands")
+        .take_while(|l| l.is_empty() || l.starts_with('|') || l.starts_with('#'))
+        .filter(|l| l.starts_with('|'))
+        .collect();
+    for c in &commands {
+        assert!(
+            table.iter().any(|row| row.contains(&format!("`dxdp {c}"))),
+            "README.md's commands table lacks `dxdp {c}`"
+        );
+    }
+    let sentence = readme
+        .split("Every command with machine output (")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .expect("the machine-output sentence")
+        .replace('\n', " ");
+    let named: Vec<String> = sentence
+        .split(',')
+        .map(|c| c.trim().trim_matches('`').to_string())
+        .collect();
+    assert_eq!(
+        named,
+        [
+            "discover",
+            "doctor",
+            "hcs",
+            "audit",
+            "top",
+            "mounts",
+            "config show",
+            "snapshot"
+        ],
+        "the commands every_command_with_machine_output_takes_o_json_o_yaml_and_json runs"
+    );
+}
+
+/// Issue 34: the crates are ready for `cargo install dxdp`: the metadata crates.io shows, and
+/// packages that hold what building needs (the code, the build script's protobuf files, the
+/// core's embedded sample host) and none of the tests, fixtures or benches. `.ci/run` builds the
+/// packages too (`cargo package --workspace`).
+#[test]
+fn the_crates_are_packaged_with_what_building_needs_and_no_fixtures() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (manifest, keys) in [
+        (
+            root.join("Cargo.toml"),
+            &[
+                "description = ",
+                "license = \"MIT OR Apache-2.0\"",
+                "readme = \"README.md\"",
+                "keywords = ",
+                "categories = ",
+                "rust-version = ",
+                "include = [",
+            ][..],
+        ),
+        (
+            root.join("crates/dxdp-core/Cargo.toml"),
+            &[
+                "description = ",
+                "license = \"MIT OR Apache-2.0\"",
+                "readme = \"README.md\"",
+                "keywords = ",
+                "categories = ",
+                "rust-version = ",
+                "include = [",
+            ][..],
+        ),
+    ] {
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        for key in keys {
+            assert!(
+                text.lines().any(|l| l.starts_with(key)),
+                "{}: no `{key}`",
+                manifest.display()
+            );
+        }
+        assert!(!text.contains("publish = false"), "{}", manifest.display());
+    }
+    // dxdp depends on dxdp-core by version too, as a published crate must.
+    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    assert!(
+        cargo.contains("dxdp-core = { path = \"crates/dxdp-core\", version = \"=0.1.0\" }"),
+        "dxdp-core dependency with a version"
+    );
+    let list = |package: &str| -> Option<Vec<String>> {
+        let o = Command::new(env!("CARGO"))
+            .args([
+                "package",
+                "-p",
+                package,
+                "--no-verify",
+                "--allow-dirty",
+                "--offline",
+                "--list",
+            ])
+            .current_dir(root)
+            .output()
+            .ok()?;
+        if !o.status.success() {
+            eprintln!(
+                "skipped the package listing of {package}: cargo package --list failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            return None;
+        }
+        Some(stdout(&o).lines().map(str::to_string).collect())
+    };
+    let Some(dxdp) = list("dxdp") else { return };
+    let Some(core) = list("dxdp-core") else {
+        return;
+    };
+    for file in [
+        "Cargo.toml",
+        "build.rs",
+        "src/main.rs",
+        "src/lib.rs",
+        "proto/deviceplugin_v1beta1.proto",
+        "proto/podresources_v1.proto",
+        "proto/cri_runtime_v1.proto",
+        "README.md",
+        "LICENSE-APACHE",
+        "LICENSE-MIT",
+    ] {
+        assert!(
+            dxdp.iter().any(|f| f == file),
+            "dxdp package lacks {file}: {dxdp:?}"
+        );
+    }
+    for file in [
+        "src/lib.rs",
+        "src/sample-host.yaml",
+        "README.md",
+        "LICENSE-MIT",
+    ] {
+        assert!(
+            core.iter().any(|f| f == file),
+            "dxdp-core package lacks {file}: {core:?}"
+        );
+    }
+    for f in dxdp.iter().chain(&core) {
+        assert!(
+            ![
+                "tests/",
+                "benches/",
+                "fuzz/",
+                "docs/",
+                "deploy/",
+                "examples/",
+                "scripts/",
+                "crates/",
+                "target/"
+            ]
+            .iter()
+            .any(|d| f.starts_with(d)),
+            "{f} is packaged"
+        );
+    }
 }

@@ -26,7 +26,7 @@ fn every_fixture_renders_as_recorded() {
         let d = discover(&facts, &PipelineConfig::default());
         insta::assert_snapshot!(
             format!("{name}-text"),
-            render::discovery_text(&d, facts.os.as_ref())
+            render::discovery_text(&d, facts.os.as_ref(), true)
         );
         insta::assert_snapshot!(format!("{name}-json"), render::discovery_json(&d));
     }
@@ -372,8 +372,8 @@ fn status_flags_and_unsupported_properties_decide_health_and_hardware() {
         .map(|w| w.message.as_str())
         .collect::<Vec<_>>()
         .join("\n");
-    assert!(warnings.contains("(LUID 2004): DXCore does not support IsHardware"));
-    assert!(warnings.contains("(LUID 2005): DXCore does not support IsHardware"));
+    assert!(warnings.contains("(LUID 0x00000000_0x000007D4): DXCore does not support IsHardware"));
+    assert!(warnings.contains("(LUID 0x00000000_0x000007D5): DXCore does not support IsHardware"));
     assert!(warnings.contains("does not support driverVersion, dedicatedAdapterMemory"));
 }
 
@@ -471,7 +471,7 @@ fn adapters_match_device_nodes_by_luid_then_by_pci_location_and_an_unmatched_one
         .collect();
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(
-        warned[0].message.contains("LUID 3004")
+        warned[0].message.contains("LUID 0x00000000_0x00000BBC")
             && warned[0]
                 .message
                 .contains("no free device node is at its PCI location af:00.0"),

@@ -1078,7 +1078,7 @@ mod cli {
             ],
             &[],
         );
-        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(out.status.code(), Some(3));
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             text.contains("verdict: unknown\n") && text.contains("has no telemetry section"),
@@ -1123,7 +1123,7 @@ mod cli {
             &["audit", "--host-snapshot", &snapshot("in-container")],
             &[("DXDP_ADAPTER_LUIDS", "0x6B8B86")],
         );
-        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(out.status.code(), Some(3));
         // --node audits the node even inside.
         let out = dxdp(
             &[
@@ -1186,7 +1186,7 @@ mod cli {
         metrics.telemetry().pod_resources_call(false);
         metrics.telemetry().attribution_current(false);
         let out = audit_of(metrics.encode()).await;
-        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(out.status.code(), Some(3));
         assert!(json(&out)["reason"]
             .as_str()
             .unwrap()
@@ -1203,7 +1203,7 @@ mod cli {
             .filter(|l| !l.contains("dxdp_telemetry_attribution_current"))
             .map(|l| format!("{l}\n"))
             .collect();
-        assert_eq!(audit_of(text).await.status.code(), Some(2));
+        assert_eq!(audit_of(text).await.status.code(), Some(3));
     }
 }
 

@@ -494,3 +494,79 @@ async fn ten_thousand_concurrent_allocates_are_answered_and_memory_stays_bounded
     exits_cleanly(&mut child, WAIT, "SIGTERM").await;
     kubelet.stop().await;
 }
+
+/// Issue 34: a relative `--config` is hot-reloaded like an absolute one. The file watch reports
+/// absolute paths, and a relative path kept as given never matched them, so only the safety poll
+/// (10 s by default) saw an edit. The safety poll is an hour here: only the file watch can apply
+/// the edit within the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_config_path_is_reloaded_on_its_file_event() {
+    if !common::af_unix("a_relative_config_path_is_reloaded_on_its_file_event") {
+        return;
+    }
+    let dir = tempdir();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(work.join("cfg")).unwrap();
+    std::fs::write(
+        work.join("cfg/config.yaml"),
+        "resources: {display: {replicas: 1}}\n",
+    )
+    .unwrap();
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .unwrap();
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let bin =
+        std::env::var_os("DXDP_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_dxdp").into());
+    let mut child = Command::new(bin)
+        .current_dir(&work)
+        .args(["plugin", "--kubelet-dir"])
+        .arg(dir.path())
+        .arg("--host-snapshot")
+        .arg(common::fixture_path("nvidia-multi-gpu"))
+        .args([
+            "--config",
+            "cfg/config.yaml",
+            "--safety-poll",
+            "3600",
+            "--metrics-address",
+            &address,
+        ])
+        .env_clear()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let display = |n: usize| {
+        move |v: &dxdp::kubelet::standin::StandinView| v.devices(DISPLAY).map(<[_]>::len) == Some(n)
+    };
+    // The fixture's 4 T4s, once each.
+    assert!(kubelet.wait_for(WAIT, display(4)).await);
+    let applied = "dxdp_config_reloads_total{result=\"applied\"}";
+    assert_eq!(metric(port, applied).await, 0);
+    // An atomic replace, as editors and `kubectl apply` of a ConfigMap do.
+    std::fs::write(
+        work.join("cfg/config.yaml.new"),
+        "resources: {display: {replicas: 2}}\n",
+    )
+    .unwrap();
+    let edited = Instant::now();
+    std::fs::rename(
+        work.join("cfg/config.yaml.new"),
+        work.join("cfg/config.yaml"),
+    )
+    .unwrap();
+    // Well under the default 10 s safety poll (and the poll is an hour here).
+    let bound = Duration::from_secs(3);
+    assert!(
+        kubelet.wait_for(bound, display(8)).await,
+        "the edit of the relative --config was not applied within {bound:?}"
+    );
+    assert_eq!(metric(port, applied).await, 1);
+    eprintln!("applied {:?} after the edit", edited.elapsed());
+    send(&child, libc::SIGTERM);
+    exits_cleanly(&mut child, WAIT, "SIGTERM").await;
+    kubelet.stop().await;
+}

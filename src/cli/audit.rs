@@ -3,7 +3,8 @@
 //! sampling the counters here, as `dxdp top` does); inside a container that dxdp gave GPUs
 //! (`DXDP_ADAPTER_LUIDS` set), the adapters it can enumerate against the ones it was given.
 //!
-//! Exit codes: 0 clean, 1 violations (or the node leaks), 2 the audit could not tell (with why).
+//! Exit codes: 0 clean, 1 violations (or the node leaks), 3 the audit could not tell (with why);
+//! 2 is a usage error, as for every command.
 //! An error is never exit code 1: it is a verdict `unknown`.
 
 use std::path::PathBuf;

@@ -1,4 +1,5 @@
-//! `dxdp discover`: the devices of the host, for people or as JSON.
+//! `dxdp discover`: the devices of the host, for people (a table numbered as `mounts --index`
+//! counts, `--details` for everything) or as JSON or YAML.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -18,6 +19,9 @@ pub struct DiscoverArgs {
     /// docs/schemas/Discovery.schema.json).
     #[command(flatten)]
     output: super::OutputArgs,
+    /// After the table, every device's properties and runtime files (as `kubectl describe`).
+    #[arg(long)]
+    details: bool,
     #[command(flatten)]
     pub(super) pipeline: super::PipelineArgs,
 }
@@ -33,7 +37,7 @@ pub fn run(
     let text = if args.output.is_document() {
         args.output.document(&render::discovery_doc(&discovery))?
     } else {
-        render::discovery_text(&discovery, facts.os.as_ref())
+        render::discovery_text(&discovery, facts.os.as_ref(), args.details)
     };
     std::io::stdout().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)

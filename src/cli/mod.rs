@@ -6,6 +6,7 @@ mod config_cmd;
 mod demo;
 mod discover;
 mod doctor;
+mod exit;
 mod hcs;
 mod mounts;
 mod plugin;
@@ -38,7 +39,14 @@ const VERSION: &str = concat!(
 
 /// Kubernetes device plugins for DirectX GPUs and compute accelerators in Windows containers.
 #[derive(Debug, Parser)]
-#[command(name = "dxdp", version = VERSION, about, propagate_version = true)]
+#[command(
+    name = "dxdp",
+    version = VERSION,
+    about,
+    propagate_version = true,
+    after_help = "Exit codes: 0 success, 1 error or a failed check, 2 usage error, 3 a check could not tell \
+                  (doctor, hcs, audit); each command's --help lists its own (docs/tools.md#exit-codes)."
+)]
 struct Cli {
     #[command(flatten)]
     global: GlobalArgs,
@@ -197,39 +205,69 @@ impl PipelineArgs {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Show the DirectX devices of the host, what was left out and why, and warnings.
+    /// Show the DirectX devices of the host (a table with the index `mounts --index` takes),
+    /// what was left out and why, and warnings.
+    #[command(after_help = exit::HELP)]
     Discover(discover::DiscoverArgs),
     /// Write the host facts as a host snapshot (for bug reports and replay).
+    #[command(after_help = exit::HELP)]
     Snapshot(snapshot::SnapshotArgs),
     /// Run the device plugin daemon: serve both resources to the kubelet.
+    #[command(
+        after_help = "Exit codes: 0 stopped by a signal (gracefully), 1 stopped on an error, 2 usage error."
+    )]
     Plugin(plugin::PluginArgs),
     /// Run the plugin against an in-process kubelet stand-in and show what containerd receives.
+    #[command(after_help = exit::HELP)]
     Demo(demo::DemoArgs),
     /// Print the flags that give a standalone container devices and their runtime files.
+    #[command(
+        after_help = "Exit codes: 0 success, 1 error (such as a selector that matches no device), 2 usage error; \
+                      with --run, ctr's own exit code."
+    )]
     Mounts(mounts::MountsArgs),
     /// Show the OS, the HCS schema versions and whether devices can be assigned by location path.
+    #[command(
+        after_help = "Exit codes: 0 the configured assignment works here, 1 it does not, 2 usage error, \
+                      3 could not tell (the host facts could not be read; why is printed)."
+    )]
     Hcs(hcs::HcsArgs),
     /// Check whether this node can run dxdp, with a remedy for every problem.
+    #[command(
+        after_help = "Exit codes: 0 no check failed (warnings allowed), 1 a check failed, 2 usage error, \
+                      3 could not tell (the host facts or the configuration could not be read; why is printed)."
+    )]
     Doctor(doctor::DoctorArgs),
     /// Show the node's GPUs at a glance: utilisation, memory, processes and the pods holding them.
+    #[command(after_help = exit::HELP)]
     Top(top::TopArgs),
     /// Check that containers use only the GPUs they were allocated (on the node, or inside a
-    /// container given GPUs): exit code 0 clean, 1 violations, 2 could not tell.
+    /// container given GPUs).
+    #[command(
+        after_help = "Exit codes: 0 clean, 1 violations, 2 usage error, 3 could not tell (why is printed)."
+    )]
     Audit(audit::AuditArgs),
     /// Remove what dxdp put on nodes (its labels, the isolation taint, its node conditions), after
     /// an uninstall or a crash: exit code 0 done, 1 a node could not be cleaned.
     Cleanup(cleanup::CleanupArgs),
     /// Show the effective configuration, or check a configuration file.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Exit codes: 0 success (config check: the file is valid), 1 error (config check: the \
+                      file is invalid or cannot be read), 2 usage error."
+    )]
     Config(config_cmd::ConfigCommand),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    #[command(after_help = exit::HELP)]
     Completion {
         /// The shell.
         shell: clap_complete::Shell,
     },
     /// Print the version, the git commit it was built from and the target (as `--version`).
+    #[command(after_help = exit::HELP)]
     Version,
     /// Write man pages (roff): dxdp.1 and one per subcommand.
+    #[command(after_help = exit::HELP)]
     Man {
         /// The directory to write them to.
         #[arg(long, value_name = "DIR")]
@@ -238,6 +276,15 @@ enum Command {
 }
 
 impl Command {
+    /// The exit code of an error: "could not tell" for the checks with a verdict (an error
+    /// there is never "failed"), else 1.
+    fn error_code(&self) -> u8 {
+        match self {
+            Command::Doctor(_) | Command::Hcs(_) | Command::Audit(_) => exit::COULD_NOT_TELL,
+            _ => exit::FAILED,
+        }
+    }
+
     /// The configuration flags this command was given.
     fn flags(&self) -> Flags {
         let mut flags = Flags::default();
@@ -292,9 +339,11 @@ fn inputs(cli: &Cli) -> Inputs {
     }
 }
 
-/// Parses arguments, runs the command and turns errors into a message and exit code 1.
+/// Parses arguments, runs the command and turns errors into a message and exit code 1 (3, "could
+/// not tell", for the checks: see [`exit`]).
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    let error_code = exit::code(cli.command.error_code());
     if matches!(cli.command, Command::Plugin(_)) {
         // First thing: a stop (hcsshim's CTRL_SHUTDOWN_EVENT) during start-up must not end the
         // process before it can clean up. A failure is logged when the daemon waits for a stop.
@@ -328,7 +377,7 @@ pub fn main() -> ExitCode {
                     .and_then(|f| f.parse().ok())
             });
             fatal(format.unwrap_or_default(), &e, false);
-            return ExitCode::FAILURE;
+            return error_code;
         }
     };
     let level = match (
@@ -343,8 +392,9 @@ pub fn main() -> ExitCode {
     let _log_guard = match logging::init(config.log_format, level) {
         Ok(guard) => guard,
         Err(e) => {
+            // A log level that is not one: a bad option value, as clap's.
             fatal(config.log_format, &e.to_string(), false);
-            return ExitCode::from(2);
+            return exit::code(exit::USAGE);
         }
     };
     // How the configuration was built, when an operator must know (`config show` prints the
@@ -369,7 +419,7 @@ pub fn main() -> ExitCode {
             // The log lines that led here first, then the error.
             logging::flush();
             fatal(format, &format!("{e:#}"), true);
-            ExitCode::FAILURE
+            error_code
         }
     }
 }

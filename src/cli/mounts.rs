@@ -54,6 +54,9 @@ pub struct MountsArgs {
         default_value_t = FormatArg::Ctr
     )]
     format: FormatArg,
+    /// Same as `-o json`.
+    #[arg(long, conflicts_with = "format")]
+    json: bool,
     /// Quote flags for this shell [default: powershell on Windows, sh elsewhere].
     #[arg(long, value_enum)]
     shell: Option<ShellArg>,
@@ -134,7 +137,11 @@ pub fn run(
         Some(ShellArg::Cmd) => Shell::Cmd,
         None => Shell::native(),
     };
-    let format = match args.format {
+    let format = match if args.json {
+        FormatArg::Json
+    } else {
+        args.format
+    } {
         FormatArg::Ctr => Format::Ctr,
         FormatArg::Nerdctl => Format::Nerdctl,
         FormatArg::Docker => Format::Docker,

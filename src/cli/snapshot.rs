@@ -24,6 +24,9 @@ pub struct SnapshotArgs {
     /// Document format [default: yaml, or from the file's extension .json].
     #[arg(long, value_enum)]
     format: Option<SnapshotFormat>,
+    /// Same as `-o json`: JSON on stdout.
+    #[arg(long, conflicts_with_all = ["output", "format"])]
+    json: bool,
     /// Do not record the GPU telemetry section (by default two reads of the GPU counters one
     /// second apart where they exist, with the containers' processes and pods, or the telemetry
     /// of the --host-snapshot being rewritten).
@@ -41,6 +44,9 @@ impl SnapshotArgs {
     /// Where to write (a file, or stdout) and in which format: `-o json|yaml` is a format, any
     /// other `-o` value a file; `--format` wins, else a `.json` file is JSON, else YAML.
     fn destination(&self) -> (Option<PathBuf>, SnapshotFormat) {
+        if self.json {
+            return (None, SnapshotFormat::Json);
+        }
         let word = self.output.as_ref().and_then(|p| p.to_str());
         let (file, implied) = match word {
             Some("json") => (None, Some(SnapshotFormat::Json)),

@@ -1,8 +1,9 @@
 //! `dxdp top`: the node's GPUs at a glance (utilisation by engine, memory, processes, the pods
 //! holding each), from a running daemon's `/metrics` or by sampling itself.
 //!
-//! `-o json|text` is this command's own flag for now (a shared `--output` is being added to the
-//! other commands separately).
+//! `-o text|json|yaml` and `--json`, as every command with machine output. With `--watch`: on a
+//! terminal the table is redrawn in place; into a pipe or file every frame starts with a line
+//! giving its time; JSON is one document per line, YAML a stream of documents (`---`).
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -22,15 +23,7 @@ use dxdp::observe::Metrics;
 use dxdp::telemetry::{sampler, top, Sampler, State};
 use dxdp_core::telemetry::compute::TelemetryView;
 
-/// Output formats of `dxdp top`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TopOutput {
-    /// A table for people.
-    Text,
-    /// One JSON document `{"apiVersion", "kind": "Top", "windowSeconds", "devices", "containers"}`
-    /// (one line per refresh with --watch).
-    Json,
-}
+use super::OutputFormat;
 
 /// Arguments of `dxdp top`.
 #[derive(Debug, Args)]
@@ -47,9 +40,11 @@ pub struct TopArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 2,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     interval: u64,
-    /// Output format: text or json.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = TopOutput::Text)]
-    output: TopOutput,
+    /// Output: text, or one document `{"apiVersion", "kind": "Top", "windowSeconds",
+    /// "devices", "containers"}` as JSON or YAML (with --watch: one JSON document per line, or a
+    /// YAML stream of documents).
+    #[command(flatten)]
+    output: super::OutputArgs,
 }
 
 #[derive(Serialize)]
@@ -161,7 +156,7 @@ pub fn run(
 ) -> anyhow::Result<ExitCode> {
     let mut figures = Figures::new(args.endpoint.as_deref(), config, source, host_snapshot)?;
     let interval = Duration::from_secs(args.interval);
-    let output = args.output;
+    let output = args.output.format();
     let watching = args.watch;
     super::runtime()?.block_on(async move {
         let mut first = true;
@@ -180,27 +175,26 @@ pub fn run(
     })
 }
 
-fn print(view: &TelemetryView, output: TopOutput, watching: bool) -> anyhow::Result<()> {
+fn print(view: &TelemetryView, output: OutputFormat, watching: bool) -> anyhow::Result<()> {
+    let doc = TopDocument {
+        api_version: "dxdp/v1",
+        kind: "Top",
+        view,
+    };
     let text = match output {
-        TopOutput::Json => {
-            let doc = TopDocument {
-                api_version: "dxdp/v1",
-                kind: "Top",
-                view,
-            };
-            if watching {
-                serde_json::to_string(&doc)? + "\n"
-            } else {
-                serde_json::to_string_pretty(&doc)? + "\n"
-            }
-        }
-        TopOutput::Text => {
+        OutputFormat::Json if watching => serde_json::to_string(&doc)? + "\n",
+        OutputFormat::Json => serde_json::to_string_pretty(&doc)? + "\n",
+        // A stream of documents, as `kubectl get --watch -o yaml` writes one.
+        OutputFormat::Yaml if watching => format!("---\n{}", dxdp::output::to_yaml(&doc)?),
+        OutputFormat::Yaml => dxdp::output::to_yaml(&doc)?,
+        OutputFormat::Text => {
             let table = top::text(view);
             if watching && std::io::stdout().is_terminal() {
                 // Home and clear: refresh in place.
                 format!("\x1b[H\x1b[2J{table}")
             } else if watching {
-                format!("{table}\n")
+                // Into a pipe or a file: frames one after the other, each with its time.
+                format!("{}{table}\n", frame_line(std::time::SystemTime::now()))
             } else {
                 table
             }
@@ -210,5 +204,51 @@ fn print(view: &TelemetryView, output: TopOutput, watching: bool) -> anyhow::Res
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => r.context("cannot write to stdout"),
+    }
+}
+
+/// The line that starts a `--watch` frame written to a pipe or file: a separator with the time,
+/// `--- 2026-11-25T22:15:03Z ---`.
+fn frame_line(now: std::time::SystemTime) -> String {
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("--- {} ---\n", utc_text(secs))
+}
+
+/// Seconds since 1970 as an RFC 3339 UTC time (civil-from-days, proleptic Gregorian).
+fn utc_text(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rest = secs % 86_400;
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_lines_carry_the_utc_time() {
+        // Expected values from `date -u -d @SECONDS +%FT%TZ`.
+        assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_text(1_795_641_303), "2026-11-25T21:15:03Z");
+        assert_eq!(utc_text(4_107_542_399), "2100-02-28T23:59:59Z");
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_641_303);
+        assert_eq!(frame_line(t), "--- 2026-11-25T21:15:03Z ---\n");
     }
 }

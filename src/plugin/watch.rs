@@ -261,7 +261,9 @@ impl FileWatch {
     /// is missed.
     pub fn subscribe(&self, dirs: &[PathBuf], safety_tick: Duration) -> Subscription {
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut dirs: Vec<PathBuf> = dirs.to_vec();
+        // The watcher reports absolute paths (notify joins a relative watch with the current
+        // directory): a relative directory kept as given would never match its own events.
+        let mut dirs: Vec<PathBuf> = dirs.iter().map(|d| absolute(d)).collect();
         dirs.sort();
         dirs.dedup();
         let id = {
@@ -299,7 +301,10 @@ impl FileWatch {
 
     /// Whether `dir` is watched now.
     pub fn is_watching(&self, dir: &Path) -> bool {
-        matches!(lock(&self.shared.state).dirs.get(dir), Some(Some(_)))
+        matches!(
+            lock(&self.shared.state).dirs.get(&absolute(dir)),
+            Some(Some(_))
+        )
     }
 
     /// Makes the watches match the subscribed directories: each existing directory watched
@@ -533,12 +538,19 @@ impl Drop for Subscription {
     }
 }
 
-/// The directory to watch for a file: its parent (`.` for a bare name).
+/// The directory to watch for a file: its parent (the current directory for a bare name),
+/// absolute, as the watcher reports the paths of its events.
 pub fn parent_dir(file: &Path) -> PathBuf {
     match file.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
+        Some(p) if !p.as_os_str().is_empty() => absolute(p),
+        _ => absolute(Path::new(".")),
     }
+}
+
+/// `path` made absolute against the current directory (lexically: `.` dropped, symlinks and
+/// `..` kept, as the watcher keeps them); as given when the current directory is unknown.
+pub fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// The directories to watch for `files`, each once.
@@ -749,7 +761,10 @@ mod tests {
 
     #[test]
     fn parent_of_a_bare_name_is_the_current_directory() {
-        assert_eq!(parent_dir(Path::new("config.yaml")), PathBuf::from("."));
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(parent_dir(Path::new("config.yaml")), cwd);
+        assert_eq!(parent_dir(Path::new("./config.yaml")), cwd);
+        assert_eq!(parent_dir(Path::new("cfg/config.yaml")), cwd.join("cfg"));
         assert_eq!(
             parent_dir(Path::new("/etc/x/config.yaml")),
             PathBuf::from("/etc/x")

@@ -260,9 +260,9 @@ pub fn audit_text(doc: &AuditDoc) -> String {
                 .iter()
                 .map(|a| {
                     if a.model.is_empty() {
-                        a.luid.to_string()
+                        a.luid_label.clone()
                     } else {
-                        format!("{} ({})", a.luid, a.model)
+                        format!("{} ({})", a.luid_label, a.model)
                     }
                 })
                 .collect::<Vec<_>>()

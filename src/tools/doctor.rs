@@ -447,16 +447,40 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
     out
 }
 
-/// The checks for people, and a summary line.
+/// The widest check name that keeps its detail on the same line in [`text`].
+pub const NAME_WIDTH: usize = 48;
+
+/// The checks for people: status, name and detail in aligned columns, remedies below, and a
+/// summary.
 pub fn text(checks: &[Check]) -> String {
+    let names: Vec<String> = checks
+        .iter()
+        .map(|c| dxdp_core::quote::clean(&c.name))
+        .collect();
+    // The name column is as wide as the widest name up to NAME_WIDTH; a longer name has its
+    // detail on the next line, at the same column.
+    let width = names
+        .iter()
+        .map(|n| n.chars().count())
+        .filter(|&w| w <= NAME_WIDTH)
+        .max()
+        .unwrap_or(0);
     let mut out = String::new();
-    for c in checks {
-        out.push_str(&format!(
-            "{}  {:<40} {}\n",
-            c.status.as_str(),
-            dxdp_core::quote::clean(&c.name),
-            dxdp_core::quote::clean(&c.detail)
-        ));
+    for (c, name) in checks.iter().zip(&names) {
+        let detail = dxdp_core::quote::clean(&c.detail);
+        if name.chars().count() > width {
+            out.push_str(&format!(
+                "{}  {name}\n{:indent$}{detail}\n",
+                c.status.as_str(),
+                "",
+                indent = 6 + width + 2
+            ));
+        } else {
+            out.push_str(&format!(
+                "{}  {name:<width$}  {detail}\n",
+                c.status.as_str()
+            ));
+        }
         if let Some(remedy) = &c.remedy {
             out.push_str(&format!("      -> {remedy}\n"));
         }

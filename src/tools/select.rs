@@ -12,7 +12,8 @@ pub enum Selector {
     All,
     /// The device at this position in `dxdp discover` order (0-based).
     Index(usize),
-    /// The device with this LUID (decimal, or hex with `0x`).
+    /// The device with this LUID (as `discover` shows it, `0x00000000_0x006B8B86`; or decimal,
+    /// or one `0x` hex number).
     Luid(String),
     /// The device at this location path (case-insensitive).
     LocationPath(String),
@@ -38,14 +39,6 @@ pub enum SelectError {
     Invalid(String),
 }
 
-fn parse_luid(text: &str) -> Option<i64> {
-    let t = text.trim();
-    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        return u64::from_str_radix(hex, 16).ok().map(|v| v as i64);
-    }
-    t.parse::<i64>().ok()
-}
-
 fn vendor_matches(device: &Device, wanted: &str) -> Option<bool> {
     dxdp_core::vendor::parse(wanted).map(|id| device.vendor_id == id)
 }
@@ -66,8 +59,8 @@ pub fn select<'a>(
                 Selector::All => true,
                 Selector::Index(n) => i == *n,
                 Selector::Luid(text) => {
-                    let luid = parse_luid(text)
-                        .ok_or_else(|| SelectError::Invalid(format!("--luid {text:?} is not a decimal or 0x-hex LUID")))?;
+                    let luid = dxdp_core::luid::parse(text)
+                        .ok_or_else(|| SelectError::Invalid(format!("--luid {text:?} is not a LUID: write it as discover shows it (0x00000000_0x006B8B86), or in decimal")))?;
                     device.luid == luid
                 }
                 Selector::LocationPath(p) => compare_key(&device.location_path) == compare_key(p),
@@ -157,6 +150,11 @@ mod tests {
                 vec![Selector::Luid(format!("0x{:x}", d.devices[0].luid))],
                 vec!["0100"],
             ),
+            // As `discover` shows it.
+            (
+                vec![Selector::Luid(dxdp_core::luid::label(d.devices[1].luid))],
+                vec!["0200"],
+            ),
             (
                 vec![Selector::LocationPath(
                     "pciroot(0)#pci(0200)#pci(0000)".into(),
@@ -202,7 +200,10 @@ mod tests {
                 "--index 7 (there are 3 devices, 0 to 2)",
             ),
             (vec![Selector::Luid("12".into())], "--luid 12"),
-            (vec![Selector::Luid("zz".into())], "not a decimal"),
+            (
+                vec![Selector::Luid("zz".into())],
+                "--luid \"zz\" is not a LUID: write it as discover shows it (0x00000000_0x006B8B86), or in decimal",
+            ),
             (
                 vec![Selector::LocationPath("PCIROOT(9)".into())],
                 "--location-path PCIROOT(9)",

@@ -16,6 +16,7 @@
 //! - [`preferred`]: the preferred allocation (`GetPreferredAllocation`).
 //! - [`allocation`]: replicas and the container edits of an `Allocate` call.
 //! - [`quote`]: bounded quoting of untrusted values in messages.
+//! - [`luid`]: the one notation of adapter LUIDs in text (the telemetry labels' notation).
 //! - [`hints`]: the environment variables and annotations that tell a container its devices.
 //! - [`labels`]: the Node labels that describe the node's devices.
 //! - [`telemetry`]: GPU telemetry facts (counter samples, container processes, the kubelet's
@@ -27,6 +28,7 @@ pub mod devices;
 pub mod facts;
 pub mod hints;
 pub mod labels;
+pub mod luid;
 pub mod pipeline;
 pub mod policy;
 pub mod preferred;

@@ -312,10 +312,13 @@ pub fn shared_memory_limits() -> Result<Vec<SharedMemoryLimit>, WinError> {
                 PropertyRead::Value(bytes) => out.push(SharedMemoryLimit { luid, bytes }),
                 PropertyRead::Unsupported => {
                     tracing::debug!(
-                        "adapter LUID {luid}: DXCore does not support SharedSystemMemory"
+                        "adapter LUID {}: DXCore does not support SharedSystemMemory",
+                        dxdp_core::luid::label(luid)
                     )
                 }
-                PropertyRead::Failed(e) => tracing::debug!("adapter LUID {luid}: {e}"),
+                PropertyRead::Failed(e) => {
+                    tracing::debug!("adapter LUID {}: {e}", dxdp_core::luid::label(luid))
+                }
             }
         }
     }

@@ -56,15 +56,19 @@ fn log_matches(facts: &HostFacts, matches: &[AdapterMatch]) {
         match m.matched_by {
             Some(by) => tracing::info!(
                 "adapter {name:?} (LUID {}) matched by {by}: {}",
-                m.luid,
+                dxdp_core::luid::label(m.luid),
                 m.detail
             ),
             None if adapter.is_hardware => tracing::info!(
                 "adapter {name:?} (LUID {}) has no device node: {}",
-                m.luid,
+                dxdp_core::luid::label(m.luid),
                 m.detail
             ),
-            None => tracing::debug!("adapter {name:?} (LUID {}): {}", m.luid, m.detail),
+            None => tracing::debug!(
+                "adapter {name:?} (LUID {}): {}",
+                dxdp_core::luid::label(m.luid),
+                m.detail
+            ),
         }
     }
 }

@@ -206,7 +206,7 @@ fn describe(
             detail: "software adapter: no device node looked for".into(),
         };
     }
-    let no_luid = format!("no device node reports LUID {luid}");
+    let no_luid = format!("no device node reports LUID {}", crate::luid::label(luid));
     match hit {
         Some((n, MatchedBy::Luid)) => {
             let node = &nodes[n];
@@ -224,7 +224,7 @@ fn describe(
             let at = node.pci.map(|p| p.to_string()).unwrap_or_default();
             let its = match &why.luids[n] {
                 Err(reason) => reason.clone(),
-                Ok(other) => format!("reports LUID {other}"),
+                Ok(other) => format!("reports LUID {}", crate::luid::label(*other)),
             };
             done(
                 by,
@@ -253,7 +253,11 @@ fn describe(
                 .filter(|&n| !why.taken[n])
                 .map(|n| match &why.luids[n] {
                     Err(reason) => format!("{} {reason}", nodes[n].instance_id),
-                    Ok(other) => format!("{} reports LUID {other}", nodes[n].instance_id),
+                    Ok(other) => format!(
+                        "{} reports LUID {}",
+                        nodes[n].instance_id,
+                        crate::luid::label(*other)
+                    ),
                 })
                 .collect();
             let free = if free.is_empty() {
@@ -380,11 +384,11 @@ mod tests {
         );
         assert_eq!(
             matches[2].detail,
-            r"device node PCI\C by PCI location 5e:00.1, because no device node reports LUID 80000 (this one has the adapter LUID property with type 0x7, not DEVPROP_TYPE_UINT64)"
+            r"device node PCI\C by PCI location 5e:00.1, because no device node reports LUID 0x00000000_0x00013880 (this one has the adapter LUID property with type 0x7, not DEVPROP_TYPE_UINT64)"
         );
         assert_eq!(
             matches[3].detail,
-            "no device node matches: no device node reports LUID 90000, the graphics kernel reported no PCI location for it (no device node is left unmatched)"
+            "no device node matches: no device node reports LUID 0x00000000_0x00015F90, the graphics kernel reported no PCI location for it (no device node is left unmatched)"
         );
         assert_eq!(
             matches[4].detail,

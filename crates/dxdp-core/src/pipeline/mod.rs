@@ -97,7 +97,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
                 format!(
                     "adapter {} (LUID {}): {}",
                     quote::bounded(&description),
-                    adapter.luid,
+                    crate::luid::label(adapter.luid),
                     quote::bounded_prefix(error, 400)
                 ),
             ));
@@ -120,7 +120,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
         if !unsupported.is_empty() {
             out.warnings.push(Warning::adapter(WarningCode::PropertyUnsupported, adapter.luid, format!(
                 "adapter {description} (LUID {}): DXCore does not support {} for it; dxdp uses false, 0 or empty instead",
-                adapter.luid,
+                crate::luid::label(adapter.luid),
                 unsupported.join(", ")
             )));
         }
@@ -129,7 +129,10 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             out.warnings.push(Warning::adapter(
                 WarningCode::HardwareInferred,
                 adapter.luid,
-                format!("adapter {description} (LUID {}): {why}", adapter.luid),
+                format!(
+                    "adapter {description} (LUID {}): {why}",
+                    crate::luid::label(adapter.luid)
+                ),
             ));
         }
         if !hardware.hardware {
@@ -175,7 +178,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
                 format!(
                     "adapter {} (LUID {}): {}; the adapter is skipped, the other devices are not affected",
                     quote::bounded(&description),
-                    adapter.luid,
+                    crate::luid::label(adapter.luid),
                     matched.detail
                 ),
             ));
@@ -411,7 +414,7 @@ fn describe(adapter: &AdapterFacts) -> String {
         .map(str::trim)
         .filter(|d| !d.is_empty())
         .map(str::to_string)
-        .unwrap_or_else(|| format!("adapter with LUID {}", adapter.luid))
+        .unwrap_or_else(|| format!("adapter with LUID {}", crate::luid::label(adapter.luid)))
 }
 
 #[cfg(test)]
@@ -585,9 +588,9 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         for fragment in [
-            "GPU 1 (LUID 1): DXCore does not support isDetachable for it",
-            "GPU 1 (LUID 1): DXCore does not support IsHardware for this adapter; treated as hardware because its device node has the PCI location path PCIROOT(0)#PCI(0100)",
-            "GPU 2 (LUID 2): DXCore does not support IsHardware for this adapter and no device node with a PCI location path matches it",
+            "GPU 1 (LUID 0x00000000_0x00000001): DXCore does not support isDetachable for it",
+            "GPU 1 (LUID 0x00000000_0x00000001): DXCore does not support IsHardware for this adapter; treated as hardware because its device node has the PCI location path PCIROOT(0)#PCI(0100)",
+            "GPU 2 (LUID 0x00000000_0x00000002): DXCore does not support IsHardware for this adapter and no device node with a PCI location path matches it",
         ] {
             assert!(warnings.contains(fragment), "{fragment} not in {warnings}");
         }
@@ -833,7 +836,10 @@ mod tests {
         b.driver_description.clear();
         let d = discover(&host(vec![a, b]), &PipelineConfig::default());
         assert_eq!(d.devices[0].description, "Node desc");
-        assert_eq!(d.devices[1].description, "adapter with LUID 8");
+        assert_eq!(
+            d.devices[1].description,
+            "adapter with LUID 0x00000000_0x00000008"
+        );
     }
 }
 

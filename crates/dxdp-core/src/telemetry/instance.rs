@@ -92,8 +92,7 @@ pub fn luid_value(high: u32, low: u32) -> i64 {
 /// A LUID the way the counter instance names write it: `0x<high>_0x<low>`, eight upper-case hex
 /// digits each (the `luid` label of the telemetry metrics).
 pub fn luid_label(luid: i64) -> String {
-    let bits = luid as u64;
-    format!("0x{:08X}_0x{:08X}", bits >> 32, bits & 0xFFFF_FFFF)
+    crate::luid::label(luid)
 }
 
 /// Parses a `GPU Engine` instance name; `None` when it does not have that shape.
