@@ -180,6 +180,10 @@ pub async fn watch_counted(
             let c = tx.borrow();
             (c.metrics_address, c.probe_address)
         };
+        let guard_before = {
+            let c = tx.borrow();
+            (c.web_config_file.clone(), c.metrics_authorization)
+        };
         // Reading a file waits for a writer to finish: never on an async worker, and never
         // without a time limit.
         let outcome = {
@@ -220,6 +224,15 @@ pub async fn watch_counted(
                             address_text(after)
                         );
                     }
+                }
+                let guard_after = {
+                    let c = tx.borrow();
+                    (c.web_config_file.clone(), c.metrics_authorization)
+                };
+                if guard_after != guard_before {
+                    tracing::warn!(
+                        "metrics.webConfigFile or metrics.authorization changed: it takes effect when the plugin restarts (the web configuration file's own content is re-read when it changes)"
+                    );
                 }
             }
             Outcome::Unchanged => {
