@@ -16,6 +16,8 @@ use dxdp::observe::web::{Web, WebConfig};
 use dxdp::observe::Observe;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
 #[path = "support/tls.rs"]
 mod tls;
 
@@ -42,9 +44,11 @@ async fn plain_get(address: SocketAddr, path: &str, auth: Option<&str>) -> Resul
     let auth = auth
         .map(|a| format!("Authorization: {a}\r\n"))
         .unwrap_or_default();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let mut raw = Vec::new();
     tokio::time::timeout(WAIT, s.read_to_end(&mut raw))
         .await
@@ -93,15 +97,24 @@ async fn tls_with_required_client_certificates_serves_only_verified_clients() {
     assert_eq!(status(&answer), "HTTP/1.1 200 OK", "{answer}");
     assert!(answer.contains("# TYPE dxdp_metrics_requests_denied counter"));
     let lower = answer.to_ascii_lowercase();
-    assert!(lower.contains("\r\nstrict-transport-security: max-age=31536000\r\n"), "{answer}");
-    assert!(lower.contains("\r\nx-content-type-options: nosniff\r\n"), "{answer}");
+    assert!(
+        lower.contains("\r\nstrict-transport-security: max-age=31536000\r\n"),
+        "{answer}"
+    );
+    assert!(
+        lower.contains("\r\nx-content-type-options: nosniff\r\n"),
+        "{answer}"
+    );
 
     // No client certificate: no answer.
     let refused = tls::https_get(&tls::client(&pki, false), address, "/metrics", None).await;
     assert!(refused.is_err(), "{refused:?}");
     // Plain HTTP to the TLS port: no HTTP answer.
     let plain = plain_get(address, "/metrics", None).await;
-    assert!(!plain.as_deref().unwrap_or("").starts_with("HTTP/1.1 200"), "{plain:?}");
+    assert!(
+        !plain.as_deref().unwrap_or("").starts_with("HTTP/1.1 200"),
+        "{plain:?}"
+    );
     // A client trusting another CA refuses the server.
     let other = tls::pki(dir.path(), "other");
     let mismatch = tls::https_get(&tls::client(&other, false), address, "/metrics", None).await;
@@ -126,7 +139,8 @@ async fn basic_auth_guards_metrics_and_the_probes_answer_status_only() {
     let none = plain_get(address, "/metrics", None).await.unwrap();
     assert_eq!(status(&none), "HTTP/1.1 401 Unauthorized", "{none}");
     assert!(
-        none.to_ascii_lowercase().contains("www-authenticate: basic realm=\"dxdp\""),
+        none.to_ascii_lowercase()
+            .contains("www-authenticate: basic realm=\"dxdp\""),
         "{none}"
     );
     assert!(!none.contains("dxdp_build_info"), "{none}");
@@ -134,32 +148,53 @@ async fn basic_auth_guards_metrics_and_the_probes_answer_status_only() {
         .await
         .unwrap();
     assert_eq!(status(&wrong), "HTTP/1.1 401 Unauthorized", "{wrong}");
-    let unknown = plain_get(address, "/metrics", Some(&basic("mallory", "test-only-password")))
-        .await
-        .unwrap();
+    let unknown = plain_get(
+        address,
+        "/metrics",
+        Some(&basic("mallory", "test-only-password")),
+    )
+    .await
+    .unwrap();
     assert_eq!(status(&unknown), "HTTP/1.1 401 Unauthorized", "{unknown}");
     // Unknown paths need credentials too.
     let nothing = plain_get(address, "/nothing", None).await.unwrap();
     assert_eq!(status(&nothing), "HTTP/1.1 401 Unauthorized", "{nothing}");
     for _ in 0..2 {
-        let ok = plain_get(address, "/metrics", Some(&basic("prometheus", "test-only-password")))
-            .await
-            .unwrap();
+        let ok = plain_get(
+            address,
+            "/metrics",
+            Some(&basic("prometheus", "test-only-password")),
+        )
+        .await
+        .unwrap();
         assert_eq!(status(&ok), "HTTP/1.1 200 OK", "{ok}");
         assert!(ok.contains("dxdp_build_info{"), "{ok}");
-        assert!(ok.to_ascii_lowercase().contains("\r\nx-frame-options: deny\r\n"));
+        assert!(ok
+            .to_ascii_lowercase()
+            .contains("\r\nx-frame-options: deny\r\n"));
     }
     assert_eq!(
-        counter(&observe, "dxdp_metrics_requests_denied_total{reason=\"unauthenticated\"}"),
+        counter(
+            &observe,
+            "dxdp_metrics_requests_denied_total{reason=\"unauthenticated\"}"
+        ),
         4.0
     );
     // The probes answer without credentials, with one word: the reasons need credentials.
     let ready = plain_get(address, "/readyz", None).await.unwrap();
-    assert_eq!(status(&ready), "HTTP/1.1 503 Service Unavailable", "{ready}");
+    assert_eq!(
+        status(&ready),
+        "HTTP/1.1 503 Service Unavailable",
+        "{ready}"
+    );
     assert!(ready.ends_with("\r\n\r\nunavailable\n"), "{ready}");
-    let ready = plain_get(address, "/readyz", Some(&basic("prometheus", "test-only-password")))
-        .await
-        .unwrap();
+    let ready = plain_get(
+        address,
+        "/readyz",
+        Some(&basic("prometheus", "test-only-password")),
+    )
+    .await
+    .unwrap();
     assert!(ready.contains("starting"), "{ready}");
     task.abort();
 }
@@ -214,7 +249,10 @@ async fn a_rotated_certificate_is_served_without_a_restart_and_a_broken_one_is_r
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
-        counter(&observe, "dxdp_web_config_reloads_total{result=\"applied\"}"),
+        counter(
+            &observe,
+            "dxdp_web_config_reloads_total{result=\"applied\"}"
+        ),
         1.0
     );
 
@@ -222,7 +260,11 @@ async fn a_rotated_certificate_is_served_without_a_restart_and_a_broken_one_is_r
     // certificate), and the rejection is counted once.
     std::fs::write(&web, "tls_server_config:\n  cert_file: [\n").unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
-    while counter(&observe, "dxdp_web_config_reloads_total{result=\"rejected\"}") < 1.0 {
+    while counter(
+        &observe,
+        "dxdp_web_config_reloads_total{result=\"rejected\"}",
+    ) < 1.0
+    {
         assert!(tokio::time::Instant::now() < deadline, "never rejected");
         let (_, answer) = tls::https_get(&tls::client(&second, false), address, "/metrics", None)
             .await
@@ -231,7 +273,10 @@ async fn a_rotated_certificate_is_served_without_a_restart_and_a_broken_one_is_r
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let plain = plain_get(address, "/metrics", None).await;
-    assert!(!plain.as_deref().unwrap_or("").starts_with("HTTP/1.1 200"), "{plain:?}");
+    assert!(
+        !plain.as_deref().unwrap_or("").starts_with("HTTP/1.1 200"),
+        "{plain:?}"
+    );
     task.abort();
 }
 
@@ -325,4 +370,114 @@ fn invalid_web_configurations_name_the_file_and_key() {
     let loaded = WebConfig::load(&web).unwrap();
     assert!(loaded.tls().is_some());
     drop((pki, other));
+}
+
+/// `metrics.authorization: kubernetes` against the API server stand-in: no token and an
+/// invalid token 401, a valid token without the right 403, with it 200; decisions are cached
+/// (no second review); the API server failing answers 503, never the metrics.
+#[tokio::test]
+async fn kubernetes_authorization_checks_tokens_caches_and_never_opens() {
+    let api = apiserver::ApiServerStandin::start("n1", &[]).await.unwrap();
+    api.add_token(
+        "prometheus-token",
+        "system:serviceaccount:monitoring:prometheus",
+        &["system:serviceaccounts"],
+    );
+    api.add_token("other-token", "system:serviceaccount:default:other", &[]);
+    api.add_token("late-token", "system:serviceaccount:monitoring:late", &[]);
+    api.allow(
+        "system:serviceaccount:monitoring:prometheus",
+        "get",
+        "/metrics",
+    );
+    api.allow("system:serviceaccount:monitoring:late", "get", "/metrics");
+    let authorizer = dxdp::cluster::metrics_authz::KubernetesAuthorizer::at_url(&api.url())
+        .unwrap()
+        .with_timeout(Duration::from_secs(2));
+    let observe = Observe::new();
+    let server = http::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+        .with_access(Access {
+            web: None,
+            authorizer: Some(Arc::new(authorizer)),
+        });
+    let address = server.local_addr();
+    let task = tokio::spawn(server.serve(observe.clone()));
+    let reviews = || {
+        api.requests()
+            .iter()
+            .filter(|r| r.path.ends_with("reviews"))
+            .count()
+    };
+
+    let none = plain_get(address, "/metrics", None).await.unwrap();
+    assert_eq!(status(&none), "HTTP/1.1 401 Unauthorized", "{none}");
+    assert!(none.contains("bearer token is required"), "{none}");
+    assert_eq!(reviews(), 0);
+    let bad = plain_get(address, "/metrics", Some("Bearer nonsense"))
+        .await
+        .unwrap();
+    assert_eq!(status(&bad), "HTTP/1.1 401 Unauthorized", "{bad}");
+    assert!(bad.contains("invalid bearer token"), "{bad}");
+    let other = plain_get(address, "/metrics", Some("Bearer other-token"))
+        .await
+        .unwrap();
+    assert_eq!(status(&other), "HTTP/1.1 403 Forbidden", "{other}");
+    assert!(
+        other.contains("system:serviceaccount:default:other"),
+        "{other}"
+    );
+    assert!(!other.contains("dxdp_build_info"));
+    let before = reviews();
+    for _ in 0..3 {
+        let ok = plain_get(address, "/metrics", Some("Bearer prometheus-token"))
+            .await
+            .unwrap();
+        assert_eq!(status(&ok), "HTTP/1.1 200 OK", "{ok}");
+        assert!(ok.contains("dxdp_build_info{"), "{ok}");
+    }
+    // One TokenReview and one SubjectAccessReview for the three scrapes.
+    assert_eq!(reviews(), before + 2);
+    let sar = api
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.path.ends_with("subjectaccessreviews"))
+        .unwrap()
+        .json();
+    assert_eq!(sar["spec"]["nonResourceAttributes"]["path"], "/metrics");
+    assert_eq!(sar["spec"]["nonResourceAttributes"]["verb"], "get");
+    assert_eq!(sar["spec"]["groups"][0], "system:serviceaccounts");
+
+    // The API server fails: 503, never the metrics, and not remembered.
+    api.fail_next("POST", &[500, 500]);
+    let down = plain_get(address, "/metrics", Some("Bearer late-token"))
+        .await
+        .unwrap();
+    assert_eq!(status(&down), "HTTP/1.1 503 Service Unavailable", "{down}");
+    assert!(!down.contains("dxdp_build_info"));
+    drop(api);
+    let gone = plain_get(address, "/metrics", Some("Bearer late-token"))
+        .await
+        .unwrap();
+    assert_eq!(status(&gone), "HTTP/1.1 503 Service Unavailable", "{gone}");
+    // The probes answer status only, without a token.
+    let health = plain_get(address, "/readyz", None).await.unwrap();
+    assert!(health.ends_with("\r\n\r\nunavailable\n"), "{health}");
+    assert_eq!(
+        counter(
+            &observe,
+            "dxdp_metrics_requests_denied_total{reason=\"unavailable\"}"
+        ),
+        2.0
+    );
+    assert_eq!(
+        counter(
+            &observe,
+            "dxdp_metrics_requests_denied_total{reason=\"forbidden\"}"
+        ),
+        1.0
+    );
+    task.abort();
 }

@@ -169,6 +169,16 @@ pub fn run(
                 }));
             node_rx = Some(rx);
         }
+        // `metrics.authorization: kubernetes` needs the API server; without it dxdp refuses to
+        // start rather than serve /metrics unchecked.
+        if config.metrics_authorization == dxdp::config::file::MetricsAuthorization::Kubernetes {
+            match cluster::metrics_authz::KubernetesAuthorizer::connect().await {
+                Ok(a) => plugin_config.metrics_authorizer = Some(Arc::new(a)),
+                Err(e) => anyhow::bail!(
+                    "metrics.authorization is kubernetes but dxdp cannot use the API server: {e}; give it credentials (the chart mounts the service account token with metrics.authorization=kubernetes) or set metrics.authorization: none"
+                ),
+            }
+        }
         // A named configuration the node's label selected falls back to the top level when it
         // cannot be served on this host.
         if config.selection.name.is_some() && config.selection.reason.starts_with("node label") {

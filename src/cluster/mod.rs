@@ -6,6 +6,8 @@
 //! - [`node`]: follows the Node (its labels select a named configuration);
 //! - [`isolation`]: GPU isolation violations as Events on the pod, and the node taint of the
 //!   `taint` policy;
+//! - [`metrics_authz`]: TokenReview and SubjectAccessReview of `/metrics` requests
+//!   (`metrics.authorization: kubernetes`; unlike the rest, required once asked for);
 //!
 //! Everything here is optional: without `NODE_NAME` or credentials the daemon serves devices
 //! as before and says once why the cluster features are off. API errors are retried with
@@ -13,6 +15,7 @@
 
 pub mod isolation;
 pub mod labels;
+pub mod metrics_authz;
 pub mod node;
 
 use std::collections::BTreeMap;

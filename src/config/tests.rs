@@ -1213,8 +1213,12 @@ fn web_config_file_and_metrics_authorization_follow_the_precedence() {
     );
     let d = Config::default();
     assert_eq!(d.web_config_file, None);
-    assert!(d.show().contains("metrics.webConfigFile: none  # default\n"));
-    assert!(d.show().contains("metrics.authorization: none  # default\n"));
+    assert!(d
+        .show()
+        .contains("metrics.webConfigFile: none  # default\n"));
+    assert!(d
+        .show()
+        .contains("metrics.authorization: none  # default\n"));
     let c = inputs(Some(file.clone()), &[], Flags::default())
         .resolve()
         .unwrap();
@@ -1222,7 +1226,10 @@ fn web_config_file_and_metrics_authorization_follow_the_precedence() {
         c.web_config_file,
         Some(std::path::PathBuf::from("/etc/dxdp/web.yml"))
     );
-    assert_eq!(c.metrics_authorization, file::MetricsAuthorization::Kubernetes);
+    assert_eq!(
+        c.metrics_authorization,
+        file::MetricsAuthorization::Kubernetes
+    );
     assert_eq!(
         c.origin("metrics.webConfigFile"),
         format!("file {}", file.display())
@@ -1237,9 +1244,15 @@ fn web_config_file_and_metrics_authorization_follow_the_precedence() {
     )
     .resolve()
     .unwrap();
-    assert_eq!(c.web_config_file, Some(std::path::PathBuf::from("/run/web.yml")));
+    assert_eq!(
+        c.web_config_file,
+        Some(std::path::PathBuf::from("/run/web.yml"))
+    );
     assert_eq!(c.metrics_authorization, file::MetricsAuthorization::None);
-    assert_eq!(c.origin("metrics.authorization"), "env DXDP_METRICS_AUTHORIZATION");
+    assert_eq!(
+        c.origin("metrics.authorization"),
+        "env DXDP_METRICS_AUTHORIZATION"
+    );
     let c = inputs(
         Some(file),
         &[("DXDP_WEB_CONFIG_FILE", "/run/web.yml")],

@@ -38,8 +38,12 @@ pub type DecisionFuture<'a> = Pin<Box<dyn Future<Output = Decision> + Send + 'a>
 /// Checks a bearer token's right to `verb` the non-resource URL `path`.
 pub trait Authorize: Send + Sync + std::fmt::Debug {
     /// The decision for `token` (`None`: the request had none).
-    fn authorize<'a>(&'a self, token: Option<&'a str>, verb: &'a str, path: &'a str)
-        -> DecisionFuture<'a>;
+    fn authorize<'a>(
+        &'a self,
+        token: Option<&'a str>,
+        verb: &'a str,
+        path: &'a str,
+    ) -> DecisionFuture<'a>;
 }
 
 /// Why a request was refused (`dxdp_metrics_requests_denied_total{reason}`).
@@ -55,7 +59,11 @@ pub enum Denied {
 
 impl Denied {
     /// Every reason.
-    pub const ALL: [Denied; 3] = [Denied::Unauthenticated, Denied::Forbidden, Denied::Unavailable];
+    pub const ALL: [Denied; 3] = [
+        Denied::Unauthenticated,
+        Denied::Forbidden,
+        Denied::Unavailable,
+    ];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {

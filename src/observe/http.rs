@@ -491,67 +491,66 @@ async fn guarded_answer(
     guard: &Guard,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path();
-    let mut response = if guard.access.is_open()
-        || !guard.access.needs_credentials(guard.web.as_deref())
-    {
-        answer_for(req.method(), path, observe, endpoints).await
-    } else {
-        let probe = matches!(path, "/healthz" | "/readyz");
-        let authorization = req
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes);
-        let verb = if req.method() == Method::HEAD {
-            "get"
+    let mut response =
+        if guard.access.is_open() || !guard.access.needs_credentials(guard.web.as_deref()) {
+            answer_for(req.method(), path, observe, endpoints).await
         } else {
-            &req.method().as_str().to_ascii_lowercase()
-        };
-        let verdict = if probe && authorization.is_none() {
-            Verdict::Denied(Denied::Unauthenticated, String::new())
-        } else {
-            guard
-                .access
-                .check(guard.web.clone(), authorization, verb, path)
-                .await
-        };
-        match verdict {
-            Verdict::Allowed => answer_for(req.method(), path, observe, endpoints).await,
-            Verdict::Denied(..) if probe => {
-                let full = answer_for(req.method(), path, observe, endpoints).await;
-                let word = if full.status() == StatusCode::OK {
-                    "ok\n"
-                } else {
-                    "unavailable\n"
-                };
-                let mut r = text(full.status(), word);
-                if let Some(allow) = full.headers().get(ALLOW) {
-                    r.headers_mut().insert(ALLOW, allow.clone());
-                }
-                r
-            }
-            Verdict::Denied(why, body) => {
-                observe.metrics.access().denied(why);
-                let status = match why {
-                    Denied::Unauthenticated => StatusCode::UNAUTHORIZED,
-                    Denied::Forbidden => StatusCode::FORBIDDEN,
-                    Denied::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-                };
-                let mut r = text(status, body);
-                if why == Denied::Unauthenticated {
-                    let scheme = if guard.access.authorizer.is_some() {
-                        "Bearer realm=\"dxdp\""
+            let probe = matches!(path, "/healthz" | "/readyz");
+            let authorization = req
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .map(HeaderValue::as_bytes);
+            let verb = if req.method() == Method::HEAD {
+                "get"
+            } else {
+                &req.method().as_str().to_ascii_lowercase()
+            };
+            let verdict = if probe && authorization.is_none() {
+                Verdict::Denied(Denied::Unauthenticated, String::new())
+            } else {
+                guard
+                    .access
+                    .check(guard.web.clone(), authorization, verb, path)
+                    .await
+            };
+            match verdict {
+                Verdict::Allowed => answer_for(req.method(), path, observe, endpoints).await,
+                Verdict::Denied(..) if probe => {
+                    let full = answer_for(req.method(), path, observe, endpoints).await;
+                    let word = if full.status() == StatusCode::OK {
+                        "ok\n"
                     } else {
-                        "Basic realm=\"dxdp\", charset=\"UTF-8\""
+                        "unavailable\n"
                     };
-                    r.headers_mut().insert(
-                        hyper::header::WWW_AUTHENTICATE,
-                        HeaderValue::from_static(scheme),
-                    );
+                    let mut r = text(full.status(), word);
+                    if let Some(allow) = full.headers().get(ALLOW) {
+                        r.headers_mut().insert(ALLOW, allow.clone());
+                    }
+                    r
                 }
-                r
+                Verdict::Denied(why, body) => {
+                    observe.metrics.access().denied(why);
+                    let status = match why {
+                        Denied::Unauthenticated => StatusCode::UNAUTHORIZED,
+                        Denied::Forbidden => StatusCode::FORBIDDEN,
+                        Denied::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                    };
+                    let mut r = text(status, body);
+                    if why == Denied::Unauthenticated {
+                        let scheme = if guard.access.authorizer.is_some() {
+                            "Bearer realm=\"dxdp\""
+                        } else {
+                            "Basic realm=\"dxdp\", charset=\"UTF-8\""
+                        };
+                        r.headers_mut().insert(
+                            hyper::header::WWW_AUTHENTICATE,
+                            HeaderValue::from_static(scheme),
+                        );
+                    }
+                    r
+                }
             }
-        }
-    };
+        };
     if let Some(web) = &guard.web {
         for (name, value) in web.headers() {
             response.headers_mut().insert(name.clone(), value.clone());

@@ -273,10 +273,18 @@ impl WebConfig {
                         Some(roots)
                     }
                 };
-                let min = version(t.min_version.as_deref(), "tls_server_config.min_version", &err)?
-                    .unwrap_or(&rustls::version::TLS12);
-                let max = version(t.max_version.as_deref(), "tls_server_config.max_version", &err)?
-                    .unwrap_or(&rustls::version::TLS13);
+                let min = version(
+                    t.min_version.as_deref(),
+                    "tls_server_config.min_version",
+                    &err,
+                )?
+                .unwrap_or(&rustls::version::TLS12);
+                let max = version(
+                    t.max_version.as_deref(),
+                    "tls_server_config.max_version",
+                    &err,
+                )?
+                .unwrap_or(&rustls::version::TLS13);
                 let versions: Vec<&'static SupportedProtocolVersion> =
                     [&rustls::version::TLS12, &rustls::version::TLS13]
                         .into_iter()
@@ -306,9 +314,9 @@ impl WebConfig {
                         } else {
                             verifier
                         };
-                        let verifier = verifier.build().map_err(|e| {
-                            err("tls_server_config.client_ca_file", e.to_string())
-                        })?;
+                        let verifier = verifier
+                            .build()
+                            .map_err(|e| err("tls_server_config.client_ca_file", e.to_string()))?;
                         builder.with_client_cert_verifier(verifier)
                     }
                     (_, None) => unreachable_ca(&err)?,
@@ -412,7 +420,11 @@ impl WebConfig {
         let hash = self.users.get(&user);
         let digest = {
             let mut d = ring::digest::Context::new(&ring::digest::SHA256);
-            for part in [user.as_bytes(), password.as_bytes(), hash.map_or(&[][..], |h| h.as_bytes())] {
+            for part in [
+                user.as_bytes(),
+                password.as_bytes(),
+                hash.map_or(&[][..], |h| h.as_bytes()),
+            ] {
                 d.update(&(part.len() as u64).to_le_bytes());
                 d.update(part);
             }
@@ -462,9 +474,7 @@ fn lower(name: &'static str) -> &'static str {
     }
 }
 
-fn unreachable_ca<T>(
-    err: &impl Fn(&str, String) -> WebConfigError,
-) -> Result<T, WebConfigError> {
+fn unreachable_ca<T>(err: &impl Fn(&str, String) -> WebConfigError) -> Result<T, WebConfigError> {
     Err(err(
         "tls_server_config.client_ca_file",
         "missing: client certificates cannot be verified without it".into(),
@@ -574,7 +584,9 @@ pub struct Web {
 
 impl std::fmt::Debug for Web {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Web").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("Web")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 

@@ -32,8 +32,8 @@ use crate::backend::{HostFactsSource, SourceError};
 use crate::config::file::MetricsAuthorization;
 use crate::config::Config;
 use crate::observe::access::Access;
-use crate::observe::web::Web;
 use crate::observe::state::Ping;
+use crate::observe::web::Web;
 use crate::observe::{Observe, Phase};
 use crate::util::bounded::{Lane, Overdue};
 use dxdp_core::facts::HostFacts;
@@ -362,7 +362,9 @@ async fn metrics_access(
             Web::load(&path, move |r| metrics.access().web_reload(r))
         })
         .await
-        .map_err(|e| PluginError::MetricsAuthorization(format!("loading the web configuration failed: {e}")))??;
+        .map_err(|e| {
+            PluginError::MetricsAuthorization(format!("loading the web configuration failed: {e}"))
+        })??;
         let current = loaded.current();
         tracing::info!(
             file = %loaded.path().display(),
@@ -379,11 +381,7 @@ async fn metrics_access(
                 "kubernetes needs the API server (in a pod: the service account token; outside: KUBECONFIG), which dxdp cannot reach with what it was given; set metrics.authorization: none to serve /metrics without it".into(),
             ));
         };
-        if access
-            .web
-            .as_ref()
-            .is_some_and(|w| w.current().has_users())
-        {
+        if access.web.as_ref().is_some_and(|w| w.current().has_users()) {
             return Err(PluginError::MetricsAuthorization(
                 "kubernetes and the web configuration's basic_auth_users both ask for the Authorization header: use one of them".into(),
             ));
