@@ -238,6 +238,9 @@ def assert_daemonset(label, objs, values):
             get = c.get(kind, {}).get("httpGet", {})
             check(f"{label}: {kind} GET {path} on the probe listener",
                   get.get("path") == path and get.get("port") == port and get.get("host") == host, str(get))
+            # A clash on the metrics port must never fail liveness (and restart device serving).
+            check(f"{label}: {kind} does not use the metrics port",
+                  get.get("port") != metrics["port"] and get.get("port") != "metrics", str(get))
     else:
         check(f"{label}: no probes when probes.enabled is false",
               "livenessProbe" not in c and "readinessProbe" not in c)
@@ -259,6 +262,11 @@ CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
 # isolation.events, creating Events (about GPU isolation violations on pods).
 NODE_RULES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "patch"]}]
 EVENT_RULES = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+REVIEW_RULES = [
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+]
+READER_RULES = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 ISOLATION_TAINT = "directx.microsoft.com/isolation-violation"
 
 
@@ -277,7 +285,24 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     check(f"{label}: DXDP_ISOLATION_EVENTS=false exactly when isolation.events is off",
           env.get("DXDP_ISOLATION_EVENTS") == (None if isolation["events"] else "false"), str(env))
     node_name = [e for e in c.get("env", []) if e["name"] == "NODE_NAME"]
+    metrics = {**defaults["metrics"], **values.get("metrics", {})}
+    authz = metrics.get("authorization") == "kubernetes"
     rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    check(f"{label}: DXDP_METRICS_AUTHORIZATION=kubernetes exactly with metrics.authorization=kubernetes",
+          env.get("DXDP_METRICS_AUTHORIZATION") == ("kubernetes" if authz and metrics["enabled"] else None), str(env))
+    readers = [o for o in find(objs, "ClusterRole") if o["metadata"]["name"].endswith("-metrics-reader")]
+    check(f"{label}: a metrics-reader ClusterRole (get /metrics) exactly with metrics.authorization=kubernetes",
+          [r.get("rules") for r in readers] == ([READER_RULES] if authz else []), str(readers))
+    rbac = [o for o in rbac if o not in readers]
+    if not node_api and authz:
+        check(f"{label}: without nodeApi, metrics.authorization=kubernetes mounts the token",
+              pod.get("automountServiceAccountToken") is True)
+        roles = find(objs, "ClusterRole")
+        roles = [r for r in roles if r not in readers]
+        check(f"{label}: without nodeApi, the role grants only the reviews",
+              len(roles) == 1 and roles[0].get("rules") == REVIEW_RULES, str(roles))
+        check(f"{label}: no NODE_NAME without nodeApi", not node_name)
+        return
     if not node_api:
         check(f"{label}: no RBAC objects without nodeApi", not rbac, str([o["kind"] for o in rbac]))
         check(f"{label}: no service account token without nodeApi", pod.get("automountServiceAccountToken") is False)
@@ -293,7 +318,7 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     check(f"{label}: only a ClusterRole and its binding", len(roles) == 1 and len(bindings) == 1 and len(rbac) == 2,
           str([o["kind"] for o in rbac]))
     if roles:
-        want = NODE_RULES + (EVENT_RULES if isolation["events"] else [])
+        want = NODE_RULES + (REVIEW_RULES if authz else []) + (EVENT_RULES if isolation["events"] else [])
         check(f"{label}: the role grants exactly get, watch and patch on nodes"
               + (" and create on events" if isolation["events"] else ""),
               roles[0].get("rules") == want, str(roles[0].get("rules")))
@@ -339,6 +364,18 @@ def assert_service_monitor(label, objs, metrics, pod_labels):
     check(f"{label}: the ServiceMonitor scrapes /metrics on port `metrics`",
           len(eps) == 1 and eps[0].get("port") == "metrics" and eps[0].get("path") == "/metrics", str(eps))
     check(f"{label}: ServiceMonitor apiVersion", sm.get("apiVersion") == "monitoring.coreos.com/v1")
+    ep = eps[0] if eps else {}
+    # dxdp's namespace/pod/container labels must survive the scrape (else exported_*), and the
+    # node's name is a `node` label: the dashboard and the alerts use both.
+    check(f"{label}: the ServiceMonitor honours dxdp's labels", ep.get("honorLabels") is True, str(ep))
+    check(f"{label}: the ServiceMonitor labels each target with its node",
+          {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
+          in ep.get("relabelings", []), str(ep.get("relabelings")))
+    if metrics.get("authorization") == "kubernetes":
+        check(f"{label}: with metrics.authorization=kubernetes Prometheus sends a bearer token",
+              bool(ep.get("bearerTokenFile") or ep.get("authorization") or ep.get("bearerTokenSecret")), str(ep))
+    for k, v in metrics["serviceMonitor"].get("endpoint", {}).items():
+        check(f"{label}: ServiceMonitor endpoint field {k}", ep.get(k) == v, str(ep.get(k)))
     for k, v in metrics["serviceMonitor"].get("labels", {}).items():
         check(f"{label}: ServiceMonitor label {k}", sm["metadata"].get("labels", {}).get(k) == v)
 

@@ -59,3 +59,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- fail "refusing to install into the default namespace: install into its own namespace (helm install dxdp deploy/helm/dxdp --namespace dxdp-system --create-namespace, labelled pod-security.kubernetes.io/enforce=privileged; docs/install.md), or set allowDefaultNamespace=true" }}
 {{- end }}
 {{- end }}
+
+{{/* The Secret holding the metrics endpoint's web configuration (empty: none). */}}
+{{- define "dxdp.webConfigSecret" -}}
+{{- if .Values.metrics.existingWebConfigSecret -}}
+{{- .Values.metrics.existingWebConfigSecret -}}
+{{- else if .Values.metrics.webConfig -}}
+{{- printf "%s-web-config" (include "dxdp.fullname" .) -}}
+{{- end -}}
+{{- end }}
+
+{{/* Whether dxdp needs the API server's credentials. */}}
+{{- define "dxdp.needsToken" -}}
+{{- if or .Values.nodeApi.enabled (eq (toString .Values.metrics.authorization) "kubernetes") }}true{{ end -}}
+{{- end }}
