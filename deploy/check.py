@@ -13,9 +13,13 @@ Checks:
     schemas of the oldest and newest supported Kubernetes in strict mode (kubernetes-validate);
   * the DaemonSet's HostProcess settings, node selection (no build pin), probes, config mount,
     and that every rendered config.yaml passes `dxdp config check` (when a dxdp binary exists);
-  * the example Jobs: unique names, Windows nodes without build pin, one DirectX device.
+  * the example Jobs: unique names, Windows nodes without build pin, one DirectX device;
+  * the alerting rules: `promtool test rules deploy/prometheus/alerts-test.yaml`, every alert
+    tested there, the chart's PrometheusRule equal to files/alerts.rules.yaml and accepted by
+    `promtool check rules`, every runbook_url a section of docs/alerts.md.
 
-Needs: helm 3 ($HELM or on PATH), python3 with PyYAML and kubernetes-validate.
+Needs: helm 3 ($HELM or on PATH), python3 with PyYAML and kubernetes-validate, promtool
+(Debian's prometheus package; without it the alert checks are skipped, visibly, except in CI).
 """
 
 import argparse
@@ -588,6 +592,70 @@ def example_checks():
     check("example Job names are unique", not dupes, str(dupes))
 
 
+RULES = os.path.join(CHART, "files", "alerts.rules.yaml")
+RULE_TESTS = os.path.join(ROOT, "deploy", "prometheus", "alerts-test.yaml")
+ALERTS_DOC = os.path.join(ROOT, "docs", "alerts.md")
+
+
+def github_anchor(heading):
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def alert_checks():
+    """dxdp's alerting rules: tested with promtool, rendered unchanged, each with a runbook."""
+    with open(RULES) as f:
+        rules = yaml.safe_load(f)
+    alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+    with open(RULE_TESTS) as f:
+        tests = yaml.safe_load(f)
+    tested = {a["alertname"] for t in tests["tests"] for a in t.get("alert_rule_test", []) if a.get("exp_alerts")}
+    check("every alert fires in deploy/prometheus/alerts-test.yaml",
+          {a["alert"] for a in alerts} <= tested, str(sorted({a["alert"] for a in alerts} - tested)))
+    with open(ALERTS_DOC) as f:
+        anchors = {github_anchor(line.lstrip("#")) for line in f if line.startswith("#")}
+    for a in alerts:
+        url = a.get("annotations", {}).get("runbook_url", "")
+        check(f"alert {a['alert']}: runbook_url is a section of docs/alerts.md",
+              url.startswith("docs/alerts.md#") and url.split("#", 1)[1] in anchors, url)
+    code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE,
+                          "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.labels.release=prometheus",
+                          "--set", "prometheusRule.runbookUrl=https://docs.example.com/dxdp/alerts.md")
+    if not check("chart renders the PrometheusRule", code == 0, err.strip()[:300]):
+        return
+    pr = find(docs(out), "PrometheusRule")
+    if not check("one PrometheusRule with prometheusRule.enabled", len(pr) == 1, str(len(pr))):
+        return
+    rendered = pr[0]["spec"]["groups"]
+    want = yaml.safe_load(open(RULES).read().replace(
+        "runbook_url: docs/alerts.md", "runbook_url: https://docs.example.com/dxdp/alerts.md"))["groups"]
+    check("the PrometheusRule holds files/alerts.rules.yaml, runbooks at prometheusRule.runbookUrl",
+          rendered == want, "rendered groups differ from the rule file")
+    check("the PrometheusRule carries prometheusRule.labels",
+          pr[0]["metadata"].get("labels", {}).get("release") == "prometheus")
+    code, out, _ = template(extra=IMAGE)
+    check("no PrometheusRule by default", code == 0 and not find(docs(out), "PrometheusRule"))
+    promtool = shutil.which("promtool")
+    if not promtool:
+        if os.environ.get("CI") == "true":
+            fail("promtool", "not installed (.ci/run installs Debian's prometheus package)")
+        else:
+            print("skipped promtool checks: promtool is not installed (apt-get install prometheus)")
+        return
+    p = subprocess.run([promtool, "test", "rules", RULE_TESTS], capture_output=True, text=True)
+    check("promtool test rules deploy/prometheus/alerts-test.yaml", p.returncode == 0,
+          (p.stdout + p.stderr).strip()[-800:])
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump({"groups": rendered}, f)
+        name = f.name
+    try:
+        p = subprocess.run([promtool, "check", "rules", name], capture_output=True, text=True)
+        check("promtool check rules accepts the rendered PrometheusRule", p.returncode == 0,
+              (p.stdout + p.stderr).strip()[-800:])
+    finally:
+        os.unlink(name)
+
+
 def main():
     global HELM
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -609,6 +677,7 @@ def main():
     readme_checks()
     manifest_checks(args.update)
     example_checks()
+    alert_checks()
     print(f"\n{passed} passed, {failed} failed")
     return 1 if failed else 0
 
