@@ -8,6 +8,7 @@
 //! when no server is listening.
 
 pub mod access;
+pub mod cardinality;
 pub mod http;
 pub mod isolation;
 pub mod metrics;

@@ -164,7 +164,7 @@ impl WebConfig {
                     .location()
                     .map(|l| format!("line {} column {}", l.line(), l.column()))
                     .unwrap_or_else(|| "(file)".into());
-                err(&at, format!("{}", dxdp_core::snapshot::yaml_message(&e)))
+                err(&at, dxdp_core::snapshot::yaml_message(&e).to_string())
             })?
         };
         let dir = path.parent().unwrap_or(Path::new("."));
