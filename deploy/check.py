@@ -19,8 +19,12 @@ Checks:
     values are refused, the metrics address pattern agrees with `dxdp config check`;
   * the cleanup pre-delete hook, NOTES.txt (smoke test first), the packaged chart's README links
     (deploy/package_chart.py), deploy/drivers/*.yaml and scripts/build-image.sh (stand-in docker).
+  * the alerting rules: `promtool test rules deploy/prometheus/alerts-test.yaml`, every alert
+    tested there, the chart's PrometheusRule equal to files/alerts.rules.yaml and accepted by
+    `promtool check rules`, every runbook_url a section of docs/alerts.md.
 
-Needs: helm 3 ($HELM or on PATH), python3 with PyYAML and kubernetes-validate.
+Needs: helm 3 ($HELM or on PATH), python3 with PyYAML and kubernetes-validate, promtool
+(Debian's prometheus package; without it the alert checks are skipped, visibly, except in CI).
 """
 
 import argparse
@@ -177,6 +181,11 @@ def chart_keys(values, defaults):
         ("nodeLabels.prefix", "nodeLabels.prefix", n["prefix"] or None),
         ("isolation.policy", "isolation.policy", i["policy"] or None),
         ("isolation.events", "isolation.events", None if i["events"] else False),
+        ("metrics.webConfig", "metrics.webConfigFile",
+         "C:\\etc\\dxdp-web\\web-config.yml"
+         if m["enabled"] and (m.get("existingWebConfigSecret") or m.get("webConfig")) else None),
+        ("metrics.authorization", "metrics.authorization",
+         "kubernetes" if m["enabled"] and m.get("authorization") == "kubernetes" else None),
     ]
 
 
@@ -300,6 +309,9 @@ def assert_daemonset(label, objs, values):
             get = c.get(kind, {}).get("httpGet", {})
             check(f"{label}: {kind} GET {path} on the probe listener",
                   get.get("path") == path and get.get("port") == port and get.get("host") == host, str(get))
+            # A clash on the metrics port must never fail liveness (and restart device serving).
+            check(f"{label}: {kind} does not use the metrics port",
+                  get.get("port") != metrics["port"] and get.get("port") != "metrics", str(get))
     else:
         check(f"{label}: no probes when probes.enabled is false",
               "livenessProbe" not in c and "readinessProbe" not in c)
@@ -321,12 +333,18 @@ CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
 # The variables the chart sets only with existingConfigMap (else it writes config.yaml).
 CHART_VARIABLES = ("DXDP_REPLICAS", "DXDP_LOG_LEVEL", "DXDP_LOG_FORMAT", "DXDP_METRICS_ADDRESS",
                    "DXDP_PROBE_ADDRESS", "DXDP_NODE_LABELS", "DXDP_NODE_LABEL_PREFIX",
-                   "DXDP_ISOLATION_POLICY", "DXDP_ISOLATION_EVENTS")
+                   "DXDP_ISOLATION_POLICY", "DXDP_ISOLATION_EVENTS", "DXDP_WEB_CONFIG_FILE",
+                   "DXDP_METRICS_AUTHORIZATION")
 
 # The only permissions dxdp needs: its own Node, read, watched, labelled and tainted; with
 # isolation.events, creating Events (about GPU isolation violations on pods).
 NODE_RULES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "patch"]}]
 EVENT_RULES = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+REVIEW_RULES = [
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+]
+READER_RULES = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 ISOLATION_TAINT = "directx.microsoft.com/isolation-violation"
 
 
@@ -347,8 +365,27 @@ def assert_node_api(label, objs, values, defaults, pod, c):
         check(f"{label}: DXDP_ISOLATION_EVENTS=false exactly when isolation.events is off",
               env.get("DXDP_ISOLATION_EVENTS") == (None if isolation["events"] else "false"), str(env))
     node_name = [e for e in c.get("env", []) if e["name"] == "NODE_NAME"]
+    metrics = {**defaults["metrics"], **values.get("metrics", {})}
+    authz = metrics.get("authorization") == "kubernetes"
     rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
             and not is_hook(o)]
+    if by_env:
+        check(f"{label}: DXDP_METRICS_AUTHORIZATION=kubernetes exactly with metrics.authorization=kubernetes",
+              env.get("DXDP_METRICS_AUTHORIZATION") == ("kubernetes" if authz and metrics["enabled"] else None),
+              str(env))
+    readers = [o for o in find(objs, "ClusterRole") if o["metadata"]["name"].endswith("-metrics-reader")]
+    check(f"{label}: a metrics-reader ClusterRole (get /metrics) exactly with metrics.authorization=kubernetes",
+          [r.get("rules") for r in readers] == ([READER_RULES] if authz else []), str(readers))
+    rbac = [o for o in rbac if o not in readers]
+    if not node_api and authz:
+        check(f"{label}: without nodeApi, metrics.authorization=kubernetes mounts the token",
+              pod.get("automountServiceAccountToken") is True)
+        roles = find(objs, "ClusterRole")
+        roles = [r for r in roles if r not in readers]
+        check(f"{label}: without nodeApi, the role grants only the reviews",
+              len(roles) == 1 and roles[0].get("rules") == REVIEW_RULES, str(roles))
+        check(f"{label}: no NODE_NAME without nodeApi", not node_name)
+        return
     if not node_api:
         check(f"{label}: no RBAC objects without nodeApi", not rbac, str([o["kind"] for o in rbac]))
         check(f"{label}: no service account token without nodeApi", pod.get("automountServiceAccountToken") is False)
@@ -364,7 +401,7 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     check(f"{label}: only a ClusterRole and its binding", len(roles) == 1 and len(bindings) == 1 and len(rbac) == 2,
           str([o["kind"] for o in rbac]))
     if roles:
-        want = NODE_RULES + (EVENT_RULES if isolation["events"] else [])
+        want = NODE_RULES + (REVIEW_RULES if authz else []) + (EVENT_RULES if isolation["events"] else [])
         check(f"{label}: the role grants exactly get, watch and patch on nodes"
               + (" and create on events" if isolation["events"] else ""),
               roles[0].get("rules") == want, str(roles[0].get("rules")))
@@ -469,6 +506,18 @@ def assert_service_monitor(label, objs, metrics, pod_labels):
     check(f"{label}: the ServiceMonitor scrapes /metrics on port `metrics`",
           len(eps) == 1 and eps[0].get("port") == "metrics" and eps[0].get("path") == "/metrics", str(eps))
     check(f"{label}: ServiceMonitor apiVersion", sm.get("apiVersion") == "monitoring.coreos.com/v1")
+    ep = eps[0] if eps else {}
+    # dxdp's namespace/pod/container labels must survive the scrape (else exported_*), and the
+    # node's name is a `node` label: the dashboard and the alerts use both.
+    check(f"{label}: the ServiceMonitor honours dxdp's labels", ep.get("honorLabels") is True, str(ep))
+    check(f"{label}: the ServiceMonitor labels each target with its node",
+          {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
+          in ep.get("relabelings", []), str(ep.get("relabelings")))
+    if metrics.get("authorization") == "kubernetes":
+        check(f"{label}: with metrics.authorization=kubernetes Prometheus sends a bearer token",
+              bool(ep.get("bearerTokenFile") or ep.get("authorization") or ep.get("bearerTokenSecret")), str(ep))
+    for k, v in metrics["serviceMonitor"].get("endpoint", {}).items():
+        check(f"{label}: ServiceMonitor endpoint field {k}", ep.get(k) == v, str(ep.get(k)))
     for k, v in metrics["serviceMonitor"].get("labels", {}).items():
         check(f"{label}: ServiceMonitor label {k}", sm["metadata"].get("labels", {}).get(k) == v)
 
@@ -969,6 +1018,68 @@ def driver_checks():
                 or "REPLACE_*" not in script or "Get-FileHash" not in script:
             problems.append("placeholders not refused, or no SHA-256 check")
         check(f"{rel}: driver-install conventions", not problems, "; ".join(problems))
+RULES = os.path.join(CHART, "files", "alerts.rules.yaml")
+RULE_TESTS = os.path.join(ROOT, "deploy", "prometheus", "alerts-test.yaml")
+ALERTS_DOC = os.path.join(ROOT, "docs", "alerts.md")
+
+
+def github_anchor(heading):
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def alert_checks():
+    """dxdp's alerting rules: tested with promtool, rendered unchanged, each with a runbook."""
+    with open(RULES) as f:
+        rules = yaml.safe_load(f)
+    alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+    with open(RULE_TESTS) as f:
+        tests = yaml.safe_load(f)
+    tested = {a["alertname"] for t in tests["tests"] for a in t.get("alert_rule_test", []) if a.get("exp_alerts")}
+    check("every alert fires in deploy/prometheus/alerts-test.yaml",
+          {a["alert"] for a in alerts} <= tested, str(sorted({a["alert"] for a in alerts} - tested)))
+    with open(ALERTS_DOC) as f:
+        anchors = {github_anchor(line.lstrip("#")) for line in f if line.startswith("#")}
+    for a in alerts:
+        url = a.get("annotations", {}).get("runbook_url", "")
+        check(f"alert {a['alert']}: runbook_url is a section of docs/alerts.md",
+              url.startswith("docs/alerts.md#") and url.split("#", 1)[1] in anchors, url)
+    code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE,
+                          "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.labels.release=prometheus",
+                          "--set", "prometheusRule.runbookUrl=https://docs.example.com/dxdp/alerts.md")
+    if not check("chart renders the PrometheusRule", code == 0, err.strip()[:300]):
+        return
+    pr = find(docs(out), "PrometheusRule")
+    if not check("one PrometheusRule with prometheusRule.enabled", len(pr) == 1, str(len(pr))):
+        return
+    rendered = pr[0]["spec"]["groups"]
+    want = yaml.safe_load(open(RULES).read().replace(
+        "runbook_url: docs/alerts.md", "runbook_url: https://docs.example.com/dxdp/alerts.md"))["groups"]
+    check("the PrometheusRule holds files/alerts.rules.yaml, runbooks at prometheusRule.runbookUrl",
+          rendered == want, "rendered groups differ from the rule file")
+    check("the PrometheusRule carries prometheusRule.labels",
+          pr[0]["metadata"].get("labels", {}).get("release") == "prometheus")
+    code, out, _ = template(extra=IMAGE)
+    check("no PrometheusRule by default", code == 0 and not find(docs(out), "PrometheusRule"))
+    promtool = shutil.which("promtool")
+    if not promtool:
+        if os.environ.get("CI") == "true":
+            fail("promtool", "not installed (.ci/run installs Debian's prometheus package)")
+        else:
+            print("skipped promtool checks: promtool is not installed (apt-get install prometheus)")
+        return
+    p = subprocess.run([promtool, "test", "rules", RULE_TESTS], capture_output=True, text=True)
+    check("promtool test rules deploy/prometheus/alerts-test.yaml", p.returncode == 0,
+          (p.stdout + p.stderr).strip()[-800:])
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump({"groups": rendered}, f)
+        name = f.name
+    try:
+        p = subprocess.run([promtool, "check", "rules", name], capture_output=True, text=True)
+        check("promtool check rules accepts the rendered PrometheusRule", p.returncode == 0,
+              (p.stdout + p.stderr).strip()[-800:])
+    finally:
+        os.unlink(name)
 
 
 def main():
@@ -997,6 +1108,7 @@ def main():
     example_checks()
     driver_checks()
     build_image_checks()
+    alert_checks()
     print(f"\n{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -1371,7 +1371,7 @@ mod docs {
             .iter()
             .filter(|n| n.starts_with("dxdp_isolation_"))
             .collect();
-        assert_eq!(isolation.len(), 6, "{isolation:?}");
+        assert_eq!(isolation.len(), 7, "{isolation:?}");
         let observability = page("docs/observability.md");
         let start = observability.find("\n## GPU isolation\n").expect("section");
         let section = &observability[start..];

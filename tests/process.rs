@@ -570,3 +570,70 @@ async fn a_relative_config_path_is_reloaded_on_its_file_event() {
     exits_cleanly(&mut child, WAIT, "SIGTERM").await;
     kubelet.stop().await;
 }
+
+/// Issue 33: the metrics port is taken by another program. The metrics endpoint retries in the
+/// background, and the probes (the chart's liveness and readiness probes use `--probe-address`,
+/// never the metrics port) keep answering 200: a clash on the metrics port never fails liveness,
+/// so the kubelet never restarts device serving for it. Once the port is free, metrics are
+/// served without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_metrics_port_never_fails_the_probes() {
+    if !common::af_unix("a_taken_metrics_port_never_fails_the_probes") {
+        return;
+    }
+    let dir = tempdir();
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let metrics_port = squatter.local_addr().unwrap().port();
+    let probe_port = free_port();
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .unwrap();
+    let metrics_address = format!("127.0.0.1:{metrics_port}");
+    let probe_address = format!("127.0.0.1:{probe_port}");
+    let mut child = spawn(
+        dir.path(),
+        &[
+            "--metrics-address",
+            &metrics_address,
+            "--probe-address",
+            &probe_address,
+        ],
+    );
+    both_registered(&kubelet).await;
+    let deadline = Instant::now() + WAIT;
+    while get(probe_port, "/readyz", WAIT).await.map(|(c, _)| c) != Ok(200) {
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Across several of the endpoint's bind retries (0.5 s doubling), liveness and readiness
+    // stay 200 and the process keeps running.
+    for round in 0..20 {
+        for path in ["/healthz", "/readyz"] {
+            let answer = get(probe_port, path, Duration::from_secs(1)).await;
+            assert_eq!(answer.map(|(c, _)| c), Ok(200), "{path}, round {round}");
+        }
+        assert!(child.try_wait().unwrap().is_none(), "dxdp exited");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    // The metrics port still belongs to the other program.
+    assert!(std::net::TcpListener::bind(("127.0.0.1", metrics_port)).is_err());
+    drop(squatter);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        if let Ok((200, body)) = get(metrics_port, "/metrics", Duration::from_secs(2)).await {
+            assert!(
+                body.contains("dxdp_task_up{task=\"metrics-endpoint\"} 1"),
+                "{body}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "metrics never served once the port was free"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    send(&child, libc::SIGTERM);
+    exits_cleanly(&mut child, WAIT, "SIGTERM").await;
+    kubelet.stop().await;
+}

@@ -51,8 +51,23 @@ pub struct PluginArgs {
     /// empty: off [env: DXDP_PROBE_ADDRESS; config: metrics.probeAddress; default: off].
     #[arg(long, value_name = "HOST:PORT", value_parser = metrics_address)]
     probe_address: Option<file::MetricsAddress>,
+    /// The web configuration of the metrics endpoint, in the Prometheus exporters' format
+    /// (tls_server_config, basic_auth_users, http_server_config.headers); its files are re-read
+    /// when they change; empty: plain HTTP [env: DXDP_WEB_CONFIG_FILE; config:
+    /// metrics.webConfigFile; default: off].
+    #[arg(long, value_name = "FILE")]
+    web_config_file: Option<std::path::PathBuf>,
+    /// Who may read /metrics: none, or kubernetes (a bearer token allowed to get the
+    /// non-resource URL /metrics, checked with TokenReview and SubjectAccessReview) [env:
+    /// DXDP_METRICS_AUTHORIZATION; config: metrics.authorization; default: none].
+    #[arg(long, value_name = "MODE", value_parser = metrics_authorization)]
+    metrics_authorization: Option<file::MetricsAuthorization>,
     #[command(flatten)]
     pipeline: super::PipelineArgs,
+}
+
+fn metrics_authorization(s: &str) -> Result<file::MetricsAuthorization, String> {
+    file::MetricsAuthorization::parse(s)
 }
 
 fn metrics_address(s: &str) -> Result<file::MetricsAddress, String> {
@@ -68,6 +83,11 @@ impl PluginArgs {
         self.assignment.apply(flags);
         flags.metrics_address = self.metrics_address.map(|a| a.0);
         flags.probe_address = self.probe_address.map(|a| a.0);
+        flags.web_config_file = self
+            .web_config_file
+            .clone()
+            .map(|p| (!p.as_os_str().is_empty()).then_some(p));
+        flags.metrics_authorization = self.metrics_authorization;
     }
 }
 
@@ -148,6 +168,16 @@ pub fn run(
                     )
                 }));
             node_rx = Some(rx);
+        }
+        // `metrics.authorization: kubernetes` needs the API server; without it dxdp refuses to
+        // start rather than serve /metrics unchecked.
+        if config.metrics_authorization == dxdp::config::file::MetricsAuthorization::Kubernetes {
+            match cluster::metrics_authz::KubernetesAuthorizer::connect().await {
+                Ok(a) => plugin_config.metrics_authorizer = Some(Arc::new(a)),
+                Err(e) => anyhow::bail!(
+                    "metrics.authorization is kubernetes but dxdp cannot use the API server: {e}; give it credentials (the chart mounts the service account token with metrics.authorization=kubernetes) or set metrics.authorization: none"
+                ),
+            }
         }
         // A named configuration the node's label selected falls back to the top level when it
         // cannot be served on this host.

@@ -7,6 +7,8 @@
 //! - [`isolation`]: GPU isolation violations as Events on the pod, and the node taint of the
 //!   `taint` policy;
 //! - [`cleanup`]: takes dxdp's labels, taint and conditions off a node (`dxdp cleanup`);
+//! - [`metrics_authz`]: TokenReview and SubjectAccessReview of `/metrics` requests
+//!   (`metrics.authorization: kubernetes`; unlike the rest, required once asked for);
 //!
 //! Everything here is optional: without `NODE_NAME` or credentials the daemon serves devices
 //! as before and says once why the cluster features are off. API errors are retried with
@@ -15,6 +17,7 @@
 pub mod cleanup;
 pub mod isolation;
 pub mod labels;
+pub mod metrics_authz;
 pub mod node;
 
 use std::collections::BTreeMap;

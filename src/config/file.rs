@@ -352,6 +352,46 @@ pub struct MetricsFile {
     #[serde(default)]
     #[schemars(schema_with = "schema::socket_address")]
     pub probe_address: Option<MetricsAddress>,
+    /// A web configuration file in the Prometheus exporters' format (TLS, client certificates,
+    /// basic authentication, headers) for `address`; empty: plain HTTP, no authentication.
+    pub web_config_file: Option<String>,
+    /// Who may read `/metrics`: `none` (anyone who reaches it, or the web configuration's
+    /// users) or `kubernetes` (a bearer token with `get` on the non-resource URL `/metrics`,
+    /// checked with TokenReview and SubjectAccessReview).
+    pub authorization: Option<MetricsAuthorization>,
+}
+
+/// `metrics.authorization`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsAuthorization {
+    /// No bearer token checked.
+    #[default]
+    None,
+    /// TokenReview and SubjectAccessReview of the request's bearer token.
+    Kubernetes,
+}
+
+impl MetricsAuthorization {
+    /// Parses `none` or `kubernetes`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "" | "none" => Ok(MetricsAuthorization::None),
+            "kubernetes" => Ok(MetricsAuthorization::Kubernetes),
+            other => Err(format!(
+                "metrics authorization {} is not known: use none or kubernetes",
+                quote(other)
+            )),
+        }
+    }
+
+    /// The name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricsAuthorization::None => "none",
+            MetricsAuthorization::Kubernetes => "kubernetes",
+        }
+    }
 }
 
 /// Log format names.

@@ -94,6 +94,10 @@ pub enum Key {
     MetricsAddress,
     /// `metrics.probeAddress`.
     ProbeAddress,
+    /// `metrics.webConfigFile`.
+    WebConfigFile,
+    /// `metrics.authorization`.
+    MetricsAuthorization,
     /// `telemetry.enabled`.
     TelemetryEnabled,
     /// `telemetry.interval`.
@@ -109,7 +113,7 @@ pub enum Key {
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 21] = [
+const NODE_WIDE: [Key; 23] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -125,6 +129,8 @@ const NODE_WIDE: [Key; 21] = [
     Key::Configuration,
     Key::MetricsAddress,
     Key::ProbeAddress,
+    Key::WebConfigFile,
+    Key::MetricsAuthorization,
     Key::TelemetryEnabled,
     Key::TelemetryInterval,
     Key::TelemetryPodResourcesEndpoint,
@@ -167,6 +173,8 @@ impl Key {
             Key::Configuration => "configuration",
             Key::MetricsAddress => "metrics.address",
             Key::ProbeAddress => "metrics.probeAddress",
+            Key::WebConfigFile => "metrics.webConfigFile",
+            Key::MetricsAuthorization => "metrics.authorization",
             Key::TelemetryEnabled => "telemetry.enabled",
             Key::TelemetryInterval => "telemetry.interval",
             Key::TelemetryPodResourcesEndpoint => "telemetry.podResourcesEndpoint",
@@ -193,7 +201,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 21);
+        assert_eq!(all.len(), 2 * 9 + 23);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

@@ -259,6 +259,14 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.probe_address = v.0;
         c.set_origin(Key::ProbeAddress, origin);
     }
+    if let Some(v) = &f.metrics.web_config_file {
+        c.web_config_file = (!v.trim().is_empty()).then(|| std::path::PathBuf::from(v.trim()));
+        c.set_origin(Key::WebConfigFile, origin);
+    }
+    if let Some(v) = f.metrics.authorization {
+        c.metrics_authorization = v;
+        c.set_origin(Key::MetricsAuthorization, origin);
+    }
     if let Some(v) = f.telemetry.enabled {
         c.telemetry.enabled = v;
         c.set_origin(Key::TelemetryEnabled, origin);
@@ -517,6 +525,19 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         })?;
         c.set_origin(Key::ProbeAddress, "env DXDP_PROBE_ADDRESS");
     }
+    if let Some(v) = env.get("DXDP_WEB_CONFIG_FILE") {
+        c.web_config_file = (!v.trim().is_empty()).then(|| std::path::PathBuf::from(v.trim()));
+        c.set_origin(Key::WebConfigFile, "env DXDP_WEB_CONFIG_FILE");
+    }
+    if let Some(v) = env.get("DXDP_METRICS_AUTHORIZATION") {
+        c.metrics_authorization =
+            file::MetricsAuthorization::parse(v).map_err(|reason| ConfigError::Env {
+                name: "DXDP_METRICS_AUTHORIZATION".into(),
+                value: v.clone(),
+                reason,
+            })?;
+        c.set_origin(Key::MetricsAuthorization, "env DXDP_METRICS_AUTHORIZATION");
+    }
     if let Some(v) = env.get("DXDP_TELEMETRY") {
         c.telemetry.enabled = parse_bool("DXDP_TELEMETRY", v)?;
         c.set_origin(Key::TelemetryEnabled, "env DXDP_TELEMETRY");
@@ -628,5 +649,13 @@ pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
     if let Some(v) = f.probe_address {
         c.probe_address = v;
         c.set_origin(Key::ProbeAddress, "flag --probe-address");
+    }
+    if let Some(v) = &f.web_config_file {
+        c.web_config_file = v.clone();
+        c.set_origin(Key::WebConfigFile, "flag --web-config-file");
+    }
+    if let Some(v) = f.metrics_authorization {
+        c.metrics_authorization = v;
+        c.set_origin(Key::MetricsAuthorization, "flag --metrics-authorization");
     }
 }

@@ -65,6 +65,12 @@ pub struct Config {
     /// `metrics.probeAddress`: where `/healthz` and `/readyz` alone are also served, with
     /// connections of their own (off when `None`). Read at start, like `metrics.address`.
     pub probe_address: Option<std::net::SocketAddr>,
+    /// `metrics.webConfigFile`: the web configuration of `metrics.address` (TLS, basic
+    /// authentication, headers; off when `None`). Read at start; its files are re-read when
+    /// they change.
+    pub web_config_file: Option<std::path::PathBuf>,
+    /// `metrics.authorization`: Kubernetes authorization of `/metrics` requests. Read at start.
+    pub metrics_authorization: file::MetricsAuthorization,
     /// `telemetry`: GPU telemetry sampling.
     pub telemetry: Telemetry,
     /// `isolation`: the GPU isolation audit.
@@ -194,6 +200,8 @@ impl Default for Config {
             },
             metrics_address: None,
             probe_address: None,
+            web_config_file: None,
+            metrics_authorization: file::MetricsAuthorization::None,
             telemetry: Telemetry::default(),
             isolation: Isolation::default(),
             origins: BTreeMap::new(),
@@ -277,6 +285,10 @@ pub struct Flags {
     pub metrics_address: Option<Option<std::net::SocketAddr>>,
     /// `--probe-address` (`Some(None)`: an empty value, turning the endpoint off).
     pub probe_address: Option<Option<std::net::SocketAddr>>,
+    /// `--web-config-file` (`Some(None)`: an empty value, turning it off).
+    pub web_config_file: Option<Option<std::path::PathBuf>>,
+    /// `--metrics-authorization`.
+    pub metrics_authorization: Option<file::MetricsAuthorization>,
 }
 
 /// Why the configuration cannot be built.

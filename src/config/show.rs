@@ -113,6 +113,11 @@ impl Config {
                 Some(a) => json!(a.to_string()),
                 None => Value::Null,
             },
+            Key::WebConfigFile => match &self.web_config_file {
+                Some(p) => json!(p.display().to_string()),
+                None => Value::Null,
+            },
+            Key::MetricsAuthorization => json!(self.metrics_authorization.as_str()),
             Key::TelemetryEnabled => json!(self.telemetry.enabled),
             Key::TelemetryInterval => json!(format_interval(self.telemetry.interval)),
             Key::TelemetryPodResourcesEndpoint => match &self.telemetry.pod_resources_endpoint {

@@ -65,6 +65,8 @@ nodeLabels:
 metrics:
   address: 0.0.0.0:9466
   probeAddress: 127.0.0.1:9467
+  webConfigFile: C:\etc\dxdp\web\web-config.yml
+  authorization: kubernetes
 telemetry:
   enabled: true
   interval: 30s
@@ -1259,5 +1261,81 @@ fn a_variable_over_a_file_value_names_the_file_value_in_show_and_a_notice() {
             format!("resources.display.replicas: env DXDP_REPLICAS=4 overrides {file} (resources.display.replicas: 2): editing the file changes nothing while DXDP_REPLICAS is set; unset the variable to use the file's value"),
             format!("isolation.policy: env DXDP_ISOLATION_POLICY=audit overrides {file} (isolation.policy: taint): editing the file changes nothing while DXDP_ISOLATION_POLICY is set; unset the variable to use the file's value"),
         ]
+    );
+}
+
+#[test]
+fn web_config_file_and_metrics_authorization_follow_the_precedence() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        "metrics:\n  webConfigFile: /etc/dxdp/web.yml\n  authorization: kubernetes\n",
+    );
+    let d = Config::default();
+    assert_eq!(d.web_config_file, None);
+    assert!(d
+        .show()
+        .contains("metrics.webConfigFile: none  # default\n"));
+    assert!(d
+        .show()
+        .contains("metrics.authorization: none  # default\n"));
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    assert_eq!(
+        c.web_config_file,
+        Some(std::path::PathBuf::from("/etc/dxdp/web.yml"))
+    );
+    assert_eq!(
+        c.metrics_authorization,
+        file::MetricsAuthorization::Kubernetes
+    );
+    assert_eq!(
+        c.origin("metrics.webConfigFile"),
+        format!("file {}", file.display())
+    );
+    let c = inputs(
+        Some(file.clone()),
+        &[
+            ("DXDP_WEB_CONFIG_FILE", "/run/web.yml"),
+            ("DXDP_METRICS_AUTHORIZATION", "none"),
+        ],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(
+        c.web_config_file,
+        Some(std::path::PathBuf::from("/run/web.yml"))
+    );
+    assert_eq!(c.metrics_authorization, file::MetricsAuthorization::None);
+    assert_eq!(
+        c.origin("metrics.authorization"),
+        "env DXDP_METRICS_AUTHORIZATION"
+    );
+    let c = inputs(
+        Some(file),
+        &[("DXDP_WEB_CONFIG_FILE", "/run/web.yml")],
+        Flags {
+            web_config_file: Some(None),
+            ..Flags::default()
+        },
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(c.web_config_file, None);
+    assert_eq!(c.origin("metrics.webConfigFile"), "flag --web-config-file");
+    let err = inputs(
+        None,
+        &[("DXDP_METRICS_AUTHORIZATION", "rbac")],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("DXDP_METRICS_AUTHORIZATION") && err.contains("none or kubernetes"),
+        "{err}"
     );
 }

@@ -34,7 +34,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
+use super::access::{Access, Denied, Verdict};
 use super::state::PING_TIMEOUT;
+use super::web::WebConfig;
 use super::{metrics, Observe};
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -186,6 +188,7 @@ pub struct Server {
     limit: usize,
     stats: Arc<Stats>,
     endpoints: Endpoints,
+    access: Access,
 }
 
 /// Listens on `address` (port 0 picks a free port) for every endpoint.
@@ -211,6 +214,7 @@ pub async fn bind_for(address: SocketAddr, endpoints: Endpoints) -> Result<Serve
         },
         stats: Arc::default(),
         endpoints,
+        access: Access::default(),
     })
 }
 
@@ -224,12 +228,24 @@ pub async fn serve_forever(address: SocketAddr, observe: Observe) {
 
 /// [`serve_forever`] counting into `stats`.
 pub async fn serve_forever_with(address: SocketAddr, observe: Observe, stats: Arc<Stats>) {
-    serve_forever_for(address, Endpoints::All, observe, stats).await
+    serve_forever_for(address, Endpoints::All, observe, stats, Access::default()).await
+}
+
+/// [`serve_forever`] guarded by `access` (TLS, basic authentication, Kubernetes authorization).
+pub async fn serve_guarded_forever(address: SocketAddr, observe: Observe, access: Access) {
+    serve_forever_for(address, Endpoints::All, observe, Arc::default(), access).await
 }
 
 /// [`serve_forever`] for the probes alone (`metrics.probeAddress`), with their own connections.
 pub async fn serve_probes_forever(address: SocketAddr, observe: Observe) {
-    serve_forever_for(address, Endpoints::Probes, observe, Arc::default()).await
+    serve_forever_for(
+        address,
+        Endpoints::Probes,
+        observe,
+        Arc::default(),
+        Access::default(),
+    )
+    .await
 }
 
 async fn serve_forever_for(
@@ -237,6 +253,7 @@ async fn serve_forever_for(
     endpoints: Endpoints,
     observe: Observe,
     stats: Arc<Stats>,
+    access: Access,
 ) {
     let mut pause = BIND_BACKOFF_FIRST;
     let mut last_error: Option<String> = None;
@@ -244,7 +261,7 @@ async fn serve_forever_for(
     loop {
         match bind_for(address, endpoints).await {
             Ok(server) => {
-                let server = server.with_stats(stats);
+                let server = server.with_stats(stats).with_access(access);
                 let bound = server.local_addr();
                 if last_error.is_some() {
                     tracing::info!(address = %bound, "bound at last: serving {what}");
@@ -310,6 +327,11 @@ impl Server {
         Server { stats, ..self }
     }
 
+    /// The same server guarded by `access`.
+    pub fn with_access(self, access: Access) -> Self {
+        Server { access, ..self }
+    }
+
     /// What it has done so far.
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
@@ -324,6 +346,7 @@ impl Server {
             (self.limit, self.endpoints),
             &self.stats,
             observe,
+            self.access,
         )
         .await
     }
@@ -337,6 +360,7 @@ async fn accept_loop<L: Accept>(
     (limit, endpoints): (usize, Endpoints),
     stats: &Arc<Stats>,
     observe: Observe,
+    access: Access,
 ) {
     let permits = Arc::new(Semaphore::new(limit));
     let mut connections = JoinSet::new();
@@ -367,8 +391,34 @@ async fn accept_loop<L: Accept>(
                 let keep_alive = permits.available_permits() >= limit / 4;
                 let observe = observe.clone();
                 let stats = stats.clone();
+                let access = access.clone();
                 connections.spawn(async move {
-                    serve_connection(stream, observe, keep_alive, endpoints).await;
+                    let web = match &access.web {
+                        Some(web) => Some(web.fresh().await),
+                        None => None,
+                    };
+                    match web.as_ref().and_then(|w| w.tls()) {
+                        Some(tls) => {
+                            let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+                            match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream))
+                                .await
+                            {
+                                Ok(Ok(stream)) => {
+                                    let guard = Guard { access, web };
+                                    serve_connection(stream, observe, keep_alive, endpoints, guard)
+                                        .await
+                                }
+                                Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
+                                Err(_) => tracing::debug!(
+                                    "TLS handshake not done within {HEADER_TIMEOUT:?}"
+                                ),
+                            }
+                        }
+                        None => {
+                            let guard = Guard { access, web };
+                            serve_connection(stream, observe, keep_alive, endpoints, guard).await
+                        }
+                    }
                     stats.closed();
                     drop(permit);
                 });
@@ -395,19 +445,25 @@ async fn accept_loop<L: Accept>(
     }
 }
 
+/// What guards one connection: the listener's access rules and the web configuration it was
+/// accepted with.
+#[derive(Clone)]
+struct Guard {
+    access: Access,
+    web: Option<Arc<WebConfig>>,
+}
+
 async fn serve_connection(
     stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
     observe: Observe,
     keep_alive: bool,
     endpoints: Endpoints,
+    guard: Guard,
 ) {
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let observe = observe.clone();
-        async move {
-            Ok::<_, Infallible>(
-                answer_for(req.method(), req.uri().path(), &observe, endpoints).await,
-            )
-        }
+        let guard = guard.clone();
+        async move { Ok::<_, Infallible>(guarded_answer(&req, &observe, endpoints, &guard).await) }
     });
     let header_timeout = match endpoints {
         Endpoints::All => HEADER_TIMEOUT,
@@ -422,6 +478,85 @@ async fn serve_connection(
     if let Err(e) = served {
         tracing::debug!("metrics connection ended: {e}");
     }
+}
+
+/// The answer to `req` after the access checks: `/healthz` and `/readyz` answer every client
+/// (a guarded listener gives the status and one word only, unless the client is authorized);
+/// everything else needs what the listener's access rules ask for. The web configuration's
+/// headers are added to every answer.
+async fn guarded_answer(
+    req: &Request<Incoming>,
+    observe: &Observe,
+    endpoints: Endpoints,
+    guard: &Guard,
+) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    let mut response =
+        if guard.access.is_open() || !guard.access.needs_credentials(guard.web.as_deref()) {
+            answer_for(req.method(), path, observe, endpoints).await
+        } else {
+            let probe = matches!(path, "/healthz" | "/readyz");
+            let authorization = req
+                .headers()
+                .get(hyper::header::AUTHORIZATION)
+                .map(HeaderValue::as_bytes);
+            let verb = if req.method() == Method::HEAD {
+                "get"
+            } else {
+                &req.method().as_str().to_ascii_lowercase()
+            };
+            let verdict = if probe && authorization.is_none() {
+                Verdict::Denied(Denied::Unauthenticated, String::new())
+            } else {
+                guard
+                    .access
+                    .check(guard.web.clone(), authorization, verb, path)
+                    .await
+            };
+            match verdict {
+                Verdict::Allowed => answer_for(req.method(), path, observe, endpoints).await,
+                Verdict::Denied(..) if probe => {
+                    let full = answer_for(req.method(), path, observe, endpoints).await;
+                    let word = if full.status() == StatusCode::OK {
+                        "ok\n"
+                    } else {
+                        "unavailable\n"
+                    };
+                    let mut r = text(full.status(), word);
+                    if let Some(allow) = full.headers().get(ALLOW) {
+                        r.headers_mut().insert(ALLOW, allow.clone());
+                    }
+                    r
+                }
+                Verdict::Denied(why, body) => {
+                    observe.metrics.access().denied(why);
+                    let status = match why {
+                        Denied::Unauthenticated => StatusCode::UNAUTHORIZED,
+                        Denied::Forbidden => StatusCode::FORBIDDEN,
+                        Denied::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                    };
+                    let mut r = text(status, body);
+                    if why == Denied::Unauthenticated {
+                        let scheme = if guard.access.authorizer.is_some() {
+                            "Bearer realm=\"dxdp\""
+                        } else {
+                            "Basic realm=\"dxdp\", charset=\"UTF-8\""
+                        };
+                        r.headers_mut().insert(
+                            hyper::header::WWW_AUTHENTICATE,
+                            HeaderValue::from_static(scheme),
+                        );
+                    }
+                    r
+                }
+            }
+        };
+    if let Some(web) = &guard.web {
+        for (name, value) in web.headers() {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    response
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
@@ -586,6 +721,7 @@ mod tests {
                     (4, Endpoints::All),
                     &stats,
                     Observe::new(),
+                    Access::default(),
                 )
                 .await
             })

@@ -90,6 +90,9 @@ pub struct IsolationMetrics {
     events: Family<ResultLabel, Counter>,
     taint_changes: Family<ResultLabel, Counter>,
     tainted: Gauge,
+    /// Violations left out of `dxdp_isolation_violations` ([`super::cardinality`]).
+    over_limit: Gauge,
+    over_limit_logged: Arc<super::cardinality::LoggedOnce>,
 }
 
 /// Encodes the violations that last now at each scrape.
@@ -129,6 +132,12 @@ impl IsolationMetrics {
             "1 while dxdp's isolation taint is on the node (as last written or read by dxdp)",
             tainted.clone(),
         );
+        let over_limit = Gauge::default();
+        registry.register(
+            "dxdp_isolation_violations_over_limit",
+            "Violations left out of dxdp_isolation_violations now: past the cap of violation series per node (docs/observability.md)",
+            over_limit.clone(),
+        );
         for r in EventResult::ALL {
             drop(events.get_or_create(&label(r.as_str())));
         }
@@ -147,11 +156,24 @@ impl IsolationMetrics {
             events,
             taint_changes,
             tainted,
+            over_limit,
+            over_limit_logged: Arc::default(),
         }
     }
 
     /// Sets the violations that last now.
+    /// At most [`super::cardinality::MAX_VIOLATIONS`] are exported; the number left out is
+    /// `dxdp_isolation_violations_over_limit`.
     pub fn set_active(&self, violations: Arc<Vec<Violation>>) {
+        let cap = super::cardinality::MAX_VIOLATIONS;
+        let left_out = violations.len().saturating_sub(cap);
+        let violations = if left_out > 0 {
+            self.over_limit_logged.warn(|| format!("{left_out} GPU isolation violations are left out of dxdp_isolation_violations: at most {cap} per node are exported (dxdp_isolation_violations_over_limit counts them; the audit, its Events and taint see them all; logged once)"));
+            Arc::new(violations.iter().take(cap).cloned().collect())
+        } else {
+            violations
+        };
+        self.over_limit.set(left_out as i64);
         *self.active.write().unwrap_or_else(|p| p.into_inner()) = violations;
     }
 

@@ -135,6 +135,8 @@ struct Inner {
     telemetry: super::telemetry::TelemetryMetrics,
     /// The GPU isolation audit (`observe::isolation`).
     isolation: super::isolation::IsolationMetrics,
+    /// Who may read `/metrics` (`observe::access`).
+    access: super::access::AccessMetrics,
 }
 
 /// The metrics of one daemon. Clones share the same values.
@@ -248,6 +250,7 @@ impl Metrics {
         }
         let telemetry = super::telemetry::TelemetryMetrics::register(&mut registry);
         let isolation = super::isolation::IsolationMetrics::register(&mut registry);
+        let access = super::access::AccessMetrics::register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -265,6 +268,7 @@ impl Metrics {
                 device_names: Mutex::default(),
                 telemetry,
                 isolation,
+                access,
             }),
         }
     }
@@ -367,6 +371,11 @@ impl Metrics {
     /// The GPU telemetry metrics.
     pub fn telemetry(&self) -> &super::telemetry::TelemetryMetrics {
         &self.inner.telemetry
+    }
+
+    /// The access checks' metrics (denied requests, web configuration reloads).
+    pub fn access(&self) -> &super::access::AccessMetrics {
+        &self.inner.access
     }
 
     /// The GPU isolation audit's metrics.

@@ -7,11 +7,14 @@
 //! is cheap to clone (shared state behind `Arc`s) and costs a few atomic updates per event
 //! when no server is listening.
 
+pub mod access;
+pub mod cardinality;
 pub mod http;
 pub mod isolation;
 pub mod metrics;
 pub mod state;
 pub mod telemetry;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::path::Path;

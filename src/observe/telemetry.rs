@@ -62,6 +62,9 @@ pub struct TelemetryMetrics {
     hcs: Family<ResultLabel, Counter>,
     attribution: Gauge,
     duration: Histogram,
+    /// Pod containers left out of the per-pod series ([`super::cardinality`]).
+    over_limit: Gauge,
+    over_limit_logged: Arc<super::cardinality::LoggedOnce>,
 }
 
 /// Encodes the latest view at each scrape.
@@ -110,6 +113,12 @@ impl TelemetryMetrics {
             Unit::Seconds,
             duration.clone(),
         );
+        let over_limit = Gauge::default();
+        registry.register(
+            "dxdp_telemetry_pod_containers_over_limit",
+            "Pod containers left out of the per-pod series in the last sample: past the cap of pod containers per node (docs/observability.md)",
+            over_limit.clone(),
+        );
         for r in [SampleResult::Ok, SampleResult::Error, SampleResult::Timeout] {
             drop(samples.get_or_create(&result(r.as_str())));
         }
@@ -129,11 +138,27 @@ impl TelemetryMetrics {
             hcs,
             attribution,
             duration,
+            over_limit,
+            over_limit_logged: Arc::default(),
         }
     }
 
     /// Publishes the figures of a sample (`None`: withdraws them).
+    /// Per-pod series are kept for at most [`super::cardinality::MAX_POD_CONTAINERS`] pod
+    /// containers; the number left out is `dxdp_telemetry_pod_containers_over_limit`.
     pub fn publish(&self, view: Option<Arc<TelemetryView>>) {
+        let cap = super::cardinality::MAX_POD_CONTAINERS;
+        let (view, left_out) = match view
+            .as_deref()
+            .and_then(|v| super::cardinality::cap_pods(v, cap))
+        {
+            Some((capped, left_out)) => (Some(Arc::new(capped)), left_out),
+            None => (view, 0),
+        };
+        self.over_limit.set(left_out as i64);
+        if left_out > 0 {
+            self.over_limit_logged.warn(|| format!("{left_out} pod containers using GPUs are left out of the per-pod metrics: at most {cap} per node are exported (dxdp_telemetry_pod_containers_over_limit counts them; logged once)"));
+        }
         *self.view.write().unwrap_or_else(|p| p.into_inner()) = view;
     }
 

@@ -29,8 +29,11 @@ use super::units::Units;
 use super::watch::{parent_dirs, FileWatch, Notice};
 use super::{claim, reload, validate, PluginConfig, PluginError, Reload};
 use crate::backend::{HostFactsSource, SourceError};
+use crate::config::file::MetricsAuthorization;
 use crate::config::Config;
+use crate::observe::access::Access;
 use crate::observe::state::Ping;
+use crate::observe::web::Web;
 use crate::observe::{Observe, Phase};
 use crate::util::bounded::{Lane, Overdue};
 use dxdp_core::facts::HostFacts;
@@ -64,11 +67,13 @@ pub async fn run(
     let _lock = claim::lock(&config.lock_dir, &config.kubelet_dir)?;
     let mut tasks = Tasks::new(observe.clone());
     if let Some(address) = first.metrics_address {
+        let authorizer = config.metrics_authorizer.clone();
+        let access = metrics_access(&first, authorizer, &observe).await?;
         let observe = observe.clone();
         tasks.spawn(TaskSpec::new(
             "metrics-endpoint",
             Role::Optional,
-            move || metrics_endpoint(address, observe.clone()),
+            move || metrics_endpoint(address, observe.clone(), access.clone()),
         ));
     }
     if let Some(address) = first.probe_address {
@@ -337,9 +342,53 @@ async fn tap_inventory(
 /// Serves `/metrics`, `/healthz` and `/readyz` on `address` ([`crate::observe::http::serve_forever`]:
 /// an address that cannot be bound is logged once per distinct error and retried in the
 /// background; device serving never waits for it), and says it stopped listening when it ends.
-async fn metrics_endpoint(address: SocketAddr, observe: Observe) {
+async fn metrics_endpoint(address: SocketAddr, observe: Observe, access: Access) {
     let _unset = UnsetListening(observe.clone());
-    crate::observe::http::serve_forever(address, observe).await
+    crate::observe::http::serve_guarded_forever(address, observe, access).await
+}
+
+/// What guards the metrics endpoint: the web configuration, loaded and checked now (an invalid
+/// one refuses the start), and the Kubernetes authorizer when `metrics.authorization` asks for
+/// it (missing, it refuses the start: `/metrics` is never served unchecked by mistake).
+async fn metrics_access(
+    config: &Config,
+    authorizer: Option<Arc<dyn crate::observe::access::Authorize>>,
+    observe: &Observe,
+) -> Result<Access, PluginError> {
+    let mut access = Access::default();
+    if let Some(path) = config.web_config_file.clone() {
+        let metrics = observe.metrics.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            Web::load(&path, move |r| metrics.access().web_reload(r))
+        })
+        .await
+        .map_err(|e| {
+            PluginError::MetricsAuthorization(format!("loading the web configuration failed: {e}"))
+        })??;
+        let current = loaded.current();
+        tracing::info!(
+            file = %loaded.path().display(),
+            tls = current.tls().is_some(),
+            client_certificates = ?current.client_auth(),
+            basic_auth = current.has_users(),
+            "metrics endpoint web configuration loaded"
+        );
+        access.web = Some(Arc::new(loaded));
+    }
+    if config.metrics_authorization == MetricsAuthorization::Kubernetes {
+        let Some(authorizer) = authorizer else {
+            return Err(PluginError::MetricsAuthorization(
+                "kubernetes needs the API server (in a pod: the service account token; outside: KUBECONFIG), which dxdp cannot reach with what it was given; set metrics.authorization: none to serve /metrics without it".into(),
+            ));
+        };
+        if access.web.as_ref().is_some_and(|w| w.current().has_users()) {
+            return Err(PluginError::MetricsAuthorization(
+                "kubernetes and the web configuration's basic_auth_users both ask for the Authorization header: use one of them".into(),
+            ));
+        }
+        access.authorizer = Some(authorizer);
+    }
+    Ok(access)
 }
 
 /// Tells the probes' listeners that the endpoint stopped listening, when dropped.

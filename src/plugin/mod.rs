@@ -94,6 +94,10 @@ pub struct PluginConfig {
     /// How long the start (configuration checks, the first host read, the units up) may take:
     /// past it, while still starting, `/healthz` fails with what the start is doing.
     pub start_deadline: Duration,
+    /// Checks the bearer tokens of `/metrics` requests (`metrics.authorization: kubernetes`;
+    /// the CLI builds it from the API server's client). Required when that is set: without it
+    /// the daemon refuses to start rather than serve `/metrics` unchecked.
+    pub metrics_authorizer: Option<Arc<dyn crate::observe::access::Authorize>>,
 }
 
 /// The default safety poll.
@@ -131,6 +135,7 @@ impl PluginConfig {
             transport: Transport::UnixSocket,
             read_limit: DEFAULT_READ_LIMIT,
             start_deadline: DEFAULT_START_DEADLINE,
+            metrics_authorizer: None,
         }
     }
 }
@@ -182,6 +187,13 @@ pub enum PluginError {
     /// A required task kept failing.
     #[error(transparent)]
     Task(#[from] tasks::Fatal),
+    /// The metrics endpoint's web configuration is invalid (refused at start, never served
+    /// unguarded).
+    #[error("{0}; dxdp does not start with an invalid web configuration (fix or unset metrics.webConfigFile)")]
+    WebConfig(#[from] crate::observe::web::WebConfigError),
+    /// `metrics.authorization` cannot be honoured.
+    #[error("metrics.authorization: {0}")]
+    MetricsAuthorization(String),
 }
 
 impl From<SourceError> for PluginError {

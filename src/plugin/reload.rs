@@ -181,6 +181,10 @@ pub async fn watch_counted(
             (c.metrics_address, c.probe_address)
         };
         let notices_before = tx.borrow().notices.clone();
+        let guard_before = {
+            let c = tx.borrow();
+            (c.web_config_file.clone(), c.metrics_authorization)
+        };
         // Reading a file waits for a writer to finish: never on an async worker, and never
         // without a time limit.
         let outcome = {
@@ -227,6 +231,15 @@ pub async fn watch_counted(
                             address_text(after)
                         );
                     }
+                }
+                let guard_after = {
+                    let c = tx.borrow();
+                    (c.web_config_file.clone(), c.metrics_authorization)
+                };
+                if guard_after != guard_before {
+                    tracing::warn!(
+                        "metrics.webConfigFile or metrics.authorization changed: it takes effect when the plugin restarts (the web configuration file's own content is re-read when it changes)"
+                    );
                 }
             }
             Outcome::Unchanged => {

@@ -3,9 +3,12 @@
 //! `application/apply-patch+yaml`) with per-field-manager ownership of labels (listed as
 //! `managedFields`), `GET /api/v1/nodes` (the one Node), a JSON merge patch
 //! of `spec.taints` conditional on `metadata.resourceVersion` (409 when it is stale), a watch of
-//! one Node, a JSON merge patch of `status.conditions` on `/status`, and
-//! `POST /api/v1/namespaces/{ns}/events` (kept, answered 201). It records every request exactly
-//! as received so that tests can check content type,
+//! one Node, a JSON merge patch of `status.conditions` on `/status`,
+//! `POST /api/v1/namespaces/{ns}/events` (kept, answered 201), TokenReview and
+//! SubjectAccessReview (`POST` of `tokenreviews` and `subjectaccessreviews`: known tokens and
+//! the non-resource URLs each user may use, set with [`ApiServerStandin::add_token`] and
+//! [`ApiServerStandin::allow`]). It records every request exactly as received so that tests can
+//! check content type,
 //! field manager and body, and it can fail requests on demand.
 //!
 //! Only what dxdp uses is implemented; anything else is answered 404.
@@ -64,6 +67,10 @@ struct State {
     failures: BTreeMap<String, Vec<(u16, String)>>,
     /// Answer watches 403 (RBAC without `watch`).
     forbid_watch: bool,
+    /// Bearer tokens TokenReview knows: token -> (user, groups).
+    tokens: BTreeMap<String, (String, Vec<String>)>,
+    /// (user, verb, non-resource path) SubjectAccessReview allows.
+    allowed: std::collections::BTreeSet<(String, String, String)>,
 }
 
 struct Shared {
@@ -273,6 +280,25 @@ impl ApiServerStandin {
         self.shared.changed.notify_waiters();
     }
 
+    /// TokenReview authenticates `token` as `user` in `groups`.
+    pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
+        self.shared.lock().tokens.insert(
+            token.to_string(),
+            (
+                user.to_string(),
+                groups.iter().map(|g| g.to_string()).collect(),
+            ),
+        );
+    }
+
+    /// SubjectAccessReview allows `user` to `verb` the non-resource URL `path`.
+    pub fn allow(&self, user: &str, verb: &str, path: &str) {
+        self.shared
+            .lock()
+            .allowed
+            .insert((user.to_string(), verb.to_string(), path.to_string()));
+    }
+
     /// Answers the next requests of `method` with these status codes, in order.
     pub fn fail_next(&self, method: &str, codes: &[u16]) {
         self.shared
@@ -450,6 +476,12 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             Some(merge_taints(&shared, &mut s, &body))
         } else if method == Method::PATCH && path == node_path {
             Some(apply(&shared, &mut s, &q, content_type.as_deref(), &body))
+        } else if method == Method::POST && path == "/apis/authentication.k8s.io/v1/tokenreviews" {
+            Some(token_review(&s, &body))
+        } else if method == Method::POST
+            && path == "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        {
+            Some(access_review(&s, &body))
         } else if method == Method::POST
             && path.starts_with("/api/v1/namespaces/")
             && path.ends_with("/events")
@@ -487,6 +519,49 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         Some(r) => r,
         None => watch(&shared, &q),
     })
+}
+
+/// A TokenReview: authenticated when the token is known, with its user and groups.
+fn token_review(s: &State, body: &str) -> Response<Body> {
+    let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    let token = doc
+        .pointer("/spec/token")
+        .and_then(|t| t.as_str())
+        .unwrap_or_default();
+    doc["status"] = match s.tokens.get(token) {
+        Some((user, groups)) => serde_json::json!({
+            "authenticated": true,
+            "user": {"username": user, "uid": format!("uid-{user}"), "groups": groups},
+        }),
+        None => serde_json::json!({"authenticated": false, "error": "invalid bearer token"}),
+    };
+    full(StatusCode::CREATED, &doc)
+}
+
+/// A SubjectAccessReview of a non-resource URL: allowed when [`ApiServerStandin::allow`] said so.
+fn access_review(s: &State, body: &str) -> Response<Body> {
+    let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    let text = |p: &str| {
+        doc.pointer(p)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let key = (
+        text("/spec/user"),
+        text("/spec/nonResourceAttributes/verb"),
+        text("/spec/nonResourceAttributes/path"),
+    );
+    doc["status"] = if s.allowed.contains(&key) {
+        serde_json::json!({"allowed": true, "reason": "allowed by the stand-in"})
+    } else {
+        serde_json::json!({"allowed": false, "reason": "no RBAC rule allows it"})
+    };
+    full(StatusCode::CREATED, &doc)
 }
 
 /// A JSON merge patch of the Node: only `spec.taints` is supported, and a

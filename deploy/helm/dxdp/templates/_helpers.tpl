@@ -103,7 +103,8 @@ Args: dict "config" $c "key" "a.b" "value" v "from" "the chart value". */}}
 {{- end }}
 
 {{/* dxdp's configuration file: the config value, plus the chart values that are configuration
-keys (replicas, logLevel, logFormat, metrics, probes, nodeLabels, isolation), as YAML. */}}
+keys (replicas, logLevel, logFormat, metrics (address, web configuration, authorization), probes,
+nodeLabels, isolation), as YAML. */}}
 {{- define "dxdp.configFile" -}}
 {{- $c := deepCopy (.Values.config | default dict) -}}
 {{- $v := .Values -}}
@@ -127,6 +128,12 @@ keys (replicas, logLevel, logFormat, metrics, probes, nodeLabels, isolation), as
 {{- $probes = include "dxdp.socketAddress" (list $v.probes.bindAddress $v.probes.port) }}
 {{- end }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "metrics.probeAddress" "value" $probes "from" "probes.enabled/bindAddress/port") }}
+{{- if and $v.metrics.enabled (include "dxdp.webConfigSecret" .) }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "metrics.webConfigFile" "value" "C:\\etc\\dxdp-web\\web-config.yml" "from" "metrics.webConfig/existingWebConfigSecret") }}
+{{- end }}
+{{- if and $v.metrics.enabled (eq (toString $v.metrics.authorization) "kubernetes") }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "metrics.authorization" "value" "kubernetes" "from" "metrics.authorization") }}
+{{- end }}
 {{- if not $v.nodeLabels.enabled }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "nodeLabels.enabled" "value" false "from" "nodeLabels.enabled") }}
 {{- end }}
@@ -147,4 +154,17 @@ keys (replicas, logLevel, logFormat, metrics, probes, nodeLabels, isolation), as
 {{- $config := .Values.config | default dict -}}
 {{- $iso := (get $config "isolation") | default dict -}}
 {{- default (default "audit" (get $iso "policy")) .Values.isolation.policy -}}
+
+{{/* The Secret holding the metrics endpoint's web configuration (empty: none). */}}
+{{- define "dxdp.webConfigSecret" -}}
+{{- if .Values.metrics.existingWebConfigSecret -}}
+{{- .Values.metrics.existingWebConfigSecret -}}
+{{- else if .Values.metrics.webConfig -}}
+{{- printf "%s-web-config" (include "dxdp.fullname" .) -}}
+{{- end -}}
+{{- end }}
+
+{{/* Whether dxdp needs the API server's credentials. */}}
+{{- define "dxdp.needsToken" -}}
+{{- if or .Values.nodeApi.enabled (eq (toString .Values.metrics.authorization) "kubernetes") }}true{{ end -}}
 {{- end }}

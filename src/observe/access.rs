@@ -1,0 +1,222 @@
+//! Who may read `/metrics`: the web configuration's basic authentication ([`super::web`]) and,
+//! opt-in, Kubernetes authorization (a bearer token checked with TokenReview, the request with
+//! SubjectAccessReview, as kube-rbac-proxy does) through an [`Authorize`] implementation the
+//! daemon hands in (`cluster::metrics_authz`, which talks to the API server).
+//!
+//! Nothing here ever answers open when it cannot decide: an authorizer that cannot reach the
+//! API server makes `/metrics` answer `503`. `/healthz` and `/readyz` on a guarded listener
+//! answer every client, with the status code and a one-word body only (`ok`, `unavailable`);
+//! their reasons are on the probe listener and for authenticated clients.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use super::web::{BasicAuth, Reloaded, Web, WebConfig};
+
+/// What the authorizer says of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The token is valid and its user may `get` the path.
+    Allowed,
+    /// No token, or the API server says it is not valid (401).
+    Unauthenticated(String),
+    /// A valid token whose user may not `get` the path (403).
+    Forbidden(String),
+    /// The API server could not be asked (503; never answered open).
+    Unavailable(String),
+}
+
+/// A future an [`Authorize`] returns.
+pub type DecisionFuture<'a> = Pin<Box<dyn Future<Output = Decision> + Send + 'a>>;
+
+/// Checks a bearer token's right to `verb` the non-resource URL `path`.
+pub trait Authorize: Send + Sync + std::fmt::Debug {
+    /// The decision for `token` (`None`: the request had none).
+    fn authorize<'a>(
+        &'a self,
+        token: Option<&'a str>,
+        verb: &'a str,
+        path: &'a str,
+    ) -> DecisionFuture<'a>;
+}
+
+/// Why a request was refused (`dxdp_metrics_requests_denied_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// 401: no or wrong credentials.
+    Unauthenticated,
+    /// 403: valid credentials without the right.
+    Forbidden,
+    /// 503: the authorizer could not decide.
+    Unavailable,
+}
+
+impl Denied {
+    /// Every reason.
+    pub const ALL: [Denied; 3] = [
+        Denied::Unauthenticated,
+        Denied::Forbidden,
+        Denied::Unavailable,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Denied::Unauthenticated => "unauthenticated",
+            Denied::Forbidden => "forbidden",
+            Denied::Unavailable => "unavailable",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: String,
+}
+
+/// The metrics of the access checks.
+#[derive(Debug, Clone)]
+pub struct AccessMetrics {
+    denied: Family<ReasonLabel, Counter>,
+    web_reloads: Family<ResultLabel, Counter>,
+}
+
+impl AccessMetrics {
+    /// Registers them in `registry`, every series at 0.
+    pub fn register(registry: &mut Registry) -> Self {
+        let denied = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "dxdp_metrics_requests_denied",
+            "Requests to the metrics endpoint refused, by reason (unauthenticated, forbidden, unavailable)",
+            denied.clone(),
+        );
+        let web_reloads = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "dxdp_web_config_reloads",
+            "Loads of a changed web configuration file (metrics.webConfigFile), by result (applied or rejected)",
+            web_reloads.clone(),
+        );
+        for d in Denied::ALL {
+            drop(denied.get_or_create(&ReasonLabel {
+                reason: d.as_str().into(),
+            }));
+        }
+        for r in ["applied", "rejected"] {
+            drop(web_reloads.get_or_create(&ResultLabel { result: r.into() }));
+        }
+        AccessMetrics {
+            denied,
+            web_reloads,
+        }
+    }
+
+    /// A request was refused.
+    pub fn denied(&self, why: Denied) {
+        self.denied
+            .get_or_create(&ReasonLabel {
+                reason: why.as_str().into(),
+            })
+            .inc();
+    }
+
+    /// The web configuration was loaded again.
+    pub fn web_reload(&self, what: Reloaded) {
+        let result = match what {
+            Reloaded::Applied => "applied",
+            Reloaded::Rejected => "rejected",
+        };
+        self.web_reloads
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+}
+
+/// What guards a listener: the web configuration and the authorizer, each optional.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// `metrics.webConfigFile`, loaded.
+    pub web: Option<Arc<Web>>,
+    /// `metrics.authorization: kubernetes`.
+    pub authorizer: Option<Arc<dyn Authorize>>,
+}
+
+/// The outcome of [`Access::check`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Serve it.
+    Allowed,
+    /// Refuse it, saying this.
+    Denied(Denied, String),
+}
+
+impl Access {
+    /// No web configuration and no authorizer: every request is served as before.
+    pub fn is_open(&self) -> bool {
+        self.web.is_none() && self.authorizer.is_none()
+    }
+
+    /// Whether a request must show credentials (basic authentication or a bearer token).
+    pub fn needs_credentials(&self, web: Option<&WebConfig>) -> bool {
+        self.authorizer.is_some() || web.is_some_and(WebConfig::has_users)
+    }
+
+    /// Whether the request with `authorization` (the header's value) may `verb` `path`.
+    pub async fn check(
+        &self,
+        web: Option<Arc<WebConfig>>,
+        authorization: Option<&[u8]>,
+        verb: &str,
+        path: &str,
+    ) -> Verdict {
+        if let Some(web) = web.filter(|w| w.has_users()) {
+            let header = authorization.map(<[u8]>::to_vec);
+            let outcome = tokio::task::spawn_blocking(move || web.check_basic(header.as_deref()))
+                .await
+                .unwrap_or(BasicAuth::Failed);
+            if outcome != BasicAuth::Passed {
+                return Verdict::Denied(
+                    Denied::Unauthenticated,
+                    "unauthorized: give the user and password of basic_auth_users\n".into(),
+                );
+            }
+        }
+        if let Some(authorizer) = &self.authorizer {
+            let token = authorization
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|v| {
+                    let (scheme, token) = v.trim().split_once(' ')?;
+                    scheme
+                        .eq_ignore_ascii_case("bearer")
+                        .then(|| token.trim())
+                        .filter(|t| !t.is_empty())
+                });
+            return match authorizer.authorize(token, verb, path).await {
+                Decision::Allowed => Verdict::Allowed,
+                Decision::Unauthenticated(why) => {
+                    Verdict::Denied(Denied::Unauthenticated, format!("unauthorized: {why}\n"))
+                }
+                Decision::Forbidden(why) => {
+                    Verdict::Denied(Denied::Forbidden, format!("forbidden: {why}\n"))
+                }
+                Decision::Unavailable(why) => Verdict::Denied(
+                    Denied::Unavailable,
+                    format!("cannot check the request's authorization now: {why}\n"),
+                ),
+            };
+        }
+        Verdict::Allowed
+    }
+}
