@@ -249,6 +249,9 @@ enum Command {
     Audit(audit::AuditArgs),
     /// Remove what dxdp put on nodes (its labels, the isolation taint, its node conditions), after
     /// an uninstall or a crash: exit code 0 done, 1 a node could not be cleaned.
+    #[command(
+        after_help = "Exit codes: 0 every node clean, 1 a node could not be cleaned (or the nodes could not be listed), 2 usage error."
+    )]
     Cleanup(cleanup::CleanupArgs),
     /// Show the effective configuration, or check a configuration file.
     #[command(
