@@ -150,11 +150,10 @@ def dxdp_binary():
     explicit = os.environ.get("DXDP")
     if explicit:
         return explicit
-    for p in ("target/release/dxdp", "target/debug/dxdp"):
-        full = os.path.join(ROOT, p)
-        if os.access(full, os.X_OK):
-            return full
-    return None
+    # The newest build: a release binary left from a benchmark may be older than the sources.
+    found = [os.path.join(ROOT, p) for p in ("target/release/dxdp", "target/debug/dxdp")]
+    found = [p for p in found if os.access(p, os.X_OK)]
+    return max(found, key=os.path.getmtime) if found else None
 
 
 def socket_address(address, port):

@@ -154,6 +154,7 @@ nodeLabels, isolation), as YAML. */}}
 {{- $config := .Values.config | default dict -}}
 {{- $iso := (get $config "isolation") | default dict -}}
 {{- default (default "audit" (get $iso "policy")) .Values.isolation.policy -}}
+{{- end }}
 
 {{/* The Secret holding the metrics endpoint's web configuration (empty: none). */}}
 {{- define "dxdp.webConfigSecret" -}}
