@@ -1310,9 +1310,13 @@ fn web_config_file_and_metrics_authorization_follow_the_precedence() {
         Some(std::path::PathBuf::from("/run/web.yml"))
     );
     assert_eq!(c.metrics_authorization, file::MetricsAuthorization::None);
+    // The variable names the file value it overrides (issue 34: no silent override).
     assert_eq!(
         c.origin("metrics.authorization"),
-        "env DXDP_METRICS_AUTHORIZATION"
+        format!(
+            "env DXDP_METRICS_AUTHORIZATION (overrides file {}: kubernetes)",
+            file.display()
+        )
     );
     let c = inputs(
         Some(file),
