@@ -11,6 +11,7 @@ mod plugin;
 mod sandbox;
 mod snapshot;
 mod top;
+mod validate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -215,6 +216,9 @@ enum Command {
     /// Check that containers use only the GPUs they were allocated (on the node, or inside a
     /// container given GPUs): exit code 0 clean, 1 violations, 2 could not tell.
     Audit(audit::AuditArgs),
+    /// Check, inside a container given GPUs, that they and their APIs work (D3D12, runtime
+    /// files, CUDA, NVML, OpenCL, Vulkan, video encoders): exit code 0 pass, 1 fail, 2 unknown.
+    Validate(validate::ValidateArgs),
     /// Show the effective configuration, or check a configuration file.
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
@@ -250,6 +254,7 @@ impl Command {
             Command::Snapshot(_)
             | Command::Top(_)
             | Command::Audit(_)
+            | Command::Validate(_)
             | Command::Config(_)
             | Command::Completion { .. }
             | Command::Version
@@ -402,6 +407,7 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
             source.into(),
             cli.global.host_snapshot.clone(),
         ),
+        Command::Validate(args) => validate::run(&args, source.into()),
         Command::Config(cmd) => {
             let (config, inputs) = match &cmd {
                 config_cmd::ConfigCommand::Show { .. } => with_node_selection(config, inputs)?,

@@ -475,7 +475,9 @@ pub fn judge_d3d12(luid: i64, answer: &D3d12Answer) -> CheckResult {
     let Some(adapter) = &answer.adapter else {
         c.result = Outcome::Fail;
         c.detail = format!("no adapter with LUID {luid} is visible to DXGI in this container");
-        return c.remedy("the container did not get this GPU: see the adapters check and the pod's events");
+        return c.remedy(
+            "the container did not get this GPU: see the adapters check and the pod's events",
+        );
     };
     let level = answer
         .feature_level
@@ -490,14 +492,21 @@ pub fn judge_d3d12(luid: i64, answer: &D3d12Answer) -> CheckResult {
     }
     if !answer.mismatches.is_empty() {
         c.result = Outcome::Fail;
-        let shown: Vec<String> = answer.mismatches.iter().take(4).map(usize::to_string).collect();
+        let shown: Vec<String> = answer
+            .mismatches
+            .iter()
+            .take(4)
+            .map(usize::to_string)
+            .collect();
         c.detail = format!(
             "{adapter}{level}: the buffer read back differs from the one uploaded at {} of {} bytes (first at offsets {})",
             if answer.mismatches.len() >= MISMATCH_LIMIT { format!("{MISMATCH_LIMIT} or more") } else { answer.mismatches.len().to_string() },
             answer.bytes,
             shown.join(", ")
         );
-        return c.remedy("the GPU copied wrong data: a faulty GPU or driver; drain the node and check the GPU");
+        return c.remedy(
+            "the GPU copied wrong data: a faulty GPU or driver; drain the node and check the GPU",
+        );
     }
     let timing = answer
         .gpu_seconds
@@ -688,7 +697,10 @@ mod tests {
                 c("vulkan", Outcome::Fail),
                 c("cuda", Outcome::Fail),
             ]),
-            (Verdict::Fail, vec!["cuda".to_string(), "vulkan".to_string()])
+            (
+                Verdict::Fail,
+                vec!["cuda".to_string(), "vulkan".to_string()]
+            )
         );
         assert_eq!(
             verdict(&[c("d3d12", Outcome::Pass), c("adapters", Outcome::Unknown)]),
@@ -772,7 +784,10 @@ mod tests {
     #[test]
     fn versions_decode_as_documented() {
         assert_eq!(nvenc_version((12 << 4) | 1), "12.1");
-        assert_eq!(amf_version((1 << 48) | (4 << 32) | (33 << 16) | 2), "1.4.33.2");
+        assert_eq!(
+            amf_version((1 << 48) | (4 << 32) | (33 << 16) | 2),
+            "1.4.33.2"
+        );
         assert_eq!(cuda_version(12040), "12.4");
         assert_eq!(vulkan_version((1 << 22) | (3 << 12) | 250), "1.3.250");
         assert_eq!(c_string(b"llvmpipe\0junk"), "llvmpipe");
@@ -838,7 +853,9 @@ mod tests {
     #[test]
     fn runtime_files_are_present_and_load() {
         assert_eq!(
-            parse_runtime_files(r" C:\Windows\System32\nvcuda.dll;;c:\windows\system32\NVCUDA.dll;C:\Windows\System32\nvapi64.dll "),
+            parse_runtime_files(
+                r" C:\Windows\System32\nvcuda.dll;;c:\windows\system32\NVCUDA.dll;C:\Windows\System32\nvapi64.dll "
+            ),
             vec![
                 r"C:\Windows\System32\nvcuda.dll".to_string(),
                 r"C:\Windows\System32\nvapi64.dll".to_string()
@@ -858,7 +875,10 @@ mod tests {
         ];
         let r = judge_runtime_files(&ok);
         assert_eq!(r.result, Outcome::Pass);
-        assert_eq!(r.detail, "2 files present, 1 DLL load with their dependencies");
+        assert_eq!(
+            r.detail,
+            "2 files present, 1 DLL load with their dependencies"
+        );
         let bad = [
             FileState {
                 path: "a.dll".into(),
