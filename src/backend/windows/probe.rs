@@ -32,7 +32,7 @@ use windows::Win32::System::LibraryLoader::{
     LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR, LOAD_LIBRARY_SEARCH_SYSTEM32,
 };
 
-use crate::backend::winparse::wide;
+use crate::backend::winparse::{utf16_to_string, wide};
 use dxdp_core::validation::{
     amf_version, c_string, cuda_version, mismatches, nvenc_version, pattern, vulkan_version, Api,
     ApiAnswer, D3d12Answer, MISMATCH_LIMIT,
@@ -149,10 +149,7 @@ fn adapters_of(factory: &IDXGIFactory1) -> Result<Vec<(DxgiAdapter, IDXGIAdapter
         let desc = unsafe { adapter.GetDesc1() }
             .map_err(|e| format!("IDXGIAdapter1::GetDesc1: {}", err_text(&e)))?;
         let luid = ((desc.AdapterLuid.HighPart as i64) << 32) | desc.AdapterLuid.LowPart as i64;
-        let name = String::from_utf16_lossy(&desc.Description)
-            .trim_end_matches('\0')
-            .trim()
-            .to_string();
+        let name = utf16_to_string(&desc.Description).trim().to_string();
         let software = desc.Flags & (DXGI_ADAPTER_FLAG_SOFTWARE.0 as u32) != 0;
         out.push(((luid, name, software), adapter));
     }
