@@ -114,16 +114,6 @@ const ALL_DLLS: [&str; 7] = [
 ];
 
 #[cfg(windows)]
-fn wine_overrides() -> String {
-    let mut o = std::env::var("WINEDLLOVERRIDES").unwrap_or_default();
-    if !o.is_empty() {
-        o.push(';');
-    }
-    o.push_str("opencl=n;vulkan-1=n");
-    o
-}
-
-#[cfg(windows)]
 fn validate_in(
     dir: &Path,
     mode: &str,
@@ -135,9 +125,6 @@ fn validate_in(
         .arg(dir)
         .args(extra)
         .env("DXDP_STANDIN_MODE", mode)
-        // Under Wine its builtin OpenCL.dll and vulkan-1.dll would be loaded instead of the
-        // stand-ins of those names (no effect on Windows).
-        .env("WINEDLLOVERRIDES", wine_overrides())
         .env_remove("DXDP_ADAPTER_LUIDS")
         .output()
         .unwrap();
