@@ -14,6 +14,7 @@
 pub mod isolation;
 pub mod labels;
 pub mod node;
+pub mod validation;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
