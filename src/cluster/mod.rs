@@ -15,6 +15,7 @@ pub mod isolation;
 pub mod labels;
 pub mod node;
 pub mod validation;
+pub mod validation_job;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
