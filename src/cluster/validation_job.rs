@@ -137,15 +137,12 @@ pub async fn publish_labels(cluster: &Cluster, result: &JobResult) -> Result<(),
 }
 
 #[cfg(test)]
-#[path = "../../tests/support/apiserver.rs"]
-mod standin;
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use crate::cluster::validation::VALIDATED_LABEL;
 
-    use super::standin;
+    // The API server stand-in, as the cluster tests load it.
+    use crate::cluster::tests::standin;
 
     fn spec() -> JobSpec {
         JobSpec {
