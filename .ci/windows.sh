@@ -15,7 +15,8 @@
 # rustup has no Windows std here, so std is built from Debian's rust-web-src 1.96 with
 # Debian's rustc/cargo/clippy 1.96 (RUSTC_BOOTSTRAP for -Zbuild-std). /usr/bin comes first on
 # PATH so that `cargo clippy` finds Debian's cargo-clippy, not rustup's. Needs the packages that
-# .ci/run installs: rustc-web cargo-web rust-web-src rust-web-clippy gcc-mingw-w64-x86-64 wine64.
+# .ci/run installs: rustc-web cargo-web rust-web-src rust-web-clippy gcc-mingw-w64-x86-64 wine64,
+# and for `dxdp validate`'s D3D12 test libvkd3d1 mesa-vulkan-drivers xvfb xauth.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,6 +86,24 @@ case "${1:-}" in
     fi
     ran=$(awk '/^test result: ok\./ { n += $4 } END { print n + 0 }' "$log")
     echo "daemon tests under Wine: $ran executed (${daemon_tests[*]}), none skipped"
+
+    # dxdp validate under Wine: the D3D12 round trip on Wine's D3D12 (vkd3d) over Mesa's
+    # software Vulkan device, which needs a display (xvfb-run), and the vendor API probes
+    # against stand-in DLLs (tests/wine/vendor-standin.c) that answer, fail and hang.
+    x86_64-w64-mingw32-gcc -shared -O2 -Wl,--kill-at -o "$deps/vendor-standin.dll" \
+      tests/wine/vendor-standin.c
+    vlog="$CARGO_TARGET_DIR/validate-wine.log"
+    /usr/bin/cargo test "${build_std[@]}" --test validate --no-run
+    started=$(date +%s)
+    # opencl=n: Wine would load its own builtin OpenCL.dll for the stand-in of that name.
+    WINEDLLOVERRIDES="$WINEDLLOVERRIDES;opencl=n" \
+      xvfb-run -a /usr/bin/cargo test "${build_std[@]}" --test validate -- --test-threads 1 2>&1 | tee "$vlog"
+    if grep -q "^skipped " "$vlog" || ! grep -q "^test result: ok\." "$vlog"; then
+      echo "dxdp validate tests under Wine skipped or failed:" >&2
+      grep "^skipped " "$vlog" >&2 || true
+      exit 1
+    fi
+    echo "dxdp validate under Wine: D3D12 round trip and vendor stand-ins, none skipped, $(( $(date +%s) - started )) s"
 
     # The Windows binary under Wine must print exactly what the Linux binary prints for every
     # fixture host, and fail cleanly (no panic) where DXCore is missing.

@@ -1,5 +1,5 @@
 //! The machine-readable documents dxdp prints (`discover --json`, `doctor --json`, `hcs --json`,
-//! `config show --json`, `mounts --format json`, `audit -o json`): typed, each headed by `apiVersion` and `kind`,
+//! `config show --json`, `mounts --format json`, `audit -o json`, `validate -o json`): typed, each headed by `apiVersion` and `kind`,
 //! and their JSON Schemas, generated from these same types (checked into `docs/schemas/`).
 //!
 //! Compatibility: within `dxdp/v1` fields are only added, never removed, renamed or retyped.
@@ -76,6 +76,10 @@ const_string!(
 const_string!(
     /// `Audit`.
     AuditKind = "Audit"
+);
+const_string!(
+    /// `Validation`.
+    ValidationKind = "Validation"
 );
 
 /// `dxdp discover --json`: the devices of the host, what was left out and why, and warnings.
@@ -287,6 +291,48 @@ pub struct AuditDoc {
     pub notes: Vec<String>,
 }
 
+/// A device `dxdp validate` checked: one given to the container (from the `DXDP_*` hints), or,
+/// without hints, one it can see.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidatedDevice {
+    /// The LUID as `DXDP_ADAPTER_LUIDS` writes it (signed 64-bit decimal).
+    pub luid: i64,
+    /// The adapter's description where it is visible, else empty.
+    pub model: String,
+    /// The device ID (`DXDP_DEVICE_IDS`), when given.
+    pub device_id: Option<String>,
+    /// The location path (`DXDP_LOCATION_PATHS`), when given.
+    pub location_path: Option<String>,
+    /// The vendor (`DXDP_VENDOR`), when given.
+    pub vendor: Option<String>,
+}
+
+/// `dxdp validate -o json`: whether the GPUs a container was given, and their APIs, work in it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "Validation")]
+pub struct ValidationDoc {
+    /// Always `dxdp/v1`.
+    pub api_version: ApiVersion,
+    /// Always `Validation`.
+    pub kind: ValidationKind,
+    /// `pass` (exit code 0), `fail` (a check failed or timed out, exit code 1) or `unknown`
+    /// (nothing failed but a check could not tell, exit code 3).
+    pub verdict: dxdp_core::validation::Verdict,
+    /// The checks that decided a `fail` or `unknown` verdict, in order.
+    pub failed: Vec<String>,
+    /// How the adapters were enumerated (DXCore, or DXGI where DXCore cannot be loaded).
+    pub source: String,
+    /// The devices checked.
+    pub devices: Vec<ValidatedDevice>,
+    /// Every check, in the order run: `adapters`, `d3d12` (one per device), `runtime-files`,
+    /// then the vendor APIs.
+    pub checks: Vec<dxdp_core::validation::CheckResult>,
+    /// What an operator should know to read the result.
+    pub notes: Vec<String>,
+}
+
 /// Pretty JSON with a final newline.
 pub fn to_json<T: Serialize>(doc: &T) -> String {
     // The documents are plain structs of strings, numbers and JSON values: serialising them
@@ -309,6 +355,7 @@ pub fn schemas() -> Vec<(&'static str, Schema)> {
         ),
         (MountsKind::VALUE, schemars::schema_for!(MountsDoc)),
         (AuditKind::VALUE, schemars::schema_for!(AuditDoc)),
+        (ValidationKind::VALUE, schemars::schema_for!(ValidationDoc)),
     ]
 }
 

@@ -202,6 +202,7 @@ fn every_json_output_conforms_to_its_schema() {
             ("HcsReport", &["hcs", "--json"]),
             ("Mounts", &["mounts", "--all", "--format", "json"]),
             ("Audit", &["audit", "-o", "json"]),
+            ("Validation", &["validate", "-o", "json", "--timeout", "5"]),
         ] {
             let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
             a.extend(["--host-snapshot".to_string(), f.clone()]);
@@ -242,6 +243,31 @@ fn every_json_output_conforms_to_its_schema() {
             errors.join("\n")
         );
         assert_eq!(doc["scope"], "container");
+    }
+    // `validate` in a container given GPUs (the hints set), and with hints that do not parse.
+    for luids in ["7048070", "not-a-luid"] {
+        let fixture =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/telemetry-t4.yaml");
+        let out = Command::new(env!("CARGO_BIN_EXE_dxdp"))
+            .args(["validate", "-o", "json", "--host-snapshot"])
+            .arg(&fixture)
+            .env_clear()
+            .env("DXDP_ADAPTER_LUIDS", luids)
+            .env("DXDP_DEVICE_IDS", "PCI\\VEN_10DE&DEV_1EB8\\1")
+            .env("DXDP_RUNTIME_FILES", "C:\\Windows\\System32\\nvcuda.dll")
+            .output()
+            .unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let s = schema("Validation");
+        let mut errors = Vec::new();
+        violations(&doc, &s, &s, "$", &mut errors);
+        assert!(
+            errors.is_empty(),
+            "validate in a container ({luids}):\n{}",
+            errors.join("\n")
+        );
+        // Off Windows nothing but the adapters can be checked: exit code 2, never 0.
+        assert_eq!(out.status.code(), Some(2), "{luids}");
     }
 }
 

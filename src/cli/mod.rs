@@ -13,6 +13,7 @@ mod plugin;
 mod sandbox;
 mod snapshot;
 mod top;
+mod validate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -253,6 +254,12 @@ enum Command {
         after_help = "Exit codes: 0 every node clean, 1 a node could not be cleaned (or the nodes could not be listed), 2 usage error."
     )]
     Cleanup(cleanup::CleanupArgs),
+    /// Check, inside a container given GPUs, that they and their APIs work (D3D12, runtime
+    /// files, CUDA, NVML, OpenCL, Vulkan, video encoders): exit code 0 pass, 1 fail, 3 unknown.
+    #[command(
+        after_help = "Exit codes: 0 passed, 1 a check failed or timed out, 2 usage error, 3 could not tell (why is printed)."
+    )]
+    Validate(validate::ValidateArgs),
     /// Show the effective configuration, or check a configuration file.
     #[command(
         subcommand,
@@ -283,7 +290,9 @@ impl Command {
     /// there is never "failed"), else 1.
     fn error_code(&self) -> u8 {
         match self {
-            Command::Doctor(_) | Command::Hcs(_) | Command::Audit(_) => exit::COULD_NOT_TELL,
+            Command::Doctor(_) | Command::Hcs(_) | Command::Audit(_) | Command::Validate(_) => {
+                exit::COULD_NOT_TELL
+            }
             _ => exit::FAILED,
         }
     }
@@ -305,6 +314,7 @@ impl Command {
             | Command::Top(_)
             | Command::Audit(_)
             | Command::Cleanup(_)
+            | Command::Validate(_)
             | Command::Config(_)
             | Command::Completion { .. }
             | Command::Version
@@ -461,6 +471,7 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
             cli.global.host_snapshot.clone(),
         ),
         Command::Cleanup(args) => cleanup::run(&args),
+        Command::Validate(args) => validate::run(&args, source.into()),
         Command::Config(cmd) => {
             let (config, inputs) = match &cmd {
                 config_cmd::ConfigCommand::Show { .. } => with_node_selection(config, inputs)?,

@@ -19,6 +19,8 @@ pub mod isolation;
 pub mod labels;
 pub mod metrics_authz;
 pub mod node;
+pub mod validation;
+pub mod validation_job;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 #[path = "../../tests/support/apiserver.rs"]
-mod standin;
+pub(super) mod standin;
 
 use super::*;
 use crate::config::{Config, NodeInfo};

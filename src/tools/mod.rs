@@ -7,3 +7,4 @@ pub mod hcs;
 pub mod mounts;
 pub mod quote;
 pub mod select;
+pub mod validate;

@@ -7,8 +7,9 @@
 //! `POST /api/v1/namespaces/{ns}/events` (kept, answered 201), TokenReview and
 //! SubjectAccessReview (`POST` of `tokenreviews` and `subjectaccessreviews`: known tokens and
 //! the non-resource URLs each user may use, set with [`ApiServerStandin::add_token`] and
-//! [`ApiServerStandin::allow`]). It records every request exactly as received so that tests can
-//! check content type,
+//! [`ApiServerStandin::allow`]), and for the validation Job: Jobs (create, get, delete) and the
+//! pod list of a namespace (one pod the test sets). It records every request exactly as received
+//! so that tests can check content type,
 //! field manager and body, and it can fail requests on demand.
 //!
 //! Only what dxdp uses is implemented; anything else is answered 404.
@@ -71,6 +72,12 @@ struct State {
     tokens: BTreeMap<String, (String, Vec<String>)>,
     /// (user, verb, non-resource path) SubjectAccessReview allows.
     allowed: std::collections::BTreeSet<(String, String, String)>,
+    /// Jobs created (`POST /apis/batch/v1/namespaces/{ns}/jobs`), in order.
+    jobs: Vec<serde_json::Value>,
+    /// The `status` every Job is read with.
+    job_status: serde_json::Value,
+    /// The pod listed for any Job (`GET /api/v1/namespaces/{ns}/pods`), if any.
+    job_pod: Option<serde_json::Value>,
 }
 
 struct Shared {
@@ -319,6 +326,21 @@ impl ApiServerStandin {
             .push((code, message.to_string()));
     }
 
+    /// The Jobs created so far.
+    pub fn jobs(&self) -> Vec<serde_json::Value> {
+        self.shared.lock().jobs.clone()
+    }
+
+    /// The `status` every Job is read with from now on.
+    pub fn set_job_status(&self, status: serde_json::Value) {
+        self.shared.lock().job_status = status;
+    }
+
+    /// The pod listed for any Job from now on.
+    pub fn set_job_pod(&self, pod: Option<serde_json::Value>) {
+        self.shared.lock().job_pod = pod;
+    }
+
     /// Answers every watch with 403 Forbidden, as RBAC without the `watch` verb does.
     pub fn forbid_watch(&self) {
         self.shared.lock().forbid_watch = true;
@@ -487,6 +509,17 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             && path.ends_with("/events")
         {
             Some(create_event(&mut s, &path, &body))
+        } else if path.starts_with("/apis/batch/v1/namespaces/") {
+            Some(jobs(&mut s, &method, &path, &body))
+        } else if method == Method::GET
+            && path.starts_with("/api/v1/namespaces/")
+            && path.ends_with("/pods")
+        {
+            let items: Vec<serde_json::Value> = s.job_pod.iter().cloned().collect();
+            Some(full(
+                StatusCode::OK,
+                &serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}),
+            ))
         } else if method == Method::GET
             && path == "/api/v1/nodes"
             && q.get("watch").map(String::as_str) != Some("true")
@@ -606,6 +639,41 @@ fn merge_conditions(shared: &Shared, s: &mut State, body: &str) -> Response<Body
         shared.publish(s);
     }
     full(StatusCode::OK, &shared.node_json(s))
+}
+
+/// Jobs: create (kept, answered 201), get by name (with the status the test set), delete.
+fn jobs(s: &mut State, method: &Method, path: &str, body: &str) -> Response<Body> {
+    let name = path.rsplit_once("/jobs/").map(|(_, n)| n.to_string());
+    match (method.as_str(), name) {
+        ("POST", None) => {
+            let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(body) else {
+                return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+            };
+            doc["metadata"]["creationTimestamp"] = "2026-11-25T00:00:00Z".into();
+            s.jobs.push(doc.clone());
+            full(StatusCode::CREATED, &doc)
+        }
+        ("GET", Some(name)) => match s
+            .jobs
+            .iter()
+            .find(|j| j["metadata"]["name"] == name.as_str())
+        {
+            Some(j) => {
+                let mut j = j.clone();
+                j["status"] = s.job_status.clone();
+                full(StatusCode::OK, &j)
+            }
+            None => status(StatusCode::NOT_FOUND, "jobs.batch not found"),
+        },
+        ("DELETE", Some(name)) => {
+            s.jobs.retain(|j| j["metadata"]["name"] != name.as_str());
+            full(
+                StatusCode::OK,
+                &serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+            )
+        }
+        _ => status(StatusCode::NOT_FOUND, "not found"),
+    }
 }
 
 /// Creates an Event in the namespace of the path; the body must name that namespace.

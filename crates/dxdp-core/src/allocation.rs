@@ -178,6 +178,17 @@ pub fn allocate(
     let cuda = policy.cuda_visible_devices.then_some(&discovery.cuda_order);
     let hints = hints::hints(resource, &physical, cuda);
     edits.envs = hints.envs;
+    // The runtime files mounted, for `dxdp validate` in the container (paths joined by `;`).
+    if !edits.mounts.is_empty() {
+        let files: Vec<&str> = edits
+            .mounts
+            .iter()
+            .map(|m| m.container_path.as_str())
+            .collect();
+        edits
+            .envs
+            .insert(hints::RUNTIME_FILES_VAR.to_string(), files.join(";"));
+    }
     edits.annotations = hints.annotations;
     edits.notes.extend(hints.notes);
     if let Some(note) = multi {
@@ -657,9 +668,15 @@ mod tests {
         }
         assert_eq!(
             edits.envs.len(),
-            4,
+            5,
             "no CUDA hints unless asked: {:?}",
             edits.envs
+        );
+        let files: Vec<&str> = edits.envs["DXDP_RUNTIME_FILES"].split(';').collect();
+        assert_eq!(files.len(), edits.mounts.len());
+        assert!(
+            files.contains(&r"C:\Windows\System32\nvcuda.dll"),
+            "{files:?}"
         );
     }
 

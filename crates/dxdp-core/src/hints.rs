@@ -14,6 +14,10 @@ use crate::devices::{Device, Resource};
 
 pub use crate::vendor::NVIDIA;
 
+/// The runtime files mounted into the container (container paths joined by `;`), set by
+/// Allocate beside the hints so that `dxdp validate` can check each is there and loads.
+pub const RUNTIME_FILES_VAR: &str = "DXDP_RUNTIME_FILES";
+
 /// The domain of dxdp's annotation keys.
 pub const ANNOTATION_DOMAIN: &str = "directx.microsoft.com";
 

@@ -36,4 +36,5 @@ pub mod quote;
 pub mod sample;
 pub mod snapshot;
 pub mod telemetry;
+pub mod validation;
 pub mod vendor;

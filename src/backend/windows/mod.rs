@@ -15,6 +15,7 @@ pub mod hcs;
 mod library;
 mod os;
 pub mod pdh;
+pub mod probe;
 mod registry;
 pub mod telemetry;
 

@@ -1,0 +1,265 @@
+//! Running one validation Job and publishing its result: create the Job
+//! ([`validation::job`](super::validation::job)), follow it and its pod until
+//! [`validation::judge`](super::validation::judge) gives a result (always, at the latest at its
+//! limit), and apply the result's node labels under their own field manager. Every API call has
+//! the cluster's call timeout; an API error is a result too (`unknown`, with the error).
+//!
+//! Not yet started by the daemon (no configuration key or schedule): see docs/validation.md.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kube::api::{Patch, PatchParams};
+use serde_json::Value;
+
+use super::validation::{job, judge, labels, JobResult, JobSpec, LABELLED_APIS};
+use super::{ApiError, Cluster};
+use dxdp_core::validation::Verdict;
+
+/// The field manager of the validation labels: separate from dxdp's other labels, so that the
+/// two sets never remove each other's keys.
+pub const LABEL_MANAGER: &str = "dxdp-validation";
+
+async fn raw(
+    cluster: &Cluster,
+    what: &'static str,
+    req: http::Request<Vec<u8>>,
+) -> Result<Value, ApiError> {
+    cluster
+        .call(what, cluster.client.request::<Value>(req))
+        .await
+}
+
+fn request(method: &str, uri: &str, body: Option<&Value>) -> http::Request<Vec<u8>> {
+    let b = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json");
+    let body = body.map(|v| v.to_string().into_bytes()).unwrap_or_default();
+    // The method and URI are built here from fixed text and label-safe names.
+    b.body(body).unwrap_or_default()
+}
+
+/// Creates the Job of `spec` and waits for its result, at most `limit` (polling every `poll`).
+pub async fn run_once(
+    cluster: &Cluster,
+    spec: &JobSpec,
+    limit: Duration,
+    poll: Duration,
+) -> JobResult {
+    let manifest = job(spec);
+    let name = manifest["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let ns = &spec.namespace;
+    let jobs = format!("/apis/batch/v1/namespaces/{ns}/jobs");
+    if let Err(e) = raw(
+        cluster,
+        "create the validation Job for",
+        request("POST", &jobs, Some(&manifest)),
+    )
+    .await
+    {
+        return JobResult {
+            verdict: Verdict::Unknown,
+            summary: None,
+            reason: format!(
+                "cannot create the validation Job {ns}/{name}: {} (RBAC: create jobs in {ns})",
+                e.reason
+            ),
+        };
+    }
+    let started = Instant::now();
+    let job_uri = format!("{jobs}/{name}");
+    let pods_uri = format!("/api/v1/namespaces/{ns}/pods?labelSelector=job-name%3D{name}");
+    let mut last_error = None;
+    loop {
+        let job_now = raw(
+            cluster,
+            "read the validation Job of",
+            request("GET", &job_uri, None),
+        )
+        .await;
+        let pods = raw(
+            cluster,
+            "list the validation pods of",
+            request("GET", &pods_uri, None),
+        )
+        .await;
+        let elapsed = started.elapsed();
+        match (job_now, pods) {
+            (Ok(j), Ok(p)) => {
+                let pod = p["items"].as_array().and_then(|i| i.last()).cloned();
+                if let Some(r) = judge(&j, pod.as_ref(), elapsed, limit) {
+                    return r;
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => last_error = Some(e.reason),
+        }
+        if elapsed >= limit {
+            return JobResult {
+                verdict: Verdict::Unknown,
+                summary: None,
+                reason: format!(
+                    "no result within {} s: {}",
+                    limit.as_secs(),
+                    last_error.unwrap_or_else(|| "the API server did not answer".into())
+                ),
+            };
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// Applies the labels of `result` to the node (server-side apply, field manager
+/// [`LABEL_MANAGER`], forced): labels it no longer sets are removed.
+pub async fn publish_labels(cluster: &Cluster, result: &JobResult) -> Result<(), ApiError> {
+    let set: BTreeMap<String, String> = labels(result, &LABELLED_APIS)
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": cluster.node, "labels": set},
+    });
+    let params = PatchParams::apply(LABEL_MANAGER).force();
+    cluster
+        .call(
+            "apply validation labels to",
+            cluster
+                .api
+                .patch(&cluster.node, &params, &Patch::Apply(&body)),
+        )
+        .await
+        .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::validation::VALIDATED_LABEL;
+
+    // The API server stand-in, as the cluster tests load it.
+    use crate::cluster::tests::standin;
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            node: "n1".into(),
+            namespace: "dxdp-system".into(),
+            image: "mcr.microsoft.com/windows/servercore:ltsc2022".into(),
+            host_dir: r"C:\var\lib\dxdp\validation".into(),
+            resources: vec!["directx.microsoft.com/display".into()],
+            check_timeout: Duration::from_secs(60),
+            deadline: Duration::from_secs(900),
+            run: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_job_that_passes_labels_the_node_and_a_failure_replaces_them() {
+        let api = standin::ApiServerStandin::start("n1", &[("team", "gpu")])
+            .await
+            .unwrap();
+        let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+        api.set_job_pod(Some(serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": "Succeeded",
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 0,
+                "message": "dxdp-validation v1 pass adapters=pass d3d12=pass runtime-files=pass cuda=pass vulkan=absent\n"}}}]}})));
+        let r = run_once(
+            &cluster,
+            &spec(),
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+        )
+        .await;
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.reason);
+        let jobs = api.jobs();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0]["metadata"]["name"], "dxdp-validate-n1-1");
+        assert_eq!(jobs[0]["spec"]["template"]["spec"]["nodeName"], "n1");
+        publish_labels(&cluster, &r).await.unwrap();
+        let l = api.labels();
+        assert_eq!(l.get(VALIDATED_LABEL).map(String::as_str), Some("true"));
+        assert_eq!(
+            l.get("directx.microsoft.com/api.d3d12.validated")
+                .map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            l.get("directx.microsoft.com/api.cuda.validated")
+                .map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(l.get("directx.microsoft.com/api.vulkan.validated"), None);
+        assert_eq!(
+            l.get("team").map(String::as_str),
+            Some("gpu"),
+            "other managers' labels stay"
+        );
+        // The next run fails CUDA: its label goes, validated turns false.
+        api.set_job_pod(Some(
+            serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": "Failed",
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 1,
+                "message": "dxdp-validation v1 fail adapters=pass d3d12=pass cuda=fail\n"}}}]}}),
+        ));
+        let r = run_once(
+            &cluster,
+            &spec(),
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+        )
+        .await;
+        assert_eq!(r.reason, "failed: cuda");
+        publish_labels(&cluster, &r).await.unwrap();
+        let l = api.labels();
+        assert_eq!(l.get(VALIDATED_LABEL).map(String::as_str), Some("false"));
+        assert_eq!(l.get("directx.microsoft.com/api.cuda.validated"), None);
+        assert_eq!(
+            l.get("directx.microsoft.com/api.d3d12.validated")
+                .map(String::as_str),
+            Some("true")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pod_that_never_runs_and_a_refused_create_are_unknown_in_bounded_time() {
+        let api = standin::ApiServerStandin::start("n1", &[]).await.unwrap();
+        let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+        api.set_job_pod(Some(serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "node(s) had untolerated taint"}]}})));
+        let started = Instant::now();
+        let r = run_once(
+            &cluster,
+            &spec(),
+            Duration::from_secs(1),
+            Duration::from_millis(20),
+        )
+        .await;
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(r.verdict, Verdict::Unknown);
+        assert_eq!(r.reason, "no result within 1 s: the pod cannot be scheduled: Unschedulable: node(s) had untolerated taint");
+        api.fail_next_with("POST", 403, "jobs.batch is forbidden");
+        let r = run_once(
+            &cluster,
+            &spec(),
+            Duration::from_secs(1),
+            Duration::from_millis(20),
+        )
+        .await;
+        assert_eq!(r.verdict, Verdict::Unknown);
+        assert!(
+            r.reason
+                .starts_with("cannot create the validation Job dxdp-system/dxdp-validate-n1-1: "),
+            "{}",
+            r.reason
+        );
+        assert!(r.reason.contains("forbidden"), "{}", r.reason);
+        publish_labels(&cluster, &r).await.unwrap();
+        assert_eq!(
+            api.labels().get(VALIDATED_LABEL),
+            None,
+            "unknown: neither true nor false"
+        );
+    }
+}
