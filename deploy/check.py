@@ -510,7 +510,7 @@ def readme_checks():
     values = load_values(os.path.join(CHART, "values.yaml"))
     readme = open(os.path.join(CHART, "README.md")).read()
     grouped = ("image", "namespace", "serviceAccount", "metrics", "probes", "nodeApi", "nodeLabels",
-               "isolation")
+               "isolation", "telemetry")
     keys = []
     for k, v in values.items():
         if k in grouped and isinstance(v, dict):
@@ -656,6 +656,30 @@ def alert_checks():
         os.unlink(name)
 
 
+def pod_info_checks():
+    """telemetry.podLabels and telemetry.podUid are written into the rendered config file."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump({"config": {"telemetry": {"interval": "5s"}},
+                        "telemetry": {"podLabels": ["team", r"app\.kubernetes\.io/.*"], "podUid": True}}, f)
+        path = f.name
+    try:
+        code, out, err = template(path, extra=IMAGE)
+        maps = find(docs(out), "ConfigMap") if code == 0 else []
+        rendered = yaml.safe_load(maps[0]["data"]["config.yaml"]) if maps else None
+        check("telemetry.podLabels/podUid are written into config.telemetry beside config:'s keys",
+              rendered == {"telemetry": {"interval": "5s", "podLabels": ["team", r"app\.kubernetes\.io/.*"],
+                                         "podUid": True}}, str(rendered) + err.strip()[:400])
+        code, _, err = template(path, extra=IMAGE + ["--set", "existingConfigMap=mine"])
+        check("telemetry.podLabels/podUid with existingConfigMap are refused",
+              code != 0 and "existingConfigMap" in err, err.strip()[:400])
+    finally:
+        os.unlink(path)
+    code, out, _ = template(extra=IMAGE)
+    maps = find(docs(out), "ConfigMap") if code == 0 else []
+    check("no pod info keys by default",
+          bool(maps) and "pod" not in maps[0]["data"]["config.yaml"])
+
+
 def main():
     global HELM
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -678,6 +702,7 @@ def main():
     manifest_checks(args.update)
     example_checks()
     alert_checks()
+    pod_info_checks()
     print(f"\n{passed} passed, {failed} failed")
     return 1 if failed else 0
 
