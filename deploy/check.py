@@ -704,7 +704,7 @@ def readme_checks():
     values = load_values(os.path.join(CHART, "values.yaml"))
     readme = open(os.path.join(CHART, "README.md")).read()
     grouped = ("image", "namespace", "serviceAccount", "metrics", "probes", "nodeApi", "nodeLabels",
-               "isolation", "cleanup")
+               "isolation", "cleanup", "telemetry")
     keys = []
     for k, v in values.items():
         if k in grouped and isinstance(v, dict):
@@ -1081,6 +1081,31 @@ def alert_checks():
         os.unlink(name)
 
 
+def pod_info_checks():
+    """telemetry.podLabels and telemetry.podUid are written into the rendered config file."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump({"config": {"telemetry": {"interval": "5s"}},
+                        "telemetry": {"podLabels": ["team", r"app\.kubernetes\.io/.*"], "podUid": True}}, f)
+        path = f.name
+    try:
+        code, out, err = template(path, extra=IMAGE)
+        maps = find(docs(out), "ConfigMap") if code == 0 else []
+        rendered = yaml.safe_load(maps[0]["data"]["config.yaml"]) if maps else None
+        check("telemetry.podLabels/podUid are written into config.telemetry beside config:'s keys",
+              rendered == {"metrics": {"address": "0.0.0.0:9466", "probeAddress": "127.0.0.1:9467"},
+                           "telemetry": {"interval": "5s", "podLabels": ["team", r"app\.kubernetes\.io/.*"],
+                                         "podUid": True}}, str(rendered) + err.strip()[:400])
+        code, _, err = template(path, extra=IMAGE + ["--set", "existingConfigMap=mine"])
+        check("telemetry.podLabels/podUid with existingConfigMap are refused",
+              code != 0 and "existingConfigMap" in err, err.strip()[:400])
+    finally:
+        os.unlink(path)
+    code, out, _ = template(extra=IMAGE)
+    maps = find(docs(out), "ConfigMap") if code == 0 else []
+    check("no pod info keys by default",
+          bool(maps) and "pod" not in maps[0]["data"]["config.yaml"])
+
+
 def main():
     global HELM
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -1108,6 +1133,7 @@ def main():
     driver_checks()
     build_image_checks()
     alert_checks()
+    pod_info_checks()
     print(f"\n{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -212,6 +212,12 @@ async fn prometheus_scrapes_dxdp_and_every_dashboard_and_doc_query_returns_data(
                 .to_string(),
         ),
     ];
+    let pod_info_config = dir.path().join("config.yaml");
+    std::fs::write(
+        &pod_info_config,
+        "telemetry:\n  podLabels: [team]\n  podUid: true\n",
+    )
+    .unwrap();
     let mut children: Vec<Child> = Vec::new();
     let mut kubelets = Vec::new();
     let mut scrape_configs = String::new();
@@ -231,6 +237,9 @@ async fn prometheus_scrapes_dxdp_and_every_dashboard_and_doc_query_returns_data(
             common::fixture_path("telemetry-leak").display().to_string(),
             "--metrics-address".into(),
             format!("127.0.0.1:{port}"),
+            // dxdp_pod_info on, for the join recipes (no CRI here: namespace and pod only).
+            "--config".into(),
+            pod_info_config.display().to_string(),
         ];
         if let Some(web) = web {
             args.push("--web-config-file".into());
@@ -358,8 +367,8 @@ async fn prometheus_scrapes_dxdp_and_every_dashboard_and_doc_query_returns_data(
     let problem_lists = ["Idle GPUs held by pods", "Oversubscribed shared GPUs"];
     let mut failures = Vec::new();
     let (dashboard, docs) = (dashboard_queries(), doc_queries());
-    // The extraction itself works: the dashboard's 27 targets, the doc's 17 recipes.
-    assert_eq!((dashboard.len(), docs.len()), (27, 17));
+    // The extraction itself works: the dashboard's 27 targets, the doc's 20 recipes.
+    assert_eq!((dashboard.len(), docs.len()), (27, 20));
     for (title, q) in dashboard {
         let list = problem_lists.contains(&title.as_str()) && !q.contains("vector(0)");
         match query(prom_address, &q).await {

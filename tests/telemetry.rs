@@ -516,6 +516,127 @@ mod sampler {
         );
     }
 
+    #[tokio::test]
+    async fn pod_info_carries_the_uid_and_allowlisted_labels_from_list_pod_sandbox() {
+        use cri_standin::{container, sandbox, CriStandin};
+        use dxdp::config::file::PodLabelPattern;
+        use dxdp::config::PodLabels;
+        use dxdp::kubelet::cri::v1::ContainerState;
+
+        let dir = tempfile::tempdir().unwrap();
+        let source: Arc<dyn CounterSource> =
+            Arc::new(Recorded::new(&recorded_without_pods(dir.path())));
+        let running = ContainerState::ContainerRunning;
+        let standin = CriStandin::start(
+            &common::local_endpoint(dir.path(), "containerd.sock"),
+            vec![
+                container("aaa111", running, "ml", "train-0", "trainer"),
+                container("bbb222", running, "ml", "infer-7d9", "server"),
+                container("ddd444", running, "ops", "agent", "main"),
+            ],
+        )
+        .await
+        .unwrap();
+        standin.set_sandboxes(vec![
+            sandbox(
+                "ml",
+                "train-0",
+                "7c2f0a8e-1111-4a2b-9c3d-000000000002",
+                &[
+                    ("team", "vision"),
+                    ("app.kubernetes.io/name", "trainer"),
+                    ("cost-center", "cc-1"),
+                    ("cost_center", "cc-9"),
+                    ("steam", "not-allowed"),
+                ],
+            ),
+            sandbox(
+                "ml",
+                "infer-7d9",
+                "7c2f0a8e-1111-4a2b-9c3d-000000000001",
+                &[("team", "search"), ("pod-template-hash", "7d9")],
+            ),
+            sandbox(
+                "web",
+                "render-1",
+                "7c2f0a8e-1111-4a2b-9c3d-000000000004",
+                &[("team", "web"), ("secret", "x")],
+            ),
+            // Holds no GPU and uses none: no series.
+            sandbox(
+                "ml",
+                "cpu-only",
+                "7c2f0a8e-1111-4a2b-9c3d-000000000005",
+                &[("team", "x")],
+            ),
+        ]);
+
+        // Off by default: no ListPodSandbox call, no series.
+        let (mut s, metrics) = sampler(source.clone(), None);
+        s.cri = Some(standin.endpoint());
+        let mut state = State::default();
+        let view = s.step(&mut state).await.unwrap();
+        assert!(state.pod_info().is_none());
+        assert!(standin.sandbox_requests().is_empty());
+        metrics.telemetry().publish(Some(Arc::new(view)));
+        metrics.telemetry().publish_pod_info(None, 0);
+        let text = metrics.encode();
+        assert!(text.contains("dxdp_container_gpu_processes{namespace=\"ml\",pod=\"train-0\""));
+        assert!(!text.contains("dxdp_pod_info{"), "{text}");
+
+        // On: podLabels (whole keys; `cost.center` matches both cost-center and cost_center,
+        // which give one label name) and podUid.
+        let mut config = Config::default();
+        config.telemetry.pod_labels = PodLabels::new(&[
+            PodLabelPattern("team".into()),
+            PodLabelPattern(r"app\.kubernetes\.io/.*".into()),
+            PodLabelPattern("cost.center".into()),
+        ])
+        .unwrap();
+        config.telemetry.pod_uid = true;
+        s.config = watch::channel(Arc::new(config)).1;
+        let expected = [
+            "dxdp_pod_info{namespace=\"ml\",pod=\"infer-7d9\",uid=\"7c2f0a8e-1111-4a2b-9c3d-000000000001\",label_team=\"search\"} 1",
+            "dxdp_pod_info{namespace=\"ml\",pod=\"train-0\",uid=\"7c2f0a8e-1111-4a2b-9c3d-000000000002\",label_app_kubernetes_io_name=\"trainer\",label_cost_center=\"cc-1\",label_team=\"vision\"} 1",
+            // Uses a GPU, but the runtime named no sandbox for it: namespace and pod only.
+            "dxdp_pod_info{namespace=\"ops\",pod=\"agent\"} 1",
+            "dxdp_pod_info{namespace=\"web\",pod=\"render-1\",uid=\"7c2f0a8e-1111-4a2b-9c3d-000000000004\",label_team=\"web\"} 1",
+        ];
+        let publish = |view, state: &State| {
+            metrics.telemetry().publish(Some(Arc::new(view)));
+            let (pods, collisions) = state.pod_info().expect("on");
+            metrics.telemetry().publish_pod_info(Some(pods), collisions);
+            let text = metrics.encode();
+            let lines: Vec<String> = text
+                .lines()
+                .filter(|l| l.starts_with("dxdp_pod_info{"))
+                .map(str::to_string)
+                .collect();
+            (lines, text)
+        };
+        let view = s.step(&mut state).await.unwrap();
+        let (lines, text) = publish(view, &state);
+        assert_eq!(lines, expected, "{text}");
+        assert!(
+            text.contains("\ndxdp_telemetry_pod_label_collisions 1\n"),
+            "{text}"
+        );
+        let requests = standin.sandbox_requests();
+        assert_eq!(requests.len(), 1);
+        let state_filter = requests[0].filter.as_ref().and_then(|f| f.state.as_ref());
+        assert_eq!(state_filter.map(|s| s.state), Some(0)); // SANDBOX_READY
+
+        // The runtime goes away: the last known pods keep their series.
+        standin.stop().await;
+        let view = s.step(&mut state).await.unwrap();
+        let (lines, text) = publish(view, &state);
+        assert_eq!(lines, expected, "{text}");
+
+        // Withdrawn figures take dxdp_pod_info with them.
+        metrics.telemetry().publish(None);
+        assert!(!metrics.encode().contains("dxdp_pod_info{"));
+    }
+
     struct Failing;
 
     impl CounterSource for Failing {

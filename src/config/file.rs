@@ -468,6 +468,42 @@ pub struct TelemetryFile {
     /// Where the container runtime serves its CRI API (`unix:///…`, `npipe:////./pipe/…`, a
     /// `\\.\pipe\…` name or a socket file); empty: containerd's.
     pub cri_endpoint: Option<CriEndpoint>,
+    /// Pod label keys copied into `dxdp_pod_info` as `label_<key>`: regular expressions
+    /// matched against the whole key (e.g. `team`, `app\.kubernetes\.io/.*`); empty: none.
+    pub pod_labels: Option<Vec<PodLabelPattern>>,
+    /// Add the pod's UID to `dxdp_pod_info` as `uid`.
+    pub pod_uid: Option<bool>,
+}
+
+/// One pattern of `telemetry.podLabels`, checked to be a valid regular expression.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(try_from = "String")]
+pub struct PodLabelPattern(pub String);
+
+impl TryFrom<String> for PodLabelPattern {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        PodLabelPattern::compile(&s).map(|_| PodLabelPattern(s))
+    }
+}
+
+impl PodLabelPattern {
+    /// `pattern` anchored at both ends (it must match the whole label key), compiled.
+    pub fn compile(pattern: &str) -> Result<regex::Regex, String> {
+        if pattern.is_empty() {
+            return Err("telemetry.podLabels: an empty pattern matches no label key: remove it, or write .* for every label".into());
+        }
+        regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+            let e = e.to_string();
+            let why = e.lines().last().unwrap_or_default().trim();
+            format!(
+                "telemetry.podLabels: pattern {} is not a valid regular expression ({}): write a regular expression matching whole label keys, e.g. team or app\\.kubernetes\\.io/.*",
+                quote(pattern),
+                why.strip_prefix("error: ").unwrap_or(why)
+            )
+        })
+    }
 }
 
 /// Where the container runtime serves its CRI API, as the user wrote it (validated: a local

@@ -106,6 +106,10 @@ pub enum Key {
     TelemetryPodResourcesEndpoint,
     /// `telemetry.criEndpoint`.
     TelemetryCriEndpoint,
+    /// `telemetry.podLabels`.
+    TelemetryPodLabels,
+    /// `telemetry.podUid`.
+    TelemetryPodUid,
     /// `isolation.policy`.
     IsolationPolicy,
     /// `isolation.events`.
@@ -113,7 +117,7 @@ pub enum Key {
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 23] = [
+const NODE_WIDE: [Key; 25] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -135,6 +139,8 @@ const NODE_WIDE: [Key; 23] = [
     Key::TelemetryInterval,
     Key::TelemetryPodResourcesEndpoint,
     Key::TelemetryCriEndpoint,
+    Key::TelemetryPodLabels,
+    Key::TelemetryPodUid,
     Key::IsolationPolicy,
     Key::IsolationEvents,
 ];
@@ -179,6 +185,8 @@ impl Key {
             Key::TelemetryInterval => "telemetry.interval",
             Key::TelemetryPodResourcesEndpoint => "telemetry.podResourcesEndpoint",
             Key::TelemetryCriEndpoint => "telemetry.criEndpoint",
+            Key::TelemetryPodLabels => "telemetry.podLabels",
+            Key::TelemetryPodUid => "telemetry.podUid",
             Key::IsolationPolicy => "isolation.policy",
             Key::IsolationEvents => "isolation.events",
         }
@@ -201,7 +209,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 23);
+        assert_eq!(all.len(), 2 * 9 + 25);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

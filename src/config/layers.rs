@@ -283,6 +283,17 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.telemetry.cri_endpoint = Some(v.0.clone()).filter(|v| !v.is_empty());
         c.set_origin(Key::TelemetryCriEndpoint, origin);
     }
+    if let Some(v) = &f.telemetry.pod_labels {
+        // Each pattern was compiled when the file was read; this cannot fail.
+        if let Ok(labels) = super::PodLabels::new(v) {
+            c.telemetry.pod_labels = labels;
+            c.set_origin(Key::TelemetryPodLabels, origin);
+        }
+    }
+    if let Some(v) = f.telemetry.pod_uid {
+        c.telemetry.pod_uid = v;
+        c.set_origin(Key::TelemetryPodUid, origin);
+    }
     if let Some(v) = f.isolation.policy {
         c.isolation.policy = v;
         c.set_origin(Key::IsolationPolicy, origin);

@@ -98,7 +98,58 @@ pub struct Telemetry {
     /// Where the container runtime serves its CRI API, as written (validated by
     /// [`file::CriEndpoint::parse`]); `None`: containerd's default for this OS.
     pub cri_endpoint: Option<String>,
+    /// `telemetry.podLabels`: the pod label keys copied into `dxdp_pod_info`.
+    pub pod_labels: PodLabels,
+    /// `telemetry.podUid`: the pod's UID in `dxdp_pod_info`.
+    pub pod_uid: bool,
 }
+
+impl Telemetry {
+    /// Whether `dxdp_pod_info` is exported (`telemetry.podLabels` or `telemetry.podUid` set).
+    pub fn pod_info(&self) -> bool {
+        self.pod_uid || !self.pod_labels.patterns().is_empty()
+    }
+}
+
+/// `telemetry.podLabels`, compiled once when the configuration is read: keys matching any
+/// pattern (whole key) are allowed.
+#[derive(Debug, Clone, Default)]
+pub struct PodLabels {
+    patterns: Vec<String>,
+    compiled: Vec<regex::Regex>,
+}
+
+impl PodLabels {
+    /// The allowlist of `patterns` (each checked by [`file::PodLabelPattern`]).
+    pub fn new(patterns: &[file::PodLabelPattern]) -> Result<Self, String> {
+        let compiled = patterns
+            .iter()
+            .map(|p| file::PodLabelPattern::compile(&p.0))
+            .collect::<Result<_, _>>()?;
+        Ok(PodLabels {
+            patterns: patterns.iter().map(|p| p.0.clone()).collect(),
+            compiled,
+        })
+    }
+
+    /// The patterns as written.
+    pub fn patterns(&self) -> &[String] {
+        &self.patterns
+    }
+
+    /// Whether `key` matches a pattern.
+    pub fn allows(&self, key: &str) -> bool {
+        self.compiled.iter().any(|r| r.is_match(key))
+    }
+}
+
+impl PartialEq for PodLabels {
+    fn eq(&self, other: &Self) -> bool {
+        self.patterns == other.patterns
+    }
+}
+
+impl Eq for PodLabels {}
 
 impl Default for Telemetry {
     fn default() -> Self {
@@ -107,6 +158,8 @@ impl Default for Telemetry {
             interval: std::time::Duration::from_secs(10),
             pod_resources_endpoint: None,
             cri_endpoint: None,
+            pod_labels: PodLabels::default(),
+            pod_uid: false,
         }
     }
 }

@@ -128,6 +128,8 @@ impl Config {
                 Some(e) => json!(e),
                 None => Value::Null,
             },
+            Key::TelemetryPodLabels => json!(self.telemetry.pod_labels.patterns()),
+            Key::TelemetryPodUid => json!(self.telemetry.pod_uid),
             Key::IsolationPolicy => json!(self.isolation.policy.as_str()),
             Key::IsolationEvents => json!(self.isolation.events),
         }

@@ -72,6 +72,8 @@ telemetry:
   interval: 30s
   podResourcesEndpoint: /var/lib/kubelet/pod-resources/kubelet.sock
   criEndpoint: npipe:////./pipe/containerd-containerd
+  podLabels: [team, 'app\.kubernetes\.io/.*']
+  podUid: true
 isolation:
   policy: taint
   events: false
@@ -1342,4 +1344,61 @@ fn web_config_file_and_metrics_authorization_follow_the_precedence() {
         err.contains("DXDP_METRICS_AUTHORIZATION") && err.contains("none or kubernetes"),
         "{err}"
     );
+}
+
+#[test]
+fn pod_labels_and_pod_uid_are_read_from_the_file_and_a_bad_pattern_is_refused() {
+    let d = Config::default();
+    assert!(!d.telemetry.pod_info());
+    assert!(
+        d.show().contains("telemetry.podLabels: []  # default\n"),
+        "{}",
+        d.show()
+    );
+    assert!(d.show().contains("telemetry.podUid: false  # default\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        "telemetry:\n  podLabels: ['team', 'app\\.kubernetes\\.io/.*']\n  podUid: true\n",
+    );
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    assert!(c.telemetry.pod_info() && c.telemetry.pod_uid);
+    let labels = &c.telemetry.pod_labels;
+    assert_eq!(labels.patterns(), ["team", r"app\.kubernetes\.io/.*"]);
+    // Whole keys only.
+    assert!(labels.allows("team") && labels.allows("app.kubernetes.io/name"));
+    assert!(!labels.allows("steam") && !labels.allows("team2"));
+    assert!(!labels.allows("appxkubernetes.io/name"));
+    assert_eq!(
+        c.origin("telemetry.podLabels"),
+        c.origin("telemetry.podUid")
+    );
+    assert!(c.origin("telemetry.podLabels").contains("config.yaml"));
+
+    let bad = write(
+        &dir,
+        "bad.yaml",
+        "telemetry:\n  podLabels: ['team', 'app(']\n",
+    );
+    let err = inputs(Some(bad), &[], Flags::default())
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("bad.yaml")
+            && err.contains("telemetry.podLabels")
+            && err.contains("\"app(\"")
+            && err.contains("unclosed group")
+            && err.contains("not a valid regular expression"),
+        "{err}"
+    );
+    let empty = write(&dir, "empty.yaml", "telemetry:\n  podLabels: ['']\n");
+    let err = inputs(Some(empty), &[], Flags::default())
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("empty.yaml") && err.contains(".*"), "{err}");
 }

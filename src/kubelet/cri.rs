@@ -5,12 +5,16 @@
 //! `io.kubernetes.container.name`). Under containerd with hcsshim a process-isolated container's
 //! ID is also the ID of its HCS compute system, which lists its processes.
 //!
-//! The call is local (a socket or named pipe on the node), needs no API server and no RBAC.
+//! For `dxdp_pod_info` (opt-in), `RuntimeService/ListPodSandbox` answers each ready pod
+//! sandbox's pod (namespace, name, UID) and the pod's labels, which the kubelet copies onto the
+//! sandbox ([`list_sandboxes`], pure part [`sandboxes`]).
+//!
+//! The calls are local (a socket or named pipe on the node), needs no API server and no RBAC.
 //! [`list_pods`] calls it once, with a timeout; [`pods`] is the pure part, tested with recorded
 //! answers. The generated types are in [`v1`] (from `proto/cri_runtime_v1.proto`, the subset of
 //! the published `k8s.io/cri-api` `runtime/v1/api.proto` that dxdp uses).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use dxdp_core::telemetry::PodRef;
@@ -26,7 +30,8 @@ pub mod v1 {
 use v1::runtime_service_client::RuntimeServiceClient;
 use v1::{
     ContainerFilter, ContainerState, ContainerStateValue, ListContainersRequest,
-    ListContainersResponse,
+    ListContainersResponse, ListPodSandboxRequest, ListPodSandboxResponse, PodSandboxFilter,
+    PodSandboxState, PodSandboxStateValue,
 };
 
 /// containerd's CRI endpoint on Windows (`npipe:////./pipe/containerd-containerd`).
@@ -40,6 +45,9 @@ pub const LABEL_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub const LABEL_POD: &str = "io.kubernetes.pod.name";
 /// The kubelet's label with the container's name in the pod spec.
 pub const LABEL_CONTAINER: &str = "io.kubernetes.container.name";
+
+/// The kubelet's label with the pod's UID.
+pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
 
 /// The most bytes of a `ListContainers` answer accepted (a node with hundreds of containers stays
 /// far below).
@@ -66,8 +74,10 @@ pub enum CriError {
         error: String,
     },
     /// The call failed.
-    #[error("the container runtime's CRI ListContainers call at {endpoint} failed: {error}{hint}")]
+    #[error("the container runtime's CRI {call} call at {endpoint} failed: {error}{hint}")]
     Call {
+        /// Which call.
+        call: &'static str,
         /// Where.
         endpoint: String,
         /// Why.
@@ -142,16 +152,102 @@ pub async fn list_pods(
         let answer = client
             .list_containers(request())
             .await
-            .map_err(|s| CriError::Call {
-                endpoint: name.clone(),
-                error: format!("{}: {}", s.code(), s.message()),
-                hint: if s.code() == tonic::Code::Unimplemented {
-                    " (dxdp speaks CRI v1, which Kubernetes 1.26 and later require of the runtime: is this a container runtime's endpoint, and a current one?)"
-                } else {
-                    ""
-                },
-            })?;
+            .map_err(|s| call_error("ListContainers", &name, &s))?;
         Ok(pods(&answer.into_inner()))
+    };
+    tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| CriError::Timeout {
+            endpoint: name.clone(),
+            timeout,
+        })?
+}
+
+fn call_error(call: &'static str, endpoint: &str, s: &tonic::Status) -> CriError {
+    CriError::Call {
+        call,
+        endpoint: endpoint.to_string(),
+        error: format!("{}: {}", s.code(), s.message()),
+        hint: if s.code() == tonic::Code::Unimplemented {
+            " (dxdp speaks CRI v1, which Kubernetes 1.26 and later require of the runtime: is this a container runtime's endpoint, and a current one?)"
+        } else {
+            ""
+        },
+    }
+}
+
+/// A pod as its ready sandbox names it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodSandboxInfo {
+    /// The pod's UID.
+    pub uid: String,
+    /// The pod's labels (without the kubelet's `io.kubernetes.pod.*` ones, which name the pod).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The request for `dxdp_pod_info`: the ready pod sandboxes.
+pub fn sandbox_request() -> ListPodSandboxRequest {
+    ListPodSandboxRequest {
+        filter: Some(PodSandboxFilter {
+            state: Some(PodSandboxStateValue {
+                state: PodSandboxState::SandboxReady as i32,
+            }),
+            ..PodSandboxFilter::default()
+        }),
+    }
+}
+
+/// Each pod of a ready sandbox in `answer`, by (namespace, name). A sandbox that is not ready
+/// (a runtime may ignore the filter) or has no namespace or name is left out; of two ready
+/// sandboxes of one pod name (a pod deleted and created again), the newer one counts.
+pub fn sandboxes(answer: &ListPodSandboxResponse) -> HashMap<(String, String), PodSandboxInfo> {
+    let mut newest: HashMap<(String, String), (i64, PodSandboxInfo)> = HashMap::new();
+    for s in &answer.items {
+        let Some(m) = &s.metadata else { continue };
+        if s.state != PodSandboxState::SandboxReady as i32
+            || m.namespace.is_empty()
+            || m.name.is_empty()
+        {
+            continue;
+        }
+        let info = PodSandboxInfo {
+            uid: m.uid.clone(),
+            labels: s
+                .labels
+                .iter()
+                .filter(|(k, _)| ![LABEL_NAMESPACE, LABEL_POD, LABEL_POD_UID].contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        };
+        let key = (m.namespace.clone(), m.name.clone());
+        match newest.get(&key) {
+            Some((at, _)) if *at >= s.created_at => {}
+            _ => {
+                newest.insert(key, (s.created_at, info));
+            }
+        }
+    }
+    newest.into_iter().map(|(k, (_, v))| (k, v)).collect()
+}
+
+/// Calls `ListPodSandbox` at `endpoint` and returns the pod of every ready sandbox (see
+/// [`sandboxes`]), waiting at most `timeout`.
+pub async fn list_sandboxes(
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Result<HashMap<(String, String), PodSandboxInfo>, CriError> {
+    let name = endpoint.to_string();
+    let call = async {
+        let channel = connect(endpoint).await.map_err(|e| CriError::Connect {
+            endpoint: name.clone(),
+            error: error_chain(&e),
+        })?;
+        let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
+        let answer = client
+            .list_pod_sandbox(sandbox_request())
+            .await
+            .map_err(|s| call_error("ListPodSandbox", &name, &s))?;
+        Ok(sandboxes(&answer.into_inner()))
     };
     tokio::time::timeout(timeout, call)
         .await
@@ -230,6 +326,84 @@ mod tests {
             },
         )]);
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn ready_sandboxes_name_their_pod_uid_and_labels_and_the_newest_wins() {
+        use super::v1::{PodSandbox, PodSandboxMetadata};
+        let sandbox =
+            |id: &str, ns: &str, name: &str, uid: &str, state, at, labels: &[(&str, &str)]| {
+                PodSandbox {
+                    id: id.into(),
+                    metadata: Some(PodSandboxMetadata {
+                        name: name.into(),
+                        uid: uid.into(),
+                        namespace: ns.into(),
+                        attempt: 0,
+                    }),
+                    state: state as i32,
+                    created_at: at,
+                    labels: labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                }
+            };
+        let answer = ListPodSandboxResponse {
+            items: vec![
+                sandbox(
+                    "s1",
+                    "ml",
+                    "train-0",
+                    "uid-old",
+                    PodSandboxState::SandboxReady,
+                    1,
+                    &[("team", "old")],
+                ),
+                sandbox(
+                    "s2",
+                    "ml",
+                    "train-0",
+                    "uid-new",
+                    PodSandboxState::SandboxReady,
+                    2,
+                    &[
+                        ("team", "vision"),
+                        (LABEL_POD, "train-0"),
+                        (LABEL_NAMESPACE, "ml"),
+                        (LABEL_POD_UID, "uid-new"),
+                    ],
+                ),
+                sandbox(
+                    "s3",
+                    "ml",
+                    "gone",
+                    "u3",
+                    PodSandboxState::SandboxNotready,
+                    3,
+                    &[],
+                ),
+                sandbox(
+                    "s4",
+                    "",
+                    "nons",
+                    "u4",
+                    PodSandboxState::SandboxReady,
+                    3,
+                    &[],
+                ),
+            ],
+        };
+        let want = HashMap::from([(
+            ("ml".to_string(), "train-0".to_string()),
+            PodSandboxInfo {
+                uid: "uid-new".into(),
+                labels: BTreeMap::from([("team".to_string(), "vision".to_string())]),
+            },
+        )]);
+        assert_eq!(sandboxes(&answer), want);
+        let filter = sandbox_request().filter.unwrap();
+        assert_eq!(filter.state.unwrap().state, 0); // SANDBOX_READY in the published enum
     }
 
     #[test]

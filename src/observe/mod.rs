@@ -12,6 +12,7 @@ pub mod cardinality;
 pub mod http;
 pub mod isolation;
 pub mod metrics;
+pub mod podinfo;
 pub mod state;
 pub mod telemetry;
 pub mod web;

@@ -18,6 +18,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use dxdp_core::telemetry::compute::TelemetryView;
 
+use super::podinfo::PodInfo;
+
 /// Upper bounds (seconds) of the sample duration buckets: a sample reads a few thousand counter
 /// values and should take well under 10 ms.
 pub const SAMPLE_BUCKETS: [f64; 10] = [
@@ -65,12 +67,17 @@ pub struct TelemetryMetrics {
     /// Pod containers left out of the per-pod series ([`super::cardinality`]).
     over_limit: Gauge,
     over_limit_logged: Arc<super::cardinality::LoggedOnce>,
+    /// `dxdp_pod_info` of the pods last known ([`super::podinfo`]); `None`: off.
+    pod_info: Arc<RwLock<Option<Arc<Vec<PodInfo>>>>>,
+    label_collisions: Gauge,
+    label_collisions_logged: Arc<super::cardinality::LoggedOnce>,
 }
 
 /// Encodes the latest view at each scrape.
 #[derive(Debug)]
 struct ViewCollector {
     view: Arc<RwLock<Option<Arc<TelemetryView>>>>,
+    pod_info: Arc<RwLock<Option<Arc<Vec<PodInfo>>>>>,
 }
 
 impl TelemetryMetrics {
@@ -91,7 +98,7 @@ impl TelemetryMetrics {
         let cri = Family::<ResultLabel, Counter>::default();
         registry.register(
             "dxdp_telemetry_cri_calls",
-            "Calls of the container runtime's CRI ListContainers API, by result (ok or error)",
+            "Calls of the container runtime's CRI API (ListContainers; ListPodSandbox with dxdp_pod_info on), by result (ok or error)",
             cri.clone(),
         );
         let attribution = Gauge::default();
@@ -119,6 +126,12 @@ impl TelemetryMetrics {
             "Pod containers left out of the per-pod series in the last sample: past the cap of pod containers per node (docs/observability.md)",
             over_limit.clone(),
         );
+        let label_collisions = Gauge::default();
+        registry.register(
+            "dxdp_telemetry_pod_label_collisions",
+            "Pod labels left out of dxdp_pod_info in the last sample: their key gives the same label name as another allowed key of the pod (the first key in sorted order is kept)",
+            label_collisions.clone(),
+        );
         for r in [SampleResult::Ok, SampleResult::Error, SampleResult::Timeout] {
             drop(samples.get_or_create(&result(r.as_str())));
         }
@@ -129,7 +142,11 @@ impl TelemetryMetrics {
         }
         drop(hcs.get_or_create(&result("partial")));
         let view = Arc::new(RwLock::new(None));
-        registry.register_collector(Box::new(ViewCollector { view: view.clone() }));
+        let pod_info = Arc::new(RwLock::new(None));
+        registry.register_collector(Box::new(ViewCollector {
+            view: view.clone(),
+            pod_info: pod_info.clone(),
+        }));
         TelemetryMetrics {
             view,
             samples,
@@ -140,7 +157,21 @@ impl TelemetryMetrics {
             duration,
             over_limit,
             over_limit_logged: Arc::default(),
+            pod_info,
+            label_collisions,
+            label_collisions_logged: Arc::default(),
         }
+    }
+
+    /// Publishes the `dxdp_pod_info` series of known pods (`None`: off, no series) and how
+    /// many pod labels were left out for a name collision. Only the pods with per-pod series
+    /// in the published view (within the cap) get a series, so they count against the same cap.
+    pub fn publish_pod_info(&self, pods: Option<Vec<PodInfo>>, collisions: usize) {
+        self.label_collisions.set(collisions as i64);
+        if collisions > 0 {
+            self.label_collisions_logged.warn(|| format!("{collisions} pod labels allowed by telemetry.podLabels are left out of dxdp_pod_info: their key gives the same Prometheus label name as another key of the pod, which is kept (the first in sorted order); dxdp_telemetry_pod_label_collisions counts them (logged once)"));
+        }
+        *self.pod_info.write().unwrap_or_else(|p| p.into_inner()) = pods.map(Arc::new);
     }
 
     /// Publishes the figures of a sample (`None`: withdraws them).
@@ -343,6 +374,39 @@ impl Collector for ViewCollector {
                     .map(move |(engine, v)| (with(pod_labels(c), "engine", engine), *v))
             }),
         )?;
+        let info = self
+            .pod_info
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let shown: std::collections::BTreeSet<(&str, &str)> = view
+            .devices
+            .iter()
+            .flat_map(|d| d.holders.iter().map(|h| &h.pod))
+            .chain(view.containers.iter().map(|c| &c.pod))
+            .filter(|p| !p.pod.is_empty())
+            .map(|p| (p.namespace.as_str(), p.pod.as_str()))
+            .collect();
+        let mut metric = encoder.encode_descriptor(
+            "dxdp_pod_info",
+            "1 for every pod with per-pod series, with its UID (telemetry.podUid) and the pod labels telemetry.podLabels allows as label_<key> (opt-in; join on namespace and pod).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for p in info.iter().flat_map(|i| i.iter()) {
+            if !shown.contains(&(p.namespace.as_str(), p.pod.as_str())) {
+                continue;
+            }
+            let mut labels: Vec<(String, String)> = vec![
+                ("namespace".into(), clean(&p.namespace)),
+                ("pod".into(), clean(&p.pod)),
+            ];
+            if let Some(uid) = &p.uid {
+                labels.push(("uid".into(), clean(uid)));
+            }
+            labels.extend(p.labels.iter().map(|(k, v)| (k.clone(), clean(v))));
+            metric.encode_family(&labels)?.encode_gauge(&1_i64)?;
+        }
         Ok(())
     }
 }

@@ -99,9 +99,24 @@ pub struct State {
     containers_partial: bool,
     pods: HashMap<String, PodRef>,
     cri_retry: Retry,
+    /// The pods of the runtime's last `ListPodSandbox` answer (for `dxdp_pod_info`).
+    sandboxes: HashMap<(String, String), cri::PodSandboxInfo>,
+    sandbox_retry: Retry,
+    /// The `dxdp_pod_info` series of the last sample and the labels left out for a collision;
+    /// `None`: off.
+    pod_info: Option<(Vec<crate::observe::podinfo::PodInfo>, usize)>,
     stuck_host: Stuck,
     stuck_counters: Stuck,
     stuck_containers: Stuck,
+}
+
+impl State {
+    /// The `dxdp_pod_info` series of the last [`Sampler::step`] and the number of pod labels
+    /// left out for a name collision; `None` when off (`telemetry.podLabels` and
+    /// `telemetry.podUid` unset).
+    pub fn pod_info(&self) -> Option<(Vec<crate::observe::podinfo::PodInfo>, usize)> {
+        self.pod_info.clone()
+    }
 }
 
 /// When a source that failed may be asked again.
@@ -253,6 +268,9 @@ impl Sampler {
         }
         if let Some(endpoint) = &self.cri {
             self.refresh_pods(endpoint, &config, state).await;
+            if config.telemetry.pod_info() {
+                self.refresh_sandboxes(endpoint, &config, state).await;
+            }
         }
         let allocations = match &self.pod_resources {
             None => facts.pod_resources.clone(),
@@ -267,7 +285,9 @@ impl Sampler {
             .filter(|a| served.contains(&a.resource))
             .collect();
         // The pods the runtime named (empty without CRI) win over the recorded ones.
-        Ok(compute(&state.devices, &facts, &state.pods, &allocations))
+        let view = compute(&state.devices, &facts, &state.pods, &allocations);
+        state.pod_info = super::podinfo::pod_info(&view, &state.sandboxes, &config.telemetry);
+        Ok(view)
     }
 
     /// Whether the last [`Sampler::step`] may be judged by the isolation audit: each live
@@ -326,6 +346,34 @@ impl Sampler {
                     state.cri_retry.failures,
                     &e.to_string(),
                     "which pod each container is",
+                    delay,
+                );
+            }
+        }
+    }
+
+    /// Refreshes the pods' UIDs and labels for `dxdp_pod_info`. A failure keeps the last
+    /// answer (the pods' series stay, as the per-pod series do on the last `ListContainers`
+    /// answer), is counted with the other CRI calls and backs off the same way.
+    async fn refresh_sandboxes(&self, endpoint: &Endpoint, config: &Config, state: &mut State) {
+        if !state.sandbox_retry.due() {
+            return;
+        }
+        match cri::list_sandboxes(endpoint, CRI_TIMEOUT).await {
+            Ok(sandboxes) => {
+                if state.sandbox_retry.answered() {
+                    tracing::info!(%endpoint, "the container runtime's CRI ListPodSandbox answers again");
+                }
+                self.metrics.cri_call(true);
+                state.sandboxes = sandboxes;
+            }
+            Err(e) => {
+                self.metrics.cri_call(false);
+                let delay = state.sandbox_retry.failed(config.telemetry.interval);
+                outage(
+                    state.sandbox_retry.failures,
+                    &e.to_string(),
+                    "dxdp_pod_info (the pods' UIDs and labels)",
                     delay,
                 );
             }
@@ -519,6 +567,12 @@ pub async fn run_with(
                     sampler.metrics.sample(SampleResult::Ok, elapsed);
                     let view = Arc::new(view);
                     sampler.metrics.publish(Some(view.clone()));
+                    match state.pod_info() {
+                        Some((pods, collisions)) => {
+                            sampler.metrics.publish_pod_info(Some(pods), collisions)
+                        }
+                        None => sampler.metrics.publish_pod_info(None, 0),
+                    }
                     let current = sampler.sources_current(&state);
                     sampler.metrics.attribution_current(current);
                     if let Some(t) = &mut tracker {

@@ -104,7 +104,7 @@ Args: dict "config" $c "key" "a.b" "value" v "from" "the chart value". */}}
 
 {{/* dxdp's configuration file: the config value, plus the chart values that are configuration
 keys (replicas, logLevel, logFormat, metrics (address, web configuration, authorization), probes,
-nodeLabels, isolation), as YAML. */}}
+nodeLabels, isolation, telemetry.podLabels/podUid), as YAML. */}}
 {{- define "dxdp.configFile" -}}
 {{- $c := deepCopy (.Values.config | default dict) -}}
 {{- $v := .Values -}}
@@ -145,6 +145,13 @@ nodeLabels, isolation), as YAML. */}}
 {{- end }}
 {{- if not $v.isolation.events }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "isolation.events" "value" false "from" "isolation.events") }}
+{{- end }}
+{{- $podInfo := $v.telemetry | default dict }}
+{{- with $podInfo.podLabels }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "telemetry.podLabels" "value" . "from" "telemetry.podLabels") }}
+{{- end }}
+{{- if $podInfo.podUid }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "telemetry.podUid" "value" true "from" "telemetry.podUid") }}
 {{- end }}
 {{- toYaml $c }}
 {{- end }}
