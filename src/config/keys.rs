@@ -80,6 +80,10 @@ pub enum Key {
     HealthEnabled,
     /// `health.ignoreProblemCodes`.
     HealthIgnoreProblemCodes,
+    /// `health.signals`.
+    HealthSignals,
+    /// `health.ignore`.
+    HealthIgnore,
     /// `logLevel`.
     LogLevel,
     /// `logFormat`.
@@ -109,7 +113,7 @@ pub enum Key {
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 21] = [
+const NODE_WIDE: [Key; 23] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -118,6 +122,8 @@ const NODE_WIDE: [Key; 21] = [
     Key::RuntimeFilesAdditional,
     Key::HealthEnabled,
     Key::HealthIgnoreProblemCodes,
+    Key::HealthSignals,
+    Key::HealthIgnore,
     Key::LogLevel,
     Key::LogFormat,
     Key::NodeLabelsEnabled,
@@ -160,6 +166,8 @@ impl Key {
             Key::RuntimeFilesAdditional => "runtimeFiles.additional",
             Key::HealthEnabled => "health.enabled",
             Key::HealthIgnoreProblemCodes => "health.ignoreProblemCodes",
+            Key::HealthSignals => "health.signals",
+            Key::HealthIgnore => "health.ignore",
             Key::LogLevel => "logLevel",
             Key::LogFormat => "logFormat",
             Key::NodeLabelsEnabled => "nodeLabels.enabled",

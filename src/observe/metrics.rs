@@ -135,6 +135,8 @@ struct Inner {
     telemetry: super::telemetry::TelemetryMetrics,
     /// The GPU isolation audit (`observe::isolation`).
     isolation: super::isolation::IsolationMetrics,
+    /// Device health (`observe::device_health`).
+    device_health: super::device_health::HealthMetrics,
 }
 
 /// The metrics of one daemon. Clones share the same values.
@@ -248,6 +250,7 @@ impl Metrics {
         }
         let telemetry = super::telemetry::TelemetryMetrics::register(&mut registry);
         let isolation = super::isolation::IsolationMetrics::register(&mut registry);
+        let device_health = super::device_health::HealthMetrics::register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -265,6 +268,7 @@ impl Metrics {
                 device_names: Mutex::default(),
                 telemetry,
                 isolation,
+                device_health,
             }),
         }
     }
@@ -372,6 +376,11 @@ impl Metrics {
     /// The GPU isolation audit's metrics.
     pub fn isolation(&self) -> &super::isolation::IsolationMetrics {
         &self.inner.isolation
+    }
+
+    /// The device health metrics.
+    pub fn device_health(&self) -> &super::device_health::HealthMetrics {
+        &self.inner.device_health
     }
 
     /// Counts one reload of the host facts.

@@ -7,6 +7,7 @@
 //! is cheap to clone (shared state behind `Arc`s) and costs a few atomic updates per event
 //! when no server is listening.
 
+pub mod device_health;
 pub mod http;
 pub mod isolation;
 pub mod metrics;

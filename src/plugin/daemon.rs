@@ -132,6 +132,7 @@ pub async fn run(
             "serving"
         );
     }
+    inventory::log_health(None, &inventory);
     // The configuration in force: what passed validation.
     let (effective_tx, effective) = channel::channel(first.clone());
     let (inventory_tx, inventory_rx) = channel::channel(Arc::new(inventory));

@@ -20,6 +20,7 @@ use tokio::sync::{watch, Notify};
 use super::watch::{parent_dirs, Change, Check, DirEvent, Notice, Subscription};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
+use crate::observe::device_health::{DeviceHealth, UNMATCHED};
 use crate::observe::metrics::{DeviceCounts, Metrics};
 use crate::observe::Observe;
 use crate::util::bounded::Lane;
@@ -136,12 +137,100 @@ pub fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
         .collect()
 }
 
+/// The served name of a device's resource (the first of its names), or `none`.
+fn served_name(inventory: &Inventory, device: &dxdp_core::devices::Device) -> String {
+    let endpoints = inventory.config.endpoints();
+    device
+        .resource
+        .and_then(|r| endpoints.iter().find(|(e, _)| *e == r))
+        .map(|(_, n)| n.clone())
+        .unwrap_or_else(|| "none".into())
+}
+
+/// Every device's health for `dxdp_device_health`.
+pub fn device_health(inventory: &Inventory) -> Vec<DeviceHealth> {
+    inventory
+        .discovery
+        .devices
+        .iter()
+        .map(|d| DeviceHealth {
+            device: d.id.clone(),
+            resource: served_name(inventory, d),
+            reason: d.health.code.as_str().to_string(),
+        })
+        .collect()
+}
+
+/// The fault events of `inventory` not counted yet (by `seen`), counted into `metrics`; `seen`
+/// then holds the events still recorded (so that it stays as small as the host's record).
+pub fn count_faults(inventory: &Inventory, seen: &mut BTreeSet<(u64, String)>, metrics: &Metrics) {
+    let mut now_seen = BTreeSet::new();
+    for hit in &inventory.faults {
+        let key = (hit.event.time_ms, hit.event.detail.clone());
+        if !seen.contains(&key) && !now_seen.contains(&key) {
+            let kind = hit.event.signal.as_str();
+            if hit.devices.is_empty() {
+                metrics.device_health().fault(UNMATCHED, kind);
+            }
+            for d in &hit.devices {
+                metrics.device_health().fault(d, kind);
+            }
+        }
+        now_seen.insert(key);
+    }
+    *seen = now_seen;
+}
+
+/// Logs each device whose health differs between `old` and `new` (with `old` absent: every
+/// Unhealthy device, as at start), with the reason: a warning when a device becomes Unhealthy,
+/// an info line when it recovers or leaves.
+pub fn log_health(old: Option<&Inventory>, new: &Inventory) {
+    for d in &new.discovery.devices {
+        let before = old
+            .and_then(|o| o.discovery.device(&d.id))
+            .map(|o| &o.health);
+        if before == Some(&d.health) || (before.is_none() && old.is_none() && d.health.is_healthy())
+        {
+            continue;
+        }
+        let resource = served_name(new, d);
+        if d.health.is_healthy() {
+            tracing::info!(
+                device = %d.id,
+                resource = %resource,
+                reason = d.health.code.as_str(),
+                was = before.map(|b| b.code.as_str()).unwrap_or("new"),
+                "device is Healthy"
+            );
+        } else {
+            tracing::warn!(
+                device = %d.id,
+                description = %d.description,
+                resource = %resource,
+                reason = d.health.code.as_str(),
+                "device is Unhealthy: {}",
+                d.health.reason.as_deref().unwrap_or("no detail")
+            );
+        }
+    }
+    for o in old.iter().flat_map(|o| o.discovery.devices.iter()) {
+        if new.discovery.device(&o.id).is_none() {
+            tracing::info!(device = %o.id, description = %o.description, "device left the host");
+        }
+    }
+}
+
 /// Keeps the device gauges of `metrics` equal to the current inventory until the inventory's
-/// sender is gone.
+/// sender is gone: per-resource counts, every device's health reason, and the fault events.
 pub async fn follow_devices(mut inventory: InventoryRx, metrics: Metrics) {
+    let mut seen = BTreeSet::new();
     loop {
-        let counts = device_counts(&inventory.borrow_and_update());
-        metrics.set_devices(&counts);
+        {
+            let current = inventory.borrow_and_update().clone();
+            metrics.set_devices(&device_counts(&current));
+            metrics.device_health().set_current(device_health(&current));
+            count_faults(&current, &mut seen, &metrics);
+        }
         if inventory.changed().await.is_err() {
             return;
         }
@@ -199,6 +288,17 @@ pub async fn refresh(
                 None => std::future::pending().await,
             }
         };
+        // A fault-driven Unhealthy spell that ends: rebuild then (health is judged at a time).
+        let spell_end = tx.borrow().next_health_change_ms;
+        let spell = async move {
+            match spell_end {
+                Some(t) => {
+                    let wait = t.saturating_sub(crate::inventory::now_ms());
+                    tokio::time::sleep(Duration::from_millis(wait.saturating_add(1))).await
+                }
+                None => std::future::pending().await,
+            }
+        };
         let reload = if std::mem::take(&mut rebuild) {
             None
         } else {
@@ -222,6 +322,7 @@ pub async fn refresh(
                     Notice::Check(_) => Some(Read::Careful),
                 },
                 _ = grace => Some(Read::Careful),
+                _ = spell => None,
                 _ = woken.notified() => Some(Read::Careful),
                 _ = lane.unstuck(), if stalled => {
                     stalled = false;
@@ -277,6 +378,7 @@ pub async fn refresh(
         let current = facts.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let (inventory, notices) = build(&current, config.borrow_and_update().clone());
         log_new(notices, &mut logged);
+        let previous = tx.borrow().clone();
         let changed = tx.send_if_modified(|current| {
             if **current == inventory {
                 false
@@ -286,6 +388,8 @@ pub async fn refresh(
             }
         });
         if changed {
+            let current = tx.borrow().clone();
+            log_health(Some(&previous), &current);
             tracing::info!(
                 devices = tx.borrow().discovery.devices.len(),
                 "devices or configuration changed; re-advertising"

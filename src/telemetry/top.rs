@@ -89,6 +89,7 @@ pub fn view_from_metrics(text: &str) -> TelemetryView {
                 memory_total: Segments::default(),
                 processes: 0,
                 holders: Vec::new(),
+                health: String::new(),
             });
         }
     }
@@ -140,6 +141,7 @@ pub fn view_from_metrics(text: &str) -> TelemetryView {
                 segment(&mut d.memory_total, label(labels, "segment"), *value)
             }
             "dxdp_gpu_processes" => d.processes = *value as u64,
+            "dxdp_device_health" if *value == 1.0 => d.health = label(labels, "reason").into(),
             "dxdp_gpu_allocation" => d.holders.push(Holder {
                 pod: pod(),
                 resource: label(labels, "resource").into(),
@@ -308,6 +310,8 @@ pub fn text(view: &TelemetryView) -> String {
     if view.devices.is_empty() {
         return "No devices with telemetry.\n".into();
     }
+    // The health column only when a daemon told it (`dxdp_device_health`).
+    let with_health = view.devices.iter().any(|d| !d.health.is_empty());
     let mut rows = vec![vec![
         "DEVICE".to_string(),
         "MODEL".into(),
@@ -316,6 +320,9 @@ pub fn text(view: &TelemetryView) -> String {
         "PROCS".into(),
         "PODS".into(),
     ]];
+    if with_health {
+        rows[0].push("HEALTH".into());
+    }
     for d in &view.devices {
         let mut pods: Vec<String> = d.holders.iter().map(|h| pod_text(&h.pod)).collect();
         pods.dedup();
@@ -331,6 +338,12 @@ pub fn text(view: &TelemetryView) -> String {
                 pods.join(", ")
             },
         ]);
+        if with_health {
+            let health = if d.health.is_empty() { "-" } else { &d.health };
+            if let Some(row) = rows.last_mut() {
+                row.push(health.to_string());
+            }
+        }
     }
     let mut out = table(&rows);
     if !view.containers.is_empty() {
