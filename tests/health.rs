@@ -238,3 +238,135 @@ async fn the_daemon_logs_every_unhealthy_device_at_start_with_its_reason() {
         "{seen:?}"
     );
 }
+
+/// Issue 31 item 3 (KEP-4680): the second T4 (PCI 1C00) leaves the host while pod ml/train-0
+/// holds its second replica. The kubelet keeps seeing both of its replicas, Unhealthy, while
+/// PodResources shows the holder, and neither once the pod is gone; the other T4s stay Healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_device_that_left_the_host_stays_unhealthy_until_no_pod_holds_it() {
+    use dxdp::kubelet::podresources::{Endpoint, PodResourcesStandin};
+    use dxdp::kubelet::standin::KubeletStandin;
+    use dxdp_core::telemetry::PodAllocation;
+    use std::time::Duration;
+    const DISPLAY: &str = "directx.microsoft.com/display";
+    const WAIT: Duration = Duration::from_secs(10);
+    if !common::af_unix("a_held_device_that_left_the_host_stays_unhealthy_until_no_pod_holds_it") {
+        return;
+    }
+    let dir = common::socket_tempdir();
+    let snapshot = dir.path().join("host.yaml");
+    let mut facts = common::facts("nvidia-multi-gpu");
+    common::write_facts(&snapshot, &facts);
+    let pr_socket = dir.path().join("pod-resources.sock");
+    let holder = PodAllocation {
+        namespace: "ml".into(),
+        pod: "train-0".into(),
+        container: "main".into(),
+        resource: DISPLAY.into(),
+        device_ids: vec![format!("{}-r1", T4S[1])],
+    };
+    let pod_resources =
+        PodResourcesStandin::start(&Endpoint::Socket(pr_socket.clone()), vec![holder])
+            .await
+            .unwrap();
+    let kubelet = KubeletStandin::start(common::transport(), dir.path())
+        .await
+        .unwrap();
+    let mut config = Config::default().with_replicas(2);
+    config.telemetry.pod_resources_endpoint = Some(pr_socket.display().to_string());
+    let mut plugin_config = common::plugin_config(dir.path());
+    plugin_config.config = config.clone();
+    let observe = plugin_config.observe.clone();
+    let (_keep, updates) = tokio::sync::watch::channel(Arc::new(config));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(dxdp::plugin::run_with_updates(
+        plugin_config,
+        Arc::new(dxdp::backend::SnapshotFile::new(snapshot.clone())),
+        updates,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // health of every advertised ID, in the kubelet's view
+    let health = |v: &dxdp::kubelet::standin::StandinView| -> Vec<(String, String)> {
+        v.devices(DISPLAY)
+            .unwrap_or_default()
+            .iter()
+            .map(|d| (d.id.clone(), d.health.clone()))
+            .collect()
+    };
+    let expect = |removed: Option<&str>| -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for d in T4S {
+            if removed == Some("gone") && d == T4S[1] {
+                continue;
+            }
+            let h = if removed == Some("held") && d == T4S[1] {
+                "Unhealthy"
+            } else {
+                "Healthy"
+            };
+            out.push((d.to_string(), h.to_string()));
+            out.push((format!("{d}-r1"), h.to_string()));
+        }
+        out.sort();
+        out
+    };
+    let sorted = |mut v: Vec<(String, String)>| {
+        v.sort();
+        v
+    };
+    assert!(
+        kubelet
+            .wait_for(WAIT, |v| sorted(health(v)) == expect(None))
+            .await,
+        "{:#?}",
+        health(&kubelet.view())
+    );
+    // The 1C00 adapter leaves the host.
+    let at = facts
+        .adapters
+        .iter()
+        .position(|a| {
+            a.pnp
+                .as_ref()
+                .is_some_and(|p| p.location_paths.iter().any(|l| l.contains("PCI(1C00)")))
+        })
+        .unwrap();
+    facts.adapters.remove(at);
+    common::write_facts(&snapshot, &facts);
+    assert!(
+        kubelet
+            .wait_for(WAIT, |v| sorted(health(v)) == expect(Some("held")))
+            .await,
+        "{:#?}",
+        health(&kubelet.view())
+    );
+    let series = format!(
+        "dxdp_device_health{{device=\"{}\",resource=\"{DISPLAY}\",reason=\"removed\"}} 1",
+        T4S[1]
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !observe.metrics.encode().lines().any(|l| l == series) {
+        assert!(tokio::time::Instant::now() < deadline, "no {series}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The pod ends; the next rebuild (here: the snapshot written again) drops the device.
+    pod_resources.set(Vec::new());
+    common::write_facts(&snapshot, &facts);
+    assert!(
+        kubelet
+            .wait_for(WAIT, |v| sorted(health(v)) == expect(Some("gone")))
+            .await,
+        "{:#?}",
+        health(&kubelet.view())
+    );
+    let _ = stop.send(());
+    tokio::time::timeout(WAIT, daemon)
+        .await
+        .expect("plugin stops")
+        .unwrap()
+        .unwrap();
+    kubelet.stop().await;
+    pod_resources.stop().await;
+}

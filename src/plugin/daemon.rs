@@ -141,6 +141,7 @@ pub async fn run(
         let (source, facts, logged) = (source.clone(), facts.clone(), notices.clone());
         let (effective, tx, watch) = (effective.clone(), inventory_tx.clone(), watch.clone());
         let (observe, safety, limit) = (observe.clone(), config.safety_poll, config.read_limit);
+        let kubelet_dir = config.kubelet_dir.clone();
         tasks.spawn(TaskSpec::new("refresher", Role::Required, move || {
             let files = parent_dirs(&source.watched_files());
             inventory::refresh(
@@ -152,6 +153,7 @@ pub async fn run(
                 watch.subscribe(&files, safety),
                 observe.clone(),
                 limit,
+                kubelet_dir.clone(),
             )
         }));
     }

@@ -9,9 +9,9 @@
 //! every refresh. Every load has a time limit ([`crate::util::bounded`]): one that does not
 //! return keeps the last good inventory and fails `/healthz` until it returns.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use tokio::sync::{watch, Notify};
 use super::watch::{parent_dirs, Change, Check, DirEvent, Notice, Subscription};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
+use crate::kubelet::podresources::{self, Endpoint};
 use crate::observe::device_health::{DeviceHealth, UNMATCHED};
 use crate::observe::metrics::{DeviceCounts, Metrics};
 use crate::observe::Observe;
@@ -27,6 +28,8 @@ use crate::util::bounded::Lane;
 use dxdp_core::allocation;
 use dxdp_core::devices::HealthState;
 use dxdp_core::facts::HostFacts;
+use dxdp_core::health::Reason;
+use dxdp_core::telemetry::PodAllocation;
 
 pub use crate::inventory::{build, Inventory, InventoryRx};
 
@@ -237,6 +240,77 @@ pub async fn follow_devices(mut inventory: InventoryRx, metrics: Metrics) {
     }
 }
 
+/// How long the refresher waits for PodResources when a device left the host.
+const HOLDERS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Physical device ID to the pod holding it (`namespace/pod`), from PodResources' answer, for the
+/// devices of `previous`.
+pub fn holders(previous: &Inventory, allocations: &[PodAllocation]) -> BTreeMap<String, String> {
+    let endpoints = previous.config.endpoints();
+    let mut out = BTreeMap::new();
+    for a in allocations {
+        let Some((r, _)) = endpoints.iter().find(|(_, n)| *n == a.resource) else {
+            continue;
+        };
+        let replicas = previous.config.replicas(*r);
+        for id in &a.device_ids {
+            if let Some(d) = allocation::resolve(&previous.discovery, *r, replicas, id) {
+                out.entry(d.id.clone())
+                    .or_insert_with(|| format!("{}/{}", a.namespace, a.pod));
+            }
+        }
+    }
+    out
+}
+
+/// KEP-4680: keeps each device of `previous` that left the host in `inventory` as Unhealthy
+/// (`removed`) while PodResources shows a pod holding it. When PodResources does not answer,
+/// every such device is kept (and asked about again at the next rebuild): listing a device
+/// Unhealthy a little longer is harmless, dropping it makes the kubelet report it Healthy.
+async fn keep_held(
+    inventory: &mut Inventory,
+    previous: &Inventory,
+    kubelet_dir: &Path,
+    last_error: &mut Option<String>,
+) {
+    let health = &inventory.config.pipeline.health;
+    if !health.enabled || !health.policy.condition_counts(Reason::Removed) {
+        return;
+    }
+    let gone: Vec<String> = dxdp_core::health::departed(&inventory.discovery, &previous.discovery)
+        .into_iter()
+        .map(|d| d.id.clone())
+        .collect();
+    if gone.is_empty() {
+        return;
+    }
+    let endpoint = match &inventory.config.telemetry.pod_resources_endpoint {
+        Some(e) => Endpoint::parse(e),
+        None => Endpoint::default_for(kubelet_dir),
+    };
+    let held = match podresources::list(&endpoint, HOLDERS_TIMEOUT).await {
+        Ok(allocations) => {
+            if last_error.take().is_some() {
+                tracing::info!("PodResources answers again");
+            }
+            holders(previous, &allocations)
+        }
+        Err(e) => {
+            let e = e.to_string();
+            if last_error.as_deref() != Some(e.as_str()) {
+                tracing::warn!(
+                    "devices left the host, and PodResources cannot tell which pods hold them ({e}); they stay listed Unhealthy (removed) until it answers"
+                );
+                *last_error = Some(e);
+            }
+            gone.into_iter()
+                .map(|id| (id, "(unknown: PodResources did not answer)".to_string()))
+                .collect()
+        }
+    };
+    dxdp_core::health::keep_removed(&mut inventory.discovery, &previous.discovery, &held);
+}
+
 /// The name under which a host read that does not return is reported to `/healthz`.
 pub const STALL_NAME: &str = "host facts read";
 
@@ -256,8 +330,11 @@ pub async fn refresh(
     mut files_watch: Subscription,
     observe: Observe,
     read_limit: Duration,
+    kubelet_dir: PathBuf,
 ) {
     let metrics = observe.metrics.clone();
+    // Why PodResources did not answer last time (logged once per error).
+    let mut holders_error: Option<String> = None;
     let mut lane = Lane::new(
         format!("reading host facts from {}", source.describe()),
         read_limit,
@@ -376,9 +453,10 @@ pub async fn refresh(
             }
         }
         let current = facts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let (inventory, notices) = build(&current, config.borrow_and_update().clone());
+        let (mut inventory, notices) = build(&current, config.borrow_and_update().clone());
         log_new(notices, &mut logged);
         let previous = tx.borrow().clone();
+        keep_held(&mut inventory, &previous, &kubelet_dir, &mut holders_error).await;
         let changed = tx.send_if_modified(|current| {
             if **current == inventory {
                 false

@@ -441,6 +441,44 @@ pub fn apply_faults(
     applied
 }
 
+/// The devices of `previous` that are not in `discovery` (they left the host, or were kept as
+/// removed before).
+pub fn departed<'a>(discovery: &Discovery, previous: &'a Discovery) -> Vec<&'a Device> {
+    previous
+        .devices
+        .iter()
+        .filter(|d| discovery.device(&d.id).is_none())
+        .collect()
+}
+
+/// KEP-4680: the kubelet reports a device that leaves ListAndWatch as Healthy in the pod's
+/// `allocatedResourcesStatus`. So a device that left the host while a pod holds it is added back
+/// to `discovery` as Unhealthy (`removed`) for as long as `holders` (physical device ID to the
+/// pod holding it) names it; it leaves the list once no pod holds it. Returns the IDs kept.
+pub fn keep_removed(
+    discovery: &mut Discovery,
+    previous: &Discovery,
+    holders: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut kept = Vec::new();
+    let gone: Vec<Device> = departed(discovery, previous).into_iter().cloned().collect();
+    for mut d in gone {
+        let Some(pod) = holders.get(&d.id) else {
+            continue;
+        };
+        let since = match (&d.health.code, &d.health.reason) {
+            (Reason::Removed, Some(r)) => r.clone(),
+            _ => format!(
+                "the adapter left the host (DXCore no longer lists it, or its device node was removed) while pod {pod} holds it"
+            ),
+        };
+        d.health = Health::unhealthy(Reason::Removed, since);
+        kept.push(d.id.clone());
+        discovery.devices.push(d);
+    }
+    kept
+}
+
 /// A device that is Healthy or not, and why, as logs and tools show it.
 pub fn describe(health: &Health) -> String {
     match (&health.state, &health.reason) {
@@ -644,5 +682,35 @@ mod tests {
             matched_devices(&e, &d.devices),
             vec![d.devices[0].id.clone()]
         );
+    }
+
+    #[test]
+    fn a_device_that_left_stays_unhealthy_while_held_and_goes_once_free() {
+        let before = sample();
+        let mut after = sample();
+        let gone = after.devices.remove(1);
+        let mut holders = BTreeMap::new();
+        holders.insert(gone.id.clone(), "ml/train-0".to_string());
+        assert_eq!(departed(&after, &before).len(), 1);
+        let mut now = after.clone();
+        assert_eq!(
+            keep_removed(&mut now, &before, &holders),
+            vec![gone.id.clone()]
+        );
+        let kept = now.device(&gone.id).unwrap();
+        assert_eq!(kept.health.code, Reason::Removed);
+        assert_eq!(kept.health.state, HealthState::Unhealthy);
+        assert_eq!(
+            kept.health.reason.as_deref(),
+            Some("the adapter left the host (DXCore no longer lists it, or its device node was removed) while pod ml/train-0 holds it")
+        );
+        // The next rebuild (from the kept list) keeps it, with the same sentence.
+        let mut again = after.clone();
+        keep_removed(&mut again, &now, &holders);
+        assert_eq!(again.device(&gone.id).unwrap().health, kept.health);
+        // No holder: it leaves.
+        let mut free = after.clone();
+        assert!(keep_removed(&mut free, &again, &BTreeMap::new()).is_empty());
+        assert!(free.device(&gone.id).is_none());
     }
 }
