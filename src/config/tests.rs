@@ -57,6 +57,9 @@ runtimeFiles:
 health:
   enabled: true
   ignoreProblemCodes: [43]
+  signals:
+    tdr: {action: unhealthy_for, for: 15m, count: 3, window: 10m}
+  ignore: [live_kernel_event]
 logLevel: debug
 logFormat: json
 nodeLabels:
