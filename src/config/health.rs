@@ -229,16 +229,13 @@ impl JsonSchema for SignalsFile {
     }
 
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        let entry = generator.subschema_for::<SignalFile>();
-        let mut properties = serde_json::Map::new();
-        for r in Reason::ALL.into_iter().skip(1) {
-            properties.insert(r.as_str().to_string(), entry.clone().to_value());
-        }
+        let entry = generator.subschema_for::<SignalFile>().to_value();
+        let names: Vec<&str> = Reason::ALL.iter().skip(1).map(|r| r.as_str()).collect();
         schemars::json_schema!({
             "description": "per-signal actions (docs/health.md)",
             "type": "object",
-            "properties": properties,
-            "additionalProperties": false,
+            "propertyNames": {"enum": names},
+            "additionalProperties": entry,
         })
     }
 }

@@ -264,9 +264,9 @@ pub fn holders(previous: &Inventory, allocations: &[PodAllocation]) -> BTreeMap<
 }
 
 /// KEP-4680: keeps each device of `previous` that left the host in `inventory` as Unhealthy
-/// (`removed`) while PodResources shows a pod holding it. When PodResources does not answer,
-/// every such device is kept (and asked about again at the next rebuild): listing a device
-/// Unhealthy a little longer is harmless, dropping it makes the kubelet report it Healthy.
+/// (`removed`) while PodResources shows a pod holding it. When PodResources does not answer
+/// (no kubelet socket, a kubelet without the API), the devices leave the list as before, with
+/// a warning: keeping them until an answer that may never come would list a device forever.
 async fn keep_held(
     inventory: &mut Inventory,
     previous: &Inventory,
@@ -299,13 +299,12 @@ async fn keep_held(
             let e = e.to_string();
             if last_error.as_deref() != Some(e.as_str()) {
                 tracing::warn!(
-                    "devices left the host, and PodResources cannot tell which pods hold them ({e}); they stay listed Unhealthy (removed) until it answers"
+                    devices = ?gone,
+                    "devices left the host, and PodResources cannot tell which pods hold them ({e}); they leave the list, so a pod holding one sees it Healthy in allocatedResourcesStatus (docs/health.md)"
                 );
                 *last_error = Some(e);
             }
-            gone.into_iter()
-                .map(|id| (id, "(unknown: PodResources did not answer)".to_string()))
-                .collect()
+            BTreeMap::new()
         }
     };
     dxdp_core::health::keep_removed(&mut inventory.discovery, &previous.discovery, &held);

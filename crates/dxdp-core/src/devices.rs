@@ -187,7 +187,7 @@ pub struct Health {
     /// Why the device is unhealthy.
     pub reason: Option<String>,
     /// The reason's stable name (`healthy`, `problem_code`, `tdr`, ...; see [`crate::health`]).
-    pub code: crate::health::Reason,
+    pub code: crate::health::reason::Reason,
 }
 
 impl Health {
@@ -196,12 +196,12 @@ impl Health {
         Health {
             state: HealthState::Healthy,
             reason: None,
-            code: crate::health::Reason::Healthy,
+            code: crate::health::reason::Reason::Healthy,
         }
     }
 
     /// An unhealthy device: the signal that made it so and a sentence for the operator.
-    pub fn unhealthy(code: crate::health::Reason, reason: impl Into<String>) -> Self {
+    pub fn unhealthy(code: crate::health::reason::Reason, reason: impl Into<String>) -> Self {
         Health {
             state: HealthState::Unhealthy,
             reason: Some(reason.into()),
