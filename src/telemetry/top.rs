@@ -378,6 +378,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_health_reason_comes_from_the_daemon_and_gets_a_column() {
+        let text = "dxdp_gpu_info{device=\"a\",resource=\"r\",luid=\"1\",model=\"T4\"} 1\n\
+dxdp_gpu_info{device=\"b\",resource=\"r\",luid=\"2\",model=\"T4\"} 1\n\
+dxdp_device_health{device=\"a\",resource=\"r\",reason=\"tdr\"} 1\n\
+dxdp_device_health{device=\"b\",resource=\"r\",reason=\"healthy\"} 1\n";
+        let view = view_from_metrics(text);
+        let health: Vec<&str> = view.devices.iter().map(|d| d.health.as_str()).collect();
+        assert_eq!(health, ["tdr", "healthy"]);
+        let table = super::text(&view);
+        assert!(table.lines().next().unwrap().ends_with("HEALTH"), "{table}");
+        assert!(table.lines().nth(1).unwrap().ends_with("tdr"), "{table}");
+        // Without the daemon's gauge (a local sample): no column.
+        let view = view_from_metrics(&text.lines().take(2).collect::<Vec<_>>().join("\n"));
+        assert!(!super::text(&view).contains("HEALTH"));
+    }
+
+    #[test]
     fn labels_with_escapes_parse() {
         let (name, labels, value) =
             sample_line(r#"dxdp_gpu_info{device="a",model="x \"y\" \\ z",luid=""} 1"#).unwrap();
