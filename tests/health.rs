@@ -230,6 +230,14 @@ async fn the_daemon_logs_every_unhealthy_device_at_start_with_its_reason() {
     .await;
     common::terminate(&mut child, std::time::Duration::from_secs(20)).await;
     assert_eq!(found, Ok(true), "missing {want:?} in:\n{}", seen.join("\n"));
+    // The summary line counts them.
+    assert!(
+        seen.iter().any(|l| l.contains("serving")
+            && l.contains("resource=directx.microsoft.com/display")
+            && l.contains("devices=4")
+            && l.contains("unhealthy=2")),
+        "{seen:?}"
+    );
     // Healthy devices get no such line.
     assert!(
         !seen

@@ -127,6 +127,11 @@ pub async fn run(
         tracing::info!(
             resource = %name,
             devices = inventory.discovery.devices_for(r).count(),
+            unhealthy = inventory
+                .discovery
+                .devices_for(r)
+                .filter(|d| !d.health.is_healthy())
+                .count(),
             replicas = first.replicas(r),
             assignment = inventory.assignment.as_str(),
             "serving"
