@@ -40,6 +40,7 @@ fn host(gpus: usize) -> HostFacts {
         adapters: Vec::new(),
         registry: Vec::new(),
         files: sample.files.clone(),
+        faults: Vec::new(),
     };
     for i in 0..gpus {
         let mut a = a10.clone();

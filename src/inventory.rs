@@ -22,6 +22,10 @@ pub struct Inventory {
     pub assignment: Assignment,
     /// The host's operating system facts (what a new configuration is validated against).
     pub os: dxdp_core::facts::OsFacts,
+    /// The recorded fault events that are not ignored, with the devices each applies to.
+    pub faults: Vec<dxdp_core::health::Hit>,
+    /// When a device's fault-driven Unhealthy spell ends (ms since the epoch): rebuild then.
+    pub next_health_change_ms: Option<u64>,
 }
 
 /// Receives the current inventory and every change.
@@ -30,8 +34,32 @@ pub type InventoryRx = watch::Receiver<Arc<Inventory>>;
 /// Builds the inventory for `facts` under `config`, with the notices to show the operator (the
 /// pipeline's warnings, and what `auto` assignment fell back to).
 pub fn build(facts: &HostFacts, config: Arc<Config>) -> (Inventory, Vec<String>) {
-    let discovery = discover(facts, &config.pipeline);
+    build_at(facts, config, now_ms())
+}
+
+/// Milliseconds since the Unix epoch now (0 if the clock is before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// [`build`] at `now_ms` (milliseconds since the epoch): the time fault events are judged at.
+pub fn build_at(facts: &HostFacts, config: Arc<Config>, now_ms: u64) -> (Inventory, Vec<String>) {
+    let mut discovery = discover(facts, &config.pipeline);
     let mut notices: Vec<String> = discovery.warnings.iter().map(ToString::to_string).collect();
+    let applied = if config.pipeline.health.enabled {
+        dxdp_core::health::apply_recorded(
+            facts,
+            &mut discovery,
+            &config.pipeline.health.policy,
+            now_ms,
+        )
+    } else {
+        dxdp_core::health::Applied::default()
+    };
+    notices.extend(applied.errors);
     if !config.pipeline.health.enabled {
         notices.push(
             "health checks are off (health.enabled: false): every device is advertised Healthy, even one with a problem code or a driver update in progress".into(),
@@ -59,6 +87,8 @@ pub fn build(facts: &HostFacts, config: Arc<Config>) -> (Inventory, Vec<String>)
         assignment,
         discovery,
         config,
+        faults: applied.hits,
+        next_health_change_ms: applied.next_change_ms,
     };
     (inventory, notices)
 }

@@ -147,7 +147,7 @@ fn device_text(out: &mut String, index: usize, d: &Device) {
         .map(|r| r.default_resource_name().to_string())
         .unwrap_or_else(|| "none (fits neither resource; not advertised)".into());
     let health = match &d.health.reason {
-        Some(reason) => format!("{} ({reason})", d.health.state.as_str()),
+        Some(reason) => format!("{} ({}: {reason})", d.health.state.as_str(), d.health.code),
         None => d.health.state.as_str().to_string(),
     };
     let mut supports = Vec::new();

@@ -399,6 +399,7 @@ fn health_checks_can_ignore_problem_codes_or_be_switched_off() {
         health: HealthChecks {
             enabled: true,
             ignore_problem_codes: vec![43],
+            ..HealthChecks::default()
         },
         ..PipelineConfig::default()
     };
@@ -409,7 +410,7 @@ fn health_checks_can_ignore_problem_codes_or_be_switched_off() {
     let off = PipelineConfig {
         health: HealthChecks {
             enabled: false,
-            ignore_problem_codes: Vec::new(),
+            ..HealthChecks::default()
         },
         ..PipelineConfig::default()
     };

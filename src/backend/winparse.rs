@@ -1310,7 +1310,9 @@ mod tests {
                 status_error: s.status_error.clone(),
                 ..Default::default()
             };
-            let healthy = dxdp_core::pipeline::classify::health(&pnp, false, &[]).is_healthy();
+            let healthy =
+                dxdp_core::pipeline::classify::health(&pnp, false, &[], &Default::default())
+                    .is_healthy();
             let expected = cr == 0 && flags & 0x400 == 0;
             assert_eq!(healthy, expected, "{cr} {flags:#x} {problem}");
         }

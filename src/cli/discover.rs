@@ -33,7 +33,16 @@ pub fn run(
     source: &dyn HostFactsSource,
 ) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
-    let discovery = pipeline::discover(&facts, &config.pipeline);
+    let mut discovery = pipeline::discover(&facts, &config.pipeline);
+    if config.pipeline.health.enabled {
+        // Recorded fault events (a snapshot's `faults`) count as they would in the daemon now.
+        dxdp_core::health::apply_recorded(
+            &facts,
+            &mut discovery,
+            &config.pipeline.health.policy,
+            dxdp::inventory::now_ms(),
+        );
+    }
     let text = if args.output.is_document() {
         args.output.document(&render::discovery_doc(&discovery))?
     } else {

@@ -283,6 +283,10 @@ pub struct HealthFile {
     pub enabled: Option<bool>,
     /// Problem codes that do not make a device Unhealthy.
     pub ignore_problem_codes: Option<Vec<u32>>,
+    /// Per-signal actions (`health.signals.<name>`; see `config::health`).
+    pub signals: Option<super::health::SignalsFile>,
+    /// Signals ignored altogether.
+    pub ignore: Option<Vec<super::health::SignalName>>,
 }
 
 /// `runtimeFiles`.

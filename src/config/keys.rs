@@ -80,6 +80,10 @@ pub enum Key {
     HealthEnabled,
     /// `health.ignoreProblemCodes`.
     HealthIgnoreProblemCodes,
+    /// `health.signals`.
+    HealthSignals,
+    /// `health.ignore`.
+    HealthIgnore,
     /// `logLevel`.
     LogLevel,
     /// `logFormat`.
@@ -117,7 +121,7 @@ pub enum Key {
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 25] = [
+const NODE_WIDE: [Key; 27] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -126,6 +130,8 @@ const NODE_WIDE: [Key; 25] = [
     Key::RuntimeFilesAdditional,
     Key::HealthEnabled,
     Key::HealthIgnoreProblemCodes,
+    Key::HealthSignals,
+    Key::HealthIgnore,
     Key::LogLevel,
     Key::LogFormat,
     Key::NodeLabelsEnabled,
@@ -172,6 +178,8 @@ impl Key {
             Key::RuntimeFilesAdditional => "runtimeFiles.additional",
             Key::HealthEnabled => "health.enabled",
             Key::HealthIgnoreProblemCodes => "health.ignoreProblemCodes",
+            Key::HealthSignals => "health.signals",
+            Key::HealthIgnore => "health.ignore",
             Key::LogLevel => "logLevel",
             Key::LogFormat => "logFormat",
             Key::NodeLabelsEnabled => "nodeLabels.enabled",
@@ -209,7 +217,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 25);
+        assert_eq!(all.len(), 2 * 9 + 27);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

@@ -208,6 +208,14 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.pipeline.health.ignore_problem_codes = v.clone();
         c.set_origin(Key::HealthIgnoreProblemCodes, origin);
     }
+    if let Some(v) = &f.health.signals {
+        c.pipeline.health.policy.signals = v.0.clone();
+        c.set_origin(Key::HealthSignals, origin);
+    }
+    if let Some(v) = &f.health.ignore {
+        c.pipeline.health.policy.ignore = v.iter().map(|n| n.0).collect();
+        c.set_origin(Key::HealthIgnore, origin);
+    }
     let rt = &f.runtime_files;
     if let Some(v) = rt.enabled {
         c.pipeline.runtime_files = v;

@@ -10,6 +10,7 @@
 //! Reloading on file changes is the daemon's job (`plugin::reload`).
 
 pub mod file;
+pub mod health;
 pub mod keys;
 mod layers;
 mod show;

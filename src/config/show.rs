@@ -82,6 +82,8 @@ impl Config {
             Key::RuntimeFilesEnabled => json!(self.pipeline.runtime_files),
             Key::HealthEnabled => json!(self.pipeline.health.enabled),
             Key::HealthIgnoreProblemCodes => json!(self.pipeline.health.ignore_problem_codes),
+            Key::HealthSignals => super::health::show_signals(&self.pipeline.health.policy),
+            Key::HealthIgnore => super::health::show_ignore(&self.pipeline.health.policy),
             Key::RuntimeFilesExclude => json!(self.pipeline.runtime_exclude),
             Key::RuntimeFilesAdditional => Value::Array(
                 self.pipeline

@@ -57,6 +57,9 @@ runtimeFiles:
 health:
   enabled: true
   ignoreProblemCodes: [43]
+  signals:
+    tdr: {action: unhealthy_for, for: 15m, count: 3, window: 10m}
+  ignore: [live_kernel_event]
 logLevel: debug
 logFormat: json
 nodeLabels:
@@ -1401,4 +1404,78 @@ fn pod_labels_and_pod_uid_are_read_from_the_file_and_a_bad_pattern_is_refused() 
         .unwrap_err()
         .to_string();
     assert!(err.contains("empty.yaml") && err.contains(".*"), "{err}");
+}
+
+#[test]
+fn health_signals_and_ignore_reach_the_policy_and_wrong_ones_are_refused_by_file_and_key() {
+    use dxdp_core::health::{Action, Reason, SignalPolicy};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        "health:\n  signals:\n    tdr: {action: unhealthy_for, for: 15m, count: 3, window: 10m}\n    driver_update: {action: event_only}\n  ignore: [live_kernel_event]\n",
+    );
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    let p = &c.pipeline.health.policy;
+    assert_eq!(
+        p.of(Reason::Tdr),
+        SignalPolicy {
+            action: Action::UnhealthyFor(Duration::from_secs(900)),
+            count: 3,
+            window: Duration::from_secs(600)
+        }
+    );
+    assert_eq!(p.of(Reason::DriverUpdate).action, Action::EventOnly);
+    assert_eq!(p.of(Reason::LiveKernelEvent).action, Action::Ignore);
+    assert_eq!(
+        p.of(Reason::ProblemCode).action,
+        Action::UnhealthyUntilCleared
+    );
+    assert_eq!(
+        c.origin("health.signals"),
+        format!("file {}", file.display())
+    );
+    let json = c.show_json();
+    assert_eq!(
+        json["health.signals"]["value"]["tdr"],
+        serde_json::json!({"action": "unhealthy_for", "for": "15m", "count": 3, "window": "10m"})
+    );
+    assert_eq!(
+        json["health.ignore"]["value"],
+        serde_json::json!(["live_kernel_event"])
+    );
+    for (name, text, want) in [
+        (
+            "unknown.yaml",
+            "health:\n  signals:\n    xid: {action: ignore}\n",
+            "unknown health signal \"xid\"",
+        ),
+        (
+            "unknown-ignore.yaml",
+            "health:\n  ignore: [healthy]\n",
+            "unknown health signal \"healthy\"",
+        ),
+        (
+            "no-for.yaml",
+            "health:\n  signals:\n    tdr: {action: unhealthy_for}\n",
+            "health.signals.tdr: action unhealthy_for needs `for`",
+        ),
+        (
+            "condition.yaml",
+            "health:\n  signals:\n    problem_code: {action: unhealthy_for, for: 5m}\n",
+            "health.signals.problem_code: problem_code is a condition",
+        ),
+    ] {
+        let bad = write(&dir, name, text);
+        let e = inputs(Some(bad.clone()), &[], Flags::default())
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{name}: {e}");
+        assert!(e.contains(&bad.display().to_string()), "{name}: {e}");
+        assert!(e.contains("health"), "{name} names the key: {e}");
+    }
 }

@@ -137,6 +137,8 @@ struct Inner {
     isolation: super::isolation::IsolationMetrics,
     /// Who may read `/metrics` (`observe::access`).
     access: super::access::AccessMetrics,
+    /// Device health (`observe::device_health`).
+    device_health: super::device_health::HealthMetrics,
 }
 
 /// The metrics of one daemon. Clones share the same values.
@@ -251,6 +253,7 @@ impl Metrics {
         let telemetry = super::telemetry::TelemetryMetrics::register(&mut registry);
         let isolation = super::isolation::IsolationMetrics::register(&mut registry);
         let access = super::access::AccessMetrics::register(&mut registry);
+        let device_health = super::device_health::HealthMetrics::register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -269,6 +272,7 @@ impl Metrics {
                 telemetry,
                 isolation,
                 access,
+                device_health,
             }),
         }
     }
@@ -381,6 +385,11 @@ impl Metrics {
     /// The GPU isolation audit's metrics.
     pub fn isolation(&self) -> &super::isolation::IsolationMetrics {
         &self.inner.isolation
+    }
+
+    /// The device health metrics.
+    pub fn device_health(&self) -> &super::device_health::HealthMetrics {
+        &self.inner.device_health
     }
 
     /// Counts one reload of the host facts.

@@ -9,6 +9,7 @@
 
 pub mod access;
 pub mod cardinality;
+pub mod device_health;
 pub mod http;
 pub mod isolation;
 pub mod metrics;

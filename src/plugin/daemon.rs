@@ -132,11 +132,17 @@ pub async fn run(
         tracing::info!(
             resource = %name,
             devices = inventory.discovery.devices_for(r).count(),
+            unhealthy = inventory
+                .discovery
+                .devices_for(r)
+                .filter(|d| !d.health.is_healthy())
+                .count(),
             replicas = first.replicas(r),
             assignment = inventory.assignment.as_str(),
             "serving"
         );
     }
+    inventory::log_health(None, &inventory);
     // The configuration in force: what passed validation.
     let (effective_tx, effective) = channel::channel(first.clone());
     let (inventory_tx, inventory_rx) = channel::channel(Arc::new(inventory));
@@ -145,6 +151,7 @@ pub async fn run(
         let (source, facts, logged) = (source.clone(), facts.clone(), notices.clone());
         let (effective, tx, watch) = (effective.clone(), inventory_tx.clone(), watch.clone());
         let (observe, safety, limit) = (observe.clone(), config.safety_poll, config.read_limit);
+        let kubelet_dir = config.kubelet_dir.clone();
         tasks.spawn(TaskSpec::new("refresher", Role::Required, move || {
             let files = parent_dirs(&source.watched_files());
             inventory::refresh(
@@ -156,6 +163,7 @@ pub async fn run(
                 watch.subscribe(&files, safety),
                 observe.clone(),
                 limit,
+                kubelet_dir.clone(),
             )
         }));
     }

@@ -9,9 +9,9 @@
 //! every refresh. Every load has a time limit ([`crate::util::bounded`]): one that does not
 //! return keeps the last good inventory and fails `/healthz` until it returns.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,12 +20,16 @@ use tokio::sync::{watch, Notify};
 use super::watch::{parent_dirs, Change, Check, DirEvent, Notice, Subscription};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
+use crate::kubelet::podresources::{self, Endpoint};
+use crate::observe::device_health::{DeviceHealth, UNMATCHED};
 use crate::observe::metrics::{DeviceCounts, Metrics};
 use crate::observe::Observe;
 use crate::util::bounded::Lane;
 use dxdp_core::allocation;
 use dxdp_core::devices::HealthState;
 use dxdp_core::facts::HostFacts;
+use dxdp_core::health::Reason;
+use dxdp_core::telemetry::PodAllocation;
 
 pub use crate::inventory::{build, Inventory, InventoryRx};
 
@@ -136,16 +140,174 @@ pub fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
         .collect()
 }
 
+/// The served name of a device's resource (the first of its names), or `none`.
+fn served_name(inventory: &Inventory, device: &dxdp_core::devices::Device) -> String {
+    let endpoints = inventory.config.endpoints();
+    device
+        .resource
+        .and_then(|r| endpoints.iter().find(|(e, _)| *e == r))
+        .map(|(_, n)| n.clone())
+        .unwrap_or_else(|| "none".into())
+}
+
+/// Every device's health for `dxdp_device_health`.
+pub fn device_health(inventory: &Inventory) -> Vec<DeviceHealth> {
+    inventory
+        .discovery
+        .devices
+        .iter()
+        .map(|d| DeviceHealth {
+            device: d.id.clone(),
+            resource: served_name(inventory, d),
+            reason: d.health.code.as_str().to_string(),
+        })
+        .collect()
+}
+
+/// The fault events of `inventory` not counted yet (by `seen`), counted into `metrics`; `seen`
+/// then holds the events still recorded (so that it stays as small as the host's record).
+pub fn count_faults(inventory: &Inventory, seen: &mut BTreeSet<(u64, String)>, metrics: &Metrics) {
+    let mut now_seen = BTreeSet::new();
+    for hit in &inventory.faults {
+        let key = (hit.event.time_ms, hit.event.detail.clone());
+        if !seen.contains(&key) && !now_seen.contains(&key) {
+            let kind = hit.event.signal.as_str();
+            if hit.devices.is_empty() {
+                metrics.device_health().fault(UNMATCHED, kind);
+            }
+            for d in &hit.devices {
+                metrics.device_health().fault(d, kind);
+            }
+        }
+        now_seen.insert(key);
+    }
+    *seen = now_seen;
+}
+
+/// Logs each device whose health differs between `old` and `new` (with `old` absent: every
+/// Unhealthy device, as at start), with the reason: a warning when a device becomes Unhealthy,
+/// an info line when it recovers or leaves.
+pub fn log_health(old: Option<&Inventory>, new: &Inventory) {
+    for d in &new.discovery.devices {
+        let before = old
+            .and_then(|o| o.discovery.device(&d.id))
+            .map(|o| &o.health);
+        if before == Some(&d.health) || (before.is_none() && old.is_none() && d.health.is_healthy())
+        {
+            continue;
+        }
+        let resource = served_name(new, d);
+        if d.health.is_healthy() {
+            tracing::info!(
+                device = %d.id,
+                resource = %resource,
+                reason = d.health.code.as_str(),
+                was = before.map(|b| b.code.as_str()).unwrap_or("new"),
+                "device is Healthy"
+            );
+        } else {
+            tracing::warn!(
+                device = %d.id,
+                description = %d.description,
+                resource = %resource,
+                reason = d.health.code.as_str(),
+                "device is Unhealthy: {}",
+                d.health.reason.as_deref().unwrap_or("no detail")
+            );
+        }
+    }
+    for o in old.iter().flat_map(|o| o.discovery.devices.iter()) {
+        if new.discovery.device(&o.id).is_none() {
+            tracing::info!(device = %o.id, description = %o.description, "device left the host");
+        }
+    }
+}
+
 /// Keeps the device gauges of `metrics` equal to the current inventory until the inventory's
-/// sender is gone.
+/// sender is gone: per-resource counts, every device's health reason, and the fault events.
 pub async fn follow_devices(mut inventory: InventoryRx, metrics: Metrics) {
+    let mut seen = BTreeSet::new();
     loop {
-        let counts = device_counts(&inventory.borrow_and_update());
-        metrics.set_devices(&counts);
+        {
+            let current = inventory.borrow_and_update().clone();
+            metrics.set_devices(&device_counts(&current));
+            metrics.device_health().set_current(device_health(&current));
+            count_faults(&current, &mut seen, &metrics);
+        }
         if inventory.changed().await.is_err() {
             return;
         }
     }
+}
+
+/// How long the refresher waits for PodResources when a device left the host.
+const HOLDERS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Physical device ID to the pod holding it (`namespace/pod`), from PodResources' answer, for the
+/// devices of `previous`.
+pub fn holders(previous: &Inventory, allocations: &[PodAllocation]) -> BTreeMap<String, String> {
+    let endpoints = previous.config.endpoints();
+    let mut out = BTreeMap::new();
+    for a in allocations {
+        let Some((r, _)) = endpoints.iter().find(|(_, n)| *n == a.resource) else {
+            continue;
+        };
+        let replicas = previous.config.replicas(*r);
+        for id in &a.device_ids {
+            if let Some(d) = allocation::resolve(&previous.discovery, *r, replicas, id) {
+                out.entry(d.id.clone())
+                    .or_insert_with(|| format!("{}/{}", a.namespace, a.pod));
+            }
+        }
+    }
+    out
+}
+
+/// KEP-4680: keeps each device of `previous` that left the host in `inventory` as Unhealthy
+/// (`removed`) while PodResources shows a pod holding it. When PodResources does not answer
+/// (no kubelet socket, a kubelet without the API), the devices leave the list as before, with
+/// a warning: keeping them until an answer that may never come would list a device forever.
+async fn keep_held(
+    inventory: &mut Inventory,
+    previous: &Inventory,
+    kubelet_dir: &Path,
+    last_error: &mut Option<String>,
+) {
+    let health = &inventory.config.pipeline.health;
+    if !health.enabled || !health.policy.condition_counts(Reason::Removed) {
+        return;
+    }
+    let gone: Vec<String> = dxdp_core::health::departed(&inventory.discovery, &previous.discovery)
+        .into_iter()
+        .map(|d| d.id.clone())
+        .collect();
+    if gone.is_empty() {
+        return;
+    }
+    let endpoint = match &inventory.config.telemetry.pod_resources_endpoint {
+        Some(e) => Endpoint::parse(e),
+        None => Endpoint::default_for(kubelet_dir),
+    };
+    let held = match podresources::list(&endpoint, HOLDERS_TIMEOUT).await {
+        Ok(allocations) => {
+            if last_error.take().is_some() {
+                tracing::info!("PodResources answers again");
+            }
+            holders(previous, &allocations)
+        }
+        Err(e) => {
+            let e = e.to_string();
+            if last_error.as_deref() != Some(e.as_str()) {
+                tracing::warn!(
+                    devices = ?gone,
+                    "devices left the host, and PodResources cannot tell which pods hold them ({e}); they leave the list, so a pod holding one sees it Healthy in allocatedResourcesStatus (docs/health.md)"
+                );
+                *last_error = Some(e);
+            }
+            BTreeMap::new()
+        }
+    };
+    dxdp_core::health::keep_removed(&mut inventory.discovery, &previous.discovery, &held);
 }
 
 /// The name under which a host read that does not return is reported to `/healthz`.
@@ -167,8 +329,11 @@ pub async fn refresh(
     mut files_watch: Subscription,
     observe: Observe,
     read_limit: Duration,
+    kubelet_dir: PathBuf,
 ) {
     let metrics = observe.metrics.clone();
+    // Why PodResources did not answer last time (logged once per error).
+    let mut holders_error: Option<String> = None;
     let mut lane = Lane::new(
         format!("reading host facts from {}", source.describe()),
         read_limit,
@@ -199,6 +364,17 @@ pub async fn refresh(
                 None => std::future::pending().await,
             }
         };
+        // A fault-driven Unhealthy spell that ends: rebuild then (health is judged at a time).
+        let spell_end = tx.borrow().next_health_change_ms;
+        let spell = async move {
+            match spell_end {
+                Some(t) => {
+                    let wait = t.saturating_sub(crate::inventory::now_ms());
+                    tokio::time::sleep(Duration::from_millis(wait.saturating_add(1))).await
+                }
+                None => std::future::pending().await,
+            }
+        };
         let reload = if std::mem::take(&mut rebuild) {
             None
         } else {
@@ -222,6 +398,7 @@ pub async fn refresh(
                     Notice::Check(_) => Some(Read::Careful),
                 },
                 _ = grace => Some(Read::Careful),
+                _ = spell => None,
                 _ = woken.notified() => Some(Read::Careful),
                 _ = lane.unstuck(), if stalled => {
                     stalled = false;
@@ -275,8 +452,10 @@ pub async fn refresh(
             }
         }
         let current = facts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let (inventory, notices) = build(&current, config.borrow_and_update().clone());
+        let (mut inventory, notices) = build(&current, config.borrow_and_update().clone());
         log_new(notices, &mut logged);
+        let previous = tx.borrow().clone();
+        keep_held(&mut inventory, &previous, &kubelet_dir, &mut holders_error).await;
         let changed = tx.send_if_modified(|current| {
             if **current == inventory {
                 false
@@ -286,6 +465,8 @@ pub async fn refresh(
             }
         });
         if changed {
+            let current = tx.borrow().clone();
+            log_health(Some(&previous), &current);
             tracing::info!(
                 devices = tx.borrow().discovery.devices.len(),
                 "devices or configuration changed; re-advertising"

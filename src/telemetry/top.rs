@@ -89,6 +89,7 @@ pub fn view_from_metrics(text: &str) -> TelemetryView {
                 memory_total: Segments::default(),
                 processes: 0,
                 holders: Vec::new(),
+                health: String::new(),
             });
         }
     }
@@ -140,6 +141,7 @@ pub fn view_from_metrics(text: &str) -> TelemetryView {
                 segment(&mut d.memory_total, label(labels, "segment"), *value)
             }
             "dxdp_gpu_processes" => d.processes = *value as u64,
+            "dxdp_device_health" if *value == 1.0 => d.health = label(labels, "reason").into(),
             "dxdp_gpu_allocation" => d.holders.push(Holder {
                 pod: pod(),
                 resource: label(labels, "resource").into(),
@@ -286,6 +288,8 @@ pub fn text(view: &TelemetryView) -> String {
     if view.devices.is_empty() {
         return "No devices with telemetry.\n".into();
     }
+    // The health column only when a daemon told it (`dxdp_device_health`).
+    let with_health = view.devices.iter().any(|d| !d.health.is_empty());
     let mut rows = vec![vec![
         "DEVICE".to_string(),
         "MODEL".into(),
@@ -294,6 +298,9 @@ pub fn text(view: &TelemetryView) -> String {
         "PROCS".into(),
         "PODS".into(),
     ]];
+    if with_health {
+        rows[0].push("HEALTH".into());
+    }
     for d in &view.devices {
         let mut pods: Vec<String> = d.holders.iter().map(|h| pod_text(&h.pod)).collect();
         pods.dedup();
@@ -309,6 +316,12 @@ pub fn text(view: &TelemetryView) -> String {
                 pods.join(", ")
             },
         ]);
+        if with_health {
+            let health = if d.health.is_empty() { "-" } else { &d.health };
+            if let Some(row) = rows.last_mut() {
+                row.push(health.to_string());
+            }
+        }
     }
     let mut out = table(&rows);
     if !view.containers.is_empty() {
@@ -341,6 +354,23 @@ pub fn text(view: &TelemetryView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_health_reason_comes_from_the_daemon_and_gets_a_column() {
+        let text = "dxdp_gpu_info{device=\"a\",resource=\"r\",luid=\"1\",model=\"T4\"} 1\n\
+dxdp_gpu_info{device=\"b\",resource=\"r\",luid=\"2\",model=\"T4\"} 1\n\
+dxdp_device_health{device=\"a\",resource=\"r\",reason=\"tdr\"} 1\n\
+dxdp_device_health{device=\"b\",resource=\"r\",reason=\"healthy\"} 1\n";
+        let view = view_from_metrics(text);
+        let health: Vec<&str> = view.devices.iter().map(|d| d.health.as_str()).collect();
+        assert_eq!(health, ["tdr", "healthy"]);
+        let table = super::text(&view);
+        assert!(table.lines().next().unwrap().ends_with("HEALTH"), "{table}");
+        assert!(table.lines().nth(1).unwrap().ends_with("tdr"), "{table}");
+        // Without the daemon's gauge (a local sample): no column.
+        let view = view_from_metrics(&text.lines().take(2).collect::<Vec<_>>().join("\n"));
+        assert!(!super::text(&view).contains("HEALTH"));
+    }
 
     #[test]
     fn labels_with_escapes_parse() {

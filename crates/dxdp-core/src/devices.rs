@@ -186,6 +186,8 @@ pub struct Health {
     pub state: HealthState,
     /// Why the device is unhealthy.
     pub reason: Option<String>,
+    /// The reason's stable name (`healthy`, `problem_code`, `tdr`, ...; see [`crate::health`]).
+    pub code: crate::health::reason::Reason,
 }
 
 impl Health {
@@ -194,14 +196,16 @@ impl Health {
         Health {
             state: HealthState::Healthy,
             reason: None,
+            code: crate::health::reason::Reason::Healthy,
         }
     }
 
-    /// An unhealthy device with a reason.
-    pub fn unhealthy(reason: impl Into<String>) -> Self {
+    /// An unhealthy device: the signal that made it so and a sentence for the operator.
+    pub fn unhealthy(code: crate::health::reason::Reason, reason: impl Into<String>) -> Self {
         Health {
             state: HealthState::Unhealthy,
             reason: Some(reason.into()),
+            code,
         }
     }
 

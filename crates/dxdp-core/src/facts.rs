@@ -23,6 +23,18 @@ pub struct HostFacts {
     /// Absolute host paths of files that exist (runtime-file sources, tools).
     #[serde(default)]
     pub files: Vec<String>,
+    /// Recent fault events from the Windows event log, as `EvtRender` returned them (see
+    /// [`crate::health::eventlog`]); the newest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<RecordedEvent>,
+}
+
+/// One event-log record, as Windows reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecordedEvent {
+    /// The event rendered as XML (`EvtRender` with `EvtRenderEventXml`).
+    pub xml: String,
 }
 
 /// The default `%SystemRoot%` of a Windows host.

@@ -11,6 +11,7 @@
 //! - [`sample`]: the built-in sample host.
 //! - [`pipeline`]: pure rules turning facts into devices.
 //! - [`devices`]: the devices, their health and runtime files.
+//! - [`health`]: why a device is Unhealthy, the fault-signal catalogue and policy, fault events.
 //! - [`assignment`]: how containers are given devices, and what the host's HCS allows.
 //! - [`policy`]: per-resource allocation settings (spread or pack, multi-device requests, hints).
 //! - [`preferred`]: the preferred allocation (`GetPreferredAllocation`).
@@ -26,6 +27,7 @@ pub mod allocation;
 pub mod assignment;
 pub mod devices;
 pub mod facts;
+pub mod health;
 pub mod hints;
 pub mod labels;
 pub mod luid;

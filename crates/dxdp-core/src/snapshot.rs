@@ -36,6 +36,8 @@ struct Document {
     registry: Vec<RegistryKey>,
     #[serde(default)]
     files: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    faults: Vec<crate::facts::RecordedEvent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     telemetry: Option<TelemetryFacts>,
 }
@@ -140,6 +142,7 @@ pub fn parse_full(
         adapters: doc.adapters,
         registry: doc.registry,
         files: doc.files,
+        faults: doc.faults,
     };
     Ok((facts, doc.telemetry))
 }
@@ -270,6 +273,7 @@ pub fn write_full(
             .unwrap_or_default(),
         registry: facts.registry.clone(),
         files: facts.files.clone(),
+        faults: facts.faults.clone(),
         telemetry: telemetry.cloned(),
     };
     match format {

@@ -179,6 +179,7 @@ fn collect() -> Result<(HostFacts, dxcore::Session, Vec<String>, Vec<AdapterMatc
         adapters,
         registry: Vec::new(),
         files: Vec::new(),
+        faults: Vec::new(),
     };
     // The pipeline's own matching, to know which device node (driver key) is whose.
     let (attached, matches) = dxdp_core::pipeline::matching::attach(&facts);

@@ -2,6 +2,7 @@
 
 use crate::devices::{Health, Resource};
 use crate::facts::{AdapterFacts, AdapterProperty, Attribute, PnpFacts};
+use crate::health::{HealthPolicy, Reason};
 
 /// Whether an adapter is treated as hardware, and why when DXCore did not say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,28 +76,42 @@ pub fn vendor_name(vendor_id: u32) -> String {
 /// Health from the device node's status and the driver-update state. A status that could not be
 /// read is unhealthy; the problem code counts only with `DN_HAS_PROBLEM` (or, in snapshots
 /// without status flags, when it is not 0).
-pub fn health(pnp: &PnpFacts, driver_update_in_progress: bool, ignore_codes: &[u32]) -> Health {
+pub fn health(
+    pnp: &PnpFacts,
+    driver_update_in_progress: bool,
+    ignore_codes: &[u32],
+    policy: &HealthPolicy,
+) -> Health {
     if let Some(error) = &pnp.status_error {
-        return Health::unhealthy(format!(
-            "the device node status cannot be read ({error}), so the device is not trusted"
-        ));
+        if policy.condition_counts(Reason::StatusUnreadable) {
+            return Health::unhealthy(
+                Reason::StatusUnreadable,
+                format!(
+                    "the device node status cannot be read ({error}), so the device is not trusted"
+                ),
+            );
+        }
     }
     let has_problem = pnp.has_problem();
     let ignored = pnp.problem_code != 0 && ignore_codes.contains(&pnp.problem_code);
-    if has_problem && !ignored {
+    if has_problem && !ignored && policy.condition_counts(Reason::ProblemCode) {
         let code = pnp.problem_code;
         if code == 0 {
             return Health::unhealthy(
+                Reason::ProblemCode,
                 "device node reports a problem (DN_HAS_PROBLEM) without a problem code",
             );
         }
         let meaning = problem_meaning(code)
             .map(|m| format!(": {m}"))
             .unwrap_or_default();
-        return Health::unhealthy(format!("device node has problem code {code}{meaning}"));
+        return Health::unhealthy(
+            Reason::ProblemCode,
+            format!("device node has problem code {code}{meaning}"),
+        );
     }
-    if driver_update_in_progress {
-        return Health::unhealthy("driver update in progress");
+    if driver_update_in_progress && policy.condition_counts(Reason::DriverUpdate) {
+        return Health::unhealthy(Reason::DriverUpdate, "driver update in progress");
     }
     Health::healthy()
 }
@@ -215,7 +230,7 @@ mod tests {
                 status_error: error.map(str::to_string),
                 ..PnpFacts::default()
             };
-            let h = health(&pnp, *updating, &[]);
+            let h = health(&pnp, *updating, &[], &HealthPolicy::default());
             assert_eq!(h.state, *state, "{code} {flags:?} {error:?}");
             match reason {
                 Some(r) => assert!(h.reason.as_deref().unwrap_or("").contains(r), "{h:?}"),
@@ -306,7 +321,7 @@ mod tests {
                 problem_code: code,
                 ..PnpFacts::default()
             };
-            let h = health(&pnp, updating, &[]);
+            let h = health(&pnp, updating, &[], &HealthPolicy::default());
             assert_eq!(h.state, state, "{code} {updating}");
             match reason {
                 Some(r) => assert!(h.reason.as_deref().unwrap_or("").contains(r), "{h:?}"),
@@ -343,7 +358,7 @@ mod tests {
                 ..PnpFacts::default()
             };
             assert_eq!(
-                health(&pnp, updating, ignore).is_healthy(),
+                health(&pnp, updating, ignore, &HealthPolicy::default()).is_healthy(),
                 healthy,
                 "{code} {error:?} {updating} {ignore:?}"
             );

@@ -50,6 +50,8 @@ pub struct HealthChecks {
     pub enabled: bool,
     /// Problem codes that do not make a device Unhealthy.
     pub ignore_problem_codes: Vec<u32>,
+    /// Per-signal actions and ignored signals (`health.signals`, `health.ignore`).
+    pub policy: crate::health::HealthPolicy,
 }
 
 impl Default for HealthChecks {
@@ -57,6 +59,7 @@ impl Default for HealthChecks {
         HealthChecks {
             enabled: true,
             ignore_problem_codes: Vec::new(),
+            policy: crate::health::HealthPolicy::default(),
         }
     }
 }
@@ -277,6 +280,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
                     pnp,
                     adapter.driver_update_in_progress,
                     &config.health.ignore_problem_codes,
+                    &config.health.policy,
                 )
             } else {
                 crate::devices::Health::healthy()
@@ -693,6 +697,7 @@ mod tests {
                 r"{}\nvcuda.dll",
                 winpath::expand_system_root(store, root)
             )],
+            faults: Vec::new(),
         }
     }
 
@@ -894,6 +899,7 @@ mod properties {
                     }],
                 }],
                 files: Vec::new(),
+                faults: Vec::new(),
             };
             let d = discover(&facts, &PipelineConfig::default());
             for (_, file) in d.devices[0].runtime_files.iter() {

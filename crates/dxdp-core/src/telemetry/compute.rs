@@ -89,6 +89,10 @@ pub struct DeviceTelemetry {
     pub processes: u64,
     /// The pod containers the kubelet assigned the device to (one per replica held).
     pub holders: Vec<Holder>,
+    /// The device's health reason (`healthy`, `tdr`, ...; see `health::Reason`), when known
+    /// (from a daemon's `dxdp_device_health`); empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub health: String,
 }
 
 /// A pod container holding a device.
@@ -389,6 +393,7 @@ pub fn compute(
             },
             processes: device_processes[d],
             holders: h,
+            health: String::new(),
         });
     }
     for (&(o, d), &processes) in &container_processes {

@@ -505,6 +505,7 @@ mod tests {
             memory_total: Segments::default(),
             processes: 0,
             holders: Vec::new(),
+            health: String::new(),
         }
     }
 

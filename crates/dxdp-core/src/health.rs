@@ -1,0 +1,655 @@
+//! Device health: why a device is Healthy or Unhealthy (the [`Reason`]), the catalogue of fault
+//! signals with their default actions, the operator's policy over them, and the fault events
+//! (display-driver resets and their Windows Error Reporting reports) applied to devices.
+//!
+//! Pure: the event-log subscription and the clock live in the daemon; the events arrive here as
+//! the XML `EvtRender` returns ([`eventlog`]) and the time as milliseconds since the Unix epoch.
+
+pub mod eventlog;
+pub mod reason;
+
+pub use reason::Reason;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::devices::{Device, Discovery, Health, HealthState};
+use crate::facts::HostFacts;
+
+/// What a signal does to the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Unhealthy for this long after the signal (event signals only).
+    UnhealthyFor(Duration),
+    /// Unhealthy until the condition clears (condition signals) or the daemon restarts (event
+    /// signals: the way NVIDIA's plugin treats an XID).
+    UnhealthyUntilCleared,
+    /// Logged, counted and reported to the pods holding the device; health unchanged.
+    EventOnly,
+    /// Not even counted.
+    Ignore,
+}
+
+impl Action {
+    /// The configuration's name for the action.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::UnhealthyFor(_) => "unhealthy_for",
+            Action::UnhealthyUntilCleared => "unhealthy_until_cleared",
+            Action::EventOnly => "event_only",
+            Action::Ignore => "ignore",
+        }
+    }
+}
+
+/// A signal's action and how many occurrences within a window trigger it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalPolicy {
+    /// What the signal does once triggered.
+    pub action: Action,
+    /// Occurrences within `window` that trigger the action (1: every occurrence).
+    pub count: u32,
+    /// The window `count` is counted in.
+    pub window: Duration,
+}
+
+impl SignalPolicy {
+    /// Every occurrence triggers `action`.
+    pub const fn every(action: Action) -> Self {
+        SignalPolicy {
+            action,
+            count: 1,
+            window: Duration::ZERO,
+        }
+    }
+}
+
+/// One row of the catalogue (docs/health.md shows the same table).
+#[derive(Debug, Clone, Copy)]
+pub struct CatalogueEntry {
+    /// The signal.
+    pub signal: Reason,
+    /// Where Windows reports it.
+    pub source: &'static str,
+    /// Its action when the operator says nothing.
+    pub default: SignalPolicy,
+    /// Why that default.
+    pub why: &'static str,
+}
+
+/// Every signal, its source and its default action.
+pub const CATALOGUE: [CatalogueEntry; 6] = [
+    CatalogueEntry {
+        signal: Reason::ProblemCode,
+        source: "device node problem code (CM_Get_DevNode_Status)",
+        default: SignalPolicy::every(Action::UnhealthyUntilCleared),
+        why: "a device with a problem code does not work (Code 43: the driver reported a failure); it recovers when the code clears",
+    },
+    CatalogueEntry {
+        signal: Reason::StatusUnreadable,
+        source: "CM_Get_DevNode_Status fails",
+        default: SignalPolicy::every(Action::UnhealthyUntilCleared),
+        why: "a device whose state cannot be read is not trusted",
+    },
+    CatalogueEntry {
+        signal: Reason::DriverUpdate,
+        source: "DXCore DriverUpdateInProgress",
+        default: SignalPolicy::every(Action::UnhealthyUntilCleared),
+        why: "the driver is being replaced; containers started now fail",
+    },
+    CatalogueEntry {
+        signal: Reason::Removed,
+        source: "DXCore adapter no longer valid / device node removed, while a pod holds it",
+        default: SignalPolicy::every(Action::UnhealthyUntilCleared),
+        why: "the pod's device is gone; the kubelet reports it in allocatedResourcesStatus only while the plugin lists it Unhealthy",
+    },
+    CatalogueEntry {
+        signal: Reason::Tdr,
+        source: "System log, provider Display, event 4101",
+        default: SignalPolicy {
+            action: Action::UnhealthyFor(Duration::from_secs(10 * 60)),
+            count: 3,
+            window: Duration::from_secs(10 * 60),
+        },
+        why: "one reset the driver recovered from is usually the workload's own long GPU job (like NVIDIA's application XIDs); repeated resets mean a sick GPU or driver",
+    },
+    CatalogueEntry {
+        signal: Reason::LiveKernelEvent,
+        source: "Application log, provider Windows Error Reporting, event 1001, LiveKernelEvent 117/141",
+        default: SignalPolicy::every(Action::EventOnly),
+        why: "Windows' report of a display timeout that event 4101 already counts; it names no adapter",
+    },
+];
+
+/// The catalogue row of a signal.
+pub fn catalogue_entry(signal: Reason) -> Option<&'static CatalogueEntry> {
+    CATALOGUE.iter().find(|e| e.signal == signal)
+}
+
+/// The operator's policy: per-signal overrides (`health.signals`) and ignored signals
+/// (`health.ignore`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HealthPolicy {
+    /// Overrides by signal.
+    pub signals: BTreeMap<Reason, SignalPolicy>,
+    /// Signals ignored altogether.
+    pub ignore: BTreeSet<Reason>,
+}
+
+impl HealthPolicy {
+    /// The policy in force for `signal`.
+    pub fn of(&self, signal: Reason) -> SignalPolicy {
+        if self.ignore.contains(&signal) {
+            return SignalPolicy::every(Action::Ignore);
+        }
+        if let Some(p) = self.signals.get(&signal) {
+            return *p;
+        }
+        catalogue_entry(signal)
+            .map(|e| e.default)
+            .unwrap_or(SignalPolicy::every(Action::EventOnly))
+    }
+
+    /// Whether a condition signal makes a device Unhealthy.
+    pub fn condition_counts(&self, signal: Reason) -> bool {
+        matches!(
+            self.of(signal).action,
+            Action::UnhealthyUntilCleared | Action::UnhealthyFor(_)
+        )
+    }
+}
+
+/// What a fault event names, to find its device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FaultTarget {
+    /// A display driver by its service name (`nvlddmkm`): every device of that driver.
+    Driver(String),
+    /// Nothing that names a device.
+    Unknown,
+}
+
+/// A fault event, as the pure core sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultEvent {
+    /// When Windows logged it, in milliseconds since the Unix epoch.
+    pub time_ms: u64,
+    /// The signal.
+    pub signal: Reason,
+    /// What it names.
+    pub target: FaultTarget,
+    /// A short description for logs and Events (`display driver nvlddmkm was reset`).
+    pub detail: String,
+}
+
+/// The PCI vendor a display driver's kernel service belongs to (the service name is what event
+/// 4101 names). Only the inbox and vendor drivers seen on GPU nodes are known.
+pub fn driver_vendor(service: &str) -> Option<u32> {
+    let s = service.to_ascii_lowercase();
+    match s.as_str() {
+        "nvlddmkm" => Some(crate::vendor::NVIDIA),
+        "amdkmdag" | "amdkmdap" | "amdwddmg" | "atikmdag" | "atikmpag" => Some(0x1002),
+        "igfx" | "igfxn" | "igdkmd64" | "igdkmdn64" | "igdkmdnd64" | "igdkmd32" => Some(0x8086),
+        _ => None,
+    }
+}
+
+/// The devices an event applies to: a driver's service names its vendor, and every device of
+/// that vendor is hit (the event cannot tell two adapters of one driver apart). When nothing can
+/// be matched and the host has exactly one device, it is that one; otherwise the event is
+/// unmatched (an empty list): counted, logged, and applied to no device.
+pub fn matched_devices(event: &FaultEvent, devices: &[Device]) -> Vec<String> {
+    if let FaultTarget::Driver(service) = &event.target {
+        if let Some(vendor) = driver_vendor(service) {
+            let hit: Vec<String> = devices
+                .iter()
+                .filter(|d| d.vendor_id == vendor)
+                .map(|d| d.id.clone())
+                .collect();
+            if !hit.is_empty() {
+                return hit;
+            }
+        }
+    }
+    if devices.len() == 1 {
+        return vec![devices[0].id.clone()];
+    }
+    Vec::new()
+}
+
+/// When an event signal makes a device Unhealthy: from `since` until `until` (milliseconds
+/// since the epoch; `None`: until the daemon restarts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spell {
+    /// When the device became Unhealthy.
+    pub since_ms: u64,
+    /// When it becomes Healthy again.
+    pub until_ms: Option<u64>,
+}
+
+/// The spell of Unhealthy that `times` (one signal's events on one device, any order) cause
+/// under `policy` that is still running at `now_ms`, if any. An occurrence triggers the action
+/// when at least `count` occurrences fall within `window` ending at it; spells that overlap or
+/// touch are one spell.
+pub fn spell(times: &[u64], policy: SignalPolicy, now_ms: u64) -> Option<Spell> {
+    let length = match policy.action {
+        Action::UnhealthyFor(d) => Some(d.as_millis() as u64),
+        Action::UnhealthyUntilCleared => None,
+        Action::EventOnly | Action::Ignore => return None,
+    };
+    let mut sorted: Vec<u64> = times.iter().copied().filter(|t| *t <= now_ms).collect();
+    sorted.sort_unstable();
+    let count = policy.count.max(1) as usize;
+    let window = policy.window.as_millis() as u64;
+    let mut current: Option<Spell> = None;
+    for (i, &t) in sorted.iter().enumerate() {
+        if i + 1 < count {
+            continue;
+        }
+        let first = sorted[i + 1 - count];
+        if count > 1 && t - first > window {
+            continue;
+        }
+        let until = length.map(|l| t.saturating_add(l));
+        current = match current {
+            Some(s) if s.until_ms.is_none_or(|u| t <= u) => Some(Spell {
+                since_ms: s.since_ms,
+                until_ms: until,
+            }),
+            _ => Some(Spell {
+                since_ms: t,
+                until_ms: until,
+            }),
+        };
+    }
+    current.filter(|s| s.until_ms.is_none_or(|u| now_ms < u))
+}
+
+/// A fault event and the devices it applies to (none: unmatched).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    /// The event.
+    pub event: FaultEvent,
+    /// IDs of the devices it applies to; empty when it matched none.
+    pub devices: Vec<String>,
+}
+
+/// What applying fault events to a discovery did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Every event that is not ignored, with its devices.
+    pub hits: Vec<Hit>,
+    /// The earliest time a running spell ends (when to look again).
+    pub next_change_ms: Option<u64>,
+    /// Records that could not be read, one sentence each.
+    pub errors: Vec<String>,
+}
+
+/// The most event-log records judged (the newest): a flood costs bounded time per rebuild. At
+/// 1,000 events a second that is the last 4 s, in which any `count` up to 4,096 is reached.
+pub const MAX_JUDGED_FAULTS: usize = 4096;
+
+/// The fault events among the host's recorded event-log records, and a sentence for each record
+/// that cannot be read.
+pub fn recorded_faults(facts: &HostFacts) -> (Vec<FaultEvent>, Vec<String>) {
+    let mut events = Vec::new();
+    let mut errors = Vec::new();
+    let skip = facts.faults.len().saturating_sub(MAX_JUDGED_FAULTS);
+    if skip > 0 {
+        errors.push(format!(
+            "more than {MAX_JUDGED_FAULTS} event-log records are recorded: only the newest {MAX_JUDGED_FAULTS} are judged"
+        ));
+    }
+    for (i, r) in facts.faults.iter().enumerate().skip(skip) {
+        match eventlog::fault_from_xml(&r.xml) {
+            Ok(Some(e)) => events.push(e),
+            Ok(None) => {}
+            Err(e) => errors.push(format!("event-log record faults[{i}] is not read: {e}")),
+        }
+    }
+    (events, errors)
+}
+
+/// [`apply_faults`] over the host's recorded events ([`recorded_faults`]).
+pub fn apply_recorded(
+    facts: &HostFacts,
+    discovery: &mut Discovery,
+    policy: &HealthPolicy,
+    now_ms: u64,
+) -> Applied {
+    let (events, errors) = recorded_faults(facts);
+    let mut applied = apply_faults(discovery, &events, policy, now_ms);
+    applied.errors = errors;
+    applied
+}
+
+/// Applies `events` to the devices of `discovery` at `now_ms` under `policy`: a device that is
+/// Healthy by its conditions becomes Unhealthy with the event's reason while a spell runs. A
+/// device already Unhealthy keeps its condition's reason (the condition is what must be fixed).
+/// Events after `now_ms` are not counted yet.
+pub fn apply_faults(
+    discovery: &mut Discovery,
+    events: &[FaultEvent],
+    policy: &HealthPolicy,
+    now_ms: u64,
+) -> Applied {
+    let mut applied = Applied::default();
+    let mut times: BTreeMap<(String, Reason), (Vec<u64>, String)> = BTreeMap::new();
+    for e in events {
+        if policy.of(e.signal).action == Action::Ignore || e.time_ms > now_ms {
+            continue;
+        }
+        let hit = matched_devices(e, &discovery.devices);
+        for id in &hit {
+            let slot = times.entry((id.clone(), e.signal)).or_default();
+            slot.0.push(e.time_ms);
+            slot.1 = e.detail.clone();
+        }
+        applied.hits.push(Hit {
+            event: e.clone(),
+            devices: hit,
+        });
+    }
+    for ((id, signal), (ts, detail)) in &times {
+        let Some(s) = spell(ts, policy.of(*signal), now_ms) else {
+            continue;
+        };
+        if let Some(u) = s.until_ms {
+            applied.next_change_ms = Some(applied.next_change_ms.map_or(u, |n| n.min(u)));
+        }
+        if let Some(d) = discovery.devices.iter_mut().find(|d| &d.id == id) {
+            if d.health.is_healthy() {
+                let until = match s.until_ms {
+                    Some(u) => format!("until {}", eventlog::format_time(u)),
+                    None => "until dxdp restarts".into(),
+                };
+                d.health = Health::unhealthy(
+                    *signal,
+                    format!(
+                        "{detail}; {} such event(s), Unhealthy since {} {until}",
+                        ts.len(),
+                        eventlog::format_time(s.since_ms),
+                    ),
+                );
+            }
+        }
+    }
+    applied
+}
+
+/// The devices of `previous` that are not in `discovery` (they left the host, or were kept as
+/// removed before).
+pub fn departed<'a>(discovery: &Discovery, previous: &'a Discovery) -> Vec<&'a Device> {
+    previous
+        .devices
+        .iter()
+        .filter(|d| discovery.device(&d.id).is_none())
+        .collect()
+}
+
+/// KEP-4680: the kubelet reports a device that leaves ListAndWatch as Healthy in the pod's
+/// `allocatedResourcesStatus`. So a device that left the host while a pod holds it is added back
+/// to `discovery` as Unhealthy (`removed`) for as long as `holders` (physical device ID to the
+/// pod holding it) names it; it leaves the list once no pod holds it. Returns the IDs kept.
+pub fn keep_removed(
+    discovery: &mut Discovery,
+    previous: &Discovery,
+    holders: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut kept = Vec::new();
+    let gone: Vec<Device> = departed(discovery, previous).into_iter().cloned().collect();
+    for mut d in gone {
+        let Some(pod) = holders.get(&d.id) else {
+            continue;
+        };
+        let since = match (&d.health.code, &d.health.reason) {
+            (Reason::Removed, Some(r)) => r.clone(),
+            _ => format!(
+                "the adapter left the host (DXCore no longer lists it, or its device node was removed) while pod {pod} holds it"
+            ),
+        };
+        d.health = Health::unhealthy(Reason::Removed, since);
+        kept.push(d.id.clone());
+        discovery.devices.push(d);
+    }
+    kept
+}
+
+/// A device that is Healthy or not, and why, as logs and tools show it.
+pub fn describe(health: &Health) -> String {
+    match (&health.state, &health.reason) {
+        (HealthState::Healthy, _) => "Healthy".into(),
+        (HealthState::Unhealthy, Some(r)) => format!("Unhealthy ({}: {r})", health.code),
+        (HealthState::Unhealthy, None) => format!("Unhealthy ({})", health.code),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: u64 = 60_000;
+
+    #[test]
+    fn names_are_stable_and_signals_exclude_healthy() {
+        let names: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "healthy",
+                "problem_code",
+                "status_unreadable",
+                "driver_update",
+                "removed",
+                "tdr",
+                "live_kernel_event"
+            ]
+        );
+        assert_eq!(Reason::signal_named("tdr"), Some(Reason::Tdr));
+        assert_eq!(Reason::signal_named("healthy"), None);
+        assert_eq!(Reason::signal_named("xid"), None);
+        assert_eq!(
+            serde_json::to_string(&Reason::LiveKernelEvent).unwrap(),
+            "\"live_kernel_event\""
+        );
+        for r in Reason::ALL.into_iter().skip(1) {
+            assert!(catalogue_entry(r).is_some(), "{r} has no catalogue row");
+        }
+    }
+
+    #[test]
+    fn three_tdrs_within_ten_minutes_make_fifteen_unhealthy_minutes() {
+        let p = SignalPolicy {
+            action: Action::UnhealthyFor(Duration::from_secs(15 * 60)),
+            count: 3,
+            window: Duration::from_secs(10 * 60),
+        };
+        // Events at 0, 4 and 9 minutes: the third is within 10 minutes of the first.
+        let t = [0, 4 * M, 9 * M];
+        assert_eq!(spell(&t, p, 8 * M), None, "two events are not enough");
+        assert_eq!(
+            spell(&t, p, 9 * M),
+            Some(Spell {
+                since_ms: 9 * M,
+                until_ms: Some(24 * M)
+            })
+        );
+        assert_eq!(
+            spell(&t, p, 24 * M - 1).map(|s| s.until_ms),
+            Some(Some(24 * M))
+        );
+        assert_eq!(spell(&t, p, 24 * M), None, "healthy again after 15 minutes");
+        // Three events spread over 11 minutes never trigger.
+        assert_eq!(spell(&[0, 6 * M, 11 * M], p, 11 * M), None);
+        // A fourth event at 20 minutes (within 10 minutes of 11? no: of 9 and 4? 4,9,20 spans 16)
+        // does not extend; one at 12 (4, 9, 12 within 10) extends the spell to 27.
+        assert_eq!(
+            spell(&[0, 4 * M, 9 * M, 12 * M], p, 25 * M),
+            Some(Spell {
+                since_ms: 9 * M,
+                until_ms: Some(27 * M)
+            })
+        );
+    }
+
+    #[test]
+    fn until_cleared_event_only_and_ignore() {
+        let until = SignalPolicy::every(Action::UnhealthyUntilCleared);
+        assert_eq!(
+            spell(&[5 * M], until, 1000 * M),
+            Some(Spell {
+                since_ms: 5 * M,
+                until_ms: None
+            })
+        );
+        assert_eq!(spell(&[5 * M], until, 4 * M), None, "not yet happened");
+        assert_eq!(
+            spell(&[5 * M], SignalPolicy::every(Action::EventOnly), 6 * M),
+            None
+        );
+        assert_eq!(
+            spell(&[5 * M], SignalPolicy::every(Action::Ignore), 6 * M),
+            None
+        );
+    }
+
+    #[test]
+    fn policy_overrides_and_ignores() {
+        let mut p = HealthPolicy::default();
+        assert_eq!(p.of(Reason::Tdr).count, 3);
+        assert_eq!(p.of(Reason::LiveKernelEvent).action, Action::EventOnly);
+        p.signals.insert(
+            Reason::Tdr,
+            SignalPolicy::every(Action::UnhealthyUntilCleared),
+        );
+        assert_eq!(p.of(Reason::Tdr).action, Action::UnhealthyUntilCleared);
+        p.ignore.insert(Reason::Tdr);
+        assert_eq!(p.of(Reason::Tdr).action, Action::Ignore);
+        assert!(p.condition_counts(Reason::DriverUpdate));
+        p.ignore.insert(Reason::DriverUpdate);
+        assert!(!p.condition_counts(Reason::DriverUpdate));
+    }
+
+    #[test]
+    fn drivers_name_their_vendor() {
+        assert_eq!(driver_vendor("nvlddmkm"), Some(0x10DE));
+        assert_eq!(driver_vendor("NVLDDMKM"), Some(0x10DE));
+        assert_eq!(driver_vendor("amdkmdag"), Some(0x1002));
+        assert_eq!(driver_vendor("igdkmdn64"), Some(0x8086));
+        assert_eq!(driver_vendor("BasicDisplay"), None);
+    }
+
+    fn sample() -> Discovery {
+        let facts = crate::sample::sample_host().unwrap();
+        crate::pipeline::discover(&facts, &crate::pipeline::PipelineConfig::default())
+    }
+
+    fn tdr(time_ms: u64, driver: &str) -> FaultEvent {
+        FaultEvent {
+            time_ms,
+            signal: Reason::Tdr,
+            target: FaultTarget::Driver(driver.into()),
+            detail: format!("display driver {driver} was reset"),
+        }
+    }
+
+    #[test]
+    fn repeated_resets_of_the_nvidia_driver_make_every_nvidia_device_unhealthy_for_a_while() {
+        let mut d = sample();
+        // The sample host: two A10s and an A100, all NVIDIA.
+        let ids: Vec<String> = d.devices.iter().map(|d| d.id.clone()).collect();
+        assert_eq!(ids.len(), 3, "{ids:?}");
+        assert!(d.devices.iter().all(|d| d.vendor_id == 0x10DE));
+        let t0 = 1_795_642_812_512;
+        let events = [
+            tdr(t0, "nvlddmkm"),
+            tdr(t0 + 4 * M, "nvlddmkm"),
+            tdr(t0 + 9 * M, "nvlddmkm"),
+            tdr(t0 + 9 * M, "ContosoKmd"),
+        ];
+        let policy = HealthPolicy::default();
+        // Two resets: counted, still healthy (default: 3 within 10 minutes).
+        let a = apply_faults(&mut d, &events, &policy, t0 + 5 * M);
+        assert_eq!(a.hits.len(), 2, "the later events have not happened yet");
+        assert!(d.devices.iter().all(|d| d.health.is_healthy()));
+        assert_eq!(a.next_change_ms, None);
+        // The third: Unhealthy for 10 minutes from it, i.e. until t0 + 19 minutes.
+        let mut d = sample();
+        let a = apply_faults(&mut d, &events, &policy, t0 + 9 * M);
+        assert_eq!(a.hits.len(), 4);
+        assert_eq!(a.hits[0].devices, ids);
+        assert_eq!(
+            a.hits[3].devices,
+            Vec::<String>::new(),
+            "ContosoKmd is unmatched"
+        );
+        assert_eq!(a.next_change_ms, Some(t0 + 19 * M));
+        for dev in &d.devices {
+            assert_eq!(dev.health.code, Reason::Tdr);
+            assert_eq!(
+                dev.health.reason.as_deref(),
+                Some("display driver nvlddmkm was reset; 3 such event(s), Unhealthy since 2026-11-25T21:49:12Z until 2026-11-25T21:59:12Z")
+            );
+        }
+        let mut d = sample();
+        apply_faults(&mut d, &events, &policy, t0 + 19 * M);
+        assert!(d.devices.iter().all(|d| d.health.is_healthy()));
+        // Ignored: not even a hit.
+        let mut ignoring = HealthPolicy::default();
+        ignoring.ignore.insert(Reason::Tdr);
+        let mut d = sample();
+        let a = apply_faults(&mut d, &events, &ignoring, t0 + 9 * M);
+        assert!(a.hits.is_empty());
+        assert!(d.devices.iter().all(|d| d.health.is_healthy()));
+    }
+
+    #[test]
+    fn an_event_naming_nothing_hits_the_only_device_or_none() {
+        let mut d = sample();
+        let e = FaultEvent {
+            time_ms: 10,
+            signal: Reason::LiveKernelEvent,
+            target: FaultTarget::Unknown,
+            detail: String::new(),
+        };
+        assert!(matched_devices(&e, &d.devices).is_empty());
+        d.devices.truncate(1);
+        assert_eq!(
+            matched_devices(&e, &d.devices),
+            vec![d.devices[0].id.clone()]
+        );
+    }
+
+    #[test]
+    fn a_device_that_left_stays_unhealthy_while_held_and_goes_once_free() {
+        let before = sample();
+        let mut after = sample();
+        let gone = after.devices.remove(1);
+        let mut holders = BTreeMap::new();
+        holders.insert(gone.id.clone(), "ml/train-0".to_string());
+        assert_eq!(departed(&after, &before).len(), 1);
+        let mut now = after.clone();
+        assert_eq!(
+            keep_removed(&mut now, &before, &holders),
+            vec![gone.id.clone()]
+        );
+        let kept = now.device(&gone.id).unwrap();
+        assert_eq!(kept.health.code, Reason::Removed);
+        assert_eq!(kept.health.state, HealthState::Unhealthy);
+        assert_eq!(
+            kept.health.reason.as_deref(),
+            Some("the adapter left the host (DXCore no longer lists it, or its device node was removed) while pod ml/train-0 holds it")
+        );
+        // The next rebuild (from the kept list) keeps it, with the same sentence.
+        let mut again = after.clone();
+        keep_removed(&mut again, &now, &holders);
+        assert_eq!(again.device(&gone.id).unwrap().health, kept.health);
+        // No holder: it leaves.
+        let mut free = after.clone();
+        assert!(keep_removed(&mut free, &again, &BTreeMap::new()).is_empty());
+        assert!(free.device(&gone.id).is_none());
+    }
+}

@@ -1,0 +1,345 @@
+//! `health.signals` and `health.ignore`: the operator's policy over the fault signals of
+//! [`dxdp_core::health::CATALOGUE`] (per signal: an action, how long, how many within a window).
+//!
+//! Every check happens while the file is read, so a wrong name or value is refused with the
+//! file, line and key (`health.signals.xid: unknown signal ...`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use dxdp_core::health::{Action, HealthPolicy, Reason, SignalPolicy};
+use dxdp_core::quote::quote;
+
+/// The names of every signal, comma-separated (for messages).
+fn known() -> String {
+    Reason::ALL
+        .iter()
+        .skip(1)
+        .map(|r| r.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A signal's name (`tdr`, `problem_code`, ...), checked against the catalogue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
+pub struct SignalName(pub Reason);
+
+impl TryFrom<String> for SignalName {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Reason::signal_named(&s).map(SignalName).ok_or_else(|| {
+            format!(
+                "unknown health signal {}: the signals are {} (docs/health.md)",
+                quote(&s),
+                known()
+            )
+        })
+    }
+}
+
+impl JsonSchema for SignalName {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "HealthSignal".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = Reason::ALL.iter().skip(1).map(|r| r.as_str()).collect();
+        schemars::json_schema!({
+            "description": "a health signal (docs/health.md)",
+            "type": "string",
+            "enum": names,
+        })
+    }
+}
+
+/// A duration of a health policy: `90s`, `15m`, `2h` or a number of seconds, from 1 s to 7 days.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "DurationText")]
+pub struct HealthDuration(pub Duration);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DurationText {
+    Seconds(u64),
+    Text(String),
+}
+
+impl TryFrom<DurationText> for HealthDuration {
+    type Error = String;
+
+    fn try_from(v: DurationText) -> Result<Self, Self::Error> {
+        let text = match v {
+            DurationText::Seconds(n) => n.to_string(),
+            DurationText::Text(s) => s,
+        };
+        parse_duration(&text).map(HealthDuration)
+    }
+}
+
+impl JsonSchema for HealthDuration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "HealthDuration".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "a duration: 90s, 15m, 2h or a number of seconds, from 1 s to 7 days",
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": 604800},
+                {"type": "string", "pattern": "^[0-9]+(s|m|h)?$"}
+            ]
+        })
+    }
+}
+
+/// Parses `90s`, `15m`, `2h` or `90` (seconds), from 1 s to 7 days.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, unit) = if let Some(n) = t.strip_suffix('s') {
+        (n, 1)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600)
+    } else {
+        (t, 1)
+    };
+    let bad = || {
+        format!(
+            "duration {} is not from 1s to 7 days: use e.g. 90s, 15m, 2h or a number of seconds",
+            quote(text)
+        )
+    };
+    let n: u64 = number.trim().parse().map_err(|_| bad())?;
+    let secs = n.checked_mul(unit).ok_or_else(bad)?;
+    if !(1..=7 * 24 * 3600).contains(&secs) {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+/// An action's name in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionName {
+    /// Unhealthy for `for` after the signal triggers (event signals).
+    UnhealthyFor,
+    /// Unhealthy until the condition clears, or until dxdp restarts (event signals).
+    UnhealthyUntilCleared,
+    /// Logged, counted, reported; health unchanged.
+    EventOnly,
+    /// Not even counted.
+    Ignore,
+}
+
+/// `health.signals.<name>` as written.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignalFile {
+    /// What the signal does.
+    pub action: ActionName,
+    /// How long the device stays Unhealthy (`unhealthy_for` only).
+    #[serde(rename = "for")]
+    pub for_: Option<HealthDuration>,
+    /// Occurrences within `window` that trigger the action (event signals; default 1).
+    pub count: Option<u32>,
+    /// The window `count` is counted in (needed when `count` is above 1).
+    pub window: Option<HealthDuration>,
+}
+
+impl SignalFile {
+    /// The policy this entry gives `signal`, or why it cannot be one.
+    pub fn policy(&self, signal: Reason) -> Result<SignalPolicy, String> {
+        let name = signal.as_str();
+        let action = match (self.action, self.for_) {
+            (ActionName::UnhealthyFor, Some(d)) => Action::UnhealthyFor(d.0),
+            (ActionName::UnhealthyFor, None) => {
+                return Err(format!(
+                    "health.signals.{name}: action unhealthy_for needs `for` (e.g. for: 15m)"
+                ))
+            }
+            (_, Some(_)) => {
+                return Err(format!(
+                    "health.signals.{name}: `for` is only for action unhealthy_for"
+                ))
+            }
+            (ActionName::UnhealthyUntilCleared, None) => Action::UnhealthyUntilCleared,
+            (ActionName::EventOnly, None) => Action::EventOnly,
+            (ActionName::Ignore, None) => Action::Ignore,
+        };
+        if signal.is_condition() {
+            if matches!(action, Action::UnhealthyFor(_)) {
+                return Err(format!(
+                    "health.signals.{name}: {name} is a condition that lasts until it clears; use unhealthy_until_cleared, event_only or ignore"
+                ));
+            }
+            if self.count.is_some() || self.window.is_some() {
+                return Err(format!(
+                    "health.signals.{name}: count and window are for event signals (tdr, live_kernel_event)"
+                ));
+            }
+        }
+        let count = self.count.unwrap_or(1);
+        if count == 0 {
+            return Err(format!("health.signals.{name}: count must be 1 or more"));
+        }
+        if count > 1 && self.window.is_none() {
+            return Err(format!(
+                "health.signals.{name}: count {count} needs a window (e.g. window: 10m)"
+            ));
+        }
+        Ok(SignalPolicy {
+            action,
+            count,
+            window: self.window.map(|w| w.0).unwrap_or_default(),
+        })
+    }
+}
+
+/// `health.signals`: every entry checked while the file is read (the message names the entry).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "BTreeMap<SignalName, SignalFile>")]
+pub struct SignalsFile(pub BTreeMap<Reason, SignalPolicy>);
+
+impl TryFrom<BTreeMap<SignalName, SignalFile>> for SignalsFile {
+    type Error = String;
+
+    fn try_from(m: BTreeMap<SignalName, SignalFile>) -> Result<Self, Self::Error> {
+        let mut out = BTreeMap::new();
+        for (name, entry) in m {
+            out.insert(name.0, entry.policy(name.0)?);
+        }
+        Ok(SignalsFile(out))
+    }
+}
+
+impl JsonSchema for SignalsFile {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "HealthSignals".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let entry = generator.subschema_for::<SignalFile>().to_value();
+        let names: Vec<&str> = Reason::ALL.iter().skip(1).map(|r| r.as_str()).collect();
+        schemars::json_schema!({
+            "description": "per-signal actions (docs/health.md)",
+            "type": "object",
+            "propertyNames": {"enum": names},
+            "additionalProperties": entry,
+        })
+    }
+}
+
+fn duration_text(d: Duration) -> String {
+    let s = d.as_secs();
+    if s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
+    } else if s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// `health.signals` as `config show` prints it: every signal's policy in force.
+pub fn show_signals(p: &HealthPolicy) -> Value {
+    let mut out = serde_json::Map::new();
+    for r in Reason::ALL.into_iter().skip(1) {
+        let s = p.of(r);
+        let mut v = json!({ "action": s.action.as_str() });
+        if let Action::UnhealthyFor(d) = s.action {
+            v["for"] = json!(duration_text(d));
+        }
+        if s.count > 1 {
+            v["count"] = json!(s.count);
+            v["window"] = json!(duration_text(s.window));
+        }
+        out.insert(r.as_str().to_string(), v);
+    }
+    Value::Object(out)
+}
+
+/// `health.ignore` as `config show` prints it.
+pub fn show_ignore(p: &HealthPolicy) -> Value {
+    json!(p.ignore.iter().map(|r| r.as_str()).collect::<Vec<_>>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("8d").is_err());
+        assert!(parse_duration("169h").is_err());
+    }
+
+    #[test]
+    fn entries_that_cannot_be_a_policy_say_why() {
+        let e = |action, for_: Option<u64>, count, window: Option<u64>| SignalFile {
+            action,
+            for_: for_.map(|s| HealthDuration(Duration::from_secs(s))),
+            count,
+            window: window.map(|s| HealthDuration(Duration::from_secs(s))),
+        };
+        use ActionName::*;
+        assert_eq!(
+            e(UnhealthyFor, Some(900), Some(3), Some(600)).policy(Reason::Tdr),
+            Ok(SignalPolicy {
+                action: Action::UnhealthyFor(Duration::from_secs(900)),
+                count: 3,
+                window: Duration::from_secs(600)
+            })
+        );
+        let table: [(SignalFile, Reason, &str); 6] = [
+            (
+                e(UnhealthyFor, None, None, None),
+                Reason::Tdr,
+                "needs `for`",
+            ),
+            (
+                e(EventOnly, Some(60), None, None),
+                Reason::Tdr,
+                "only for action unhealthy_for",
+            ),
+            (
+                e(UnhealthyFor, Some(60), None, None),
+                Reason::ProblemCode,
+                "is a condition",
+            ),
+            (
+                e(EventOnly, None, Some(2), Some(60)),
+                Reason::DriverUpdate,
+                "for event signals",
+            ),
+            (e(EventOnly, None, Some(0), None), Reason::Tdr, "1 or more"),
+            (
+                e(EventOnly, None, Some(2), None),
+                Reason::Tdr,
+                "needs a window",
+            ),
+        ];
+        for (entry, signal, want) in table {
+            let got = entry.policy(signal).unwrap_err();
+            assert!(got.contains(want), "{got}");
+            assert!(
+                got.starts_with(&format!("health.signals.{signal}")),
+                "{got}"
+            );
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Device health metrics: `dxdp_device_health{device, resource, reason}` (1 for each device's
+//! current reason; `healthy` when healthy) and `dxdp_gpu_faults_total{device, kind}` (fault
+//! events seen, by device; `device="unmatched"` for events that matched none).
+//!
+//! Names and labels are a public interface (alert rules are written against them);
+//! `docs/observability.md` and `docs/health.md` list them.
+
+use std::sync::{Arc, RwLock};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+/// The `device` label of fault events that matched no device.
+pub const UNMATCHED: &str = "unmatched";
+
+/// One device's health as the gauge shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceHealth {
+    /// The device ID (as the kubelet knows it, without replica suffix).
+    pub device: String,
+    /// The served resource name, or `none` when the device is not served.
+    pub resource: String,
+    /// The reason's stable name (`healthy`, `problem_code`, ...).
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HealthLabels {
+    device: String,
+    resource: String,
+    reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FaultLabels {
+    device: String,
+    kind: String,
+}
+
+/// The health part of the daemon's metrics. Clones share the same values.
+#[derive(Debug, Clone)]
+pub struct HealthMetrics {
+    current: Arc<RwLock<Arc<Vec<DeviceHealth>>>>,
+    faults: Family<FaultLabels, Counter>,
+}
+
+/// Encodes the current health of every device at each scrape (a device that left has no
+/// series).
+#[derive(Debug)]
+struct CurrentCollector {
+    current: Arc<RwLock<Arc<Vec<DeviceHealth>>>>,
+}
+
+impl Collector for CurrentCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let current = self
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut family = encoder.encode_descriptor(
+            "dxdp_device_health",
+            "1 for each device's current health reason (reason=\"healthy\" when Healthy; docs/health.md lists the reasons)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for d in current.iter() {
+            let labels = HealthLabels {
+                device: d.device.clone(),
+                resource: d.resource.clone(),
+                reason: d.reason.clone(),
+            };
+            let gauge = ConstGauge::new(1i64);
+            gauge.encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+impl HealthMetrics {
+    /// Registers the health metrics in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let faults = Family::<FaultLabels, Counter>::default();
+        registry.register(
+            "dxdp_gpu_faults",
+            "GPU fault events seen (kind: tdr, live_kernel_event), by device (\"unmatched\" when the event names no served device)",
+            faults.clone(),
+        );
+        let current = Arc::new(RwLock::new(Arc::new(Vec::new())));
+        registry.register_collector(Box::new(CurrentCollector {
+            current: current.clone(),
+        }));
+        HealthMetrics { current, faults }
+    }
+
+    /// Sets every device's current health.
+    pub fn set_current(&self, devices: Vec<DeviceHealth>) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(devices);
+    }
+
+    /// Counts one fault event of `kind` on `device` ([`UNMATCHED`] when it matched none).
+    pub fn fault(&self, device: &str, kind: &str) {
+        self.faults
+            .get_or_create(&FaultLabels {
+                device: device.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// How many faults of `kind` were counted on `device` (for tests).
+    pub fn faults(&self, device: &str, kind: &str) -> u64 {
+        self.faults
+            .get_or_create(&FaultLabels {
+                device: device.to_string(),
+                kind: kind.to_string(),
+            })
+            .get()
+    }
+}
