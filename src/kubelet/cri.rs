@@ -143,22 +143,39 @@ pub async fn list_pods(
     timeout: Duration,
 ) -> Result<HashMap<String, PodRef>, CriError> {
     let name = endpoint.to_string();
-    let call = async {
-        let channel = connect(endpoint).await.map_err(|e| CriError::Connect {
-            endpoint: name.clone(),
-            error: error_chain(&e),
-        })?;
-        let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
-        let answer = client
+    within(&name, timeout, async {
+        let answer = client(endpoint, &name)
+            .await?
             .list_containers(request())
             .await
             .map_err(|s| call_error("ListContainers", &name, &s))?;
         Ok(pods(&answer.into_inner()))
-    };
+    })
+    .await
+}
+
+/// A RuntimeService client at `endpoint` (named `name` in errors).
+async fn client(
+    endpoint: &Endpoint,
+    name: &str,
+) -> Result<RuntimeServiceClient<tonic::transport::Channel>, CriError> {
+    let channel = connect(endpoint).await.map_err(|e| CriError::Connect {
+        endpoint: name.to_string(),
+        error: error_chain(&e),
+    })?;
+    Ok(RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE))
+}
+
+/// `call` (connecting included) within `timeout`: every CRI call has a time limit.
+async fn within<T>(
+    name: &str,
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T, CriError>>,
+) -> Result<T, CriError> {
     tokio::time::timeout(timeout, call)
         .await
         .map_err(|_| CriError::Timeout {
-            endpoint: name.clone(),
+            endpoint: name.to_string(),
             timeout,
         })?
 }
@@ -237,24 +254,15 @@ pub async fn list_sandboxes(
     timeout: Duration,
 ) -> Result<HashMap<(String, String), PodSandboxInfo>, CriError> {
     let name = endpoint.to_string();
-    let call = async {
-        let channel = connect(endpoint).await.map_err(|e| CriError::Connect {
-            endpoint: name.clone(),
-            error: error_chain(&e),
-        })?;
-        let mut client = RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
-        let answer = client
+    within(&name, timeout, async {
+        let answer = client(endpoint, &name)
+            .await?
             .list_pod_sandbox(sandbox_request())
             .await
             .map_err(|s| call_error("ListPodSandbox", &name, &s))?;
         Ok(sandboxes(&answer.into_inner()))
-    };
-    tokio::time::timeout(timeout, call)
-        .await
-        .map_err(|_| CriError::Timeout {
-            endpoint: name.clone(),
-            timeout,
-        })?
+    })
+    .await
 }
 
 #[cfg(test)]
