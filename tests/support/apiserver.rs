@@ -601,28 +601,25 @@ fn access_review(s: &State, body: &str) -> Response<Body> {
 /// `metadata.resourceVersion` in the patch must be the current one (409 otherwise), as on a real
 /// API server.
 fn merge_taints(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
-    let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
-        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
-    };
-    if let Some(version) = doc.pointer("/metadata/resourceVersion") {
-        if version.as_str() != Some(s.version.to_string().as_str()) {
-            return status(
-                StatusCode::CONFLICT,
-                "the object has been modified; please apply your changes to the latest version and try again",
-            );
-        }
-    }
-    if let Some(taints) = doc.pointer("/spec/taints") {
-        s.taints = taints.as_array().cloned().unwrap_or_default();
-        shared.publish(s);
-    }
-    full(StatusCode::OK, &shared.node_json(s))
+    merge_list(shared, s, body, "/spec/taints", |s| &mut s.taints)
 }
 
 /// A JSON merge patch of the Node's status subresource: only `status.conditions` (replaced
 /// whole, as a merge patch replaces lists), with the same `resourceVersion` check as
 /// [`merge_taints`].
 fn merge_conditions(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
+    merge_list(shared, s, body, "/status/conditions", |s| &mut s.conditions)
+}
+
+/// A JSON merge patch that replaces the list at `pointer` (kept in `field`) whole, refused with
+/// 409 when its `metadata.resourceVersion` is not the current one.
+fn merge_list(
+    shared: &Shared,
+    s: &mut State,
+    body: &str,
+    pointer: &str,
+    field: fn(&mut State) -> &mut Vec<serde_json::Value>,
+) -> Response<Body> {
     let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
         return status(StatusCode::BAD_REQUEST, "the body is not JSON");
     };
@@ -634,8 +631,8 @@ fn merge_conditions(shared: &Shared, s: &mut State, body: &str) -> Response<Body
             );
         }
     }
-    if let Some(conditions) = doc.pointer("/status/conditions") {
-        s.conditions = conditions.as_array().cloned().unwrap_or_default();
+    if let Some(list) = doc.pointer(pointer) {
+        *field(s) = list.as_array().cloned().unwrap_or_default();
         shared.publish(s);
     }
     full(StatusCode::OK, &shared.node_json(s))
