@@ -513,8 +513,9 @@ mod tests {
     #[test]
     fn batches_of_events_say_whether_the_file_is_complete() {
         let files = Files::new(&[PathBuf::from("/d/host.yaml")]);
+        // The watcher reports absolute directories ("Z:\\d" under Wine, where "/d" has no drive).
         let e = |name: &str, change: Change| DirEvent {
-            dir: PathBuf::from("/d"),
+            dir: std::path::absolute("/d").unwrap(),
             name: name.into(),
             change,
         };
@@ -553,7 +554,7 @@ mod tests {
     fn events_concern_the_file_or_a_configmap_swap_in_its_directory() {
         let files = Files::new(&[PathBuf::from("/etc/dxdp/host.yaml")]);
         let event = |dir: &str, name: &str| DirEvent {
-            dir: PathBuf::from(dir),
+            dir: std::path::absolute(dir).unwrap(),
             name: name.into(),
             change: Change::Created,
         };
