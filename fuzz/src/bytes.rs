@@ -157,5 +157,6 @@ pub fn host_facts(data: &[u8]) -> HostFacts {
         adapters: vec![adapter],
         registry,
         files,
+        faults: Vec::new(),
     }
 }

@@ -7,6 +7,12 @@
 #[allow(dead_code)]
 pub mod config_file;
 
+/// `src/config/health.rs`: the `health` section of the configuration file, which `file.rs` uses
+/// as `super::health`.
+#[path = "../../src/config/health.rs"]
+#[allow(dead_code)]
+pub mod health;
+
 /// `src/logging.rs`: the log level check that the configuration file's `logLevel` uses.
 #[path = "../../src/logging.rs"]
 #[allow(dead_code)]
