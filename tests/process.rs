@@ -160,6 +160,36 @@ async fn allocate_and_probe(kubelet: &KubeletStandin, port: u16, n: usize) {
     }
 }
 
+/// The daemon with its metrics endpoint and probe listener on these loopback ports, registered
+/// with a kubelet stand-in and answering `/readyz` 200 on the probe listener.
+async fn ready_with_endpoints(
+    dir: &Path,
+    metrics_port: u16,
+    probe_port: u16,
+) -> (KubeletStandin, Child) {
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir)
+        .await
+        .unwrap();
+    let metrics_address = format!("127.0.0.1:{metrics_port}");
+    let probe_address = format!("127.0.0.1:{probe_port}");
+    let child = spawn(
+        dir,
+        &[
+            "--metrics-address",
+            &metrics_address,
+            "--probe-address",
+            &probe_address,
+        ],
+    );
+    both_registered(&kubelet).await;
+    let deadline = Instant::now() + WAIT;
+    while get(probe_port, "/readyz", WAIT).await.map(|(c, _)| c) != Ok(200) {
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (kubelet, child)
+}
+
 async fn both_registered(kubelet: &KubeletStandin) {
     assert!(
         kubelet
@@ -373,26 +403,7 @@ async fn idle_metrics_connections_beyond_the_cap_do_not_starve_the_probes() {
     }
     let dir = tempdir();
     let (metrics_port, probe_port) = (free_port(), free_port());
-    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
-        .await
-        .unwrap();
-    let metrics_address = format!("127.0.0.1:{metrics_port}");
-    let probe_address = format!("127.0.0.1:{probe_port}");
-    let mut child = spawn(
-        dir.path(),
-        &[
-            "--metrics-address",
-            &metrics_address,
-            "--probe-address",
-            &probe_address,
-        ],
-    );
-    both_registered(&kubelet).await;
-    let deadline = Instant::now() + WAIT;
-    while get(probe_port, "/readyz", WAIT).await.map(|(c, _)| c) != Ok(200) {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (kubelet, mut child) = ready_with_endpoints(dir.path(), metrics_port, probe_port).await;
     // Twice the metrics listener's cap of 64, sending nothing.
     let mut idle = Vec::new();
     for _ in 0..128 {
@@ -585,26 +596,7 @@ async fn a_taken_metrics_port_never_fails_the_probes() {
     let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let metrics_port = squatter.local_addr().unwrap().port();
     let probe_port = free_port();
-    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
-        .await
-        .unwrap();
-    let metrics_address = format!("127.0.0.1:{metrics_port}");
-    let probe_address = format!("127.0.0.1:{probe_port}");
-    let mut child = spawn(
-        dir.path(),
-        &[
-            "--metrics-address",
-            &metrics_address,
-            "--probe-address",
-            &probe_address,
-        ],
-    );
-    both_registered(&kubelet).await;
-    let deadline = Instant::now() + WAIT;
-    while get(probe_port, "/readyz", WAIT).await.map(|(c, _)| c) != Ok(200) {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (kubelet, mut child) = ready_with_endpoints(dir.path(), metrics_port, probe_port).await;
     // Across several of the endpoint's bind retries (0.5 s doubling), liveness and readiness
     // stay 200 and the process keeps running.
     for round in 0..20 {
