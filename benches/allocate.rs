@@ -231,13 +231,9 @@ fn main() {
             .await
             .expect("kubelet stand-in");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let daemon = tokio::spawn(plugin::run(
-            PluginConfig::new(dir.path().to_path_buf()),
-            Arc::new(SampleHost),
-            async {
+        let daemon = tokio::spawn(dxdp::daemon::Daemon::new(PluginConfig::new(dir.path().to_path_buf()), Arc::new(SampleHost)).run(async {
                 let _ = stopped.await;
-            },
-        ));
+            }));
         assert!(
             kubelet
                 .wait_for(Duration::from_secs(10), |v| v.devices(DISPLAY).is_some())

@@ -39,13 +39,11 @@ async fn kubelet_restarts(restarts: usize) {
     let mut config = PluginConfig::new(dir.path().to_path_buf());
     config.safety_poll = Duration::from_secs(3600);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(plugin::run(
-        config,
-        Arc::new(SnapshotFile::new(host)),
-        async {
+    let daemon = tokio::spawn(
+        dxdp::daemon::Daemon::new(config, Arc::new(SnapshotFile::new(host))).run(async {
             let _ = stopped.await;
-        },
-    ));
+        }),
+    );
     let mut latencies = Vec::with_capacity(restarts);
     let sock = dir.path().join("kubelet.sock");
     for i in 0..restarts {
@@ -98,14 +96,13 @@ async fn config_edits(edits: usize) {
         node: None,
     });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(plugin::run_with_updates(
-        config,
-        Arc::new(SnapshotFile::new(host)),
-        updates,
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let daemon = tokio::spawn(
+        dxdp::daemon::Daemon::new(config, Arc::new(SnapshotFile::new(host)))
+            .updates(updates)
+            .run(async {
+                let _ = stopped.await;
+            }),
+    );
     assert!(
         kubelet
             .wait_for(Duration::from_secs(10), |v| v

@@ -44,13 +44,15 @@ async fn edit_latency(edits: usize) {
         .await
         .expect("stand-in");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(plugin::run(
-        PluginConfig::new(dir.path().to_path_buf()),
-        Arc::new(SnapshotFile::new(path.clone())),
-        async {
+    let daemon = tokio::spawn(
+        dxdp::daemon::Daemon::new(
+            PluginConfig::new(dir.path().to_path_buf()),
+            Arc::new(SnapshotFile::new(path.clone())),
+        )
+        .run(async {
             let _ = stopped.await;
-        },
-    ));
+        }),
+    );
     let registered = kubelet
         .wait_for(Duration::from_secs(10), |v| {
             v.devices(DISPLAY).is_some_and(|d| d.len() == 2)

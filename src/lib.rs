@@ -11,6 +11,8 @@
 //! - [`plugin`]: the device plugin daemon (task supervisor, socket units, file watch, gRPC
 //!   service, registration, kubelet restarts).
 //! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.
+//! - [`daemon`]: the composition root: builds every part of the daemon and runs it (the CLI,
+//!   `dxdp demo`, the tests and the benchmarks all start it there).
 //! - [`cluster`]: the node's Kubernetes object: dxdp's node labels and the label that selects a
 //!   named configuration.
 //! - [`observe`]: Prometheus metrics, and the health and readiness endpoints.
@@ -26,6 +28,7 @@
 pub mod backend;
 pub mod cluster;
 pub mod config;
+pub mod daemon;
 pub mod inventory;
 pub mod kubelet;
 pub mod logging;

@@ -15,7 +15,12 @@ const WAIT: Duration = Duration::from_secs(20);
 /// `dxdp plugin` on `kubelet_dir` with its own temporary directory, stderr piped.
 fn daemon(kubelet_dir: &Path, tmp: &Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_dxdp"))
-        .args(["plugin", "--kubelet-dir"])
+        .args([
+            "plugin",
+            "--host-snapshot",
+            "builtin:sample",
+            "--kubelet-dir",
+        ])
         .arg(kubelet_dir)
         .env("TMPDIR", tmp)
         .env("TMP", tmp)

@@ -309,7 +309,13 @@ fn plugin_rejects_bad_settings_clearly() {
         assert!(stderr(&o).contains("--replicas"), "{}", stderr(&o));
     }
     let long_dir = format!("/tmp/{}", "d".repeat(120));
-    let o = dxdp(&["plugin", "--kubelet-dir", &long_dir]);
+    let o = dxdp(&[
+        "plugin",
+        "--kubelet-dir",
+        &long_dir,
+        "--host-snapshot",
+        "builtin:sample",
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("at most 107"), "{}", stderr(&o));
     assert_no_panic(&o);
@@ -325,6 +331,18 @@ fn plugin_rejects_bad_settings_clearly() {
     assert!(stderr(&o).contains("/no/such/host.yaml"), "{}", stderr(&o));
     let o = dxdp(&["plugin", "--resources", "gpu"]);
     assert_eq!(o.status.code(), Some(2));
+    // Off Windows the sample host's fictitious GPUs are served only when asked for (issue 35).
+    let o = dxdp(&["plugin", "--kubelet-dir", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--host-snapshot builtin:sample to serve the built-in sample host"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "nothing created in the kubelet directory"
+    );
 }
 
 #[test]

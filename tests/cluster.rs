@@ -138,6 +138,12 @@ async fn labels_and_the_selected_configuration_follow_the_node() {
 
     let log = plugin.stop().await;
     assert!(log.contains("node labels on"), "{log}");
+    assert_eq!(
+        log.matches("Kubernetes credentials: KUBECONFIG or ~/.kube/config (not in a pod)")
+            .count(),
+        1,
+        "which credentials, said once: {log}"
+    );
     assert!(
         log.contains("\"huge\" (node label directx.microsoft.com/device-plugin.config on node gpu-node-1) is not in"),
         "{log}"
@@ -149,6 +155,12 @@ async fn labels_and_the_selected_configuration_follow_the_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_node_name_or_credentials_it_serves_and_says_why_once() {
+    // A kubeconfig that works: in a pod dxdp must not fall back to it (issue 35).
+    let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+    let kc_dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kc_dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let kubeconfig = kubeconfig.to_str().unwrap();
     for (env, why) in [
         (vec![], "NODE_NAME is not set"),
         (
@@ -157,6 +169,15 @@ async fn without_node_name_or_credentials_it_serves_and_says_why_once() {
                 ("KUBECONFIG", "/nonexistent/kubeconfig"),
             ],
             "no Kubernetes credentials found",
+        ),
+        (
+            vec![
+                ("NODE_NAME", "n1"),
+                ("KUBECONFIG", kubeconfig),
+                ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+                ("KUBERNETES_SERVICE_PORT", "443"),
+            ],
+            "dxdp does not fall back to the host's kubeconfig in a pod",
         ),
     ] {
         let dir = tempfile::Builder::new()

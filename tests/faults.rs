@@ -47,7 +47,7 @@ struct Running {
 
 fn spawn(config: PluginConfig, source: Arc<dyn HostFactsSource>) -> Running {
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(plugin::run(config, source, async {
+    let task = tokio::spawn(dxdp::daemon::Daemon::new(config, source).run(async {
         let _ = stopped.await;
     }));
     Running { stop, task }
@@ -312,11 +312,8 @@ async fn a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_
     c.config.assignment = dxdp_core::assignment::Assignment::LocationPath;
     let r = tokio::time::timeout(
         WAIT,
-        plugin::run(
-            c,
-            Arc::new(SnapshotFile::new(snapshot)),
-            std::future::pending(),
-        ),
+        dxdp::daemon::Daemon::new(c, Arc::new(SnapshotFile::new(snapshot)))
+            .run(std::future::pending()),
     )
     .await
     .expect("fails at once");

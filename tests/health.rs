@@ -287,14 +287,16 @@ async fn a_held_device_that_left_the_host_stays_unhealthy_until_no_pod_holds_it(
     let observe = plugin_config.observe.clone();
     let (_keep, updates) = tokio::sync::watch::channel(Arc::new(config));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(dxdp::plugin::run_with_updates(
-        plugin_config,
-        Arc::new(dxdp::backend::SnapshotFile::new(snapshot.clone())),
-        updates,
-        async {
+    let daemon = tokio::spawn(
+        dxdp::daemon::Daemon::new(
+            plugin_config,
+            Arc::new(dxdp::backend::SnapshotFile::new(snapshot.clone())),
+        )
+        .updates(updates)
+        .run(async {
             let _ = stopped.await;
-        },
-    ));
+        }),
+    );
     // health of every advertised ID, in the kubelet's view
     let health = |v: &dxdp::kubelet::standin::StandinView| -> Vec<(String, String)> {
         v.devices(DISPLAY)

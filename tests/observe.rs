@@ -140,14 +140,25 @@ impl Daemon {
     /// a free local port, running `reload` when given.
     async fn start(
         dir: tempfile::TempDir,
+        config: Config,
+        reload: Option<plugin::Reload>,
+    ) -> Daemon {
+        Self::start_with(dir, config, reload, |_| {}).await
+    }
+
+    /// [`Daemon::start`], with `tweak` applied to the daemon's settings.
+    async fn start_with(
+        dir: tempfile::TempDir,
         mut config: Config,
         reload: Option<plugin::Reload>,
+        tweak: impl FnOnce(&mut PluginConfig),
     ) -> Daemon {
         let snapshot = dir.path().join("host.yaml");
         Self::write_facts(&snapshot, &common::facts("sample"));
         config.metrics_address = Some("127.0.0.1:0".parse().unwrap());
         let mut pc = common::plugin_config(dir.path());
         pc.config = config.clone();
+        tweak(&mut pc);
         let observe = pc.observe.clone();
         let mut listening = observe.listening();
         let (keep, own) = watch::channel(Arc::new(config));
@@ -160,10 +171,12 @@ impl Daemon {
         let source = Arc::new(SnapshotFile::new(snapshot.clone()));
         let task = tokio::spawn(async move {
             let _keep = keep;
-            plugin::run_with_updates(pc, source, updates, async {
-                let _ = stopped.await;
-            })
-            .await
+            dxdp::daemon::Daemon::new(pc, source)
+                .updates(updates)
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await
         });
         let addr = tokio::time::timeout(WAIT, listening.wait_for(|a| a.is_some()))
             .await
@@ -484,7 +497,7 @@ async fn an_address_in_use_does_not_stop_device_serving_and_the_endpoint_comes_u
     let mut listening = observe.listening();
     let source = Arc::new(SnapshotFile::new(snapshot));
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(plugin::run(pc, source, async {
+    let task = tokio::spawn(dxdp::daemon::Daemon::new(pc, source).run(async {
         let _ = stopped.await;
     }));
     // The kubelet gets both resources although the endpoint cannot listen.
@@ -513,4 +526,72 @@ async fn an_address_in_use_does_not_stop_device_serving_and_the_endpoint_comes_u
         .unwrap()
         .unwrap();
     kubelet.stop().await;
+}
+
+/// Principle: only what the kubelet needs may stop the daemon. A web configuration that does not
+/// load refuses `/metrics` (503, naming the file and key) while devices are served and the probes
+/// answer; once the file is fixed the endpoint serves `/metrics` without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_web_configuration_refuses_metrics_but_never_stops_the_daemon() {
+    let dir = tempdir();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, "tls_server_config:\n  cert_file: missing.crt\n").unwrap();
+    let mut config = Config::default();
+    config.web_config_file = Some(web.clone());
+    let d = Daemon::start_with(dir, config, None, |pc| {
+        pc.guard_retry = std::time::Duration::from_millis(100)
+    })
+    .await;
+    until(d.addr, "/metrics", "503 naming the key", |s, b| {
+        s == 503 && b.contains("web.yml") && b.contains("tls_server_config")
+    })
+    .await;
+    until(d.addr, "/healthz", "the daemon alive", |s, b| {
+        s == 200 && b == "ok\n"
+    })
+    .await;
+    assert!(
+        !d.task.as_ref().unwrap().is_finished(),
+        "the daemon runs on"
+    );
+    // Fixed: an empty web configuration is plain HTTP without authentication. The endpoint
+    // listens again, guarded as configured (on a new port here: the test binds port 0).
+    let mut listening = d.observe.listening();
+    let old = Some(d.addr);
+    replace(&web, "");
+    let addr = tokio::time::timeout(WAIT, listening.wait_for(|a| a.is_some() && *a != old))
+        .await
+        .expect("the endpoint listens again once the file loads")
+        .unwrap()
+        .unwrap();
+    until(addr, "/metrics", "served once the file loads", |s, b| {
+        s == 200 && b.contains("dxdp_metrics_guard_failures_total")
+    })
+    .await;
+    d.shutdown().await;
+}
+
+/// `metrics.authorization: kubernetes` without the API server's credentials: `/metrics`
+/// answers 503 with the reason, never unchecked, and the daemon serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_authorization_without_credentials_refuses_metrics_and_serves_on() {
+    let mut config = Config::default();
+    config.metrics_authorization = dxdp::config::file::MetricsAuthorization::Kubernetes;
+    let d = Daemon::start_with(tempdir(), config, None, |pc| {
+        pc.metrics_authorizer = Some(Err("no credentials in this test".into()));
+    })
+    .await;
+    until(d.addr, "/metrics", "503 with the reason", |s, b| {
+        s == 503 && b.contains("no credentials in this test")
+    })
+    .await;
+    until(d.addr, "/healthz", "the daemon alive", |s, b| {
+        s == 200 && b == "ok\n"
+    })
+    .await;
+    assert!(
+        !d.task.as_ref().unwrap().is_finished(),
+        "the daemon runs on"
+    );
+    d.shutdown().await;
 }

@@ -93,14 +93,13 @@ impl Harness {
         let source = Arc::new(SnapshotFile::new(self.snapshot.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
         self.stop = Some(stop);
-        self.daemon = Some(tokio::spawn(plugin::run_with_updates(
-            config,
-            source,
-            updates,
-            async {
-                let _ = stopped.await;
-            },
-        )));
+        self.daemon = Some(tokio::spawn(
+            dxdp::daemon::Daemon::new(config, source)
+                .updates(updates)
+                .run(async {
+                    let _ = stopped.await;
+                }),
+        ));
     }
 
     async fn start_kubelet(&mut self) {
@@ -1050,7 +1049,7 @@ async fn a_second_dxdp_for_the_same_resource_refuses_to_start_and_stale_sockets_
     let source = Arc::new(SnapshotFile::new(h.snapshot.clone()));
     let result = tokio::time::timeout(
         WAIT,
-        plugin::run(second, source, std::future::pending::<()>()),
+        dxdp::daemon::Daemon::new(second, source).run(std::future::pending::<()>()),
     )
     .await
     .expect("refuses at once");
@@ -1067,7 +1066,7 @@ async fn a_second_dxdp_for_the_same_resource_refuses_to_start_and_stale_sockets_
     let source = Arc::new(SnapshotFile::new(h.snapshot.clone()));
     let result = tokio::time::timeout(
         WAIT,
-        plugin::run(third, source, std::future::pending::<()>()),
+        dxdp::daemon::Daemon::new(third, source).run(std::future::pending::<()>()),
     )
     .await
     .expect("refuses at once");

@@ -467,7 +467,7 @@ fn a_first_host_read_that_never_returns_fails_liveness_past_the_start_deadline_a
             let observe = c.observe.clone();
             let _release = ReleaseOnDrop(src.clone());
             let (stop, stopped) = oneshot::channel::<()>();
-            let daemon = tokio::spawn(plugin::run(c, src, async {
+            let daemon = tokio::spawn(dxdp::daemon::Daemon::new(c, src).run(async {
                 let _ = stopped.await;
             }));
             let why = liveness(&observe, "the start deadline", |r| r.is_err())
@@ -523,7 +523,7 @@ async fn a_refresh_that_never_returns_fails_liveness_until_it_returns() {
     c.read_limit = Duration::from_millis(200);
     let observe = c.observe.clone();
     let (stop, stopped) = oneshot::channel::<()>();
-    let daemon = tokio::spawn(plugin::run(c, source.clone(), async {
+    let daemon = tokio::spawn(dxdp::daemon::Daemon::new(c, source.clone()).run(async {
         let _ = stopped.await;
     }));
     assert!(

@@ -258,9 +258,13 @@ impl Daemon {
         config.config = updates.borrow().as_ref().clone();
         let source = Arc::new(SnapshotFile::new(snapshot.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(plugin::run_with_updates(config, source, updates, async {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(
+            dxdp::daemon::Daemon::new(config, source)
+                .updates(updates)
+                .run(async {
+                    let _ = stopped.await;
+                }),
+        );
         Daemon {
             dir,
             snapshot,

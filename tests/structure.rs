@@ -27,6 +27,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("tools", 3),
     ("render", 3),
     ("telemetry", 3),
+    ("daemon", 4),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

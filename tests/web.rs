@@ -31,7 +31,7 @@ async fn serve(web: &Path, observe: &Observe) -> (SocketAddr, tokio::task::JoinH
         .unwrap()
         .with_access(Access {
             web: Some(Arc::new(web)),
-            authorizer: None,
+            ..Access::default()
         });
     let address = server.local_addr();
     (address, tokio::spawn(server.serve(observe.clone())))
@@ -399,8 +399,8 @@ async fn kubernetes_authorization_checks_tokens_caches_and_never_opens() {
         .await
         .unwrap()
         .with_access(Access {
-            web: None,
             authorizer: Some(Arc::new(authorizer)),
+            ..Access::default()
         });
     let address = server.local_addr();
     let task = tokio::spawn(server.serve(observe.clone()));

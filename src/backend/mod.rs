@@ -71,9 +71,19 @@ pub type Wake = Arc<dyn Fn() + Send + Sync>;
 /// else the built-in sample host.
 pub fn select(host_snapshot: Option<PathBuf>) -> Box<dyn HostFactsSource> {
     match host_snapshot {
+        Some(path) if path.as_os_str() == BUILTIN_SAMPLE => Box::new(SampleHost),
         Some(path) => Box::new(SnapshotFile::new(path)),
         None => native(),
     }
+}
+
+/// The `--host-snapshot` value that names the built-in sample host ([`SampleHost`]) rather
+/// than a file: `dxdp plugin` off Windows serves it only when asked this way.
+pub const BUILTIN_SAMPLE: &str = "builtin:sample";
+
+/// The host snapshot *file* `--host-snapshot` names: `None` for the built-in sample host.
+pub fn snapshot_file(host_snapshot: Option<PathBuf>) -> Option<PathBuf> {
+    host_snapshot.filter(|p| p.as_os_str() != BUILTIN_SAMPLE)
 }
 
 #[cfg(windows)]

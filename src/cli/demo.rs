@@ -12,9 +12,10 @@ use clap::Args;
 
 use dxdp::backend::HostFactsSource;
 use dxdp::config::{Config, Flags};
+use dxdp::daemon::{ClusterChoice, Daemon};
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::kubelet::v1beta1::AllocateResponse;
-use dxdp::plugin::{self, PluginConfig};
+use dxdp::plugin::PluginConfig;
 use dxdp::render::clean;
 use dxdp_core::devices::Discovery;
 use dxdp_core::pipeline;
@@ -77,9 +78,14 @@ async fn demo(
     let mut plugin_config = PluginConfig::new(dir.clone());
     plugin_config.config = config.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(plugin::run(plugin_config, source, async {
-        let _ = stopped.await;
-    }));
+    // The production graph, without an API server (the demo never touches a cluster).
+    let daemon = tokio::spawn(
+        Daemon::new(plugin_config, source)
+            .cluster(ClusterChoice::Off)
+            .run(async {
+                let _ = stopped.await;
+            }),
+    );
 
     let ready = kubelet
         .wait_for(Duration::from_secs(10), |v| {

@@ -58,7 +58,9 @@ struct Cli {
 /// Options every command accepts, before or after the subcommand.
 #[derive(Debug, Args)]
 struct GlobalArgs {
-    /// Read host facts from this host snapshot file (YAML or JSON) instead of the host.
+    /// Read host facts from this host snapshot file (YAML or JSON) instead of the host;
+    /// `builtin:sample` is the built-in sample host (off Windows the default of every command
+    /// but `plugin`, which serves it only when asked).
     #[arg(long, global = true, env = "DXDP_HOST_SNAPSHOT", value_name = "FILE")]
     host_snapshot: Option<PathBuf>,
 
@@ -438,38 +440,40 @@ pub fn main() -> ExitCode {
 }
 
 fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
+    if matches!(cli.command, Command::Plugin(_))
+        && cli.global.host_snapshot.is_none()
+        && !cfg!(windows)
+    {
+        // A kubelet on this machine must not be handed the sample host's fictitious GPUs by
+        // mistake (issue 35): the sample host is served only when asked for.
+        fatal(
+            config.log_format,
+            &format!(
+                "dxdp plugin has no host to read on this OS (it reads DXCore and the device tree on Windows): give --host-snapshot FILE (or DXDP_HOST_SNAPSHOT), or --host-snapshot {} to serve the built-in sample host's fictitious GPUs",
+                backend::BUILTIN_SAMPLE
+            ),
+            true,
+        );
+        return Ok(exit::code(exit::USAGE));
+    }
     let source = backend::select(cli.global.host_snapshot.clone());
+    // The snapshot *file*, for the parts that read more of it (telemetry); not the built-in
+    // sample host.
+    let host_snapshot = backend::snapshot_file(cli.global.host_snapshot.clone());
     match cli.command {
         Command::Discover(args) => discover::run(&args, &config, source.as_ref()),
-        Command::Snapshot(args) => snapshot::run(
-            &args,
-            &config,
-            source.as_ref(),
-            cli.global.host_snapshot.as_deref(),
-        ),
-        Command::Plugin(args) => plugin::run(
-            &args,
-            config,
-            inputs,
-            source.into(),
-            cli.global.host_snapshot.clone(),
-        ),
+        Command::Snapshot(args) => {
+            snapshot::run(&args, &config, source.as_ref(), host_snapshot.as_deref())
+        }
+        Command::Plugin(args) => {
+            plugin::run(&args, config, inputs, source.into(), host_snapshot.clone())
+        }
         Command::Demo(args) => demo::run(&args, config, source.into()),
         Command::Mounts(args) => mounts::run(&args, &config, source.as_ref()),
         Command::Hcs(args) => hcs::run(&args, &config, source.as_ref()),
         Command::Doctor(args) => doctor::run(&args, &config, source.as_ref()),
-        Command::Top(args) => top::run(
-            &args,
-            config,
-            source.into(),
-            cli.global.host_snapshot.clone(),
-        ),
-        Command::Audit(args) => audit::run(
-            &args,
-            config,
-            source.into(),
-            cli.global.host_snapshot.clone(),
-        ),
+        Command::Top(args) => top::run(&args, config, source.into(), host_snapshot.clone()),
+        Command::Audit(args) => audit::run(&args, config, source.into(), host_snapshot.clone()),
         Command::Cleanup(args) => cleanup::run(&args),
         Command::Validate(args) => validate::run(&args, source.into()),
         Command::Config(cmd) => {

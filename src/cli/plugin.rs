@@ -6,15 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use tokio::sync::watch;
 
 use dxdp::backend::HostFactsSource;
-use dxdp::cluster::{self, isolation, Cluster};
 use dxdp::config::{file, Config, Flags, Inputs};
+use dxdp::daemon::{ClusterChoice, Daemon};
 use dxdp::kubelet::paths;
-use dxdp::plugin::register::Backoff;
-use dxdp::plugin::tasks::{Role, TaskSpec};
-use dxdp::telemetry::isolation::{ActiveTx, Tracker};
 use dxdp_core::allocation::MAX_REPLICAS;
 
 use super::ResourceArg;
@@ -134,192 +130,20 @@ pub fn run(
             .unwrap_or_else(|| "none".into()),
         "starting the dxdp device plugin"
     );
-    let safety_poll = plugin_config.safety_poll;
     let runtime = super::runtime()?;
-    let result = runtime.block_on(async move {
-        // The stop and reload signals are handled from here on (the console handler on
-        // Windows is installed earlier, by `cli::main`).
-        let stop = shutdown::signal();
-        let mut inputs = inputs;
-        let mut config = config;
-        let mut node_rx = None;
-        let mut isolation_cluster = None;
-        // The served inventory, for the node labels and the telemetry sampler.
-        let (tap_tx, tap_rx) = watch::channel(None);
-        plugin_config.inventory_tap = Some(tap_tx);
-        if let Some((cluster, resolved)) = connect_cluster(&config, &mut inputs).await? {
-            config = resolved;
-            isolation_cluster = Some(cluster.clone());
-            let (node_tx, rx) = watch::channel(inputs.node.clone());
-            let (c, node, tap_rx) = (cluster.clone(), rx.clone(), tap_rx.clone());
-            plugin_config
-                .tasks
-                .push(TaskSpec::new("node-labels", Role::Optional, move || {
-                    cluster::labels::keep(c.clone(), tap_rx.clone(), node.clone(), API_BACKOFF)
-                }));
-            plugin_config
-                .tasks
-                .push(TaskSpec::new("node-watch", Role::Optional, move || {
-                    cluster::node::follow(
-                        cluster.clone(),
-                        node_tx.clone(),
-                        API_BACKOFF,
-                        safety_poll,
-                    )
-                }));
-            node_rx = Some(rx);
-        }
-        // `metrics.authorization: kubernetes` needs the API server; without it dxdp refuses to
-        // start rather than serve /metrics unchecked.
-        if config.metrics_authorization == dxdp::config::file::MetricsAuthorization::Kubernetes {
-            match cluster::metrics_authz::KubernetesAuthorizer::connect().await {
-                Ok(a) => plugin_config.metrics_authorizer = Some(Arc::new(a)),
-                Err(e) => anyhow::bail!(
-                    "metrics.authorization is kubernetes but dxdp cannot use the API server: {e}; give it credentials (the chart mounts the service account token with metrics.authorization=kubernetes) or set metrics.authorization: none"
-                ),
-            }
-        }
-        // A named configuration the node's label selected falls back to the top level when it
-        // cannot be served on this host.
-        if config.selection.name.is_some() && config.selection.reason.starts_with("node label") {
-            let mut top = inputs.clone();
-            top.node = None;
-            plugin_config.fallback = resolve_within(top).await.ok();
-        }
-        // How the configuration was built, and which named configuration applies and why.
-        for n in &config.notices {
-            tracing::warn!("{n}");
-        }
-        // (With the API server, connect_cluster has already warned about an unknown name.)
-        if let Some(w) = config
-            .selection
-            .warning
-            .as_ref()
-            .filter(|_| node_rx.is_none())
-        {
-            tracing::warn!("{w}");
-        }
-        tracing::info!(
-            configuration = config.selection.name.as_deref().unwrap_or("default"),
-            reason = %config.selection.reason,
-            "configuration selected; validated before it is served"
-        );
-        plugin_config.config = config.clone();
-        let (tx, updates) = watch::channel(Arc::new(config));
-        let telemetry = dxdp::telemetry::sampler::build(
-            dxdp::telemetry::sampler::Devices::Daemon(tap_rx.clone()),
-            updates.clone(),
-            host_snapshot.as_deref(),
-            &plugin_config.kubelet_dir,
-            plugin_config.observe.metrics.telemetry().clone(),
-        );
-        // The isolation violations the telemetry task finds; without telemetry none can be
-        // known, which the node taint needs to hear at once.
-        let active: ActiveTx = Arc::new(watch::Sender::new(
-            telemetry.is_none().then(|| Arc::new(Vec::new())),
-        ));
-        let telemetry_on = telemetry.is_some();
-        if telemetry_on {
-            // Built again on every restart: a sampler holds its source's state.
-            let mut first = telemetry;
-            let (dir, updates) = (plugin_config.kubelet_dir.clone(), updates.clone());
-            let metrics = plugin_config.observe.metrics.telemetry().clone();
-            let isolation = plugin_config.observe.metrics.isolation().clone();
-            let active = active.clone();
-            plugin_config
-                .tasks
-                .push(TaskSpec::new("telemetry", Role::Optional, move || {
-                    let sampler = first.take().or_else(|| {
-                        dxdp::telemetry::sampler::build(
-                            dxdp::telemetry::sampler::Devices::Daemon(tap_rx.clone()),
-                            updates.clone(),
-                            host_snapshot.as_deref(),
-                            &dir,
-                            metrics.clone(),
-                        )
-                    });
-                    let tracker = Tracker::new(isolation.clone(), active.clone());
-                    let config = updates.clone();
-                    async move {
-                        if let Some(sampler) = sampler {
-                            dxdp::telemetry::sampler::run_with(
-                                sampler,
-                                Some(tracker),
-                                std::future::pending::<()>(),
-                            )
-                            .await;
-                        } else {
-                            // No sample can be judged: the violations it took over end when
-                            // they are stale (no taint stays for what is unknown).
-                            tracker.expire_when_stale(config).await;
-                        }
-                        // Ended (or could not be built again): the supervisor restarts it.
-                    }
-                }));
-        }
-        if isolation_cluster.is_none() {
-            // Said once, at start: what the isolation audit cannot do without the API server.
-            let c = updates.borrow().clone();
-            if c.isolation.policy == dxdp::config::file::IsolationPolicy::Taint {
-                tracing::warn!("isolation.policy is taint, but dxdp has no API server client (no NODE_NAME or credentials, see the line above; the chart needs nodeApi.enabled): the node is never tainted, violations are only logged and counted");
-            } else if c.isolation.events && telemetry_on {
-                tracing::info!("GPU isolation Events are off: dxdp has no API server client (no NODE_NAME or credentials; the chart needs nodeApi.enabled); violations are logged and counted only");
-            }
-        }
-        if let Some(cluster) = isolation_cluster {
-            let metrics = plugin_config.observe.metrics.isolation().clone();
-            let (c, rx, config, m) = (
-                cluster.clone(),
-                active.subscribe(),
-                updates.clone(),
-                metrics.clone(),
-            );
-            plugin_config.tasks.push(TaskSpec::new(
-                "isolation-events",
-                Role::Optional,
-                move || {
-                    isolation::report_events(
-                        c.clone(),
-                        rx.clone(),
-                        config.clone(),
-                        m.clone(),
-                        isolation::EVENT_LIMITS,
-                        API_BACKOFF,
-                    )
-                },
-            ));
-            let (rx, config) = (active.subscribe(), updates.clone());
-            plugin_config.tasks.push(TaskSpec::new(
-                "isolation-taint",
-                Role::Optional,
-                move || {
-                    isolation::keep_taint(
-                        cluster.clone(),
-                        rx.clone(),
-                        config.clone(),
-                        metrics.clone(),
-                        API_BACKOFF,
-                        isolation::TAINT_START_GRACE,
-                        isolation::TAINT_MIN_HOLD,
-                    )
-                },
-            ));
-        }
-        plugin_config.reload = Some(plugin::Reload {
-            inputs,
-            tx,
-            node: node_rx,
-        });
-        Ok::<_, anyhow::Error>(
-            plugin::run_with_updates(plugin_config, source, updates, stop).await,
-        )
-    });
+    let daemon = Daemon::new(plugin_config, source)
+        .reload(inputs)
+        .cluster(ClusterChoice::FromEnvironment)
+        .host_snapshot(host_snapshot);
+    // The stop and reload signals are handled from inside the runtime (the console handler on
+    // Windows is installed earlier, by `cli::main`).
+    let result = runtime.block_on(async move { daemon.run(shutdown::signal()).await });
     // A blocking thread hung in the OS (a host read) must not keep the stopped process alive.
     plugin::daemon::stop_runtime(runtime);
     // Sockets are removed and streams ended: the log queue is written out, then Windows may
     // end the process.
     cleanup.finish();
-    result??;
+    result?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -327,62 +151,3 @@ pub fn run(
 /// console handler: well within the 4 s the handler waits (`shutdown::CLEANUP_BUDGET`), so that
 /// a stderr nobody reads cannot use up the time Windows gives the stop.
 const STOP_FLUSH: Duration = Duration::from_secs(1);
-
-/// Retries of API server calls (node labels, following the node): 1 s doubling to 60 s, with
-/// jitter.
-const API_BACKOFF: Backoff = Backoff {
-    initial: Duration::from_secs(1),
-    max: Duration::from_secs(60),
-    timeout: Duration::from_secs(30),
-};
-
-/// How long the start waits for the node's labels (they select the named configuration).
-const NODE_READ_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Connects to the API server when `NODE_NAME` and credentials are there (else says once why
-/// not), reads the node's labels and re-resolves the configuration with them, so that the
-/// named configuration the node selects applies from the start.
-async fn connect_cluster(
-    config: &Config,
-    inputs: &mut Inputs,
-) -> Result<Option<(Cluster, Config)>, anyhow::Error> {
-    let node_name = std::env::var(cluster::NODE_NAME_VAR).ok();
-    let cluster = match Cluster::connect(node_name.as_deref()).await {
-        Ok(c) => c,
-        Err(why) => {
-            tracing::info!("node labels and per-node configuration are off: {why}");
-            return Ok(None);
-        }
-    };
-    if config.node_labels.enabled {
-        tracing::info!(node = %cluster.node(), prefix = %config.node_labels.prefix, "node labels on");
-    } else {
-        tracing::info!(node = %cluster.node(), "node labels off (nodeLabels.enabled: false)");
-    }
-    match tokio::time::timeout(NODE_READ_TIMEOUT, cluster.get()).await {
-        Ok(Ok(info)) => inputs.node = Some(info),
-        Ok(Err(e)) => tracing::warn!(
-            "cannot read the node's labels yet, starting with the default configuration: {e}"
-        ),
-        Err(_) => {
-            tracing::warn!(node = %cluster.node(), "the API server did not answer within {NODE_READ_TIMEOUT:?}; starting with the default configuration")
-        }
-    }
-    // The selection is logged once, by the caller, with or without the API server.
-    let resolved = resolve_within(inputs.clone()).await?;
-    if let Some(w) = &resolved.selection.warning {
-        tracing::warn!("{w}");
-    }
-    Ok(Some((cluster, resolved)))
-}
-
-/// Resolves the configuration (reading its files) on a blocking thread with the read limit.
-async fn resolve_within(inputs: Inputs) -> anyhow::Result<Config> {
-    let what = "reading the configuration";
-    Ok(
-        dxdp::util::bounded::run_blocking(plugin::DEFAULT_READ_LIMIT, what, move || {
-            inputs.resolve()
-        })
-        .await??,
-    )
-}

@@ -180,28 +180,69 @@ impl Cluster {
     }
 }
 
-/// Finds credentials: in a pod (`KUBERNETES_SERVICE_HOST` set) the pod's service account first
-/// (at the standard path, else where containerd 1.6 mounts it in a HostProcess container), since
-/// a HostProcess container also sees the host's files and a kubeconfig there is not the pod's;
-/// otherwise `KUBECONFIG` or `~/.kube/config`.
+/// Finds credentials: in a pod (`KUBERNETES_SERVICE_HOST` set) the pod's service account only
+/// (at the standard path, else where containerd 1.6 mounts it in a HostProcess container): a
+/// HostProcess container also sees the host's files, and a kubeconfig there is not the pod's, so
+/// a pod without its service account has no credentials rather than the host's. Outside a pod,
+/// `KUBECONFIG` or `~/.kube/config`. Which credentials are used is said once per process.
 async fn credentials() -> Result<kube::Config, Off> {
     let in_pod = std::env::var("KUBERNETES_SERVICE_HOST").is_ok_and(|h| !h.is_empty());
-    if in_pod {
-        if let Ok(config) = kube::Config::incluster() {
-            return Ok(config);
-        }
+    let (config, used) = if in_pod {
         let env = |name: &str| std::env::var(name).ok();
-        if let Some(kubeconfig) = sandbox_kubeconfig(env, |p| std::path::Path::new(p).exists()) {
-            let kubeconfig: kube::config::Kubeconfig = serde_json::from_value(kubeconfig)
-                .map_err(|e| Off::NoCredentials(e.to_string()))?;
-            return kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .map_err(|e| Off::NoCredentials(chain(&e)));
+        match kube::Config::incluster() {
+            Ok(config) => (config, CredentialSource::ServiceAccount),
+            Err(standard) => {
+                let Some(kubeconfig) =
+                    sandbox_kubeconfig(env, |p| std::path::Path::new(p).exists())
+                else {
+                    return Err(Off::NoCredentials(format!(
+                        "in a pod (KUBERNETES_SERVICE_HOST is set) without its service account ({}; none under CONTAINER_SANDBOX_MOUNT_POINT either); dxdp does not fall back to the host's kubeconfig in a pod: mount the service account token (automountServiceAccountToken: true, as the chart does)",
+                        chain(&standard)
+                    )));
+                };
+                let kubeconfig: kube::config::Kubeconfig = serde_json::from_value(kubeconfig)
+                    .map_err(|e| Off::NoCredentials(e.to_string()))?;
+                let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                    .await
+                    .map_err(|e| Off::NoCredentials(chain(&e)))?;
+                (config, CredentialSource::SandboxServiceAccount)
+            }
+        }
+    } else {
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| Off::NoCredentials(chain(&e)))?;
+        (config, CredentialSource::Kubeconfig)
+    };
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        tracing::info!(server = %config.cluster_url, "Kubernetes credentials: {}", used.describe());
+    });
+    Ok(config)
+}
+
+/// Where the API server credentials came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CredentialSource {
+    /// The pod's service account at the standard path.
+    ServiceAccount,
+    /// The pod's service account under `CONTAINER_SANDBOX_MOUNT_POINT` (containerd 1.6
+    /// HostProcess containers).
+    SandboxServiceAccount,
+    /// Outside a pod: `KUBECONFIG` or `~/.kube/config`.
+    Kubeconfig,
+}
+
+impl CredentialSource {
+    fn describe(self) -> &'static str {
+        match self {
+            CredentialSource::ServiceAccount => "the pod's service account",
+            CredentialSource::SandboxServiceAccount => {
+                "the pod's service account under CONTAINER_SANDBOX_MOUNT_POINT (containerd 1.6 HostProcess container)"
+            }
+            CredentialSource::Kubeconfig => "KUBECONFIG or ~/.kube/config (not in a pod)",
         }
     }
-    kube::Config::infer()
-        .await
-        .map_err(|e| Off::NoCredentials(chain(&e)))
 }
 
 /// The service account of a HostProcess container on containerd 1.6, which mounts it under

@@ -208,8 +208,32 @@ pub struct Selection {
     pub name: Option<String>,
     /// Why this one, e.g. `node label directx.microsoft.com/device-plugin.config on node n1`.
     pub reason: String,
+    /// What asked for it (the daemon acts on this, never on `reason`'s words).
+    pub by: SelectedBy,
     /// Set when a name was asked for that the file does not have (the default is used).
     pub warning: Option<String>,
+}
+
+/// What selected the named configuration in force.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SelectedBy {
+    /// Nothing asked for one (or the one asked for is unknown): the top level alone.
+    #[default]
+    Default,
+    /// `--configuration`.
+    Flag,
+    /// `DXDP_CONFIGURATION`.
+    Env,
+    /// The node's `<prefix>device-plugin.config` label: when the configuration it names
+    /// cannot be served on the host, the daemon serves the top level instead.
+    NodeLabel,
+}
+
+impl SelectedBy {
+    /// Whether the node's label selected it.
+    pub fn is_node_label(self) -> bool {
+        self == SelectedBy::NodeLabel
+    }
 }
 
 /// The Node this process runs on, as the API server reported it.
@@ -250,6 +274,7 @@ impl Default for Config {
             selection: Selection {
                 name: None,
                 reason: NO_SELECTION.into(),
+                by: SelectedBy::Default,
                 warning: None,
             },
             metrics_address: None,
@@ -573,18 +598,29 @@ impl Inputs {
     ) -> Selection {
         let key = labels.selector_key();
         let asked = if let Some(n) = &self.flags.configuration {
-            Some((n.clone(), "flag --configuration".to_string()))
+            Some((
+                n.clone(),
+                "flag --configuration".to_string(),
+                SelectedBy::Flag,
+            ))
         } else if let Some(n) = self.env.get("DXDP_CONFIGURATION").filter(|n| !n.is_empty()) {
-            Some((n.clone(), "env DXDP_CONFIGURATION".to_string()))
+            Some((
+                n.clone(),
+                "env DXDP_CONFIGURATION".to_string(),
+                SelectedBy::Env,
+            ))
         } else {
             self.node.as_ref().and_then(|node| {
-                node.labels
-                    .get(&key)
-                    .filter(|v| !v.is_empty())
-                    .map(|v| (v.clone(), format!("node label {key} on node {}", node.name)))
+                node.labels.get(&key).filter(|v| !v.is_empty()).map(|v| {
+                    (
+                        v.clone(),
+                        format!("node label {key} on node {}", node.name),
+                        SelectedBy::NodeLabel,
+                    )
+                })
             })
         };
-        let Some((name, why)) = asked else {
+        let Some((name, why, by)) = asked else {
             let reason = match &self.node {
                 Some(node) => format!("default: node {} has no label {key}", node.name),
                 None => NO_SELECTION.to_string(),
@@ -592,6 +628,7 @@ impl Inputs {
             return Selection {
                 name: None,
                 reason,
+                by: SelectedBy::Default,
                 warning: None,
             };
         };
@@ -602,6 +639,7 @@ impl Inputs {
             return Selection {
                 name: Some(name),
                 reason: why,
+                by,
                 warning: None,
             };
         }
@@ -628,6 +666,7 @@ impl Inputs {
         };
         Selection {
             name: None,
+            by: SelectedBy::Default,
             reason: format!("default: {} ({why}) is unknown", dxdp_core::quote::quote(&name)),
             warning: Some(format!(
                 "configuration {} ({why}) is not in {file}'s configurations ({known}): using the default configuration; add it under configurations: or fix the selection",

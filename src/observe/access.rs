@@ -90,6 +90,7 @@ struct ResultLabel {
 pub struct AccessMetrics {
     denied: Family<ReasonLabel, Counter>,
     web_reloads: Family<ResultLabel, Counter>,
+    guard_failures: Counter,
 }
 
 impl AccessMetrics {
@@ -107,6 +108,12 @@ impl AccessMetrics {
             "Loads of a changed web configuration file (metrics.webConfigFile), by result (applied or rejected)",
             web_reloads.clone(),
         );
+        let guard_failures = Counter::default();
+        registry.register(
+            "dxdp_metrics_guard_failures",
+            "Attempts to set up the metrics endpoint's guard (web configuration, Kubernetes authorizer) that failed; /metrics answers 503 meanwhile",
+            guard_failures.clone(),
+        );
         for d in Denied::ALL {
             drop(denied.get_or_create(&ReasonLabel {
                 reason: d.as_str().into(),
@@ -118,6 +125,7 @@ impl AccessMetrics {
         AccessMetrics {
             denied,
             web_reloads,
+            guard_failures,
         }
     }
 
@@ -128,6 +136,11 @@ impl AccessMetrics {
                 reason: why.as_str().into(),
             })
             .inc();
+    }
+
+    /// The endpoint's guard could not be set up (it refuses `/metrics` until it can).
+    pub fn guard_failed(&self) {
+        self.guard_failures.inc();
     }
 
     /// The web configuration was loaded again.
@@ -151,6 +164,9 @@ pub struct Access {
     pub web: Option<Arc<Web>>,
     /// `metrics.authorization: kubernetes`.
     pub authorizer: Option<Arc<dyn Authorize>>,
+    /// Set when the guard the configuration asks for could not be set up: every request but
+    /// the probes is refused with `503` and this reason.
+    pub refusing: Option<Arc<str>>,
 }
 
 /// The outcome of [`Access::check`].
@@ -163,14 +179,26 @@ pub enum Verdict {
 }
 
 impl Access {
-    /// No web configuration and no authorizer: every request is served as before.
-    pub fn is_open(&self) -> bool {
-        self.web.is_none() && self.authorizer.is_none()
+    /// Refuses every request but the probes with `503`, saying `why` (a guard the
+    /// configuration asks for that could not be set up).
+    pub fn refusing(why: impl Into<Arc<str>>) -> Self {
+        Access {
+            refusing: Some(why.into()),
+            ..Access::default()
+        }
     }
 
-    /// Whether a request must show credentials (basic authentication or a bearer token).
+    /// No web configuration and no authorizer: every request is served as before.
+    pub fn is_open(&self) -> bool {
+        self.web.is_none() && self.authorizer.is_none() && self.refusing.is_none()
+    }
+
+    /// Whether a request must show credentials (basic authentication or a bearer token), or is
+    /// refused whatever it shows.
     pub fn needs_credentials(&self, web: Option<&WebConfig>) -> bool {
-        self.authorizer.is_some() || web.is_some_and(WebConfig::has_users)
+        self.refusing.is_some()
+            || self.authorizer.is_some()
+            || web.is_some_and(WebConfig::has_users)
     }
 
     /// Whether the request with `authorization` (the header's value) may `verb` `path`.
@@ -181,6 +209,12 @@ impl Access {
         verb: &str,
         path: &str,
     ) -> Verdict {
+        if let Some(why) = &self.refusing {
+            return Verdict::Denied(
+                Denied::Unavailable,
+                format!("the metrics endpoint is not set up as configured: {why}\n"),
+            );
+        }
         if let Some(web) = web.filter(|w| w.has_users()) {
             let header = authorization.map(<[u8]>::to_vec);
             let outcome = tokio::task::spawn_blocking(move || web.check_basic(header.as_deref()))

@@ -67,13 +67,24 @@ pub async fn run(
     let _lock = claim::lock(&config.lock_dir, &config.kubelet_dir)?;
     let mut tasks = Tasks::new(observe.clone());
     if let Some(address) = first.metrics_address {
-        let authorizer = config.metrics_authorizer.clone();
-        let access = metrics_access(&first, authorizer, &observe).await?;
-        let observe = observe.clone();
+        let (observe, authorizer, guarded, retry) = (
+            observe.clone(),
+            config.metrics_authorizer.clone(),
+            first.clone(),
+            config.guard_retry,
+        );
         tasks.spawn(TaskSpec::new(
             "metrics-endpoint",
             Role::Optional,
-            move || metrics_endpoint(address, observe.clone(), access.clone()),
+            move || {
+                metrics_endpoint(
+                    address,
+                    observe.clone(),
+                    guarded.clone(),
+                    authorizer.clone(),
+                    retry,
+                )
+            },
         ));
     }
     if let Some(address) = first.probe_address {
@@ -347,22 +358,65 @@ async fn tap_inventory(
     std::future::pending::<()>().await
 }
 
+/// How often a metrics endpoint whose guard could not be set up tries again.
+pub const GUARD_RETRY: Duration = Duration::from_secs(10);
+
 /// Serves `/metrics`, `/healthz` and `/readyz` on `address` ([`crate::observe::http::serve_forever`]:
 /// an address that cannot be bound is logged once per distinct error and retried in the
-/// background; device serving never waits for it), and says it stopped listening when it ends.
-async fn metrics_endpoint(address: SocketAddr, observe: Observe, access: Access) {
+/// background; device serving never waits for it), guarded as `config` says, and says it
+/// stopped listening when it ends.
+///
+/// A guard that cannot be set up (an invalid web configuration, `metrics.authorization:
+/// kubernetes` without the API server's credentials) never stops the daemon and never opens
+/// `/metrics` unguarded: the endpoint answers `503` with the reason (the probes answer as
+/// always), says so once, and tries again every `retry` until the guard loads.
+async fn metrics_endpoint(
+    address: SocketAddr,
+    observe: Observe,
+    config: Arc<Config>,
+    authorizer: Option<Result<Arc<dyn crate::observe::access::Authorize>, String>>,
+    retry: Duration,
+) {
     let _unset = UnsetListening(observe.clone());
-    crate::observe::http::serve_guarded_forever(address, observe, access).await
+    let serve =
+        |access| crate::observe::http::serve_guarded_forever(address, observe.clone(), access);
+    let mut said: Option<String> = None;
+    let access = loop {
+        match metrics_access(&config, authorizer.clone(), &observe).await {
+            Ok(access) => break access,
+            Err(why) => {
+                if said.as_deref() != Some(why.as_str()) {
+                    tracing::error!(
+                        %address,
+                        "the metrics endpoint cannot be guarded as configured: {why}; /metrics answers 503 until it is fixed (tried again every {} s; the devices are served as usual)",
+                        retry.as_secs()
+                    );
+                    said = Some(why.clone());
+                }
+                observe.metrics.access().guard_failed();
+                let refusing = serve(Access::refusing(why));
+                tokio::pin!(refusing);
+                tokio::select! {
+                    _ = &mut refusing => return,
+                    _ = tokio::time::sleep(retry) => {}
+                }
+            }
+        }
+    };
+    if said.is_some() {
+        tracing::info!(%address, "the metrics endpoint's guard is set up now: serving /metrics as configured");
+    }
+    serve(access).await
 }
 
-/// What guards the metrics endpoint: the web configuration, loaded and checked now (an invalid
-/// one refuses the start), and the Kubernetes authorizer when `metrics.authorization` asks for
-/// it (missing, it refuses the start: `/metrics` is never served unchecked by mistake).
+/// What guards the metrics endpoint: the web configuration, loaded and checked now, and the
+/// Kubernetes authorizer when `metrics.authorization` asks for it; `Err` says why either
+/// cannot be set up (the endpoint then refuses `/metrics`).
 async fn metrics_access(
     config: &Config,
-    authorizer: Option<Arc<dyn crate::observe::access::Authorize>>,
+    authorizer: Option<Result<Arc<dyn crate::observe::access::Authorize>, String>>,
     observe: &Observe,
-) -> Result<Access, PluginError> {
+) -> Result<Access, String> {
     let mut access = Access::default();
     if let Some(path) = config.web_config_file.clone() {
         let metrics = observe.metrics.clone();
@@ -370,9 +424,8 @@ async fn metrics_access(
             Web::load(&path, move |r| metrics.access().web_reload(r))
         })
         .await
-        .map_err(|e| {
-            PluginError::MetricsAuthorization(format!("loading the web configuration failed: {e}"))
-        })??;
+        .map_err(|e| format!("loading the web configuration failed: {e}"))?
+        .map_err(|e| format!("{e} (fix or unset metrics.webConfigFile)"))?;
         let current = loaded.current();
         tracing::info!(
             file = %loaded.path().display(),
@@ -384,15 +437,17 @@ async fn metrics_access(
         access.web = Some(Arc::new(loaded));
     }
     if config.metrics_authorization == MetricsAuthorization::Kubernetes {
-        let Some(authorizer) = authorizer else {
-            return Err(PluginError::MetricsAuthorization(
-                "kubernetes needs the API server (in a pod: the service account token; outside: KUBECONFIG), which dxdp cannot reach with what it was given; set metrics.authorization: none to serve /metrics without it".into(),
-            ));
+        let authorizer = match authorizer {
+            Some(Ok(a)) => a,
+            Some(Err(why)) => return Err(format!("metrics.authorization: kubernetes: {why}")),
+            None => return Err(
+                "metrics.authorization: kubernetes needs the API server (in a pod: the service account token; outside: KUBECONFIG), which dxdp cannot reach with what it was given; set metrics.authorization: none to serve /metrics without it".into(),
+            ),
         };
         if access.web.as_ref().is_some_and(|w| w.current().has_users()) {
-            return Err(PluginError::MetricsAuthorization(
-                "kubernetes and the web configuration's basic_auth_users both ask for the Authorization header: use one of them".into(),
-            ));
+            return Err(
+                "metrics.authorization: kubernetes and the web configuration's basic_auth_users both ask for the Authorization header: use one of them".into(),
+            );
         }
         access.authorizer = Some(authorizer);
     }

@@ -95,9 +95,13 @@ pub struct PluginConfig {
     /// past it, while still starting, `/healthz` fails with what the start is doing.
     pub start_deadline: Duration,
     /// Checks the bearer tokens of `/metrics` requests (`metrics.authorization: kubernetes`;
-    /// the CLI builds it from the API server's client). Required when that is set: without it
-    /// the daemon refuses to start rather than serve `/metrics` unchecked.
-    pub metrics_authorizer: Option<Arc<dyn crate::observe::access::Authorize>>,
+    /// [`crate::daemon`] builds it from the API server's credentials), or why it could not be
+    /// built. Without it, when that is set, `/metrics` answers `503` with the reason (never
+    /// unchecked); the devices are served as usual.
+    pub metrics_authorizer: Option<Result<Arc<dyn crate::observe::access::Authorize>, String>>,
+    /// How often a metrics endpoint whose guard could not be set up tries again
+    /// ([`daemon::GUARD_RETRY`]).
+    pub guard_retry: Duration,
 }
 
 /// The default safety poll.
@@ -136,6 +140,7 @@ impl PluginConfig {
             read_limit: DEFAULT_READ_LIMIT,
             start_deadline: DEFAULT_START_DEADLINE,
             metrics_authorizer: None,
+            guard_retry: daemon::GUARD_RETRY,
         }
     }
 }
@@ -187,13 +192,10 @@ pub enum PluginError {
     /// A required task kept failing.
     #[error(transparent)]
     Task(#[from] tasks::Fatal),
-    /// The metrics endpoint's web configuration is invalid (refused at start, never served
-    /// unguarded).
-    #[error("{0}; dxdp does not start with an invalid web configuration (fix or unset metrics.webConfigFile)")]
-    WebConfig(#[from] crate::observe::web::WebConfigError),
-    /// `metrics.authorization` cannot be honoured.
-    #[error("metrics.authorization: {0}")]
-    MetricsAuthorization(String),
+    /// The configuration could not be read again with the node's labels (at start, with the
+    /// API server).
+    #[error("{0}")]
+    Configuration(String),
 }
 
 impl From<SourceError> for PluginError {
