@@ -3,10 +3,10 @@
 //! that dxdp uses (`proto/cri_runtime_v1.proto`) with protox, a pure-Rust protobuf compiler, so
 //! no system `protoc` is needed, and records the git commit and target for `dxdp --version`.
 //!
-//! The plugin's own `DevicePlugin` server is generated from a manual definition of the same
-//! service ([`device_plugin_answering`]): identical routes and messages, except that Allocate
-//! answers with `AllocateAnswer`, which is `AllocateResponse` on the wire with every container's
-//! answer already encoded (see `src/kubelet/answering.rs`).
+//! The plugin's own `DevicePlugin` server is generated from the same compiled descriptor
+//! ([`device_plugin_answering`]): every route, message and streaming kind the proto declares,
+//! except that Allocate answers with `AllocateAnswer`, which is `AllocateResponse` on the wire
+//! with every container's answer already encoded (see `src/kubelet/answering.rs`).
 
 use std::process::Command;
 
@@ -49,6 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={proto}");
     }
     let fds = protox::compile(protos, ["proto"])?;
+    let answering = device_plugin_answering(&fds)?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
@@ -56,71 +57,71 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_build::manual::Builder::new()
         .build_client(false)
         .build_server(true)
-        .compile(&[device_plugin_answering()]);
+        .compile(&[answering]);
     Ok(())
 }
 
-/// `v1beta1.DevicePlugin` as `proto/deviceplugin_v1beta1.proto` declares it (same package,
-/// service, routes, request types and streaming), with Allocate's answer pre-encoded.
-fn device_plugin_answering() -> tonic_build::manual::Service {
+/// `v1beta1.DevicePlugin` generated from the compiled proto's descriptor (same package,
+/// service, routes, request types and streaming, for every method the proto declares), with
+/// Allocate's answer pre-encoded. A method added to the proto is in the server, so the build
+/// fails until the plugin implements it; nothing is listed by hand.
+fn device_plugin_answering(
+    fds: &prost_types::FileDescriptorSet,
+) -> Result<tonic_build::manual::Service, Box<dyn std::error::Error>> {
     use tonic_build::manual::{Method, Service};
     const API: &str = "crate::kubelet::v1beta1";
-    let method = |name: &str, route: &str, input: &str, output: &str| {
-        Method::builder()
-            .name(name)
-            .route_name(route)
-            .input_type(format!("{API}::{input}"))
-            .output_type(output)
-            .codec_path("tonic_prost::ProstCodec")
+    let file = fds
+        .file
+        .iter()
+        .find(|f| f.package() == "v1beta1")
+        .ok_or("proto/deviceplugin_v1beta1.proto: no package v1beta1")?;
+    let service = file
+        .service
+        .iter()
+        .find(|s| s.name() == "DevicePlugin")
+        .ok_or("proto/deviceplugin_v1beta1.proto: no service DevicePlugin")?;
+    let rust_type = |proto: &str| -> Result<String, String> {
+        proto
+            .strip_prefix(".v1beta1.")
+            .map(|t| format!("{API}::{t}"))
+            .ok_or_else(|| format!("{proto}: not a v1beta1 message"))
     };
-    Service::builder()
-        .name("DevicePlugin")
-        .package("v1beta1")
-        .method(
-            method(
-                "get_device_plugin_options",
-                "GetDevicePluginOptions",
-                "Empty",
-                &format!("{API}::DevicePluginOptions"),
-            )
-            .build(),
-        )
-        .method(
-            method(
-                "list_and_watch",
-                "ListAndWatch",
-                "Empty",
-                &format!("{API}::ListAndWatchResponse"),
-            )
-            .server_streaming()
-            .build(),
-        )
-        .method(
-            method(
-                "get_preferred_allocation",
-                "GetPreferredAllocation",
-                "PreferredAllocationRequest",
-                &format!("{API}::PreferredAllocationResponse"),
-            )
-            .build(),
-        )
-        .method(
-            method(
-                "allocate",
-                "Allocate",
-                "AllocateRequest",
-                "crate::kubelet::answering::AllocateAnswer",
-            )
-            .build(),
-        )
-        .method(
-            method(
-                "pre_start_container",
-                "PreStartContainer",
-                "PreStartContainerRequest",
-                &format!("{API}::PreStartContainerResponse"),
-            )
-            .build(),
-        )
-        .build()
+    let mut builder = Service::builder().name("DevicePlugin").package("v1beta1");
+    for m in &service.method {
+        let output = if m.name() == "Allocate" {
+            "crate::kubelet::answering::AllocateAnswer".to_string()
+        } else {
+            rust_type(m.output_type())?
+        };
+        let mut method = Method::builder()
+            .name(snake_case(m.name()))
+            .route_name(m.name())
+            .input_type(rust_type(m.input_type())?)
+            .output_type(output)
+            .codec_path("tonic_prost::ProstCodec");
+        if m.client_streaming() {
+            method = method.client_streaming();
+        }
+        if m.server_streaming() {
+            method = method.server_streaming();
+        }
+        builder = builder.method(method.build());
+    }
+    Ok(builder.build())
+}
+
+/// `GetDevicePluginOptions` → `get_device_plugin_options`.
+fn snake_case(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -22,7 +22,7 @@ use dxdp::backend::SampleHost;
 use dxdp::kubelet::standin::KubeletStandin;
 use dxdp::kubelet::v1beta1::device_plugin_client::DevicePluginClient;
 use dxdp::kubelet::v1beta1::{AllocateRequest, ContainerAllocateRequest, Empty};
-use dxdp::plugin::{self, PluginConfig};
+use dxdp::plugin::PluginConfig;
 use prost::Message;
 use tonic::transport::Channel;
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use dxdp::backend::SnapshotFile;
 use dxdp::config::Inputs;
 use dxdp::kubelet::standin::KubeletStandin;
-use dxdp::plugin::{self, PluginConfig, Reload};
+use dxdp::plugin::{PluginConfig, Reload};
 
 mod common;
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use dxdp::backend::SnapshotFile;
 use dxdp::kubelet::standin::KubeletStandin;
-use dxdp::plugin::{self, PluginConfig};
+use dxdp::plugin::PluginConfig;
 use dxdp_core::facts::HostFacts;
 use dxdp_core::snapshot;
 

@@ -332,10 +332,7 @@ impl Served {
 
 /// The pause after `failures` failed `accept` calls in a row (1 for the first).
 pub fn accept_backoff(failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(16);
-    ACCEPT_BACKOFF_MIN
-        .saturating_mul(1u32 << doublings)
-        .min(ACCEPT_BACKOFF_MAX)
+    crate::util::retry::Backoff::pauses(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX).base(failures)
 }
 
 /// How many unwritten bytes a [`Coalescing`] connection keeps before it writes them out.

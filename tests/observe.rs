@@ -536,8 +536,10 @@ async fn an_invalid_web_configuration_refuses_metrics_but_never_stops_the_daemon
     let dir = tempdir();
     let web = dir.path().join("web.yml");
     std::fs::write(&web, "tls_server_config:\n  cert_file: missing.crt\n").unwrap();
-    let mut config = Config::default();
-    config.web_config_file = Some(web.clone());
+    let config = Config {
+        web_config_file: Some(web.clone()),
+        ..Config::default()
+    };
     let d = Daemon::start_with(dir, config, None, |pc| {
         pc.guard_retry = std::time::Duration::from_millis(100)
     })
@@ -575,8 +577,10 @@ async fn an_invalid_web_configuration_refuses_metrics_but_never_stops_the_daemon
 /// answers 503 with the reason, never unchecked, and the daemon serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubernetes_authorization_without_credentials_refuses_metrics_and_serves_on() {
-    let mut config = Config::default();
-    config.metrics_authorization = dxdp::config::file::MetricsAuthorization::Kubernetes;
+    let config = Config {
+        metrics_authorization: dxdp::config::file::MetricsAuthorization::Kubernetes,
+        ..Config::default()
+    };
     let d = Daemon::start_with(tempdir(), config, None, |pc| {
         pc.metrics_authorizer = Some(Err("no credentials in this test".into()));
     })

@@ -357,7 +357,8 @@ fn every_configuration_example_is_valid_for_dxdp_and_the_chart() {
     let schema = chart_config_schema();
     for (i, text) in examples.iter().enumerate() {
         let origin = format!("docs/configuration.md example {}", i + 1);
-        if let Err(e) = dxdp::config::file::parse::<dxdp::config::file::ConfigFile>(text, &origin) {
+        if let Err(e) = dxdp::config::parse::parse::<dxdp::config::file::ConfigFile>(text, &origin)
+        {
             panic!("{e}");
         }
         let value: Value = serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{origin}: {e}"));
@@ -385,7 +386,7 @@ fn the_chart_config_schema_refuses_what_dxdp_refuses() {
         violations(&value, &schema, &schema, "$", &mut out);
         assert!(!out.is_empty(), "the chart's schema accepts {bad}");
         assert!(
-            dxdp::config::file::parse::<dxdp::config::file::ConfigFile>(bad, "t").is_err(),
+            dxdp::config::parse::parse::<dxdp::config::file::ConfigFile>(bad, "t").is_err(),
             "dxdp accepts {bad}"
         );
     }

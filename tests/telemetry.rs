@@ -519,7 +519,7 @@ mod sampler {
     #[tokio::test]
     async fn pod_info_carries_the_uid_and_allowlisted_labels_from_list_pod_sandbox() {
         use cri_standin::{container, sandbox, CriStandin};
-        use dxdp::config::file::PodLabelPattern;
+        use dxdp::config::values::PodLabelPattern;
         use dxdp::config::PodLabels;
         use dxdp::kubelet::cri::v1::ContainerState;
 

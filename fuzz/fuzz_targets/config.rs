@@ -1,8 +1,9 @@
-//! The configuration file parser (`src/config/file.rs`): any text gives a configuration or an
+//! The configuration file parser (`src/config/parse.rs`, `file.rs`, `values.rs`): any text gives a configuration or an
 //! error that names the file.
 #![no_main]
 
-use dxdp_fuzz::config_file::{parse, ConfigFile};
+use dxdp_fuzz::file::ConfigFile;
+use dxdp_fuzz::parse::parse;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

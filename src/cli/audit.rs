@@ -15,10 +15,10 @@ use std::time::Duration;
 use clap::Args;
 
 use dxdp::backend::HostFactsSource;
-use dxdp::config::file::Assignment;
 use dxdp::config::Config;
 use dxdp::output::{ApiVersion, AuditDoc, AuditKind, AuditScope, AuditVerdict};
 use dxdp::telemetry::isolation::audit_text;
+use dxdp_core::assignment::Assignment;
 use dxdp_core::telemetry::isolation::{audit, container_check, held, parse_luids};
 
 use super::top::Figures;

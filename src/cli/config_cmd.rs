@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use clap::ValueEnum;
-use dxdp::config::file::{self, ConfigFile, ReferenceFile};
+use dxdp::config::file::{ConfigFile, ReferenceFile};
 use dxdp::config::reference_mapping;
+use dxdp::config::{file, parse};
 use dxdp::config::{Config, Inputs};
 use dxdp_core::devices::Resource;
 
@@ -104,14 +105,14 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
             // a read that blocks).
             let text = dxdp::config::read_file(path)?;
             let origin = path.display().to_string();
-            let max = file::MAX_ERRORS;
+            let max = parse::MAX_ERRORS;
             let outcome = match reference {
-                Some(plugin) => file::parse_all::<ReferenceFile>(&text, &origin, max)
+                Some(plugin) => parse::parse_all::<ReferenceFile>(&text, &origin, max)
                     .map(|f| reference_report(&origin, &f, &[*plugin])),
-                None => match file::parse_all::<ConfigFile>(&text, &origin, max) {
+                None => match parse::parse_all::<ConfigFile>(&text, &origin, max) {
                     Ok(_) => Ok(format!("{origin}: valid\n")),
                     // Not dxdp's format: maybe the reference plugin's.
-                    Err(e) => match file::parse_all::<ReferenceFile>(&text, &origin, max) {
+                    Err(e) => match parse::parse_all::<ReferenceFile>(&text, &origin, max) {
                         Ok(f) if !text.trim().is_empty() => Ok(reference_report(
                             &origin,
                             &f,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use dxdp::backend::HostFactsSource;
-use dxdp::config::{file, Config, Flags, Inputs};
+use dxdp::config::{file, values, Config, Flags, Inputs};
 use dxdp::daemon::{ClusterChoice, Daemon};
 use dxdp::kubelet::paths;
 use dxdp_core::allocation::MAX_REPLICAS;
@@ -41,12 +41,12 @@ pub struct PluginArgs {
     /// Serve /metrics (Prometheus), /healthz and /readyz over HTTP on this IP:PORT, e.g.
     /// 0.0.0.0:9466; empty: off [env: DXDP_METRICS_ADDRESS; config: metrics.address; default: off].
     #[arg(long, value_name = "HOST:PORT", value_parser = metrics_address)]
-    metrics_address: Option<file::MetricsAddress>,
+    metrics_address: Option<values::MetricsAddress>,
     /// Also serve /healthz and /readyz alone on this IP:PORT, on connections of their own that
     /// metrics clients cannot use up (point the kubelet's probes here), e.g. 127.0.0.1:9467;
     /// empty: off [env: DXDP_PROBE_ADDRESS; config: metrics.probeAddress; default: off].
     #[arg(long, value_name = "HOST:PORT", value_parser = metrics_address)]
-    probe_address: Option<file::MetricsAddress>,
+    probe_address: Option<values::MetricsAddress>,
     /// The web configuration of the metrics endpoint, in the Prometheus exporters' format
     /// (tls_server_config, basic_auth_users, http_server_config.headers); its files are re-read
     /// when they change; empty: plain HTTP [env: DXDP_WEB_CONFIG_FILE; config:
@@ -66,8 +66,8 @@ fn metrics_authorization(s: &str) -> Result<file::MetricsAuthorization, String> 
     file::MetricsAuthorization::parse(s)
 }
 
-fn metrics_address(s: &str) -> Result<file::MetricsAddress, String> {
-    file::MetricsAddress::parse(s).map(file::MetricsAddress)
+fn metrics_address(s: &str) -> Result<values::MetricsAddress, String> {
+    values::MetricsAddress::parse(s).map(values::MetricsAddress)
 }
 
 impl PluginArgs {

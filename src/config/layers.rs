@@ -4,9 +4,8 @@
 use dxdp_core::devices::{Resource, TargetDir};
 use dxdp_core::pipeline::runtime_files::AdditionalFile;
 
-use super::file::{
-    self, ConfigFile, FileEntry, LogFormatName, ReferenceFile, Replicas, ResourceName, VendorKey,
-};
+use super::file::{self, ConfigFile, FileEntry, LogFormatName, ReferenceFile};
+use super::values::{Replicas, ResourceName, VendorKey};
 use super::{Config, ConfigError, Env, Flags, Key, ResourceKey};
 use crate::logging::LogFormat;
 use dxdp_core::assignment::Assignment;
@@ -529,19 +528,21 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         c.set_origin(Key::LogFormat, "env DXDP_LOG_FORMAT");
     }
     if let Some(v) = env.get("DXDP_METRICS_ADDRESS") {
-        c.metrics_address = file::MetricsAddress::parse(v).map_err(|reason| ConfigError::Env {
-            name: "DXDP_METRICS_ADDRESS".into(),
-            value: v.clone(),
-            reason,
-        })?;
+        c.metrics_address =
+            super::values::MetricsAddress::parse(v).map_err(|reason| ConfigError::Env {
+                name: "DXDP_METRICS_ADDRESS".into(),
+                value: v.clone(),
+                reason,
+            })?;
         c.set_origin(Key::MetricsAddress, "env DXDP_METRICS_ADDRESS");
     }
     if let Some(v) = env.get("DXDP_PROBE_ADDRESS") {
-        c.probe_address = file::MetricsAddress::parse(v).map_err(|reason| ConfigError::Env {
-            name: "DXDP_PROBE_ADDRESS".into(),
-            value: v.clone(),
-            reason,
-        })?;
+        c.probe_address =
+            super::values::MetricsAddress::parse(v).map_err(|reason| ConfigError::Env {
+                name: "DXDP_PROBE_ADDRESS".into(),
+                value: v.clone(),
+                reason,
+            })?;
         c.set_origin(Key::ProbeAddress, "env DXDP_PROBE_ADDRESS");
     }
     if let Some(v) = env.get("DXDP_WEB_CONFIG_FILE") {
@@ -562,11 +563,12 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         c.set_origin(Key::TelemetryEnabled, "env DXDP_TELEMETRY");
     }
     if let Some(v) = env.get("DXDP_TELEMETRY_INTERVAL") {
-        c.telemetry.interval = file::Interval::parse(v).map_err(|reason| ConfigError::Env {
-            name: "DXDP_TELEMETRY_INTERVAL".into(),
-            value: v.clone(),
-            reason,
-        })?;
+        c.telemetry.interval =
+            super::values::Interval::parse(v).map_err(|reason| ConfigError::Env {
+                name: "DXDP_TELEMETRY_INTERVAL".into(),
+                value: v.clone(),
+                reason,
+            })?;
         c.set_origin(Key::TelemetryInterval, "env DXDP_TELEMETRY_INTERVAL");
     }
     if let Some(v) = env.get("DXDP_POD_RESOURCES_ENDPOINT") {
@@ -577,7 +579,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         );
     }
     if let Some(v) = env.get("DXDP_CRI_ENDPOINT") {
-        file::CriEndpoint::parse(v).map_err(|reason| ConfigError::Env {
+        super::values::CriEndpoint::parse(v).map_err(|reason| ConfigError::Env {
             name: "DXDP_CRI_ENDPOINT".into(),
             value: v.clone(),
             reason,

@@ -13,7 +13,10 @@ pub mod file;
 pub mod health;
 pub mod keys;
 mod layers;
+pub mod parse;
+pub mod schema;
 mod show;
+pub mod values;
 
 pub use keys::{Key, ResourceKey};
 use layers::{apply_env, apply_file, apply_flags, apply_reference};
@@ -23,10 +26,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::logging::LogFormat;
+use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::Resource;
 use dxdp_core::pipeline::PipelineConfig;
 use dxdp_core::policy::ResourcePolicy;
-use file::{Assignment, ConfigFile, ReferenceFile};
+use file::{ConfigFile, ReferenceFile};
 
 /// Settings of one resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +101,7 @@ pub struct Telemetry {
     /// Where the kubelet serves PodResources; `None`: the kubelet's default for this OS.
     pub pod_resources_endpoint: Option<String>,
     /// Where the container runtime serves its CRI API, as written (validated by
-    /// [`file::CriEndpoint::parse`]); `None`: containerd's default for this OS.
+    /// [`values::CriEndpoint::parse`]); `None`: containerd's default for this OS.
     pub cri_endpoint: Option<String>,
     /// `telemetry.podLabels`: the pod label keys copied into `dxdp_pod_info`.
     pub pod_labels: PodLabels,
@@ -121,11 +125,11 @@ pub struct PodLabels {
 }
 
 impl PodLabels {
-    /// The allowlist of `patterns` (each checked by [`file::PodLabelPattern`]).
-    pub fn new(patterns: &[file::PodLabelPattern]) -> Result<Self, String> {
+    /// The allowlist of `patterns` (each checked by [`values::PodLabelPattern`]).
+    pub fn new(patterns: &[values::PodLabelPattern]) -> Result<Self, String> {
         let compiled = patterns
             .iter()
-            .map(|p| file::PodLabelPattern::compile(&p.0))
+            .map(|p| values::PodLabelPattern::compile(&p.0))
             .collect::<Result<_, _>>()?;
         Ok(PodLabels {
             patterns: patterns.iter().map(|p| p.0.clone()).collect(),
@@ -375,7 +379,7 @@ pub struct Flags {
 pub enum ConfigError {
     /// A file is invalid.
     #[error(transparent)]
-    File(#[from] file::FileError),
+    File(#[from] parse::FileError),
     /// A file cannot be read.
     #[error("cannot read configuration file {path}: {reason}")]
     Read {
@@ -537,7 +541,7 @@ impl Inputs {
                 origin
             };
             let text = read_file(&path)?;
-            let f: ReferenceFile = file::parse(&text, &path.display().to_string())?;
+            let f: ReferenceFile = parse::parse(&text, &path.display().to_string())?;
             apply_reference(&mut c, r, &f, &origin);
         }
         let mut named = None;
@@ -546,9 +550,9 @@ impl Inputs {
             match read_optional(path) {
                 Ok(FileRead::Text(text)) => {
                     let origin = path.display().to_string();
-                    let f: ConfigFile = file::parse(&text, &origin).map_err(|mut e| {
+                    let f: ConfigFile = parse::parse(&text, &origin).map_err(|mut e| {
                         // Say when there is more to fix than the first error.
-                        let all = file::parse_all::<ConfigFile>(&text, &origin, file::MAX_ERRORS)
+                        let all = parse::parse_all::<ConfigFile>(&text, &origin, parse::MAX_ERRORS)
                             .err()
                             .map_or(1, |all| all.len());
                         if all > 1 {
@@ -576,7 +580,7 @@ impl Inputs {
             missing,
         );
         if let (Some(name), Some((path, configurations))) = (&c.selection.name, &named) {
-            if let Some(f) = configurations.get(&file::ConfigName(name.clone())) {
+            if let Some(f) = configurations.get(&values::ConfigName(name.clone())) {
                 let origin = format!("file {} (configuration {name})", path.display());
                 apply_file(&mut c, &ConfigFile::from(f), &origin);
             }
@@ -593,7 +597,10 @@ impl Inputs {
     fn select(
         &self,
         labels: &NodeLabels,
-        named: Option<(&PathBuf, &BTreeMap<file::ConfigName, file::NamedConfigFile>)>,
+        named: Option<(
+            &PathBuf,
+            &BTreeMap<values::ConfigName, file::NamedConfigFile>,
+        )>,
         missing: Option<&PathBuf>,
     ) -> Selection {
         let key = labels.selector_key();

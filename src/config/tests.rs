@@ -342,6 +342,9 @@ fn bad_values_are_rejected_with_what_is_allowed() {
         ("configurations: {big: {nodeLabels: {enabled: false}}}\n", "unknown key `nodeLabels`"),
         ("configurations: {big: {configurations: {}}}\n", "unknown key `configurations`"),
         ("configurations: {big: {resources: {display: {replicas: 0}}}}\n", "from 1 to 64"),
+        ("version: v2\n", "bad.yaml:1:10: unknown configuration version \"v2\""),
+        ("version: 1\n", "reads version v1"),
+        ("configurations: {big: {version: v1}}\n", "unknown key `version`"),
     ];
     for (text, fragment) in table {
         let path = write(&dir, "bad.yaml", text);
@@ -402,8 +405,8 @@ fn config_path_choice() {
 proptest::proptest! {
     #[test]
     fn arbitrary_config_text_never_panics(text in "\\PC{0,300}") {
-        let _ = file::parse::<ConfigFile>(&text, "fuzz");
-        let _ = file::parse::<ReferenceFile>(&text, "fuzz");
+        let _ = parse::parse::<ConfigFile>(&text, "fuzz");
+        let _ = parse::parse::<ReferenceFile>(&text, "fuzz");
     }
 }
 
@@ -843,10 +846,10 @@ fn reference_default_files_in_the_reference_directory() {
 #[test]
 fn vendor_keys_as_windows_reports_the_manufacturer() {
     let text = "additionalMounts:\n  Advanced Micro Devices, Inc.:\n    - source: amdx.dll\n  NVIDIA:\n    - source: nvx.dll\n  intel corporation:\n    - source: igx.dll\n";
-    let f: ReferenceFile = file::parse(text, "t").unwrap();
+    let f: ReferenceFile = parse::parse(text, "t").unwrap();
     let keys: Vec<u32> = f.additional_mounts.unwrap().keys().map(|k| k.0).collect();
     assert_eq!(keys, [0x1002, 0x10DE, 0x8086]);
-    let err = file::parse::<ReferenceFile>(
+    let err = parse::parse::<ReferenceFile>(
         "additionalMounts:\n  Acme GPUs:\n    - source: a.dll\n",
         "t",
     )
@@ -886,7 +889,7 @@ fn errors_in_the_words_an_operator_uses() {
         ),
     ];
     for (text, want) in cases {
-        let err = file::parse::<ConfigFile>(text, "t").unwrap_err();
+        let err = parse::parse::<ConfigFile>(text, "t").unwrap_err();
         assert_eq!(err.to_string(), want, "{text}");
         for jargon in [
             "invalid u64",
@@ -902,7 +905,7 @@ fn errors_in_the_words_an_operator_uses() {
 #[test]
 fn every_error_of_a_file_at_once() {
     let text = "resources:\n  display:\n    replicas: two\n  compute:\n    replica: 2\ndevices:\n  includeIntegrated: maybe\nassignment: guid\nlogLevel: info\n";
-    let errors = file::parse_all::<ConfigFile>(text, "t", file::MAX_ERRORS).unwrap_err();
+    let errors = parse::parse_all::<ConfigFile>(text, "t", parse::MAX_ERRORS).unwrap_err();
     let got: Vec<String> = errors.iter().map(ToString::to_string).collect();
     assert_eq!(
         got,
@@ -915,10 +918,10 @@ fn every_error_of_a_file_at_once() {
     );
     // Bounded.
     let many: String = (0..30).map(|i| format!("bad{i}: 1\n")).collect();
-    let errors = file::parse_all::<ConfigFile>(&many, "t", 5).unwrap_err();
+    let errors = parse::parse_all::<ConfigFile>(&many, "t", 5).unwrap_err();
     assert_eq!(errors.len(), 5);
     // A valid file parses as with parse.
-    assert!(file::parse_all::<ConfigFile>(FULL, "t", 5).is_ok());
+    assert!(parse::parse_all::<ConfigFile>(FULL, "t", 5).is_ok());
     // Start and reload name the first error and say how many more there are.
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, "multi.yaml", text);
@@ -968,7 +971,7 @@ fn cri_endpoints_are_local_sockets_or_pipes() {
         ("https://x", Err("use unix:///PATH, npipe:////./pipe/NAME")),
     ];
     for (text, want) in table {
-        match (file::CriEndpoint::parse(text), want) {
+        match (values::CriEndpoint::parse(text), want) {
             (Ok(got), Ok(want)) => assert_eq!(got.as_deref(), want, "{text}"),
             (Err(e), Err(part)) => assert!(e.contains(part), "{text}: {e}"),
             (got, want) => panic!("{text}: {got:?}, wanted {want:?}"),
@@ -1074,7 +1077,7 @@ fn telemetry_keys_follow_the_precedence_and_intervals_are_checked() {
         ("", Err("use e.g. 10s")),
     ];
     for (text, want) in table {
-        match (file::Interval::parse(text), want) {
+        match (values::Interval::parse(text), want) {
             (Ok(d), Ok(ms)) => assert_eq!(d.as_millis(), ms, "{text}"),
             (Err(e), Err(part)) => assert!(e.contains(part), "{text}: {e}"),
             (got, want) => panic!("{text}: {got:?}, wanted {want:?}"),
@@ -1478,4 +1481,26 @@ fn health_signals_and_ignore_reach_the_policy_and_wrong_ones_are_refused_by_file
         assert!(e.contains(&bad.display().to_string()), "{name}: {e}");
         assert!(e.contains("health"), "{name} names the key: {e}");
     }
+}
+
+#[test]
+fn version_v1_and_no_version_read_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let with = write(
+        &dir,
+        "with.yaml",
+        "version: v1\nresources: {display: {replicas: 3}}\n",
+    );
+    let without = write(
+        &dir,
+        "without.yaml",
+        "resources: {display: {replicas: 3}}\n",
+    );
+    let a = inputs(Some(with), &[], Flags::default()).resolve().unwrap();
+    let b = inputs(Some(without), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    assert_eq!(a.replicas(Resource::Display), 3);
+    assert_eq!(b.replicas(Resource::Display), 3);
+    assert_eq!(a.resources, b.resources);
 }

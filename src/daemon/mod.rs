@@ -41,7 +41,7 @@ pub enum ClusterChoice {
     /// `KUBECONFIG`); without them the cluster parts are off, said once.
     FromEnvironment,
     /// This client (tests, with the API server stand-in).
-    Given(Cluster),
+    Given(Box<Cluster>),
 }
 
 /// The daemon, before it runs: what it serves and where its parts come from.
@@ -127,7 +127,7 @@ impl Daemon {
         let client = match cluster {
             ClusterChoice::Off => None,
             ClusterChoice::FromEnvironment => connect(&config).await,
-            ClusterChoice::Given(c) => Some(c),
+            ClusterChoice::Given(c) => Some(*c),
         };
         let mut node_rx = None;
         if let Some(cluster) = &client {

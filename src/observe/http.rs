@@ -38,6 +38,7 @@ use super::access::{Access, Denied, Verdict};
 use super::state::PING_TIMEOUT;
 use super::web::WebConfig;
 use super::{metrics, Observe};
+use crate::util::retry::Backoff;
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
@@ -82,6 +83,12 @@ pub const BIND_BACKOFF_FIRST: Duration = Duration::from_millis(500);
 
 /// The longest pause between binds.
 pub const BIND_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Pauses between binds that failed.
+const BIND_BACKOFF: Backoff = Backoff::pauses(BIND_BACKOFF_FIRST, BIND_BACKOFF_MAX);
+
+/// Pauses between accepts that failed.
+const ACCEPT_BACKOFF: Backoff = Backoff::pauses(ACCEPT_BACKOFF_FIRST, ACCEPT_BACKOFF_MAX);
 
 /// Why the server cannot listen.
 #[derive(Debug, thiserror::Error)]
@@ -255,7 +262,7 @@ async fn serve_forever_for(
     stats: Arc<Stats>,
     access: Access,
 ) {
-    let mut pause = BIND_BACKOFF_FIRST;
+    let mut binds_failed = 0u32;
     let mut last_error: Option<String> = None;
     let what = endpoints.what();
     loop {
@@ -276,6 +283,8 @@ async fn serve_forever_for(
             }
             Err(e) => {
                 stats.bump(&stats.binds_failed);
+                binds_failed = binds_failed.saturating_add(1);
+                let pause = BIND_BACKOFF.base(binds_failed);
                 let text = e.to_string();
                 if last_error.as_deref() != Some(text.as_str()) {
                     tracing::error!(
@@ -287,7 +296,6 @@ async fn serve_forever_for(
                 }
                 last_error = Some(text);
                 tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(BIND_BACKOFF_MAX);
             }
         }
     }
@@ -364,7 +372,7 @@ async fn accept_loop<L: Accept>(
 ) {
     let permits = Arc::new(Semaphore::new(limit));
     let mut connections = JoinSet::new();
-    let mut pause = ACCEPT_BACKOFF_FIRST;
+    let mut accepts_failed = 0u32;
     let mut failing: Option<(String, u64)> = None;
     loop {
         // A permit first: beyond the limit, connections wait in the backlog, not in memory.
@@ -384,7 +392,7 @@ async fn accept_loop<L: Accept>(
                 if let Some((_, errors)) = failing.take() {
                     tracing::info!(%address, "accepting metrics connections again after {errors} failed accepts");
                 }
-                pause = ACCEPT_BACKOFF_FIRST;
+                accepts_failed = 0;
                 stats.opened();
                 // Near the cap, a connection is closed after one answer, so that the waiting
                 // ones get their turn rather than queue behind kept-alive clients.
@@ -438,8 +446,8 @@ async fn accept_loop<L: Accept>(
                     }
                 }
                 drop(permit);
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(ACCEPT_BACKOFF_MAX);
+                accepts_failed = accepts_failed.saturating_add(1);
+                tokio::time::sleep(ACCEPT_BACKOFF.base(accepts_failed)).await;
             }
         }
     }

@@ -26,6 +26,7 @@ use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
 
 use crate::observe::Observe;
+use crate::util::retry::Backoff;
 
 /// How much device serving depends on a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,10 +101,7 @@ pub const MAX_FAILURES: u32 = 5;
 
 /// The delay before restart number `failures` (1 for the first).
 pub fn restart_delay(failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(16);
-    RESTART_MIN
-        .saturating_mul(1u32 << doublings)
-        .min(RESTART_MAX)
+    Backoff::pauses(RESTART_MIN, RESTART_MAX).base(failures)
 }
 
 /// A required task kept failing: the daemon must stop.

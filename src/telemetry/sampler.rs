@@ -156,9 +156,8 @@ impl Retry {
 /// The delay before retry number `failures` (1 for the first): 1 s doubled per earlier failure,
 /// at least `floor`, at most [`MAX_BACKOFF`].
 pub fn backoff(failures: u32, floor: Duration) -> Duration {
-    let doublings = failures.saturating_sub(1).min(16);
-    Duration::from_secs(1u64 << doublings)
-        .min(MAX_BACKOFF)
+    crate::util::retry::Backoff::pauses(Duration::from_secs(1), MAX_BACKOFF)
+        .base(failures)
         .max(floor)
 }
 
@@ -453,7 +452,7 @@ fn outage(failures: u32, error: &str, what: &str, delay: Duration) {
 /// The CRI endpoint for `telemetry.criEndpoint` (`configured`, validated when the configuration
 /// was read), or containerd's on this OS.
 pub fn cri_endpoint(configured: Option<&str>) -> Endpoint {
-    match configured.map(crate::config::file::CriEndpoint::parse) {
+    match configured.map(crate::config::values::CriEndpoint::parse) {
         Some(Ok(Some(address))) => Endpoint::parse(&address),
         Some(Err(e)) => {
             tracing::warn!("{e}; using containerd's default CRI endpoint");

@@ -1,5 +1,6 @@
-//! Retry delays: capped exponential backoff with "equal jitter", used for registrations with
-//! the kubelet and for calls to the Kubernetes API server.
+//! Retry delays: the one capped exponential backoff every retry in dxdp uses (registrations
+//! with the kubelet, calls to the Kubernetes API server, task restarts, failed accepts and
+//! binds, telemetry reads), with "equal jitter" where many nodes could retry in lockstep.
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
@@ -16,6 +17,16 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// Delays from `initial` doubling to `max`, for a loop that only pauses between tries (its
+    /// `timeout` is `max`, and unused).
+    pub const fn pauses(initial: Duration, max: Duration) -> Backoff {
+        Backoff {
+            initial,
+            max,
+            timeout: max,
+        }
+    }
+
     /// The base delay before retry number `failures` (1 for the first retry): `initial`
     /// doubled per earlier failure, at most `max`.
     pub fn base(&self, failures: u32) -> Duration {

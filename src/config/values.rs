@@ -1,0 +1,433 @@
+//! The checked values of the configuration file: each type accepts only what dxdp can use
+//! (a replica count in range, a resource name, an address, an interval, a label prefix, ...), so
+//! a value is parsed once, when the file is read, and an invalid one is an error naming the line.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use dxdp_core::allocation::MAX_REPLICAS;
+use dxdp_core::pipeline::filter::VendorSpec;
+use dxdp_core::quote::quote;
+
+/// A replica count, 1 to [`MAX_REPLICAS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "u64")]
+pub struct Replicas(pub u32);
+
+impl TryFrom<u64> for Replicas {
+    type Error = String;
+
+    fn try_from(n: u64) -> Result<Self, Self::Error> {
+        Replicas::check(n)
+    }
+}
+
+impl JsonSchema for Replicas {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Replicas".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "integer", "minimum": 1, "maximum": MAX_REPLICAS})
+    }
+}
+
+impl Replicas {
+    /// Checks the range and says what is allowed.
+    pub fn check(n: u64) -> Result<Replicas, String> {
+        if (1..=u64::from(MAX_REPLICAS)).contains(&n) {
+            Ok(Replicas(n as u32))
+        } else {
+            Err(format!(
+                "replicas must be from 1 to {MAX_REPLICAS}, got {n}"
+            ))
+        }
+    }
+}
+
+/// The reference plugin's `multitenancy`: 0 to [`MAX_REPLICAS`], where 0 means 1 (the reference
+/// plugin enforces a minimum of 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(try_from = "u64")]
+pub struct Multitenancy(pub u32);
+
+impl TryFrom<u64> for Multitenancy {
+    type Error = String;
+
+    fn try_from(n: u64) -> Result<Self, Self::Error> {
+        if n == 0 {
+            Ok(Multitenancy(0))
+        } else {
+            Replicas::check(n).map(|r| Multitenancy(r.0))
+        }
+    }
+}
+
+impl Multitenancy {
+    /// The replicas it means: 0 is 1.
+    pub fn replicas(self) -> u32 {
+        self.0.max(1)
+    }
+}
+
+/// An extended resource name (`domain/name`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(try_from = "String")]
+pub struct ResourceName(pub String);
+
+impl TryFrom<String> for ResourceName {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        ResourceName::check(&s).map(|()| ResourceName(s))
+    }
+}
+
+impl ResourceName {
+    /// Checks the Kubernetes extended-resource-name rules that matter here.
+    pub fn check(s: &str) -> Result<(), String> {
+        let ok_part = |p: &str| {
+            !p.is_empty()
+                && p.len() <= 63
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+                && p.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+                && p.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+        };
+        match s.split_once('/') {
+            Some((domain, name)) if ok_part(domain) && ok_part(name) && domain.contains('.') && !domain.ends_with("kubernetes.io") => Ok(()),
+            _ => Err(format!(
+                "resource name {} must look like domain.example/name (letters, digits, '.', '-', '_'; not in kubernetes.io)",
+                quote(s)
+            )),
+        }
+    }
+}
+
+/// A log level or tracing filter, checked as logging would use it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(try_from = "String")]
+pub struct LogLevelName(pub String);
+
+impl TryFrom<String> for LogLevelName {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        crate::logging::filter(&s)
+            .map(|_| LogLevelName(s.trim().to_string()))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A vendor as a map key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, JsonSchema)]
+#[serde(try_from = "String")]
+pub struct VendorKey(pub u32);
+
+impl TryFrom<String> for VendorKey {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        VendorSpec::parse(&s).map(|v| VendorKey(v.0))
+    }
+}
+
+/// A `HOST:PORT` for the metrics and probes endpoint; empty turns it off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(try_from = "String")]
+pub struct MetricsAddress(pub Option<std::net::SocketAddr>);
+
+impl TryFrom<String> for MetricsAddress {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        MetricsAddress::parse(&s).map(MetricsAddress)
+    }
+}
+
+impl MetricsAddress {
+    /// Parses `IP:PORT` (`[IPv6]:PORT`); empty means off. Says what is allowed otherwise.
+    pub fn parse(s: &str) -> Result<Option<std::net::SocketAddr>, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Ok(None);
+        }
+        s.parse().map(Some).map_err(|_| {
+            format!(
+                "metrics address {} is not IP:PORT: use e.g. 0.0.0.0:9466 (every interface), 127.0.0.1:9466 (this host only) or [::]:9466; a host name is not allowed; empty turns the endpoint off",
+                quote(s)
+            )
+        })
+    }
+}
+
+/// One pattern of `telemetry.podLabels`, checked to be a valid regular expression.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(try_from = "String")]
+pub struct PodLabelPattern(pub String);
+
+impl TryFrom<String> for PodLabelPattern {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        PodLabelPattern::compile(&s).map(|_| PodLabelPattern(s))
+    }
+}
+
+impl PodLabelPattern {
+    /// `pattern` anchored at both ends (it must match the whole label key), compiled.
+    pub fn compile(pattern: &str) -> Result<regex::Regex, String> {
+        if pattern.is_empty() {
+            return Err("telemetry.podLabels: an empty pattern matches no label key: remove it, or write .* for every label".into());
+        }
+        regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+            let e = e.to_string();
+            let why = e.lines().last().unwrap_or_default().trim();
+            format!(
+                "telemetry.podLabels: pattern {} is not a valid regular expression ({}): write a regular expression matching whole label keys, e.g. team or app\\.kubernetes\\.io/.*",
+                quote(pattern),
+                why.strip_prefix("error: ").unwrap_or(why)
+            )
+        })
+    }
+}
+
+/// Where the container runtime serves its CRI API, as the user wrote it (validated: a local
+/// socket or named pipe).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(try_from = "String")]
+pub struct CriEndpoint(pub String);
+
+impl TryFrom<String> for CriEndpoint {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        CriEndpoint::parse(&s).map(|_| CriEndpoint(s.trim().to_string()))
+    }
+}
+
+impl CriEndpoint {
+    /// The local address of a CRI endpoint as the kubelet's `--container-runtime-endpoint`
+    /// writes it, in the form dxdp's clients take: `unix:///run/x.sock` → `/run/x.sock`,
+    /// `npipe:////./pipe/NAME` (or `npipe://./pipe/NAME`) → `\\.\pipe\NAME`; a `\\.\pipe\NAME`
+    /// or `//./pipe/NAME` name and a socket file path are taken as they are. Empty: `None` (the
+    /// default). Another scheme, or a pipe on another machine, is an error saying what to use.
+    pub fn parse(text: &str) -> Result<Option<String>, String> {
+        let t = text.trim();
+        if t.is_empty() {
+            return Ok(None);
+        }
+        let usage = "use unix:///PATH, npipe:////./pipe/NAME, \\\\.\\pipe\\NAME or a socket file path, e.g. npipe:////./pipe/containerd-containerd (containerd on Windows) or unix:///run/containerd/containerd.sock";
+        let lower = t.to_ascii_lowercase();
+        if lower.starts_with("unix://") {
+            // unix:///run/x.sock and, on Windows, unix:///C:/x.sock.
+            let rest = &t["unix://".len()..];
+            let path = match rest.as_bytes() {
+                [b'/', drive, b':', ..] if drive.is_ascii_alphabetic() => &rest[1..],
+                _ => rest,
+            };
+            if path.is_empty() || !(path.starts_with('/') || path.get(1..2) == Some(":")) {
+                return Err(format!(
+                    "CRI endpoint {} has no absolute socket path: {usage}",
+                    quote(t)
+                ));
+            }
+            return Ok(Some(path.to_string()));
+        }
+        if lower.starts_with("npipe:") {
+            let rest = t["npipe:".len()..].trim_start_matches(['/', '\\']);
+            let parts: Vec<&str> = rest.split(['/', '\\']).collect();
+            return match parts.as_slice() {
+                [".", pipe, name] if pipe.eq_ignore_ascii_case("pipe") && !name.is_empty() => {
+                    Ok(Some(format!(r"\\.\pipe\{name}")))
+                }
+                _ => Err(format!(
+                    "CRI endpoint {} is not a named pipe on this machine: {usage}",
+                    quote(t)
+                )),
+            };
+        }
+        if let Some((scheme, _)) = t.split_once("://") {
+            return Err(format!(
+                "CRI endpoint {} uses {}://, which dxdp does not speak (the CRI API is local): {usage}",
+                quote(t),
+                scheme
+            ));
+        }
+        Ok(Some(t.to_string()))
+    }
+}
+
+/// A sampling interval: `10s`, `1m`, `500ms` or a number of seconds, from 1 s to 1 h.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "IntervalText")]
+pub struct Interval(pub std::time::Duration);
+
+impl JsonSchema for Interval {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Interval".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "a sampling interval: 10s, 1m, 1500ms or a number of seconds, from 1 s to 1 h",
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": 3600},
+                {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)?$"}
+            ]
+        })
+    }
+}
+
+/// What an interval may be written as.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum IntervalText {
+    Seconds(u64),
+    Text(String),
+}
+
+impl TryFrom<IntervalText> for Interval {
+    type Error = String;
+
+    fn try_from(v: IntervalText) -> Result<Self, Self::Error> {
+        match v {
+            IntervalText::Seconds(n) => Interval::parse(&n.to_string()),
+            IntervalText::Text(s) => Interval::parse(&s),
+        }
+        .map(Interval)
+    }
+}
+
+impl Interval {
+    /// The shortest interval.
+    pub const MIN: std::time::Duration = std::time::Duration::from_secs(1);
+    /// The longest interval.
+    pub const MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+
+    /// Parses `10s`, `1m`, `1500ms` or `10` (seconds); says what is allowed otherwise.
+    pub fn parse(text: &str) -> Result<std::time::Duration, String> {
+        let t = text.trim();
+        let (number, unit_ms) = if let Some(n) = t.strip_suffix("ms") {
+            (n, 1)
+        } else if let Some(n) = t.strip_suffix('s') {
+            (n, 1000)
+        } else if let Some(n) = t.strip_suffix('m') {
+            (n, 60_000)
+        } else {
+            (t, 1000)
+        };
+        let bad = || {
+            format!(
+                "interval {} is not a duration from 1s to 1h: use e.g. 10s, 30s, 1m or a number of seconds",
+                quote(text)
+            )
+        };
+        let n: u64 = number.trim().parse().map_err(|_| bad())?;
+        let d = std::time::Duration::from_millis(n.checked_mul(unit_ms).ok_or_else(bad)?);
+        if d < Self::MIN || d > Self::MAX {
+            return Err(bad());
+        }
+        Ok(d)
+    }
+}
+
+/// A label key prefix, checked as a DNS subdomain followed by `/`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(try_from = "String")]
+pub struct LabelPrefix(pub String);
+
+impl TryFrom<String> for LabelPrefix {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        dxdp_core::labels::check_prefix(&s).map(|()| LabelPrefix(s))
+    }
+}
+
+/// The name of a configuration in `configurations` (a valid label value, as nodes select it by
+/// label).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize, JsonSchema)]
+#[serde(try_from = "String")]
+pub struct ConfigName(pub String);
+
+impl TryFrom<String> for ConfigName {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        if !s.is_empty() && dxdp_core::labels::is_label_value(&s) {
+            Ok(ConfigName(s))
+        } else {
+            Err(format!(
+                "configuration name {} is not a valid label value: use 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+                quote(&s)
+            ))
+        }
+    }
+}
+
+/// The configuration file's format version (`version:` at the top level). `v1` is today's
+/// format, and a file without `version` is read as `v1`; any other version is refused, saying
+/// which versions this dxdp reads, so that a later incompatible format never is misread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum ConfigVersion {
+    /// `v1`.
+    #[default]
+    V1,
+}
+
+impl ConfigVersion {
+    /// Every version this dxdp reads.
+    pub const ALL: [ConfigVersion; 1] = [ConfigVersion::V1];
+
+    /// How the file writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigVersion::V1 => "v1",
+        }
+    }
+}
+
+impl TryFrom<String> for ConfigVersion {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        ConfigVersion::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown configuration version {}: this dxdp {} reads version v1 (or a file without version); write the file in the v1 format (docs/configuration.md), or run the dxdp release that documents this version",
+                    quote(&s),
+                    env!("CARGO_PKG_VERSION")
+                )
+            })
+    }
+}
+
+impl JsonSchema for ConfigVersion {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ConfigVersion".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "the configuration file's format version: v1 (also what a file without version is)",
+            "type": "string",
+            "enum": ["v1"]
+        })
+    }
+}
