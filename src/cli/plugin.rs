@@ -257,6 +257,40 @@ pub fn run(
                     }
                 }));
         }
+        // --- health cluster wiring (issue 31: GPUUnhealthy Events, node conditions, /readyz on capacity) ---
+        let inventory_rx = plugin_config.inventory_tap.as_ref().map(|t| t.subscribe());
+        let health_metrics = plugin_config.observe.metrics.device_health().clone();
+        let readiness = plugin_config.observe.readiness.clone();
+        match (&isolation_cluster, inventory_rx, &node_rx) {
+            (Some(cluster), Some(inventory), Some(node)) => {
+                let events = cluster::health::HealthEvents {
+                    cluster: cluster.clone(), inventory: inventory.clone(), config: updates.clone(),
+                    kubelet_dir: plugin_config.kubelet_dir.clone(), metrics: health_metrics.clone(),
+                    limits: cluster::health::EVENT_LIMITS, backoff: API_BACKOFF, clock: cluster::health::now_ms,
+                };
+                let conditions = cluster::conditions::NodeConditions {
+                    cluster: cluster.clone(), inventory: inventory.clone(), active: active.subscribe(),
+                    config: updates.clone(), metrics: health_metrics, backoff: API_BACKOFF,
+                    resync: cluster::conditions::RESYNC,
+                };
+                let gate = cluster::capacity::CapacityGate {
+                    node: node.clone(), inventory, readiness,
+                    first_read_grace: cluster::capacity::FIRST_READ_GRACE,
+                };
+                plugin_config.tasks.push(TaskSpec::new("health-events", Role::Optional, move || events.clone().run()));
+                plugin_config.tasks.push(TaskSpec::new("node-conditions", Role::Optional, move || conditions.clone().run()));
+                plugin_config.tasks.push(TaskSpec::new("readiness-capacity", Role::Optional, move || gate.clone().run()));
+            }
+            _ => {
+                let c = updates.borrow().clone();
+                if c.health_reports.events || c.health_reports.node_conditions {
+                    tracing::info!("GPUUnhealthy Events and node conditions are off: dxdp has no API server client (no NODE_NAME or credentials; the chart needs nodeApi.enabled); device health is logged and counted only");
+                }
+                tracing::info!("/readyz does not check the Node's allocatable capacity: dxdp has no API server client");
+                readiness.set_capacity(dxdp::observe::Capacity::NotChecked(cluster::capacity::NO_CLIENT.into()));
+            }
+        }
+        // --- end health cluster wiring ---
         if isolation_cluster.is_none() {
             // Said once, at start: what the isolation audit cannot do without the API server.
             let c = updates.borrow().clone();
