@@ -1,7 +1,8 @@
 //! What `/healthz` and `/readyz` answer: the daemon's liveness (its supervisor answers, it
 //! finished starting within its start deadline, no host read is hung past its time limit) and
-//! readiness (every served resource name is registered with the current kubelet), with the
-//! reason when not.
+//! readiness (every served resource name is registered with the current kubelet and, when
+//! `cluster::capacity` checks it, the Node shows the capacity: [`Capacity`]), with the reason
+//! when not.
 //!
 //! The supervisor reports what happens (kubelet missing, a unit started, a registration
 //! outcome, a unit stopped); every report carries the unit's generation, so that a late report
