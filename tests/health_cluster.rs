@@ -554,7 +554,7 @@ mod readiness {
     }
 
     /// Asks `/readyz` until `done` holds (bounded).
-    async fn until(addr: SocketAddr, what: &str, done: impl Fn(u16, &str) -> bool) {
+    pub(super) async fn until(addr: SocketAddr, what: &str, done: impl Fn(u16, &str) -> bool) {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let (status, body) = get(addr, "/readyz").await;
@@ -692,5 +692,92 @@ mod readiness {
         })
         .await;
         gate.abort();
+    }
+}
+
+/// The daemon end to end: `dxdp plugin` with a kubelet stand-in, a PodResources stand-in and an
+/// API server stand-in, on the four T4s with GPU 1 at problem code 43.
+#[cfg(unix)]
+mod daemon {
+    use super::*;
+    use dxdp::kubelet::standin::KubeletStandin;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_daemon_reports_the_sick_gpu_to_its_pod_and_node_and_waits_for_capacity() {
+        if !common::af_unix("the_daemon_reports_the_sick_gpu_to_its_pod_and_node") {
+            return;
+        }
+        let dir = common::socket_tempdir();
+        let _kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+            .await
+            .unwrap();
+        let endpoint = common::local_endpoint(dir.path(), "pod-resources.sock");
+        let _pods = PodResourcesStandin::start(
+            &endpoint,
+            vec![holds("ml", "train-0", "train", DISPLAY, &[GPU1])],
+        )
+        .await
+        .unwrap();
+        let api = ApiServerStandin::start("gpu-node-1", &[]).await.unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+        let snapshot = dir.path().join("node.yaml");
+        let text = std::fs::read_to_string(common::fixture_path("nvidia-multi-gpu")).unwrap();
+        let key = "      driverKey: '{4d36e968-e325-11ce-bfc1-08002be10318}\\0005'\n";
+        assert!(text.contains(key));
+        std::fs::write(
+            &snapshot,
+            text.replace(key, &format!("{key}      problemCode: 43\n")),
+        )
+        .unwrap();
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        let config = dir.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "health:\n  nodeConditions: true\ntelemetry:\n  podResourcesEndpoint: {endpoint}\nmetrics:\n  probeAddress: 127.0.0.1:{port}\n"
+            ),
+        )
+        .unwrap();
+        let mut plugin = tokio::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
+            .args(["plugin", "--kubelet-dir"])
+            .arg(dir.path())
+            .arg("--host-snapshot")
+            .arg(&snapshot)
+            .arg("--config")
+            .arg(&config)
+            .env_clear()
+            .env("NODE_NAME", "gpu-node-1")
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        assert!(
+            api.wait_for_state(WAIT, |e, _| e.len() == 1).await,
+            "{:?}",
+            api.events()
+        );
+        let e = &api.events()[0];
+        assert_eq!(e["reason"], "GPUUnhealthy");
+        assert_eq!(e["involvedObject"]["name"], "train-0");
+        assert!(
+            api.wait_for_conditions(WAIT, |c| c
+                .iter()
+                .any(|c| c["type"] == "DirectXGPUHealthy" && c["status"] == "False"))
+                .await
+        );
+        // Registered and watched, but the Node shows no capacity yet: NotReady, saying why.
+        readiness::until(addr, "the gap", |s, b| {
+            s == 503 && b.starts_with(&format!("{DISPLAY}: 3 healthy device ID(s) advertised"))
+        })
+        .await;
+        api.set_allocatable(&[(DISPLAY, "3")]);
+        readiness::until(addr, "ready", |s, b| s == 200 && b == "ok\n").await;
+        common::terminate(&mut plugin, WAIT).await;
     }
 }
