@@ -4,9 +4,10 @@
 //!
 //! - [`HEALTHY`] `DirectXGPUHealthy`: `False` while any served device is Unhealthy (reason: the
 //!   health reason, `MultipleReasons` when they differ; the message names every device and
-//!   why), `True` otherwise;
+//!   why), `True` otherwise, `Unknown` with `health.enabled: false`;
 //! - [`ISOLATION`] `DirectXGPUIsolation`: `False` while a GPU isolation violation lasts (from
-//!   the isolation tracker's channel), `True` when none does, `Unknown` until the first audit.
+//!   the isolation tracker's channel), `True` when none does, `Unknown` until the first audit
+//!   and with `telemetry.enabled: false` (no audit runs).
 //!
 //! Written with a strategic merge patch of `status.conditions` on the `nodes/status`
 //! subresource, keyed by `type` (as Node Problem Detector does): the kubelet's and other
@@ -91,8 +92,17 @@ fn cut(mut message: String) -> String {
     message
 }
 
-/// `DirectXGPUHealthy` for `inventory`: its served devices (enabled resources).
+/// `DirectXGPUHealthy` for `inventory`: its served devices (enabled resources). `Unknown` with
+/// `health.enabled: false` (every device is then advertised Healthy unchecked).
 pub fn healthy(inventory: &Inventory) -> Wanted {
+    if !inventory.config.pipeline.health.enabled {
+        return Wanted {
+            type_: HEALTHY,
+            status: "Unknown",
+            reason: "HealthChecksOff".into(),
+            message: "health.enabled is false: dxdp does not check device health".into(),
+        };
+    }
     let sick = super::health::unhealthy_served(inventory);
     let served: std::collections::BTreeSet<_> = inventory
         .config
@@ -138,8 +148,17 @@ pub fn healthy(inventory: &Inventory) -> Wanted {
     }
 }
 
-/// `DirectXGPUIsolation` for the violations that last (`None`: no audit yet).
-pub fn isolation(active: &Active) -> Wanted {
+/// `DirectXGPUIsolation` for the violations that last (`None`: no audit yet); `Unknown` when
+/// telemetry, which the audit judges, is off (`audit_on` false).
+pub fn isolation(active: &Active, audit_on: bool) -> Wanted {
+    if !audit_on {
+        return Wanted {
+            type_: ISOLATION,
+            status: "Unknown",
+            reason: "AuditOff".into(),
+            message: "telemetry.enabled is false: the GPU isolation audit does not run".into(),
+        };
+    }
     match active {
         None => Wanted {
             type_: ISOLATION,
@@ -330,7 +349,10 @@ impl NodeConditions {
         let mut resync_at = Instant::now() + resync;
         let (mut inventory_open, mut active_open, mut config_open) = (true, true, true);
         loop {
-            let on = config.borrow_and_update().health_reports.node_conditions;
+            let (on, audit_on) = {
+                let c = config.borrow_and_update();
+                (c.health_reports.node_conditions, c.telemetry.enabled)
+            };
             let inv = inventory.borrow_and_update().clone();
             let violations = active.borrow_and_update().clone();
             if Instant::now() >= resync_at {
@@ -345,7 +367,7 @@ impl NodeConditions {
                 if let Some(inv) = &inv {
                     want.push(healthy(inv));
                 }
-                want.push(isolation(&violations));
+                want.push(isolation(&violations, audit_on));
                 if applied.as_ref() != Some(&want) {
                     match cluster.set_conditions(&want).await {
                         Ok(written) => {
