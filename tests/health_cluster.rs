@@ -532,6 +532,109 @@ mod conditions {
     }
 }
 
+mod conditions_more {
+    use super::*;
+
+    fn ready() -> serde_json::Value {
+        serde_json::json!({"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"})
+    }
+
+    /// The task's channels and metrics (dropping a sender ends nothing the test waits for).
+    struct Running {
+        config: watch::Sender<Arc<Config>>,
+        metrics: HealthMetrics,
+        task: tokio::task::JoinHandle<()>,
+        _inventory: watch::Sender<Option<Arc<Inventory>>>,
+        _active: watch::Sender<Option<Arc<Vec<Violation>>>>,
+    }
+
+    /// The conditions task on the four healthy T4s, no violation, under `config`.
+    fn spawn(api: &ApiServerStandin, config: Config, resync: Duration) -> Running {
+        let (inventory, inventory_rx) = watch::channel(inventory_of(&facts(false), config.clone()));
+        let (active, active_rx) =
+            watch::channel::<Option<Arc<Vec<Violation>>>>(Some(Arc::new(Vec::new())));
+        let (config, config_rx) = watch::channel(Arc::new(config));
+        let metrics = Metrics::new().device_health().clone();
+        let task = tokio::spawn(
+            NodeConditions {
+                cluster: Cluster::at_url(&api.url(), "n1").unwrap(),
+                inventory: inventory_rx,
+                active: active_rx,
+                config: config_rx,
+                metrics: metrics.clone(),
+                backoff: FAST,
+                resync,
+            }
+            .run(),
+        );
+        Running {
+            config,
+            metrics,
+            task,
+            _inventory: inventory,
+            _active: active,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_condition_removed_by_hand_comes_back_at_the_resync() {
+        let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+        api.set_conditions(vec![ready()]);
+        let mut on = Config::default();
+        on.health_reports.node_conditions = true;
+        let r = spawn(&api, on, Duration::from_millis(200));
+        let both = |c: &[serde_json::Value]| {
+            c.len() == 3
+                && c.iter()
+                    .any(|c| c["type"] == "DirectXGPUHealthy" && c["status"] == "True")
+                && c.iter()
+                    .any(|c| c["type"] == "DirectXGPUIsolation" && c["status"] == "True")
+        };
+        assert!(
+            api.wait_for_conditions(WAIT, both).await,
+            "{:?}",
+            api.conditions()
+        );
+        // Someone takes them off (a `kubectl` status patch, another controller's bug).
+        api.set_conditions(vec![ready()]);
+        assert!(
+            api.wait_for_conditions(WAIT, both).await,
+            "{:?}",
+            api.conditions()
+        );
+        r.task.abort();
+    }
+
+    #[tokio::test]
+    async fn without_the_permission_leftover_conditions_are_said_once_and_the_option_still_works() {
+        let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+        let left = serde_json::json!({"type": "DirectXGPUHealthy", "status": "False", "reason": "TDR", "message": "old"});
+        api.set_conditions(vec![ready(), left.clone()]);
+        api.fail_next_with(
+            "PATCH",
+            403,
+            "nodes \"n1\" is forbidden: User cannot patch resource \"nodes/status\"",
+        );
+        let r = spawn(&api, Config::default(), Duration::from_secs(3600));
+        counted(&r.metrics, "error", |m| {
+            m.conditions("DirectXGPUHealthy", ConditionResult::Error) == 1
+        })
+        .await;
+        assert_eq!(api.conditions(), vec![ready(), left]);
+        // The permission is granted and the option turned on: the conditions are kept.
+        let mut on = Config::default();
+        on.health_reports.node_conditions = true;
+        r.config.send_replace(Arc::new(on));
+        assert!(
+            api.wait_for_conditions(WAIT, |c| c
+                .iter()
+                .any(|c| c["type"] == "DirectXGPUHealthy" && c["status"] == "True"))
+                .await
+        );
+        r.task.abort();
+    }
+}
+
 mod readiness {
     use super::*;
 
