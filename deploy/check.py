@@ -167,8 +167,9 @@ def socket_address(address, port):
 # The chart values that are configuration keys: (chart value, config key, value written or None).
 def chart_keys(values, defaults):
     merged = {k: ({**defaults[k], **values.get(k, {})} if isinstance(defaults.get(k), dict) else values.get(k, defaults.get(k)))
-              for k in ("replicas", "logLevel", "logFormat", "metrics", "probes", "nodeLabels", "isolation")}
+              for k in ("replicas", "logLevel", "logFormat", "metrics", "probes", "nodeLabels", "isolation", "health")}
     m, p, n, i = merged["metrics"], merged["probes"], merged["nodeLabels"], merged["isolation"]
+    h = merged["health"]
     return [
         ("replicas", "resources.display.replicas", merged["replicas"]),
         ("replicas", "resources.compute.replicas", merged["replicas"]),
@@ -180,6 +181,8 @@ def chart_keys(values, defaults):
         ("nodeLabels.prefix", "nodeLabels.prefix", n["prefix"] or None),
         ("isolation.policy", "isolation.policy", i["policy"] or None),
         ("isolation.events", "isolation.events", None if i["events"] else False),
+        ("health.events", "health.events", None if h["events"] else False),
+        ("health.nodeConditions", "health.nodeConditions", True if h["nodeConditions"] else None),
         ("metrics.webConfig", "metrics.webConfigFile",
          "C:\\etc\\dxdp-web\\web-config.yml"
          if m["enabled"] and (m.get("existingWebConfigSecret") or m.get("webConfig")) else None),
@@ -333,12 +336,14 @@ CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
 CHART_VARIABLES = ("DXDP_REPLICAS", "DXDP_LOG_LEVEL", "DXDP_LOG_FORMAT", "DXDP_METRICS_ADDRESS",
                    "DXDP_PROBE_ADDRESS", "DXDP_NODE_LABELS", "DXDP_NODE_LABEL_PREFIX",
                    "DXDP_ISOLATION_POLICY", "DXDP_ISOLATION_EVENTS", "DXDP_WEB_CONFIG_FILE",
-                   "DXDP_METRICS_AUTHORIZATION")
+                   "DXDP_METRICS_AUTHORIZATION", "DXDP_HEALTH_EVENTS", "DXDP_NODE_CONDITIONS")
 
 # The only permissions dxdp needs: its own Node, read, watched, labelled and tainted; with
-# isolation.events, creating Events (about GPU isolation violations on pods).
+# isolation.events or health.events, creating Events (about GPU isolation violations and
+# Unhealthy GPUs on pods); with health.nodeConditions, patching its Node's status.
 NODE_RULES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "patch"]}]
 EVENT_RULES = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+STATUS_RULES = [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]
 REVIEW_RULES = [
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
     {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
@@ -353,6 +358,9 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     node_api = {**defaults["nodeApi"], **values.get("nodeApi", {})}["enabled"]
     labels = {**defaults["nodeLabels"], **values.get("nodeLabels", {})}
     isolation = {**defaults["isolation"], **values.get("isolation", {})}
+    health = {**defaults["health"], **values.get("health", {})}
+    events = isolation["events"] or health["events"]
+    conditions = health["nodeConditions"] or bool(((values.get("config") or {}).get("health") or {}).get("nodeConditions"))
     env = env_of(c)
     by_env = bool(values.get("existingConfigMap"))
     check(f"{label}: dxdp tolerates its own isolation taint",
@@ -363,6 +371,10 @@ def assert_node_api(label, objs, values, defaults, pod, c):
               env.get("DXDP_ISOLATION_POLICY") == (isolation["policy"] or None), str(env))
         check(f"{label}: DXDP_ISOLATION_EVENTS=false exactly when isolation.events is off",
               env.get("DXDP_ISOLATION_EVENTS") == (None if isolation["events"] else "false"), str(env))
+        check(f"{label}: DXDP_HEALTH_EVENTS=false exactly when health.events is off",
+              env.get("DXDP_HEALTH_EVENTS") == (None if health["events"] else "false"), str(env))
+        check(f"{label}: DXDP_NODE_CONDITIONS=true exactly when health.nodeConditions is on",
+              env.get("DXDP_NODE_CONDITIONS") == ("true" if health["nodeConditions"] else None), str(env))
     node_name = [e for e in c.get("env", []) if e["name"] == "NODE_NAME"]
     metrics = {**defaults["metrics"], **values.get("metrics", {})}
     authz = metrics.get("authorization") == "kubernetes"
@@ -400,9 +412,11 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     check(f"{label}: only a ClusterRole and its binding", len(roles) == 1 and len(bindings) == 1 and len(rbac) == 2,
           str([o["kind"] for o in rbac]))
     if roles:
-        want = NODE_RULES + (REVIEW_RULES if authz else []) + (EVENT_RULES if isolation["events"] else [])
+        want = (NODE_RULES + (REVIEW_RULES if authz else []) + (EVENT_RULES if events else [])
+                + (STATUS_RULES if conditions else []))
         check(f"{label}: the role grants exactly get, watch and patch on nodes"
-              + (" and create on events" if isolation["events"] else ""),
+              + (" and create on events" if events else "")
+              + (" and patch on nodes/status" if conditions else ""),
               roles[0].get("rules") == want, str(roles[0].get("rules")))
     if roles and bindings:
         b = bindings[0]
@@ -571,6 +585,10 @@ def chart_checks():
          ["--set", "isolation.policy=taint", "--set", "nodeApi.enabled=false"], "nodeApi.enabled"),
         ("the taint policy in config without the API server",
          ["--set", "config.isolation.policy=taint", "--set", "nodeApi.enabled=false"], "nodeApi.enabled"),
+        ("node conditions without the API server",
+         ["--set", "health.nodeConditions=true", "--set", "nodeApi.enabled=false"], "nodeApi.enabled"),
+        ("node conditions in config without the API server",
+         ["--set", "config.health.nodeConditions=true", "--set", "nodeApi.enabled=false"], "nodeApi.enabled"),
         # dxdp refuses a host name (the pod would crash-loop): the schema refuses it first.
         ("a metrics address dxdp refuses (localhost:9466)",
          ["--set", "config.metrics.address=localhost:9466"], "config.metrics.address"),
@@ -704,7 +722,7 @@ def readme_checks():
     values = load_values(os.path.join(CHART, "values.yaml"))
     readme = open(os.path.join(CHART, "README.md")).read()
     grouped = ("image", "namespace", "serviceAccount", "metrics", "probes", "nodeApi", "nodeLabels",
-               "isolation", "cleanup", "telemetry")
+               "isolation", "cleanup", "telemetry", "health")
     keys = []
     for k, v in values.items():
         if k in grouped and isinstance(v, dict):

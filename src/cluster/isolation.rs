@@ -76,18 +76,20 @@ pub const EVENT_LIMITS: EventLimits = EventLimits {
 /// What identifies a violation: the pod container and the GPU it uses.
 type Key = (PodRef, String);
 
-/// The deduplication and rate limit of Events (pure: the caller gives the time).
+/// The deduplication and rate limit of Events (pure: the caller gives the time), by key `K`
+/// (here a violation's pod container and GPU; the `GPUUnhealthy` Events of `cluster::health`
+/// use it too, with their own key).
 #[derive(Debug)]
-pub struct EventGate {
+pub struct EventGate<K = Key> {
     limits: EventLimits,
     tokens: u32,
     /// When the last token was added (or the bucket was last full).
     refilled: Instant,
     /// When the last Event per key was sent.
-    sent: HashMap<Key, Instant>,
+    sent: HashMap<K, Instant>,
 }
 
-impl EventGate {
+impl<K: std::hash::Hash + Eq> EventGate<K> {
     /// A full bucket at `now`.
     pub fn new(limits: EventLimits, now: Instant) -> Self {
         EventGate {
@@ -117,7 +119,7 @@ impl EventGate {
     }
 
     /// Whether an Event for `key` was sent within the deduplication window before `now`.
-    pub fn is_duplicate(&self, key: &Key, now: Instant) -> bool {
+    pub fn is_duplicate(&self, key: &K, now: Instant) -> bool {
         self.sent
             .get(key)
             .is_some_and(|t| now.saturating_duration_since(*t) < self.limits.dedup)
@@ -139,7 +141,7 @@ impl EventGate {
     }
 
     /// Records that an Event for `key` was sent at `now`, and forgets keys whose window ended.
-    pub fn sent(&mut self, key: Key, now: Instant) {
+    pub fn sent(&mut self, key: K, now: Instant) {
         let dedup = self.limits.dedup;
         self.sent
             .retain(|_, t| now.saturating_duration_since(*t) < dedup);
@@ -225,7 +227,7 @@ pub fn event_refusal(code: u16, message: &str, namespace: &str) -> EventError {
         403 => EventError::Drop {
             kind: "forbidden".into(),
             why: format!(
-                "cannot create Events in namespace {namespace}: {message} (grant create on events: the chart does with isolation.events=true; or set isolation.events: false); the Event is dropped"
+                "cannot create Events in namespace {namespace}: {message} (grant create on events: the chart does with isolation.events or health.events true; or turn these Events off with isolation.events or health.events: false); the Event is dropped"
             ),
         },
         400..=499 => EventError::Drop {
@@ -243,17 +245,20 @@ pub fn event_refusal(code: u16, message: &str, namespace: &str) -> EventError {
 impl Cluster {
     /// Creates the Event for `v` in its pod's namespace.
     async fn create_event(&self, v: &Violation) -> Result<(), EventError> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &v.pod.namespace);
         let e = event(v, &self.node, Time(k8s_openapi::jiff::Timestamp::now()));
+        self.post_event(&v.pod.namespace, &e).await
+    }
+
+    /// Creates `e` in `namespace` (within the call timeout).
+    pub(crate) async fn post_event(&self, namespace: &str, e: &Event) -> Result<(), EventError> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         let params = PostParams::default();
-        match tokio::time::timeout(self.timeout, api.create(&params, &e)).await {
+        match tokio::time::timeout(self.timeout, api.create(&params, e)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(kube::Error::Api(s))) => {
-                Err(event_refusal(s.code, &s.message, &v.pod.namespace))
-            }
+            Ok(Err(kube::Error::Api(s))) => Err(event_refusal(s.code, &s.message, namespace)),
             Ok(Err(e)) => Err(EventError::Retry(format!(
                 "cannot create an Event in namespace {}: {}",
-                v.pod.namespace,
+                namespace,
                 chain(&e)
             ))),
             Err(_) => Err(EventError::Retry(format!(
@@ -336,7 +341,7 @@ impl Cluster {
 pub type Active = Option<Arc<Vec<Violation>>>;
 
 /// Logs an error the first time it is seen (debug after), so that an outage is said once.
-fn say_once(last: &mut Option<String>, why: String, what: &str) {
+pub(super) fn say_once(last: &mut Option<String>, why: String, what: &str) {
     if last.as_deref() != Some(why.as_str()) {
         tracing::warn!("{what}: {why}; retrying with backoff (device serving is not affected)");
         *last = Some(why);
@@ -460,7 +465,7 @@ pub async fn report_events(
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
+pub(super) async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
@@ -661,7 +666,7 @@ mod tests {
     fn the_bucket_holds_a_burst_and_refills_one_per_period() {
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        let mut gate = EventGate::new(
+        let mut gate: EventGate = EventGate::new(
             EventLimits {
                 burst: 2,
                 every: s(60),

@@ -6,6 +6,10 @@
 //! - [`node`]: follows the Node (its labels select a named configuration);
 //! - [`isolation`]: GPU isolation violations as Events on the pod, and the node taint of the
 //!   `taint` policy;
+//! - [`health`]: `GPUUnhealthy` Events on the pods holding an Unhealthy device;
+//! - [`conditions`]: the `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions
+//!   (`health.nodeConditions`);
+//! - [`capacity`]: `/readyz` waits for the Node to show the served resources as allocatable;
 //! - [`cleanup`]: takes dxdp's labels, taint and conditions off a node (`dxdp cleanup`);
 //! - [`metrics_authz`]: TokenReview and SubjectAccessReview of `/metrics` requests
 //!   (`metrics.authorization: kubernetes`; unlike the rest, required once asked for);
@@ -14,7 +18,10 @@
 //! as before and says once why the cluster features are off. API errors are retried with
 //! backoff and never stop the daemon.
 
+pub mod capacity;
 pub mod cleanup;
+pub mod conditions;
+pub mod health;
 pub mod isolation;
 pub mod labels;
 pub mod metrics_authz;
@@ -299,6 +306,12 @@ fn node_info(node: &Node, name: &str) -> NodeInfo {
             .clone()
             .unwrap_or_else(|| name.to_string()),
         labels: node.metadata.labels.clone().unwrap_or_default(),
+        allocatable: node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .map(|a| a.iter().map(|(k, q)| (k.clone(), q.0.clone())).collect())
+            .unwrap_or_default(),
     }
 }
 

@@ -151,7 +151,7 @@ async fn follow_once(
                 tx,
                 NodeInfo {
                     name: cluster.node.clone(),
-                    labels: Default::default(),
+                    ..NodeInfo::default()
                 },
             ),
             WatchEvent::Bookmark(_) => {}

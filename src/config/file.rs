@@ -179,6 +179,10 @@ pub struct HealthFile {
     pub signals: Option<super::health::SignalsFile>,
     /// Signals ignored altogether.
     pub ignore: Option<Vec<super::health::SignalName>>,
+    /// `GPUUnhealthy` Events on the pods holding an Unhealthy device (see `config::health`).
+    pub events: Option<bool>,
+    /// The `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions (see `config::health`).
+    pub node_conditions: Option<bool>,
 }
 
 /// `runtimeFiles`.

@@ -1,5 +1,6 @@
 //! `health.signals` and `health.ignore`: the operator's policy over the fault signals of
-//! [`dxdp_core::health::CATALOGUE`] (per signal: an action, how long, how many within a window).
+//! [`dxdp_core::health::CATALOGUE`] (per signal: an action, how long, how many within a window);
+//! and [`HealthReports`] (`health.events`, `health.nodeConditions`): what the cluster is told.
 //!
 //! Every check happens while the file is read, so a wrong name or value is refused with the
 //! file, line and key (`health.signals.xid: unknown signal ...`).
@@ -13,6 +14,28 @@ use serde_json::{json, Value};
 
 use dxdp_core::health::{Action, HealthPolicy, Reason, SignalPolicy};
 use dxdp_core::quote::quote;
+
+/// `health.events` and `health.nodeConditions`: what dxdp tells the cluster about device health
+/// (docs/health.md#where-it-shows). Both need the API server (`NODE_NAME` and credentials);
+/// both apply at once on a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthReports {
+    /// `GPUUnhealthy` Warning Events on each pod holding an Unhealthy device (needs `create` on
+    /// events).
+    pub events: bool,
+    /// The node conditions `DirectXGPUHealthy` and `DirectXGPUIsolation` (needs `patch` on
+    /// `nodes/status`); turned off, dxdp removes the conditions it set.
+    pub node_conditions: bool,
+}
+
+impl Default for HealthReports {
+    fn default() -> Self {
+        HealthReports {
+            events: true,
+            node_conditions: false,
+        }
+    }
+}
 
 /// The names of every signal, comma-separated (for messages).
 fn known() -> String {

@@ -118,10 +118,14 @@ pub enum Key {
     IsolationPolicy,
     /// `isolation.events`.
     IsolationEvents,
+    /// `health.events`.
+    HealthEvents,
+    /// `health.nodeConditions`.
+    HealthNodeConditions,
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 27] = [
+const NODE_WIDE: [Key; 29] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -149,6 +153,8 @@ const NODE_WIDE: [Key; 27] = [
     Key::TelemetryPodUid,
     Key::IsolationPolicy,
     Key::IsolationEvents,
+    Key::HealthEvents,
+    Key::HealthNodeConditions,
 ];
 
 impl Key {
@@ -197,6 +203,8 @@ impl Key {
             Key::TelemetryPodUid => "telemetry.podUid",
             Key::IsolationPolicy => "isolation.policy",
             Key::IsolationEvents => "isolation.events",
+            Key::HealthEvents => "health.events",
+            Key::HealthNodeConditions => "health.nodeConditions",
         }
     }
 }
@@ -217,7 +225,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 27);
+        assert_eq!(all.len(), 2 * 9 + 29);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

@@ -309,6 +309,14 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.isolation.events = v;
         c.set_origin(Key::IsolationEvents, origin);
     }
+    if let Some(v) = f.health.events {
+        c.health_reports.events = v;
+        c.set_origin(Key::HealthEvents, origin);
+    }
+    if let Some(v) = f.health.node_conditions {
+        c.health_reports.node_conditions = v;
+        c.set_origin(Key::HealthNodeConditions, origin);
+    }
 }
 
 /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
@@ -599,6 +607,14 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
     if let Some(v) = env.get("DXDP_ISOLATION_EVENTS") {
         c.isolation.events = parse_bool("DXDP_ISOLATION_EVENTS", v)?;
         c.set_origin(Key::IsolationEvents, "env DXDP_ISOLATION_EVENTS");
+    }
+    if let Some(v) = env.get("DXDP_HEALTH_EVENTS") {
+        c.health_reports.events = parse_bool("DXDP_HEALTH_EVENTS", v)?;
+        c.set_origin(Key::HealthEvents, "env DXDP_HEALTH_EVENTS");
+    }
+    if let Some(v) = env.get("DXDP_NODE_CONDITIONS") {
+        c.health_reports.node_conditions = parse_bool("DXDP_NODE_CONDITIONS", v)?;
+        c.set_origin(Key::HealthNodeConditions, "env DXDP_NODE_CONDITIONS");
     }
     Ok(())
 }

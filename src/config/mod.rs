@@ -80,6 +80,9 @@ pub struct Config {
     pub telemetry: Telemetry,
     /// `isolation`: the GPU isolation audit.
     pub isolation: Isolation,
+    /// `health.events` and `health.nodeConditions`: what the cluster is told about device
+    /// health.
+    pub health_reports: health::HealthReports,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
     pub origins: BTreeMap<Key, String>,
     /// What an operator must be told about how the configuration was built (a reference-plugin
@@ -247,6 +250,9 @@ pub struct NodeInfo {
     pub name: String,
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
+    /// `status.allocatable` (resource name to quantity): what the kubelet reports the node can
+    /// allocate, read by `/readyz`.
+    pub allocatable: BTreeMap<String, String>,
 }
 
 impl Default for Config {
@@ -287,6 +293,7 @@ impl Default for Config {
             metrics_authorization: file::MetricsAuthorization::None,
             telemetry: Telemetry::default(),
             isolation: Isolation::default(),
+            health_reports: health::HealthReports::default(),
             origins: BTreeMap::new(),
             notices: Vec::new(),
         };

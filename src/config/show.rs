@@ -134,6 +134,8 @@ impl Config {
             Key::TelemetryPodUid => json!(self.telemetry.pod_uid),
             Key::IsolationPolicy => json!(self.isolation.policy.as_str()),
             Key::IsolationEvents => json!(self.isolation.events),
+            Key::HealthEvents => json!(self.health_reports.events),
+            Key::HealthNodeConditions => json!(self.health_reports.node_conditions),
         }
     }
 }

@@ -60,6 +60,8 @@ health:
   signals:
     tdr: {action: unhealthy_for, for: 15m, count: 3, window: 10m}
   ignore: [live_kernel_event]
+  events: false
+  nodeConditions: true
 logLevel: debug
 logFormat: json
 nodeLabels:
@@ -557,6 +559,7 @@ fn node(labels: &[(&str, &str)]) -> Option<NodeInfo> {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+        ..NodeInfo::default()
     })
 }
 
@@ -1503,4 +1506,51 @@ fn version_v1_and_no_version_read_the_same() {
     assert_eq!(a.replicas(Resource::Display), 3);
     assert_eq!(b.replicas(Resource::Display), 3);
     assert_eq!(a.resources, b.resources);
+}
+
+#[test]
+fn health_events_and_node_conditions_follow_the_precedence() {
+    let d = Config::default();
+    assert!(d.health_reports.events);
+    assert!(!d.health_reports.node_conditions);
+    assert!(d.show().contains("health.events: true  # default\n"));
+    assert!(d
+        .show()
+        .contains("health.nodeConditions: false  # default\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "c.yaml",
+        "health:\n  events: false\n  nodeConditions: true\n",
+    );
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    assert!(!c.health_reports.events);
+    assert!(c.health_reports.node_conditions);
+    assert_eq!(
+        c.origin("health.nodeConditions"),
+        format!("file {}", file.display())
+    );
+    let c = inputs(
+        Some(file),
+        &[
+            ("DXDP_NODE_CONDITIONS", "false"),
+            ("DXDP_HEALTH_EVENTS", "true"),
+        ],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert!(c.health_reports.events);
+    assert!(!c.health_reports.node_conditions);
+    assert!(c
+        .origin("health.nodeConditions")
+        .starts_with("env DXDP_NODE_CONDITIONS"));
+    let f = write(&dir, "bad.yaml", "health:\n  nodeCondition: true\n");
+    let err = inputs(Some(f), &[], Flags::default())
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown key `nodeCondition`"), "{err}");
 }

@@ -14,8 +14,11 @@
 //!    usual;
 //! 4. the GPU telemetry sampler and the isolation tracker, and with the client the isolation
 //!    Events and taint;
-//! 5. the configuration reload;
-//! 6. the device plugin ([`crate::plugin`]), which supervises all of it.
+//! 5. device health on the cluster side: `GPUUnhealthy` Events on the pods holding an unhealthy
+//!    device, the opt-in node conditions, and `/readyz` gated on the Node's allocatable
+//!    capacity (with the client; without it `/readyz` keeps its meaning and says so);
+//! 6. the configuration reload;
+//! 7. the device plugin ([`crate::plugin`]), which supervises all of it.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -124,6 +127,7 @@ impl Daemon {
         plugin.inventory_tap = Some(tap_tx);
 
         // 1-2. The API server and the node.
+        let cluster_asked = !matches!(cluster, ClusterChoice::Off);
         let client = match cluster {
             ClusterChoice::Off => None,
             ClusterChoice::FromEnvironment => connect(&config).await,
@@ -204,7 +208,18 @@ impl Daemon {
             None => say_isolation_without_cluster(&updates, active.borrow().is_none()),
         }
 
-        // 5. The configuration reload (it publishes on the daemon's own channel).
+        // 5. Device health on the cluster side: Events on the pods, node conditions, readiness
+        // on the Node's capacity.
+        match (&client, &node_rx) {
+            (Some(cluster), Some(node)) => {
+                health_tasks(&mut plugin, cluster, &tap_rx, node, &active, &updates)
+            }
+            // Without a client by choice (`dxdp demo`, tests) there is nothing to say.
+            _ if cluster_asked => say_health_without_cluster(&plugin, &updates),
+            _ => {}
+        }
+
+        // 6. The configuration reload (it publishes on the daemon's own channel).
         let keep = match (inputs, own_tx) {
             (Some(inputs), Some(tx)) if plugin.reload.is_none() => {
                 plugin.reload = Some(Reload {
@@ -217,7 +232,7 @@ impl Daemon {
             (_, tx) => tx,
         };
 
-        // 6. The device plugin, which supervises every task above.
+        // 7. The device plugin, which supervises every task above.
         let result = plugin::run_with_updates(plugin, source, updates, stop).await;
         drop(keep);
         result
@@ -323,6 +338,77 @@ fn isolation_tasks(
             )
         },
     ));
+}
+
+/// Adds the `GPUUnhealthy` Events, the node conditions and the readiness capacity gate
+/// (optional tasks, with the API server and the Node watch).
+fn health_tasks(
+    plugin: &mut PluginConfig,
+    cluster: &Cluster,
+    inventory: &watch::Receiver<Option<Arc<crate::inventory::Inventory>>>,
+    node: &watch::Receiver<Option<crate::config::NodeInfo>>,
+    active: &ActiveTx,
+    updates: &watch::Receiver<Arc<Config>>,
+) {
+    let metrics = plugin.observe.metrics.device_health().clone();
+    let events = cluster::health::HealthEvents {
+        cluster: cluster.clone(),
+        inventory: inventory.clone(),
+        config: updates.clone(),
+        kubelet_dir: plugin.kubelet_dir.clone(),
+        metrics: metrics.clone(),
+        limits: cluster::health::EVENT_LIMITS,
+        backoff: API_BACKOFF,
+        clock: cluster::health::now_ms,
+    };
+    let conditions = cluster::conditions::NodeConditions {
+        cluster: cluster.clone(),
+        inventory: inventory.clone(),
+        active: active.subscribe(),
+        config: updates.clone(),
+        metrics,
+        backoff: API_BACKOFF,
+        resync: cluster::conditions::RESYNC,
+    };
+    let gate = cluster::capacity::CapacityGate {
+        node: node.clone(),
+        inventory: inventory.clone(),
+        readiness: plugin.observe.readiness.clone(),
+        first_read_grace: cluster::capacity::FIRST_READ_GRACE,
+    };
+    plugin
+        .tasks
+        .push(TaskSpec::new("health-events", Role::Optional, move || {
+            events.clone().run()
+        }));
+    plugin
+        .tasks
+        .push(TaskSpec::new("node-conditions", Role::Optional, move || {
+            conditions.clone().run()
+        }));
+    plugin
+        .tasks
+        .push(TaskSpec::new("readiness-capacity", Role::Optional, move || {
+            gate.clone().run()
+        }));
+}
+
+/// Says once, at start, what device health cannot do without the API server, and tells
+/// `/readyz` that the Node's capacity is not checked.
+fn say_health_without_cluster(plugin: &PluginConfig, updates: &watch::Receiver<Arc<Config>>) {
+    let c = updates.borrow().clone();
+    if c.health_reports.events || c.health_reports.node_conditions {
+        tracing::info!("GPUUnhealthy Events and node conditions are off: dxdp has no API server client (no NODE_NAME or credentials; the chart needs nodeApi.enabled); device health is logged and counted only");
+    }
+    tracing::info!(
+        "/readyz does not check the Node's allocatable capacity: dxdp has no API server client"
+    );
+    plugin
+        .observe
+        .readiness
+        .set_capacity(crate::observe::Capacity::NotChecked(
+            cluster::capacity::NO_CLIENT.into(),
+        ));
 }
 
 /// Says once, at start, what the isolation audit cannot do without the API server.

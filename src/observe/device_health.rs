@@ -1,6 +1,8 @@
 //! Device health metrics: `dxdp_device_health{device, resource, reason}` (1 for each device's
-//! current reason; `healthy` when healthy) and `dxdp_gpu_faults_total{device, kind}` (fault
-//! events seen, by device; `device="unmatched"` for events that matched none).
+//! current reason; `healthy` when healthy), `dxdp_gpu_faults_total{device, kind}` (fault
+//! events seen, by device; `device="unmatched"` for events that matched none), and what the
+//! Kubernetes side made of health: `dxdp_health_events_total{result}` (`GPUUnhealthy` Events)
+//! and `dxdp_node_condition_updates_total{condition, result}`.
 //!
 //! Names and labels are a public interface (alert rules are written against them);
 //! `docs/observability.md` and `docs/health.md` list them.
@@ -42,11 +44,41 @@ struct FaultLabels {
     kind: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionLabels {
+    condition: String,
+    result: String,
+}
+
+/// What one write of a node condition gave (`dxdp_node_condition_updates_total{result}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionResult {
+    /// The condition was set (created or changed).
+    Set,
+    /// dxdp's condition was taken off the node (`health.nodeConditions` turned off).
+    Removed,
+    /// The node could not be read or patched (retried with backoff).
+    Error,
+}
+
+impl ConditionResult {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionResult::Set => "set",
+            ConditionResult::Removed => "removed",
+            ConditionResult::Error => "error",
+        }
+    }
+}
+
 /// The health part of the daemon's metrics. Clones share the same values.
 #[derive(Debug, Clone)]
 pub struct HealthMetrics {
     current: Arc<RwLock<Arc<Vec<DeviceHealth>>>>,
     faults: Family<FaultLabels, Counter>,
+    events: Family<super::telemetry::ResultLabel, Counter>,
+    conditions: Family<ConditionLabels, Counter>,
 }
 
 /// Encodes the current health of every device at each scrape (a device that left has no
@@ -91,11 +123,65 @@ impl HealthMetrics {
             "GPU fault events seen (kind: tdr, live_kernel_event), by device (\"unmatched\" when the event names no served device)",
             faults.clone(),
         );
+        let events = Family::<super::telemetry::ResultLabel, Counter>::default();
+        registry.register(
+            "dxdp_health_events",
+            "Kubernetes GPUUnhealthy Events on pods holding an Unhealthy device, by result (sent, error, deduplicated, rate_limited, disabled)",
+            events.clone(),
+        );
+        for r in super::isolation::EventResult::ALL {
+            drop(events.get_or_create(&super::telemetry::result(r.as_str())));
+        }
+        let conditions = Family::<ConditionLabels, Counter>::default();
+        registry.register(
+            "dxdp_node_condition_updates",
+            "Writes of dxdp's node conditions (DirectXGPUHealthy, DirectXGPUIsolation), by result (set, removed, error)",
+            conditions.clone(),
+        );
         let current = Arc::new(RwLock::new(Arc::new(Vec::new())));
         registry.register_collector(Box::new(CurrentCollector {
             current: current.clone(),
         }));
-        HealthMetrics { current, faults }
+        HealthMetrics {
+            current,
+            faults,
+            events,
+            conditions,
+        }
+    }
+
+    /// Counts one `GPUUnhealthy` Event outcome.
+    pub fn event(&self, result: super::isolation::EventResult) {
+        self.events
+            .get_or_create(&super::telemetry::result(result.as_str()))
+            .inc();
+    }
+
+    /// How many `GPUUnhealthy` Events had `result` so far.
+    pub fn events(&self, result: super::isolation::EventResult) -> u64 {
+        self.events
+            .get_or_create(&super::telemetry::result(result.as_str()))
+            .get()
+    }
+
+    /// Counts one write of the node condition `condition`.
+    pub fn condition(&self, condition: &str, result: ConditionResult) {
+        self.conditions
+            .get_or_create(&ConditionLabels {
+                condition: condition.to_string(),
+                result: result.as_str().to_string(),
+            })
+            .inc();
+    }
+
+    /// How many writes of `condition` had `result` so far.
+    pub fn conditions(&self, condition: &str, result: ConditionResult) -> u64 {
+        self.conditions
+            .get_or_create(&ConditionLabels {
+                condition: condition.to_string(),
+                result: result.as_str().to_string(),
+            })
+            .get()
     }
 
     /// Sets every device's current health.

@@ -629,7 +629,10 @@ pub async fn answer_for(
             Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
         },
         _ => match observe.readiness.check() {
-            Ok(()) => text(StatusCode::OK, "ok\n"),
+            Ok(()) => match observe.readiness.note() {
+                Some(note) => text(StatusCode::OK, format!("ok ({note})\n")),
+                None => text(StatusCode::OK, "ok\n"),
+            },
             Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
         },
     }

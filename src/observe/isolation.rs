@@ -48,7 +48,8 @@ impl EventResult {
         }
     }
 
-    const ALL: [EventResult; 5] = [
+    /// Every result (their series are created at start, at 0).
+    pub const ALL: [EventResult; 5] = [
         EventResult::Sent,
         EventResult::Error,
         EventResult::Deduplicated,

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 pub use metrics::Metrics;
-pub use state::{Health, Phase, Readiness};
+pub use state::{Capacity, Health, Phase, Readiness};
 
 /// Everything the daemon records and the endpoints serve.
 #[derive(Debug, Clone)]

@@ -1,7 +1,8 @@
 //! What `/healthz` and `/readyz` answer: the daemon's liveness (its supervisor answers, it
 //! finished starting within its start deadline, no host read is hung past its time limit) and
-//! readiness (every served resource name is registered with the current kubelet), with the
-//! reason when not.
+//! readiness (every served resource name is registered with the current kubelet and, when
+//! `cluster::capacity` checks it, the Node shows the capacity: [`Capacity`]), with the reason
+//! when not.
 //!
 //! The supervisor reports what happens (kubelet missing, a unit started, a registration
 //! outcome, a unit stopped); every report carries the unit's generation, so that a late report
@@ -43,9 +44,26 @@ enum Standing {
     Failed(String),
 }
 
+/// Whether `/readyz` also waits for the Node to show the served resources as allocatable
+/// (set by `cluster::capacity`, which follows the Node).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Capacity {
+    /// Not checked and nothing to say (nobody set it: tests, tools).
+    #[default]
+    Unset,
+    /// Not checked, for this reason (no API server client): `/readyz` keeps its meaning and
+    /// says so in its body.
+    NotChecked(String),
+    /// Checked: `Ok` when the Node's `status.allocatable` shows every served resource that has
+    /// healthy devices, otherwise why not.
+    Checked(Result<(), String>),
+}
+
 #[derive(Debug, Default)]
 struct State {
     phase: Phase,
+    /// The Node's allocatable capacity (checked after every name is registered and watched).
+    capacity: Capacity,
     /// `kubelet.sock`, while it does not exist.
     kubelet_missing: Option<String>,
     /// The served names, in the order they are served.
@@ -136,11 +154,29 @@ impl Readiness {
                 None => Some(format!("{name}: not serving yet")),
             })
             .collect();
-        if reasons.is_empty() {
-            Ok(())
-        } else {
-            Err(reasons.join("; "))
+        if !reasons.is_empty() {
+            return Err(reasons.join("; "));
         }
+        match &s.capacity {
+            Capacity::Checked(Err(why)) => Err(why.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// What `/readyz` adds to `ok` (why the Node's capacity is not checked), if anything.
+    pub fn note(&self) -> Option<String> {
+        match &self.lock().capacity {
+            Capacity::NotChecked(why) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    /// Sets whether, and how, the Node's allocatable capacity counts (`cluster::capacity`).
+    pub fn set_capacity(&self, capacity: Capacity) {
+        if self.lock().capacity == capacity {
+            return;
+        }
+        self.change().capacity = capacity;
     }
 
     /// The served names and those of them registered with the current kubelet.

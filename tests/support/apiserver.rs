@@ -3,7 +3,9 @@
 //! `application/apply-patch+yaml`) with per-field-manager ownership of labels (listed as
 //! `managedFields`), `GET /api/v1/nodes` (the one Node), a JSON merge patch
 //! of `spec.taints` conditional on `metadata.resourceVersion` (409 when it is stale), a watch of
-//! one Node, a JSON merge patch of `status.conditions` on `/status`,
+//! one Node, a JSON merge patch of `status.conditions` on `/status` and a strategic merge patch
+//! of them (merged by `type`, `$patch: delete` removes one), `status.allocatable` as a test sets
+//! it ([`ApiServerStandin::set_allocatable`]),
 //! `POST /api/v1/namespaces/{ns}/events` (kept, answered 201), TokenReview and
 //! SubjectAccessReview (`POST` of `tokenreviews` and `subjectaccessreviews`: known tokens and
 //! the non-resource URLs each user may use, set with [`ApiServerStandin::add_token`] and
@@ -58,6 +60,8 @@ struct State {
     taints: Vec<serde_json::Value>,
     /// `status.conditions`.
     conditions: Vec<serde_json::Value>,
+    /// `status.allocatable`.
+    allocatable: BTreeMap<String, String>,
     /// The Events created, in order.
     events: Vec<serde_json::Value>,
     /// The field manager that owns each label.
@@ -125,7 +129,7 @@ impl Shared {
                 "managedFields": managed,
             },
             "spec": {"taints": s.taints},
-            "status": {"conditions": s.conditions},
+            "status": {"conditions": s.conditions, "allocatable": s.allocatable},
         })
     }
 
@@ -215,6 +219,43 @@ impl ApiServerStandin {
         let mut s = self.shared.lock();
         s.conditions = conditions;
         self.shared.publish(&mut s);
+    }
+
+    /// Sets the Node's `status.allocatable` as the kubelet would.
+    pub fn set_allocatable(&self, allocatable: &[(&str, &str)]) {
+        let mut s = self.shared.lock();
+        s.allocatable = allocatable
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.shared.publish(&mut s);
+        drop(s);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Waits until `condition` holds for the Node's `status.conditions` (checked after every
+    /// request and change); false when it does not within `timeout`.
+    pub async fn wait_for_conditions(
+        &self,
+        timeout: std::time::Duration,
+        mut condition: impl FnMut(&[serde_json::Value]) -> bool,
+    ) -> bool {
+        let shared = self.shared.clone();
+        let wait = async move {
+            loop {
+                let notified = shared.changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                {
+                    let s = shared.lock();
+                    if condition(&s.conditions) {
+                        return;
+                    }
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
     }
 
     /// Sets the Node's taints as another client would.
@@ -492,6 +533,11 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         {
             Some(merge_conditions(&shared, &mut s, &body))
         } else if method == Method::PATCH
+            && path == format!("{node_path}/status")
+            && content_type.as_deref() == Some("application/strategic-merge-patch+json")
+        {
+            Some(strategic_conditions(&shared, &mut s, &body))
+        } else if method == Method::PATCH
             && path == node_path
             && content_type.as_deref() == Some("application/merge-patch+json")
         {
@@ -609,6 +655,49 @@ fn merge_taints(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
 /// [`merge_taints`].
 fn merge_conditions(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
     merge_list(shared, s, body, "/status/conditions", |s| &mut s.conditions)
+}
+
+/// A strategic merge patch of the Node's status subresource: only `status.conditions`, merged
+/// by `type` as the API server does (an entry with `"$patch": "delete"` removes that type; any
+/// other entry replaces the fields it names and keeps the rest); other conditions untouched.
+fn strategic_conditions(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    let Some(entries) = doc.pointer("/status/conditions").and_then(|c| c.as_array()) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "only status.conditions is supported",
+        );
+    };
+    for entry in entries {
+        let Some(kind) = entry.get("type").and_then(|t| t.as_str()) else {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "a condition without its merge key type",
+            );
+        };
+        let at = s.conditions.iter().position(|c| c["type"] == kind);
+        if entry.get("$patch").and_then(|p| p.as_str()) == Some("delete") {
+            if let Some(i) = at {
+                s.conditions.remove(i);
+            }
+            continue;
+        }
+        match at {
+            Some(i) => {
+                if let (Some(old), Some(new)) = (s.conditions[i].as_object_mut(), entry.as_object())
+                {
+                    for (k, v) in new {
+                        old.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            None => s.conditions.push(entry.clone()),
+        }
+    }
+    shared.publish(s);
+    full(StatusCode::OK, &shared.node_json(s))
 }
 
 /// A JSON merge patch that replaces the list at `pointer` (kept in `field`) whole, refused with

@@ -104,7 +104,7 @@ Args: dict "config" $c "key" "a.b" "value" v "from" "the chart value". */}}
 
 {{/* dxdp's configuration file: the config value, plus the chart values that are configuration
 keys (replicas, logLevel, logFormat, metrics (address, web configuration, authorization), probes,
-nodeLabels, isolation, telemetry.podLabels/podUid), as YAML. */}}
+nodeLabels, isolation, health, telemetry.podLabels/podUid), as YAML. */}}
 {{- define "dxdp.configFile" -}}
 {{- $c := deepCopy (.Values.config | default dict) -}}
 {{- $v := .Values -}}
@@ -146,6 +146,13 @@ nodeLabels, isolation, telemetry.podLabels/podUid), as YAML. */}}
 {{- if not $v.isolation.events }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "isolation.events" "value" false "from" "isolation.events") }}
 {{- end }}
+{{- $health := $v.health | default dict }}
+{{- if eq (toString $health.events) "false" }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "health.events" "value" false "from" "health.events") }}
+{{- end }}
+{{- if $health.nodeConditions }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "health.nodeConditions" "value" true "from" "health.nodeConditions") }}
+{{- end }}
 {{- $podInfo := $v.telemetry | default dict }}
 {{- with $podInfo.podLabels }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "telemetry.podLabels" "value" . "from" "telemetry.podLabels") }}
@@ -161,6 +168,20 @@ nodeLabels, isolation, telemetry.podLabels/podUid), as YAML. */}}
 {{- $config := .Values.config | default dict -}}
 {{- $iso := (get $config "isolation") | default dict -}}
 {{- default (default "audit" (get $iso "policy")) .Values.isolation.policy -}}
+{{- end }}
+
+{{/* Whether dxdp keeps node conditions (needs patch on nodes/status): the chart value, or
+config.health.nodeConditions. */}}
+{{- define "dxdp.nodeConditions" -}}
+{{- $config := .Values.config | default dict -}}
+{{- $health := (get $config "health") | default dict -}}
+{{- if or (.Values.health | default dict).nodeConditions (get $health "nodeConditions") }}true{{ end -}}
+{{- end }}
+
+{{/* Whether dxdp creates Events (GPU isolation violations, Unhealthy GPUs): create on events. */}}
+{{- define "dxdp.events" -}}
+{{- $health := .Values.health | default dict -}}
+{{- if or .Values.isolation.events (ne (toString $health.events) "false") }}true{{ end -}}
 {{- end }}
 
 {{/* The Secret holding the metrics endpoint's web configuration (empty: none). */}}
