@@ -118,10 +118,20 @@ pub enum Key {
     IsolationPolicy,
     /// `isolation.events`.
     IsolationEvents,
+    /// `validation.enabled`.
+    ValidationEnabled,
+    /// `validation.interval`.
+    ValidationInterval,
+    /// `validation.timeout`.
+    ValidationTimeout,
+    /// `validation.image`.
+    ValidationImage,
+    /// `validation.hostDir`.
+    ValidationHostDir,
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 27] = [
+const NODE_WIDE: [Key; 32] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -149,6 +159,11 @@ const NODE_WIDE: [Key; 27] = [
     Key::TelemetryPodUid,
     Key::IsolationPolicy,
     Key::IsolationEvents,
+    Key::ValidationEnabled,
+    Key::ValidationInterval,
+    Key::ValidationTimeout,
+    Key::ValidationImage,
+    Key::ValidationHostDir,
 ];
 
 impl Key {
@@ -197,6 +212,11 @@ impl Key {
             Key::TelemetryPodUid => "telemetry.podUid",
             Key::IsolationPolicy => "isolation.policy",
             Key::IsolationEvents => "isolation.events",
+            Key::ValidationEnabled => "validation.enabled",
+            Key::ValidationInterval => "validation.interval",
+            Key::ValidationTimeout => "validation.timeout",
+            Key::ValidationImage => "validation.image",
+            Key::ValidationHostDir => "validation.hostDir",
         }
     }
 }
@@ -217,7 +237,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 27);
+        assert_eq!(all.len(), 2 * 9 + 32);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

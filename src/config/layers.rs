@@ -310,6 +310,7 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.isolation.events = v;
         c.set_origin(Key::IsolationEvents, origin);
     }
+    super::validation::apply_file(c, &f.validation, origin);
 }
 
 /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
@@ -598,6 +599,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         c.isolation.events = parse_bool("DXDP_ISOLATION_EVENTS", v)?;
         c.set_origin(Key::IsolationEvents, "env DXDP_ISOLATION_EVENTS");
     }
+    super::validation::apply_env(c, env, parse_bool)?;
     Ok(())
 }
 

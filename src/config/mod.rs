@@ -13,6 +13,7 @@ pub mod file;
 pub mod health;
 pub mod keys;
 mod layers;
+pub mod validation;
 mod show;
 
 pub use keys::{Key, ResourceKey};
@@ -76,6 +77,8 @@ pub struct Config {
     pub telemetry: Telemetry,
     /// `isolation`: the GPU isolation audit.
     pub isolation: Isolation,
+    /// `validation`: the in-cluster validation Jobs.
+    pub validation: validation::Validation,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
     pub origins: BTreeMap<Key, String>,
     /// What an operator must be told about how the configuration was built (a reference-plugin
@@ -258,6 +261,7 @@ impl Default for Config {
             metrics_authorization: file::MetricsAuthorization::None,
             telemetry: Telemetry::default(),
             isolation: Isolation::default(),
+            validation: validation::Validation::default(),
             origins: BTreeMap::new(),
             notices: Vec::new(),
         };

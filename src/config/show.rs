@@ -134,6 +134,11 @@ impl Config {
             Key::TelemetryPodUid => json!(self.telemetry.pod_uid),
             Key::IsolationPolicy => json!(self.isolation.policy.as_str()),
             Key::IsolationEvents => json!(self.isolation.events),
+            Key::ValidationEnabled
+            | Key::ValidationInterval
+            | Key::ValidationTimeout
+            | Key::ValidationImage
+            | Key::ValidationHostDir => super::validation::shown(&self.validation, key),
         }
     }
 }
