@@ -20,7 +20,9 @@ pub mod labels;
 pub mod metrics_authz;
 pub mod node;
 pub mod validation;
+pub mod validation_exe;
 pub mod validation_job;
+pub mod validation_task;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
