@@ -265,7 +265,10 @@ mod tests {
                 "other"
             ]
         );
-        assert_eq!(last_component(r"C:\var\lib\dxdp\validation\dxdp-0.1.0-a\"), "dxdp-0.1.0-a");
+        assert_eq!(
+            last_component(r"C:\var\lib\dxdp\validation\dxdp-0.1.0-a\"),
+            "dxdp-0.1.0-a"
+        );
         assert_eq!(last_component("/tmp/x/dxdp-1"), "dxdp-1");
     }
 }

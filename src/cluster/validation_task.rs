@@ -107,6 +107,9 @@ pub struct ValidationTask {
     pub backoff: Backoff,
     /// The time constants.
     pub timing: Timing,
+    /// Counts the runs done (published and cleaned up), for whoever waits on them (tests);
+    /// `None`: not counted.
+    pub done: Option<Arc<watch::Sender<u64>>>,
 }
 
 impl std::fmt::Debug for ValidationTask {
@@ -319,7 +322,10 @@ impl Cluster {
         );
         let uri = format!(
             "/apis/batch/v1/namespaces/{namespace}/jobs?labelSelector={}",
-            selector.replace('/', "%2F").replace('=', "%3D").replace(',', "%2C")
+            selector
+                .replace('/', "%2F")
+                .replace('=', "%3D")
+                .replace(',', "%2C")
         );
         let list = self
             .call(
@@ -429,7 +435,9 @@ impl ValidationTask {
                 };
                 match publish_labels(&t.cluster, &off).await {
                     Ok(()) => tracing::info!("validation turned off: its node labels are removed"),
-                    Err(e) => tracing::warn!("validation turned off, but its node labels stay: {e}"),
+                    Err(e) => {
+                        tracing::warn!("validation turned off, but its node labels stay: {e}")
+                    }
                 }
                 last = None;
                 next = None;
@@ -520,6 +528,9 @@ impl ValidationTask {
                 )
                 .await;
             last = Some(p.fingerprint.clone());
+            if let Some(d) = &t.done {
+                d.send_modify(|n| *n += 1);
+            }
             let wait = match result.verdict {
                 Verdict::Unknown => settings.interval.min(t.timing.retry_unknown),
                 _ => settings.interval,
@@ -529,13 +540,7 @@ impl ValidationTask {
     }
 
     /// One run: place the executable, run the Job, publish, clean up.
-    async fn run_one(
-        &self,
-        p: &Plan,
-        s: RunSettings,
-        run: u64,
-        gate: &mut EventGate,
-    ) -> JobResult {
+    async fn run_one(&self, p: &Plan, s: RunSettings, run: u64, gate: &mut EventGate) -> JobResult {
         let ns = self.namespace.clone().unwrap_or_default();
         let node = self.cluster.node().to_string();
         // Jobs an earlier daemon left running hold devices and would refuse ours: delete them.
@@ -612,7 +617,9 @@ impl ValidationTask {
                 Err(e) => {
                     failures += 1;
                     if failures >= 4 {
-                        tracing::warn!("cannot apply the validation labels, trying again at the next run: {e}");
+                        tracing::warn!(
+                            "cannot apply the validation labels, trying again at the next run: {e}"
+                        );
                         break;
                     }
                     tokio::time::sleep(self.backoff.delay(failures, random())).await;
@@ -682,7 +689,13 @@ impl ValidationTask {
         let finished: Vec<(String, String, bool)> = jobs
             .iter()
             .filter(|j| !deleted.contains(&j.name))
-            .map(|j| (j.name.clone(), j.created.clone(), j.finished || j.name == job))
+            .map(|j| {
+                (
+                    j.name.clone(),
+                    j.created.clone(),
+                    j.finished || j.name == job,
+                )
+            })
             .collect();
         for name in super::validation::old_jobs(&finished, self.timing.keep_jobs) {
             match self.cluster.delete_job(&ns, &name).await {
@@ -704,10 +717,442 @@ impl ValidationTask {
             let pruned = tokio::task::spawn_blocking(move || validation_exe::prune(&host, &keep));
             if let Ok(Ok(left)) = tokio::time::timeout(self.timing.place_limit, pruned).await {
                 for (name, why) in left {
-                    tracing::debug!("an old copy of dxdp.exe stays until no Job runs it: {name}: {why}");
+                    tracing::debug!(
+                        "an old copy of dxdp.exe stays until no Job runs it: {name}: {why}"
+                    );
                 }
             }
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::tests::standin::ApiServerStandin;
+    use crate::cluster::validation::VALIDATED_LABEL;
+    use crate::observe::Phase;
+    use serde_json::json;
+
+    const NODE: &str = "n1";
+    const NS: &str = "dxdp-system";
+    const DISPLAY: &str = "directx.microsoft.com/display";
+    /// Generous: the waits are for behaviour, not speed.
+    const WAIT: Duration = Duration::from_secs(30);
+
+    const TEST_TIMING: Timing = Timing {
+        poll: Duration::from_millis(20),
+        settle: Duration::from_millis(50),
+        retry_unknown: Duration::from_secs(3600),
+        keep_jobs: 2,
+        place_limit: Duration::from_secs(10),
+        events: EventLimits {
+            burst: 3,
+            every: Duration::from_secs(600),
+            dedup: Duration::from_secs(3600),
+        },
+    };
+
+    const FAST: Backoff = Backoff {
+        initial: Duration::from_millis(5),
+        max: Duration::from_millis(20),
+        timeout: Duration::from_secs(5),
+    };
+
+    /// tests/fixtures/nvidia-multi-gpu.yaml: four Tesla T4 display devices, driver
+    /// 31.0.15.2824, Windows build 10.0.20348.1547.
+    fn four_t4() -> Inventory {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/nvidia-multi-gpu.yaml");
+        let facts = dxdp_core::snapshot::read_file(&path).unwrap();
+        crate::inventory::build(&facts, Arc::new(Config::default())).0
+    }
+
+    fn ready() -> Readiness {
+        let r = Readiness::default();
+        r.set_phase(Phase::Running);
+        r.set_wanted(vec![DISPLAY.into()]);
+        r.unit_started(DISPLAY, 1);
+        r.registration(DISPLAY, 1, Ok(()));
+        r.watching(DISPLAY, 1, true);
+        r
+    }
+
+    struct Rig {
+        api: ApiServerStandin,
+        runs: watch::Receiver<u64>,
+        metrics: ValidationMetrics,
+        inventory: watch::Sender<Option<Arc<Inventory>>>,
+        config: watch::Sender<Arc<Config>>,
+        host: tempfile::TempDir,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Drop for Rig {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    fn config(host: &std::path::Path, timeout: Duration) -> Config {
+        let mut c = Config::default();
+        c.validation.enabled = true;
+        c.validation.timeout = timeout;
+        c.validation.host_dir = host.display().to_string();
+        c
+    }
+
+    async fn start(pod: Option<Value>, job_status: Value, timeout: Duration) -> Rig {
+        let api = ApiServerStandin::start(NODE, &[]).await.unwrap();
+        api.set_job_pod(pod);
+        api.set_job_status(job_status);
+        let cluster = Cluster::at_url(&api.url(), NODE).unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let exe = host.path().join("running-dxdp.exe");
+        std::fs::write(&exe, b"MZ the running dxdp").unwrap();
+        let done = Arc::new(watch::Sender::new(0u64));
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = ValidationMetrics::register(&mut registry);
+        let (inventory, inventory_rx) = watch::channel(Some(Arc::new(four_t4())));
+        let (config_tx, config_rx) =
+            watch::channel(Arc::new(config(&host.path().join("validation"), timeout)));
+        let task = ValidationTask {
+            cluster,
+            namespace: Some(NS.into()),
+            inventory: inventory_rx,
+            config: config_rx,
+            readiness: ready(),
+            metrics: metrics.clone(),
+            exe,
+            version: "0.1.0".into(),
+            backoff: FAST,
+            timing: TEST_TIMING,
+            done: Some(done.clone()),
+        };
+        let task = tokio::spawn(task.run());
+        let runs = done.subscribe();
+        Rig {
+            api,
+            runs,
+            metrics,
+            inventory,
+            config: config_tx,
+            host,
+            task,
+        }
+    }
+
+    fn terminated(code: i64, message: &str) -> Value {
+        json!({"metadata": {"name": "p"}, "status": {"phase": if code == 0 { "Succeeded" } else { "Failed" },
+            "containerStatuses": [{"state": {"terminated": {"exitCode": code, "message": message}}}]}})
+    }
+
+    fn complete() -> Value {
+        json!({"conditions": [{"type": "Complete", "status": "True"}]})
+    }
+
+    /// Waits until the task has done `n` runs.
+    async fn runs_reach(rig: &mut Rig, n: u64) {
+        let reached = tokio::time::timeout(WAIT, rig.runs.wait_for(|r| *r >= n))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        assert!(reached, "{n} runs expected, got {}", *rig.runs.borrow());
+    }
+
+    #[tokio::test]
+    async fn a_passing_job_labels_the_node_and_records_the_checks() {
+        let pass = "dxdp-validation v1 pass adapters=pass d3d12=pass runtime-files=pass cuda=pass vulkan=absent\n";
+        let mut rig = start(
+            Some(terminated(0, pass)),
+            complete(),
+            Duration::from_secs(60),
+        )
+        .await;
+        // A copy an earlier build left, which no Job runs.
+        let host = rig.host.path().join("validation");
+        std::fs::create_dir_all(host.join("dxdp-0.0.9-aaaaaaaaaaaaaaaa")).unwrap();
+        runs_reach(&mut rig, 1).await;
+        let l = rig.api.labels();
+        assert_eq!(l.get(VALIDATED_LABEL).map(String::as_str), Some("true"));
+        for api in ["d3d12", "cuda"] {
+            assert_eq!(
+                l.get(&format!("directx.microsoft.com/api.{api}.validated"))
+                    .map(String::as_str),
+                Some("true"),
+                "{api}"
+            );
+        }
+        assert_eq!(l.get("directx.microsoft.com/api.vulkan.validated"), None);
+        let jobs = rig.api.jobs();
+        assert_eq!(jobs.len(), 1);
+        let pod = &jobs[0]["spec"]["template"]["spec"];
+        assert_eq!(pod["nodeName"], NODE);
+        assert_eq!(
+            pod["containers"][0]["image"],
+            "mcr.microsoft.com/windows/servercore:ltsc2022"
+        );
+        assert_eq!(
+            pod["containers"][0]["resources"]["limits"],
+            json!({DISPLAY: "1"})
+        );
+        // The Job mounts the copy of this build, named by version and content hash.
+        let copy = host.join(format!(
+            "dxdp-0.1.0-{:016x}",
+            validation_exe::content_hash(b"MZ the running dxdp")
+        ));
+        assert_eq!(
+            pod["volumes"][0]["hostPath"]["path"],
+            copy.display().to_string()
+        );
+        assert_eq!(
+            std::fs::read(copy.join("dxdp.exe")).unwrap(),
+            b"MZ the running dxdp"
+        );
+        let mut left: Vec<String> = std::fs::read_dir(&host)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            vec![format!(
+                "dxdp-0.1.0-{:016x}",
+                validation_exe::content_hash(b"MZ the running dxdp")
+            )],
+            "the unused copy is removed"
+        );
+        let checks = rig.metrics.checks();
+        let want: std::collections::BTreeMap<String, String> = [
+            ("adapters", "pass"),
+            ("d3d12", "pass"),
+            ("runtime-files", "pass"),
+            ("cuda", "pass"),
+            ("vulkan", "absent"),
+            ("verdict", "pass"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(checks, want);
+        assert!(rig
+            .metrics
+            .last_success(DISPLAY)
+            .is_some_and(|t| t > 1_700_000_000));
+        assert!(rig.api.events().is_empty(), "no Event when it passes");
+    }
+
+    #[tokio::test]
+    async fn a_failing_job_sets_false_and_creates_a_node_event() {
+        let fail = "dxdp-validation v1 fail adapters=pass d3d12=pass cuda=fail\n";
+        let mut rig = start(
+            Some(terminated(1, fail)),
+            json!({"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}),
+            Duration::from_secs(60),
+        )
+        .await;
+        runs_reach(&mut rig, 1).await;
+        let l = rig.api.labels();
+        assert_eq!(l.get(VALIDATED_LABEL).map(String::as_str), Some("false"));
+        assert_eq!(
+            l.get("directx.microsoft.com/api.d3d12.validated")
+                .map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(l.get("directx.microsoft.com/api.cuda.validated"), None);
+        let events = rig.api.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        let e = &events[0];
+        assert_eq!(e["metadata"]["namespace"], NS);
+        assert_eq!(e["reason"], "GPUValidationFailed");
+        assert_eq!(e["type"], "Warning");
+        assert_eq!(
+            e["involvedObject"],
+            json!({"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "n1"})
+        );
+        let job = rig.api.jobs()[0]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            e["message"],
+            format!("GPU validation failed on node n1: cuda (Job dxdp-system/{job}: failed: cuda). See dxdp's docs/validation.md, \"Reading a failure\"")
+        );
+        assert_eq!(rig.metrics.checks()["verdict"], "fail");
+        assert_eq!(rig.metrics.checks()["cuda"], "fail");
+        assert_eq!(rig.metrics.last_success(DISPLAY), None);
+    }
+
+    #[tokio::test]
+    async fn a_job_that_never_schedules_is_unknown_within_the_timeout_and_deleted() {
+        let pending = json!({"metadata": {"name": "p"}, "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available"}]}});
+        let started = std::time::Instant::now();
+        let mut rig = start(Some(pending), json!({}), Duration::from_secs(1)).await;
+        runs_reach(&mut rig, 1).await;
+        // Settle (50 ms) + the 1 s limit + API calls: well within 10 s.
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        let deletes: Vec<_> = rig
+            .api
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "DELETE")
+            .collect();
+        assert_eq!(deletes.len(), 1, "the Job given up on is deleted");
+        assert_eq!(
+            deletes[0]
+                .query
+                .get("propagationPolicy")
+                .map(String::as_str),
+            Some("Background")
+        );
+        assert!(rig.api.jobs().is_empty());
+        assert_eq!(
+            rig.api.labels().get(VALIDATED_LABEL),
+            None,
+            "unknown: neither"
+        );
+        let checks = rig.metrics.checks();
+        assert_eq!(
+            checks,
+            [("verdict".to_string(), "unknown".to_string())].into()
+        );
+        assert!(
+            rig.api.events().is_empty(),
+            "no Event when nothing is known"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_driver_change_runs_again_old_jobs_are_deleted_and_off_removes_the_labels() {
+        let pass = "dxdp-validation v1 pass adapters=pass d3d12=pass\n";
+        let mut rig = start(
+            Some(terminated(0, pass)),
+            complete(),
+            Duration::from_secs(60),
+        )
+        .await;
+        runs_reach(&mut rig, 1).await;
+        assert_eq!(rig.api.jobs().len(), 1);
+        // Three driver updates, one after another: a run after each.
+        for (n, version) in ["31.0.15.3000", "31.0.15.3100", "31.0.15.3200"]
+            .iter()
+            .enumerate()
+        {
+            let mut inv = four_t4();
+            for d in &mut inv.discovery.devices {
+                d.driver_version = version.to_string();
+            }
+            rig.inventory.send_replace(Some(Arc::new(inv)));
+            runs_reach(&mut rig, n as u64 + 2).await;
+        }
+        let posts = rig
+            .api
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/jobs"))
+            .count();
+        assert_eq!(posts, 4, "one Job at start, one per driver change");
+        // Finished Jobs beyond the newest two are deleted.
+        let mut created: Vec<String> = rig
+            .api
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/jobs"))
+            .map(|r| r.json()["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        let mut left: Vec<String> = rig
+            .api
+            .jobs()
+            .iter()
+            .map(|j| j["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        left.sort();
+        created.sort();
+        assert_eq!(left, created[2..].to_vec());
+        assert_eq!(
+            rig.api.labels().get(VALIDATED_LABEL).map(String::as_str),
+            Some("true")
+        );
+        // Turned off: the labels go.
+        let mut off = (**rig.config.borrow()).clone();
+        off.validation.enabled = false;
+        rig.config.send_replace(Arc::new(off));
+        let gone = rig
+            .api
+            .wait_for(WAIT, |_, l| !l.contains_key(VALIDATED_LABEL))
+            .await;
+        assert!(gone, "{:?}", rig.api.labels());
+        assert!(rig
+            .api
+            .labels()
+            .keys()
+            .all(|k| !k.starts_with("directx.microsoft.com/api.")));
+    }
+
+    #[test]
+    fn plans_images_and_triggers() {
+        let p = plan(&four_t4()).unwrap();
+        assert_eq!(p.resources, vec![DISPLAY.to_string()]);
+        assert_eq!(p.fingerprint.len(), 4);
+        assert!(p.fingerprint[0].starts_with("directx.microsoft.com/display/"));
+        assert!(p.fingerprint[0].ends_with("/31.0.15.2824"));
+        assert_eq!(
+            default_image(Some("10.0.26100.2314")),
+            (
+                "mcr.microsoft.com/windows/servercore:ltsc2025".to_string(),
+                None
+            )
+        );
+        assert_eq!(
+            default_image(Some("10.0.17763.1")).0,
+            "mcr.microsoft.com/windows/servercore:ltsc2019"
+        );
+        let (image, note) = default_image(Some("10.0.22631.1"));
+        assert_eq!(image, "mcr.microsoft.com/windows/servercore:ltsc2022");
+        assert!(note.unwrap().contains("set validation.image"));
+        assert_eq!(
+            check_timeout(Duration::from_secs(1200)),
+            Duration::from_secs(120)
+        );
+        assert_eq!(
+            check_timeout(Duration::from_secs(60)),
+            Duration::from_secs(30)
+        );
+        let now = Instant::now();
+        let fp = vec!["a".to_string()];
+        assert_eq!(due(None, &fp, None, now), Some("after registration"));
+        assert_eq!(
+            due(
+                Some(&["b".to_string()]),
+                &fp,
+                Some(now + Duration::from_secs(9)),
+                now
+            ),
+            Some("after a device or driver change")
+        );
+        assert_eq!(
+            due(Some(&fp), &fp, Some(now + Duration::from_secs(9)), now),
+            None
+        );
+        assert_eq!(due(Some(&fp), &fp, Some(now), now), Some("on schedule"));
+        let l = listed(
+            &json!({"metadata": {"name": "j", "creationTimestamp": "2026-11-25T00:00:00Z"},
+            "spec": {"template": {"spec": {"volumes": [{"name": "dxdp", "hostPath": {"path": "C:\\x\\dxdp-1"}}]}}},
+            "status": {"conditions": [{"type": "Complete", "status": "True"}]}}),
+        );
+        assert_eq!(
+            l,
+            Listed {
+                name: "j".into(),
+                created: "2026-11-25T00:00:00Z".into(),
+                finished: true,
+                host_dir: Some("C:\\x\\dxdp-1".into())
+            }
+        );
     }
 }

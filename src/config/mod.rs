@@ -13,8 +13,8 @@ pub mod file;
 pub mod health;
 pub mod keys;
 mod layers;
-pub mod validation;
 mod show;
+pub mod validation;
 
 pub use keys::{Key, ResourceKey};
 use layers::{apply_env, apply_file, apply_flags, apply_reference};

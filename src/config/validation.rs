@@ -382,6 +382,8 @@ mod tests {
         assert!(check_image("a b").is_err());
         assert_eq!(check_host_dir(""), Ok(DEFAULT_HOST_DIR.into()));
         assert_eq!(check_host_dir(r"D:\dxdp"), Ok(r"D:\dxdp".into()));
-        assert!(check_host_dir(r"dxdp\exe").unwrap_err().contains("absolute"));
+        assert!(check_host_dir(r"dxdp\exe")
+            .unwrap_err()
+            .contains("absolute"));
     }
 }

@@ -126,7 +126,13 @@ impl ValidationMetrics {
 
     /// Records one run: its verdict, each check's result (`(name, result)`), and for a pass the
     /// time `now` (Unix seconds) for every resource it validated.
-    pub fn record(&self, verdict: &str, checks: &[(String, String)], resources: &[String], now: u64) {
+    pub fn record(
+        &self,
+        verdict: &str,
+        checks: &[(String, String)],
+        resources: &[String],
+        now: u64,
+    ) {
         self.runs
             .get_or_create(&ResultLabel {
                 result: verdict.to_string(),
