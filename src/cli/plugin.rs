@@ -146,6 +146,8 @@ pub fn run(
         let mut isolation_cluster = None;
         // The served inventory, for the node labels and the telemetry sampler.
         let (tap_tx, tap_rx) = watch::channel(None);
+        // For the validation wiring below (the telemetry task takes `tap_rx`).
+        let validation_tap = tap_rx.clone();
         plugin_config.inventory_tap = Some(tap_tx);
         if let Some((cluster, resolved)) = connect_cluster(&config, &mut inputs).await? {
             config = resolved;
@@ -257,6 +259,34 @@ pub fn run(
                     }
                 }));
         }
+        // --- validation wiring ---
+        match isolation_cluster.clone() {
+            Some(cluster) => {
+                let task = cluster::validation_task::ValidationTask {
+                    cluster,
+                    namespace: std::env::var(cluster::validation_task::NAMESPACE_VAR)
+                        .ok()
+                        .filter(|n| !n.trim().is_empty()),
+                    inventory: validation_tap,
+                    config: updates.clone(),
+                    readiness: plugin_config.observe.readiness.clone(),
+                    metrics: plugin_config.observe.metrics.validation().clone(),
+                    exe: std::env::current_exe().unwrap_or_default(),
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                    backoff: API_BACKOFF,
+                    timing: cluster::validation_task::TIMING,
+                    done: None,
+                };
+                plugin_config
+                    .tasks
+                    .push(TaskSpec::new("validation", Role::Optional, move || {
+                        task.clone().run()
+                    }));
+            }
+            None if updates.borrow().validation.enabled => tracing::warn!("validation.enabled is true, but dxdp has no API server client (no NODE_NAME or credentials, see above; the chart needs nodeApi.enabled): no validation Jobs"),
+            None => {}
+        }
+        // --- end validation wiring ---
         if isolation_cluster.is_none() {
             // Said once, at start: what the isolation audit cannot do without the API server.
             let c = updates.borrow().clone();
