@@ -2,9 +2,10 @@
 //!
 //! - `dxdp_validation_last_success_timestamp_seconds{resource}`: when a validation of the
 //!   resource last passed (Unix time; no series before the first pass);
-//! - `dxdp_validation_checks{check, result}`: 1 for each check's result in the last run that gave
-//!   one, and `check="verdict"` for the run as a whole (`pass`, `fail`, `unknown`). Check names
-//!   are the bounded list of [`KNOWN_CHECKS`]; any other name is counted as `other`;
+//! - `dxdp_validation_checks{check, result}`: 1 for each check's result in the last run (none
+//!   after a run without a result). Check names are the bounded list of [`KNOWN_CHECKS`]; any
+//!   other name is counted as `other`; results are `dxdp validate`'s (`pass`, `fail`,
+//!   `timed-out`, `absent`, `skipped`, `unknown`);
 //! - `dxdp_validation_runs_total{result}`: runs, by verdict.
 //!
 //! Names and labels are a public interface (docs/observability.md lists them).
@@ -21,7 +22,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 /// The check names `dxdp validate` reports; others become `other` (bounded cardinality).
-pub const KNOWN_CHECKS: [&str; 11] = [
+pub const KNOWN_CHECKS: [&str; 10] = [
     "adapters",
     "d3d12",
     "runtime-files",
@@ -32,7 +33,6 @@ pub const KNOWN_CHECKS: [&str; 11] = [
     "nvenc",
     "amf",
     "vpl",
-    "verdict",
 ];
 
 /// The verdicts of a run, as `result` values.
@@ -76,7 +76,7 @@ impl Collector for ChecksCollector {
             .clone();
         let mut family = encoder.encode_descriptor(
             "dxdp_validation_checks",
-            "1 for each validation check's result in the last run (check=\"verdict\": the run's verdict)",
+            "1 for each validation check's result in the last validation run",
             None,
             MetricType::Gauge,
         )?;
@@ -140,7 +140,7 @@ impl ValidationMetrics {
             .inc();
         let mut current = BTreeMap::new();
         for (name, result) in checks {
-            let name = if KNOWN_CHECKS.contains(&name.as_str()) && name != "verdict" {
+            let name = if KNOWN_CHECKS.contains(&name.as_str()) {
                 name.clone()
             } else {
                 "other".to_string()
@@ -148,7 +148,6 @@ impl ValidationMetrics {
             // Of several `other`s the first failure shows.
             current.entry(name).or_insert_with(|| result.clone());
         }
-        current.insert("verdict".to_string(), verdict.to_string());
         *self.checks.write().unwrap_or_else(|p| p.into_inner()) = current;
         if verdict == "pass" {
             for r in resources {
@@ -167,6 +166,15 @@ impl ValidationMetrics {
             resource: resource.to_string(),
         };
         self.last_success.get(&l).map(|g| g.get())
+    }
+
+    /// The runs with `verdict` so far (for tests).
+    pub fn runs(&self, verdict: &str) -> u64 {
+        self.runs
+            .get_or_create(&ResultLabel {
+                result: verdict.to_string(),
+            })
+            .get()
     }
 
     /// The last run's check results (for tests).
