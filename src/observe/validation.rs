@@ -185,3 +185,54 @@ impl ValidationMetrics {
             .clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_exported_with_bounded_check_names() {
+        let mut registry = Registry::default();
+        let m = ValidationMetrics::register(&mut registry);
+        m.init();
+        let checks: Vec<(String, String)> = [
+            ("adapters", "pass"),
+            ("cuda", "fail"),
+            ("vulkan", "absent"),
+            ("some-new-check", "timed-out"),
+        ]
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        m.record(
+            "fail",
+            &checks,
+            &["directx.microsoft.com/display".to_string()],
+            1764110000,
+        );
+        m.record(
+            "pass",
+            &checks[..1],
+            &["directx.microsoft.com/display".to_string()],
+            1764120000,
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "dxdp_validation_last_success_timestamp_seconds{resource=\"directx.microsoft.com/display\"} 1764120000",
+            "dxdp_validation_runs_total{result=\"pass\"} 1",
+            "dxdp_validation_runs_total{result=\"fail\"} 1",
+            "dxdp_validation_runs_total{result=\"unknown\"} 0",
+            "dxdp_validation_checks{check=\"adapters\",result=\"pass\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing in\n{text}");
+        }
+        // The last run replaces the checks of the one before.
+        assert!(!text.contains("check=\"cuda\""), "{text}");
+        m.record("fail", &checks, &[], 1764130000);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("dxdp_validation_checks{check=\"other\",result=\"timed-out\"} 1"));
+        assert!(text.contains("dxdp_validation_checks{check=\"cuda\",result=\"fail\"} 1"));
+    }
+}
