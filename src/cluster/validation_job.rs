@@ -4,7 +4,7 @@
 //! limit), and apply the result's node labels under their own field manager. Every API call has
 //! the cluster's call timeout; an API error is a result too (`unknown`, with the error).
 //!
-//! Not yet started by the daemon (no configuration key or schedule): see docs/validation.md.
+//! The daemon runs it from [`super::validation_task`] (`validation.enabled`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
