@@ -112,6 +112,16 @@ pub async fn run_once(
     }
 }
 
+/// Removes every label the validation applied (an empty apply by [`LABEL_MANAGER`]).
+pub async fn remove_labels(cluster: &Cluster) -> Result<(), ApiError> {
+    let none = JobResult {
+        verdict: Verdict::Unknown,
+        summary: None,
+        reason: String::new(),
+    };
+    publish_labels(cluster, &none).await
+}
+
 /// Applies the labels of `result` to the node (server-side apply, field manager
 /// [`LABEL_MANAGER`], forced): labels it no longer sets are removed.
 pub async fn publish_labels(cluster: &Cluster, result: &JobResult) -> Result<(), ApiError> {
