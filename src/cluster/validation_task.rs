@@ -383,16 +383,6 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-/// Logs `why` as a warning the first time, at debug after.
-fn say_once(last: &mut Option<String>, why: String) {
-    if last.as_deref() != Some(why.as_str()) {
-        tracing::warn!("{why}");
-        *last = Some(why);
-    } else {
-        tracing::debug!("{why}");
-    }
-}
-
 /// What one run needs from the configuration.
 struct RunSettings {
     validation: Validation,
@@ -446,8 +436,10 @@ impl ValidationTask {
                 if said.as_deref() != Some(why.as_str()) {
                     if settings.enabled && t.namespace.is_none() {
                         tracing::warn!("{why}");
-                    } else {
+                    } else if !settings.enabled {
                         tracing::info!("{why}");
+                    } else {
+                        tracing::debug!("{why}");
                     }
                     said = Some(why);
                 }
@@ -458,17 +450,17 @@ impl ValidationTask {
                 }
                 continue;
             }
-            said = None;
             if !metrics_ready {
                 t.metrics.init();
                 metrics_ready = true;
             }
             let Some(inv) = inv else { continue };
             let Some(p) = plan(&inv) else {
-                say_once(
-                    &mut said,
-                    "validation waits for a served resource with a healthy device".into(),
-                );
+                let why = "validation waits for a served resource with a healthy device";
+                if said.as_deref() != Some(why) {
+                    tracing::info!("{why}");
+                    said = Some(why.into());
+                }
                 tokio::select! {
                     r = inventory.changed() => if r.is_err() { return },
                     r = config.changed() => if r.is_err() { return },
@@ -514,6 +506,7 @@ impl ValidationTask {
             if let Some(n) = note {
                 tracing::warn!("{n}");
             }
+            said = None;
             run_number = unix_now().max(run_number + 1);
             tracing::info!(node = %t.cluster.node(), resources = ?p.resources, image = %image, "starting a validation Job {why}");
             let result = t
