@@ -479,7 +479,9 @@ impl ValidationTask {
                         // A new interval applies from the last run.
                         let c = config.borrow().validation.interval;
                         if c != settings.interval {
-                            next = next.map(|n| n - settings.interval + c);
+                            next = next.map(|n| {
+                                n.checked_sub(settings.interval).map_or(n, |last| last + c)
+                            });
                         }
                     },
                 }
