@@ -976,6 +976,17 @@ mod tests {
         assert_eq!(rig.metrics.runs("fail"), 1);
         assert_eq!(rig.metrics.checks()["cuda"], "fail");
         assert_eq!(rig.metrics.last_success(DISPLAY), None);
+        // The same failure again (a run after a driver change): no second Event within the hour.
+        let mut inv = four_t4();
+        inv.discovery.devices[0].driver_version = "31.0.15.3000".into();
+        rig.inventory.send_replace(Some(Arc::new(inv)));
+        runs_reach(&mut rig, 2).await;
+        assert_eq!(rig.metrics.runs("fail"), 2);
+        assert_eq!(
+            rig.api.events().len(),
+            1,
+            "rate-limited: one Event per failure an hour"
+        );
     }
 
     #[tokio::test]
@@ -1088,6 +1099,24 @@ mod tests {
             .labels()
             .keys()
             .all(|k| !k.starts_with("directx.microsoft.com/api.")));
+    }
+
+    #[tokio::test]
+    async fn the_schedule_runs_again_without_any_change() {
+        let pass = "dxdp-validation v1 pass adapters=pass d3d12=pass\n";
+        let mut rig = start(
+            Some(terminated(0, pass)),
+            complete(),
+            Duration::from_secs(60),
+        )
+        .await;
+        runs_reach(&mut rig, 1).await;
+        // An interval far below the file's minimum, set on the configuration directly.
+        let mut short = (**rig.config.borrow()).clone();
+        short.validation.interval = Duration::from_millis(200);
+        rig.config.send_replace(Arc::new(short));
+        runs_reach(&mut rig, 3).await;
+        assert_eq!(rig.metrics.runs("pass"), 3);
     }
 
     #[test]
