@@ -167,9 +167,11 @@ def socket_address(address, port):
 # The chart values that are configuration keys: (chart value, config key, value written or None).
 def chart_keys(values, defaults):
     merged = {k: ({**defaults[k], **values.get(k, {})} if isinstance(defaults.get(k), dict) else values.get(k, defaults.get(k)))
-              for k in ("replicas", "logLevel", "logFormat", "metrics", "probes", "nodeLabels", "isolation", "health")}
+              for k in ("replicas", "logLevel", "logFormat", "metrics", "probes", "nodeLabels", "isolation", "health",
+                        "validation")}
     m, p, n, i = merged["metrics"], merged["probes"], merged["nodeLabels"], merged["isolation"]
     h = merged["health"]
+    v = merged["validation"]
     return [
         ("replicas", "resources.display.replicas", merged["replicas"]),
         ("replicas", "resources.compute.replicas", merged["replicas"]),
@@ -188,7 +190,8 @@ def chart_keys(values, defaults):
          if m["enabled"] and (m.get("existingWebConfigSecret") or m.get("webConfig")) else None),
         ("metrics.authorization", "metrics.authorization",
          "kubernetes" if m["enabled"] and m.get("authorization") == "kubernetes" else None),
-    ]
+        ("validation.enabled", "validation.enabled", True if v["enabled"] else None),
+    ] + [(f"validation.{k}", f"validation.{k}", v[k] or None) for k in ("interval", "timeout", "image", "hostDir")]
 
 
 def expected_config(values, defaults):
@@ -321,6 +324,7 @@ def assert_daemonset(label, objs, values):
         check(f"{label}: no metrics endpoint when metrics.enabled is false", "DXDP_METRICS_ADDRESS" not in env)
     assert_service_monitor(label, objs, metrics, pod_labels=ds["spec"]["template"]["metadata"].get("labels", {}))
     assert_node_api(label, objs, values, defaults, pod, c)
+    assert_validation(label, objs, values, defaults, pod, c)
     assert_cleanup_hook(label, objs, values, defaults, ds)
     for o in objs:
         if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE:
@@ -336,7 +340,9 @@ CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
 CHART_VARIABLES = ("DXDP_REPLICAS", "DXDP_LOG_LEVEL", "DXDP_LOG_FORMAT", "DXDP_METRICS_ADDRESS",
                    "DXDP_PROBE_ADDRESS", "DXDP_NODE_LABELS", "DXDP_NODE_LABEL_PREFIX",
                    "DXDP_ISOLATION_POLICY", "DXDP_ISOLATION_EVENTS", "DXDP_WEB_CONFIG_FILE",
-                   "DXDP_METRICS_AUTHORIZATION", "DXDP_HEALTH_EVENTS", "DXDP_NODE_CONDITIONS")
+                   "DXDP_METRICS_AUTHORIZATION", "DXDP_HEALTH_EVENTS", "DXDP_NODE_CONDITIONS",
+                   "DXDP_VALIDATION", "DXDP_VALIDATION_INTERVAL",
+                   "DXDP_VALIDATION_TIMEOUT", "DXDP_VALIDATION_IMAGE", "DXDP_VALIDATION_HOST_DIR")
 
 # The only permissions dxdp needs: its own Node, read, watched, labelled and tainted; with
 # isolation.events or health.events, creating Events (about GPU isolation violations and
@@ -379,7 +385,7 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     metrics = {**defaults["metrics"], **values.get("metrics", {})}
     authz = metrics.get("authorization") == "kubernetes"
     rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
-            and not is_hook(o)]
+            and not is_hook(o) and not is_validation_rbac(o)]
     if by_env:
         check(f"{label}: DXDP_METRICS_AUTHORIZATION=kubernetes exactly with metrics.authorization=kubernetes",
               env.get("DXDP_METRICS_AUTHORIZATION") == ("kubernetes" if authz and metrics["enabled"] else None),
@@ -435,6 +441,55 @@ def assert_node_api(label, objs, values, defaults, pod, c):
         check(f"{label}: DXDP_NODE_LABELS=false", env.get("DXDP_NODE_LABELS") == "false", str(env))
     check(f"{label}: DXDP_NODE_LABEL_PREFIX is nodeLabels.prefix",
           env.get("DXDP_NODE_LABEL_PREFIX") == (labels["prefix"] or None), str(env))
+
+
+# In-cluster validation (validation.enabled): Jobs, their pods read-only, and Events, in the
+# release namespace only.
+VALIDATION_RULES = [
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+]
+VALIDATION_VARIABLES = {"interval": "DXDP_VALIDATION_INTERVAL", "timeout": "DXDP_VALIDATION_TIMEOUT",
+                        "image": "DXDP_VALIDATION_IMAGE", "hostDir": "DXDP_VALIDATION_HOST_DIR"}
+
+
+def is_validation_rbac(o):
+    return o.get("kind") in ("Role", "RoleBinding") and o["metadata"]["name"].endswith("-validation")
+
+
+def assert_validation(label, objs, values, defaults, pod, c):
+    """With validation.enabled (the chart value or config.validation.enabled): a Role with exactly
+    VALIDATION_RULES in the release namespace bound to the pod's service account, and
+    POD_NAMESPACE; with existingConfigMap the values as DXDP_VALIDATION* variables. Without: none
+    of it."""
+    validation = {**defaults["validation"], **values.get("validation", {})}
+    config = (values.get("config") or {}).get("validation") or {}
+    enabled = bool(validation["enabled"] or config.get("enabled"))
+    env = env_of(c)
+    roles = [o for o in find(objs, "Role") if is_validation_rbac(o)]
+    bindings = [o for o in find(objs, "RoleBinding") if is_validation_rbac(o)]
+    pod_ns = [e for e in c.get("env", []) if e["name"] == "POD_NAMESPACE"]
+    if not enabled:
+        check(f"{label}: no validation Role or POD_NAMESPACE without validation.enabled",
+              not roles and not bindings and not pod_ns, str([o["kind"] for o in roles + bindings]))
+        return
+    check(f"{label}: the validation Role grants exactly Jobs, pods (read-only) and events in the release namespace",
+          len(roles) == 1 and roles[0].get("rules") == VALIDATION_RULES
+          and roles[0]["metadata"].get("namespace") == NAMESPACE, str([r.get("rules") for r in roles]))
+    check(f"{label}: the validation RoleBinding binds it to the pod's service account",
+          len(bindings) == 1 and roles and bindings[0]["roleRef"] == {
+              "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": roles[0]["metadata"]["name"]}
+          and bindings[0].get("subjects") == [{"kind": "ServiceAccount", "name": pod.get("serviceAccountName"),
+                                               "namespace": NAMESPACE}], str(bindings))
+    check(f"{label}: POD_NAMESPACE from metadata.namespace (the Jobs' namespace)",
+          len(pod_ns) == 1 and pod_ns[0].get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+          == "metadata.namespace", str(pod_ns))
+    if values.get("existingConfigMap"):
+        want = {n: validation[k] or None for k, n in VALIDATION_VARIABLES.items()}
+        want["DXDP_VALIDATION"] = "true" if validation["enabled"] else None
+        got = {n: env.get(n) for n in want}
+        check(f"{label}: the validation values as DXDP_VALIDATION* variables", got == want, f"{got} != {want}")
 
 
 CLEANUP_RULES = [
@@ -581,6 +636,11 @@ def chart_checks():
           "--set", "metrics.serviceMonitor.enabled=true"], "metrics.enabled"),
         ("a bad assignment mode", ["--set", "config.assignment=guid"], "assignment"),
         ("a bad isolation policy", ["--set", "isolation.policy=cordon"], "isolation.policy"),
+        ("validation without nodeApi", ["--set", "validation.enabled=true", "--set", "nodeApi.enabled=false"],
+         "nodeApi.enabled"),
+        ("config.validation.enabled without nodeApi",
+         ["--set", "config.validation.enabled=true", "--set", "nodeApi.enabled=false"], "nodeApi.enabled"),
+        ("a bad validation interval", ["--set", "validation.interval=daily"], "validation.interval"),
         ("the taint policy without the API server",
          ["--set", "isolation.policy=taint", "--set", "nodeApi.enabled=false"], "nodeApi.enabled"),
         ("the taint policy in config without the API server",
@@ -722,7 +782,7 @@ def readme_checks():
     values = load_values(os.path.join(CHART, "values.yaml"))
     readme = open(os.path.join(CHART, "README.md")).read()
     grouped = ("image", "namespace", "serviceAccount", "metrics", "probes", "nodeApi", "nodeLabels",
-               "isolation", "cleanup", "telemetry", "health")
+               "isolation", "cleanup", "telemetry", "health", "validation")
     keys = []
     for k, v in values.items():
         if k in grouped and isinstance(v, dict):

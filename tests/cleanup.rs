@@ -162,3 +162,41 @@ fn cleanup_needs_node_or_all_and_not_both() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_also_removes_the_validation_labels() {
+    let api = ApiServerStandin::start("gpu-node-2", &[("team", "vision")])
+        .await
+        .unwrap();
+    let cluster = Cluster::at_url(&api.url(), "gpu-node-2").unwrap();
+    // What a validation run leaves (its own field manager) and nothing else: `--all` finds the
+    // node by those labels alone.
+    let passed = dxdp::cluster::validation::JobResult {
+        verdict: dxdp_core::validation::Verdict::Pass,
+        summary: dxdp_core::validation::parse_summary_line(
+            "dxdp-validation v1 pass adapters=pass d3d12=pass\n",
+        ),
+        reason: String::new(),
+    };
+    dxdp::cluster::validation_job::publish_labels(&cluster, &passed)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let out = dxdp_cleanup(&kubeconfig, &["--all"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout,
+        "node gpu-node-2: removed 2 labels (directx.microsoft.com/api.d3d12.validated, directx.microsoft.com/validated)\n"
+    );
+    assert_eq!(
+        api.labels(),
+        [("team".to_string(), "vision".to_string())].into()
+    );
+}

@@ -1,6 +1,6 @@
 //! `dxdp cleanup`: takes off a Node what dxdp put on it, for an uninstall or after a crash: the
-//! labels dxdp applied (every label its field manager owns, whatever the prefix was), the
-//! isolation taint, and dxdp's node conditions. Labels anyone else set (the per-node
+//! labels dxdp applied (every label its field managers own, whatever the prefix was: `dxdp`
+//! and the validation's `dxdp-validation`), the isolation taint, and dxdp's node conditions. Labels anyone else set (the per-node
 //! configuration label included) are left alone.
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
@@ -65,7 +65,12 @@ pub fn has_dxdp_state(node: &Node) -> bool {
         .managed_fields
         .iter()
         .flatten()
-        .filter(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
+        .filter(|m| {
+            matches!(
+                m.manager.as_deref(),
+                Some(FIELD_MANAGER | super::validation_job::LABEL_MANAGER)
+            )
+        })
         .filter_map(|m| m.fields_v1.as_ref())
         .any(|f| f.0.pointer("/f:metadata/f:labels").is_some());
     let taint = node
@@ -114,10 +119,14 @@ impl Cluster {
     pub async fn cleanup(&self) -> Result<Removed, String> {
         let mut removed = Removed::default();
         let mut errors = Vec::new();
-        // Labels: an empty server-side apply by dxdp's field manager drops every label it owns.
+        // Labels: an empty server-side apply by each of dxdp's field managers drops every label
+        // it owns (the validation's first; the second apply's answer shows both gone).
         match self.get_node().await {
             Ok(before) => {
                 let had = before.metadata.labels.clone().unwrap_or_default();
+                if let Err(e) = super::validation_job::remove_labels(self).await {
+                    errors.push(format!("validation labels: {e}"));
+                }
                 match self.apply_labels(&Default::default()).await {
                     Ok(after) => {
                         removed.labels = had

@@ -13,6 +13,8 @@
 //! - [`cleanup`]: takes dxdp's labels, taint and conditions off a node (`dxdp cleanup`);
 //! - [`metrics_authz`]: TokenReview and SubjectAccessReview of `/metrics` requests
 //!   (`metrics.authorization: kubernetes`; unlike the rest, required once asked for);
+//! - [`validation`], [`validation_job`], [`validation_exe`], [`validation_task`]: the validation
+//!   Job on this node (`validation.enabled`), its result as node labels, metrics and Events;
 //!
 //! Everything here is optional: without `NODE_NAME` or credentials the daemon serves devices
 //! as before and says once why the cluster features are off. API errors are retried with
@@ -27,7 +29,9 @@ pub mod labels;
 pub mod metrics_authz;
 pub mod node;
 pub mod validation;
+pub mod validation_exe;
 pub mod validation_job;
+pub mod validation_task;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -5,8 +5,8 @@
 //! refused by the kubelet, image not pulled, past its deadline), the node labels of a result,
 //! and which old Jobs to delete.
 //!
-//! The task that creates, waits for and cleans up the Jobs is not wired into the daemon yet
-//! (docs/validation.md says what is and is not done).
+//! The daemon's task that creates, waits for and cleans up the Jobs is
+//! [`super::validation_task`] (docs/validation.md, "In the cluster").
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! limit), and apply the result's node labels under their own field manager. Every API call has
 //! the cluster's call timeout; an API error is a result too (`unknown`, with the error).
 //!
-//! Not yet started by the daemon (no configuration key or schedule): see docs/validation.md.
+//! The daemon runs it from [`super::validation_task`] (`validation.enabled`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -110,6 +110,16 @@ pub async fn run_once(
         }
         tokio::time::sleep(poll).await;
     }
+}
+
+/// Removes every label the validation applied (an empty apply by [`LABEL_MANAGER`]).
+pub async fn remove_labels(cluster: &Cluster) -> Result<(), ApiError> {
+    let none = JobResult {
+        verdict: Verdict::Unknown,
+        summary: None,
+        reason: String::new(),
+    };
+    publish_labels(cluster, &none).await
 }
 
 /// Applies the labels of `result` to the node (server-side apply, field manager

@@ -300,6 +300,9 @@ pub struct ConfigFile {
     /// The GPU isolation audit.
     #[serde(default)]
     pub isolation: IsolationFile,
+    /// The in-cluster validation Jobs.
+    #[serde(default)]
+    pub validation: super::validation::ValidationFile,
     /// Named configurations, one of which a node selects with its
     /// `<prefix>device-plugin.config` label.
     pub configurations: Option<BTreeMap<ConfigName, NamedConfigFile>>,

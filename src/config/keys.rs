@@ -122,10 +122,20 @@ pub enum Key {
     HealthEvents,
     /// `health.nodeConditions`.
     HealthNodeConditions,
+    /// `validation.enabled`.
+    ValidationEnabled,
+    /// `validation.interval`.
+    ValidationInterval,
+    /// `validation.timeout`.
+    ValidationTimeout,
+    /// `validation.image`.
+    ValidationImage,
+    /// `validation.hostDir`.
+    ValidationHostDir,
 }
 
 /// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 29] = [
+const NODE_WIDE: [Key; 34] = [
     Key::DevicesInclude,
     Key::DevicesExclude,
     Key::Assignment,
@@ -155,6 +165,11 @@ const NODE_WIDE: [Key; 29] = [
     Key::IsolationEvents,
     Key::HealthEvents,
     Key::HealthNodeConditions,
+    Key::ValidationEnabled,
+    Key::ValidationInterval,
+    Key::ValidationTimeout,
+    Key::ValidationImage,
+    Key::ValidationHostDir,
 ];
 
 impl Key {
@@ -205,6 +220,11 @@ impl Key {
             Key::IsolationEvents => "isolation.events",
             Key::HealthEvents => "health.events",
             Key::HealthNodeConditions => "health.nodeConditions",
+            Key::ValidationEnabled => "validation.enabled",
+            Key::ValidationInterval => "validation.interval",
+            Key::ValidationTimeout => "validation.timeout",
+            Key::ValidationImage => "validation.image",
+            Key::ValidationHostDir => "validation.hostDir",
         }
     }
 }
@@ -225,7 +245,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 29);
+        assert_eq!(all.len(), 2 * 9 + 34);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

@@ -317,6 +317,7 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.health_reports.node_conditions = v;
         c.set_origin(Key::HealthNodeConditions, origin);
     }
+    super::validation::apply_file(c, &f.validation, origin);
 }
 
 /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
@@ -616,6 +617,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         c.health_reports.node_conditions = parse_bool("DXDP_NODE_CONDITIONS", v)?;
         c.set_origin(Key::HealthNodeConditions, "env DXDP_NODE_CONDITIONS");
     }
+    super::validation::apply_env(c, env, parse_bool)?;
     Ok(())
 }
 

@@ -16,6 +16,7 @@ mod layers;
 pub mod parse;
 pub mod schema;
 mod show;
+pub mod validation;
 pub mod values;
 
 pub use keys::{Key, ResourceKey};
@@ -83,6 +84,8 @@ pub struct Config {
     /// `health.events` and `health.nodeConditions`: what the cluster is told about device
     /// health.
     pub health_reports: health::HealthReports,
+    /// `validation`: the in-cluster validation Jobs.
+    pub validation: validation::Validation,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
     pub origins: BTreeMap<Key, String>,
     /// What an operator must be told about how the configuration was built (a reference-plugin
@@ -294,6 +297,7 @@ impl Default for Config {
             telemetry: Telemetry::default(),
             isolation: Isolation::default(),
             health_reports: health::HealthReports::default(),
+            validation: validation::Validation::default(),
             origins: BTreeMap::new(),
             notices: Vec::new(),
         };

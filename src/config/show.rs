@@ -136,6 +136,11 @@ impl Config {
             Key::IsolationEvents => json!(self.isolation.events),
             Key::HealthEvents => json!(self.health_reports.events),
             Key::HealthNodeConditions => json!(self.health_reports.node_conditions),
+            Key::ValidationEnabled
+            | Key::ValidationInterval
+            | Key::ValidationTimeout
+            | Key::ValidationImage
+            | Key::ValidationHostDir => super::validation::shown(&self.validation, key),
         }
     }
 }

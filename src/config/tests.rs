@@ -82,6 +82,12 @@ telemetry:
 isolation:
   policy: taint
   events: false
+validation:
+  enabled: true
+  interval: 12h
+  timeout: 30m
+  image: mcr.microsoft.com/windows/servercore:ltsc2025
+  hostDir: D:\dxdp\validation
 "#;
 
 #[test]

@@ -17,8 +17,9 @@
 //! 5. device health on the cluster side: `GPUUnhealthy` Events on the pods holding an unhealthy
 //!    device, the opt-in node conditions, and `/readyz` gated on the Node's allocatable
 //!    capacity (with the client; without it `/readyz` keeps its meaning and says so);
-//! 6. the configuration reload;
-//! 7. the device plugin ([`crate::plugin`]), which supervises all of it.
+//! 6. the in-cluster validation Jobs (`validation.enabled`, with the client);
+//! 7. the configuration reload;
+//! 8. the device plugin ([`crate::plugin`]), which supervises all of it.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -219,7 +220,14 @@ impl Daemon {
             _ => {}
         }
 
-        // 6. The configuration reload (it publishes on the daemon's own channel).
+        // 6. In-cluster validation (opt-in).
+        match &client {
+            Some(cluster) => validation_task(&mut plugin, cluster, &tap_rx, &updates),
+            None if updates.borrow().validation.enabled => tracing::warn!("validation.enabled is true, but dxdp has no API server client (no NODE_NAME or credentials, see above; the chart needs nodeApi.enabled): no validation Jobs"),
+            None => {}
+        }
+
+        // 7. The configuration reload (it publishes on the daemon's own channel).
         let keep = match (inputs, own_tx) {
             (Some(inputs), Some(tx)) if plugin.reload.is_none() => {
                 plugin.reload = Some(Reload {
@@ -232,7 +240,7 @@ impl Daemon {
             (_, tx) => tx,
         };
 
-        // 7. The device plugin, which supervises every task above.
+        // 8. The device plugin, which supervises every task above.
         let result = plugin::run_with_updates(plugin, source, updates, stop).await;
         drop(keep);
         result
@@ -381,15 +389,44 @@ fn health_tasks(
         .push(TaskSpec::new("health-events", Role::Optional, move || {
             events.clone().run()
         }));
+    plugin.tasks.push(TaskSpec::new(
+        "node-conditions",
+        Role::Optional,
+        move || conditions.clone().run(),
+    ));
+    plugin.tasks.push(TaskSpec::new(
+        "readiness-capacity",
+        Role::Optional,
+        move || gate.clone().run(),
+    ));
+}
+
+/// Adds the validation task (optional; it does nothing while `validation.enabled` is off).
+fn validation_task(
+    plugin: &mut PluginConfig,
+    cluster: &Cluster,
+    inventory: &watch::Receiver<Option<Arc<crate::inventory::Inventory>>>,
+    updates: &watch::Receiver<Arc<Config>>,
+) {
+    let task = cluster::validation_task::ValidationTask {
+        cluster: cluster.clone(),
+        namespace: std::env::var(cluster::validation_task::NAMESPACE_VAR)
+            .ok()
+            .filter(|n| !n.trim().is_empty()),
+        inventory: inventory.clone(),
+        config: updates.clone(),
+        readiness: plugin.observe.readiness.clone(),
+        metrics: plugin.observe.metrics.validation().clone(),
+        exe: std::env::current_exe().unwrap_or_default(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        backoff: API_BACKOFF,
+        timing: cluster::validation_task::TIMING,
+        done: None,
+    };
     plugin
         .tasks
-        .push(TaskSpec::new("node-conditions", Role::Optional, move || {
-            conditions.clone().run()
-        }));
-    plugin
-        .tasks
-        .push(TaskSpec::new("readiness-capacity", Role::Optional, move || {
-            gate.clone().run()
+        .push(TaskSpec::new("validation", Role::Optional, move || {
+            task.clone().run()
         }));
 }
 

@@ -139,6 +139,8 @@ struct Inner {
     access: super::access::AccessMetrics,
     /// Device health (`observe::device_health`).
     device_health: super::device_health::HealthMetrics,
+    /// The in-cluster validation (`observe::validation`).
+    validation: super::validation::ValidationMetrics,
 }
 
 /// The metrics of one daemon. Clones share the same values.
@@ -254,6 +256,7 @@ impl Metrics {
         let isolation = super::isolation::IsolationMetrics::register(&mut registry);
         let access = super::access::AccessMetrics::register(&mut registry);
         let device_health = super::device_health::HealthMetrics::register(&mut registry);
+        let validation = super::validation::ValidationMetrics::register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -273,6 +276,7 @@ impl Metrics {
                 isolation,
                 access,
                 device_health,
+                validation,
             }),
         }
     }
@@ -390,6 +394,11 @@ impl Metrics {
     /// The device health metrics.
     pub fn device_health(&self) -> &super::device_health::HealthMetrics {
         &self.inner.device_health
+    }
+
+    /// The in-cluster validation's metrics.
+    pub fn validation(&self) -> &super::validation::ValidationMetrics {
+        &self.inner.validation
     }
 
     /// Counts one reload of the host facts.

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod podinfo;
 pub mod state;
 pub mod telemetry;
+pub mod validation;
 pub mod web;
 
 use std::net::SocketAddr;

@@ -9,7 +9,7 @@
 //! `POST /api/v1/namespaces/{ns}/events` (kept, answered 201), TokenReview and
 //! SubjectAccessReview (`POST` of `tokenreviews` and `subjectaccessreviews`: known tokens and
 //! the non-resource URLs each user may use, set with [`ApiServerStandin::add_token`] and
-//! [`ApiServerStandin::allow`]), and for the validation Job: Jobs (create, get, delete) and the
+//! [`ApiServerStandin::allow`]), and for the validation Job: Jobs (create, get, list by labels, delete) and the
 //! pod list of a namespace (one pod the test sets). It records every request exactly as received
 //! so that tests can check content type,
 //! field manager and body, and it can fail requests on demand.
@@ -556,7 +556,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
         {
             Some(create_event(&mut s, &path, &body))
         } else if path.starts_with("/apis/batch/v1/namespaces/") {
-            Some(jobs(&mut s, &method, &path, &body))
+            Some(jobs(&mut s, &method, &path, &q, &body))
         } else if method == Method::GET
             && path.starts_with("/api/v1/namespaces/")
             && path.ends_with("/pods")
@@ -727,10 +727,46 @@ fn merge_list(
     full(StatusCode::OK, &shared.node_json(s))
 }
 
-/// Jobs: create (kept, answered 201), get by name (with the status the test set), delete.
-fn jobs(s: &mut State, method: &Method, path: &str, body: &str) -> Response<Body> {
+/// Jobs: create (kept, answered 201), get by name (with the status the test set), list (with
+/// an equality `labelSelector`), delete.
+fn jobs(
+    s: &mut State,
+    method: &Method,
+    path: &str,
+    q: &BTreeMap<String, String>,
+    body: &str,
+) -> Response<Body> {
     let name = path.rsplit_once("/jobs/").map(|(_, n)| n.to_string());
     match (method.as_str(), name) {
+        ("GET", None) => {
+            let wanted: Vec<(String, String)> = q
+                .get("labelSelector")
+                .map(|sel| {
+                    sel.split(',')
+                        .filter_map(|p| p.split_once('='))
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let items: Vec<serde_json::Value> = s
+                .jobs
+                .iter()
+                .filter(|j| {
+                    wanted
+                        .iter()
+                        .all(|(k, v)| j["metadata"]["labels"][k.as_str()] == v.as_str())
+                })
+                .map(|j| {
+                    let mut j = j.clone();
+                    j["status"] = s.job_status.clone();
+                    j
+                })
+                .collect();
+            full(
+                StatusCode::OK,
+                &serde_json::json!({"apiVersion": "batch/v1", "kind": "JobList", "metadata": {}, "items": items}),
+            )
+        }
         ("POST", None) => {
             let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(body) else {
                 return status(StatusCode::BAD_REQUEST, "the body is not JSON");

@@ -160,7 +160,23 @@ nodeLabels, isolation, health, telemetry.podLabels/podUid), as YAML. */}}
 {{- if $podInfo.podUid }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "telemetry.podUid" "value" true "from" "telemetry.podUid") }}
 {{- end }}
+{{- $validation := $v.validation | default dict }}
+{{- if $validation.enabled }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "validation.enabled" "value" true "from" "validation.enabled") }}
+{{- end }}
+{{- range $key := list "interval" "timeout" "image" "hostDir" }}
+{{- with get $validation $key }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" (printf "validation.%s" $key) "value" . "from" (printf "validation.%s" $key)) }}
+{{- end }}
+{{- end }}
 {{- toYaml $c }}
+{{- end }}
+
+{{/* Whether validation Jobs are on: the chart value, or config.validation.enabled. */}}
+{{- define "dxdp.validationEnabled" -}}
+{{- $config := .Values.config | default dict -}}
+{{- $val := (get $config "validation") | default dict -}}
+{{- if or (.Values.validation | default dict).enabled (get $val "enabled") }}true{{ end -}}
 {{- end }}
 
 {{/* The effective isolation policy: the chart value, else config's, else audit. */}}

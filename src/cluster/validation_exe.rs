@@ -1,0 +1,274 @@
+//! Places the daemon's own `dxdp.exe` on the host for the validation Job, which mounts it
+//! read-only (hostPath).
+//!
+//! Windows does not let a file that a running process has open be overwritten or deleted (the
+//! validation container runs the copy), so a copy is never changed once placed: each build gets
+//! a directory of its own under the host directory, named by its version and a hash of its
+//! content (`dxdp-0.1.0-0123456789abcdef\dxdp.exe`), written under a temporary name and renamed
+//! into place in one step. The Job mounts that directory; a daemon of another build places its
+//! own beside it. Directories no Job uses any more are removed; one still open (a Job running
+//! it) fails to delete and is tried again at the next run.
+//!
+//! Everything here is plain file-system work, tested on Linux in temporary directories.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The name of the executable in each version directory (what the Job runs).
+pub const EXE_NAME: &str = "dxdp.exe";
+
+/// The prefix of the version directories.
+const PREFIX: &str = "dxdp-";
+/// The prefix of directories being written.
+const TEMP_PREFIX: &str = ".dxdp-";
+
+/// FNV-1a, 64 bits: a content hash that is the same in every build and on every platform.
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The version directory's name for an executable of `version` with `content`.
+pub fn version_dir_name(version: &str, content: &[u8]) -> String {
+    let version: String = version
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{PREFIX}{version}-{:016x}", content_hash(content))
+}
+
+/// Which entries of the host directory to remove: version and temporary directories whose names
+/// are not in `keep` (the current version and those running Jobs mount). Other files are never
+/// touched.
+pub fn stale(entries: &[String], keep: &BTreeSet<String>) -> Vec<String> {
+    let mut out: Vec<String> = entries
+        .iter()
+        .filter(|e| e.starts_with(PREFIX) || e.starts_with(TEMP_PREFIX))
+        .filter(|e| !keep.contains(*e))
+        .cloned()
+        .collect();
+    out.sort();
+    out
+}
+
+/// The last component of a path written with `\` or `/` (the directory a Job's hostPath names).
+pub fn last_component(path: &str) -> &str {
+    path.trim_end_matches(['\\', '/'])
+        .rsplit(['\\', '/'])
+        .next()
+        .unwrap_or_default()
+}
+
+/// Why the executable could not be placed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot place dxdp.exe for the validation Job in {dir}: {what}: {source} (check validation.hostDir; the daemon runs as SYSTEM on the host)")]
+pub struct PlaceError {
+    /// The host directory.
+    pub dir: String,
+    /// The step that failed.
+    pub what: &'static str,
+    /// The error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Puts `content` (the running executable) into its version directory under `host_dir` unless
+/// it is there already with that content, and returns the version directory. An existing copy
+/// is never written to; a version directory with other content (a copy cut short) is removed
+/// and placed again.
+pub fn place(host_dir: &Path, version: &str, content: &[u8]) -> Result<PathBuf, PlaceError> {
+    let err = |what: &'static str| {
+        let dir = host_dir.display().to_string();
+        move |source| PlaceError { dir, what, source }
+    };
+    let name = version_dir_name(version, content);
+    let target = host_dir.join(&name);
+    let exe = target.join(EXE_NAME);
+    if let Ok(existing) = std::fs::read(&exe) {
+        if existing == content {
+            return Ok(target);
+        }
+    }
+    std::fs::create_dir_all(host_dir).map_err(err("create the directory"))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let temp = host_dir.join(format!(
+        "{TEMP_PREFIX}{}.tmp-{}-{nanos}",
+        &name[PREFIX.len()..],
+        std::process::id()
+    ));
+    std::fs::create_dir(&temp).map_err(err("create a temporary directory"))?;
+    let written = (|| {
+        let mut f = std::fs::File::create(temp.join(EXE_NAME))?;
+        f.write_all(content)?;
+        f.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&temp);
+        return Err(err("write the copy")(e));
+    }
+    // A directory of this name with other content: remove it (nothing can run a broken copy
+    // for long), then rename the new one into place.
+    if target.exists() {
+        let _ = std::fs::remove_dir_all(&target);
+    }
+    match std::fs::rename(&temp, &target) {
+        Ok(()) => Ok(target),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&temp);
+            // Another process placed the same content meanwhile.
+            match std::fs::read(&exe) {
+                Ok(existing) if existing == content => Ok(target),
+                _ => Err(err("rename the copy into place")(e)),
+            }
+        }
+    }
+}
+
+/// Removes the stale entries of `host_dir` (see [`stale`]); returns those that could not be
+/// removed, with why (on Windows: a Job still runs that copy; tried again next time).
+pub fn prune(host_dir: &Path, keep: &BTreeSet<String>) -> Vec<(String, String)> {
+    let Ok(read) = std::fs::read_dir(host_dir) else {
+        return Vec::new();
+    };
+    let entries: Vec<String> = read
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    let mut failed = Vec::new();
+    for name in stale(&entries, keep) {
+        if let Err(e) = std::fs::remove_dir_all(host_dir.join(&name)) {
+            failed.push((name, e.to_string()));
+        }
+    }
+    failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hash_is_fnv_1a() {
+        // FNV-1a 64 of "" and "a", as published with the algorithm.
+        assert_eq!(content_hash(b""), 0xcbf29ce484222325);
+        assert_eq!(content_hash(b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(
+            version_dir_name("0.1.0+dev", b"a"),
+            "dxdp-0.1.0_dev-af63dc4c8601ec8c"
+        );
+    }
+
+    #[test]
+    fn a_copy_is_placed_once_and_never_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("validation");
+        let first = place(&host, "0.1.0", b"MZ build one").unwrap();
+        assert_eq!(
+            first,
+            host.join(format!("dxdp-0.1.0-{:016x}", content_hash(b"MZ build one")))
+        );
+        assert_eq!(
+            std::fs::read(first.join("dxdp.exe")).unwrap(),
+            b"MZ build one"
+        );
+        let modified = std::fs::metadata(first.join("dxdp.exe"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        // The same build again: the copy is reused, not written.
+        assert_eq!(place(&host, "0.1.0", b"MZ build one").unwrap(), first);
+        assert_eq!(
+            std::fs::metadata(first.join("dxdp.exe"))
+                .unwrap()
+                .modified()
+                .unwrap(),
+            modified
+        );
+        // Another build gets a directory of its own; the first stays until pruned.
+        let second = place(&host, "0.1.1", b"MZ build two").unwrap();
+        assert_ne!(second, first);
+        assert!(first.join("dxdp.exe").exists());
+        let mut names: Vec<String> = std::fs::read_dir(&host)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 2, "no temporary directory left: {names:?}");
+    }
+
+    #[test]
+    fn a_cut_short_copy_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = version_dir_name("0.1.0", b"MZ full");
+        std::fs::create_dir_all(dir.path().join(&name)).unwrap();
+        std::fs::write(dir.path().join(&name).join("dxdp.exe"), b"MZ").unwrap();
+        let placed = place(dir.path(), "0.1.0", b"MZ full").unwrap();
+        assert_eq!(std::fs::read(placed.join("dxdp.exe")).unwrap(), b"MZ full");
+    }
+
+    #[test]
+    fn only_unused_copies_and_temporaries_are_pruned() {
+        let entries: Vec<String> = [
+            "dxdp-0.1.0-aaaaaaaaaaaaaaaa",
+            "dxdp-0.1.1-bbbbbbbbbbbbbbbb",
+            "dxdp-0.1.2-cccccccccccccccc",
+            ".dxdp-0.1.2-cccccccccccccccc.tmp-12-34",
+            "notes.txt",
+            "other",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let keep: BTreeSet<String> = [
+            "dxdp-0.1.2-cccccccccccccccc".to_string(),
+            "dxdp-0.1.0-aaaaaaaaaaaaaaaa".to_string(),
+        ]
+        .into();
+        assert_eq!(
+            stale(&entries, &keep),
+            vec![
+                ".dxdp-0.1.2-cccccccccccccccc.tmp-12-34".to_string(),
+                "dxdp-0.1.1-bbbbbbbbbbbbbbbb".to_string(),
+            ]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        for e in &entries {
+            std::fs::create_dir(dir.path().join(e)).unwrap();
+        }
+        assert!(prune(dir.path(), &keep).is_empty());
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            vec![
+                "dxdp-0.1.0-aaaaaaaaaaaaaaaa",
+                "dxdp-0.1.2-cccccccccccccccc",
+                "notes.txt",
+                "other"
+            ]
+        );
+        assert_eq!(
+            last_component(r"C:\var\lib\dxdp\validation\dxdp-0.1.0-a\"),
+            "dxdp-0.1.0-a"
+        );
+        assert_eq!(last_component("/tmp/x/dxdp-1"), "dxdp-1");
+    }
+}
