@@ -89,7 +89,7 @@ fn device_plugin_answering(
     let mut builder = Service::builder().name("DevicePlugin").package("v1beta1");
     for m in &service.method {
         let output = if m.name() == "Allocate" {
-            "crate::kubelet::answering::AllocateAnswer".to_string()
+            "crate::plugin::answer::AllocateAnswer".to_string()
         } else {
             rust_type(m.output_type())?
         };

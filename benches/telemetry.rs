@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dxdp::kubelet::standin::KubeletStandin;
-use dxdp::observe::Metrics;
+use dxdp::observe::metrics::Metrics;
 use dxdp_core::telemetry::compute::{compute, DeviceRef};
 use dxdp_core::telemetry::{
     ContainerProcesses, CounterSample, EngineCounter, MemoryCounter, PodAllocation, PodRef,

@@ -393,7 +393,7 @@ const DOCUMENTED_NOT_KEYS: [&str; 4] = [
 
 #[test]
 fn every_configuration_key_is_in_the_docs_key_table_and_the_table_names_only_keys() {
-    use dxdp::config::Key;
+    use dxdp::config::keys::Key;
     use dxdp_core::devices::Resource;
     let table = first_column_codes(section(&doc("docs/configuration.md"), "Keys"));
     for key in Key::all() {

@@ -320,7 +320,7 @@ async fn a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_
     assert!(
         matches!(
             r,
-            Err(PluginError::Unservable(plugin::Unservable::Assignment { ref schema })) if schema == "2.1"
+            Err(PluginError::Unservable(plugin::validate::Unservable::Assignment { ref schema })) if schema == "2.1"
         ),
         "{r:?}"
     );

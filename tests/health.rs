@@ -11,7 +11,7 @@ use std::sync::Arc;
 use dxdp::config::{Config, Inputs};
 use dxdp::inventory::build_at;
 use dxdp::observe::metrics::Metrics;
-use dxdp::plugin::inventory::{count_faults, device_health};
+use dxdp::plugin::refresher::{count_faults, device_health};
 use dxdp_core::health::Reason;
 
 /// The four T4s of `nvidia-multi-gpu` (and of `health/tdr-storm`).

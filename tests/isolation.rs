@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use dxdp::backend::counters::Recorded;
 use dxdp::backend::SnapshotFile;
 use dxdp::config::Config;
-use dxdp::observe::Metrics;
+use dxdp::observe::metrics::Metrics;
 use dxdp::telemetry::sampler::Devices;
-use dxdp::telemetry::source::Recorded;
-use dxdp::telemetry::{Sampler, State};
+use dxdp::telemetry::sampler::{Sampler, State};
 use dxdp_core::telemetry::compute::TelemetryView;
 use dxdp_core::telemetry::isolation::{
     audit, held, Adapter, ContainerVerdict, IsolationReport, Violation, ViolationKind,
@@ -526,7 +526,7 @@ mod cluster {
     use dxdp::cluster::isolation::{keep_taint, report_events, EventLimits, TAINT_KEY};
     use dxdp::cluster::Cluster;
     use dxdp::config::file::IsolationPolicy;
-    use dxdp::observe::isolation::{EventResult, IsolationMetrics, TaintResult};
+    use dxdp::observe::isolation_metrics::{EventResult, IsolationMetrics, TaintResult};
     use dxdp::util::retry::Backoff;
 
     const FAST: Backoff = Backoff {

@@ -225,13 +225,14 @@ mod sampler {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use dxdp::backend::counters::CounterSource;
+    use dxdp::backend::counters::Recorded;
     use dxdp::backend::SnapshotFile;
     use dxdp::config::Config;
     use dxdp::kubelet::podresources::{Endpoint, PodResourcesStandin};
-    use dxdp::observe::Metrics;
+    use dxdp::observe::metrics::Metrics;
     use dxdp::telemetry::sampler::Devices;
-    use dxdp::telemetry::source::Recorded;
-    use dxdp::telemetry::{CounterSource, Sampler, State};
+    use dxdp::telemetry::sampler::{Sampler, State};
     use dxdp_core::telemetry::{PodAllocation, TelemetryFacts};
     use tokio::sync::watch;
 
@@ -652,7 +653,7 @@ mod sampler {
     async fn a_failing_source_is_counted_and_the_task_ends_when_cancelled() {
         let (s, metrics) = sampler(Arc::new(Failing), None);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(dxdp::telemetry::run(s, async {
+        let task = tokio::spawn(dxdp::telemetry::sampler::run(s, async {
             let _ = stopped.await;
         }));
         // Wait (bounded) for the first attempt to be counted.
@@ -680,7 +681,7 @@ mod top {
 
     use std::sync::Arc;
 
-    use dxdp::observe::Metrics;
+    use dxdp::observe::metrics::Metrics;
     use dxdp::telemetry::top;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -798,7 +799,7 @@ fn the_telemetry_section_round_trips_through_yaml_and_json() {
 /// of every family it declares (a family without series now, such as the isolation audit's
 /// violations on a clean node, still exists: `_total` for a counter, the family's name else).
 fn series_names() -> std::collections::BTreeSet<String> {
-    let metrics = dxdp::observe::Metrics::new();
+    let metrics = dxdp::observe::metrics::Metrics::new();
     metrics
         .telemetry()
         .publish(Some(std::sync::Arc::new(view())));
@@ -904,8 +905,8 @@ async fn in_the_daemon_the_sampler_follows_the_served_inventory() {
     use std::sync::Arc;
 
     use dxdp::config::Config;
+    use dxdp::telemetry::sampler::State;
     use dxdp::telemetry::sampler::{build, Devices};
-    use dxdp::telemetry::State;
     use tokio::sync::watch;
 
     let path = common::fixture_path("telemetry-t4");
@@ -917,7 +918,7 @@ async fn in_the_daemon_the_sampler_follows_the_served_inventory() {
         config,
         Some(&path),
         std::path::Path::new("/nonexistent/device-plugins"),
-        dxdp::observe::Metrics::new().telemetry().clone(),
+        dxdp::observe::metrics::Metrics::new().telemetry().clone(),
     )
     .expect("the snapshot is a source");
     let mut state = State::default();
@@ -926,7 +927,7 @@ async fn in_the_daemon_the_sampler_follows_the_served_inventory() {
     // The daemon serves the display resource under another name: the figures follow it.
     let mut served = Config::default();
     served.resources.get_mut(&Resource::Display).unwrap().name = "example.com/gpu".into();
-    let (inv, _) = dxdp::plugin::inventory::build(&facts, Arc::new(served));
+    let (inv, _) = dxdp::inventory::build(&facts, Arc::new(served));
     tap.send_replace(Some(Arc::new(inv)));
     let view = sampler.step(&mut state).await.unwrap();
     assert_eq!(view.devices.len(), 2);

@@ -3,7 +3,7 @@
 
 use dxdp::tools::doctor::{self, DirState, Probes};
 use dxdp::tools::mounts::{self, Format};
-use dxdp::tools::quote::Shell;
+use dxdp::tools::shell::Shell;
 use dxdp::tools::{hcs, select};
 use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::{Device, Discovery, Resource};

@@ -397,7 +397,7 @@ pub fn main() -> ExitCode {
     };
     let level = match (
         &cli.command,
-        Some(config.origin_of(dxdp::config::Key::LogLevel)),
+        Some(config.origin_of(dxdp::config::keys::Key::LogLevel)),
     ) {
         (Command::Demo(_), Some("default")) => "warn",
         _ => config.log_level.as_str(),

@@ -10,8 +10,8 @@ use clap::{Args, ValueEnum};
 use dxdp::backend::HostFactsSource;
 use dxdp::config::Config;
 use dxdp::tools::mounts::{self, Format};
-use dxdp::tools::quote::{self, Shell};
 use dxdp::tools::select::{self, Selector};
+use dxdp::tools::shell::{self, Shell};
 use dxdp_core::devices::Resource;
 use dxdp_core::pipeline;
 
@@ -177,7 +177,7 @@ fn run_ctr(
     argv.extend(["run".to_string(), "--rm".to_string()]);
     argv.extend(mounts::ctr_args(&edits));
     argv.extend(run_args.iter().cloned());
-    eprintln!("+ ctr {}", quote::join(&argv, shell));
+    eprintln!("+ ctr {}", shell::join(&argv, shell));
     let status = match std::process::Command::new("ctr").args(&argv).status() {
         Ok(status) => status,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

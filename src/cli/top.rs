@@ -19,8 +19,9 @@ use tokio::sync::watch;
 use dxdp::backend::HostFactsSource;
 use dxdp::config::Config;
 use dxdp::kubelet::paths;
-use dxdp::observe::Metrics;
-use dxdp::telemetry::{sampler, top, Sampler, State};
+use dxdp::observe::metrics::Metrics;
+use dxdp::telemetry::sampler::{self, Sampler, State};
+use dxdp::telemetry::top;
 use dxdp_core::telemetry::compute::TelemetryView;
 
 use super::OutputFormat;

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::config::NodeInfo;
 use crate::inventory::Inventory;
-use crate::observe::{Capacity, Readiness};
+use crate::observe::state::{Capacity, Readiness};
 use dxdp_core::devices::HealthState;
 
 /// How long readiness waits for a first read of the Node before it stops checking capacity.

@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::inventory::Inventory;
 use crate::kubelet::podresources::{self, Endpoint};
 use crate::observe::device_health::HealthMetrics;
-use crate::observe::isolation::EventResult;
+use crate::observe::isolation_metrics::EventResult;
 use crate::util::retry::{random, Backoff};
 use dxdp_core::allocation;
 use dxdp_core::health::eventlog::format_time;

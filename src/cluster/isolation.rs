@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use super::{Cluster, FIELD_MANAGER};
 use crate::config::file::IsolationPolicy;
 use crate::config::Config;
-use crate::observe::isolation::{EventResult, IsolationMetrics, TaintResult};
+use crate::observe::isolation_metrics::{EventResult, IsolationMetrics, TaintResult};
 use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
 use dxdp_core::telemetry::isolation::Violation;

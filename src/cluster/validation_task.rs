@@ -37,8 +37,8 @@ use super::Cluster;
 use crate::config::validation::Validation;
 use crate::config::Config;
 use crate::inventory::Inventory;
+use crate::observe::state::Readiness;
 use crate::observe::validation::ValidationMetrics;
-use crate::observe::Readiness;
 use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
 use dxdp_core::devices::Resource;
@@ -727,7 +727,7 @@ mod tests {
     use super::*;
     use crate::cluster::tests::standin::ApiServerStandin;
     use crate::cluster::validation::VALIDATED_LABEL;
-    use crate::observe::Phase;
+    use crate::observe::state::Phase;
     use serde_json::json;
 
     const NODE: &str = "n1";

@@ -19,7 +19,7 @@ mod show;
 pub mod validation;
 pub mod values;
 
-pub use keys::{Key, ResourceKey};
+use keys::{Key, ResourceKey};
 use layers::{apply_env, apply_file, apply_flags, apply_reference};
 pub use layers::{parse_resources, process_env, reference_mapping};
 

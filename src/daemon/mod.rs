@@ -443,7 +443,7 @@ fn say_health_without_cluster(plugin: &PluginConfig, updates: &watch::Receiver<A
     plugin
         .observe
         .readiness
-        .set_capacity(crate::observe::Capacity::NotChecked(
+        .set_capacity(crate::observe::state::Capacity::NotChecked(
             cluster::capacity::NO_CLIENT.into(),
         ));
 }

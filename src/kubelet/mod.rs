@@ -5,7 +5,6 @@
 //! such node-local APIs are served ([`endpoint`]: socket files and named pipes). The plugin's
 //! own `DevicePlugin` server, with pre-encoded Allocate answers, is [`answering`].
 
-pub mod answering;
 pub mod cri;
 pub mod endpoint;
 pub mod paths;

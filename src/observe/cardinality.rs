@@ -113,7 +113,7 @@ mod violation_tests {
 
     #[test]
     fn violations_past_the_cap_are_left_out_of_the_series_and_counted() {
-        let metrics = crate::observe::Metrics::new();
+        let metrics = crate::observe::metrics::Metrics::new();
         let violations: Vec<Violation> = (0..super::MAX_VIOLATIONS + 6)
             .map(|n| Violation {
                 pod: PodRef {

@@ -77,7 +77,7 @@ impl ConditionResult {
 pub struct HealthMetrics {
     current: Arc<RwLock<Arc<Vec<DeviceHealth>>>>,
     faults: Family<FaultLabels, Counter>,
-    events: Family<super::telemetry::ResultLabel, Counter>,
+    events: Family<super::telemetry_metrics::ResultLabel, Counter>,
     conditions: Family<ConditionLabels, Counter>,
 }
 
@@ -123,14 +123,14 @@ impl HealthMetrics {
             "GPU fault events seen (kind: tdr, live_kernel_event), by device (\"unmatched\" when the event names no served device)",
             faults.clone(),
         );
-        let events = Family::<super::telemetry::ResultLabel, Counter>::default();
+        let events = Family::<super::telemetry_metrics::ResultLabel, Counter>::default();
         registry.register(
             "dxdp_health_events",
             "Kubernetes GPUUnhealthy Events on pods holding an Unhealthy device, by result (sent, error, deduplicated, rate_limited, disabled)",
             events.clone(),
         );
-        for r in super::isolation::EventResult::ALL {
-            drop(events.get_or_create(&super::telemetry::result(r.as_str())));
+        for r in super::isolation_metrics::EventResult::ALL {
+            drop(events.get_or_create(&super::telemetry_metrics::result(r.as_str())));
         }
         let conditions = Family::<ConditionLabels, Counter>::default();
         registry.register(
@@ -151,16 +151,16 @@ impl HealthMetrics {
     }
 
     /// Counts one `GPUUnhealthy` Event outcome.
-    pub fn event(&self, result: super::isolation::EventResult) {
+    pub fn event(&self, result: super::isolation_metrics::EventResult) {
         self.events
-            .get_or_create(&super::telemetry::result(result.as_str()))
+            .get_or_create(&super::telemetry_metrics::result(result.as_str()))
             .inc();
     }
 
     /// How many `GPUUnhealthy` Events had `result` so far.
-    pub fn events(&self, result: super::isolation::EventResult) -> u64 {
+    pub fn events(&self, result: super::isolation_metrics::EventResult) -> u64 {
         self.events
-            .get_or_create(&super::telemetry::result(result.as_str()))
+            .get_or_create(&super::telemetry_metrics::result(result.as_str()))
             .get()
     }
 

@@ -131,10 +131,10 @@ struct Inner {
     registered_names: Mutex<BTreeSet<String>>,
     /// The names `devices` and `advertised` have label sets for.
     device_names: Mutex<BTreeSet<String>>,
-    /// GPU telemetry (`observe::telemetry`).
-    telemetry: super::telemetry::TelemetryMetrics,
-    /// The GPU isolation audit (`observe::isolation`).
-    isolation: super::isolation::IsolationMetrics,
+    /// GPU telemetry (`observe::telemetry_metrics`).
+    telemetry: super::telemetry_metrics::TelemetryMetrics,
+    /// The GPU isolation audit (`observe::isolation_metrics`).
+    isolation: super::isolation_metrics::IsolationMetrics,
     /// Who may read `/metrics` (`observe::access`).
     access: super::access::AccessMetrics,
     /// Device health (`observe::device_health`).
@@ -252,8 +252,8 @@ impl Metrics {
         ] {
             drop(config_reloads.get_or_create(&outcome(r.as_str())));
         }
-        let telemetry = super::telemetry::TelemetryMetrics::register(&mut registry);
-        let isolation = super::isolation::IsolationMetrics::register(&mut registry);
+        let telemetry = super::telemetry_metrics::TelemetryMetrics::register(&mut registry);
+        let isolation = super::isolation_metrics::IsolationMetrics::register(&mut registry);
         let access = super::access::AccessMetrics::register(&mut registry);
         let device_health = super::device_health::HealthMetrics::register(&mut registry);
         let validation = super::validation::ValidationMetrics::register(&mut registry);
@@ -377,7 +377,7 @@ impl Metrics {
     }
 
     /// The GPU telemetry metrics.
-    pub fn telemetry(&self) -> &super::telemetry::TelemetryMetrics {
+    pub fn telemetry(&self) -> &super::telemetry_metrics::TelemetryMetrics {
         &self.inner.telemetry
     }
 
@@ -387,7 +387,7 @@ impl Metrics {
     }
 
     /// The GPU isolation audit's metrics.
-    pub fn isolation(&self) -> &super::isolation::IsolationMetrics {
+    pub fn isolation(&self) -> &super::isolation_metrics::IsolationMetrics {
         &self.inner.isolation
     }
 

@@ -11,11 +11,11 @@ pub mod access;
 pub mod cardinality;
 pub mod device_health;
 pub mod http;
-pub mod isolation;
+pub mod isolation_metrics;
 pub mod metrics;
 pub mod podinfo;
 pub mod state;
-pub mod telemetry;
+pub mod telemetry_metrics;
 pub mod validation;
 pub mod web;
 
@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-pub use metrics::Metrics;
-pub use state::{Capacity, Health, Phase, Readiness};
+use metrics::Metrics;
+use state::{Health, Phase, Readiness};
 
 /// Everything the daemon records and the endpoints serve.
 #[derive(Debug, Clone)]

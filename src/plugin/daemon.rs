@@ -23,18 +23,20 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch as channel};
 
-use super::inventory::{self, Inventory};
+use super::file_watch::{parent_dirs, FileWatch, Notice};
+use super::refresher;
+use super::servers::Servers;
 use super::tasks::{Role, TaskSpec, Tasks};
-use super::units::Units;
-use super::watch::{parent_dirs, FileWatch, Notice};
 use super::{claim, reload, validate, PluginConfig, PluginError, Reload};
 use crate::backend::{HostFactsSource, SourceError};
 use crate::config::file::MetricsAuthorization;
 use crate::config::Config;
+use crate::inventory::{self, Inventory};
 use crate::observe::access::Access;
+use crate::observe::state::Phase;
 use crate::observe::state::Ping;
 use crate::observe::web::Web;
-use crate::observe::{Observe, Phase};
+use crate::observe::Observe;
 use crate::util::bounded::{Lane, Overdue};
 use dxdp_core::facts::HostFacts;
 
@@ -153,7 +155,7 @@ pub async fn run(
             "serving"
         );
     }
-    inventory::log_health(None, &inventory);
+    refresher::log_health(None, &inventory);
     // The configuration in force: what passed validation.
     let (effective_tx, effective) = channel::channel(first.clone());
     let (inventory_tx, inventory_rx) = channel::channel(Arc::new(inventory));
@@ -165,7 +167,7 @@ pub async fn run(
         let kubelet_dir = config.kubelet_dir.clone();
         tasks.spawn(TaskSpec::new("refresher", Role::Required, move || {
             let files = parent_dirs(&source.watched_files());
-            inventory::refresh(
+            refresher::refresh(
                 source.clone(),
                 facts.clone(),
                 logged.clone(),
@@ -181,7 +183,7 @@ pub async fn run(
     {
         let (rx, metrics) = (inventory_rx.clone(), observe.metrics.clone());
         tasks.spawn(TaskSpec::new("device-gauges", Role::Optional, move || {
-            inventory::follow_devices(rx.clone(), metrics.clone())
+            refresher::follow_devices(rx.clone(), metrics.clone())
         }));
     }
     if let Some(tap) = config.inventory_tap.take() {
@@ -197,7 +199,7 @@ pub async fn run(
         tasks.spawn(spec);
     }
 
-    let mut units = Units::new(
+    let mut units = Servers::new(
         &config.kubelet_dir,
         config.transport,
         config.backoff,
@@ -215,7 +217,7 @@ pub async fn run(
             _ = &mut shutdown => break,
             notice = kubelet_dir.next() => match notice {
                 Notice::Events(events) => units.on_dir_events(&events),
-                Notice::Check(why) => {
+                Notice::Recheck(why) => {
                     tracing::debug!(?why, "checking the kubelet directory");
                     units.check();
                 }

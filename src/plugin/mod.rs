@@ -14,16 +14,17 @@
 //! - [`register`]: `Register` calls with fast retry and backoff;
 //! - [`service`]: the gRPC service.
 
+pub mod answer;
 pub mod claim;
 pub mod daemon;
-pub mod inventory;
+pub mod file_watch;
+pub mod refresher;
 pub mod register;
 pub mod reload;
+pub mod servers;
 pub mod service;
 pub mod tasks;
-pub mod units;
 pub mod validate;
-pub mod watch;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -36,8 +37,8 @@ use crate::backend::{HostFactsSource, SourceError};
 use crate::config::{Config, Inputs, NodeInfo};
 use crate::observe::Observe;
 use crate::transport::Transport;
-use register::Backoff;
-pub use validate::{validate, Unservable};
+use crate::util::retry::Backoff;
+use validate::{validate, Unservable};
 
 /// The kubelet's device-plugin directory on this OS (on Windows from `%SystemDrive%`).
 pub fn default_kubelet_dir() -> PathBuf {
@@ -72,12 +73,12 @@ pub struct PluginConfig {
     /// Registration retries.
     pub backoff: Backoff,
     /// Receives every inventory the daemon serves (for the node labels).
-    pub inventory_tap: Option<channel::Sender<Option<Arc<inventory::Inventory>>>>,
+    pub inventory_tap: Option<channel::Sender<Option<Arc<crate::inventory::Inventory>>>>,
     /// Metrics, health and readiness: recorded by the daemon, served on
     /// `config.metrics_address` when set.
     pub observe: Observe,
     /// The file watch every part of the daemon shares.
-    pub file_watch: watch::FileWatch,
+    pub file_watch: file_watch::FileWatch,
     /// The configuration reload to run, if any.
     pub reload: Option<Reload>,
     /// More tasks to run under the daemon's supervisor (node labels, following the node).
@@ -132,7 +133,7 @@ impl PluginConfig {
             },
             inventory_tap: None,
             observe: Observe::new(),
-            file_watch: watch::FileWatch::new(),
+            file_watch: file_watch::FileWatch::new(),
             reload: None,
             tasks: Vec::new(),
             lock_dir: claim::lock_dir(),

@@ -13,8 +13,8 @@ use crate::transport::Transport;
 
 use super::service;
 
-pub use crate::util::errors::chain;
-pub use crate::util::retry::{random, Backoff};
+use crate::util::errors::chain;
+use crate::util::retry::{random, Backoff};
 
 /// Why a registration failed.
 #[derive(Debug, thiserror::Error)]

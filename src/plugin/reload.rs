@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::inventory::{Batch, Files, InventoryRx, WRITE_GRACE};
+use super::file_watch::{Notice, Subscription};
+use super::refresher::{Batch, Files, WRITE_GRACE};
 use super::validate;
-use super::watch::{Notice, Subscription};
 use crate::config::{Config, Inputs, NodeInfo};
+use crate::inventory::InventoryRx;
 use crate::observe::metrics::ReloadResult;
 use crate::observe::Observe;
 use crate::util::bounded::Lane;
@@ -123,8 +124,8 @@ pub async fn watch_counted(
                     Batch::Complete | Batch::Removed => true,
                 },
                 // A file being written is read when its writer is done, not before.
-                Notice::Check(_) if writing_until.is_some() => continue,
-                Notice::Check(_) => false,
+                Notice::Recheck(_) if writing_until.is_some() => continue,
+                Notice::Recheck(_) => false,
             },
             _ = grace => true,
             _ = lane.unstuck(), if stalled => {
@@ -433,13 +434,13 @@ mod tests {
         tx: watch::Sender<Arc<Config>>,
         kubelet_dir: &Path,
     ) -> tokio::task::JoinHandle<()> {
-        let fw = super::super::watch::FileWatch::new();
+        let fw = super::super::file_watch::FileWatch::new();
         let sub = fw.subscribe(
-            &super::super::watch::parent_dirs(&inputs.watched_files()),
+            &super::super::file_watch::parent_dirs(&inputs.watched_files()),
             std::time::Duration::from_secs(3600),
         );
         let facts = dxdp_core::facts::HostFacts::default();
-        let (inventory, _) = super::super::inventory::build(&facts, tx.borrow().clone());
+        let (inventory, _) = crate::inventory::build(&facts, tx.borrow().clone());
         let (keep, rx) = watch::channel(Arc::new(inventory));
         let task = watch_counted(
             inputs,

@@ -3,7 +3,7 @@
 //! Allocate is on the pod-start path: the answer for a request of one device ID (what the kubelet
 //! sends for one GPU) is prepared per physical device once per inventory (when the kubelet is
 //! sent a new device list, or by the first Allocate after a change), encoded then, and only
-//! reference-counted per call ([`crate::kubelet::answering`]).
+//! reference-counted per call ([`crate::plugin::answer`]).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -14,16 +14,16 @@ use tokio::sync::watch;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use super::inventory::{Inventory, InventoryRx};
-use crate::kubelet::answering::{
-    encode_container, server::device_plugin_server::DevicePlugin, AllocateAnswer,
-};
+use crate::inventory::{Inventory, InventoryRx};
 use crate::kubelet::v1beta1::{
     self, AllocateRequest, ContainerAllocateResponse, ContainerPreferredAllocationResponse,
     DevicePluginOptions, Empty, ListAndWatchResponse, PreStartContainerRequest,
     PreStartContainerResponse, PreferredAllocationRequest, PreferredAllocationResponse,
 };
 use crate::observe::metrics::AllocateRecorder;
+use crate::plugin::answer::{
+    encode_container, server::device_plugin_server::DevicePlugin, AllocateAnswer,
+};
 use dxdp_core::allocation::{self, AllocationError};
 use dxdp_core::devices::{Discovery, Resource};
 use dxdp_core::pipeline::ids;
@@ -435,7 +435,7 @@ impl ResourceService {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::observe::Metrics;
+    use crate::observe::metrics::Metrics;
     use dxdp_core::facts::HostFacts;
     use dxdp_core::pipeline::ids::device_id;
 
@@ -444,7 +444,7 @@ mod tests {
     const MOVED: &str = "PCIROOT(0)#PCI(0300)#PCI(0000)";
 
     fn inventory(facts: &HostFacts) -> Arc<Inventory> {
-        Arc::new(super::super::inventory::build(facts, Arc::new(Config::default())).0)
+        Arc::new(crate::inventory::build(facts, Arc::new(Config::default())).0)
     }
 
     fn request(id: &str) -> AllocateRequest {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::claim::remove_stale_sockets;
 use super::claim::{socket_name, socket_resource};
-use super::units::Units;
+use super::servers::Servers;
 use super::*;
 use crate::transport::testing;
 use dxdp_core::devices::Resource;
@@ -122,8 +122,8 @@ struct DisplayUnit {
     _dir: tempfile::TempDir,
     kubelet: crate::kubelet::standin::KubeletStandin,
     config: PluginConfig,
-    _inventory: channel::Sender<Arc<inventory::Inventory>>,
-    sup: Units,
+    _inventory: channel::Sender<Arc<crate::inventory::Inventory>>,
+    sup: Servers,
     display: String,
 }
 
@@ -136,10 +136,10 @@ async fn display_unit() -> DisplayUnit {
     let facts = dxdp_core::sample::sample_host().unwrap();
     let mut config = PluginConfig::new(dir.path().to_path_buf());
     config.transport = testing::transport();
-    let (inventory, _) = inventory::build(&facts, Arc::new(config.config.clone()));
+    let (inventory, _) = crate::inventory::build(&facts, Arc::new(config.config.clone()));
     let (tx, rx) = channel::channel(Arc::new(inventory));
     let display = "directx.microsoft.com/display".to_string();
-    let mut sup = Units::new(
+    let mut sup = Servers::new(
         dir.path(),
         config.transport,
         config.backoff,
@@ -165,9 +165,9 @@ async fn display_unit() -> DisplayUnit {
 
 /// Kills the server of unit `name` as a crash would, after the unit ran for a while, and returns
 /// the unit's report of its end.
-async fn crash_after_a_while(sup: &mut Units, name: &str) -> units::Ended {
+async fn crash_after_a_while(sup: &mut Servers, name: &str) -> servers::Ended {
     let unit = sup.units.get_mut(name).unwrap();
-    unit.started -= units::RAPID_END * 2;
+    unit.started -= servers::RAPID_END * 2;
     unit.server.abort();
     tokio::time::timeout(Duration::from_secs(10), sup.ended_rx.recv())
         .await
@@ -292,7 +292,7 @@ const LATE_WAIT: Duration = Duration::from_secs(15);
 /// end was handled after the new unit registered.
 async fn crash_with_a_late_disconnect(
     kubelet: &crate::kubelet::standin::KubeletStandin,
-    sup: &mut Units,
+    sup: &mut Servers,
     name: &str,
     drop_newest: bool,
 ) {

@@ -27,7 +27,7 @@ use dxdp_core::telemetry::isolation::{
 use dxdp_core::telemetry::PodRef;
 
 use crate::config::Config;
-use crate::observe::isolation::IsolationMetrics;
+use crate::observe::isolation_metrics::IsolationMetrics;
 use crate::output::{AuditDoc, AuditScope, AuditVerdict};
 
 /// The violations that last now, as the tracker publishes them: `None` until the first audit

@@ -17,7 +17,3 @@ pub mod isolation;
 pub mod podinfo;
 pub mod sampler;
 pub mod top;
-
-pub use crate::backend::counters as source;
-pub use sampler::{run, Sampler, State};
-pub use source::{ContainerSource, CounterSource};

@@ -24,13 +24,13 @@ use dxdp_core::telemetry::{
 };
 
 use super::isolation::Tracker;
-use super::source::{ContainerSource, CounterSource};
+use crate::backend::counters::{ContainerSource, CounterSource};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
 use crate::inventory::Inventory;
 use crate::kubelet::cri;
 use crate::kubelet::podresources::{self, Endpoint};
-use crate::observe::telemetry::{SampleResult, TelemetryMetrics};
+use crate::observe::telemetry_metrics::{SampleResult, TelemetryMetrics};
 
 /// How long one read of the counters (or of the host facts) may take.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -649,7 +649,7 @@ mod tests {
                 config,
                 Some(&snapshot),
                 kubelet,
-                crate::observe::Metrics::new().telemetry().clone(),
+                crate::observe::metrics::Metrics::new().telemetry().clone(),
             )
             .expect("the snapshot is a source")
         };

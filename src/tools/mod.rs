@@ -5,6 +5,6 @@
 pub mod doctor;
 pub mod hcs;
 pub mod mounts;
-pub mod quote;
 pub mod select;
+pub mod shell;
 pub mod validate;

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::quote::{self, Shell};
+use super::shell::{self, Shell};
 use crate::output::{ApiVersion, Mount, MountsDevice, MountsDoc, MountsKind};
 use dxdp_core::allocation::{container_edits, ContainerEdits, DISPLAY_CLASS_DEVICE};
 use dxdp_core::assignment::Assignment;
@@ -99,8 +99,8 @@ pub fn render_with(
         ));
     }
     let text = match format {
-        Format::Ctr => quote::join(&ctr_args(&edits), shell) + "\n",
-        Format::Nerdctl => quote::join(&nerdctl_args(&edits), shell) + "\n",
+        Format::Ctr => shell::join(&ctr_args(&edits), shell) + "\n",
+        Format::Nerdctl => shell::join(&nerdctl_args(&edits), shell) + "\n",
         Format::Docker => {
             notes.push(
                 "Docker uses HCS v1, which cannot bind-mount single files: the runtime files (CUDA, OpenCL, Vulkan, ...) are not mounted, so only DirectX works in the container"
@@ -115,7 +115,7 @@ pub fn render_with(
                 "--device".to_string(),
                 format!("class/{DISPLAY_CLASS_GUID}"),
             ];
-            quote::join(&args, shell) + "\n"
+            shell::join(&args, shell) + "\n"
         }
         Format::Json | Format::Yaml => {
             let doc = MountsDoc {

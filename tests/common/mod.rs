@@ -134,7 +134,7 @@ pub fn plugin_config(kubelet_dir: &Path) -> dxdp::plugin::PluginConfig {
     let mut c = dxdp::plugin::PluginConfig::new(kubelet_dir.to_path_buf());
     c.safety_poll = NO_SAFETY_POLL;
     c.transport = transport();
-    c.backoff = dxdp::plugin::register::Backoff {
+    c.backoff = dxdp::util::retry::Backoff {
         initial: std::time::Duration::from_millis(50),
         max: std::time::Duration::from_millis(200),
         timeout: std::time::Duration::from_secs(5),

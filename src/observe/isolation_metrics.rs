@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 
 use dxdp_core::telemetry::isolation::Violation;
 
-use super::telemetry::{clean, result as label, ResultLabel};
+use super::telemetry_metrics::{clean, result as label, ResultLabel};
 
 /// What became of one Kubernetes Event (`dxdp_isolation_events_total{result}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 use bytes::Bytes;
 use prost::Message;
 
-use super::v1beta1::ContainerAllocateResponse;
+use crate::kubelet::v1beta1::ContainerAllocateResponse;
 
 /// `AllocateResponse` on the wire, each container's answer already encoded.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -25,8 +25,8 @@ pub struct AllocateAnswer {
 #[cfg(test)]
 impl AllocateAnswer {
     /// The answer as the kubelet decodes it (the server itself never decodes it).
-    pub fn decoded(&self) -> Result<super::v1beta1::AllocateResponse, prost::DecodeError> {
-        super::v1beta1::AllocateResponse::decode(self.encode_to_vec().as_slice())
+    pub fn decoded(&self) -> Result<crate::kubelet::v1beta1::AllocateResponse, prost::DecodeError> {
+        crate::kubelet::v1beta1::AllocateResponse::decode(self.encode_to_vec().as_slice())
     }
 }
 

@@ -36,14 +36,15 @@ use tokio::sync::{mpsc, watch as channel};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::claim::socket_name;
-use super::inventory::InventoryRx;
-use super::register::{self, Backoff};
+use super::file_watch::{Change, DirEvent};
+use super::register;
 use super::service::{ResourceService, Streams};
-use super::watch::{Change, DirEvent};
-use crate::kubelet::answering::server::device_plugin_server::DevicePluginServer;
+use crate::inventory::InventoryRx;
 use crate::kubelet::KUBELET_SOCKET;
 use crate::observe::Observe;
+use crate::plugin::answer::server::device_plugin_server::DevicePluginServer;
 use crate::transport::{self, Transport};
+use crate::util::retry::Backoff;
 use dxdp_core::devices::Resource;
 
 /// The most calls one kubelet connection has in flight at once (HTTP/2
@@ -108,7 +109,7 @@ pub struct Unit {
 pub const RAPID_END: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Keeps the wanted units running.
-pub struct Units {
+pub struct Servers {
     kubelet_dir: PathBuf,
     kubelet_sock: PathBuf,
     transport: Transport,
@@ -129,7 +130,7 @@ pub struct Units {
     observe: Observe,
 }
 
-impl Units {
+impl Servers {
     /// No units yet; `wanted` are the names to serve.
     pub fn new(
         kubelet_dir: &Path,
@@ -142,7 +143,7 @@ impl Units {
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         let kubelet_sock = kubelet_dir.join(KUBELET_SOCKET);
         observe.wanted(wanted.iter().map(|(_, n)| n.clone()).collect());
-        Units {
+        Servers {
             kubelet: file_identity(&kubelet_sock),
             kubelet_dir: kubelet_dir.to_path_buf(),
             kubelet_sock,
@@ -304,7 +305,7 @@ impl Units {
     }
 
     /// Restarts every unit for a new kubelet: the new units register at once (the new kubelet
-    /// has no clients of the old ones; [`Units::check`] forgot them).
+    /// has no clients of the old ones; [`Servers::check`] forgot them).
     fn restart_all(&mut self, why: &str) {
         tracing::warn!("{why}; starting new sockets and registering again");
         let units = std::mem::take(&mut self.units);
@@ -398,7 +399,7 @@ impl Units {
         let monitor = tokio::spawn(async move {
             let reason = match server.await {
                 Ok(Ok(())) => "stopped".to_string(),
-                Ok(Err(e)) => register::chain(&e),
+                Ok(Err(e)) => crate::util::errors::chain(&e),
                 Err(e) if e.is_cancelled() => "aborted".to_string(),
                 Err(e) => format!("panicked: {e}"),
             };

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
-use super::watch::{parent_dirs, Change, Check, DirEvent, Notice, Subscription};
+use super::file_watch::{parent_dirs, Change, DirEvent, Notice, Recheck, Subscription};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
 use crate::kubelet::podresources::{self, Endpoint};
@@ -31,7 +31,7 @@ use dxdp_core::facts::HostFacts;
 use dxdp_core::health::Reason;
 use dxdp_core::telemetry::PodAllocation;
 
-pub use crate::inventory::{build, Inventory, InventoryRx};
+use crate::inventory::{build, Inventory, InventoryRx};
 
 /// Logs each notice that was not in `logged` and remembers the current set.
 fn log_new(notices: Vec<String>, logged: &mut BTreeSet<String>) {
@@ -393,9 +393,9 @@ pub async fn refresh(
                         Batch::Removed => Some(Read::Careful),
                     },
                     // The cheap check: does the source know of a change without events?
-                    Notice::Check(Check::Tick) => source.changed().then_some(Read::Careful),
+                    Notice::Recheck(Recheck::Tick) => source.changed().then_some(Read::Careful),
                     // Events may have been missed: read again.
-                    Notice::Check(_) => Some(Read::Careful),
+                    Notice::Recheck(_) => Some(Read::Careful),
                 },
                 _ = grace => Some(Read::Careful),
                 _ = spell => None,

@@ -65,7 +65,7 @@ impl Change {
 
 /// Why a subscriber should check everything it watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Check {
+pub enum Recheck {
     /// The safety tick: nothing seen, look anyway (cheap checks are enough).
     Tick,
     /// Events may have been lost (an inotify overflow, a watcher error): look at everything.
@@ -80,7 +80,7 @@ pub enum Notice {
     /// Changes of entries of the subscribed directories, in order (a burst as one batch).
     Events(Vec<DirEvent>),
     /// Check everything.
-    Check(Check),
+    Recheck(Recheck),
 }
 
 /// What the watcher's callback hands a subscription.
@@ -477,14 +477,14 @@ impl Subscription {
                     None => {
                         self.safety.tick().await;
                         self.watch.verify();
-                        return Notice::Check(Check::Tick);
+                        return Notice::Recheck(Recheck::Tick);
                     }
                 },
                 _ = self.safety.tick() => {
                     // A directory watched again by this verification is announced by its own
                     // item, which the next call returns.
                     self.watch.verify();
-                    return Notice::Check(Check::Tick);
+                    return Notice::Recheck(Recheck::Tick);
                 }
             };
             let mut items = vec![first];
@@ -497,10 +497,10 @@ impl Subscription {
                 self.drain(&mut items);
             }
             if items.iter().any(|i| matches!(i, Item::Rescan)) {
-                return Notice::Check(Check::Rescan);
+                return Notice::Recheck(Recheck::Rescan);
             }
             if items.iter().any(|i| matches!(i, Item::Rewatched)) {
-                return Notice::Check(Check::Rewatched);
+                return Notice::Recheck(Recheck::Rewatched);
             }
             let events: Vec<DirEvent> = items
                 .into_iter()
@@ -584,10 +584,10 @@ mod tests {
         .unwrap_or_else(|_| panic!("no {change:?} event for {name}"))
     }
 
-    async fn next_check(s: &mut Subscription) -> Check {
+    async fn next_check(s: &mut Subscription) -> Recheck {
         tokio::time::timeout(Duration::from_secs(5), async {
             loop {
-                if let Notice::Check(c) = s.next().await {
+                if let Notice::Recheck(c) = s.next().await {
                     return c;
                 }
             }
@@ -684,7 +684,7 @@ mod tests {
         }
         // The recreated directory is watched again (however the removal and the creation
         // interleave with the watcher), and the subscriber is told to check everything.
-        assert_eq!(next_check(&mut s).await, Check::Rewatched);
+        assert_eq!(next_check(&mut s).await, Recheck::Rewatched);
         assert!(w.is_watching(&dir));
         std::fs::write(dir.join("kubelet.sock"), b"").unwrap();
         next_event(&mut s, "kubelet.sock", Change::Created).await;
@@ -699,7 +699,7 @@ mod tests {
         assert!(!w.is_watching(&dir));
         assert_eq!(s.unwatched(), vec![dir.clone()]);
         std::fs::create_dir_all(&dir).unwrap();
-        assert_eq!(next_check(&mut s).await, Check::Rewatched);
+        assert_eq!(next_check(&mut s).await, Recheck::Rewatched);
         assert!(s.unwatched().is_empty());
         std::fs::write(dir.join("config.yaml"), b"x").unwrap();
         next_event(&mut s, "config.yaml", Change::Created).await;
@@ -714,10 +714,10 @@ mod tests {
         w.inject(Ok(
             notify::Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan)
         ));
-        assert_eq!(next_check(&mut sa).await, Check::Rescan);
-        assert_eq!(next_check(&mut sb).await, Check::Rescan);
+        assert_eq!(next_check(&mut sa).await, Recheck::Rescan);
+        assert_eq!(next_check(&mut sb).await, Recheck::Rescan);
         w.inject(Err(notify::Error::generic("queue lost")));
-        assert_eq!(next_check(&mut sa).await, Check::Rescan);
+        assert_eq!(next_check(&mut sa).await, Recheck::Rescan);
         // The watches were verified and are in place.
         assert!(w.is_watching(a.path()) && w.is_watching(b.path()));
         std::fs::write(a.path().join("x"), b"").unwrap();
@@ -733,8 +733,8 @@ mod tests {
         let mut b = w.subscribe(std::slice::from_ref(&dir), HOUR);
         std::fs::create_dir(&dir).unwrap();
         // Whichever verifies first adds the watch; both are told to look again.
-        assert_eq!(next_check(&mut a).await, Check::Rewatched);
-        assert_eq!(next_check(&mut b).await, Check::Rewatched);
+        assert_eq!(next_check(&mut a).await, Recheck::Rewatched);
+        assert_eq!(next_check(&mut b).await, Recheck::Rewatched);
     }
 
     #[tokio::test(start_paused = true)]
@@ -742,7 +742,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = FileWatch::new();
         let mut s = w.subscribe(&[dir.path().to_path_buf()], Duration::from_secs(10));
-        assert_eq!(s.next().await, Notice::Check(Check::Tick));
+        assert_eq!(s.next().await, Notice::Recheck(Recheck::Tick));
     }
 
     #[tokio::test]
