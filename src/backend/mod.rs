@@ -4,6 +4,7 @@
 //! a host snapshot file, the built-in sample host, and (on Windows) the native backend.
 
 pub mod counters;
+pub mod eventlog;
 pub mod probe;
 mod sample;
 mod snapshot_file;

@@ -305,6 +305,31 @@ pub fn run(
                 },
             ));
         }
+        // --- live fault events wiring ---
+        // GPU fault events from the Windows event log (display-driver resets), fed into the
+        // devices' health (docs/health.md); a host snapshot brings its own recorded `faults`.
+        let source = if source.is_simulated() {
+            source
+        } else {
+            match dxdp::backend::eventlog::native() {
+                Ok(log) => {
+                    let (wrapped, task) = dxdp::plugin::faults::live_faults(
+                        source,
+                        log,
+                        updates.clone(),
+                        plugin_config.observe.metrics.clone(),
+                        API_BACKOFF,
+                    );
+                    plugin_config.tasks.push(task);
+                    wrapped
+                }
+                Err(why) => {
+                    tracing::info!("live GPU fault events are off: {why}");
+                    source
+                }
+            }
+        };
+        // --- end live fault events wiring ---
         plugin_config.reload = Some(plugin::Reload {
             inputs,
             tx,

@@ -10,12 +10,14 @@
 //! - [`claim`]: one daemon per kubelet directory (lock), socket names, stale sockets;
 //! - [`validate`]: whether a configuration can be served, at start and on reload;
 //! - [`inventory`]: the devices served, refreshed on host events;
+//! - [`faults`]: live GPU fault events from the Windows event log, fed into the inventory;
 //! - [`reload`]: configuration hot reload;
 //! - [`register`]: `Register` calls with fast retry and backoff;
 //! - [`service`]: the gRPC service.
 
 pub mod claim;
 pub mod daemon;
+pub mod faults;
 pub mod inventory;
 pub mod register;
 pub mod reload;

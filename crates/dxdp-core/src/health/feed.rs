@@ -24,6 +24,11 @@ pub const MIN_LOOKBACK: Duration = Duration::from_secs(10 * 60);
 /// The most history read at start (two policy durations of the 7-day maximum).
 pub const MAX_LOOKBACK: Duration = Duration::from_secs(14 * 24 * 3600);
 
+/// The largest rendered record kept (a fault record is 0.7 to 1.5 KB): with
+/// [`MAX_JUDGED_FAULTS`] records this bounds a [`FaultLog`]'s memory to 64 MiB at the very
+/// worst, about 3 to 6 MiB in a real flood.
+pub const MAX_RECORD_BYTES: usize = 16 << 10;
+
 /// The event signals the feed reads, with the channel, provider and event ID Windows logs them
 /// under (the catalogue's sources).
 pub const SOURCES: [(Reason, &str, &str, u32); 2] = [
@@ -141,6 +146,13 @@ impl FaultLog {
     /// Keeps `xml` if it is a fault event at or after `oldest_ms` (milliseconds since the
     /// epoch) not kept yet; when full, the oldest record makes room.
     pub fn offer(&mut self, xml: String, oldest_ms: u64) -> Offer {
+        if xml.len() > MAX_RECORD_BYTES {
+            return Offer::Unreadable(format!(
+                "a record of {} bytes is larger than the {} KiB dxdp reads",
+                xml.len(),
+                MAX_RECORD_BYTES >> 10
+            ));
+        }
         let record = match eventlog::parse(&xml) {
             Ok(r) => r,
             Err(e) => return Offer::Unreadable(e),
@@ -369,6 +381,14 @@ mod tests {
         let again = TDR.replace("0x80000000000000", "0x8000000000000000");
         assert_eq!(log.offer(again, 0), Offer::Duplicate);
         assert_eq!(log.offer(SCM.into(), 0), Offer::NotAFault);
+        let huge = TDR.replace("<Data></Data>", &format!("<Data>{}</Data>", "x".repeat(20_000)));
+        assert_eq!(
+            log.offer(huge, 0),
+            Offer::Unreadable(format!(
+                "a record of {} bytes is larger than the 16 KiB dxdp reads",
+                TDR.len() + 20_000
+            ))
+        );
         assert_eq!(
             log.offer("<Event/>".into(), 0),
             Offer::Unreadable("no <System> element".into())
