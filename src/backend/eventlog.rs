@@ -122,8 +122,7 @@ pub trait EventLog: Send + Sync {
     fn describe(&self) -> String;
     /// Starts delivering the records `query` (a structured XML query) selects, from the oldest
     /// it selects on, into `queue`, until the returned subscription is dropped.
-    fn subscribe(&self, query: &str, queue: Arc<Queue>)
-        -> Result<Box<dyn Subscription>, String>;
+    fn subscribe(&self, query: &str, queue: Arc<Queue>) -> Result<Box<dyn Subscription>, String>;
     /// The records `query` selects now, oldest first, at most `limit` of the newest.
     fn query(&self, query: &str, limit: usize) -> Result<Vec<String>, String>;
 }

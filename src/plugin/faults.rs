@@ -43,6 +43,8 @@ const DROPPED_LOG_EVERY: Duration = Duration::from_secs(60);
 pub struct LiveFaults {
     log: Mutex<FaultLog>,
     wake: Mutex<Option<Wake>>,
+    /// Set when there was something to show before the refresher registered its wake.
+    missed: AtomicBool,
 }
 
 impl LiveFaults {
@@ -81,8 +83,9 @@ impl LiveFaults {
     /// Wakes the refresher (a rebuild with the kept records).
     fn wake(&self) {
         let wake = self.wake.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(wake) = wake {
-            wake();
+        match wake {
+            Some(wake) => wake(),
+            None => self.missed.store(true, Ordering::SeqCst),
         }
     }
 }
@@ -163,10 +166,15 @@ impl HostFactsSource for WithLiveFaults {
     fn on_change(&self, wake: Wake) {
         *self.live.wake.lock().unwrap_or_else(|p| p.into_inner()) = Some(wake.clone());
         let stale = self.stale.clone();
+        let inner_wake = wake.clone();
         self.inner.on_change(Arc::new(move || {
             stale.store(true, Ordering::SeqCst);
-            wake();
+            inner_wake();
         }));
+        // Events that arrived before the refresher was there.
+        if self.live.missed.swap(false, Ordering::SeqCst) {
+            wake();
+        }
     }
 
     fn changed(&self) -> bool {
@@ -500,6 +508,21 @@ mod tests {
     }
 
     #[test]
+    fn events_before_the_refresher_registered_wake_it_when_it_does() {
+        let live = LiveFaults::new();
+        let source = WithLiveFaults::new(Counting::new(false), live.clone());
+        live.wake();
+        let woken = Arc::new(AtomicUsize::new(0));
+        let w = woken.clone();
+        source.on_change(Arc::new(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        // A restarted refresher registering again is not woken for nothing.
+        source.on_change(Arc::new(|| panic!("woken for nothing")));
+    }
+
+    #[test]
     fn a_source_with_files_is_read_every_time() {
         let inner = Counting::new(true);
         let source = WithLiveFaults::new(inner.clone(), LiveFaults::new());
@@ -584,13 +607,7 @@ mod tests {
         let inner = Counting::new(false);
         let metrics = Metrics::new();
         let (_tx, config) = watch::channel(Arc::new(Config::default()));
-        let (source, task) = live_faults(
-            inner.clone(),
-            log.clone(),
-            config,
-            metrics.clone(),
-            FAST,
-        );
+        let (source, task) = live_faults(inner.clone(), log.clone(), config, metrics.clone(), FAST);
         assert_eq!(task.name, TASK);
         assert_eq!(task.role, Role::Optional);
         let woken = Arc::new(AtomicUsize::new(0));

@@ -95,9 +95,7 @@ unsafe extern "system" fn on_event(
         }
     } else {
         // For an error the "event" is the Win32 error code.
-        Delivery::Error(
-            WinError::win32("the event-log subscription", event.0 as u32).to_string(),
-        )
+        Delivery::Error(WinError::win32("the event-log subscription", event.0 as u32).to_string())
     };
     queue.push(delivery);
     0
@@ -130,11 +128,7 @@ impl EventLog for WindowsEventLog {
         "the Windows event log".into()
     }
 
-    fn subscribe(
-        &self,
-        query: &str,
-        queue: Arc<Queue>,
-    ) -> Result<Box<dyn Subscription>, String> {
+    fn subscribe(&self, query: &str, queue: Arc<Queue>) -> Result<Box<dyn Subscription>, String> {
         // Set before subscribing: the backlog is delivered at once, maybe within the call.
         *SINK.lock().unwrap_or_else(|p| p.into_inner()) = Some(queue.clone());
         let query = HSTRING::from(query);
@@ -182,9 +176,7 @@ impl EventLog for WindowsEventLog {
             let mut events = [0isize; 64];
             let mut returned = 0u32;
             // SAFETY: `events` receives at most its length of handles, each closed below.
-            let next = unsafe {
-                EvtNext(results, &mut events, NEXT_TIMEOUT_MS, 0, &mut returned)
-            };
+            let next = unsafe { EvtNext(results, &mut events, NEXT_TIMEOUT_MS, 0, &mut returned) };
             if let Err(e) = next {
                 if e.code() != ERROR_NO_MORE_ITEMS.to_hresult() {
                     failure = Some(WinError::hresult("EvtNext", &e).to_string());

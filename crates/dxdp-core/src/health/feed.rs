@@ -33,7 +33,12 @@ pub const MAX_RECORD_BYTES: usize = 16 << 10;
 /// under (the catalogue's sources).
 pub const SOURCES: [(Reason, &str, &str, u32); 2] = [
     (Reason::Tdr, "System", "Display", 4101),
-    (Reason::LiveKernelEvent, "Application", "Windows Error Reporting", 1001),
+    (
+        Reason::LiveKernelEvent,
+        "Application",
+        "Windows Error Reporting",
+        1001,
+    ),
 ];
 
 /// How far back the events that can still change health go under `policy`: for each event
@@ -291,7 +296,10 @@ impl Pacer {
         if !self.pending {
             return None;
         }
-        Some(self.last_ms.map_or(0, |l| l.saturating_add(self.interval_ms)))
+        Some(
+            self.last_ms
+                .map_or(0, |l| l.saturating_add(self.interval_ms)),
+        )
     }
 
     /// Whether a rebuild is due at `now_ms`.
@@ -339,7 +347,11 @@ mod tests {
             Reason::Tdr,
             SignalPolicy::every(Action::UnhealthyUntilCleared),
         );
-        assert_eq!(lookback(&p), MIN_LOOKBACK, "nothing needs more than the floor");
+        assert_eq!(
+            lookback(&p),
+            MIN_LOOKBACK,
+            "nothing needs more than the floor"
+        );
         p.signals.insert(
             Reason::LiveKernelEvent,
             SignalPolicy {
@@ -350,7 +362,11 @@ mod tests {
         );
         assert_eq!(lookback(&p), MAX_LOOKBACK);
         p.ignore.insert(Reason::LiveKernelEvent);
-        assert_eq!(lookback(&p), MIN_LOOKBACK, "an ignored signal needs no history");
+        assert_eq!(
+            lookback(&p),
+            MIN_LOOKBACK,
+            "an ignored signal needs no history"
+        );
     }
 
     #[test]
@@ -367,7 +383,10 @@ mod tests {
         let mut p = HealthPolicy::default();
         p.ignore.insert(Reason::LiveKernelEvent);
         let q = query(Duration::from_secs(60), &p);
-        assert!(q.contains("Path=\"System\"") && !q.contains("Application"), "{q}");
+        assert!(
+            q.contains("Path=\"System\"") && !q.contains("Application"),
+            "{q}"
+        );
         p.ignore.insert(Reason::Tdr);
         assert!(selects_nothing(&query(Duration::from_secs(60), &p)));
     }
@@ -381,7 +400,10 @@ mod tests {
         let again = TDR.replace("0x80000000000000", "0x8000000000000000");
         assert_eq!(log.offer(again, 0), Offer::Duplicate);
         assert_eq!(log.offer(SCM.into(), 0), Offer::NotAFault);
-        let huge = TDR.replace("<Data></Data>", &format!("<Data>{}</Data>", "x".repeat(20_000)));
+        let huge = TDR.replace(
+            "<Data></Data>",
+            &format!("<Data>{}</Data>", "x".repeat(20_000)),
+        );
         assert_eq!(
             log.offer(huge, 0),
             Offer::Unreadable(format!(
@@ -407,10 +429,7 @@ mod tests {
             .map(|r| eventlog::parse(&r.xml).unwrap().time_ms)
             .collect();
         // 21:40:12.512 (twice: System and Application), 21:40:19.041, 21:52:40.000: oldest first.
-        assert_eq!(
-            times,
-            [T_TDR, T_TDR, 1_795_642_819_041, 1_795_643_560_000]
-        );
+        assert_eq!(times, [T_TDR, T_TDR, 1_795_642_819_041, 1_795_643_560_000]);
         assert_eq!(
             log.bytes(),
             TDR.len() * 2 + WER_141.len() + TDR_UNKNOWN.len() + 5
