@@ -8,8 +8,12 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::Notify;
+
+use dxdp_core::facts::RecordedEvent;
+use dxdp_core::health::{feed, HealthPolicy, MAX_JUDGED_FAULTS};
 
 /// What a subscription delivers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,6 +129,20 @@ pub trait EventLog: Send + Sync {
     fn subscribe(&self, query: &str, queue: Arc<Queue>) -> Result<Box<dyn Subscription>, String>;
     /// The records `query` selects now, oldest first, at most `limit` of the newest.
     fn query(&self, query: &str, limit: usize) -> Result<Vec<String>, String>;
+}
+
+/// The fault events `log` holds from the last `since`, as a host snapshot's `faults` records
+/// them ([`feed::for_snapshot`]: faults only, each once, oldest first, the newest
+/// [`MAX_JUDGED_FAULTS`]), with how many records were not faults or could not be read. Both
+/// fault sources are read whatever the health policy says: a replay applies its own.
+pub fn recent_faults(
+    log: &dyn EventLog,
+    since: Duration,
+) -> Result<(Vec<RecordedEvent>, usize), String> {
+    let query = feed::query(since, &HealthPolicy::default());
+    // Twice the kept number: WER reports that are not GPU faults come back too.
+    let records = log.query(&query, MAX_JUDGED_FAULTS * 2)?;
+    Ok(feed::for_snapshot(records))
 }
 
 /// The event log of the machine dxdp runs on: Windows' (`wevtapi.dll`), else none (with the
