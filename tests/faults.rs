@@ -485,7 +485,7 @@ async fn live_display_driver_resets_make_the_nvidia_devices_unhealthy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_serves_when_the_event_log_cannot_be_followed() {
     #[cfg(windows)]
-    let log = dxdp::backend::eventlog::native().unwrap();
+    let log = dxdp::backend::native_event_log().unwrap();
     #[cfg(not(windows))]
     let log: Arc<dyn dxdp::backend::eventlog::EventLog> =
         eventlog_support::ScriptedLog::failing("EvtSubscribe failed: HRESULT 0x800706BA");

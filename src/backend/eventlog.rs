@@ -145,20 +145,6 @@ pub fn recent_faults(
     Ok(feed::for_snapshot(records))
 }
 
-/// The event log of the machine dxdp runs on: Windows' (`wevtapi.dll`), else none (with the
-/// reason).
-#[cfg(windows)]
-pub fn native() -> Result<Arc<dyn EventLog>, String> {
-    Ok(Arc::new(super::windows::eventlog::WindowsEventLog))
-}
-
-/// The event log of the machine dxdp runs on: Windows' (`wevtapi.dll`), else none (with the
-/// reason).
-#[cfg(not(windows))]
-pub fn native() -> Result<Arc<dyn EventLog>, String> {
-    Err("fault events come from the Windows event log, which exists only on Windows".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

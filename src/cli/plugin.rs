@@ -311,7 +311,7 @@ pub fn run(
         let source = if source.is_simulated() {
             source
         } else {
-            match dxdp::backend::eventlog::native() {
+            match dxdp::backend::native_event_log() {
                 Ok(log) => {
                     let (wrapped, task) = dxdp::plugin::faults::live_faults(
                         source,

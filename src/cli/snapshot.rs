@@ -175,7 +175,7 @@ fn containers(config: &Config) -> Vec<ContainerProcesses> {
 /// Adds the fault events of the event log's last `since` to `facts` (none, with a note saying
 /// why, where the event log cannot be read).
 fn record_faults(facts: &mut dxdp_core::facts::HostFacts, since: std::time::Duration) {
-    let recorded = dxdp::backend::eventlog::native()
+    let recorded = dxdp::backend::native_event_log()
         .and_then(|log| dxdp::backend::eventlog::recent_faults(log.as_ref(), since));
     match recorded {
         Ok((records, _)) => {
