@@ -7,6 +7,14 @@
 //!    4,096 and 60,000 recorded resets: 60,000 is a minute of a 1,000 events/s flood. Only the
 //!    newest `MAX_JUDGED_FAULTS` (4,096) are judged, so the cost stops growing there.
 //!
+//! 3. A flood through the live path (`plugin::faults`): 1,000 `Display` 4101 records a second
+//!    for 60 seconds, each pushed into the subscription's bounded queue (what the event log's
+//!    delivery thread does), drained into the kept fault log (parsed, deduplicated by
+//!    `EventRecordID`), and once a second (the pacer's bound) the inventory rebuilt from the
+//!    kept log. Reported: CPU time per event without and with the rebuilds, the share of one
+//!    core the flood costs, and the peak memory of the queue and of the log (bytes of XML they
+//!    hold; their bounds make it the same for a longer flood).
+//!
 //! Allocate is not on this path: it answers from the published inventory (an `Arc`), and the
 //! refresher builds the next one on its own task; a rebuild's time is how late a health change
 //! is, never how late an Allocate is.
@@ -18,10 +26,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dxdp::backend::eventlog::{Delivery, Queue};
 use dxdp::config::Config;
 use dxdp::inventory::build_at;
 use dxdp_core::facts::{HostFacts, RecordedEvent};
 use dxdp_core::health::eventlog::fault_from_xml;
+use dxdp_core::health::feed::{FaultLog, Offer};
 
 /// A rendered 4101 record at `ms` milliseconds after 2026-11-25T00:00:00Z.
 fn record(ms: u64) -> String {
@@ -98,4 +108,82 @@ fn main() {
         };
         println!("{n:>9} {:>11.2} ms {per:>16}", t.as_secs_f64() * 1e3);
     }
+    flood(&sample, &config);
+}
+
+/// Section 3: 60 s of a 1,000 events/s flood through the queue, the log and the paced rebuild.
+fn flood(sample: &HostFacts, config: &Arc<Config>) {
+    const SECONDS: u64 = 60;
+    const RATE: u64 = 1_000;
+    let start = 21 * 3_600_000;
+    let now0 = 1_795_564_800_000 + start;
+    // Rendered beforehand: EvtRender's work happens on Windows' side of the shim.
+    let records: Vec<Vec<String>> = (0..SECONDS)
+        .map(|s| (0..RATE).map(|i| record(start + s * 1000 + i)).collect())
+        .collect();
+    let queue = Queue::bounded();
+    let mut log = FaultLog::default();
+    let mut peak_queue = 0usize;
+    let mut peak_log = 0usize;
+    let (mut intake, mut rebuilds) = (Duration::ZERO, Duration::ZERO);
+    let mut added = 0u64;
+    for (s, second) in records.into_iter().enumerate() {
+        let t = Instant::now();
+        for xml in second {
+            queue.push(Delivery::Event(xml));
+        }
+        peak_queue = peak_queue.max(queue.bytes());
+        let now = now0 + s as u64 * 1000 + 999;
+        let oldest = now.saturating_sub(20 * 60_000);
+        for d in queue.drain() {
+            if let Delivery::Event(xml) = d {
+                if log.offer(xml, oldest) == Offer::Added {
+                    added += 1;
+                }
+            }
+        }
+        intake += t.elapsed();
+        peak_log = peak_log.max(log.bytes());
+        // Once a second: the refresher rebuilds with the kept records.
+        let t = Instant::now();
+        let facts = HostFacts {
+            faults: log.records(),
+            ..sample.clone()
+        };
+        black_box(build_at(&facts, config.clone(), now));
+        rebuilds += t.elapsed();
+    }
+    let events = SECONDS * RATE;
+    assert_eq!(added, events, "every record of the flood is new");
+    assert_eq!(queue.take_dropped(), 0, "1,000 a second fit the queue");
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / events as f64;
+    println!(
+        "flood of {RATE} events/s for {SECONDS} s: intake {:.2} us/event, with the rebuilds {:.2} us/event; {:.1} % of one core; rebuild {:.2} ms/s",
+        per(intake),
+        per(intake + rebuilds),
+        (intake + rebuilds).as_secs_f64() * 100.0 / SECONDS as f64,
+        rebuilds.as_secs_f64() * 1e3 / SECONDS as f64,
+    );
+    println!(
+        "peak memory: queue {:.0} KiB ({} records at most {} KiB), kept log {:.0} KiB ({} records)",
+        peak_queue as f64 / 1024.0,
+        dxdp::backend::eventlog::QUEUE_CAPACITY,
+        dxdp::backend::eventlog::QUEUE_BYTES >> 10,
+        peak_log as f64 / 1024.0,
+        log.len()
+    );
+    // Past the bound: 3,000 records in one go keep 1,024, the rest is dropped and counted.
+    let q = Queue::bounded();
+    let burst: Vec<String> = (0..3_000).map(|i| record(start + i)).collect();
+    let t = Instant::now();
+    for xml in burst {
+        q.push(Delivery::Event(xml));
+    }
+    let pushed = t.elapsed();
+    println!(
+        "3,000 records at once: {} queued, {} dropped, {:.2} us/push",
+        q.len(),
+        q.take_dropped(),
+        pushed.as_secs_f64() * 1e6 / 3000.0
+    );
 }

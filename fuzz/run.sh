@@ -24,7 +24,7 @@ seconds="${1:-10}"
 shift || true
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(snapshot config runtime_files allocate winparse)
+  targets=(snapshot config runtime_files allocate winparse eventlog)
 fi
 export RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../target/fuzz}"

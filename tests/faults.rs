@@ -357,3 +357,175 @@ async fn a_stopped_unit_closes_connections_that_never_speak() {
     running.stop().await.unwrap();
     kubelet.stop().await;
 }
+
+#[path = "support/eventlog.rs"]
+mod eventlog_support;
+
+/// Retries of the event-log task in these tests.
+const LOG_BACKOFF: dxdp::util::retry::Backoff = dxdp::util::retry::Backoff {
+    initial: Duration::from_millis(20),
+    max: Duration::from_millis(100),
+    timeout: Duration::from_secs(5),
+};
+
+/// `config` with the live fault events of `log` over the built-in sample host (three NVIDIA
+/// GPUs), as `dxdp plugin` wires them on Windows.
+fn with_event_log(
+    mut config: PluginConfig,
+    log: Arc<dyn dxdp::backend::eventlog::EventLog>,
+) -> (
+    PluginConfig,
+    Arc<dyn HostFactsSource>,
+    tokio::sync::watch::Sender<Arc<dxdp::config::Config>>,
+) {
+    let (tx, updates) = tokio::sync::watch::channel(Arc::new(config.config.clone()));
+    let (source, task) = dxdp::plugin::faults::live_faults(
+        Arc::new(dxdp::backend::SampleHost),
+        log,
+        updates,
+        config.observe.metrics.clone(),
+        LOG_BACKOFF,
+    );
+    config.tasks.push(task);
+    (config, source, tx)
+}
+
+fn healths(kubelet: &KubeletStandin, resource: &str) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = kubelet
+        .view()
+        .devices(resource)
+        .unwrap_or_default()
+        .iter()
+        .map(|d| (d.id.clone(), d.health.clone()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn every(ids: &[&str], health: &str) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = ids
+        .iter()
+        .map(|d| (d.to_string(), health.to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Issue 31: display-driver resets the event log delivers while the daemon runs reach the
+/// kubelet. Three resets of `nvlddmkm` within ten minutes (the default `tdr` policy) make
+/// every NVIDIA device of the sample host Unhealthy (reason `tdr`); the third arrives after the
+/// start, as a live event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_display_driver_resets_make_the_nvidia_devices_unhealthy() {
+    use eventlog_support::{display_reset, ScriptedLog};
+    let dir = tempdir();
+    let kubelet = KubeletStandin::start(common::transport(), dir.path())
+        .await
+        .unwrap();
+    let now = dxdp::inventory::now_ms();
+    // Two resets 4 and 2 minutes ago (the backlog the subscription delivers first).
+    let log = ScriptedLog::delivering(vec![
+        display_reset(18_233, now - 240_000, "nvlddmkm"),
+        display_reset(18_240, now - 120_000, "nvlddmkm"),
+    ]);
+    let (config, source, _updates) = with_event_log(config(dir.path()), log.clone());
+    let observe = config.observe.clone();
+    let running = spawn(config, source);
+    both_registered(&kubelet).await;
+    // Two are counted, the devices stay Healthy.
+    metric(
+        &observe,
+        &format!(
+            "dxdp_gpu_faults_total{{device=\"{}\",kind=\"tdr\"}} 2",
+            SAMPLE_COMPUTE[0]
+        ),
+    )
+    .await;
+    assert_eq!(
+        healths(&kubelet, DISPLAY),
+        every(&SAMPLE_DISPLAY, "Healthy")
+    );
+    // The third, live.
+    assert!(log.deliver(display_reset(18_251, dxdp::inventory::now_ms(), "nvlddmkm")));
+    let unhealthy = kubelet
+        .wait_for(WAIT, |v| {
+            let all = |r: &str, ids: &[&str]| {
+                let mut got: Vec<(String, String)> = v
+                    .devices(r)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|d| (d.id.clone(), d.health.clone()))
+                    .collect();
+                got.sort();
+                got == every(ids, "Unhealthy")
+            };
+            all(DISPLAY, &SAMPLE_DISPLAY) && all(COMPUTE, &SAMPLE_COMPUTE)
+        })
+        .await;
+    assert!(unhealthy, "{:#?}", kubelet.view());
+    metric(
+        &observe,
+        &format!(
+            "dxdp_device_health{{device=\"{}\",resource=\"{DISPLAY}\",reason=\"tdr\"}} 1",
+            SAMPLE_DISPLAY[0]
+        ),
+    )
+    .await;
+    metric(&observe, "dxdp_eventlog_subscribed 1").await;
+    running.stop().await.unwrap();
+    kubelet.stop().await;
+}
+
+/// Issue 31: an event log that cannot be followed costs nothing but the live fault events: the
+/// daemon serves every device, Healthy, and counts the failed subscriptions. On Windows (and
+/// under Wine, whose `wevtapi.dll` is mostly stubs) this is the real event log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_serves_when_the_event_log_cannot_be_followed() {
+    #[cfg(windows)]
+    let log = dxdp::backend::native_event_log().unwrap();
+    #[cfg(not(windows))]
+    let log: Arc<dyn dxdp::backend::eventlog::EventLog> =
+        eventlog_support::ScriptedLog::failing("EvtSubscribe failed: HRESULT 0x800706BA");
+    let dir = tempdir();
+    let kubelet = KubeletStandin::start(common::transport(), dir.path())
+        .await
+        .unwrap();
+    let (config, source, _updates) = with_event_log(config(dir.path()), log);
+    let observe = config.observe.clone();
+    let running = spawn(config, source);
+    both_registered(&kubelet).await;
+    assert_eq!(
+        healths(&kubelet, DISPLAY),
+        every(&SAMPLE_DISPLAY, "Healthy")
+    );
+    assert_eq!(
+        healths(&kubelet, COMPUTE),
+        every(&SAMPLE_COMPUTE, "Healthy")
+    );
+    // The task either follows the log (a Windows host, or a Wine that implements it) or keeps
+    // failing, counted; it never stops the daemon.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let outcome = loop {
+        let (errors, _, subscribed) = observe.metrics.device_health().eventlog("subscribe");
+        if subscribed {
+            break "followed";
+        }
+        if errors >= 2 {
+            break "failed twice, retried";
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "neither subscribed nor failing:\n{}",
+            observe.metrics.encode()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!("the event log here: {outcome}");
+    #[cfg(not(windows))]
+    assert_eq!(outcome, "failed twice, retried");
+    // Still serving, and the task is up (an optional task that failed would be restarted).
+    assert_eq!(ids(&kubelet, DISPLAY), sorted(&SAMPLE_DISPLAY));
+    metric(&observe, "dxdp_task_up{task=\"event-log\"} 1").await;
+    running.stop().await.unwrap();
+    kubelet.stop().await;
+}

@@ -380,3 +380,69 @@ async fn a_held_device_that_left_the_host_stays_unhealthy_until_no_pod_holds_it(
     kubelet.stop().await;
     pod_resources.stop().await;
 }
+
+#[path = "support/eventlog.rs"]
+mod eventlog_support;
+
+/// Issue 31 item 5: what `dxdp snapshot` records from the event log (here a stand-in holding
+/// the recorded `EvtRender` output of `crates/dxdp-core/src/health/events/`, in the order the
+/// log returns them, with a duplicate and an event that is no fault) is written in `faults`,
+/// read back unchanged, and replayed: the one `nvlddmkm` reset (21:40:12.512) makes the four
+/// T4s Unhealthy for 15 minutes under `tdr: {action: unhealthy_for, for: 15m}`.
+#[test]
+fn recorded_fault_events_replay_as_the_daemon_judges_them() {
+    const DIR: &str = "crates/dxdp-core/src/health/events";
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("{}/{DIR}/{name}", env!("CARGO_MANIFEST_DIR")))
+            .unwrap()
+            .trim_end()
+            .to_string()
+    };
+    let tdr = read("display-4101-nvlddmkm.xml");
+    let unknown = read("display-4101-unknown-driver.xml");
+    let wer = read("wer-1001-livekernelevent-141.xml");
+    let scm = read("scm-7036-not-a-fault.xml");
+    let log = eventlog_support::ScriptedLog::delivering(vec![
+        unknown.clone(),
+        scm,
+        tdr.clone(),
+        wer.clone(),
+        tdr.clone(),
+    ]);
+    let (records, skipped) = dxdp::backend::eventlog::recent_faults(
+        log.as_ref(),
+        std::time::Duration::from_secs(86_400),
+    )
+    .unwrap();
+    assert_eq!(skipped, 1, "the Service Control Manager event");
+    // Oldest first: 21:40:12.512, 21:40:19.041, 21:52:40.
+    let xmls: Vec<&str> = records.iter().map(|r| r.xml.as_str()).collect();
+    assert_eq!(xmls, [tdr.as_str(), wer.as_str(), unknown.as_str()]);
+    let mut facts = common::facts("nvidia-multi-gpu");
+    facts.faults = records;
+    let text = dxdp_core::snapshot::write(&facts, dxdp_core::snapshot::Format::Yaml).unwrap();
+    let replayed = dxdp_core::snapshot::parse(&text, "recorded.yaml").unwrap();
+    assert_eq!(replayed, facts, "the snapshot round trip changes nothing");
+    let c = Arc::new(config(
+        "health:\n  signals:\n    tdr: {action: unhealthy_for, for: 15m}\n",
+    ));
+    let (inv, notices) = build_at(&replayed, c.clone(), at(21, 45, 0, 0));
+    assert!(
+        !notices.iter().any(|n| n.starts_with("event-log")),
+        "{notices:?}"
+    );
+    assert_eq!(reasons(&inv), all(Reason::Tdr));
+    assert_eq!(
+        inv.discovery.devices[0].health.reason.as_deref(),
+        Some("display driver \"nvlddmkm\" stopped responding and was reset (event 4101); 1 such event(s), Unhealthy since 2026-11-25T21:40:12Z until 2026-11-25T21:55:12Z")
+    );
+    // The reset and the WER report so far (ContosoKmd's reset at 21:52:40 is still to come);
+    // the report names no adapter and there are four: unmatched.
+    assert_eq!(inv.faults.len(), 2);
+    assert_eq!(inv.faults[0].devices, T4S);
+    assert!(inv.faults[1].devices.is_empty());
+    // 15 minutes after the reset: Healthy (ContosoKmd's reset matches no device).
+    let (inv, _) = build_at(&replayed, c, at(21, 55, 12, 512));
+    assert_eq!(reasons(&inv), all(Reason::Healthy));
+    assert_eq!(inv.faults.len(), 3);
+}

@@ -4,6 +4,7 @@
 //! a host snapshot file, the built-in sample host, and (on Windows) the native backend.
 
 pub mod counters;
+pub mod eventlog;
 pub mod probe;
 mod sample;
 mod snapshot_file;
@@ -132,4 +133,18 @@ pub fn native_containers() -> Result<Box<dyn counters::ContainerSource>, String>
 #[cfg(not(windows))]
 pub fn native_containers() -> Result<Box<dyn counters::ContainerSource>, String> {
     Err("the containers' process lists come from HCS, which exists only on Windows".into())
+}
+
+/// The event log of the machine dxdp runs on, for GPU fault events: Windows' (`wevtapi.dll`),
+/// else none (with the reason).
+#[cfg(windows)]
+pub fn native_event_log() -> Result<Arc<dyn eventlog::EventLog>, String> {
+    Ok(Arc::new(windows::eventlog::WindowsEventLog))
+}
+
+/// The event log of the machine dxdp runs on, for GPU fault events: Windows' (`wevtapi.dll`),
+/// else none (with the reason).
+#[cfg(not(windows))]
+pub fn native_event_log() -> Result<Arc<dyn eventlog::EventLog>, String> {
+    Err("fault events come from the Windows event log, which exists only on Windows".into())
 }

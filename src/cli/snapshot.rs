@@ -32,6 +32,38 @@ pub struct SnapshotArgs {
     /// of the --host-snapshot being rewritten).
     #[arg(long)]
     no_telemetry: bool,
+    /// Record the GPU fault events the Windows event log holds from this long ago on
+    /// (display-driver resets, WER LiveKernelEvent reports) in `faults`, e.g. 90m, 24h, 7d; 0
+    /// records none. On a host snapshot being rewritten its own `faults` are kept.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = faults_since)]
+    faults_since: std::time::Duration,
+}
+
+/// The longest `--faults-since`.
+const MAX_FAULTS_SINCE: std::time::Duration = dxdp_core::health::feed::MAX_LOOKBACK;
+
+/// Parses `--faults-since`: `0`, or a number with `s`, `m`, `h` or `d`, at most 14 days.
+fn faults_since(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    if t == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    let (number, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{t:?} is not a duration: write 0, 90m, 24h or 7d"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        "d" => n.saturating_mul(86_400),
+        _ => return Err(format!("{t:?} is not a duration: write 0, 90m, 24h or 7d")),
+    };
+    let d = std::time::Duration::from_secs(secs);
+    if d > MAX_FAULTS_SINCE {
+        return Err(format!("{t:?} is longer than the 14 days dxdp reads back"));
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -140,6 +172,26 @@ fn containers(config: &Config) -> Vec<ContainerProcesses> {
     containers
 }
 
+/// Adds the fault events of the event log's last `since` to `facts` (none, with a note saying
+/// why, where the event log cannot be read).
+fn record_faults(facts: &mut dxdp_core::facts::HostFacts, since: std::time::Duration) {
+    let recorded = dxdp::backend::native_event_log()
+        .and_then(|log| dxdp::backend::eventlog::recent_faults(log.as_ref(), since));
+    match recorded {
+        Ok((records, _)) => {
+            if !records.is_empty() {
+                super::notice(&format!(
+                    "recorded {} GPU fault event(s) of the last {} s from the event log",
+                    records.len(),
+                    since.as_secs()
+                ));
+            }
+            facts.faults = dxdp_core::health::feed::merge(&facts.faults, records);
+        }
+        Err(why) => super::notice(&format!("no GPU fault events recorded: {why}")),
+    }
+}
+
 /// Collects the facts and writes them.
 pub fn run(
     args: &SnapshotArgs,
@@ -147,7 +199,10 @@ pub fn run(
     source: &dyn HostFactsSource,
     host_snapshot: Option<&std::path::Path>,
 ) -> anyhow::Result<ExitCode> {
-    let facts = super::load_facts(source)?;
+    let mut facts = super::load_facts(source)?;
+    if host_snapshot.is_none() && !source.is_simulated() && !args.faults_since.is_zero() {
+        record_faults(&mut facts, args.faults_since);
+    }
     let (file, format) = args.destination();
     let format = match format {
         SnapshotFormat::Yaml => Format::Yaml,
@@ -168,4 +223,23 @@ pub fn run(
         None => std::io::stdout().write_all(text.as_bytes())?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn faults_since_takes_zero_and_units_up_to_fourteen_days() {
+        assert_eq!(faults_since("0"), Ok(Duration::ZERO));
+        assert_eq!(faults_since("90m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(faults_since("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(faults_since("14d"), Ok(Duration::from_secs(14 * 86_400)));
+        assert_eq!(faults_since("30s"), Ok(Duration::from_secs(30)));
+        assert!(faults_since("15d").unwrap_err().contains("14 days"));
+        assert!(faults_since("1w").unwrap_err().contains("not a duration"));
+        assert!(faults_since("h").unwrap_err().contains("not a duration"));
+        assert!(faults_since("").unwrap_err().contains("not a duration"));
+    }
 }

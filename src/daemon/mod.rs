@@ -17,7 +17,8 @@
 //! 5. device health on the cluster side: `GPUUnhealthy` Events on the pods holding an unhealthy
 //!    device, the opt-in node conditions, and `/readyz` gated on the Node's allocatable
 //!    capacity (with the client; without it `/readyz` keeps its meaning and says so);
-//! 6. the in-cluster validation Jobs (`validation.enabled`, with the client);
+//! 6. the in-cluster validation Jobs (`validation.enabled`, with the client), and on Windows the
+//!    live GPU fault events from the event log, fed into device health;
 //! 7. the configuration reload;
 //! 8. the device plugin ([`crate::plugin`]), which supervises all of it.
 
@@ -226,6 +227,30 @@ impl Daemon {
             None if updates.borrow().validation.enabled => tracing::warn!("validation.enabled is true, but dxdp has no API server client (no NODE_NAME or credentials, see above; the chart needs nodeApi.enabled): no validation Jobs"),
             None => {}
         }
+
+        // Live GPU fault events from the Windows event log (display-driver resets), fed into the
+        // devices' health (docs/health.md); a host snapshot brings its own recorded `faults`.
+        let source = if source.is_simulated() {
+            source
+        } else {
+            match crate::backend::native_event_log() {
+                Ok(log) => {
+                    let (wrapped, task) = plugin::faults::live_faults(
+                        source,
+                        log,
+                        updates.clone(),
+                        plugin.observe.metrics.clone(),
+                        API_BACKOFF,
+                    );
+                    plugin.tasks.push(task);
+                    wrapped
+                }
+                Err(why) => {
+                    tracing::info!("live GPU fault events are off: {why}");
+                    source
+                }
+            }
+        };
 
         // 7. The configuration reload (it publishes on the daemon's own channel).
         let keep = match (inputs, own_tx) {

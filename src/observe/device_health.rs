@@ -1,8 +1,10 @@
 //! Device health metrics: `dxdp_device_health{device, resource, reason}` (1 for each device's
 //! current reason; `healthy` when healthy), `dxdp_gpu_faults_total{device, kind}` (fault
-//! events seen, by device; `device="unmatched"` for events that matched none), and what the
+//! events seen, by device; `device="unmatched"` for events that matched none), what the
 //! Kubernetes side made of health: `dxdp_health_events_total{result}` (`GPUUnhealthy` Events)
-//! and `dxdp_node_condition_updates_total{condition, result}`.
+//! and `dxdp_node_condition_updates_total{condition, result}`; and the live event-log feed's own
+//! state: `dxdp_eventlog_subscribed` (1 while dxdp follows the Windows event log),
+//! `dxdp_eventlog_errors_total{stage}` and `dxdp_eventlog_dropped_total`.
 //!
 //! Names and labels are a public interface (alert rules are written against them);
 //! `docs/observability.md` and `docs/health.md` list them.
@@ -13,7 +15,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
@@ -36,6 +38,11 @@ struct HealthLabels {
     device: String,
     resource: String,
     reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabel {
+    stage: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -79,6 +86,15 @@ pub struct HealthMetrics {
     faults: Family<FaultLabels, Counter>,
     events: Family<super::telemetry_metrics::ResultLabel, Counter>,
     conditions: Family<ConditionLabels, Counter>,
+    eventlog: EventLogMetrics,
+}
+
+/// The live event-log feed's metrics (`plugin::faults`).
+#[derive(Debug, Clone, Default)]
+struct EventLogMetrics {
+    subscribed: Gauge,
+    errors: Family<StageLabel, Counter>,
+    dropped: Counter,
 }
 
 /// Encodes the current health of every device at each scrape (a device that left has no
@@ -142,11 +158,33 @@ impl HealthMetrics {
         registry.register_collector(Box::new(CurrentCollector {
             current: current.clone(),
         }));
+        let eventlog = EventLogMetrics::default();
+        registry.register(
+            "dxdp_eventlog_subscribed",
+            "1 while dxdp follows the Windows event log for GPU fault events (docs/health.md)",
+            eventlog.subscribed.clone(),
+        );
+        registry.register(
+            "dxdp_eventlog_errors",
+            "Errors of the event-log feed (stage: subscribe, delivery, record)",
+            eventlog.errors.clone(),
+        );
+        registry.register(
+            "dxdp_eventlog_dropped",
+            "Event-log records dropped because the feed's bounded queue was full (a flood)",
+            eventlog.dropped.clone(),
+        );
+        for stage in ["subscribe", "delivery", "record"] {
+            let _ = eventlog.errors.get_or_create(&StageLabel {
+                stage: stage.into(),
+            });
+        }
         HealthMetrics {
             current,
             faults,
             events,
             conditions,
+            eventlog,
         }
     }
 
@@ -174,6 +212,21 @@ impl HealthMetrics {
             .inc();
     }
 
+    /// Whether dxdp follows the event log now.
+    pub fn eventlog_subscribed(&self, on: bool) {
+        self.eventlog.subscribed.set(i64::from(on));
+    }
+
+    /// Counts an error of the event-log feed at `stage` (`subscribe`, `delivery`, `record`).
+    pub fn eventlog_error(&self, stage: &str) {
+        self.eventlog
+            .errors
+            .get_or_create(&StageLabel {
+                stage: stage.to_string(),
+            })
+            .inc();
+    }
+
     /// How many writes of `condition` had `result` so far.
     pub fn conditions(&self, condition: &str, result: ConditionResult) -> u64 {
         self.conditions
@@ -182,6 +235,28 @@ impl HealthMetrics {
                 result: result.as_str().to_string(),
             })
             .get()
+    }
+
+    /// Counts `n` records dropped by the feed's full queue.
+    pub fn eventlog_dropped(&self, n: u64) {
+        self.eventlog.dropped.inc_by(n);
+    }
+
+    /// The event-log feed's errors at `stage`, its dropped records and whether it is
+    /// subscribed (for tests).
+    pub fn eventlog(&self, stage: &str) -> (u64, u64, bool) {
+        let errors = self
+            .eventlog
+            .errors
+            .get_or_create(&StageLabel {
+                stage: stage.to_string(),
+            })
+            .get();
+        (
+            errors,
+            self.eventlog.dropped.get(),
+            self.eventlog.subscribed.get() == 1,
+        )
     }
 
     /// Sets every device's current health.

@@ -5,11 +5,14 @@
 //! By job:
 //! - [`daemon`]: the wiring: start-up, the main loop, the stop;
 //! - [`tasks`]: the supervisor of every long-lived task (restart with backoff, `/healthz`);
-//! - [`units`]: one socket, gRPC server and registration per served name;
-//! - [`watch`]: the one file-watch component (re-watch, rescan, safety tick);
+//! - [`servers`]: one socket, gRPC server and registration per served name;
+//! - [`answer`]: the generated `v1beta1.DevicePlugin` server, with Allocate answers
+//!   pre-encoded;
+//! - [`file_watch`]: the one file-watch component (re-watch, rescan, safety tick);
 //! - [`claim`]: one daemon per kubelet directory (lock), socket names, stale sockets;
 //! - [`validate`]: whether a configuration can be served, at start and on reload;
-//! - [`inventory`]: the devices served, refreshed on host events;
+//! - [`refresher`]: the devices served (`crate::inventory`), refreshed on host events;
+//! - [`faults`]: live GPU fault events from the Windows event log, fed into the inventory;
 //! - [`reload`]: configuration hot reload;
 //! - [`register`]: `Register` calls with fast retry and backoff;
 //! - [`service`]: the gRPC service.
@@ -17,6 +20,7 @@
 pub mod answer;
 pub mod claim;
 pub mod daemon;
+pub mod faults;
 pub mod file_watch;
 pub mod refresher;
 pub mod register;

@@ -467,10 +467,21 @@ pub async fn refresh(
         if changed {
             let current = tx.borrow().clone();
             log_health(Some(&previous), &current);
-            tracing::info!(
-                devices = tx.borrow().discovery.devices.len(),
-                "devices or configuration changed; re-advertising"
-            );
+            // New fault events alone (up to once a second in a flood) are not worth a line.
+            let same_devices = current.discovery == previous.discovery
+                && current.config == previous.config
+                && current.assignment == previous.assignment;
+            if same_devices {
+                tracing::debug!(
+                    faults = current.faults.len(),
+                    "fault events judged; devices unchanged"
+                );
+            } else {
+                tracing::info!(
+                    devices = current.discovery.devices.len(),
+                    "devices or configuration changed; re-advertising"
+                );
+            }
         }
     }
 }

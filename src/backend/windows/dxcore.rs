@@ -325,8 +325,8 @@ pub fn shared_memory_limits() -> Result<Vec<SharedMemoryLimit>, WinError> {
     Ok(out)
 }
 
-/// Enumerates every adapter of every attribute list, deduplicated by LUID, and registers for
-/// change notifications.
+/// Enumerates every valid adapter of every attribute list, deduplicated by LUID, and registers
+/// for change notifications.
 pub fn enumerate() -> Result<(Vec<AdapterFacts>, Session), WinError> {
     let library = Library::load("dxcore.dll")?;
     let factory = create_factory(&library)?;
@@ -377,6 +377,19 @@ pub fn enumerate() -> Result<(Vec<AdapterFacts>, Session), WinError> {
                 }
             };
             let luid = winparse::luid_to_i64(luid.LowPart, luid.HighPart);
+            // An adapter DXCore already says is gone (removed, or replaced by a driver update)
+            // is left out: its device then leaves the list, or stays as `removed` while a pod
+            // holds it (docs/health.md). Its AdapterNoLongerValid notification woke this read.
+            // SAFETY: live adapter.
+            if !unsafe { adapter.IsValid() } {
+                if seen.insert(luid) {
+                    tracing::info!(
+                        "adapter LUID {} is no longer valid (removed, or its driver is being replaced): left out",
+                        dxdp_core::luid::label(luid)
+                    );
+                }
+                continue;
+            }
             if seen.insert(luid) {
                 facts.push(adapter_facts(&adapter, luid));
                 session.adapters.push(adapter);

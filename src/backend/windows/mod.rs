@@ -11,6 +11,7 @@ mod d3dkmt;
 mod devnodes;
 mod dxcore;
 mod error;
+pub mod eventlog;
 pub mod hcs;
 mod library;
 mod os;

@@ -20,6 +20,9 @@ pub struct EventRecord {
     pub time_ms: u64,
     /// `System/Channel` (`System`, `Application`).
     pub channel: String,
+    /// `System/EventRecordID`: the record's number in its channel (what tells two records of
+    /// one channel apart); absent when the rendering has none.
+    pub record_id: Option<u64>,
     /// `EventData/Data` values in order, entities decoded.
     pub data: Vec<String>,
 }
@@ -42,6 +45,7 @@ pub fn parse(xml: &str) -> Result<EventRecord, String> {
         )
     })?;
     let channel = element_text(system, "Channel").unwrap_or_default();
+    let record_id = element_text(system, "EventRecordID").and_then(|t| t.trim().parse().ok());
     let mut data = Vec::new();
     if let Some(body) = between(xml, "<EventData>", "</EventData>") {
         let mut rest = body;
@@ -68,6 +72,7 @@ pub fn parse(xml: &str) -> Result<EventRecord, String> {
         event_id,
         time_ms,
         channel: decode(&channel),
+        record_id,
         data,
     })
 }
@@ -243,7 +248,12 @@ pub fn parse_time(text: &str) -> Option<u64> {
     let y: i64 = d.next()?.parse().ok()?;
     let mo: u32 = d.next()?.parse().ok()?;
     let da: u32 = d.next()?.parse().ok()?;
-    if d.next().is_some() || !(1..=12).contains(&mo) || !(1..=31).contains(&da) {
+    // Four-digit years from the epoch on: the arithmetic below cannot overflow.
+    if d.next().is_some()
+        || !(1970..=9999).contains(&y)
+        || !(1..=12).contains(&mo)
+        || !(1..=31).contains(&da)
+    {
         return None;
     }
     let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
@@ -303,6 +313,13 @@ mod tests {
         assert_eq!(parse_time("2026-11-25T21:40:12"), None, "no zone");
         assert_eq!(parse_time("2026-13-25T21:40:12Z"), None);
         assert_eq!(parse_time("x"), None);
+        // A huge year overflowed the day count (a panic in debug builds, as fuzzing runs).
+        assert_eq!(parse_time("9223372036854775807-01-01T00:00:00Z"), None);
+        assert_eq!(parse_time("1969-12-31T23:59:59Z"), None);
+        assert_eq!(
+            parse_time("9999-12-31T23:59:59Z"),
+            Some(253_402_300_799_000)
+        );
         assert_eq!(
             format_time((1_795_564_800 + 21 * 3600 + 40 * 60 + 12) * 1000 + 999),
             "2026-11-25T21:40:12Z"
@@ -342,6 +359,7 @@ mod tests {
         assert_eq!(r.provider, "Display");
         assert_eq!(r.event_id, 4101);
         assert_eq!(r.channel, "System");
+        assert_eq!(r.record_id, Some(18233));
         assert_eq!(r.data, ["nvlddmkm", ""]);
         // 2026-11-25T21:40:12.512Z
         assert_eq!(r.time_ms, 1_795_642_812_512);
@@ -362,6 +380,7 @@ mod tests {
         let r = parse(WER_141).unwrap();
         assert_eq!(r.provider, "Windows Error Reporting");
         assert_eq!(r.channel, "Application");
+        assert_eq!(r.record_id, Some(40211));
         assert_eq!(r.data.len(), 23);
         assert_eq!(r.data[2], "LiveKernelEvent");
         assert_eq!(r.data[5], "141");

@@ -1,0 +1,526 @@
+//! The live fault-event feed, pure: what dxdp asks the Windows event log for and how far back
+//! ([`query`], [`lookback`]), which records it keeps ([`FaultLog`]: fault events only, the newest
+//! [`MAX_JUDGED_FAULTS`], each once by channel and `EventRecordID`), and how often a flood may
+//! rebuild the inventory ([`Pacer`]: at most once per [`PUBLISH_INTERVAL_MS`]).
+//!
+//! The subscription itself (`EvtSubscribe`) is the Windows backend's thin shim; the daemon's
+//! task moves what it delivers through these pieces. `dxdp snapshot` records with the same
+//! query and keeps what [`for_snapshot`] keeps, so a replay judges what the daemon would have.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use super::eventlog;
+use super::{Action, HealthPolicy, Reason, MAX_JUDGED_FAULTS};
+use crate::facts::RecordedEvent;
+
+/// The shortest time a new inventory waits for the previous one during a flood of events.
+pub const PUBLISH_INTERVAL_MS: u64 = 1000;
+
+/// The least history read at start: a restarted dxdp still sees the resets of the last minutes.
+pub const MIN_LOOKBACK: Duration = Duration::from_secs(10 * 60);
+
+/// The most history read at start (two policy durations of the 7-day maximum).
+pub const MAX_LOOKBACK: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// The largest rendered record kept (a fault record is 0.7 to 1.5 KB): with
+/// [`MAX_JUDGED_FAULTS`] records this bounds a [`FaultLog`]'s memory to 64 MiB at the very
+/// worst, about 3 to 6 MiB in a real flood.
+pub const MAX_RECORD_BYTES: usize = 16 << 10;
+
+/// The event signals the feed reads, with the channel, provider and event ID Windows logs them
+/// under (the catalogue's sources).
+pub const SOURCES: [(Reason, &str, &str, u32); 2] = [
+    (Reason::Tdr, "System", "Display", 4101),
+    (
+        Reason::LiveKernelEvent,
+        "Application",
+        "Windows Error Reporting",
+        1001,
+    ),
+];
+
+/// How far back the events that can still change health go under `policy`: for each event
+/// signal that is not ignored, its window plus how long it lasts (`unhealthy_for`), the longest
+/// of them, at least [`MIN_LOOKBACK`] and at most [`MAX_LOOKBACK`].
+pub fn lookback(policy: &HealthPolicy) -> Duration {
+    let mut longest = Duration::ZERO;
+    for (signal, ..) in SOURCES {
+        let p = policy.of(signal);
+        let lasts = match p.action {
+            Action::Ignore => continue,
+            Action::UnhealthyFor(d) => d,
+            Action::UnhealthyUntilCleared | Action::EventOnly => Duration::ZERO,
+        };
+        longest = longest.max(p.window.saturating_add(lasts));
+    }
+    longest.clamp(MIN_LOOKBACK, MAX_LOOKBACK)
+}
+
+/// The structured XML query (`EvtSubscribe`, `EvtQuery`) for the fault events of the last
+/// `lookback`: `Display` 4101 in the System log and `Windows Error Reporting` 1001 in the
+/// Application log (which LiveKernelEvent a WER report is, the parser decides). `ignored`
+/// signals are left out of the query.
+pub fn query(lookback: Duration, policy: &HealthPolicy) -> String {
+    let ms = lookback.as_millis();
+    let mut out = String::from("<QueryList><Query Id=\"0\">");
+    for (signal, channel, provider, id) in SOURCES {
+        if policy.of(signal).action == Action::Ignore {
+            continue;
+        }
+        out.push_str(&format!(
+            "<Select Path=\"{channel}\">*[System[Provider[@Name='{provider}'] and EventID={id} and TimeCreated[timediff(@SystemTime) &lt;= {ms}]]]</Select>"
+        ));
+    }
+    out.push_str("</Query></QueryList>");
+    out
+}
+
+/// Whether `query` selects nothing (every event signal is ignored): no subscription is needed.
+pub fn selects_nothing(query: &str) -> bool {
+    !query.contains("<Select")
+}
+
+/// What tells two records apart: the channel and `EventRecordID`, or (a rendering without a
+/// record ID) the text itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Key {
+    Record(String, u64),
+    Text(u64),
+}
+
+fn key_of(record: &eventlog::EventRecord, xml: &str) -> Key {
+    match record.record_id {
+        Some(id) => Key::Record(record.channel.to_ascii_lowercase(), id),
+        None => {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            xml.hash(&mut h);
+            Key::Text(h.finish())
+        }
+    }
+}
+
+/// What [`FaultLog::offer`] did with a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Offer {
+    /// A new fault event, kept.
+    Added,
+    /// The same record (channel and `EventRecordID`) is already kept.
+    Duplicate,
+    /// A record that is no fault dxdp knows (another WER report, an unknown code).
+    NotAFault,
+    /// Older than what is kept (before the lookback, or older than every kept record when the
+    /// log is full).
+    TooOld,
+    /// The record cannot be read; the sentence says why.
+    Unreadable(String),
+}
+
+/// The fault events kept for judging: at most `capacity`, the newest by event time, each record
+/// once. Memory is bounded by `capacity` times the size of a record (a rendered 4101 record is
+/// about 700 bytes, a WER report about 1.5 KB).
+#[derive(Debug, Clone)]
+pub struct FaultLog {
+    capacity: usize,
+    /// By (event time, arrival): the newest last.
+    by_time: BTreeMap<(u64, u64), (Key, String)>,
+    keys: HashMap<Key, (u64, u64)>,
+    arrivals: u64,
+    bytes: usize,
+}
+
+impl Default for FaultLog {
+    fn default() -> Self {
+        FaultLog::new(MAX_JUDGED_FAULTS)
+    }
+}
+
+impl FaultLog {
+    /// An empty log keeping at most `capacity` records (at least one).
+    pub fn new(capacity: usize) -> Self {
+        FaultLog {
+            capacity: capacity.max(1),
+            by_time: BTreeMap::new(),
+            keys: HashMap::new(),
+            arrivals: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Keeps `xml` if it is a fault event at or after `oldest_ms` (milliseconds since the
+    /// epoch) not kept yet; when full, the oldest record makes room.
+    pub fn offer(&mut self, xml: String, oldest_ms: u64) -> Offer {
+        if xml.len() > MAX_RECORD_BYTES {
+            return Offer::Unreadable(format!(
+                "a record of {} bytes is larger than the {} KiB dxdp reads",
+                xml.len(),
+                MAX_RECORD_BYTES >> 10
+            ));
+        }
+        let record = match eventlog::parse(&xml) {
+            Ok(r) => r,
+            Err(e) => return Offer::Unreadable(e),
+        };
+        if eventlog::fault(&record).is_none() {
+            return Offer::NotAFault;
+        }
+        if record.time_ms < oldest_ms {
+            return Offer::TooOld;
+        }
+        let key = key_of(&record, &xml);
+        if self.keys.contains_key(&key) {
+            return Offer::Duplicate;
+        }
+        self.arrivals += 1;
+        let slot = (record.time_ms, self.arrivals);
+        if self.by_time.len() >= self.capacity {
+            match self.by_time.first_key_value() {
+                Some((first, _)) if *first < slot => {
+                    let first = *first;
+                    self.remove(first);
+                }
+                _ => return Offer::TooOld,
+            }
+        }
+        self.bytes += xml.len();
+        self.keys.insert(key.clone(), slot);
+        self.by_time.insert(slot, (key, xml));
+        Offer::Added
+    }
+
+    fn remove(&mut self, slot: (u64, u64)) {
+        if let Some((key, xml)) = self.by_time.remove(&slot) {
+            self.bytes -= xml.len();
+            self.keys.remove(&key);
+        }
+    }
+
+    /// Forgets the records before `oldest_ms`; returns how many.
+    pub fn expire(&mut self, oldest_ms: u64) -> usize {
+        let old: Vec<(u64, u64)> = self
+            .by_time
+            .range(..(oldest_ms, 0))
+            .map(|(k, _)| *k)
+            .collect();
+        for slot in &old {
+            self.remove(*slot);
+        }
+        old.len()
+    }
+
+    /// The kept records, oldest first (the order of a snapshot's `faults`).
+    pub fn records(&self) -> Vec<RecordedEvent> {
+        self.by_time
+            .values()
+            .map(|(_, xml)| RecordedEvent { xml: xml.clone() })
+            .collect()
+    }
+
+    /// How many records are kept.
+    pub fn len(&self) -> usize {
+        self.by_time.len()
+    }
+
+    /// Whether no record is kept.
+    pub fn is_empty(&self) -> bool {
+        self.by_time.is_empty()
+    }
+
+    /// The bytes of rendered XML kept.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// The records a snapshot keeps from what the event log returned: the fault events, each once,
+/// oldest first, the newest [`MAX_JUDGED_FAULTS`] of them (what the daemon judges). Returns
+/// them with how many records were not faults or could not be read.
+pub fn for_snapshot<I: IntoIterator<Item = String>>(xmls: I) -> (Vec<RecordedEvent>, usize) {
+    let mut log = FaultLog::default();
+    let mut skipped = 0;
+    for xml in xmls {
+        match log.offer(xml, 0) {
+            Offer::NotAFault | Offer::Unreadable(_) => skipped += 1,
+            Offer::Added | Offer::Duplicate | Offer::TooOld => {}
+        }
+    }
+    (log.records(), skipped)
+}
+
+/// The recorded events of a host (a snapshot's `faults`) followed by the live ones that are not
+/// among them (the same channel and `EventRecordID`).
+pub fn merge(recorded: &[RecordedEvent], live: Vec<RecordedEvent>) -> Vec<RecordedEvent> {
+    if recorded.is_empty() {
+        return live;
+    }
+    let known: std::collections::HashSet<Key> = recorded
+        .iter()
+        .filter_map(|r| eventlog::parse(&r.xml).ok().map(|p| key_of(&p, &r.xml)))
+        .collect();
+    let mut out = recorded.to_vec();
+    out.extend(live.into_iter().filter(|r| {
+        eventlog::parse(&r.xml)
+            .map(|p| !known.contains(&key_of(&p, &r.xml)))
+            .unwrap_or(true)
+    }));
+    out
+}
+
+/// When to rebuild the inventory for new events: at once for the first change, then at most
+/// once per interval, however many events arrive in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pacer {
+    interval_ms: u64,
+    last_ms: Option<u64>,
+    pending: bool,
+}
+
+impl Pacer {
+    /// Publishes at most once per `interval_ms`.
+    pub fn new(interval_ms: u64) -> Self {
+        Pacer {
+            interval_ms,
+            last_ms: None,
+            pending: false,
+        }
+    }
+
+    /// Something changed that the inventory should show.
+    pub fn note(&mut self) {
+        self.pending = true;
+    }
+
+    /// When the next rebuild is due (ms since the epoch), or `None` with nothing to show.
+    pub fn due_ms(&self) -> Option<u64> {
+        if !self.pending {
+            return None;
+        }
+        Some(
+            self.last_ms
+                .map_or(0, |l| l.saturating_add(self.interval_ms)),
+        )
+    }
+
+    /// Whether a rebuild is due at `now_ms`.
+    pub fn is_due(&self, now_ms: u64) -> bool {
+        self.due_ms().is_some_and(|d| d <= now_ms)
+    }
+
+    /// A rebuild was asked for at `now_ms`.
+    pub fn published(&mut self, now_ms: u64) {
+        self.pending = false;
+        self.last_ms = Some(now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::SignalPolicy;
+
+    const TDR: &str = include_str!("events/display-4101-nvlddmkm.xml");
+    const TDR_UNKNOWN: &str = include_str!("events/display-4101-unknown-driver.xml");
+    const WER_141: &str = include_str!("events/wer-1001-livekernelevent-141.xml");
+    const SCM: &str = include_str!("events/scm-7036-not-a-fault.xml");
+    /// 2026-11-25T21:40:12.512Z, the time of `TDR`.
+    const T_TDR: u64 = 1_795_642_812_512;
+
+    /// `TDR` with another record ID and time (`21:MM:SS`).
+    fn tdr_at(id: u64, mm: u32, ss: u32) -> String {
+        TDR.replace("<EventRecordID>18233<", &format!("<EventRecordID>{id}<"))
+            .replace(
+                "2026-11-25T21:40:12.5129385Z",
+                &format!("2026-11-25T21:{mm:02}:{ss:02}.0000000Z"),
+            )
+    }
+
+    #[test]
+    fn the_default_policy_reads_twenty_minutes_back() {
+        // tdr: 3 within 10 minutes, then 10 minutes Unhealthy; live_kernel_event: event only.
+        assert_eq!(
+            lookback(&HealthPolicy::default()),
+            Duration::from_secs(20 * 60)
+        );
+        let mut p = HealthPolicy::default();
+        p.signals.insert(
+            Reason::Tdr,
+            SignalPolicy::every(Action::UnhealthyUntilCleared),
+        );
+        assert_eq!(
+            lookback(&p),
+            MIN_LOOKBACK,
+            "nothing needs more than the floor"
+        );
+        p.signals.insert(
+            Reason::LiveKernelEvent,
+            SignalPolicy {
+                action: Action::UnhealthyFor(Duration::from_secs(7 * 24 * 3600)),
+                count: 2,
+                window: Duration::from_secs(7 * 24 * 3600),
+            },
+        );
+        assert_eq!(lookback(&p), MAX_LOOKBACK);
+        p.ignore.insert(Reason::LiveKernelEvent);
+        assert_eq!(
+            lookback(&p),
+            MIN_LOOKBACK,
+            "an ignored signal needs no history"
+        );
+    }
+
+    #[test]
+    fn the_query_selects_both_logs_and_leaves_out_ignored_signals() {
+        let q = query(Duration::from_secs(20 * 60), &HealthPolicy::default());
+        assert_eq!(
+            q,
+            "<QueryList><Query Id=\"0\">\
+             <Select Path=\"System\">*[System[Provider[@Name='Display'] and EventID=4101 and TimeCreated[timediff(@SystemTime) &lt;= 1200000]]]</Select>\
+             <Select Path=\"Application\">*[System[Provider[@Name='Windows Error Reporting'] and EventID=1001 and TimeCreated[timediff(@SystemTime) &lt;= 1200000]]]</Select>\
+             </Query></QueryList>"
+        );
+        assert!(!selects_nothing(&q));
+        let mut p = HealthPolicy::default();
+        p.ignore.insert(Reason::LiveKernelEvent);
+        let q = query(Duration::from_secs(60), &p);
+        assert!(
+            q.contains("Path=\"System\"") && !q.contains("Application"),
+            "{q}"
+        );
+        p.ignore.insert(Reason::Tdr);
+        assert!(selects_nothing(&query(Duration::from_secs(60), &p)));
+    }
+
+    #[test]
+    fn the_log_keeps_faults_once_each_and_says_why_not() {
+        let mut log = FaultLog::new(8);
+        assert_eq!(log.offer(TDR.into(), 0), Offer::Added);
+        assert_eq!(log.offer(TDR.into(), 0), Offer::Duplicate);
+        // The same record rendered again differently (another Keywords) is still one record.
+        let again = TDR.replace("0x80000000000000", "0x8000000000000000");
+        assert_eq!(log.offer(again, 0), Offer::Duplicate);
+        assert_eq!(log.offer(SCM.into(), 0), Offer::NotAFault);
+        let huge = TDR.replace(
+            "<Data></Data>",
+            &format!("<Data>{}</Data>", "x".repeat(20_000)),
+        );
+        assert_eq!(
+            log.offer(huge, 0),
+            Offer::Unreadable(format!(
+                "a record of {} bytes is larger than the 16 KiB dxdp reads",
+                TDR.len() + 20_000
+            ))
+        );
+        assert_eq!(
+            log.offer("<Event/>".into(), 0),
+            Offer::Unreadable("no <System> element".into())
+        );
+        assert_eq!(log.offer(WER_141.into(), 0), Offer::Added);
+        // Record 18233 of the Application log is another record than 18233 of System.
+        let other_channel = TDR.replace("<Channel>System<", "<Channel>Application<");
+        assert_eq!(log.offer(other_channel, 0), Offer::Added);
+        assert_eq!(log.offer(TDR_UNKNOWN.into(), T_TDR + 1), Offer::Added);
+        // Before the lookback: not kept.
+        assert_eq!(log.offer(tdr_at(1, 0, 0), T_TDR), Offer::TooOld);
+        assert_eq!(log.len(), 4);
+        let times: Vec<u64> = log
+            .records()
+            .iter()
+            .map(|r| eventlog::parse(&r.xml).unwrap().time_ms)
+            .collect();
+        // 21:40:12.512 (twice: System and Application), 21:40:19.041, 21:52:40.000: oldest first.
+        assert_eq!(times, [T_TDR, T_TDR, 1_795_642_819_041, 1_795_643_560_000]);
+        assert_eq!(
+            log.bytes(),
+            TDR.len() * 2 + WER_141.len() + TDR_UNKNOWN.len() + 5
+        );
+    }
+
+    #[test]
+    fn a_full_log_keeps_the_newest_and_expiry_forgets_the_old() {
+        let mut log = FaultLog::new(3);
+        for (id, ss) in [(1, 10), (2, 20), (3, 30)] {
+            assert_eq!(log.offer(tdr_at(id, 41, ss), 0), Offer::Added);
+        }
+        // A newer one pushes out 21:41:10; an older one than all kept is not taken.
+        assert_eq!(log.offer(tdr_at(4, 41, 40), 0), Offer::Added);
+        assert_eq!(log.offer(tdr_at(5, 41, 5), 0), Offer::TooOld);
+        // The pushed-out record may come again (a new subscription): still too old.
+        assert_eq!(log.offer(tdr_at(1, 41, 10), 0), Offer::TooOld);
+        let ids: Vec<Option<u64>> = log
+            .records()
+            .iter()
+            .map(|r| eventlog::parse(&r.xml).unwrap().record_id)
+            .collect();
+        assert_eq!(ids, [Some(2), Some(3), Some(4)]);
+        // 21:41:30.000Z = 1_795_564_800_000 + (21 * 3600 + 41 * 60 + 30) * 1000.
+        let t_30 = 1_795_564_800_000 + (21 * 3600 + 41 * 60 + 30) * 1000;
+        assert_eq!(log.expire(t_30), 1, "21:41:20 goes, 21:41:30 stays");
+        assert_eq!(log.len(), 2);
+        assert_eq!(log.bytes(), 2 * tdr_at(3, 41, 30).len());
+        assert_eq!(log.offer(tdr_at(2, 41, 20), 0), Offer::Added, "forgotten");
+    }
+
+    #[test]
+    fn a_snapshot_keeps_the_faults_oldest_first() {
+        let (kept, skipped) = for_snapshot([
+            TDR_UNKNOWN.to_string(),
+            SCM.to_string(),
+            TDR.to_string(),
+            TDR.to_string(),
+            "not xml".to_string(),
+        ]);
+        assert_eq!(skipped, 2);
+        assert_eq!(
+            kept,
+            vec![
+                RecordedEvent { xml: TDR.into() },
+                RecordedEvent {
+                    xml: TDR_UNKNOWN.into()
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn live_records_already_recorded_are_not_added_twice() {
+        let recorded = vec![RecordedEvent { xml: TDR.into() }];
+        let live = vec![
+            RecordedEvent { xml: TDR.into() },
+            RecordedEvent {
+                xml: WER_141.into(),
+            },
+        ];
+        assert_eq!(
+            merge(&recorded, live.clone()),
+            vec![
+                RecordedEvent { xml: TDR.into() },
+                RecordedEvent {
+                    xml: WER_141.into()
+                }
+            ]
+        );
+        assert_eq!(merge(&[], live.clone()), live);
+    }
+
+    #[test]
+    fn a_flood_publishes_at_once_then_at_most_once_a_second() {
+        let mut p = Pacer::new(PUBLISH_INTERVAL_MS);
+        assert_eq!(p.due_ms(), None, "nothing to show");
+        p.note();
+        assert!(p.is_due(5_000), "the first change at once");
+        p.published(5_000);
+        assert_eq!(p.due_ms(), None);
+        // 1,000 events in the next second: one rebuild, at 6,000.
+        for _ in 0..1000 {
+            p.note();
+        }
+        assert_eq!(p.due_ms(), Some(6_000));
+        assert!(!p.is_due(5_999));
+        assert!(p.is_due(6_000));
+        p.published(6_000);
+        // A quiet spell, then one event: at once again.
+        p.note();
+        assert!(p.is_due(60_000));
+    }
+}

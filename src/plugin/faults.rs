@@ -1,0 +1,728 @@
+//! Live GPU fault events: follows the Windows event log (display-driver resets, `Display` 4101;
+//! WER `LiveKernelEvent` reports, 1001) and feeds new fault events into the health the daemon
+//! serves, through the same model as a host snapshot's recorded `faults`.
+//!
+//! [`live_faults`] wraps the host-facts source ([`WithLiveFaults`]: the facts' `faults` get the
+//! live records) and returns the optional task ([`follow`]) that subscribes and moves records
+//! from the subscription's bounded queue into the kept [`FaultLog`]. A flood costs bounded CPU
+//! and memory: the queue drops (and counts) what does not fit, the log keeps the newest
+//! [`dxdp_core::health::MAX_JUDGED_FAULTS`] faults, and the inventory is rebuilt at most once a
+//! second ([`Pacer`]), on the refresher's own task; Allocate answers from the published
+//! inventory and never waits for any of it. When the event log cannot be followed the task
+//! says so once, counts it, and retries with backoff; device serving goes on.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::tasks::{Role, TaskSpec};
+use crate::backend::eventlog::{Delivery, EventLog, Queue, Subscription};
+use crate::backend::{HostFactsSource, SourceError, Wake};
+use crate::config::Config;
+use crate::inventory::now_ms;
+use crate::observe::metrics::Metrics;
+use crate::util::retry::{self, Backoff};
+use dxdp_core::facts::{HostFacts, RecordedEvent};
+use dxdp_core::health::feed::{self, FaultLog, Offer, Pacer, PUBLISH_INTERVAL_MS};
+use dxdp_core::health::HealthPolicy;
+
+/// The task's name (logs, metrics, `/healthz`).
+pub const TASK: &str = "event-log";
+
+/// How often records older than the lookback are forgotten.
+const EXPIRE_EVERY: Duration = Duration::from_secs(60);
+
+/// How often a flood's dropped records are said in the log (they are counted at once).
+const DROPPED_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// The live fault events kept, and how to wake the inventory refresher for them.
+#[derive(Default)]
+pub struct LiveFaults {
+    log: Mutex<FaultLog>,
+    wake: Mutex<Option<Wake>>,
+    /// Set when there was something to show before the refresher registered its wake.
+    missed: AtomicBool,
+}
+
+impl LiveFaults {
+    /// Nothing kept yet.
+    pub fn new() -> Arc<Self> {
+        Arc::new(LiveFaults::default())
+    }
+
+    /// The kept records, oldest first.
+    pub fn records(&self) -> Vec<RecordedEvent> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).records()
+    }
+
+    /// Offers one rendered record ([`FaultLog::offer`]).
+    pub fn offer(&self, xml: String, oldest_ms: u64) -> Offer {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .offer(xml, oldest_ms)
+    }
+
+    /// Forgets records before `oldest_ms`.
+    pub fn expire(&self, oldest_ms: u64) -> usize {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .expire(oldest_ms)
+    }
+
+    /// How many records are kept, and their bytes.
+    pub fn size(&self) -> (usize, usize) {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        (log.len(), log.bytes())
+    }
+
+    /// Wakes the refresher (a rebuild with the kept records).
+    fn wake(&self) {
+        let wake = self.wake.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match wake {
+            Some(wake) => wake(),
+            None => self.missed.store(true, Ordering::SeqCst),
+        }
+    }
+}
+
+/// A host-facts source whose facts carry the live fault events in `faults`, after the ones the
+/// source itself records (a snapshot's), each record once.
+///
+/// A rebuild for new events alone does not read the host again: when the source has no files
+/// and has not said it changed (a DXCore notification, the health poll), the facts of its last
+/// read are reused, so a flood never turns into a DXCore enumeration a second.
+pub struct WithLiveFaults {
+    inner: Arc<dyn HostFactsSource>,
+    live: Arc<LiveFaults>,
+    last: Mutex<Option<HostFacts>>,
+    stale: Arc<AtomicBool>,
+}
+
+impl WithLiveFaults {
+    /// `inner`'s facts with the events of `live`.
+    pub fn new(inner: Arc<dyn HostFactsSource>, live: Arc<LiveFaults>) -> Self {
+        WithLiveFaults {
+            inner,
+            live,
+            last: Mutex::new(None),
+            stale: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    fn with_faults(
+        &self,
+        read: impl FnOnce() -> Result<HostFacts, SourceError>,
+    ) -> Result<HostFacts, SourceError> {
+        let stale = self.stale.swap(false, Ordering::SeqCst);
+        let cached = if stale || !self.inner.watched_files().is_empty() {
+            None
+        } else {
+            self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        };
+        let mut facts = match cached {
+            Some(f) => f,
+            None => match read() {
+                Ok(f) => {
+                    *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(f.clone());
+                    f
+                }
+                Err(e) => {
+                    self.stale.store(true, Ordering::SeqCst);
+                    return Err(e);
+                }
+            },
+        };
+        facts.faults = feed::merge(&facts.faults, self.live.records());
+        Ok(facts)
+    }
+}
+
+impl HostFactsSource for WithLiveFaults {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn is_simulated(&self) -> bool {
+        self.inner.is_simulated()
+    }
+
+    fn load(&self) -> Result<HostFacts, SourceError> {
+        self.with_faults(|| self.inner.load())
+    }
+
+    fn load_complete(&self) -> Result<HostFacts, SourceError> {
+        self.with_faults(|| self.inner.load_complete())
+    }
+
+    fn watched_files(&self) -> Vec<PathBuf> {
+        self.inner.watched_files()
+    }
+
+    fn on_change(&self, wake: Wake) {
+        *self.live.wake.lock().unwrap_or_else(|p| p.into_inner()) = Some(wake.clone());
+        let stale = self.stale.clone();
+        let inner_wake = wake.clone();
+        self.inner.on_change(Arc::new(move || {
+            stale.store(true, Ordering::SeqCst);
+            inner_wake();
+        }));
+        // Events that arrived before the refresher was there.
+        if self.live.missed.swap(false, Ordering::SeqCst) {
+            wake();
+        }
+    }
+
+    fn changed(&self) -> bool {
+        let changed = self.inner.changed();
+        if changed {
+            self.stale.store(true, Ordering::SeqCst);
+        }
+        changed
+    }
+}
+
+/// Wraps `source` so that its facts carry the live fault events, and returns the optional task
+/// that follows `log` for them: subscribes with the query of the health policy in `config`
+/// (again when the policy changes it), counts into `metrics`, retries a failed subscription
+/// after `backoff` (`backoff.timeout` limits one subscribe call).
+pub fn live_faults(
+    source: Arc<dyn HostFactsSource>,
+    log: Arc<dyn EventLog>,
+    config: watch::Receiver<Arc<Config>>,
+    metrics: Metrics,
+    backoff: Backoff,
+) -> (Arc<dyn HostFactsSource>, TaskSpec) {
+    let live = LiveFaults::new();
+    let wrapped: Arc<dyn HostFactsSource> = Arc::new(WithLiveFaults::new(source, live.clone()));
+    let task = TaskSpec::new(TASK, Role::Optional, move || {
+        follow(
+            live.clone(),
+            log.clone(),
+            config.clone(),
+            metrics.clone(),
+            backoff,
+        )
+    });
+    (wrapped, task)
+}
+
+/// What the policy in force asks the event log for: `None` when health is off or every event
+/// signal is ignored.
+fn wanted(config: &Config) -> Option<(Duration, String)> {
+    let health = &config.pipeline.health;
+    if !health.enabled {
+        return None;
+    }
+    let policy: &HealthPolicy = &health.policy;
+    let lookback = feed::lookback(policy);
+    let query = feed::query(lookback, policy);
+    (!feed::selects_nothing(&query)).then_some((lookback, query))
+}
+
+/// Subscribes on a blocking thread, within `limit`.
+async fn subscribe(
+    log: &Arc<dyn EventLog>,
+    query: &str,
+    queue: &Arc<Queue>,
+    limit: Duration,
+) -> Result<Box<dyn Subscription>, String> {
+    let (log, query, queue) = (log.clone(), query.to_string(), queue.clone());
+    match tokio::time::timeout(
+        limit,
+        tokio::task::spawn_blocking(move || log.subscribe(&query, queue)),
+    )
+    .await
+    {
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) => Err(format!("the subscribe call failed: {e}")),
+        // The thread's result, if it ever comes, is dropped (which ends that subscription).
+        Err(_) => Err(format!("EvtSubscribe did not return within {limit:?}")),
+    }
+}
+
+/// Follows `log` for fault events until the task is stopped (see the module documentation).
+pub async fn follow(
+    live: Arc<LiveFaults>,
+    log: Arc<dyn EventLog>,
+    mut config: watch::Receiver<Arc<Config>>,
+    metrics: Metrics,
+    backoff: Backoff,
+) {
+    let health = metrics.device_health().clone();
+    let mut failures = 0u32;
+    let mut last_error: Option<String> = None;
+    let mut config_open = true;
+    loop {
+        let current = config.borrow_and_update().clone();
+        let Some((lookback, query)) = wanted(&current) else {
+            health.eventlog_subscribed(false);
+            tracing::info!("not following the event log: health is off or every event signal is ignored (health.enabled, health.ignore)");
+            if !config_open || config.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            continue;
+        };
+        let queue = Queue::bounded();
+        let subscription = match subscribe(&log, &query, &queue, backoff.timeout).await {
+            Ok(s) => s,
+            Err(e) => {
+                health.eventlog_subscribed(false);
+                health.eventlog_error("subscribe");
+                failures = failures.saturating_add(1);
+                if last_error.as_deref() != Some(e.as_str()) {
+                    tracing::warn!(
+                        "cannot follow {} for GPU fault events ({e}): display-driver resets are not seen until it works; retrying with backoff. Check that the Windows Event Log service runs and that dxdp may read the System and Application logs (it does as SYSTEM in the chart's HostProcess pod). Problem codes, driver updates and removed adapters still count (docs/health.md)",
+                        log.describe()
+                    );
+                    last_error = Some(e);
+                }
+                let delay = backoff.delay(failures, retry::random());
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    changed = config.changed(), if config_open => {
+                        config_open = changed.is_ok();
+                    }
+                }
+                continue;
+            }
+        };
+        failures = 0;
+        health.eventlog_subscribed(true);
+        if last_error.take().is_some() {
+            tracing::info!("following {} for GPU fault events again", log.describe());
+        } else {
+            tracing::info!(
+                lookback_s = lookback.as_secs(),
+                "following {} for GPU fault events (Display 4101, WER LiveKernelEvent)",
+                log.describe()
+            );
+        }
+        let why = pump(
+            &live,
+            &queue,
+            &mut config,
+            &mut config_open,
+            &metrics,
+            lookback,
+            &query,
+        )
+        .await;
+        drop(subscription);
+        health.eventlog_subscribed(false);
+        tracing::info!("subscribing to {} again: {why}", log.describe());
+    }
+}
+
+/// Moves what the subscription delivers into `live` and wakes the refresher at most once per
+/// [`PUBLISH_INTERVAL_MS`], until the policy asks for another query (returns why).
+async fn pump(
+    live: &LiveFaults,
+    queue: &Queue,
+    config: &mut watch::Receiver<Arc<Config>>,
+    config_open: &mut bool,
+    metrics: &Metrics,
+    lookback: Duration,
+    query: &str,
+) -> &'static str {
+    let health = metrics.device_health();
+    let lookback_ms = lookback.as_millis() as u64;
+    let mut pacer = Pacer::new(PUBLISH_INTERVAL_MS);
+    let mut expire = tokio::time::interval(EXPIRE_EVERY);
+    expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut said_record: Option<String> = None;
+    let mut said_delivery: Option<String> = None;
+    let mut dropped_said: Option<tokio::time::Instant> = None;
+    let mut dropped_since_said = 0u64;
+    loop {
+        let due = pacer.due_ms();
+        let publish = async move {
+            match due {
+                Some(at) => {
+                    let wait = at.saturating_sub(now_ms());
+                    tokio::time::sleep(Duration::from_millis(wait)).await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = queue.ready() => {
+                let oldest = now_ms().saturating_sub(lookback_ms);
+                for d in queue.drain() {
+                    match d {
+                        Delivery::Event(xml) => match live.offer(xml, oldest) {
+                            Offer::Added => pacer.note(),
+                            Offer::Unreadable(e) => {
+                                health.eventlog_error("record");
+                                if said_record.as_deref() != Some(e.as_str()) {
+                                    tracing::warn!("an event-log record is not read: {e}");
+                                    said_record = Some(e);
+                                }
+                            }
+                            Offer::Duplicate | Offer::NotAFault | Offer::TooOld => {}
+                        },
+                        Delivery::Error(e) => {
+                            health.eventlog_error("delivery");
+                            if said_delivery.as_deref() != Some(e.as_str()) {
+                                tracing::warn!("the event-log subscription reported an error: {e}; events may have been missed");
+                                said_delivery = Some(e);
+                            }
+                        }
+                    }
+                }
+                let dropped = queue.take_dropped();
+                if dropped > 0 {
+                    health.eventlog_dropped(dropped);
+                    dropped_since_said += dropped;
+                    if dropped_said.is_none_or(|t| t.elapsed() >= DROPPED_LOG_EVERY) {
+                        tracing::warn!(
+                            dropped = dropped_since_said,
+                            "a flood of event-log records: records beyond the queue's bound are dropped (counted in dxdp_eventlog_dropped_total); health is judged from the ones kept"
+                        );
+                        dropped_said = Some(tokio::time::Instant::now());
+                        dropped_since_said = 0;
+                    }
+                }
+                // A flood's batch must not hold the runtime's thread for long.
+                tokio::task::yield_now().await;
+            }
+            _ = publish => {
+                pacer.published(now_ms());
+                live.wake();
+            }
+            _ = expire.tick() => {
+                live.expire(now_ms().saturating_sub(lookback_ms));
+            }
+            changed = config.changed(), if *config_open => {
+                if changed.is_err() {
+                    *config_open = false;
+                    continue;
+                }
+                let current = config.borrow_and_update().clone();
+                if wanted(&current).map(|(_, q)| q).as_deref() != Some(query) {
+                    return "the health policy changed what is read";
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A source that counts its reads; with `files` it says it has files.
+    struct Counting {
+        reads: AtomicUsize,
+        files: bool,
+        wake: Mutex<Option<Wake>>,
+        changed: AtomicBool,
+    }
+
+    impl Counting {
+        fn new(files: bool) -> Arc<Self> {
+            Arc::new(Counting {
+                reads: AtomicUsize::new(0),
+                files,
+                wake: Mutex::new(None),
+                changed: AtomicBool::new(false),
+            })
+        }
+        fn reads(&self) -> usize {
+            self.reads.load(Ordering::SeqCst)
+        }
+    }
+
+    impl HostFactsSource for Counting {
+        fn describe(&self) -> String {
+            "counting".into()
+        }
+        fn is_simulated(&self) -> bool {
+            true
+        }
+        fn load(&self) -> Result<HostFacts, SourceError> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            Ok(HostFacts::default())
+        }
+        fn watched_files(&self) -> Vec<PathBuf> {
+            if self.files {
+                vec![PathBuf::from("/x/host.yaml")]
+            } else {
+                Vec::new()
+            }
+        }
+        fn on_change(&self, wake: Wake) {
+            *self.wake.lock().unwrap() = Some(wake);
+        }
+        fn changed(&self) -> bool {
+            self.changed.swap(false, Ordering::SeqCst)
+        }
+    }
+
+    /// A `Display` 4101 record of `nvlddmkm`, number `id`, logged at `ms`.
+    fn tdr(id: u64, ms: u64) -> String {
+        format!(
+            "<Event xmlns='http://schemas.microsoft.com/win/2004/08/events/event'><System><Provider Name='Display'/><EventID Qualifiers='0'>4101</EventID><TimeCreated SystemTime='{}'/><EventRecordID>{id}</EventRecordID><Channel>System</Channel></System><EventData><Data>nvlddmkm</Data><Data></Data></EventData></Event>",
+            dxdp_core::health::eventlog::format_time(ms)
+        )
+    }
+
+    #[test]
+    fn events_alone_reuse_the_last_read_of_the_host() {
+        let inner = Counting::new(false);
+        let live = LiveFaults::new();
+        let source = WithLiveFaults::new(inner.clone(), live.clone());
+        let woken = Arc::new(AtomicUsize::new(0));
+        let w = woken.clone();
+        source.on_change(Arc::new(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert!(source.load().unwrap().faults.is_empty());
+        assert_eq!(inner.reads(), 1);
+        let now = now_ms();
+        assert_eq!(live.offer(tdr(7, now), 0), Offer::Added);
+        let facts = source.load().unwrap();
+        assert_eq!(facts.faults, vec![RecordedEvent { xml: tdr(7, now) }]);
+        assert_eq!(inner.reads(), 1, "new events alone do not read the host");
+        // The source's own wake (a DXCore notification): read again, and the refresher woken.
+        let wake = inner.wake.lock().unwrap().clone().unwrap();
+        wake();
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        source.load().unwrap();
+        assert_eq!(inner.reads(), 2);
+        // The health poll says changed: read again.
+        inner.changed.store(true, Ordering::SeqCst);
+        assert!(source.changed());
+        source.load().unwrap();
+        assert_eq!(inner.reads(), 3);
+        source.load().unwrap();
+        assert_eq!(inner.reads(), 3);
+        // The task's wake reaches the refresher.
+        live.wake();
+        assert_eq!(woken.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn events_before_the_refresher_registered_wake_it_when_it_does() {
+        let live = LiveFaults::new();
+        let source = WithLiveFaults::new(Counting::new(false), live.clone());
+        live.wake();
+        let woken = Arc::new(AtomicUsize::new(0));
+        let w = woken.clone();
+        source.on_change(Arc::new(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        // A restarted refresher registering again is not woken for nothing.
+        source.on_change(Arc::new(|| panic!("woken for nothing")));
+    }
+
+    #[test]
+    fn a_source_with_files_is_read_every_time() {
+        let inner = Counting::new(true);
+        let source = WithLiveFaults::new(inner.clone(), LiveFaults::new());
+        source.load().unwrap();
+        source.load().unwrap();
+        assert_eq!(inner.reads(), 2);
+    }
+
+    /// An event log whose subscription delivers `batch` at once (within the subscribe call,
+    /// as Windows delivers the backlog), or that cannot be subscribed to.
+    struct Scripted {
+        batch: Vec<Delivery>,
+        fail: Option<String>,
+        subscribed: AtomicUsize,
+        queue: Mutex<Option<Arc<Queue>>>,
+    }
+
+    struct Nothing;
+    impl Subscription for Nothing {}
+
+    impl EventLog for Scripted {
+        fn describe(&self) -> String {
+            "the scripted event log".into()
+        }
+        fn subscribe(
+            &self,
+            _query: &str,
+            queue: Arc<Queue>,
+        ) -> Result<Box<dyn Subscription>, String> {
+            self.subscribed.fetch_add(1, Ordering::SeqCst);
+            if let Some(e) = &self.fail {
+                return Err(e.clone());
+            }
+            for d in &self.batch {
+                queue.push(d.clone());
+            }
+            *self.queue.lock().unwrap() = Some(queue);
+            Ok(Box::new(Nothing))
+        }
+        fn query(&self, _query: &str, _limit: usize) -> Result<Vec<String>, String> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn scripted(batch: Vec<Delivery>, fail: Option<&str>) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            batch,
+            fail: fail.map(String::from),
+            subscribed: AtomicUsize::new(0),
+            queue: Mutex::new(None),
+        })
+    }
+
+    const FAST: Backoff = Backoff {
+        initial: Duration::from_millis(10),
+        max: Duration::from_millis(40),
+        timeout: Duration::from_secs(5),
+    };
+
+    async fn until(what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn delivered_faults_are_kept_once_and_wake_the_refresher() {
+        let now = now_ms();
+        let old = now - 30 * 60_000;
+        let batch = vec![
+            Delivery::Event(tdr(3, now - 2_000)),
+            Delivery::Event(tdr(1, now - 9_000)),
+            Delivery::Event(tdr(3, now - 2_000)),
+            // Before the 20-minute lookback of the default policy.
+            Delivery::Event(tdr(2, old)),
+            Delivery::Event("<Event><System/></Event>".into()),
+            Delivery::Error("the event-log subscription failed: Win32 error 15011".into()),
+        ];
+        let log = scripted(batch, None);
+        let inner = Counting::new(false);
+        let metrics = Metrics::new();
+        let (_tx, config) = watch::channel(Arc::new(Config::default()));
+        let (source, task) = live_faults(inner.clone(), log.clone(), config, metrics.clone(), FAST);
+        assert_eq!(task.name, TASK);
+        assert_eq!(task.role, Role::Optional);
+        let woken = Arc::new(AtomicUsize::new(0));
+        let w = woken.clone();
+        source.on_change(Arc::new(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        }));
+        let mut factory = task.factory;
+        let running = tokio::spawn(factory());
+        until("woken", || woken.load(Ordering::SeqCst) >= 1).await;
+        let faults = source.load().unwrap().faults;
+        // Records 1 and 3, oldest first; 3 once; 2 too old; the broken one not kept.
+        assert_eq!(
+            faults,
+            vec![
+                RecordedEvent {
+                    xml: tdr(1, now - 9_000)
+                },
+                RecordedEvent {
+                    xml: tdr(3, now - 2_000)
+                }
+            ]
+        );
+        let h = metrics.device_health();
+        assert_eq!(h.eventlog("record"), (1, 0, true));
+        assert_eq!(h.eventlog("delivery").0, 1);
+        assert_eq!(h.eventlog("subscribe").0, 0);
+        let text = metrics.encode();
+        for line in [
+            "dxdp_eventlog_subscribed 1",
+            "dxdp_eventlog_errors_total{stage=\"record\"} 1",
+            "dxdp_eventlog_errors_total{stage=\"delivery\"} 1",
+            "dxdp_eventlog_errors_total{stage=\"subscribe\"} 0",
+            "dxdp_eventlog_dropped_total 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+        }
+        running.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_is_bounded_counted_and_rebuilds_at_most_once_a_second() {
+        let now = now_ms();
+        // 3,000 records delivered at once: the queue holds 1,024, the rest is dropped.
+        let batch: Vec<Delivery> = (0..3000)
+            .map(|i| Delivery::Event(tdr(10_000 + i, now - 60_000 + i)))
+            .collect();
+        let log = scripted(batch, None);
+        let metrics = Metrics::new();
+        let (_tx, config) = watch::channel(Arc::new(Config::default()));
+        let (source, task) = live_faults(
+            Counting::new(false),
+            log.clone(),
+            config,
+            metrics.clone(),
+            FAST,
+        );
+        let woken = Arc::new(AtomicUsize::new(0));
+        let times = Arc::new(Mutex::new(Vec::new()));
+        let (w, t) = (woken.clone(), times.clone());
+        source.on_change(Arc::new(move || {
+            t.lock().unwrap().push(std::time::Instant::now());
+            w.fetch_add(1, Ordering::SeqCst);
+        }));
+        let mut factory = task.factory;
+        let running = tokio::spawn(factory());
+        until("woken", || woken.load(Ordering::SeqCst) >= 1).await;
+        assert_eq!(metrics.device_health().eventlog("record").1, 1976);
+        assert_eq!(source.load().unwrap().faults.len(), 1024);
+        // 500 more within the same second: one more rebuild, not 500, and not before a second
+        // has passed since the first.
+        let queue = log.queue.lock().unwrap().clone().unwrap();
+        for i in 0..500 {
+            queue.push(Delivery::Event(tdr(20_000 + i, now - 1_000 + i)));
+        }
+        until("woken again", || woken.load(Ordering::SeqCst) >= 2).await;
+        let gap = {
+            let t = times.lock().unwrap();
+            t[1] - t[0]
+        };
+        assert!(gap >= Duration::from_millis(950), "{gap:?}");
+        assert_eq!(source.load().unwrap().faults.len(), 1524);
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(woken.load(Ordering::SeqCst), 2, "nothing new: no rebuild");
+        running.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_that_cannot_be_followed_is_retried_and_counted() {
+        let log = scripted(Vec::new(), Some("EvtSubscribe failed: Win32 error 1717"));
+        let metrics = Metrics::new();
+        let (tx, config) = watch::channel(Arc::new(Config::default()));
+        let (source, task) = live_faults(
+            Counting::new(false),
+            log.clone(),
+            config,
+            metrics.clone(),
+            FAST,
+        );
+        let mut factory = task.factory;
+        let running = tokio::spawn(factory());
+        until("retried", || log.subscribed.load(Ordering::SeqCst) >= 3).await;
+        let (errors, _, subscribed) = metrics.device_health().eventlog("subscribe");
+        assert!(errors >= 2, "{errors}");
+        assert!(!subscribed);
+        // The facts are still served.
+        assert!(source.load().unwrap().faults.is_empty());
+        // Health off: no more attempts.
+        let mut off = Config::default();
+        off.pipeline.health.enabled = false;
+        tx.send_replace(Arc::new(off));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let attempts = log.subscribed.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(log.subscribed.load(Ordering::SeqCst), attempts);
+        running.abort();
+    }
+}
