@@ -5,6 +5,9 @@
 
 mod common;
 
+#[path = "support/podresources.rs"]
+mod podresources;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -252,9 +255,10 @@ async fn the_daemon_logs_every_unhealthy_device_at_start_with_its_reason() {
 /// PodResources shows the holder, and neither once the pod is gone; the other T4s stay Healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_device_that_left_the_host_stays_unhealthy_until_no_pod_holds_it() {
-    use dxdp::kubelet::podresources::{Endpoint, PodResourcesStandin};
+    use dxdp::kubelet::podresources::Endpoint;
     use dxdp::kubelet::standin::KubeletStandin;
     use dxdp_core::telemetry::PodAllocation;
+    use podresources::PodResourcesStandin;
     use std::time::Duration;
     const DISPLAY: &str = "directx.microsoft.com/display";
     const WAIT: Duration = Duration::from_secs(10);

@@ -10,6 +10,9 @@ mod common;
 #[path = "support/apiserver.rs"]
 mod apiserver;
 
+#[path = "support/podresources.rs"]
+mod podresources;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +28,6 @@ use dxdp::cluster::isolation::{EventLimits, EVENT_LIMITS};
 use dxdp::cluster::Cluster;
 use dxdp::config::Config;
 use dxdp::inventory::{self, Inventory};
-use dxdp::kubelet::podresources::PodResourcesStandin;
 use dxdp::observe::device_health::{ConditionResult, HealthMetrics};
 use dxdp::observe::isolation_metrics::EventResult;
 use dxdp::observe::metrics::Metrics;
@@ -35,6 +37,7 @@ use dxdp::util::retry::Backoff;
 use dxdp_core::facts::HostFacts;
 use dxdp_core::telemetry::isolation::{Adapter, Violation, ViolationKind};
 use dxdp_core::telemetry::{PodAllocation, PodRef};
+use podresources::PodResourcesStandin;
 
 const GPU0: &str = "pciroot-0-pci-1b00-0540e5ad73bf260f";
 const GPU1: &str = "pciroot-0-pci-1c00-ba6abfb666f4630a";

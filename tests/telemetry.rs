@@ -5,6 +5,9 @@ mod common;
 #[path = "support/cri.rs"]
 mod cri_standin;
 
+#[path = "support/podresources.rs"]
+mod podresources;
+
 use std::collections::{BTreeMap, HashMap};
 
 use dxdp_core::devices::Resource;
@@ -229,11 +232,12 @@ mod sampler {
     use dxdp::backend::counters::Recorded;
     use dxdp::backend::SnapshotFile;
     use dxdp::config::Config;
-    use dxdp::kubelet::podresources::{Endpoint, PodResourcesStandin};
+    use dxdp::kubelet::podresources::Endpoint;
     use dxdp::observe::metrics::Metrics;
     use dxdp::telemetry::sampler::Devices;
     use dxdp::telemetry::sampler::{Sampler, State};
     use dxdp_core::telemetry::{PodAllocation, TelemetryFacts};
+    use podresources::PodResourcesStandin;
     use tokio::sync::watch;
 
     use super::common::metric_samples as samples;
@@ -934,4 +938,50 @@ async fn in_the_daemon_the_sampler_follows_the_served_inventory() {
     assert_eq!(view.devices[0].resource, "example.com/gpu");
     // The recorded allocations are for directx.microsoft.com/display, which is not served now.
     assert!(view.devices.iter().all(|d| d.holders.is_empty()));
+}
+
+/// The PodResources stand-in over a real socket on Unix and a real named pipe on Windows (under
+/// Wine too), as the kubelet serves it on each: `list` returns what it serves, follows a change,
+/// and names the socket when nothing serves it.
+#[tokio::test]
+async fn list_returns_what_the_standin_serves_over_the_kubelets_kind_of_endpoint() {
+    use dxdp::kubelet::podresources::list;
+    use dxdp_core::telemetry::PodAllocation;
+    use std::time::Duration;
+    let allocation = |ns: &str, pod: &str, container: &str, ids: &[&str]| PodAllocation {
+        namespace: ns.into(),
+        pod: pod.into(),
+        container: container.into(),
+        resource: "directx.microsoft.com/display".into(),
+        device_ids: ids.iter().map(|s| s.to_string()).collect(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = podresources::local(dir.path(), "kubelet.sock");
+    let served = vec![
+        allocation("ml", "train-0", "trainer", &["gpu-a"]),
+        allocation("ml", "train-0", "sidecar", &["gpu-b-r1"]),
+        allocation("web", "render", "app", &["gpu-a-r1", "gpu-b"]),
+    ];
+    let standin = podresources::PodResourcesStandin::start(&endpoint, served.clone())
+        .await
+        .unwrap();
+    assert_eq!(standin.endpoint(), endpoint);
+    let got = list(&standin.endpoint(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(got, served);
+    standin.set(Vec::new());
+    let got = list(&standin.endpoint(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(got.is_empty());
+    standin.stop().await;
+    let err = list(&endpoint, Duration::from_secs(10))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot connect") && err.contains("kubelet.sock"),
+        "{err}"
+    );
 }

@@ -2,27 +2,21 @@
 //!
 //! The kubelet serves it on `<kubelet root>/pod-resources/kubelet.sock` on Linux and on the named
 //! pipe `\\.\pipe\kubelet-pod-resources` on Windows (kubernetes `pkg/kubelet/util/util_windows.go`,
-//! `LocalEndpoint`). [`list`] calls `List` once, with a timeout; [`PodResourcesStandin`] serves
-//! `List` from a given answer for `dxdp demo`, replays and tests.
+//! `LocalEndpoint`). [`list`] calls `List` once, with a timeout; [`answer`] is the `List` answer
+//! that gives a set of allocations (the tests' stand-in, `tests/support/podresources.rs`, serves
+//! it).
 
-use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use tonic::{Request, Response, Status};
 
 use dxdp_core::telemetry::PodAllocation;
 
 use super::endpoint::{connect, error_chain};
 use super::v1::pod_resources_lister_client::PodResourcesListerClient;
-use super::v1::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
 use super::v1::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
-    ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
-    ListPodResourcesResponse, PodResources,
+    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
+    PodResources,
 };
-use crate::transport;
 
 /// The kubelet's PodResources named pipe on Windows.
 pub const WINDOWS_PIPE: &str = r"\\.\pipe\kubelet-pod-resources";
@@ -178,86 +172,6 @@ pub fn answer(allocations: &[PodAllocation]) -> ListPodResourcesResponse {
     }
 }
 
-type Answer = Arc<Mutex<Vec<PodAllocation>>>;
-
-struct Lister {
-    answer: Answer,
-}
-
-#[tonic::async_trait]
-impl PodResourcesLister for Lister {
-    async fn list(
-        &self,
-        _request: Request<ListPodResourcesRequest>,
-    ) -> Result<Response<ListPodResourcesResponse>, Status> {
-        let allocations = self
-            .answer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        Ok(Response::new(answer(&allocations)))
-    }
-
-    async fn get_allocatable_resources(
-        &self,
-        _request: Request<AllocatableResourcesRequest>,
-    ) -> Result<Response<AllocatableResourcesResponse>, Status> {
-        Err(Status::unimplemented("the stand-in serves List only"))
-    }
-
-    async fn get(
-        &self,
-        _request: Request<GetPodResourcesRequest>,
-    ) -> Result<Response<GetPodResourcesResponse>, Status> {
-        Err(Status::unimplemented("the stand-in serves List only"))
-    }
-}
-
-/// A kubelet stand-in serving PodResources `List` on a socket file or a named pipe.
-pub struct PodResourcesStandin {
-    endpoint: Endpoint,
-    answer: Answer,
-    served: transport::Served,
-}
-
-impl PodResourcesStandin {
-    /// Serves `allocations` at `endpoint`: a socket file (replacing a stale one) or a named
-    /// pipe.
-    pub async fn start(endpoint: &Endpoint, allocations: Vec<PodAllocation>) -> io::Result<Self> {
-        let answer: Answer = Arc::new(Mutex::new(allocations));
-        let service = Lister {
-            answer: answer.clone(),
-        };
-        let served = super::endpoint::serve(
-            endpoint,
-            tonic::transport::Server::builder().add_service(PodResourcesListerServer::new(service)),
-        )?;
-        Ok(PodResourcesStandin {
-            endpoint: endpoint.clone(),
-            answer,
-            served,
-        })
-    }
-
-    /// Where it serves.
-    pub fn endpoint(&self) -> Endpoint {
-        self.endpoint.clone()
-    }
-
-    /// Answers `allocations` from now on.
-    pub fn set(&self, allocations: Vec<PodAllocation>) {
-        *self.answer.lock().unwrap_or_else(|p| p.into_inner()) = allocations;
-    }
-
-    /// Stops serving and removes the socket file (a named pipe goes with its last instance).
-    pub async fn stop(mut self) {
-        self.served.stop(None).await;
-        if let Endpoint::Socket(path) = &self.endpoint {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,41 +191,6 @@ mod tests {
         assert_eq!(
             socket_beside(Path::new("/var/lib/kubelet/device-plugins")),
             PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock")
-        );
-    }
-
-    /// Over a real socket on Unix, and a real named pipe on Windows (under Wine too), as the
-    /// kubelet serves it on each.
-    #[tokio::test]
-    async fn list_returns_what_the_standin_serves_over_the_kubelets_kind_of_endpoint() {
-        let dir = tempfile::tempdir().unwrap();
-        let endpoint = super::super::endpoint::testing::local(dir.path(), "kubelet.sock");
-        let served = vec![
-            allocation("ml", "train-0", "trainer", &["gpu-a"]),
-            allocation("ml", "train-0", "sidecar", &["gpu-b-r1"]),
-            allocation("web", "render", "app", &["gpu-a-r1", "gpu-b"]),
-        ];
-        let standin = PodResourcesStandin::start(&endpoint, served.clone())
-            .await
-            .unwrap();
-        assert_eq!(standin.endpoint(), endpoint);
-        let got = list(&standin.endpoint(), Duration::from_secs(10))
-            .await
-            .unwrap();
-        assert_eq!(got, served);
-        standin.set(Vec::new());
-        let got = list(&standin.endpoint(), Duration::from_secs(10))
-            .await
-            .unwrap();
-        assert!(got.is_empty());
-        standin.stop().await;
-        let err = list(&endpoint, Duration::from_secs(10))
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("cannot connect") && err.contains("kubelet.sock"),
-            "{err}"
         );
     }
 
