@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::cleanup::CONDITION_TYPES;
-use super::isolation::{say_once, sleep_until, Active};
+use super::isolation::{say_once, sleep_until};
 use super::{Cluster, FIELD_MANAGER};
 use crate::config::Config;
 use crate::inventory::Inventory;
@@ -38,6 +38,7 @@ use crate::observe::device_health::{ConditionResult, HealthMetrics};
 use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
 use dxdp_core::health::Reason;
+use dxdp_core::telemetry::isolation::Active;
 
 /// The condition of device health.
 pub const HEALTHY: &str = CONDITION_TYPES[0];

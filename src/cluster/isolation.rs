@@ -337,8 +337,7 @@ impl Cluster {
     }
 }
 
-/// The violations published by the telemetry task (`None`: none known yet).
-pub type Active = Option<Arc<Vec<Violation>>>;
+use dxdp_core::telemetry::isolation::Active;
 
 /// Logs an error the first time it is seen (debug after), so that an outage is said once.
 pub(super) fn say_once(last: &mut Option<String>, why: String, what: &str) {

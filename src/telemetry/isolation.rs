@@ -30,9 +30,7 @@ use crate::config::Config;
 use crate::observe::isolation_metrics::IsolationMetrics;
 use crate::output::{AuditDoc, AuditScope, AuditVerdict};
 
-/// The violations that last now, as the tracker publishes them: `None` until the first audit
-/// (or until dxdp knows that none can be made), then the current set, sorted.
-pub type Active = Option<Arc<Vec<Violation>>>;
+use dxdp_core::telemetry::isolation::Active;
 
 /// The sending side of [`Active`], shared by the restarts of the telemetry task.
 pub type ActiveTx = Arc<watch::Sender<Active>>;

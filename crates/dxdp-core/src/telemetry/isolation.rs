@@ -33,6 +33,12 @@ use super::compute::{ContainerTelemetry, DeviceTelemetry, TelemetryView};
 use super::instance::luid_label;
 use super::{PodAllocation, PodRef};
 
+/// The violations that last now, as the daemon's tracker publishes them to the Kubernetes side
+/// (Events, the node taint, the node condition): `None` until the first audit (or until dxdp
+/// knows that none can be made), then the current set, sorted. The one definition of the
+/// channel's value between the tracker and the cluster side.
+pub type Active = Option<std::sync::Arc<Vec<Violation>>>;
+
 /// An adapter as the audit names it.
 #[derive(
     Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, schemars::JsonSchema,
