@@ -246,6 +246,32 @@ mod pipe {
     }
 }
 
+/// Endpoints for the crate's Windows tests (named pipes).
+#[cfg(all(test, windows))]
+pub(crate) mod testing {
+    use std::path::Path;
+
+    use super::Endpoint;
+
+    /// Where a node-local API is served in a test, as on a node: a socket file `name` in `dir`
+    /// on Unix, a named pipe unique to this process and moment on Windows (whose name ends in
+    /// `name`).
+    pub fn local(dir: &Path, name: &str) -> Endpoint {
+        if cfg!(windows) {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default();
+            Endpoint::Pipe(format!(
+                r"\\.\pipe\dxdp-test-{}-{nanos}-{name}",
+                std::process::id()
+            ))
+        } else {
+            Endpoint::Socket(dir.join(name))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
