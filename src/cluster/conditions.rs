@@ -49,9 +49,6 @@ pub const ISOLATION: &str = CONDITION_TYPES[1];
 /// How often the Node is read again while the conditions are on.
 pub const RESYNC: Duration = Duration::from_secs(300);
 
-/// The longest condition message written.
-const MESSAGE_MAX: usize = 1024;
-
 /// A condition as dxdp wants it (without times).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wanted {
@@ -82,15 +79,8 @@ pub fn camel(reason: Reason) -> String {
     }
 }
 
-fn cut(mut message: String) -> String {
-    if message.len() > MESSAGE_MAX {
-        let mut end = MESSAGE_MAX;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-    }
-    message
+fn cut(message: String) -> String {
+    super::events::bounded(message)
 }
 
 /// `DirectXGPUHealthy` for `inventory`: its served devices (enabled resources). `Unknown` with

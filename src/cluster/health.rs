@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -46,9 +46,6 @@ pub const RELIST: Duration = Duration::from_secs(60);
 
 /// How long one PodResources `List` may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The longest Event message the API server keeps.
-const MESSAGE_MAX: usize = 1024;
 
 /// A served device that is Unhealthy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,7 +149,7 @@ pub fn event(r: &Report, node: &str, now: Time) -> Event {
         Some(d) => format!("{}: {d}", r.device.reason),
         None => r.device.reason.to_string(),
     };
-    let mut message = format!(
+    let message = format!(
         "GPU {} ({}), allocated to container {} as {}, is Unhealthy since {} ({why}). It is allocated to no new pod; this container keeps it (see dxdp's docs/health.md)",
         r.device.device,
         r.device.description,
@@ -160,53 +157,18 @@ pub fn event(r: &Report, node: &str, now: Time) -> Event {
         r.resource,
         format_time(r.since_ms),
     );
-    if message.len() > MESSAGE_MAX {
-        let mut end = MESSAGE_MAX;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-    }
-    // As client-go names Events: `<object>.<time in hex>`, within the 253 characters of a name.
-    let nanos = now.0.as_nanosecond();
-    let suffix = format!(".{:x}", nanos.max(0));
-    let mut prefix: String = r.pod.pod.clone();
-    prefix.truncate(253 - suffix.len());
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{prefix}{suffix}")),
-            namespace: Some(r.pod.namespace.clone()),
-            ..ObjectMeta::default()
+    super::events::warning(
+        super::events::Warning {
+            namespace: r.pod.namespace.clone(),
+            involved: super::events::container_ref(&r.pod.namespace, &r.pod.pod, &r.pod.container),
+            related: Some(super::events::node_ref(node)),
+            reason: EVENT_REASON,
+            action: "ReportDeviceHealth",
+            message,
         },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(r.pod.pod.clone()),
-            namespace: Some(r.pod.namespace.clone()),
-            field_path: Some(format!("spec.containers{{{}}}", r.pod.container)),
-            ..ObjectReference::default()
-        },
-        related: Some(ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.to_string()),
-            ..ObjectReference::default()
-        }),
-        reason: Some(EVENT_REASON.into()),
-        message: Some(message),
-        type_: Some("Warning".into()),
-        action: Some("ReportDeviceHealth".into()),
-        source: Some(EventSource {
-            component: Some("dxdp".into()),
-            host: Some(node.to_string()),
-        }),
-        reporting_component: Some("dxdp".into()),
-        reporting_instance: Some(node.to_string()),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        count: Some(1),
-        ..Event::default()
-    }
+        node,
+        now,
+    )
 }
 
 /// Milliseconds since the Unix epoch now.

@@ -26,8 +26,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::core::v1::{Event, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -51,9 +51,6 @@ pub const TAINT_EFFECT: &str = "NoSchedule";
 
 /// The reason of the Events.
 pub const EVENT_REASON: &str = "GPUIsolationViolation";
-
-/// The longest Event message the API server keeps.
-const MESSAGE_MAX: usize = 1024;
 
 /// How Events are deduplicated and rate-limited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,57 +148,21 @@ impl<K: std::hash::Hash + Eq> EventGate<K> {
 
 /// The Event for a violation on `node` at `now` (a new object each time: dxdp only creates).
 pub fn event(v: &Violation, node: &str, now: Time) -> Event {
-    let mut message = format!(
-        "{}. Windows does not confine a process-isolated container to its GPU; see dxdp's docs/isolation.md",
-        v.message()
-    );
-    if message.len() > MESSAGE_MAX {
-        let mut end = MESSAGE_MAX;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-    }
-    // As client-go names Events: `<object>.<time in hex>`, within the 253 characters of a name.
-    let nanos = now.0.as_nanosecond();
-    let suffix = format!(".{:x}", nanos.max(0));
-    let mut prefix: String = v.pod.pod.clone();
-    prefix.truncate(253 - suffix.len());
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{prefix}{suffix}")),
-            namespace: Some(v.pod.namespace.clone()),
-            ..ObjectMeta::default()
+    super::events::warning(
+        super::events::Warning {
+            namespace: v.pod.namespace.clone(),
+            involved: super::events::container_ref(&v.pod.namespace, &v.pod.pod, &v.pod.container),
+            related: Some(super::events::node_ref(node)),
+            reason: EVENT_REASON,
+            action: "UseUnallocatedGPU",
+            message: format!(
+                "{}. Windows does not confine a process-isolated container to its GPU; see dxdp's docs/isolation.md",
+                v.message()
+            ),
         },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(v.pod.pod.clone()),
-            namespace: Some(v.pod.namespace.clone()),
-            field_path: Some(format!("spec.containers{{{}}}", v.pod.container)),
-            ..ObjectReference::default()
-        },
-        related: Some(ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.to_string()),
-            ..ObjectReference::default()
-        }),
-        reason: Some(EVENT_REASON.into()),
-        message: Some(message),
-        type_: Some("Warning".into()),
-        action: Some("UseUnallocatedGPU".into()),
-        source: Some(EventSource {
-            component: Some("dxdp".into()),
-            host: Some(node.to_string()),
-        }),
-        reporting_component: Some("dxdp".into()),
-        reporting_instance: Some(node.to_string()),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        count: Some(1),
-        ..Event::default()
-    }
+        node,
+        now,
+    )
 }
 
 /// Why an Event could not be created.

@@ -23,6 +23,7 @@
 pub mod capacity;
 pub mod cleanup;
 pub mod conditions;
+pub mod events;
 pub mod health;
 pub mod isolation;
 pub mod labels;

@@ -22,8 +22,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::core::v1::{Event, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -213,58 +213,33 @@ pub fn event(node: &str, namespace: &str, result: &JobResult, job: &str, now: Ti
         .map(|s| s.failed.join(", "))
         .filter(|f| !f.is_empty())
         .unwrap_or_else(|| "(no summary)".into());
-    let mut message = format!(
+    let message = format!(
         "GPU validation failed on node {node}: {failed} (Job {namespace}/{job}: {}). See dxdp's docs/validation.md, \"Reading a failure\"",
         result.reason
     );
-    if message.len() > 1024 {
-        let mut end = 1024;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-    }
-    let nanos = now.0.as_nanosecond();
-    let mut prefix = node.to_string();
-    let suffix = format!(".{:x}", nanos.max(0));
-    prefix.truncate(253 - suffix.len());
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{prefix}{suffix}")),
-            namespace: Some(namespace.to_string()),
-            ..ObjectMeta::default()
+    super::events::warning(
+        super::events::Warning {
+            namespace: namespace.to_string(),
+            // As the kubelet refers to its node (the UID is the node's name): `kubectl describe
+            // node` shows the Event.
+            involved: ObjectReference {
+                uid: Some(node.to_string()),
+                ..super::events::node_ref(node)
+            },
+            related: Some(ObjectReference {
+                api_version: Some("batch/v1".into()),
+                kind: Some("Job".into()),
+                name: Some(job.to_string()),
+                namespace: Some(namespace.to_string()),
+                ..ObjectReference::default()
+            }),
+            reason: EVENT_REASON,
+            action: "Validate",
+            message,
         },
-        // As the kubelet refers to its node (the UID is the node's name): `kubectl describe
-        // node` shows the Event.
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.to_string()),
-            uid: Some(node.to_string()),
-            ..ObjectReference::default()
-        },
-        related: Some(ObjectReference {
-            api_version: Some("batch/v1".into()),
-            kind: Some("Job".into()),
-            name: Some(job.to_string()),
-            namespace: Some(namespace.to_string()),
-            ..ObjectReference::default()
-        }),
-        reason: Some(EVENT_REASON.into()),
-        message: Some(message),
-        type_: Some("Warning".into()),
-        action: Some("Validate".into()),
-        source: Some(EventSource {
-            component: Some("dxdp".into()),
-            host: Some(node.to_string()),
-        }),
-        reporting_component: Some("dxdp".into()),
-        reporting_instance: Some(node.to_string()),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        count: Some(1),
-        ..Event::default()
-    }
+        node,
+        now,
+    )
 }
 
 /// One of this node's validation Jobs as listed.
