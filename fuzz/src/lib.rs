@@ -31,6 +31,12 @@ pub mod schema;
 #[allow(dead_code)]
 pub mod health;
 
+/// `src/config/validation.rs`: the `validation` section of the configuration file, which
+/// `file.rs` uses as `super::validation`.
+#[path = "../../src/config/validation.rs"]
+#[allow(dead_code)]
+pub mod validation;
+
 /// `src/logging.rs`: the log level check that the configuration file's `logLevel` uses.
 #[path = "../../src/logging.rs"]
 #[allow(dead_code)]

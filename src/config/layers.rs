@@ -317,7 +317,7 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.health_reports.node_conditions = v;
         c.set_origin(Key::HealthNodeConditions, origin);
     }
-    super::validation::apply_file(c, &f.validation, origin);
+    apply_validation_file(c, &f.validation, origin);
 }
 
 /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
@@ -617,7 +617,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         c.health_reports.node_conditions = parse_bool("DXDP_NODE_CONDITIONS", v)?;
         c.set_origin(Key::HealthNodeConditions, "env DXDP_NODE_CONDITIONS");
     }
-    super::validation::apply_env(c, env, parse_bool)?;
+    apply_validation_env(c, env, parse_bool)?;
     Ok(())
 }
 
@@ -697,4 +697,69 @@ pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
         c.metrics_authorization = v;
         c.set_origin(Key::MetricsAuthorization, "flag --metrics-authorization");
     }
+}
+
+/// Applies `validation` of a file.
+fn apply_validation_file(c: &mut Config, f: &super::validation::ValidationFile, origin: &str) {
+    if let Some(v) = f.enabled {
+        c.validation.enabled = v;
+        c.set_origin(Key::ValidationEnabled, origin);
+    }
+    if let Some(v) = f.interval {
+        c.validation.interval = v.0;
+        c.set_origin(Key::ValidationInterval, origin);
+    }
+    if let Some(v) = f.timeout {
+        c.validation.timeout = v.0;
+        c.set_origin(Key::ValidationTimeout, origin);
+    }
+    if let Some(v) = &f.image {
+        c.validation.image = v.0.clone();
+        c.set_origin(Key::ValidationImage, origin);
+    }
+    if let Some(v) = &f.host_dir {
+        c.validation.host_dir = v.0.clone();
+        c.set_origin(Key::ValidationHostDir, origin);
+    }
+}
+
+/// Applies the variables `DXDP_VALIDATION`, `DXDP_VALIDATION_INTERVAL`,
+/// `DXDP_VALIDATION_TIMEOUT`, `DXDP_VALIDATION_IMAGE` and `DXDP_VALIDATION_HOST_DIR`.
+fn apply_validation_env(
+    c: &mut Config,
+    env: &Env,
+    parse_bool: fn(&str, &str) -> Result<bool, ConfigError>,
+) -> Result<(), ConfigError> {
+    let err = |name: &str, value: &str, reason: String| ConfigError::Env {
+        name: name.into(),
+        value: value.into(),
+        reason,
+    };
+    if let Some(v) = env.get("DXDP_VALIDATION") {
+        c.validation.enabled = parse_bool("DXDP_VALIDATION", v)?;
+        c.set_origin(Key::ValidationEnabled, "env DXDP_VALIDATION");
+    }
+    if let Some(v) = env.get("DXDP_VALIDATION_INTERVAL") {
+        c.validation.interval = super::validation::IntervalText::parse(v)
+            .map_err(|r| err("DXDP_VALIDATION_INTERVAL", v, r))?
+            .0;
+        c.set_origin(Key::ValidationInterval, "env DXDP_VALIDATION_INTERVAL");
+    }
+    if let Some(v) = env.get("DXDP_VALIDATION_TIMEOUT") {
+        c.validation.timeout = super::validation::TimeoutText::parse(v)
+            .map_err(|r| err("DXDP_VALIDATION_TIMEOUT", v, r))?
+            .0;
+        c.set_origin(Key::ValidationTimeout, "env DXDP_VALIDATION_TIMEOUT");
+    }
+    if let Some(v) = env.get("DXDP_VALIDATION_IMAGE") {
+        c.validation.image =
+            super::validation::check_image(v).map_err(|r| err("DXDP_VALIDATION_IMAGE", v, r))?;
+        c.set_origin(Key::ValidationImage, "env DXDP_VALIDATION_IMAGE");
+    }
+    if let Some(v) = env.get("DXDP_VALIDATION_HOST_DIR") {
+        c.validation.host_dir = super::validation::check_host_dir(v)
+            .map_err(|r| err("DXDP_VALIDATION_HOST_DIR", v, r))?;
+        c.set_origin(Key::ValidationHostDir, "env DXDP_VALIDATION_HOST_DIR");
+    }
+    Ok(())
 }

@@ -140,7 +140,7 @@ impl Config {
             | Key::ValidationInterval
             | Key::ValidationTimeout
             | Key::ValidationImage
-            | Key::ValidationHostDir => super::validation::shown(&self.validation, key),
+            | Key::ValidationHostDir => validation_shown(&self.validation, key),
         }
     }
 }
@@ -194,4 +194,21 @@ fn selectors_json(selectors: &[DeviceSelector]) -> serde_json::Value {
             })
             .collect(),
     )
+}
+
+/// The value `config show` prints for a `validation.*` key (`Null` for any other key).
+fn validation_shown(v: &super::validation::Validation, key: Key) -> serde_json::Value {
+    match key {
+        Key::ValidationEnabled => serde_json::json!(v.enabled),
+        Key::ValidationInterval => {
+            serde_json::json!(super::validation::format_duration(v.interval))
+        }
+        Key::ValidationTimeout => serde_json::json!(super::validation::format_duration(v.timeout)),
+        Key::ValidationImage => match &v.image {
+            Some(i) => serde_json::json!(i),
+            None => serde_json::Value::Null,
+        },
+        Key::ValidationHostDir => serde_json::json!(v.host_dir),
+        _ => serde_json::Value::Null,
+    }
 }

@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
-use super::{Config, ConfigError, Env, Key};
 use dxdp_core::quote::quote;
 
 /// The default time between scheduled runs: a day.
@@ -236,7 +234,7 @@ bounded_duration!(
     "the limit of one validation run (the Job's deadline): 20m, 1h or a number of seconds, from 1 minute to 6 hours"
 );
 
-fn check_image(text: &str) -> Result<Option<String>, String> {
+pub(super) fn check_image(text: &str) -> Result<Option<String>, String> {
     let t = text.trim();
     if t.chars().any(char::is_whitespace) {
         return Err(format!(
@@ -247,7 +245,7 @@ fn check_image(text: &str) -> Result<Option<String>, String> {
     Ok((!t.is_empty()).then(|| t.to_string()))
 }
 
-fn check_host_dir(text: &str) -> Result<String, String> {
+pub(super) fn check_host_dir(text: &str) -> Result<String, String> {
     let t = text.trim();
     if t.is_empty() {
         return Ok(DEFAULT_HOST_DIR.into());
@@ -262,85 +260,6 @@ fn check_host_dir(text: &str) -> Result<String, String> {
         ));
     }
     Ok(t.to_string())
-}
-
-/// Applies `validation` of a file.
-pub(super) fn apply_file(c: &mut Config, f: &ValidationFile, origin: &str) {
-    if let Some(v) = f.enabled {
-        c.validation.enabled = v;
-        c.set_origin(Key::ValidationEnabled, origin);
-    }
-    if let Some(v) = f.interval {
-        c.validation.interval = v.0;
-        c.set_origin(Key::ValidationInterval, origin);
-    }
-    if let Some(v) = f.timeout {
-        c.validation.timeout = v.0;
-        c.set_origin(Key::ValidationTimeout, origin);
-    }
-    if let Some(v) = &f.image {
-        c.validation.image = v.0.clone();
-        c.set_origin(Key::ValidationImage, origin);
-    }
-    if let Some(v) = &f.host_dir {
-        c.validation.host_dir = v.0.clone();
-        c.set_origin(Key::ValidationHostDir, origin);
-    }
-}
-
-/// Applies the variables `DXDP_VALIDATION`, `DXDP_VALIDATION_INTERVAL`,
-/// `DXDP_VALIDATION_TIMEOUT`, `DXDP_VALIDATION_IMAGE` and `DXDP_VALIDATION_HOST_DIR`.
-pub(super) fn apply_env(
-    c: &mut Config,
-    env: &Env,
-    parse_bool: fn(&str, &str) -> Result<bool, ConfigError>,
-) -> Result<(), ConfigError> {
-    let err = |name: &str, value: &str, reason: String| ConfigError::Env {
-        name: name.into(),
-        value: value.into(),
-        reason,
-    };
-    if let Some(v) = env.get("DXDP_VALIDATION") {
-        c.validation.enabled = parse_bool("DXDP_VALIDATION", v)?;
-        c.set_origin(Key::ValidationEnabled, "env DXDP_VALIDATION");
-    }
-    if let Some(v) = env.get("DXDP_VALIDATION_INTERVAL") {
-        c.validation.interval = IntervalText::parse(v)
-            .map_err(|r| err("DXDP_VALIDATION_INTERVAL", v, r))?
-            .0;
-        c.set_origin(Key::ValidationInterval, "env DXDP_VALIDATION_INTERVAL");
-    }
-    if let Some(v) = env.get("DXDP_VALIDATION_TIMEOUT") {
-        c.validation.timeout = TimeoutText::parse(v)
-            .map_err(|r| err("DXDP_VALIDATION_TIMEOUT", v, r))?
-            .0;
-        c.set_origin(Key::ValidationTimeout, "env DXDP_VALIDATION_TIMEOUT");
-    }
-    if let Some(v) = env.get("DXDP_VALIDATION_IMAGE") {
-        c.validation.image = check_image(v).map_err(|r| err("DXDP_VALIDATION_IMAGE", v, r))?;
-        c.set_origin(Key::ValidationImage, "env DXDP_VALIDATION_IMAGE");
-    }
-    if let Some(v) = env.get("DXDP_VALIDATION_HOST_DIR") {
-        c.validation.host_dir =
-            check_host_dir(v).map_err(|r| err("DXDP_VALIDATION_HOST_DIR", v, r))?;
-        c.set_origin(Key::ValidationHostDir, "env DXDP_VALIDATION_HOST_DIR");
-    }
-    Ok(())
-}
-
-/// The value `config show` prints for a `validation.*` key (`Null` for any other key).
-pub(super) fn shown(v: &Validation, key: Key) -> Value {
-    match key {
-        Key::ValidationEnabled => json!(v.enabled),
-        Key::ValidationInterval => json!(format_duration(v.interval)),
-        Key::ValidationTimeout => json!(format_duration(v.timeout)),
-        Key::ValidationImage => match &v.image {
-            Some(i) => json!(i),
-            None => Value::Null,
-        },
-        Key::ValidationHostDir => json!(v.host_dir),
-        _ => Value::Null,
-    }
 }
 
 #[cfg(test)]
