@@ -217,7 +217,7 @@ fn runtime_file_text(f: &RuntimeFile) -> String {
     format!("{} => {}  [{}]", f.source, f.destination, notes.join(", "))
 }
 
-pub use dxdp_core::quote::clean;
+use dxdp_core::quote::clean;
 
 /// One line describing the OS.
 pub fn os_line(os: &OsFacts) -> String {

@@ -291,7 +291,7 @@ mod judging {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use dxdp::backend::counters::{ContainerListing, ContainerSource};
-    use dxdp::kubelet::podresources::Endpoint;
+    use dxdp::kubelet::endpoint::Endpoint;
 
     /// The containers' process lists, answering or failing as told.
     struct Lister(AtomicBool);

@@ -232,7 +232,7 @@ mod sampler {
     use dxdp::backend::counters::Recorded;
     use dxdp::backend::SnapshotFile;
     use dxdp::config::Config;
-    use dxdp::kubelet::podresources::Endpoint;
+    use dxdp::kubelet::endpoint::Endpoint;
     use dxdp::observe::metrics::Metrics;
     use dxdp::telemetry::sampler::Devices;
     use dxdp::telemetry::sampler::{Sampler, State};

@@ -88,10 +88,9 @@ impl CounterSource for Recorded {
     }
 }
 
-pub use super::winparse::memory_counters;
-
 #[cfg(test)]
 mod tests {
+    use super::super::winparse::memory_counters;
     use super::*;
     use dxdp_core::telemetry::MemoryCounter;
 

@@ -8,7 +8,6 @@ pub mod eventlog;
 pub mod probe;
 mod sample;
 mod snapshot_file;
-pub use crate::util::stable_read;
 #[cfg(windows)]
 pub mod windows;
 pub mod winparse;

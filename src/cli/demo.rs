@@ -16,9 +16,9 @@ use dxdp::daemon::{ClusterChoice, Daemon};
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::kubelet::v1beta1::AllocateResponse;
 use dxdp::plugin::PluginConfig;
-use dxdp::render::clean;
 use dxdp_core::devices::Discovery;
 use dxdp_core::pipeline;
+use dxdp_core::quote::clean;
 
 /// Arguments of `dxdp demo`.
 #[derive(Debug, Args)]

@@ -9,7 +9,8 @@ use clap::Args;
 use dxdp::backend::HostFactsSource;
 use dxdp::config::{Config, Flags};
 use dxdp::kubelet::KUBELET_SOCKET;
-use dxdp::tools::doctor::{self, DirState, Probes, Status};
+use dxdp::output::Status;
+use dxdp::tools::doctor::{self, DirState, Probes};
 use dxdp_core::devices::Resource;
 use dxdp_core::pipeline;
 

@@ -26,7 +26,8 @@ use super::isolation::{say_once, sleep_until, EventError, EventGate, EventLimits
 use super::Cluster;
 use crate::config::Config;
 use crate::inventory::Inventory;
-use crate::kubelet::podresources::{self, Endpoint};
+use crate::kubelet::endpoint::Endpoint;
+use crate::kubelet::podresources;
 use crate::observe::device_health::HealthMetrics;
 use crate::observe::isolation_metrics::EventResult;
 use crate::util::retry::{random, Backoff};

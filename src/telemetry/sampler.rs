@@ -29,7 +29,8 @@ use crate::backend::HostFactsSource;
 use crate::config::Config;
 use crate::inventory::Inventory;
 use crate::kubelet::cri;
-use crate::kubelet::podresources::{self, Endpoint};
+use crate::kubelet::endpoint::Endpoint;
+use crate::kubelet::podresources;
 use crate::observe::telemetry_metrics::{SampleResult, TelemetryMetrics};
 
 /// How long one read of the counters (or of the host facts) may take.

@@ -9,7 +9,7 @@ use dxdp_core::devices::{Discovery, ExclusionCode, Resource};
 use dxdp_core::facts::{HostFacts, OsFacts};
 use dxdp_core::pipeline::winpath;
 
-pub use crate::output::{Check, Status};
+use crate::output::{Check, Status};
 
 /// The state of the kubelet's device-plugin directory.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use dxdp_core::assignment::{highest, Assignment, LOCATION_PATH_SCHEMA};
 use dxdp_core::facts::OsFacts;
 
-pub use crate::output::{AssignmentVerdict, HcsReport};
+use crate::output::{AssignmentVerdict, HcsReport};
 
 /// Whether `configured` works on the host with `os`: location-path needs HCS schema 2.2+,
 /// class-guid needs HCS, auto works wherever HCS does.

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use tonic::{Request, Response, Status};
 
-use dxdp::kubelet::podresources::Endpoint;
+use dxdp::kubelet::endpoint::Endpoint;
 use dxdp::kubelet::v1::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
