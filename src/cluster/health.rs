@@ -6,7 +6,7 @@
 //! Unhealthy, and again every [`RELIST`] while one stays Unhealthy. One Event per start of
 //! (pod container, device, reason): a device that stays Unhealthy gets no second Event, a new
 //! reason does. Deduplicated and rate-limited exactly like the isolation Events (the same
-//! [`EventGate`] and [`EVENT_LIMITS`]): no second Event for the same key within the window, a
+//! [`EventGate`] and [`super::isolation::EVENT_LIMITS`]): no second Event for the same key within the window, a
 //! burst then one a minute, a held-back Event sent later if the device is still Unhealthy and
 //! held. `health.events: false` sends none (counted `disabled`); every outcome is counted in
 //! `dxdp_health_events_total{result}`. API and PodResources failures are logged once per
@@ -35,8 +35,6 @@ use dxdp_core::allocation;
 use dxdp_core::health::eventlog::format_time;
 use dxdp_core::health::Reason;
 use dxdp_core::telemetry::{PodAllocation, PodRef};
-
-pub use super::isolation::EVENT_LIMITS;
 
 /// The reason of the Events.
 pub const EVENT_REASON: &str = "GPUUnhealthy";

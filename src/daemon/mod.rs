@@ -390,7 +390,7 @@ fn health_tasks(
         config: updates.clone(),
         kubelet_dir: plugin.kubelet_dir.clone(),
         metrics: metrics.clone(),
-        limits: cluster::health::EVENT_LIMITS,
+        limits: cluster::isolation::EVENT_LIMITS,
         backoff: API_BACKOFF,
         clock: cluster::health::now_ms,
     };

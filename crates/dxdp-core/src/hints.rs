@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::devices::{Device, Resource};
 
-pub use crate::vendor::NVIDIA;
+use crate::vendor::NVIDIA;
 
 /// The runtime files mounted into the container (container paths joined by `;`), set by
 /// Allocate beside the hints so that `dxdp validate` can check each is there and loads.
@@ -32,7 +32,7 @@ pub fn luid_decimal(luid: i64) -> String {
     luid.to_string()
 }
 
-pub use crate::devices::CudaOrder;
+use crate::devices::CudaOrder;
 
 impl CudaOrder {
     /// CUDA's index of a device, or why there is none.

@@ -79,8 +79,6 @@ impl TryFrom<VendorText> for VendorSpec {
     }
 }
 
-pub use crate::vendor::MANUFACTURERS;
-
 impl VendorSpec {
     /// Parses a vendor name, a Windows manufacturer name or a hex PCI vendor ID
     /// ([`crate::vendor::parse`]).

@@ -12,11 +12,11 @@ pub mod winpath;
 
 use std::collections::HashMap;
 
+use crate::devices::CudaOrder;
 use crate::devices::{
     Device, Discovery, Excluded, ExclusionCode, PerResource, RuntimeFiles, Warning, WarningCode,
 };
 use crate::facts::{AdapterFacts, AdapterProperty, HostFacts, DEFAULT_SYSTEM_ROOT};
-use crate::hints::CudaOrder;
 use crate::quote;
 use filter::DeviceSelector;
 use runtime_files::{AdditionalFile, DeviceContext, FileIndex, RegistryIndex};
