@@ -956,7 +956,7 @@ async fn list_returns_what_the_standin_serves_over_the_kubelets_kind_of_endpoint
         device_ids: ids.iter().map(|s| s.to_string()).collect(),
     };
     let dir = tempfile::tempdir().unwrap();
-    let endpoint = podresources::local(dir.path(), "kubelet.sock");
+    let endpoint = common::local_endpoint(dir.path(), "kubelet.sock");
     let served = vec![
         allocation("ml", "train-0", "trainer", &["gpu-a"]),
         allocation("ml", "train-0", "sidecar", &["gpu-b-r1"]),

@@ -20,23 +20,6 @@ use dxdp::kubelet::v1::{
 use dxdp::transport;
 use dxdp_core::telemetry::PodAllocation;
 
-/// Where a node-local API is served in a test, as on a node: a socket file `name` in `dir` on
-/// Unix, a named pipe unique to this process and moment on Windows (whose name ends in `name`).
-pub fn local(dir: &std::path::Path, name: &str) -> Endpoint {
-    if cfg!(windows) {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default();
-        Endpoint::Pipe(format!(
-            r"\\.\pipe\dxdp-test-{}-{nanos}-{name}",
-            std::process::id()
-        ))
-    } else {
-        Endpoint::Socket(dir.join(name))
-    }
-}
-
 type Answer = Arc<Mutex<Vec<PodAllocation>>>;
 
 struct Lister {
