@@ -57,14 +57,14 @@ pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Res
             notes.extend(config.selection.warning.iter().cloned());
             let text = if output.is_document() {
                 let values = config
-                    .show_json()
+                    .entries()
                     .into_iter()
-                    .map(|(key, entry)| {
+                    .map(|(key, value, origin)| {
                         let value = dxdp::output::ConfigValue {
-                            value: entry["value"].clone(),
-                            origin: entry["origin"].as_str().unwrap_or("default").to_string(),
+                            value,
+                            origin: origin.to_string(),
                         };
-                        (key, value)
+                        (key.to_string(), value)
                     })
                     .collect();
                 output.document(&dxdp::output::ConfigurationDoc {

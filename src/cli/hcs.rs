@@ -41,7 +41,7 @@ pub fn run(
             "{}Configured assignment: {} ({}): {}\n",
             hcs::text(&report),
             verdict.configured,
-            config.origin("assignment"),
+            config.origin_of(dxdp::config::keys::Key::Assignment),
             if verdict.configured == verdict.in_force {
                 verdict.verdict.clone()
             } else {

@@ -3,6 +3,7 @@
 mod audit;
 mod cleanup;
 mod config_cmd;
+mod config_files;
 mod demo;
 mod discover;
 mod doctor;
@@ -10,7 +11,6 @@ mod exit;
 mod hcs;
 mod mounts;
 mod plugin;
-mod sandbox;
 mod snapshot;
 mod top;
 mod validate;
@@ -338,8 +338,8 @@ fn inputs(cli: &Cli) -> Inputs {
     flags.configuration = cli.global.configuration.clone();
     let file = config::choose_path(cli.global.config.as_deref(), &env);
     // In a HostProcess container on containerd 1.6, volumes are under the sandbox mount point.
-    let sandbox = std::env::var(sandbox::SANDBOX_VAR).ok();
-    let file = sandbox::resolve_inputs(
+    let sandbox = std::env::var(dxdp::util::host_process::SANDBOX_VAR).ok();
+    let file = config_files::resolve_inputs(
         file,
         &mut env,
         &config::default_path(),
@@ -395,11 +395,11 @@ pub fn main() -> ExitCode {
             return error_code;
         }
     };
-    let level = match (
-        &cli.command,
-        Some(config.origin_of(dxdp::config::keys::Key::LogLevel)),
-    ) {
-        (Command::Demo(_), Some("default")) => "warn",
+    let level_is_default = config
+        .origin_of(dxdp::config::keys::Key::LogLevel)
+        .is_default();
+    let level = match &cli.command {
+        Command::Demo(_) if level_is_default => "warn",
         _ => config.log_level.as_str(),
     };
     let _ = NOTICE_FORMAT.set(config.log_format);

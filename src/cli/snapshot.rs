@@ -152,7 +152,7 @@ fn containers(config: &Config) -> Vec<ContainerProcesses> {
             return Vec::new();
         }
     };
-    let endpoint = sampler::cri_endpoint(config.telemetry.cri_endpoint.as_deref());
+    let endpoint = sampler::cri_endpoint(config.telemetry.cri_endpoint.as_ref());
     let pods = super::runtime()
         .map_err(|e| format!("{e:#}"))
         .and_then(|rt| {

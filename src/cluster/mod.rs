@@ -42,6 +42,7 @@ use kube::api::{Api, Patch, PatchParams};
 
 use crate::config::NodeInfo;
 use crate::util::errors::chain;
+use crate::util::host_process::{under_sandbox, SANDBOX_VAR};
 
 /// The field manager of dxdp's server-side applies: the labels it sets are owned by it, so a
 /// label it stops setting is removed and labels it never set are untouched.
@@ -267,11 +268,8 @@ pub fn sandbox_kubeconfig(
 ) -> Option<serde_json::Value> {
     let host = env("KUBERNETES_SERVICE_HOST").filter(|h| !h.is_empty())?;
     let port = env("KUBERNETES_SERVICE_PORT").filter(|p| !p.is_empty())?;
-    let root = env("CONTAINER_SANDBOX_MOUNT_POINT").filter(|r| !r.is_empty())?;
-    let dir = format!(
-        "{}\\var\\run\\secrets\\kubernetes.io\\serviceaccount",
-        root.trim_end_matches(['\\', '/'])
-    );
+    let root = env(SANDBOX_VAR).filter(|r| !r.is_empty())?;
+    let dir = under_sandbox(&root, r"\var\run\secrets\kubernetes.io\serviceaccount")?;
     let token = format!("{dir}\\token");
     if !exists(&token) {
         return None;

@@ -59,118 +59,103 @@ impl ResourceKey {
     }
 }
 
-/// A configuration key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Key {
-    /// `resources.<resource>.<key>`.
-    Resource(Resource, ResourceKey),
-    /// `devices.include`.
-    DevicesInclude,
-    /// `devices.exclude`.
-    DevicesExclude,
-    /// `assignment`.
-    Assignment,
-    /// `runtimeFiles.enabled`.
-    RuntimeFilesEnabled,
-    /// `runtimeFiles.exclude`.
-    RuntimeFilesExclude,
-    /// `runtimeFiles.additional`.
-    RuntimeFilesAdditional,
-    /// `health.enabled`.
-    HealthEnabled,
-    /// `health.ignoreProblemCodes`.
-    HealthIgnoreProblemCodes,
-    /// `health.signals`.
-    HealthSignals,
-    /// `health.ignore`.
-    HealthIgnore,
-    /// `logLevel`.
-    LogLevel,
-    /// `logFormat`.
-    LogFormat,
-    /// `nodeLabels.enabled`.
-    NodeLabelsEnabled,
-    /// `nodeLabels.prefix`.
-    NodeLabelsPrefix,
-    /// `configuration`: the named configuration applied (not a key of the file: its selection).
-    Configuration,
-    /// `metrics.address`.
-    MetricsAddress,
-    /// `metrics.probeAddress`.
-    ProbeAddress,
-    /// `metrics.webConfigFile`.
-    WebConfigFile,
-    /// `metrics.authorization`.
-    MetricsAuthorization,
-    /// `telemetry.enabled`.
-    TelemetryEnabled,
-    /// `telemetry.interval`.
-    TelemetryInterval,
-    /// `telemetry.podResourcesEndpoint`.
-    TelemetryPodResourcesEndpoint,
-    /// `telemetry.criEndpoint`.
-    TelemetryCriEndpoint,
-    /// `telemetry.podLabels`.
-    TelemetryPodLabels,
-    /// `telemetry.podUid`.
-    TelemetryPodUid,
-    /// `isolation.policy`.
-    IsolationPolicy,
-    /// `isolation.events`.
-    IsolationEvents,
-    /// `health.events`.
-    HealthEvents,
-    /// `health.nodeConditions`.
-    HealthNodeConditions,
-    /// `validation.enabled`.
-    ValidationEnabled,
-    /// `validation.interval`.
-    ValidationInterval,
-    /// `validation.timeout`.
-    ValidationTimeout,
-    /// `validation.image`.
-    ValidationImage,
-    /// `validation.hostDir`.
-    ValidationHostDir,
+/// Declares the keys that are not per resource, each once: its variant, its name, its doc; the
+/// order is `config show`'s.
+macro_rules! node_wide_keys {
+    ($($(#[doc = $doc:literal])* $variant:ident => $name:literal,)*) => {
+        /// A configuration key.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Key {
+            /// `resources.<resource>.<key>`.
+            Resource(Resource, ResourceKey),
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        /// The keys that are not per resource, in `config show` order.
+        const NODE_WIDE: &[Key] = &[$(Key::$variant,)*];
+
+        impl Key {
+            /// The name of a key that is not per resource (`""` for a resource's key).
+            fn path(self) -> &'static str {
+                match self {
+                    Key::Resource(..) => "",
+                    $(Key::$variant => $name,)*
+                }
+            }
+        }
+    };
 }
 
-/// The keys that are not per resource, in `config show` order.
-const NODE_WIDE: [Key; 34] = [
-    Key::DevicesInclude,
-    Key::DevicesExclude,
-    Key::Assignment,
-    Key::RuntimeFilesEnabled,
-    Key::RuntimeFilesExclude,
-    Key::RuntimeFilesAdditional,
-    Key::HealthEnabled,
-    Key::HealthIgnoreProblemCodes,
-    Key::HealthSignals,
-    Key::HealthIgnore,
-    Key::LogLevel,
-    Key::LogFormat,
-    Key::NodeLabelsEnabled,
-    Key::NodeLabelsPrefix,
-    Key::Configuration,
-    Key::MetricsAddress,
-    Key::ProbeAddress,
-    Key::WebConfigFile,
-    Key::MetricsAuthorization,
-    Key::TelemetryEnabled,
-    Key::TelemetryInterval,
-    Key::TelemetryPodResourcesEndpoint,
-    Key::TelemetryCriEndpoint,
-    Key::TelemetryPodLabels,
-    Key::TelemetryPodUid,
-    Key::IsolationPolicy,
-    Key::IsolationEvents,
-    Key::HealthEvents,
-    Key::HealthNodeConditions,
-    Key::ValidationEnabled,
-    Key::ValidationInterval,
-    Key::ValidationTimeout,
-    Key::ValidationImage,
-    Key::ValidationHostDir,
-];
+node_wide_keys! {
+    /// `devices.include`.
+    DevicesInclude => "devices.include",
+    /// `devices.exclude`.
+    DevicesExclude => "devices.exclude",
+    /// `assignment`.
+    Assignment => "assignment",
+    /// `runtimeFiles.enabled`.
+    RuntimeFilesEnabled => "runtimeFiles.enabled",
+    /// `runtimeFiles.exclude`.
+    RuntimeFilesExclude => "runtimeFiles.exclude",
+    /// `runtimeFiles.additional`.
+    RuntimeFilesAdditional => "runtimeFiles.additional",
+    /// `health.enabled`.
+    HealthEnabled => "health.enabled",
+    /// `health.ignoreProblemCodes`.
+    HealthIgnoreProblemCodes => "health.ignoreProblemCodes",
+    /// `health.signals`.
+    HealthSignals => "health.signals",
+    /// `health.ignore`.
+    HealthIgnore => "health.ignore",
+    /// `logLevel`.
+    LogLevel => "logLevel",
+    /// `logFormat`.
+    LogFormat => "logFormat",
+    /// `nodeLabels.enabled`.
+    NodeLabelsEnabled => "nodeLabels.enabled",
+    /// `nodeLabels.prefix`.
+    NodeLabelsPrefix => "nodeLabels.prefix",
+    /// `configuration`: the named configuration applied (not a key of the file: its selection).
+    Configuration => "configuration",
+    /// `metrics.address`.
+    MetricsAddress => "metrics.address",
+    /// `metrics.probeAddress`.
+    ProbeAddress => "metrics.probeAddress",
+    /// `metrics.webConfigFile`.
+    WebConfigFile => "metrics.webConfigFile",
+    /// `metrics.authorization`.
+    MetricsAuthorization => "metrics.authorization",
+    /// `telemetry.enabled`.
+    TelemetryEnabled => "telemetry.enabled",
+    /// `telemetry.interval`.
+    TelemetryInterval => "telemetry.interval",
+    /// `telemetry.podResourcesEndpoint`.
+    TelemetryPodResourcesEndpoint => "telemetry.podResourcesEndpoint",
+    /// `telemetry.criEndpoint`.
+    TelemetryCriEndpoint => "telemetry.criEndpoint",
+    /// `telemetry.podLabels`.
+    TelemetryPodLabels => "telemetry.podLabels",
+    /// `telemetry.podUid`.
+    TelemetryPodUid => "telemetry.podUid",
+    /// `isolation.policy`.
+    IsolationPolicy => "isolation.policy",
+    /// `isolation.events`.
+    IsolationEvents => "isolation.events",
+    /// `health.events`.
+    HealthEvents => "health.events",
+    /// `health.nodeConditions`.
+    HealthNodeConditions => "health.nodeConditions",
+    /// `validation.enabled`.
+    ValidationEnabled => "validation.enabled",
+    /// `validation.interval`.
+    ValidationInterval => "validation.interval",
+    /// `validation.timeout`.
+    ValidationTimeout => "validation.timeout",
+    /// `validation.image`.
+    ValidationImage => "validation.image",
+    /// `validation.hostDir`.
+    ValidationHostDir => "validation.hostDir",
+}
 
 impl Key {
     /// Every key, in `config show` order: each resource's keys, then the others.
@@ -179,53 +164,13 @@ impl Key {
             .iter()
             .flat_map(|&r| ResourceKey::ALL.iter().map(move |&k| Key::Resource(r, k)))
             .collect();
-        keys.extend(NODE_WIDE);
+        keys.extend_from_slice(NODE_WIDE);
         keys
     }
 
     /// The key named `name` (`resources.display.replicas`, `logLevel`).
     pub fn parse(name: &str) -> Option<Key> {
         Key::all().into_iter().find(|k| k.to_string() == name)
-    }
-
-    fn path(self) -> &'static str {
-        match self {
-            Key::Resource(..) => "",
-            Key::DevicesInclude => "devices.include",
-            Key::DevicesExclude => "devices.exclude",
-            Key::Assignment => "assignment",
-            Key::RuntimeFilesEnabled => "runtimeFiles.enabled",
-            Key::RuntimeFilesExclude => "runtimeFiles.exclude",
-            Key::RuntimeFilesAdditional => "runtimeFiles.additional",
-            Key::HealthEnabled => "health.enabled",
-            Key::HealthIgnoreProblemCodes => "health.ignoreProblemCodes",
-            Key::HealthSignals => "health.signals",
-            Key::HealthIgnore => "health.ignore",
-            Key::LogLevel => "logLevel",
-            Key::LogFormat => "logFormat",
-            Key::NodeLabelsEnabled => "nodeLabels.enabled",
-            Key::NodeLabelsPrefix => "nodeLabels.prefix",
-            Key::Configuration => "configuration",
-            Key::MetricsAddress => "metrics.address",
-            Key::ProbeAddress => "metrics.probeAddress",
-            Key::WebConfigFile => "metrics.webConfigFile",
-            Key::MetricsAuthorization => "metrics.authorization",
-            Key::TelemetryEnabled => "telemetry.enabled",
-            Key::TelemetryInterval => "telemetry.interval",
-            Key::TelemetryPodResourcesEndpoint => "telemetry.podResourcesEndpoint",
-            Key::TelemetryCriEndpoint => "telemetry.criEndpoint",
-            Key::TelemetryPodLabels => "telemetry.podLabels",
-            Key::TelemetryPodUid => "telemetry.podUid",
-            Key::IsolationPolicy => "isolation.policy",
-            Key::IsolationEvents => "isolation.events",
-            Key::HealthEvents => "health.events",
-            Key::HealthNodeConditions => "health.nodeConditions",
-            Key::ValidationEnabled => "validation.enabled",
-            Key::ValidationInterval => "validation.interval",
-            Key::ValidationTimeout => "validation.timeout",
-            Key::ValidationImage => "validation.image",
-            Key::ValidationHostDir => "validation.hostDir",
-        }
     }
 }
 

@@ -5,6 +5,7 @@ use dxdp_core::devices::{Resource, TargetDir};
 use dxdp_core::pipeline::runtime_files::AdditionalFile;
 
 use super::file::{self, ConfigFile, FileEntry, LogFormatName, ReferenceFile};
+use super::origin::{Origin, Overridden};
 use super::values::{Replicas, ResourceName, VendorKey};
 use super::{Config, ConfigError, Env, Flags, Key, ResourceKey};
 use crate::logging::LogFormat;
@@ -114,7 +115,7 @@ pub fn reference_mapping(f: &ReferenceFile, r: Resource) -> Vec<String> {
     out
 }
 
-pub(super) fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, origin: &str) {
+pub(super) fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, origin: &Origin) {
     if let Some(n) = f.multitenancy {
         c.resource(r).replicas = n.replicas();
         c.set_origin(Key::Resource(r, ResourceKey::Replicas), origin);
@@ -145,7 +146,7 @@ pub(super) fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, or
     }
 }
 
-pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
+pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &Origin) {
     for (r, rf) in [
         (Resource::Display, &f.resources.display),
         (Resource::Compute, &f.resources.compute),
@@ -287,7 +288,8 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
         c.set_origin(Key::TelemetryPodResourcesEndpoint, origin);
     }
     if let Some(v) = &f.telemetry.cri_endpoint {
-        c.telemetry.cri_endpoint = Some(v.0.clone()).filter(|v| !v.is_empty());
+        // Checked when the file was read: an error here cannot happen, and would mean the default.
+        c.telemetry.cri_endpoint = v.address().ok().flatten();
         c.set_origin(Key::TelemetryCriEndpoint, origin);
     }
     if let Some(v) = &f.telemetry.pod_labels {
@@ -321,7 +323,7 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &str) {
 }
 
 /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
-fn apply_policy(c: &mut Config, r: Resource, rf: &file::ResourceFile, origin: &str) {
+fn apply_policy(c: &mut Config, r: Resource, rf: &file::ResourceFile, origin: &Origin) {
     if let Some(v) = rf.allocation_policy {
         c.resource(r).policy.allocation = v;
         c.set_origin(Key::Resource(r, ResourceKey::AllocationPolicy), origin);
@@ -344,7 +346,7 @@ enum Switch {
 }
 
 /// Sets an include switch for one resource (`Some`) or both (`None`), recording the origin.
-fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool, origin: &str) {
+fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool, origin: &Origin) {
     let (flags, key) = match switch {
         Switch::Integrated => (
             &mut c.pipeline.include_integrated,
@@ -377,19 +379,21 @@ fn over_reference(
     value: &str,
     before: &str,
     env: &Env,
-) -> String {
-    let previous = c.origin_of(key).to_string();
-    let Some(loser) = previous
-        .strip_prefix("env ")
-        .filter(|v| v.starts_with("WDDM_") || v.starts_with("MCDM_"))
-    else {
-        return format!("env {name}");
+) -> Origin {
+    let Some(loser) = c.origin_of(key).reference_variable().map(str::to_string) else {
+        return Origin::env(name);
     };
-    let loser_value = env.get(loser).map(String::as_str).unwrap_or(before);
+    let loser_value = env.get(&loser).map(String::as_str).unwrap_or(before);
     c.notices.push(format!(
         "{key}: env {name}={value} overrides the reference plugin's env {loser}={loser_value}; unset one of them (dxdp's variables win)"
     ));
-    format!("env {name} (overrides env {loser}={loser_value})")
+    Origin::Env {
+        name: name.to_string(),
+        overrides: vec![Overridden::ReferenceEnv {
+            name: loser,
+            value: loser_value.to_string(),
+        }],
+    }
 }
 
 /// Applies the environment, then names every configuration-file value a variable overrides (in
@@ -406,21 +410,27 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
 /// `env DXDP_REPLICAS (overrides file C:\etc\dxdp\config.yaml: 2)` and a notice says what to do.
 fn note_file_overrides(c: &mut Config, before: &Config, env: &Env) {
     for key in Key::all() {
-        let (was, now) = (before.origin_of(key), c.origin_of(key).to_string());
-        let Some(variable) = now.strip_prefix("env ") else {
-            continue;
-        };
-        if !was.starts_with("file ") || before.shown(key) == c.shown(key) {
+        let was = before.origin_of(key);
+        if !was.is_file() || before.shown(key) == c.shown(key) {
             continue;
         }
-        let name = variable.split(' ').next().unwrap_or(variable);
-        let value = env.get(name).map(String::as_str).unwrap_or_default();
+        let mut now = c.origin_of(key).clone();
+        let Origin::Env { name, overrides } = &mut now else {
+            continue;
+        };
+        let value = env
+            .get(name.as_str())
+            .map(String::as_str)
+            .unwrap_or_default();
         let old = before.shown(key);
         c.notices.push(format!(
             "{key}: env {name}={value} overrides {was} ({key}: {old}): editing the file changes nothing while {name} is set; unset the variable to use the file's value"
         ));
-        let origin = format!("{now} (overrides {was}: {old})");
-        c.set_origin(key, &origin);
+        overrides.push(Overridden::File {
+            origin: Box::new(was.clone()),
+            value: old,
+        });
+        c.set_origin(key, &now);
     }
 }
 
@@ -439,10 +449,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
                 parse_replicas(&name, v)?
             };
             c.resource(r).replicas = replicas;
-            c.set_origin(
-                Key::Resource(r, ResourceKey::Replicas),
-                &format!("env {name}"),
-            );
+            c.set_origin(Key::Resource(r, ResourceKey::Replicas), &Origin::env(&name));
         }
         // Each plugin's switch acts on its own resource, in both directions.
         for (suffix, switch) in [
@@ -452,7 +459,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             let name = format!("{prefix}_DEVICE_PLUGIN_{suffix}");
             if let Some(v) = env.get(&name) {
                 let value = parse_bool(&name, v)?;
-                set_include(c, Some(r), switch, value, &format!("env {name}"));
+                set_include(c, Some(r), switch, value, &Origin::env(&name));
             }
         }
     }
@@ -474,7 +481,10 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         })?;
         for r in Resource::ALL {
             c.resource(r).enabled = wanted.contains(&r);
-            c.set_origin(Key::Resource(r, ResourceKey::Enabled), "env DXDP_RESOURCES");
+            c.set_origin(
+                Key::Resource(r, ResourceKey::Enabled),
+                &Origin::env("DXDP_RESOURCES"),
+            );
         }
     }
     for (name, switch) in [
@@ -504,11 +514,11 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             value: v.clone(),
             reason: "use location-path, class-guid or auto".into(),
         })?;
-        c.set_origin(Key::Assignment, "env DXDP_ASSIGNMENT");
+        c.set_origin(Key::Assignment, &Origin::env("DXDP_ASSIGNMENT"));
     }
     if let Some(v) = env.get("DXDP_NODE_LABELS") {
         c.node_labels.enabled = parse_bool("DXDP_NODE_LABELS", v)?;
-        c.set_origin(Key::NodeLabelsEnabled, "env DXDP_NODE_LABELS");
+        c.set_origin(Key::NodeLabelsEnabled, &Origin::env("DXDP_NODE_LABELS"));
     }
     if let Some(v) = env.get("DXDP_NODE_LABEL_PREFIX") {
         dxdp_core::labels::check_prefix(v).map_err(|reason| ConfigError::Env {
@@ -517,7 +527,10 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             reason,
         })?;
         c.node_labels.prefix = v.clone();
-        c.set_origin(Key::NodeLabelsPrefix, "env DXDP_NODE_LABEL_PREFIX");
+        c.set_origin(
+            Key::NodeLabelsPrefix,
+            &Origin::env("DXDP_NODE_LABEL_PREFIX"),
+        );
     }
     if let Some(v) = env.get("DXDP_LOG_LEVEL") {
         crate::logging::filter(v).map_err(|e| ConfigError::Env {
@@ -526,7 +539,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             reason: e.to_string(),
         })?;
         c.log_level = v.trim().to_string();
-        c.set_origin(Key::LogLevel, "env DXDP_LOG_LEVEL");
+        c.set_origin(Key::LogLevel, &Origin::env("DXDP_LOG_LEVEL"));
     }
     if let Some(v) = env.get("DXDP_LOG_FORMAT") {
         c.log_format = v.parse().map_err(|reason| ConfigError::Env {
@@ -534,7 +547,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
             value: v.clone(),
             reason,
         })?;
-        c.set_origin(Key::LogFormat, "env DXDP_LOG_FORMAT");
+        c.set_origin(Key::LogFormat, &Origin::env("DXDP_LOG_FORMAT"));
     }
     if let Some(v) = env.get("DXDP_METRICS_ADDRESS") {
         c.metrics_address =
@@ -543,7 +556,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
                 value: v.clone(),
                 reason,
             })?;
-        c.set_origin(Key::MetricsAddress, "env DXDP_METRICS_ADDRESS");
+        c.set_origin(Key::MetricsAddress, &Origin::env("DXDP_METRICS_ADDRESS"));
     }
     if let Some(v) = env.get("DXDP_PROBE_ADDRESS") {
         c.probe_address =
@@ -552,11 +565,11 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
                 value: v.clone(),
                 reason,
             })?;
-        c.set_origin(Key::ProbeAddress, "env DXDP_PROBE_ADDRESS");
+        c.set_origin(Key::ProbeAddress, &Origin::env("DXDP_PROBE_ADDRESS"));
     }
     if let Some(v) = env.get("DXDP_WEB_CONFIG_FILE") {
         c.web_config_file = (!v.trim().is_empty()).then(|| std::path::PathBuf::from(v.trim()));
-        c.set_origin(Key::WebConfigFile, "env DXDP_WEB_CONFIG_FILE");
+        c.set_origin(Key::WebConfigFile, &Origin::env("DXDP_WEB_CONFIG_FILE"));
     }
     if let Some(v) = env.get("DXDP_METRICS_AUTHORIZATION") {
         c.metrics_authorization =
@@ -565,11 +578,14 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
                 value: v.clone(),
                 reason,
             })?;
-        c.set_origin(Key::MetricsAuthorization, "env DXDP_METRICS_AUTHORIZATION");
+        c.set_origin(
+            Key::MetricsAuthorization,
+            &Origin::env("DXDP_METRICS_AUTHORIZATION"),
+        );
     }
     if let Some(v) = env.get("DXDP_TELEMETRY") {
         c.telemetry.enabled = parse_bool("DXDP_TELEMETRY", v)?;
-        c.set_origin(Key::TelemetryEnabled, "env DXDP_TELEMETRY");
+        c.set_origin(Key::TelemetryEnabled, &Origin::env("DXDP_TELEMETRY"));
     }
     if let Some(v) = env.get("DXDP_TELEMETRY_INTERVAL") {
         c.telemetry.interval =
@@ -578,23 +594,26 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
                 value: v.clone(),
                 reason,
             })?;
-        c.set_origin(Key::TelemetryInterval, "env DXDP_TELEMETRY_INTERVAL");
+        c.set_origin(
+            Key::TelemetryInterval,
+            &Origin::env("DXDP_TELEMETRY_INTERVAL"),
+        );
     }
     if let Some(v) = env.get("DXDP_POD_RESOURCES_ENDPOINT") {
         c.telemetry.pod_resources_endpoint = Some(v.clone()).filter(|v| !v.trim().is_empty());
         c.set_origin(
             Key::TelemetryPodResourcesEndpoint,
-            "env DXDP_POD_RESOURCES_ENDPOINT",
+            &Origin::env("DXDP_POD_RESOURCES_ENDPOINT"),
         );
     }
     if let Some(v) = env.get("DXDP_CRI_ENDPOINT") {
-        super::values::CriEndpoint::parse(v).map_err(|reason| ConfigError::Env {
-            name: "DXDP_CRI_ENDPOINT".into(),
-            value: v.clone(),
-            reason,
-        })?;
-        c.telemetry.cri_endpoint = Some(v.trim().to_string()).filter(|v| !v.is_empty());
-        c.set_origin(Key::TelemetryCriEndpoint, "env DXDP_CRI_ENDPOINT");
+        c.telemetry.cri_endpoint =
+            super::values::CriAddress::parse(v).map_err(|reason| ConfigError::Env {
+                name: "DXDP_CRI_ENDPOINT".into(),
+                value: v.clone(),
+                reason,
+            })?;
+        c.set_origin(Key::TelemetryCriEndpoint, &Origin::env("DXDP_CRI_ENDPOINT"));
     }
     if let Some(v) = env.get("DXDP_ISOLATION_POLICY") {
         c.isolation.policy =
@@ -603,19 +622,22 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
                 value: v.clone(),
                 reason,
             })?;
-        c.set_origin(Key::IsolationPolicy, "env DXDP_ISOLATION_POLICY");
+        c.set_origin(Key::IsolationPolicy, &Origin::env("DXDP_ISOLATION_POLICY"));
     }
     if let Some(v) = env.get("DXDP_ISOLATION_EVENTS") {
         c.isolation.events = parse_bool("DXDP_ISOLATION_EVENTS", v)?;
-        c.set_origin(Key::IsolationEvents, "env DXDP_ISOLATION_EVENTS");
+        c.set_origin(Key::IsolationEvents, &Origin::env("DXDP_ISOLATION_EVENTS"));
     }
     if let Some(v) = env.get("DXDP_HEALTH_EVENTS") {
         c.health_reports.events = parse_bool("DXDP_HEALTH_EVENTS", v)?;
-        c.set_origin(Key::HealthEvents, "env DXDP_HEALTH_EVENTS");
+        c.set_origin(Key::HealthEvents, &Origin::env("DXDP_HEALTH_EVENTS"));
     }
     if let Some(v) = env.get("DXDP_NODE_CONDITIONS") {
         c.health_reports.node_conditions = parse_bool("DXDP_NODE_CONDITIONS", v)?;
-        c.set_origin(Key::HealthNodeConditions, "env DXDP_NODE_CONDITIONS");
+        c.set_origin(
+            Key::HealthNodeConditions,
+            &Origin::env("DXDP_NODE_CONDITIONS"),
+        );
     }
     apply_validation_env(c, env, parse_bool)?;
     Ok(())
@@ -642,13 +664,19 @@ pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
     if let Some(list) = &f.resources {
         for r in Resource::ALL {
             c.resource(r).enabled = list.contains(&r);
-            c.set_origin(Key::Resource(r, ResourceKey::Enabled), "flag --resources");
+            c.set_origin(
+                Key::Resource(r, ResourceKey::Enabled),
+                &Origin::Flag("--resources"),
+            );
         }
     }
     if let Some(n) = f.replicas {
         for r in Resource::ALL {
             c.resource(r).replicas = n;
-            c.set_origin(Key::Resource(r, ResourceKey::Replicas), "flag --replicas");
+            c.set_origin(
+                Key::Resource(r, ResourceKey::Replicas),
+                &Origin::Flag("--replicas"),
+            );
         }
     }
     if f.include_integrated {
@@ -657,7 +685,7 @@ pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
             None,
             Switch::Integrated,
             true,
-            "flag --include-integrated",
+            &Origin::Flag("--include-integrated"),
         );
     }
     if f.include_detachable {
@@ -666,41 +694,44 @@ pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
             None,
             Switch::Detachable,
             true,
-            "flag --include-detachable",
+            &Origin::Flag("--include-detachable"),
         );
     }
     if let Some(a) = f.assignment {
         c.assignment = a;
-        c.set_origin(Key::Assignment, "flag --assignment");
+        c.set_origin(Key::Assignment, &Origin::Flag("--assignment"));
     }
     if let Some(v) = &f.log_level {
         c.log_level = v.clone();
-        c.set_origin(Key::LogLevel, "flag --log-level");
+        c.set_origin(Key::LogLevel, &Origin::Flag("--log-level"));
     }
     if let Some(v) = f.log_format {
         c.log_format = v;
-        c.set_origin(Key::LogFormat, "flag --log-format");
+        c.set_origin(Key::LogFormat, &Origin::Flag("--log-format"));
     }
     if let Some(v) = f.metrics_address {
         c.metrics_address = v;
-        c.set_origin(Key::MetricsAddress, "flag --metrics-address");
+        c.set_origin(Key::MetricsAddress, &Origin::Flag("--metrics-address"));
     }
     if let Some(v) = f.probe_address {
         c.probe_address = v;
-        c.set_origin(Key::ProbeAddress, "flag --probe-address");
+        c.set_origin(Key::ProbeAddress, &Origin::Flag("--probe-address"));
     }
     if let Some(v) = &f.web_config_file {
         c.web_config_file = v.clone();
-        c.set_origin(Key::WebConfigFile, "flag --web-config-file");
+        c.set_origin(Key::WebConfigFile, &Origin::Flag("--web-config-file"));
     }
     if let Some(v) = f.metrics_authorization {
         c.metrics_authorization = v;
-        c.set_origin(Key::MetricsAuthorization, "flag --metrics-authorization");
+        c.set_origin(
+            Key::MetricsAuthorization,
+            &Origin::Flag("--metrics-authorization"),
+        );
     }
 }
 
 /// Applies `validation` of a file.
-fn apply_validation_file(c: &mut Config, f: &super::validation::ValidationFile, origin: &str) {
+fn apply_validation_file(c: &mut Config, f: &super::validation::ValidationFile, origin: &Origin) {
     if let Some(v) = f.enabled {
         c.validation.enabled = v;
         c.set_origin(Key::ValidationEnabled, origin);
@@ -737,29 +768,38 @@ fn apply_validation_env(
     };
     if let Some(v) = env.get("DXDP_VALIDATION") {
         c.validation.enabled = parse_bool("DXDP_VALIDATION", v)?;
-        c.set_origin(Key::ValidationEnabled, "env DXDP_VALIDATION");
+        c.set_origin(Key::ValidationEnabled, &Origin::env("DXDP_VALIDATION"));
     }
     if let Some(v) = env.get("DXDP_VALIDATION_INTERVAL") {
         c.validation.interval = super::validation::IntervalText::parse(v)
             .map_err(|r| err("DXDP_VALIDATION_INTERVAL", v, r))?
             .0;
-        c.set_origin(Key::ValidationInterval, "env DXDP_VALIDATION_INTERVAL");
+        c.set_origin(
+            Key::ValidationInterval,
+            &Origin::env("DXDP_VALIDATION_INTERVAL"),
+        );
     }
     if let Some(v) = env.get("DXDP_VALIDATION_TIMEOUT") {
         c.validation.timeout = super::validation::TimeoutText::parse(v)
             .map_err(|r| err("DXDP_VALIDATION_TIMEOUT", v, r))?
             .0;
-        c.set_origin(Key::ValidationTimeout, "env DXDP_VALIDATION_TIMEOUT");
+        c.set_origin(
+            Key::ValidationTimeout,
+            &Origin::env("DXDP_VALIDATION_TIMEOUT"),
+        );
     }
     if let Some(v) = env.get("DXDP_VALIDATION_IMAGE") {
         c.validation.image =
             super::validation::check_image(v).map_err(|r| err("DXDP_VALIDATION_IMAGE", v, r))?;
-        c.set_origin(Key::ValidationImage, "env DXDP_VALIDATION_IMAGE");
+        c.set_origin(Key::ValidationImage, &Origin::env("DXDP_VALIDATION_IMAGE"));
     }
     if let Some(v) = env.get("DXDP_VALIDATION_HOST_DIR") {
         c.validation.host_dir = super::validation::check_host_dir(v)
             .map_err(|r| err("DXDP_VALIDATION_HOST_DIR", v, r))?;
-        c.set_origin(Key::ValidationHostDir, "env DXDP_VALIDATION_HOST_DIR");
+        c.set_origin(
+            Key::ValidationHostDir,
+            &Origin::env("DXDP_VALIDATION_HOST_DIR"),
+        );
     }
     Ok(())
 }

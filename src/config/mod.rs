@@ -13,6 +13,7 @@ pub mod file;
 pub mod health;
 pub mod keys;
 mod layers;
+pub mod origin;
 pub mod parse;
 pub mod schema;
 mod show;
@@ -22,6 +23,7 @@ pub mod values;
 use keys::{Key, ResourceKey};
 use layers::{apply_env, apply_file, apply_flags, apply_reference};
 pub use layers::{parse_resources, process_env, reference_mapping};
+use origin::{FilePart, Origin};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -87,7 +89,7 @@ pub struct Config {
     /// `validation`: the in-cluster validation Jobs.
     pub validation: validation::Validation,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
-    pub origins: BTreeMap<Key, String>,
+    pub origins: BTreeMap<Key, Origin>,
     /// What an operator must be told about how the configuration was built (a reference-plugin
     /// default file read, `*_MULTITENANCY=0` taken as 1, a dxdp variable overriding a reference
     /// variable): logged at start and shown by `config show`.
@@ -106,9 +108,9 @@ pub struct Telemetry {
     pub interval: std::time::Duration,
     /// Where the kubelet serves PodResources; `None`: the kubelet's default for this OS.
     pub pod_resources_endpoint: Option<String>,
-    /// Where the container runtime serves its CRI API, as written (validated by
-    /// [`values::CriEndpoint::parse`]); `None`: containerd's default for this OS.
-    pub cri_endpoint: Option<String>,
+    /// Where the container runtime serves its CRI API, parsed when the configuration was read;
+    /// `None`: containerd's default for this OS.
+    pub cri_endpoint: Option<values::CriAddress>,
     /// `telemetry.podLabels`: the pod label keys copied into `dxdp_pod_info`.
     pub pod_labels: PodLabels,
     /// `telemetry.podUid`: the pod's UID in `dxdp_pod_info`.
@@ -302,9 +304,9 @@ impl Default for Config {
             notices: Vec::new(),
         };
         for key in Key::all() {
-            c.origins.insert(key, "default".into());
+            c.origins.insert(key, Origin::Default);
         }
-        c.set_origin(Key::Configuration, NO_SELECTION);
+        c.set_origin(Key::Configuration, &Origin::Selection(NO_SELECTION.into()));
         c
     }
 }
@@ -351,8 +353,8 @@ impl Config {
         self.resources.get(&r).map(|s| s.replicas).unwrap_or(1)
     }
 
-    fn set_origin(&mut self, key: Key, origin: &str) {
-        self.origins.insert(key, origin.to_string());
+    fn set_origin(&mut self, key: Key, origin: &Origin) {
+        self.origins.insert(key, origin.clone());
     }
 }
 
@@ -534,15 +536,22 @@ impl Inputs {
         let mut c = Config::default();
         for (name, r, path, explicit) in reference_files(&self.env) {
             let origin = if explicit {
-                format!("file {} ({name})", path.display())
+                Origin::File {
+                    path: path.clone(),
+                    part: FilePart::Reference {
+                        variable: name.clone(),
+                    },
+                }
             } else {
                 if !path.exists() {
                     continue;
                 }
-                let origin = format!(
-                    "file {} (the reference plugin's default file, as {name})",
-                    path.display()
-                );
+                let origin = Origin::File {
+                    path: path.clone(),
+                    part: FilePart::ReferenceDefault {
+                        variable: name.clone(),
+                    },
+                };
                 c.notices.push(format!(
                     "read the reference plugin's {} as the {} plugin's file: it sets {}; set {name} to read another file, or delete it",
                     path.display(),
@@ -574,7 +583,7 @@ impl Inputs {
                         }
                         e
                     })?;
-                    apply_file(&mut c, &f, &format!("file {}", path.display()));
+                    apply_file(&mut c, &f, &Origin::file(path));
                     named = Some((path, f.configurations.unwrap_or_default()));
                 }
                 Ok(FileRead::Missing(e)) if *required => return Err(e),
@@ -592,11 +601,17 @@ impl Inputs {
         );
         if let (Some(name), Some((path, configurations))) = (&c.selection.name, &named) {
             if let Some(f) = configurations.get(&values::ConfigName(name.clone())) {
-                let origin = format!("file {} (configuration {name})", path.display());
+                let origin = Origin::File {
+                    path: path.to_path_buf(),
+                    part: FilePart::Configuration(name.clone()),
+                };
                 apply_file(&mut c, &ConfigFile::from(f), &origin);
             }
         }
-        c.set_origin(Key::Configuration, &c.selection.reason.clone());
+        c.set_origin(
+            Key::Configuration,
+            &Origin::Selection(c.selection.reason.clone()),
+        );
         apply_env(&mut c, &self.env)?;
         apply_flags(&mut c, &self.flags);
         Ok(c)

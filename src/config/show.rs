@@ -4,6 +4,7 @@
 use dxdp_core::devices::TargetDir;
 use dxdp_core::pipeline::filter::DeviceSelector;
 
+use super::origin::Origin;
 use super::{Config, Key, ResourceKey};
 
 impl Config {
@@ -24,27 +25,35 @@ impl Config {
     /// The effective values with their origins as JSON: `{key: {"value", "origin"}}`, values
     /// typed (booleans, numbers, lists, objects).
     pub fn show_json(&self) -> serde_json::Map<String, serde_json::Value> {
-        Key::all()
+        self.entries()
             .into_iter()
-            .map(|key| {
-                let entry =
-                    serde_json::json!({"value": self.value(key), "origin": self.origin_of(key)});
+            .map(|(key, value, origin)| {
+                let entry = serde_json::json!({"value": value, "origin": origin});
                 (key.to_string(), entry)
             })
             .collect()
     }
 
-    /// Where the value of the key named `key` came from (`default` for a name that is no key).
-    pub fn origin(&self, key: &str) -> &str {
-        Key::parse(key).map_or("default", |k| self.origin_of(k))
+    /// Every key in [`Key::all`] order with its typed value and its origin.
+    pub fn entries(&self) -> Vec<(Key, serde_json::Value, &Origin)> {
+        Key::all()
+            .into_iter()
+            .map(|key| (key, self.value(key), self.origin_of(key)))
+            .collect()
+    }
+
+    /// Where the value of the key named `key` came from, as `config show` prints it (`default`
+    /// for a name that is no key).
+    pub fn origin(&self, key: &str) -> String {
+        Key::parse(key).map_or_else(
+            || Origin::Default.to_string(),
+            |k| self.origin_of(k).to_string(),
+        )
     }
 
     /// Where a key's value came from.
-    pub fn origin_of(&self, key: Key) -> &str {
-        self.origins
-            .get(&key)
-            .map(String::as_str)
-            .unwrap_or("default")
+    pub fn origin_of(&self, key: Key) -> &Origin {
+        self.origins.get(&key).unwrap_or(&Origin::Default)
     }
 
     /// A key's value as `config show` prints it for people.
@@ -127,7 +136,7 @@ impl Config {
                 None => Value::Null,
             },
             Key::TelemetryCriEndpoint => match &self.telemetry.cri_endpoint {
-                Some(e) => json!(e),
+                Some(e) => json!(e.written),
                 None => Value::Null,
             },
             Key::TelemetryPodLabels => json!(self.telemetry.pod_labels.patterns()),

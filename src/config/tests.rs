@@ -145,6 +145,11 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
             assert_eq!(c.origin(&name), "default: no configuration selected");
         } else if !name.starts_with("resources.compute.") || name == "resources.compute.enabled" {
             assert_eq!(c.origin(&name), origin, "{key}");
+            assert_eq!(
+                c.origin_of(key),
+                &crate::config::origin::Origin::file(&path),
+                "{key}"
+            );
         }
     }
     assert_eq!(c.origin("resources.compute.replicas"), "default");
@@ -619,9 +624,9 @@ fn the_node_label_selects_a_named_configuration() {
         let replicas_origin = c.origin("resources.display.replicas");
         match (c.selection.name.as_deref(), env.is_empty()) {
             (Some("big"), true) => {
-                assert_eq!(replicas_origin, &format!("{file} (configuration big)"))
+                assert_eq!(&replicas_origin, &format!("{file} (configuration big)"))
             }
-            (_, true) => assert_eq!(replicas_origin, &file),
+            (_, true) => assert_eq!(&replicas_origin, &file),
             _ => {}
         }
         let shown = c.show();
@@ -1016,8 +1021,11 @@ fn cri_endpoints_are_local_sockets_or_pipes() {
     .resolve()
     .unwrap();
     assert_eq!(
-        c.telemetry.cri_endpoint.as_deref(),
-        Some("unix:///run/k3s/containerd/containerd.sock")
+        c.telemetry.cri_endpoint,
+        Some(crate::config::values::CriAddress {
+            written: "unix:///run/k3s/containerd/containerd.sock".into(),
+            address: "/run/k3s/containerd/containerd.sock".into(),
+        })
     );
     assert_eq!(c.origin("telemetry.criEndpoint"), "env DXDP_CRI_ENDPOINT");
     assert!(Config::default()

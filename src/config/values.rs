@@ -211,6 +211,11 @@ impl TryFrom<String> for CriEndpoint {
 }
 
 impl CriEndpoint {
+    /// The endpoint it names, parsed once (`None`: empty, containerd's default).
+    pub fn address(&self) -> Result<Option<CriAddress>, String> {
+        CriAddress::parse(&self.0)
+    }
+
     /// The local address of a CRI endpoint as the kubelet's `--container-runtime-endpoint`
     /// writes it, in the form dxdp's clients take: `unix:///run/x.sock` → `/run/x.sock`,
     /// `npipe:////./pipe/NAME` (or `npipe://./pipe/NAME`) → `\\.\pipe\NAME`; a `\\.\pipe\NAME`
@@ -259,6 +264,26 @@ impl CriEndpoint {
             ));
         }
         Ok(Some(t.to_string()))
+    }
+}
+
+/// A CRI endpoint read from the configuration: as written (what `config show` prints) and the
+/// local address dxdp's clients connect to, parsed once when the configuration is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriAddress {
+    /// As written, trimmed (`npipe:////./pipe/containerd-containerd`).
+    pub written: String,
+    /// The socket path or pipe name (`\\.\pipe\containerd-containerd`).
+    pub address: String,
+}
+
+impl CriAddress {
+    /// `text` checked by [`CriEndpoint::parse`]; `None` when empty (containerd's default).
+    pub fn parse(text: &str) -> Result<Option<CriAddress>, String> {
+        Ok(CriEndpoint::parse(text)?.map(|address| CriAddress {
+            written: text.trim().to_string(),
+            address,
+        }))
     }
 }
 

@@ -26,6 +26,7 @@ use dxdp_core::telemetry::{
 use super::isolation::Tracker;
 use crate::backend::counters::{ContainerSource, CounterSource};
 use crate::backend::HostFactsSource;
+use crate::config::values::CriAddress;
 use crate::config::Config;
 use crate::inventory::Inventory;
 use crate::kubelet::cri;
@@ -450,16 +451,12 @@ fn outage(failures: u32, error: &str, what: &str, delay: Duration) {
     }
 }
 
-/// The CRI endpoint for `telemetry.criEndpoint` (`configured`, validated when the configuration
+/// The CRI endpoint for `telemetry.criEndpoint` (`configured`, parsed when the configuration
 /// was read), or containerd's on this OS.
-pub fn cri_endpoint(configured: Option<&str>) -> Endpoint {
-    match configured.map(crate::config::values::CriEndpoint::parse) {
-        Some(Ok(Some(address))) => Endpoint::parse(&address),
-        Some(Err(e)) => {
-            tracing::warn!("{e}; using containerd's default CRI endpoint");
-            cri::default_endpoint()
-        }
-        Some(Ok(None)) | None => cri::default_endpoint(),
+pub fn cri_endpoint(configured: Option<&CriAddress>) -> Endpoint {
+    match configured {
+        Some(a) => Endpoint::parse(&a.address),
+        None => cri::default_endpoint(),
     }
 }
 
@@ -623,16 +620,17 @@ mod tests {
 
     #[test]
     fn cri_endpoints_are_the_configured_one_or_containerds() {
+        let configured = |text: &str| cri_endpoint(CriAddress::parse(text).unwrap().as_ref());
         assert_eq!(
-            cri_endpoint(Some("npipe:////./pipe/containerd-containerd")),
+            configured("npipe:////./pipe/containerd-containerd"),
             Endpoint::Pipe(r"\\.\pipe\containerd-containerd".into())
         );
         assert_eq!(
-            cri_endpoint(Some("unix:///run/k3s/containerd/containerd.sock")),
+            configured("unix:///run/k3s/containerd/containerd.sock"),
             Endpoint::Socket("/run/k3s/containerd/containerd.sock".into())
         );
         assert_eq!(cri_endpoint(None), cri::default_endpoint());
-        assert_eq!(cri_endpoint(Some("")), cri::default_endpoint());
+        assert_eq!(configured(""), cri::default_endpoint());
     }
 
     #[test]
@@ -642,7 +640,7 @@ mod tests {
         let kubelet = std::path::Path::new("/nonexistent/device-plugins");
         let built = |cri: Option<&str>| {
             let mut config = Config::default();
-            config.telemetry.cri_endpoint = cri.map(str::to_string);
+            config.telemetry.cri_endpoint = cri.and_then(|c| CriAddress::parse(c).unwrap());
             let (_, config) = watch::channel(Arc::new(config));
             let (_, inventory) = watch::channel(None);
             build(

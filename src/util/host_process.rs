@@ -1,29 +1,21 @@
-//! Configuration files inside a HostProcess container.
+//! HostProcess containers on containerd 1.6: where the pod's volumes really are.
 //!
-//! A HostProcess container sees the host's file system. Its volumes (e.g. the Helm chart's
-//! ConfigMap) appear at their `mountPath` on containerd 1.7 and later, but under the container's
-//! sandbox mount point (`%CONTAINER_SANDBOX_MOUNT_POINT%\<mountPath without the drive>`) on
-//! containerd 1.6. So a configuration path that does not exist as given is looked up under
-//! `CONTAINER_SANDBOX_MOUNT_POINT` too, and the first that exists is used. Outside a
-//! HostProcess container the variable is unset and paths are used as given.
+//! A HostProcess container sees the host's file system. Its volumes (the chart's ConfigMap, the
+//! service account token) appear at their `mountPath` on containerd 1.7 and later, but under the
+//! container's sandbox mount point (`%CONTAINER_SANDBOX_MOUNT_POINT%\<mountPath without the
+//! drive>`) on containerd 1.6. The one owner of that variable and of the path mapping: the CLI
+//! looks configuration files up with [`resolve`], the cluster client the service account with
+//! [`under_sandbox`]. Outside a HostProcess container the variable is unset and paths are used
+//! as given.
 
 use std::path::{Path, PathBuf};
-
-use dxdp::config::Env;
 
 /// The variable containerd sets in HostProcess containers: where the image's files are.
 pub const SANDBOX_VAR: &str = "CONTAINER_SANDBOX_MOUNT_POINT";
 
-/// The environment variables that name configuration files.
-const FILE_VARS: [&str; 3] = [
-    "DXDP_CONFIG",
-    "WDDM_DEVICE_PLUGIN_CONFIG_FILE",
-    "MCDM_DEVICE_PLUGIN_CONFIG_FILE",
-];
-
 /// `path` under the sandbox mount point: the drive (`C:`) and leading separators are dropped
 /// and the rest is joined to `sandbox` with the sandbox's separator. `None` for an empty rest.
-fn under_sandbox(sandbox: &str, path: &str) -> Option<String> {
+pub fn under_sandbox(sandbox: &str, path: &str) -> Option<String> {
     let rest = match path.as_bytes() {
         [d, b':', ..] if d.is_ascii_alphabetic() => &path[2..],
         _ => path,
@@ -53,32 +45,6 @@ pub fn resolve(path: &Path, sandbox: Option<&str>, exists: impl Fn(&Path) -> boo
     match under_sandbox(sandbox, &path.to_string_lossy()) {
         Some(candidate) if exists(Path::new(&candidate)) => PathBuf::from(candidate),
         _ => path.to_path_buf(),
-    }
-}
-
-/// Resolves the configuration file choice and the file-naming variables in `env` against the
-/// sandbox mount point. `default` is the default configuration path, used (not required) when
-/// no file was chosen and it exists under the sandbox.
-pub fn resolve_inputs(
-    file: Option<(PathBuf, bool)>,
-    env: &mut Env,
-    default: &Path,
-    sandbox: Option<&str>,
-    exists: impl Fn(&Path) -> bool,
-) -> Option<(PathBuf, bool)> {
-    for var in FILE_VARS {
-        if let Some(value) = env.get_mut(var).filter(|v| !v.is_empty()) {
-            *value = resolve(Path::new(value.as_str()), sandbox, &exists)
-                .to_string_lossy()
-                .into_owned();
-        }
-    }
-    match file {
-        Some((path, required)) => Some((resolve(&path, sandbox, &exists), required)),
-        None => {
-            let found = resolve(default, sandbox, &exists);
-            (found != default && exists(&found)).then_some((found, false))
-        }
     }
 }
 
@@ -156,56 +122,5 @@ mod tests {
         let only_sandbox = fs(&[r"C:\C\0f3a\etc\dxdp\config.yaml"]);
         assert_eq!(resolve(path, None, &only_sandbox), path);
         assert_eq!(resolve(path, Some(""), &only_sandbox), path);
-    }
-
-    #[test]
-    fn resolves_the_file_and_the_reference_variables() {
-        let exists = fs(&[
-            r"C:\C\0f3a\etc\dxdp\config.yaml",
-            r"C:\C\0f3a\ref\wddm.yaml",
-        ]);
-        let mut env = Env::new();
-        env.insert("DXDP_CONFIG".into(), r"C:\etc\dxdp\config.yaml".into());
-        env.insert(
-            "WDDM_DEVICE_PLUGIN_CONFIG_FILE".into(),
-            r"C:\ref\wddm.yaml".into(),
-        );
-        env.insert("MCDM_DEVICE_PLUGIN_CONFIG_FILE".into(), String::new());
-        env.insert("DXDP_REPLICAS".into(), r"C:\ref\wddm.yaml".into());
-        let file = Some((PathBuf::from(r"C:\etc\dxdp\config.yaml"), true));
-        let got = resolve_inputs(file, &mut env, Path::new(r"C:\d"), Some(SANDBOX), &exists);
-        assert_eq!(
-            got,
-            Some((PathBuf::from(r"C:\C\0f3a\etc\dxdp\config.yaml"), true))
-        );
-        assert_eq!(env["DXDP_CONFIG"], r"C:\C\0f3a\etc\dxdp\config.yaml");
-        assert_eq!(
-            env["WDDM_DEVICE_PLUGIN_CONFIG_FILE"],
-            r"C:\C\0f3a\ref\wddm.yaml"
-        );
-        assert_eq!(env["MCDM_DEVICE_PLUGIN_CONFIG_FILE"], "");
-        assert_eq!(
-            env["DXDP_REPLICAS"], r"C:\ref\wddm.yaml",
-            "not a file variable"
-        );
-    }
-
-    #[test]
-    fn the_default_file_under_the_sandbox_is_optional() {
-        let default = Path::new(r"C:\etc\directx-device-plugins\config.yaml");
-        let mut env = Env::new();
-        let exists = fs(&[r"C:\C\0f3a\etc\directx-device-plugins\config.yaml"]);
-        assert_eq!(
-            resolve_inputs(None, &mut env, default, Some(SANDBOX), &exists),
-            Some((
-                PathBuf::from(r"C:\C\0f3a\etc\directx-device-plugins\config.yaml"),
-                false
-            ))
-        );
-        assert_eq!(
-            resolve_inputs(None, &mut env, default, Some(SANDBOX), fs(&[])),
-            None
-        );
-        assert_eq!(resolve_inputs(None, &mut env, default, None, &exists), None);
     }
 }
