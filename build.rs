@@ -3,10 +3,13 @@
 //! that dxdp uses (`proto/cri_runtime_v1.proto`) with protox, a pure-Rust protobuf compiler, so
 //! no system `protoc` is needed, and records the git commit and target for `dxdp --version`.
 //!
-//! The plugin's own `DevicePlugin` server is generated from the same compiled descriptor
-//! ([`device_plugin_answering`]): every route, message and streaming kind the proto declares,
-//! except that Allocate answers with `AllocateAnswer`, which is `AllocateResponse` on the wire
-//! with every container's answer already encoded (see `src/kubelet/answering.rs`).
+//! `v1beta1.DevicePlugin` has one server and one client, both generated from the same compiled
+//! descriptor ([`device_plugin`]): every route, message and streaming kind the proto declares.
+//! The server (the plugin's, `src/plugin/answer.rs`) answers Allocate with `AllocateAnswer`,
+//! which is `AllocateResponse` on the wire with every container's answer already encoded; the
+//! client (the kubelet's side, used by the stand-in and the tests) decodes `AllocateResponse`.
+//! tonic's own generation gets the descriptor without that service, so that there is one
+//! `DevicePlugin` server trait, not two.
 
 use std::process::Command;
 
@@ -48,25 +51,46 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }
-    let fds = protox::compile(protos, ["proto"])?;
-    let answering = device_plugin_answering(&fds)?;
+    let mut fds = protox::compile(protos, ["proto"])?;
+    let server = device_plugin(&fds, Side::Plugin)?;
+    let client = device_plugin(&fds, Side::Kubelet)?;
+    for file in fds.file.iter_mut().filter(|f| f.package() == "v1beta1") {
+        file.service.retain(|s| s.name() != "DevicePlugin");
+    }
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;
-    tonic_build::manual::Builder::new()
-        .build_client(false)
-        .build_server(true)
-        .compile(&[answering]);
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    // Both are written as `v1beta1.DevicePlugin.rs`: one directory each.
+    for (service, dir, server) in [(server, "plugin", true), (client, "kubelet", false)] {
+        let dir = out.join(dir);
+        std::fs::create_dir_all(&dir)?;
+        tonic_build::manual::Builder::new()
+            .build_client(!server)
+            .build_server(server)
+            .out_dir(dir)
+            .compile(&[service]);
+    }
     Ok(())
 }
 
+/// Which side of `v1beta1.DevicePlugin` is generated.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// The server, answering Allocate with the pre-encoded `AllocateAnswer`.
+    Plugin,
+    /// The client, decoding Allocate's answer as `AllocateResponse`.
+    Kubelet,
+}
+
 /// `v1beta1.DevicePlugin` generated from the compiled proto's descriptor (same package,
-/// service, routes, request types and streaming, for every method the proto declares), with
-/// Allocate's answer pre-encoded. A method added to the proto is in the server, so the build
-/// fails until the plugin implements it; nothing is listed by hand.
-fn device_plugin_answering(
+/// service, routes, request types and streaming, for every method the proto declares). A
+/// method added to the proto is in the server, so the build fails until the plugin implements
+/// it; nothing is listed by hand.
+fn device_plugin(
     fds: &prost_types::FileDescriptorSet,
+    side: Side,
 ) -> Result<tonic_build::manual::Service, Box<dyn std::error::Error>> {
     use tonic_build::manual::{Method, Service};
     const API: &str = "crate::kubelet::v1beta1";
@@ -88,7 +112,7 @@ fn device_plugin_answering(
     };
     let mut builder = Service::builder().name("DevicePlugin").package("v1beta1");
     for m in &service.method {
-        let output = if m.name() == "Allocate" {
+        let output = if m.name() == "Allocate" && side == Side::Plugin {
             "crate::plugin::answer::AllocateAnswer".to_string()
         } else {
             rust_type(m.output_type())?

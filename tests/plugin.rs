@@ -29,6 +29,8 @@ use common::NO_SAFETY_POLL;
 use silent::Silent;
 
 mod common;
+#[path = "support/fake_plugin.rs"]
+mod fake_plugin;
 #[path = "support/silent.rs"]
 mod silent;
 
@@ -1306,4 +1308,106 @@ async fn allocate_gives_hints_and_follows_the_pack_and_multi_device_options() {
     assert!(c.annotations["directx.microsoft.com/compute.multi-device"].contains("merged"));
     assert!(!c.envs.contains_key("CUDA_VISIBLE_DEVICES"));
     h.shutdown().await;
+}
+
+/// The kubelet stand-in itself (which `dxdp demo` and every daemon test rely on) against a fake
+/// plugin: the stand-in's own behaviour, as the kubelet's.
+mod standin_behaviour {
+    use super::*;
+    use dxdp::kubelet::standin::StreamEnd;
+    use dxdp::kubelet::v1beta1::registration_client::RegistrationClient;
+    use dxdp::kubelet::v1beta1::{Device, RegisterRequest};
+    use dxdp::kubelet::API_VERSION;
+
+    const GPU: &str = "example.com/gpu";
+
+    fn device(id: &str, health: &str) -> Device {
+        Device {
+            id: id.to_string(),
+            health: health.to_string(),
+            topology: None,
+        }
+    }
+
+    async fn register(kubelet: &KubeletStandin, endpoint: &str) {
+        let channel = common::transport()
+            .channel(&kubelet.socket_path())
+            .await
+            .expect("connect to the stand-in");
+        RegistrationClient::new(channel)
+            .register(RegisterRequest {
+                version: API_VERSION.to_string(),
+                endpoint: endpoint.to_string(),
+                resource_name: GPU.to_string(),
+                options: None,
+            })
+            .await
+            .expect("the stand-in takes the registration");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replaced_registrations_stream_end_holds_the_devices_unhealthy_until_the_next_list() {
+        let dir = common::socket_tempdir();
+        let kubelet = KubeletStandin::start(common::transport(), dir.path())
+            .await
+            .unwrap();
+        let list = vec![device("gpu-0", "Healthy"), device("gpu-1", "Unhealthy")];
+        let (mut old, old_lists, _) =
+            fake_plugin::fake(common::transport(), dir.path(), "old.sock");
+        old_lists.send_replace(Some(list.clone()));
+        register(&kubelet, "old.sock").await;
+        assert!(kubelet.wait_for(WAIT, |v| v.allocatable(GPU) == 1).await);
+        // A newer registration of the resource, which sent its first list.
+        let (mut new, new_lists, mut new_open) =
+            fake_plugin::fake(common::transport(), dir.path(), "new.sock");
+        new_lists.send_replace(Some(list.clone()));
+        register(&kubelet, "new.sock").await;
+        assert!(
+            kubelet
+                .wait_for(WAIT, |v| v.plugins[GPU].endpoint == "new.sock"
+                    && v.plugins[GPU].updates == 1)
+                .await
+        );
+        assert_eq!(kubelet.view().allocatable(GPU), 1);
+        // Then the old registration's stream ends: every device is held unhealthy.
+        old_lists.send_replace(None);
+        assert!(kubelet.wait_for(WAIT, |v| v.stream_ends.len() == 1).await);
+        let view = kubelet.view();
+        assert_eq!(
+            view.stream_ends,
+            [StreamEnd {
+                resource_name: GPU.to_string(),
+                endpoint: "old.sock".to_string(),
+                registration: 0,
+                replaced: true,
+                registrations: 2,
+            }]
+        );
+        let plugin = &view.plugins[GPU];
+        assert!(plugin.held_unhealthy && plugin.connected);
+        assert_eq!(plugin.devices.as_deref(), Some(&list[..]));
+        assert_eq!(view.allocatable(GPU), 0);
+        // The next list (the same devices) makes them healthy again.
+        new_lists.send_replace(Some(list.clone()));
+        assert!(
+            kubelet
+                .wait_for(WAIT, |v| v.plugins[GPU].updates == 2)
+                .await
+        );
+        let view = kubelet.view();
+        assert!(!view.plugins[GPU].held_unhealthy);
+        assert_eq!(view.allocatable(GPU), 1);
+        // The stand-in stopping closes its connections to the plugin, as the kubelet's process
+        // ending would: the plugin's stream is dropped without the plugin ending it.
+        assert_eq!(*new_open.borrow(), 1);
+        kubelet.stop().await;
+        assert!(
+            tokio::time::timeout(WAIT, new_open.wait_for(|n| *n == 0))
+                .await
+                .is_ok(),
+            "the stopped stand-in still holds the plugin's stream"
+        );
+        old.stop(Some(WAIT)).await;
+        new.stop(Some(WAIT)).await;
+    }
 }

@@ -38,7 +38,7 @@ pub fn encode_container(response: &ContainerAllocateResponse) -> Bytes {
 /// The generated server of `v1beta1.DevicePlugin` answering with [`AllocateAnswer`].
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod server {
-    include!(concat!(env!("OUT_DIR"), "/v1beta1.DevicePlugin.rs"));
+    include!(concat!(env!("OUT_DIR"), "/plugin/v1beta1.DevicePlugin.rs"));
 }
 
 #[cfg(test)]
