@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::cleanup::CONDITION_TYPES;
-use super::isolation::{say_once, sleep_until};
+use super::{say_once, sleep_until};
 use super::{Cluster, FIELD_MANAGER};
 use crate::config::Config;
 use crate::inventory::Inventory;

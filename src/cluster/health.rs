@@ -6,7 +6,7 @@
 //! Unhealthy, and again every [`RELIST`] while one stays Unhealthy. One Event per start of
 //! (pod container, device, reason): a device that stays Unhealthy gets no second Event, a new
 //! reason does. Deduplicated and rate-limited exactly like the isolation Events (the same
-//! [`EventGate`] and [`super::isolation::EVENT_LIMITS`]): no second Event for the same key within the window, a
+//! [`EventGate`] and [`super::events::EVENT_LIMITS`]): no second Event for the same key within the window, a
 //! burst then one a minute, a held-back Event sent later if the device is still Unhealthy and
 //! held. `health.events: false` sends none (counted `disabled`); every outcome is counted in
 //! `dxdp_health_events_total{result}`. API and PodResources failures are logged once per
@@ -22,8 +22,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::isolation::{say_once, sleep_until, EventError, EventGate, EventLimits};
+use super::events::{EventError, EventGate, EventLimits};
 use super::Cluster;
+use super::{say_once, sleep_until};
 use crate::config::Config;
 use crate::inventory::Inventory;
 use crate::kubelet::endpoint::Endpoint;
