@@ -24,7 +24,7 @@ use apiserver::ApiServerStandin;
 use dxdp::cluster::capacity::{CapacityGate, NO_CLIENT};
 use dxdp::cluster::conditions::NodeConditions;
 use dxdp::cluster::events::{EventLimits, EVENT_LIMITS};
-use dxdp::cluster::health::HealthEvents;
+use dxdp::cluster::health_events::HealthEvents;
 use dxdp::cluster::Cluster;
 use dxdp::config::Config;
 use dxdp::inventory::{self, Inventory};

@@ -94,7 +94,7 @@ pub fn healthy(inventory: &Inventory) -> Wanted {
             message: "health.enabled is false: dxdp does not check device health".into(),
         };
     }
-    let sick = super::health::unhealthy_served(inventory);
+    let sick = super::health_events::unhealthy_served(inventory);
     let served: std::collections::BTreeSet<_> = inventory
         .config
         .endpoints()

@@ -1,7 +1,8 @@
 //! The Kubernetes Events dxdp creates (isolation violations, unhealthy GPUs, failed validation):
 //! one builder, so that every Event is named, sourced and bounded the same way ([`warning`]),
-//! one limiter ([`EventGate`]: deduplication and a rate limit) and one way to create an Event
-//! and tell a refusal to drop from a failure to retry ([`Cluster::post_event`]).
+//! one limiter ([`EventGate`]: deduplication and a rate limit), one way to create an Event and
+//! tell a refusal to drop from a failure to retry ([`Cluster::post_event`]), and one sender of a
+//! feature's Events that ties them together and counts every outcome ([`EventSender`]).
 //!
 //! dxdp only creates Events (it never reads or updates one): each is a new object named as
 //! client-go names them (`<object>.<time in hex>`, within the 253 characters of a name), a
@@ -10,7 +11,8 @@
 //! than in the Event's `count`. An Event the API server refuses (4xx other than 409 and 429) is
 //! dropped rather than retried, so that it holds back no other.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::Hash;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -18,8 +20,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 
-use super::Cluster;
+use super::{say_once, Cluster};
+use crate::observe::isolation_metrics::EventResult;
 use crate::util::errors::chain;
+use crate::util::retry::{random, Backoff};
 
 /// The longest message dxdp writes into an Event or a node condition, in bytes (cut at a
 /// character boundary).
@@ -258,6 +262,187 @@ impl Cluster {
     }
 }
 
+/// How a feature's Events are named in the log.
+#[derive(Debug, Clone, Copy)]
+pub struct Voice {
+    /// What fails when an Event cannot be created (`cannot report a GPU isolation violation as
+    /// an Event`).
+    pub failing: &'static str,
+    /// The Events, when they are created again after failures (`Events about GPU isolation
+    /// violations`).
+    pub resumed: &'static str,
+}
+
+/// One feature's Events, from what lasts now (by key `K`, each with its value `V`) to Events on
+/// the API server. A key not seen at the last [`update`](EventSender::update) is queued, unless
+/// the feature's Events are off (counted `disabled`) or one was sent for it within the
+/// deduplication window (`deduplicated`); a key that ends takes its queued Event with it.
+/// Queued Events are sent in key order as the rate limit allows (held back ones counted
+/// `rate_limited` once, and sent later while their key lasts). A refusal drops one Event
+/// (counted `error`, said once per kind of refusal) so that it holds back no other; a failure
+/// stops sending until a backoff delay has passed (counted `error`, said once per distinct
+/// error).
+pub struct EventSender<K, V> {
+    cluster: Cluster,
+    /// The Event for a value on a node at a time.
+    event: fn(&V, &str, Time) -> Event,
+    /// Counts an outcome in the feature's metric.
+    count: Box<dyn Fn(EventResult) + Send + Sync>,
+    voice: Voice,
+    backoff: Backoff,
+    gate: EventGate<K>,
+    /// The keys at the last update.
+    seen: BTreeSet<K>,
+    /// The Events to send.
+    pending: BTreeMap<K, V>,
+    /// The queued keys already counted `rate_limited`.
+    held_back: BTreeSet<K>,
+    /// Failed attempts in a row.
+    failures: u32,
+    /// When sending may be tried again after a failure.
+    retry_at: Option<Instant>,
+    /// The last failure, said once.
+    last_error: Option<String>,
+    /// The kinds of refusal already said.
+    dropped_said: BTreeSet<String>,
+}
+
+impl<K, V> std::fmt::Debug for EventSender<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSender")
+            .field("voice", &self.voice)
+            .field("pending", &self.pending.len())
+            .field("failures", &self.failures)
+            .finish()
+    }
+}
+
+impl<K: Ord + Hash + Clone, V: Clone> EventSender<K, V> {
+    /// A sender of the Events `event` makes, through `cluster`, limited by `limits`, retried
+    /// with `backoff`, outcomes counted by `count` and named in the log by `voice`.
+    pub fn new(
+        cluster: Cluster,
+        limits: EventLimits,
+        backoff: Backoff,
+        voice: Voice,
+        event: fn(&V, &str, Time) -> Event,
+        count: impl Fn(EventResult) + Send + Sync + 'static,
+    ) -> Self {
+        EventSender {
+            cluster,
+            event,
+            count: Box::new(count),
+            voice,
+            backoff,
+            gate: EventGate::new(limits, Instant::now()),
+            seen: BTreeSet::new(),
+            pending: BTreeMap::new(),
+            held_back: BTreeSet::new(),
+            failures: 0,
+            retry_at: None,
+            last_error: None,
+            dropped_said: BTreeSet::new(),
+        }
+    }
+
+    /// Takes what lasts at `now` (`current`, by key), with the feature's Events `on` or off:
+    /// new keys are queued or counted, queued Events take the latest value of their key, and
+    /// those of keys that ended (all of them when the Events are off) are forgotten.
+    pub fn update(&mut self, current: impl IntoIterator<Item = (K, V)>, on: bool, now: Instant) {
+        let current: Vec<(K, V)> = current.into_iter().collect();
+        let keys: BTreeSet<K> = current.iter().map(|(k, _)| k.clone()).collect();
+        self.pending.retain(|k, _| keys.contains(k));
+        self.held_back.retain(|k| keys.contains(k));
+        for (key, v) in current {
+            if self.seen.contains(&key) {
+                if let Some(p) = self.pending.get_mut(&key) {
+                    *p = v;
+                }
+            } else if !on {
+                (self.count)(EventResult::Disabled);
+            } else if self.gate.is_duplicate(&key, now) {
+                (self.count)(EventResult::Deduplicated);
+            } else {
+                self.pending.insert(key, v);
+            }
+        }
+        self.seen = keys;
+        if !on {
+            self.pending.clear();
+            self.held_back.clear();
+        }
+    }
+
+    /// Sends the queued Events as far as the rate limit and the backoff allow. Returns when to
+    /// send again (the next token, or the retry after a failure); `None` when nothing waits.
+    pub async fn send(&mut self) -> Option<Instant> {
+        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+            return self.retry_at;
+        }
+        self.retry_at = None;
+        while let Some((key, v)) = self
+            .pending
+            .first_key_value()
+            .map(|(k, v)| (k.clone(), v.clone()))
+        {
+            if !self.gate.take(Instant::now()) {
+                for k in self.pending.keys() {
+                    if self.held_back.insert(k.clone()) {
+                        (self.count)(EventResult::RateLimited);
+                    }
+                }
+                return Some(self.gate.next_token());
+            }
+            let e = (self.event)(
+                &v,
+                self.cluster.node(),
+                Time(k8s_openapi::jiff::Timestamp::now()),
+            );
+            let namespace = e.metadata.namespace.clone().unwrap_or_default();
+            match self.cluster.post_event(&namespace, &e).await {
+                Ok(()) => {
+                    (self.count)(EventResult::Sent);
+                    if self.failures > 0 {
+                        tracing::info!(
+                            "{} are created again after {} failed attempts",
+                            self.voice.resumed,
+                            self.failures
+                        );
+                    }
+                    self.failures = 0;
+                    self.last_error = None;
+                    self.gate.sent(key.clone(), Instant::now());
+                    self.pending.remove(&key);
+                    self.held_back.remove(&key);
+                }
+                Err(EventError::Drop { kind, why }) => {
+                    // Refused for good: counted, said once per kind, and the next one goes.
+                    (self.count)(EventResult::Error);
+                    let failing = self.voice.failing;
+                    if self.dropped_said.insert(kind) {
+                        tracing::warn!(
+                            "{failing}: {why} (said once; device serving is not affected)"
+                        );
+                    } else {
+                        tracing::debug!("{failing}: {why}");
+                    }
+                    self.pending.remove(&key);
+                    self.held_back.remove(&key);
+                }
+                Err(EventError::Retry(why)) => {
+                    (self.count)(EventResult::Error);
+                    self.failures = self.failures.saturating_add(1);
+                    say_once(&mut self.last_error, why, self.voice.failing);
+                    let at = Instant::now() + self.backoff.delay(self.failures, random());
+                    self.retry_at = Some(at);
+                    return Some(at);
+                }
+            }
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,6 +457,49 @@ mod tests {
             },
             "gpu-1".into(),
         )
+    }
+
+    #[tokio::test]
+    async fn the_sender_queues_new_keys_only_counts_the_rest_and_forgets_ended_ones() {
+        use std::sync::{Arc, Mutex};
+        let counted = Arc::new(Mutex::new(Vec::new()));
+        let c = counted.clone();
+        // No API server is asked: only updates are tested here (sending is in tests/isolation.rs
+        // and tests/health_cluster.rs).
+        let cluster = Cluster::at_url("http://127.0.0.1:9", "node-1").unwrap();
+        let mut sender: EventSender<&str, u32> = EventSender::new(
+            cluster,
+            EVENT_LIMITS,
+            Backoff::pauses(Duration::from_secs(1), Duration::from_secs(2)),
+            Voice {
+                failing: "f",
+                resumed: "r",
+            },
+            |_, _, _| Event::default(),
+            move |r| c.lock().unwrap().push(r),
+        );
+        let t0 = Instant::now();
+        sender.update([("a", 1), ("b", 1)], true, t0);
+        assert_eq!(sender.pending, BTreeMap::from([("a", 1), ("b", 1)]));
+        // A key seen before is not queued again; a queued one takes its latest value.
+        sender.update([("a", 2), ("b", 2)], true, t0);
+        assert_eq!(sender.pending, BTreeMap::from([("a", 2), ("b", 2)]));
+        // An ended key takes its Event with it.
+        sender.update([("a", 3)], true, t0);
+        assert_eq!(sender.pending, BTreeMap::from([("a", 3)]));
+        // Off: a new key is counted disabled, and nothing stays queued.
+        sender.update([("a", 3), ("c", 1)], false, t0);
+        assert!(sender.pending.is_empty());
+        assert_eq!(*counted.lock().unwrap(), vec![EventResult::Disabled]);
+        // A key sent within the window is counted deduplicated when it starts again.
+        sender.gate.sent("d", t0);
+        sender.update([("d", 1)], true, t0);
+        assert!(sender.pending.is_empty());
+        assert_eq!(
+            *counted.lock().unwrap(),
+            vec![EventResult::Disabled, EventResult::Deduplicated]
+        );
+        assert_eq!(sender.send().await, None, "nothing to send");
     }
 
     #[test]

@@ -10,7 +10,6 @@
 //! outcome is counted in `dxdp_isolation_events_total{result}`; every failure is logged once per
 //! distinct error and retried with backoff; device serving never waits for any of it.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Event;
@@ -18,27 +17,23 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::events::{EventError, EventGate, EventLimits};
-use super::{say_once, sleep_until, Cluster};
+use super::events::{container_ref, node_ref, warning, EventLimits, EventSender, Voice, Warning};
+use super::{sleep_until, Cluster};
 use crate::config::Config;
-use crate::observe::isolation_metrics::{EventResult, IsolationMetrics};
-use crate::util::retry::{random, Backoff};
+use crate::observe::isolation_metrics::IsolationMetrics;
+use crate::util::retry::Backoff;
 use dxdp_core::telemetry::isolation::{Active, Violation};
-use dxdp_core::telemetry::PodRef;
 
 /// The reason of the Events.
 pub const EVENT_REASON: &str = "GPUIsolationViolation";
 
-/// What identifies a violation: the pod container and the GPU it uses.
-type Key = (PodRef, String);
-
 /// The Event for a violation on `node` at `now` (a new object each time: dxdp only creates).
 pub fn event(v: &Violation, node: &str, now: Time) -> Event {
-    super::events::warning(
-        super::events::Warning {
+    warning(
+        Warning {
             namespace: v.pod.namespace.clone(),
-            involved: super::events::container_ref(&v.pod.namespace, &v.pod.pod, &v.pod.container),
-            related: Some(super::events::node_ref(node)),
+            involved: container_ref(&v.pod.namespace, &v.pod.pod, &v.pod.container),
+            related: Some(node_ref(node)),
             reason: EVENT_REASON,
             action: "UseUnallocatedGPU",
             message: format!(
@@ -51,13 +46,11 @@ pub fn event(v: &Violation, node: &str, now: Time) -> Event {
     )
 }
 
-impl Cluster {
-    /// Creates the Event for `v` in its pod's namespace.
-    async fn create_event(&self, v: &Violation) -> Result<(), EventError> {
-        let e = event(v, &self.node, Time(k8s_openapi::jiff::Timestamp::now()));
-        self.post_event(&v.pod.namespace, &e).await
-    }
-}
+/// How these Events are named in the log.
+const VOICE: Voice = Voice {
+    failing: "cannot report a GPU isolation violation as an Event",
+    resumed: "Events about GPU isolation violations",
+};
 
 /// Sends an Event when a violation starts, deduplicated and rate-limited by `limits`, until
 /// `active` closes. With `isolation.events: false` in `config`, nothing is sent.
@@ -69,101 +62,22 @@ pub async fn report_events(
     limits: EventLimits,
     backoff: Backoff,
 ) {
-    let mut gate = EventGate::new(limits, Instant::now());
-    let mut seen: BTreeSet<Key> = BTreeSet::new();
-    let mut pending: BTreeMap<Key, Violation> = BTreeMap::new();
-    let mut held_back: BTreeSet<Key> = BTreeSet::new();
-    let mut failures = 0u32;
-    let mut retry_at: Option<Instant> = None;
-    let mut last_error: Option<String> = None;
-    let mut dropped_said: BTreeSet<String> = BTreeSet::new();
+    let mut sender = EventSender::new(cluster, limits, backoff, VOICE, event, move |r| {
+        metrics.event(r)
+    });
     loop {
-        let now = Instant::now();
         let current: Vec<Violation> = active
             .borrow_and_update()
             .as_deref()
             .cloned()
             .unwrap_or_default();
-        let keys: BTreeSet<Key> = current.iter().map(Violation::key).collect();
-        pending.retain(|k, _| keys.contains(k));
-        held_back.retain(|k| keys.contains(k));
-        let send = config.borrow().isolation.events;
-        for v in current {
-            let key = v.key();
-            if seen.contains(&key) {
-                if let Some(p) = pending.get_mut(&key) {
-                    *p = v;
-                }
-            } else if !send {
-                metrics.event(EventResult::Disabled);
-            } else if gate.is_duplicate(&key, now) {
-                metrics.event(EventResult::Deduplicated);
-            } else {
-                pending.insert(key, v);
-            }
-        }
-        seen = keys;
-        if !send {
-            pending.clear();
-            held_back.clear();
-        }
-        let mut wake = retry_at;
-        if retry_at.is_none_or(|t| now >= t) {
-            retry_at = None;
-            wake = None;
-            while let Some((key, v)) = pending
-                .first_key_value()
-                .map(|(k, v)| (k.clone(), v.clone()))
-            {
-                if !gate.take(Instant::now()) {
-                    for k in pending.keys() {
-                        if held_back.insert(k.clone()) {
-                            metrics.event(EventResult::RateLimited);
-                        }
-                    }
-                    wake = Some(gate.next_token());
-                    break;
-                }
-                match cluster.create_event(&v).await {
-                    Ok(()) => {
-                        metrics.event(EventResult::Sent);
-                        if failures > 0 {
-                            tracing::info!("Events about GPU isolation violations are created again after {failures} failed attempts");
-                        }
-                        failures = 0;
-                        last_error = None;
-                        gate.sent(key.clone(), Instant::now());
-                        pending.remove(&key);
-                        held_back.remove(&key);
-                    }
-                    Err(EventError::Drop { kind, why }) => {
-                        // Refused for good: counted, said once per kind, and the next one goes.
-                        metrics.event(EventResult::Error);
-                        if dropped_said.insert(kind) {
-                            tracing::warn!("cannot report a GPU isolation violation as an Event: {why} (said once; device serving is not affected)");
-                        } else {
-                            tracing::debug!(
-                                "cannot report a GPU isolation violation as an Event: {why}"
-                            );
-                        }
-                        pending.remove(&key);
-                        held_back.remove(&key);
-                    }
-                    Err(EventError::Retry(why)) => {
-                        metrics.event(EventResult::Error);
-                        failures = failures.saturating_add(1);
-                        say_once(
-                            &mut last_error,
-                            why,
-                            "cannot report a GPU isolation violation as an Event",
-                        );
-                        retry_at = Some(Instant::now() + backoff.delay(failures, random()));
-                        wake = retry_at;
-                        break;
-                    }
-                }
-            }
-        }
+        let on = config.borrow().isolation.events;
+        sender.update(
+            current.into_iter().map(|v| (v.key(), v)),
+            on,
+            Instant::now(),
+        );
+        let wake = sender.send().await;
         tokio::select! {
             changed = active.changed() => if changed.is_err() {
                 // The telemetry side is gone (the daemon is stopping): wait to be stopped.
@@ -178,6 +92,7 @@ pub async fn report_events(
 mod tests {
     use super::*;
     use dxdp_core::telemetry::isolation::{Adapter, ViolationKind};
+    use dxdp_core::telemetry::PodRef;
 
     #[test]
     fn the_event_names_the_pod_container_and_both_adapters() {

@@ -9,7 +9,8 @@
 //! - [`isolation_events`]: `GPUIsolationViolation` Events on the pod using a GPU it was not
 //!   allocated (`isolation.events`);
 //! - [`taint`]: the node taint of `isolation.policy: taint` while a violation lasts;
-//! - [`health`]: `GPUUnhealthy` Events on the pods holding an Unhealthy device;
+//! - [`health_events`]: `GPUUnhealthy` Events on the pods holding an Unhealthy device
+//!   (`health.events`);
 //! - [`conditions`]: the `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions
 //!   (`health.nodeConditions`);
 //! - [`capacity`]: `/readyz` waits for the Node to show the served resources as allocatable;
@@ -27,7 +28,7 @@ pub mod capacity;
 pub mod cleanup;
 pub mod conditions;
 pub mod events;
-pub mod health;
+pub mod health_events;
 pub mod isolation_events;
 pub mod labels;
 pub mod metrics_authz;

@@ -384,7 +384,7 @@ fn health_tasks(
     updates: &watch::Receiver<Arc<Config>>,
 ) {
     let metrics = plugin.observe.metrics.device_health().clone();
-    let events = cluster::health::HealthEvents {
+    let events = cluster::health_events::HealthEvents {
         cluster: cluster.clone(),
         inventory: inventory.clone(),
         config: updates.clone(),
@@ -392,7 +392,7 @@ fn health_tasks(
         metrics: metrics.clone(),
         limits: cluster::events::EVENT_LIMITS,
         backoff: API_BACKOFF,
-        clock: cluster::health::now_ms,
+        clock: cluster::health_events::now_ms,
     };
     let conditions = cluster::conditions::NodeConditions {
         cluster: cluster.clone(),
