@@ -684,7 +684,7 @@ mod readiness {
         observe.wanted(names.iter().map(|n| n.to_string()).collect());
         observe.kubelet_missing(None);
         for (i, n) in names.iter().enumerate() {
-            observe.unit_started(n, i as u64 + 1);
+            observe.server_started(n, i as u64 + 1);
             observe.registration(n, i as u64 + 1, Ok(()));
             observe.watching(n, i as u64 + 1, true);
         }

@@ -749,7 +749,7 @@ mod tests {
         let r = Readiness::default();
         r.set_phase(Phase::Running);
         r.set_wanted(vec![DISPLAY.into()]);
-        r.unit_started(DISPLAY, 1);
+        r.server_started(DISPLAY, 1);
         r.registration(DISPLAY, 1, Ok(()));
         r.watching(DISPLAY, 1, true);
         r

@@ -92,25 +92,25 @@ impl Observe {
         self.sync_registered();
     }
 
-    /// A unit of `name` listens and starts registering.
-    pub fn unit_started(&self, name: &str, generation: u64) {
-        self.readiness.unit_started(name, generation);
+    /// A device-plugin server of `name` listens and starts registering.
+    pub fn server_started(&self, name: &str, generation: u64) {
+        self.readiness.server_started(name, generation);
         self.sync_registered();
     }
 
-    /// A unit of `name` could not listen.
-    pub fn unit_not_listening(&self, name: &str, why: String) {
-        self.readiness.unit_not_listening(name, why);
+    /// A device-plugin server of `name` could not listen.
+    pub fn server_not_listening(&self, name: &str, why: String) {
+        self.readiness.server_not_listening(name, why);
         self.sync_registered();
     }
 
-    /// The unit `generation` of `name` stopped.
-    pub fn unit_stopped(&self, name: &str, generation: u64) {
-        self.readiness.unit_stopped(name, generation);
+    /// The device-plugin server `generation` of `name` stopped.
+    pub fn server_stopped(&self, name: &str, generation: u64) {
+        self.readiness.server_stopped(name, generation);
         self.sync_registered();
     }
 
-    /// A Register call of unit `generation` of `name` ended.
+    /// A Register call of server `generation` of `name` ended.
     pub fn registration(&self, name: &str, generation: u64, result: Result<(), String>) {
         self.metrics.registration(name, result.is_ok());
         if self.readiness.registration(name, generation, result) {
@@ -118,7 +118,7 @@ impl Observe {
         }
     }
 
-    /// The kubelet watches (`true`) or stopped watching (`false`) the device list of unit
+    /// The kubelet watches (`true`) or stopped watching (`false`) the device list of server
     /// `generation` of `name`.
     pub fn watching(&self, name: &str, generation: u64, watching: bool) {
         self.readiness.watching(name, generation, watching);
