@@ -29,7 +29,7 @@ use dxdp::cluster::Cluster;
 use dxdp::config::Config;
 use dxdp::inventory::{self, Inventory};
 use dxdp::observe::device_health::{ConditionResult, HealthMetrics};
-use dxdp::observe::isolation_metrics::EventResult;
+use dxdp::observe::event_metrics::EventResult;
 use dxdp::observe::metrics::Metrics;
 use dxdp::observe::state::{Capacity, Phase};
 use dxdp::observe::Observe;

@@ -528,7 +528,8 @@ mod cluster {
     use dxdp::cluster::taint::{keep_taint, TAINT_KEY};
     use dxdp::cluster::Cluster;
     use dxdp::config::file::IsolationPolicy;
-    use dxdp::observe::isolation_metrics::{EventResult, IsolationMetrics, TaintResult};
+    use dxdp::observe::event_metrics::EventResult;
+    use dxdp::observe::isolation_metrics::{IsolationMetrics, TaintResult};
     use dxdp::util::retry::Backoff;
 
     const FAST: Backoff = Backoff {

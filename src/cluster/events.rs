@@ -1,7 +1,7 @@
 //! The Kubernetes Events dxdp creates (isolation violations, unhealthy GPUs, failed validation):
 //! one builder, so that every Event is named, sourced and bounded the same way ([`warning`]),
 //! one limiter ([`EventGate`]: deduplication and a rate limit), one way to create an Event and
-//! tell a refusal to drop from a failure to retry ([`Cluster::post_event`]), and one sender of a
+//! tell a refusal to drop from a failure to retry (`Cluster::post_event`), and one sender of a
 //! feature's Events that ties them together and counts every outcome ([`EventSender`]).
 //!
 //! dxdp only creates Events (it never reads or updates one): each is a new object named as
@@ -21,7 +21,7 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 
 use super::{say_once, Cluster};
-use crate::observe::isolation_metrics::EventResult;
+use crate::observe::event_metrics::EventResult;
 use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
 

@@ -5,7 +5,8 @@
 //! - [`labels`]: keeps the Node's labels in step with the devices and the configuration;
 //! - [`node`]: follows the Node (its labels select a named configuration);
 //! - [`events`]: what every Event dxdp creates shares (the Warning builder, the deduplication
-//!   and rate limit, creating one and classifying a refusal);
+//!   and rate limit, creating one and classifying a refusal, the one sender of a feature's
+//!   Events);
 //! - [`isolation_events`]: `GPUIsolationViolation` Events on the pod using a GPU it was not
 //!   allocated (`isolation.events`);
 //! - [`taint`]: the node taint of `isolation.policy: taint` while a violation lasts;

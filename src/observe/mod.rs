@@ -1,6 +1,7 @@
 //! Observability of the daemon: Prometheus metrics ([`metrics`], GPU telemetry in
-//! [`telemetry`], the GPU isolation audit in [`isolation`]), what `/healthz` and `/readyz` answer ([`state`]), and the HTTP server that
-//! serves them ([`http`]).
+//! [`telemetry_metrics`], the GPU isolation audit in [`isolation_metrics`], the outcome of
+//! Events in [`event_metrics`]), what `/healthz` and `/readyz` answer ([`state`]), and the HTTP
+//! server that serves them ([`http`]).
 //!
 //! One [`Observe`] handle is made per daemon and passed to it through
 //! [`crate::plugin::PluginConfig`]; the daemon's parts record into it, the server reads it. It
@@ -10,6 +11,7 @@
 pub mod access;
 pub mod cardinality;
 pub mod device_health;
+pub mod event_metrics;
 pub mod http;
 pub mod isolation_metrics;
 pub mod metrics;
