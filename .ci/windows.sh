@@ -48,7 +48,7 @@ case "${1:-}" in
     /usr/bin/cargo test "${build_std[@]}" --lib "$@"
     # The daemon's tests under Wine: Wine 8 has no AF_UNIX, so the daemon runs over the loopback
     # transport (src/transport.rs) with every other Windows path real (tokio on IOCP, the file
-    # watch on ReadDirectoryChangesW, the lock, registration retries, unit restarts), and the
+    # watch on ReadDirectoryChangesW, the lock, registration retries, server restarts), and the
     # PodResources and CRI clients talk to stand-ins on real named pipes. Every test must run:
     # one that skips fails this step.
     daemon_tests=(plugin faults soak observe telemetry)

@@ -327,7 +327,7 @@ async fn a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stopped_unit_closes_connections_that_never_speak() {
+async fn a_stopped_server_closes_connections_that_never_speak() {
     let dir = tempdir();
     let snapshot = dir.path().join("host.yaml");
     write_facts(&snapshot, &common::facts("sample"));
@@ -339,7 +339,7 @@ async fn a_stopped_unit_closes_connections_that_never_speak() {
     let socket = dir.path().join(&kubelet.view().registrations[0].endpoint);
     // A client that connects and then neither reads nor writes.
     let mut silent = common::transport().connect(&socket).await.unwrap();
-    // The socket goes (as in a kubelet restart): the unit stops and closes the connection.
+    // The socket goes (as in a kubelet restart): the server stops and closes the connection.
     std::fs::remove_file(&socket).unwrap();
     let mut buf = [0u8; 1024];
     let closed = tokio::time::timeout(WAIT, async {
@@ -353,7 +353,7 @@ async fn a_stopped_unit_closes_connections_that_never_speak() {
         }
     })
     .await;
-    assert!(closed.is_ok(), "the stopped unit's connection stays open");
+    assert!(closed.is_ok(), "the stopped server's connection stays open");
     running.stop().await.unwrap();
     kubelet.stop().await;
 }

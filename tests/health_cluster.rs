@@ -23,13 +23,13 @@ use tokio::sync::watch;
 use apiserver::ApiServerStandin;
 use dxdp::cluster::capacity::{CapacityGate, NO_CLIENT};
 use dxdp::cluster::conditions::NodeConditions;
-use dxdp::cluster::health::HealthEvents;
-use dxdp::cluster::isolation::{EventLimits, EVENT_LIMITS};
+use dxdp::cluster::events::{EventLimits, EVENT_LIMITS};
+use dxdp::cluster::health_events::HealthEvents;
 use dxdp::cluster::Cluster;
 use dxdp::config::Config;
 use dxdp::inventory::{self, Inventory};
 use dxdp::observe::device_health::{ConditionResult, HealthMetrics};
-use dxdp::observe::isolation_metrics::EventResult;
+use dxdp::observe::event_metrics::EventResult;
 use dxdp::observe::metrics::Metrics;
 use dxdp::observe::state::{Capacity, Phase};
 use dxdp::observe::Observe;
@@ -684,7 +684,7 @@ mod readiness {
         observe.wanted(names.iter().map(|n| n.to_string()).collect());
         observe.kubelet_missing(None);
         for (i, n) in names.iter().enumerate() {
-            observe.unit_started(n, i as u64 + 1);
+            observe.server_started(n, i as u64 + 1);
             observe.registration(n, i as u64 + 1, Ok(()));
             observe.watching(n, i as u64 + 1, true);
         }

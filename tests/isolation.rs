@@ -523,10 +523,13 @@ mod cluster {
     use super::*;
 
     use apiserver::ApiServerStandin;
-    use dxdp::cluster::isolation::{keep_taint, report_events, EventLimits, TAINT_KEY};
+    use dxdp::cluster::events::EventLimits;
+    use dxdp::cluster::isolation_events::report_events;
+    use dxdp::cluster::taint::{keep_taint, TAINT_KEY};
     use dxdp::cluster::Cluster;
     use dxdp::config::file::IsolationPolicy;
-    use dxdp::observe::isolation_metrics::{EventResult, IsolationMetrics, TaintResult};
+    use dxdp::observe::event_metrics::EventResult;
+    use dxdp::observe::isolation_metrics::{IsolationMetrics, TaintResult};
     use dxdp::util::retry::Backoff;
 
     const FAST: Backoff = Backoff {
@@ -661,7 +664,7 @@ mod cluster {
             rx,
             config(IsolationPolicy::Audit),
             metrics.clone(),
-            dxdp::cluster::isolation::EVENT_LIMITS,
+            dxdp::cluster::events::EVENT_LIMITS,
             FAST,
         ));
         tx.send_replace(Some(Arc::new(vec![violation("a", "p")])));
@@ -692,7 +695,7 @@ mod cluster {
             rx,
             config(IsolationPolicy::Audit),
             metrics.clone(),
-            dxdp::cluster::isolation::EVENT_LIMITS,
+            dxdp::cluster::events::EVENT_LIMITS,
             // A refusal must not wait for a retry: a backoff longer than the test.
             Backoff {
                 initial: Duration::from_secs(3600),
@@ -742,7 +745,7 @@ mod cluster {
             rx,
             config_rx,
             metrics.clone(),
-            dxdp::cluster::isolation::EVENT_LIMITS,
+            dxdp::cluster::events::EVENT_LIMITS,
             FAST,
         ));
         tx.send_replace(Some(Arc::new(vec![violation("a", "p")])));
@@ -820,7 +823,7 @@ mod cluster {
 
     #[test]
     fn the_taint_stays_ten_minutes_at_least_and_goes_at_once_with_policy_audit() {
-        use dxdp::cluster::isolation::{taint_want, TaintWant, TAINT_MIN_HOLD};
+        use dxdp::cluster::taint::{taint_want, TaintWant, TAINT_MIN_HOLD};
         use IsolationPolicy::{Audit, Taint};
         let s = Duration::from_secs;
         assert_eq!(TAINT_MIN_HOLD, s(600));
@@ -1214,7 +1217,7 @@ mod daemon {
     use super::*;
 
     use apiserver::ApiServerStandin;
-    use dxdp::cluster::isolation::TAINT_KEY;
+    use dxdp::cluster::taint::TAINT_KEY;
     use dxdp::kubelet::standin::KubeletStandin;
 
     const CONFIG: &str = "telemetry:\n  interval: 1s\nisolation:\n  policy: taint\n";

@@ -550,12 +550,12 @@ async fn a_deleted_plugin_socket_alone_triggers_re_registration() {
 }
 
 /// The kubelet marks every device of a resource unhealthy when a stream of any registration of it
-/// ends (`PluginDisconnected`), until the next list: a unit restarted while the kubelet lives must
-/// register only once the old unit's streams ended and its connections are closed. A silent
-/// client keeps the old unit's server for 0.5 s; the stand-in refuses the first `Register`, so
-/// that the moment it arrived is kept, and the silent connection must be closed by then.
+/// ends (`PluginDisconnected`), until the next list: a server restarted while the kubelet lives
+/// must register only once the old server's streams ended and its connections are closed. A silent
+/// client keeps the old server's gRPC server for 0.5 s; the stand-in refuses the first `Register`,
+/// so that the moment it arrived is kept, and the silent connection must be closed by then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_unit_registers_only_after_the_old_units_connections_are_closed() {
+async fn a_restarted_server_registers_only_after_the_old_servers_connections_are_closed() {
     let h = Harness::start(&load_facts("sample"), 1, true).await;
     h.registered().await;
     let old = h.kubelet().view().plugins[DISPLAY].endpoint.clone();
@@ -563,16 +563,16 @@ async fn a_restarted_unit_registers_only_after_the_old_units_connections_are_clo
     h.kubelet()
         .refuse_registrations(Some("the test keeps the first Register"));
     std::fs::remove_file(h.dir.path().join(&old)).unwrap();
-    h.wait("the new unit's first Register", |v| !v.refused.is_empty())
+    h.wait("the new server's first Register", |v| !v.refused.is_empty())
         .await;
     assert!(
         silent.closed(),
-        "the new unit's Register reached the kubelet while the old unit still had a connection open"
+        "the new server's Register reached the kubelet while the old server still had a connection open"
     );
     let view = h.kubelet().view();
     assert_eq!(view.refused[0].resource_name, DISPLAY);
     assert_ne!(view.refused[0].endpoint, old);
-    // The old unit's stream ended before the new registration (the stand-in had 2).
+    // The old server's stream ended before the new registration (the stand-in had 2).
     assert_eq!(
         view.stream_ends
             .iter()
@@ -581,7 +581,7 @@ async fn a_restarted_unit_registers_only_after_the_old_units_connections_are_clo
         [(old.as_str(), false, 2)]
     );
     h.kubelet().refuse_registrations(None);
-    h.wait("the new unit registered with its list", |v| {
+    h.wait("the new server registered with its list", |v| {
         v.plugins[DISPLAY].endpoint != old && v.plugins[DISPLAY].devices.is_some()
     })
     .await;
@@ -968,7 +968,7 @@ async fn a_reload_right_after_start_is_not_lost() {
     })
     .await;
     // The old name is no longer served: only two sockets, none of them for display.
-    until("the display unit stopped", || {
+    until("the display server stopped", || {
         h.plugin_sockets().iter().all(|s| !s.contains("display"))
     })
     .await;

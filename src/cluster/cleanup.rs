@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::api::{ListParams, Patch, PatchParams};
 
-use super::isolation::TAINT_KEY;
+use super::taint::TAINT_KEY;
 use super::{Cluster, FIELD_MANAGER};
 use crate::util::errors::chain;
 

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::cleanup::CONDITION_TYPES;
-use super::isolation::{say_once, sleep_until};
+use super::{say_once, sleep_until};
 use super::{Cluster, FIELD_MANAGER};
 use crate::config::Config;
 use crate::inventory::Inventory;
@@ -94,7 +94,7 @@ pub fn healthy(inventory: &Inventory) -> Wanted {
             message: "health.enabled is false: dxdp does not check device health".into(),
         };
     }
-    let sick = super::health::unhealthy_served(inventory);
+    let sick = super::health_events::unhealthy_served(inventory);
     let served: std::collections::BTreeSet<_> = inventory
         .config
         .endpoints()

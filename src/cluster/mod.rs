@@ -4,9 +4,14 @@
 //!
 //! - [`labels`]: keeps the Node's labels in step with the devices and the configuration;
 //! - [`node`]: follows the Node (its labels select a named configuration);
-//! - [`isolation`]: GPU isolation violations as Events on the pod, and the node taint of the
-//!   `taint` policy;
-//! - [`health`]: `GPUUnhealthy` Events on the pods holding an Unhealthy device;
+//! - [`events`]: what every Event dxdp creates shares (the Warning builder, the deduplication
+//!   and rate limit, creating one and classifying a refusal, the one sender of a feature's
+//!   Events);
+//! - [`isolation_events`]: `GPUIsolationViolation` Events on the pod using a GPU it was not
+//!   allocated (`isolation.events`);
+//! - [`taint`]: the node taint of `isolation.policy: taint` while a violation lasts;
+//! - [`health_events`]: `GPUUnhealthy` Events on the pods holding an Unhealthy device
+//!   (`health.events`);
 //! - [`conditions`]: the `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions
 //!   (`health.nodeConditions`);
 //! - [`capacity`]: `/readyz` waits for the Node to show the served resources as allocatable;
@@ -24,11 +29,12 @@ pub mod capacity;
 pub mod cleanup;
 pub mod conditions;
 pub mod events;
-pub mod health;
-pub mod isolation;
+pub mod health_events;
+pub mod isolation_events;
 pub mod labels;
 pub mod metrics_authz;
 pub mod node;
+pub mod taint;
 pub mod validation;
 pub mod validation_exe;
 pub mod validation_job;
@@ -39,6 +45,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
+use tokio::time::Instant;
 
 use crate::config::NodeInfo;
 use crate::util::errors::chain;
@@ -315,6 +322,25 @@ fn node_info(node: &Node, name: &str) -> NodeInfo {
             .and_then(|s| s.allocatable.as_ref())
             .map(|a| a.iter().map(|(k, q)| (k.clone(), q.0.clone())).collect())
             .unwrap_or_default(),
+    }
+}
+
+/// Logs a failure of a cluster task the first time it is seen (debug after), so that an outage
+/// is said once.
+fn say_once(last: &mut Option<String>, why: String, what: &str) {
+    if last.as_deref() != Some(why.as_str()) {
+        tracing::warn!("{what}: {why}; retrying with backoff (device serving is not affected)");
+        *last = Some(why);
+    } else {
+        tracing::debug!("{what}: {why}");
+    }
+}
+
+/// Waits until `at` (a retry or the next planned step of a cluster task), or for ever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -29,7 +29,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::isolation::{EventGate, EventLimits};
+use super::events::{EventGate, EventLimits};
 use super::validation::{label_value, JobResult, JobSpec, COMPONENT, COMPONENT_LABEL, NODE_LABEL};
 use super::validation_exe;
 use super::validation_job::{publish_labels, run_once};
@@ -510,7 +510,13 @@ impl ValidationTask {
     }
 
     /// One run: place the executable, run the Job, publish, clean up.
-    async fn run_one(&self, p: &Plan, s: RunSettings, run: u64, gate: &mut EventGate) -> JobResult {
+    async fn run_one(
+        &self,
+        p: &Plan,
+        s: RunSettings,
+        run: u64,
+        gate: &mut EventGate<(PodRef, String)>,
+    ) -> JobResult {
         let ns = self.namespace.clone().unwrap_or_default();
         let node = self.cluster.node().to_string();
         // Jobs an earlier daemon left running hold devices and would refuse ours: delete them.
@@ -743,7 +749,7 @@ mod tests {
         let r = Readiness::default();
         r.set_phase(Phase::Running);
         r.set_wanted(vec![DISPLAY.into()]);
-        r.unit_started(DISPLAY, 1);
+        r.server_started(DISPLAY, 1);
         r.registration(DISPLAY, 1, Ok(()));
         r.watching(DISPLAY, 1, true);
         r

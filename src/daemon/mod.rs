@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::backend::HostFactsSource;
-use crate::cluster::{self, isolation, Cluster};
+use crate::cluster::{self, isolation_events, taint, Cluster};
 use crate::config::{Config, Inputs};
 use crate::plugin::tasks::{Role, TaskSpec};
 use crate::plugin::{self, PluginConfig, PluginError, Reload};
@@ -345,12 +345,12 @@ fn isolation_tasks(
         "isolation-events",
         Role::Optional,
         move || {
-            isolation::report_events(
+            isolation_events::report_events(
                 c.clone(),
                 rx.clone(),
                 config.clone(),
                 m.clone(),
-                isolation::EVENT_LIMITS,
+                cluster::events::EVENT_LIMITS,
                 API_BACKOFF,
             )
         },
@@ -360,14 +360,14 @@ fn isolation_tasks(
         "isolation-taint",
         Role::Optional,
         move || {
-            isolation::keep_taint(
+            taint::keep_taint(
                 c.clone(),
                 rx.clone(),
                 config.clone(),
                 metrics.clone(),
                 API_BACKOFF,
-                isolation::TAINT_START_GRACE,
-                isolation::TAINT_MIN_HOLD,
+                taint::TAINT_START_GRACE,
+                taint::TAINT_MIN_HOLD,
             )
         },
     ));
@@ -384,15 +384,15 @@ fn health_tasks(
     updates: &watch::Receiver<Arc<Config>>,
 ) {
     let metrics = plugin.observe.metrics.device_health().clone();
-    let events = cluster::health::HealthEvents {
+    let events = cluster::health_events::HealthEvents {
         cluster: cluster.clone(),
         inventory: inventory.clone(),
         config: updates.clone(),
         kubelet_dir: plugin.kubelet_dir.clone(),
         metrics: metrics.clone(),
-        limits: cluster::isolation::EVENT_LIMITS,
+        limits: cluster::events::EVENT_LIMITS,
         backoff: API_BACKOFF,
-        clock: cluster::health::now_ms,
+        clock: cluster::health_events::now_ms,
     };
     let conditions = cluster::conditions::NodeConditions {
         cluster: cluster.clone(),

@@ -145,7 +145,7 @@ impl HealthMetrics {
             "Kubernetes GPUUnhealthy Events on pods holding an Unhealthy device, by result (sent, error, deduplicated, rate_limited, disabled)",
             events.clone(),
         );
-        for r in super::isolation_metrics::EventResult::ALL {
+        for r in super::event_metrics::EventResult::ALL {
             drop(events.get_or_create(&super::telemetry_metrics::result(r.as_str())));
         }
         let conditions = Family::<ConditionLabels, Counter>::default();
@@ -189,14 +189,14 @@ impl HealthMetrics {
     }
 
     /// Counts one `GPUUnhealthy` Event outcome.
-    pub fn event(&self, result: super::isolation_metrics::EventResult) {
+    pub fn event(&self, result: super::event_metrics::EventResult) {
         self.events
             .get_or_create(&super::telemetry_metrics::result(result.as_str()))
             .inc();
     }
 
     /// How many `GPUUnhealthy` Events had `result` so far.
-    pub fn events(&self, result: super::isolation_metrics::EventResult) -> u64 {
+    pub fn events(&self, result: super::event_metrics::EventResult) -> u64 {
         self.events
             .get_or_create(&super::telemetry_metrics::result(result.as_str()))
             .get()

@@ -17,46 +17,8 @@ use prometheus_client::registry::Registry;
 
 use dxdp_core::telemetry::isolation::Violation;
 
+use super::event_metrics::EventResult;
 use super::telemetry_metrics::{clean, result as label, ResultLabel};
-
-/// What became of one Kubernetes Event (`dxdp_isolation_events_total{result}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventResult {
-    /// Created on the API server.
-    Sent,
-    /// The API server refused it or did not answer (retried with backoff while the violation
-    /// lasts).
-    Error,
-    /// Not sent: an Event for the same container and device was sent within the deduplication
-    /// window.
-    Deduplicated,
-    /// Held back by the rate limit (sent later if the violation still lasts).
-    RateLimited,
-    /// Not sent: `isolation.events` is false.
-    Disabled,
-}
-
-impl EventResult {
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventResult::Sent => "sent",
-            EventResult::Error => "error",
-            EventResult::Deduplicated => "deduplicated",
-            EventResult::RateLimited => "rate_limited",
-            EventResult::Disabled => "disabled",
-        }
-    }
-
-    /// Every result (their series are created at start, at 0).
-    pub const ALL: [EventResult; 5] = [
-        EventResult::Sent,
-        EventResult::Error,
-        EventResult::Deduplicated,
-        EventResult::RateLimited,
-        EventResult::Disabled,
-    ];
-}
 
 /// What one change of the node's taint gave (`dxdp_isolation_taint_changes_total{result}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Observability of the daemon: Prometheus metrics ([`metrics`], GPU telemetry in
-//! [`telemetry`], the GPU isolation audit in [`isolation`]), what `/healthz` and `/readyz` answer ([`state`]), and the HTTP server that
-//! serves them ([`http`]).
+//! [`telemetry_metrics`], the GPU isolation audit in [`isolation_metrics`], the outcome of
+//! Events in [`event_metrics`]), what `/healthz` and `/readyz` answer ([`state`]), and the HTTP
+//! server that serves them ([`http`]).
 //!
 //! One [`Observe`] handle is made per daemon and passed to it through
 //! [`crate::plugin::PluginConfig`]; the daemon's parts record into it, the server reads it. It
@@ -10,6 +11,7 @@
 pub mod access;
 pub mod cardinality;
 pub mod device_health;
+pub mod event_metrics;
 pub mod http;
 pub mod isolation_metrics;
 pub mod metrics;
@@ -92,25 +94,25 @@ impl Observe {
         self.sync_registered();
     }
 
-    /// A unit of `name` listens and starts registering.
-    pub fn unit_started(&self, name: &str, generation: u64) {
-        self.readiness.unit_started(name, generation);
+    /// A device-plugin server of `name` listens and starts registering.
+    pub fn server_started(&self, name: &str, generation: u64) {
+        self.readiness.server_started(name, generation);
         self.sync_registered();
     }
 
-    /// A unit of `name` could not listen.
-    pub fn unit_not_listening(&self, name: &str, why: String) {
-        self.readiness.unit_not_listening(name, why);
+    /// A device-plugin server of `name` could not listen.
+    pub fn server_not_listening(&self, name: &str, why: String) {
+        self.readiness.server_not_listening(name, why);
         self.sync_registered();
     }
 
-    /// The unit `generation` of `name` stopped.
-    pub fn unit_stopped(&self, name: &str, generation: u64) {
-        self.readiness.unit_stopped(name, generation);
+    /// The device-plugin server `generation` of `name` stopped.
+    pub fn server_stopped(&self, name: &str, generation: u64) {
+        self.readiness.server_stopped(name, generation);
         self.sync_registered();
     }
 
-    /// A Register call of unit `generation` of `name` ended.
+    /// A Register call of server `generation` of `name` ended.
     pub fn registration(&self, name: &str, generation: u64, result: Result<(), String>) {
         self.metrics.registration(name, result.is_ok());
         if self.readiness.registration(name, generation, result) {
@@ -118,7 +120,7 @@ impl Observe {
         }
     }
 
-    /// The kubelet watches (`true`) or stopped watching (`false`) the device list of unit
+    /// The kubelet watches (`true`) or stopped watching (`false`) the device list of server
     /// `generation` of `name`.
     pub fn watching(&self, name: &str, generation: u64, watching: bool) {
         self.readiness.watching(name, generation, watching);

@@ -4,9 +4,10 @@
 //! `cluster::capacity` checks it, the Node shows the capacity: [`Capacity`]), with the reason
 //! when not.
 //!
-//! The supervisor reports what happens (kubelet missing, a unit started, a registration
-//! outcome, a unit stopped); every report carries the unit's generation, so that a late report
-//! of a unit already replaced (after a kubelet restart) cannot make the daemon look ready.
+//! The supervisor reports what happens (kubelet missing, a device-plugin server started, a
+//! registration outcome, a server stopped); every report carries the server's generation, so
+//! that a late report of a server already replaced (after a kubelet restart) cannot make the
+//! daemon look ready.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -68,8 +69,8 @@ struct State {
     kubelet_missing: Option<String>,
     /// The served names, in the order they are served.
     wanted: Vec<String>,
-    /// Each name's unit generation (0 when it has none) and standing.
-    units: BTreeMap<String, (u64, Standing)>,
+    /// Each name's server generation (0 when it has none) and standing.
+    servers: BTreeMap<String, (u64, Standing)>,
 }
 
 /// Whether every served name is registered with the kubelet. Clones share the state.
@@ -139,7 +140,7 @@ impl Readiness {
         let reasons: Vec<String> = s
             .wanted
             .iter()
-            .filter_map(|name| match s.units.get(name).map(|(_, st)| st) {
+            .filter_map(|name| match s.servers.get(name).map(|(_, st)| st) {
                 Some(Standing::Watched) => None,
                 Some(Standing::Registered) => Some(format!(
                     "{name}: registered; waiting for the kubelet to watch the device list"
@@ -188,7 +189,7 @@ impl Readiness {
             .filter(|n| {
                 s.kubelet_missing.is_none()
                     && matches!(
-                        s.units.get(*n),
+                        s.servers.get(*n),
                         Some((_, Standing::Registered | Standing::Watched))
                     )
             })
@@ -202,10 +203,10 @@ impl Readiness {
         self.change().phase = phase;
     }
 
-    /// Sets the served names (forgetting units of other names).
+    /// Sets the served names (forgetting servers of other names).
     pub fn set_wanted(&self, names: Vec<String>) {
         let mut s = self.change();
-        s.units.retain(|n, _| names.contains(n));
+        s.servers.retain(|n, _| names.contains(n));
         s.wanted = names;
     }
 
@@ -214,33 +215,33 @@ impl Readiness {
         self.change().kubelet_missing = socket.map(|p| p.display().to_string());
     }
 
-    /// A unit of `name` with `generation` listens and registers.
-    pub fn unit_started(&self, name: &str, generation: u64) {
+    /// A server of `name` with `generation` listens and registers.
+    pub fn server_started(&self, name: &str, generation: u64) {
         self.change()
-            .units
+            .servers
             .insert(name.to_string(), (generation, Standing::Registering));
     }
 
-    /// A unit of `name` could not listen.
-    pub fn unit_not_listening(&self, name: &str, why: String) {
+    /// A server of `name` could not listen.
+    pub fn server_not_listening(&self, name: &str, why: String) {
         self.change()
-            .units
+            .servers
             .insert(name.to_string(), (0, Standing::NotListening(why)));
     }
 
-    /// The unit of `name` with `generation` stopped.
-    pub fn unit_stopped(&self, name: &str, generation: u64) {
+    /// The server of `name` with `generation` stopped.
+    pub fn server_stopped(&self, name: &str, generation: u64) {
         let mut s = self.change();
-        if s.units.get(name).is_some_and(|(g, _)| *g == generation) {
-            s.units.remove(name);
+        if s.servers.get(name).is_some_and(|(g, _)| *g == generation) {
+            s.servers.remove(name);
         }
     }
 
-    /// The kubelet opened (`true`) or closed every (`false`) `ListAndWatch` stream of the unit
+    /// The kubelet opened (`true`) or closed every (`false`) `ListAndWatch` stream of the server
     /// `generation` of `name`, which it registered.
     pub fn watching(&self, name: &str, generation: u64, watching: bool) {
         let mut s = self.change();
-        if let Some((g, standing)) = s.units.get_mut(name) {
+        if let Some((g, standing)) = s.servers.get_mut(name) {
             if *g == generation && matches!(standing, Standing::Registered | Standing::Watched) {
                 *standing = if watching {
                     Standing::Watched
@@ -251,11 +252,11 @@ impl Readiness {
         }
     }
 
-    /// A Register call of the unit `generation` of `name` ended with `result`. Returns whether
-    /// it concerned the current unit (a late report of a replaced unit changes nothing).
+    /// A Register call of the server `generation` of `name` ended with `result`. Returns whether
+    /// it concerned the current server (a late report of a replaced server changes nothing).
     pub fn registration(&self, name: &str, generation: u64, result: Result<(), String>) -> bool {
         let mut s = self.change();
-        match s.units.get_mut(name) {
+        match s.servers.get_mut(name) {
             Some((g, standing)) if *g == generation => {
                 *standing = match result {
                     Ok(()) => Standing::Registered,
@@ -478,13 +479,13 @@ mod tests {
             r.check(),
             Err("a.example/x: not serving yet; a.example/y: not serving yet".into())
         );
-        r.unit_started("a.example/x", 1);
-        r.unit_not_listening("a.example/y", "cannot listen: denied".into());
+        r.server_started("a.example/x", 1);
+        r.server_not_listening("a.example/y", "cannot listen: denied".into());
         assert_eq!(
             r.check(),
             Err("a.example/x: registering with the kubelet; a.example/y: cannot listen: denied, retrying".into())
         );
-        r.unit_started("a.example/y", 2);
+        r.server_started("a.example/y", 2);
         assert!(r.registration("a.example/x", 1, Err("refused".into())));
         assert!(r.registration("a.example/y", 2, Ok(())));
         assert_eq!(
@@ -498,11 +499,11 @@ mod tests {
         );
         r.watching("a.example/x", 1, true);
         r.watching("a.example/y", 2, true);
-        // A stream of a replaced unit says nothing about the current one.
+        // A stream of a replaced server says nothing about the current one.
         r.watching("a.example/y", 1, false);
         assert_eq!(r.check(), Ok(()));
         // The kubelet stopped watching one (it dropped the registration): not ready until the
-        // unit registered again and is watched.
+        // server registered again and is watched.
         r.watching("a.example/x", 1, false);
         assert_eq!(
             r.check(),
@@ -521,15 +522,15 @@ mod tests {
     }
 
     #[test]
-    fn a_late_report_of_a_replaced_unit_changes_nothing() {
+    fn a_late_report_of_a_replaced_server_changes_nothing() {
         let r = Readiness::default();
         r.set_phase(Phase::Running);
         r.set_wanted(vec!["a.example/x".into()]);
-        r.unit_started("a.example/x", 1);
-        // A kubelet restart: the unit is replaced by generation 2.
-        r.unit_started("a.example/x", 2);
+        r.server_started("a.example/x", 1);
+        // A kubelet restart: the server is replaced by generation 2.
+        r.server_started("a.example/x", 2);
         assert!(!r.registration("a.example/x", 1, Ok(())));
-        r.unit_stopped("a.example/x", 1);
+        r.server_stopped("a.example/x", 1);
         assert_eq!(
             r.check(),
             Err("a.example/x: registering with the kubelet".into())

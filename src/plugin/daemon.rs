@@ -4,9 +4,9 @@
 //! endpoint (so the probes answer from the first moment), watch the kubelet directory before
 //! looking at it, remove stale sockets, load the host facts, validate the configuration against
 //! them (a label-selected configuration that cannot be served falls back to the top level), and
-//! start the supervised tasks and the socket units.
+//! start the supervised tasks and the device-plugin servers.
 //!
-//! The main loop reacts to the kubelet directory, the units' ends, configuration updates
+//! The main loop reacts to the kubelet directory, the servers' ends, configuration updates
 //! (validated by the same [`validate`] as at start, rejected whole), liveness pings, and the
 //! task supervisor (which ends the daemon only when a required task keeps failing).
 //!
@@ -119,7 +119,9 @@ pub async fn run(
             return Ok(());
         }
     };
-    observe.health.start_step("starting the socket units");
+    observe
+        .health
+        .start_step("starting the device-plugin servers");
     let os = facts.os.clone().unwrap_or_default();
     if let Err(e) = validate(&first, &config.kubelet_dir, &os) {
         match config.fallback.take() {
@@ -199,7 +201,7 @@ pub async fn run(
         tasks.spawn(spec);
     }
 
-    let mut units = Servers::new(
+    let mut servers = Servers::new(
         &config.kubelet_dir,
         config.transport,
         config.backoff,
@@ -209,20 +211,20 @@ pub async fn run(
     );
     let mut pings = observe.health.take_pings();
     observe.phase(Phase::Running);
-    units.check();
+    servers.check();
     let mut updates_open = true;
     let mut failed = None;
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             notice = kubelet_dir.next() => match notice {
-                Notice::Events(events) => units.on_dir_events(&events),
+                Notice::Events(events) => servers.on_dir_events(&events),
                 Notice::Recheck(why) => {
                     tracing::debug!(?why, "checking the kubelet directory");
-                    units.check();
+                    servers.check();
                 }
             },
-            Some(ended) = units.ended_rx.recv() => units.on_ended(ended),
+            Some(ended) = servers.ended_rx.recv() => servers.on_ended(ended),
             Some(ping) = next_ping(&mut pings) => {
                 let _ = ping.send(());
             }
@@ -232,7 +234,7 @@ pub async fn run(
                     let os = inventory_rx.borrow().os.clone();
                     match validate(&c, &config.kubelet_dir, &os) {
                         Ok(()) => {
-                            units.reconfigure(c.endpoints());
+                            servers.reconfigure(c.endpoints());
                             effective_tx.send_replace(c);
                         }
                         Err(e) => {
@@ -251,7 +253,7 @@ pub async fn run(
         }
     }
     observe.phase(Phase::Stopped);
-    units.stop_all().await;
+    servers.stop_all().await;
     tasks.shutdown().await;
     match failed {
         Some(fatal) => {

@@ -96,8 +96,8 @@ pub struct PluginConfig {
     /// How long one read of the host facts or the configuration may take: past it the daemon
     /// goes on without it (the last good state stays) and `/healthz` fails until it returns.
     pub read_limit: Duration,
-    /// How long the start (configuration checks, the first host read, the units up) may take:
-    /// past it, while still starting, `/healthz` fails with what the start is doing.
+    /// How long the start (configuration checks, the first host read, the device-plugin servers up)
+    /// may take: past it, while still starting, `/healthz` fails with what the start is doing.
     pub start_deadline: Duration,
     /// Checks the bearer tokens of `/metrics` requests (`metrics.authorization: kubernetes`;
     /// [`crate::daemon`] builds it from the API server's credentials), or why it could not be

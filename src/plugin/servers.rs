@@ -1,29 +1,30 @@
-//! The socket units: one per served name (a resource's name and each alias), each its own
-//! socket in the kubelet's device-plugin directory (a fresh file name on every start), its gRPC
-//! server and its registration task. The unit manager reacts to events, never to a fast poll:
+//! The device-plugin servers: one [`Server`] per served name (a resource's name and each alias),
+//! each its own socket in the kubelet's device-plugin directory (a fresh file name on every
+//! start), its gRPC server and its registration task. [`Servers`] reacts to events, never to a
+//! fast poll:
 //!
-//! - `kubelet.sock` created or replaced (kubelet restart): every unit restarts and registers.
-//! - a unit's socket removed, its server ended, or its registration task died: that unit
+//! - `kubelet.sock` created or replaced (kubelet restart): every server restarts and registers.
+//! - a server's socket removed, its gRPC server ended, or its registration task died: that server
 //!   restarts on a fresh socket.
-//! - a new configuration: units for names no longer served stop, new ones start.
+//! - a new configuration: servers for names no longer served stop, new ones start.
 //! - a full check (safety tick, lost events, the directory watched again) re-checks all of the
 //!   above in case an event was missed.
 //!
-//! A stopping unit removes its socket at once, ends its streams, and after [`STOP_GRACE`]
+//! A stopping server removes its socket at once, ends its streams, and after [`STOP_GRACE`]
 //! closes every connection it still has (a client that never reads cannot keep a stopped
-//! unit's descriptors), so that nothing outlives its socket.
+//! server's descriptors), so that nothing outlives its socket.
 //!
-//! A unit started again for a name while the same kubelet lives (its socket removed, its server
-//! ended, a name served again) listens at once but registers only once the earlier units of that
-//! name have finished stopping: the kubelet marks every device of a resource unhealthy when the
-//! `ListAndWatch` stream of any of its registrations ends (`PluginDisconnected` is keyed by the
+//! A server started again for a name while the same kubelet lives (its socket removed, its gRPC
+//! server ended, a name served again) listens at once but registers only once the earlier servers
+//! of that name have finished stopping: the kubelet marks every device of a resource unhealthy when
+//! the `ListAndWatch` stream of any of its registrations ends (`PluginDisconnected` is keyed by the
 //! resource name), and only a later `ListAndWatch` message makes them healthy again. The kubelet
-//! may still handle the old stream's end after the new unit's first list (its goroutine runs
-//! late): so a restarted unit sends its list again ([`RESEND_AFTER`]), and a unit whose streams
+//! may still handle the old stream's end after the new server's first list (its goroutine runs
+//! late): so a restarted server sends its list again ([`RESEND_AFTER`]), and a server whose streams
 //! the kubelet closes while `kubelet.sock` stays (a kubelet that disconnects the newest client of
-//! the name) registers again. Readiness counts a name as served only while the kubelet watches
-//! its list. A new kubelet (`kubelet.sock` recreated) has no clients of the old units: there the
-//! new units register at once.
+//! the name) registers again. Readiness counts a name as served only while the kubelet watches its
+//! list. A new kubelet (`kubelet.sock` recreated) has no clients of the old servers: there the new
+//! servers register at once.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -52,14 +53,14 @@ use dxdp_core::devices::Resource;
 /// one at a time: only a burst from elsewhere meets it.
 pub const MAX_CONCURRENT_STREAMS: u32 = 100;
 
-/// How long a stopping unit's streams get to end before its connections are closed.
+/// How long a stopping server's streams get to end before its connections are closed.
 pub const STOP_GRACE: Duration = Duration::from_millis(500);
-/// How long a stopping unit's server gets, after its connections were closed, before it is
-/// aborted. With [`STOP_GRACE`] a unit stops in at most one second, well inside the ~5 s
+/// How long a stopping server's gRPC server gets, after its connections were closed, before it is
+/// aborted. With [`STOP_GRACE`] a server stops in at most one second, well inside the ~5 s
 /// Windows gives a HostProcess container's process after CTRL_SHUTDOWN_EVENT.
 pub const STOP_ABORT: Duration = Duration::from_millis(500);
 
-/// How long a unit started again waits, at most, for the earlier units of its name to finish
+/// How long a server started again waits, at most, for the earlier servers of its name to finish
 /// stopping before it registers: twice the longest stop ([`STOP_GRACE`] + [`STOP_ABORT`]).
 pub const PREDECESSOR_WAIT: Duration = Duration::from_secs(2);
 
@@ -77,19 +78,20 @@ fn file_identity(path: &Path) -> Option<FileIdentity> {
     Some((meta.modified().ok(), id))
 }
 
-/// A unit's server or registration ended (for whatever reason).
+/// A server's gRPC task or registration ended (for whatever reason).
 #[derive(Debug)]
 pub struct Ended {
     /// The served name.
     pub name: String,
-    /// The unit's generation.
+    /// The server's generation.
     pub generation: u64,
     /// Why.
     pub reason: String,
 }
 
-/// One served name: its socket, server and registration.
-pub struct Unit {
+/// One device-plugin server: for one served name, its socket, its gRPC server task and its
+/// registration with the kubelet.
+pub struct Server {
     resource: Resource,
     /// The socket.
     pub path: PathBuf,
@@ -97,18 +99,18 @@ pub struct Unit {
     stop: channel::Sender<bool>,
     close: channel::Sender<bool>,
     monitor: JoinHandle<()>,
-    /// The server task (aborting it is how tests simulate a crash).
-    pub server: AbortHandle,
+    /// The gRPC server task (aborting it is how tests simulate a crash).
+    pub grpc: AbortHandle,
     registrar: AbortHandle,
     /// When it started (tests age it).
     pub(super) started: std::time::Instant,
 }
 
-/// A unit that ends sooner than this after its start is restarted by the next full check, not
+/// A server that ends sooner than this after its start is restarted by the next full check, not
 /// at once.
 pub const RAPID_END: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Keeps the wanted units running.
+/// Keeps one [`Server`] running per wanted name.
 pub struct Servers {
     kubelet_dir: PathBuf,
     kubelet_sock: PathBuf,
@@ -116,22 +118,22 @@ pub struct Servers {
     backoff: Backoff,
     inventory: InventoryRx,
     wanted: Vec<(Resource, String)>,
-    /// The running units by served name.
-    pub units: BTreeMap<String, Unit>,
+    /// The running servers by served name.
+    pub running: BTreeMap<String, Server>,
     kubelet: Option<FileIdentity>,
     waiting_announced: bool,
     generations: u64,
-    /// The units stopped while this kubelet lives that have not finished stopping, by served
-    /// name: each receiver's sender is dropped when its unit finished.
+    /// The servers stopped while this kubelet lives that have not finished stopping, by served
+    /// name: each receiver's sender is dropped when its server finished.
     stopping: BTreeMap<String, Vec<channel::Receiver<()>>>,
     ended_tx: mpsc::UnboundedSender<Ended>,
-    /// Where units report that they ended.
+    /// Where servers report that they ended.
     pub ended_rx: mpsc::UnboundedReceiver<Ended>,
     observe: Observe,
 }
 
 impl Servers {
-    /// No units yet; `wanted` are the names to serve.
+    /// No servers yet; `wanted` are the names to serve.
     pub fn new(
         kubelet_dir: &Path,
         transport: Transport,
@@ -151,7 +153,7 @@ impl Servers {
             backoff,
             inventory,
             wanted,
-            units: BTreeMap::new(),
+            running: BTreeMap::new(),
             waiting_announced: false,
             generations: 0,
             stopping: BTreeMap::new(),
@@ -166,12 +168,12 @@ impl Servers {
         &self.wanted
     }
 
-    /// Brings the units in line with the wanted names, the sockets and `kubelet.sock`: the
+    /// Brings the servers in line with the wanted names, the sockets and `kubelet.sock`: the
     /// whole state is compared, so it is also the fallback for missed events.
     pub fn check(&mut self) {
         let now = file_identity(&self.kubelet_sock);
         if now != self.kubelet {
-            // Another kubelet (or none): it has no clients of the units stopped so far.
+            // Another kubelet (or none): it has no clients of the servers stopped so far.
             self.stopping.clear();
         }
         self.observe
@@ -191,7 +193,7 @@ impl Servers {
         if now != self.kubelet {
             let was_there = self.kubelet.is_some();
             self.kubelet = now;
-            if was_there || !self.units.is_empty() {
+            if was_there || !self.running.is_empty() {
                 self.restart_all(&format!(
                     "{} was recreated (kubelet restart)",
                     self.kubelet_sock.display()
@@ -200,7 +202,7 @@ impl Servers {
             }
         }
         let gone: Vec<String> = self
-            .units
+            .running
             .iter()
             .filter(|(_, u)| !u.path.exists())
             .map(|(n, _)| n.clone())
@@ -211,7 +213,7 @@ impl Servers {
         let missing: Vec<(Resource, String)> = self
             .wanted
             .iter()
-            .filter(|(_, n)| !self.units.contains_key(n))
+            .filter(|(_, n)| !self.running.contains_key(n))
             .cloned()
             .collect();
         for (resource, name) in missing {
@@ -225,7 +227,7 @@ impl Servers {
             .iter()
             .any(|e| e.name.as_os_str() == std::ffi::OsStr::new(KUBELET_SOCKET));
         let removed: Vec<String> = self
-            .units
+            .running
             .iter()
             .filter(|(_, u)| {
                 events.iter().any(|e| {
@@ -253,31 +255,31 @@ impl Servers {
         }
     }
 
-    /// A unit's server or registration ended: restarts it when it is the current one. A unit
+    /// A server's gRPC task or registration ended: restarts it when it is the current one. A server
     /// that ended within [`RAPID_END`] of its start is not restarted at once but by the next
-    /// full check (the safety poll, or the next kubelet event), so that a unit failing at every
+    /// full check (the safety poll, or the next kubelet event), so that a server failing at every
     /// start cannot spin.
     pub fn on_ended(&mut self, ended: Ended) {
-        let Some(unit) = self
-            .units
+        let Some(server) = self
+            .running
             .get(&ended.name)
             .filter(|u| u.generation == ended.generation)
         else {
             return;
         };
         tracing::error!(resource = %ended.name, "{}", ended.reason);
-        if unit.started.elapsed() < RAPID_END {
-            if let Some(unit) = self.units.remove(&ended.name) {
-                tracing::warn!(resource = %ended.name, "the unit ended within {RAPID_END:?} of its start; starting it again at the next check");
-                self.retire(&ended.name, unit);
-                self.observe.unit_not_listening(
+        if server.started.elapsed() < RAPID_END {
+            if let Some(server) = self.running.remove(&ended.name) {
+                tracing::warn!(resource = %ended.name, "the server ended within {RAPID_END:?} of its start; starting it again at the next check");
+                self.retire(&ended.name, server);
+                self.observe.server_not_listening(
                     &ended.name,
                     format!("ended right after its start: {}", ended.reason),
                 );
             }
             return;
         }
-        self.restart(&ended.name, "restarting the unit");
+        self.restart(&ended.name, "restarting the server");
     }
 
     /// Serves the names of a new (validated) configuration.
@@ -287,15 +289,15 @@ impl Servers {
         }
         tracing::info!("the configuration changed the served resources or their names");
         let stale: Vec<String> = self
-            .units
+            .running
             .iter()
             .filter(|(n, u)| !wanted.contains(&(u.resource, (*n).clone())))
             .map(|(n, _)| n.clone())
             .collect();
         for name in stale {
-            if let Some(unit) = self.units.remove(&name) {
+            if let Some(server) = self.running.remove(&name) {
                 tracing::info!(resource = %name, "no longer served");
-                self.retire(&name, unit);
+                self.retire(&name, server);
             }
         }
         self.observe
@@ -304,41 +306,41 @@ impl Servers {
         self.check();
     }
 
-    /// Restarts every unit for a new kubelet: the new units register at once (the new kubelet
+    /// Restarts every server for a new kubelet: the new servers register at once (the new kubelet
     /// has no clients of the old ones; [`Servers::check`] forgot them).
     fn restart_all(&mut self, why: &str) {
         tracing::warn!("{why}; starting new sockets and registering again");
-        let units = std::mem::take(&mut self.units);
-        for (name, unit) in units {
-            tokio::spawn(self.stop(&name, unit));
+        let running = std::mem::take(&mut self.running);
+        for (name, server) in running {
+            tokio::spawn(self.stop(&name, server));
         }
         self.check();
     }
 
     fn restart(&mut self, name: &str, why: &str) {
-        let Some(unit) = self.units.remove(name) else {
+        let Some(server) = self.running.remove(name) else {
             return;
         };
         tracing::warn!(resource = %name, "{why}; serving it on a new socket and registering again");
-        let resource = unit.resource;
-        self.retire(name, unit);
+        let resource = server.resource;
+        self.retire(name, server);
         if self.kubelet_sock.exists() {
             self.start(resource, name);
         }
     }
 
-    /// Stops `unit` (in a task of its own) while the kubelet lives on: the next unit of `name`
+    /// Stops `server` (in a task of its own) while the kubelet lives on: the next server of `name`
     /// registers only once it finished.
-    fn retire(&mut self, name: &str, unit: Unit) {
+    fn retire(&mut self, name: &str, server: Server) {
         let (finished, stopping) = channel::channel(());
-        let stop = self.stop(name, unit);
+        let stop = self.stop(name, server);
         tokio::spawn(async move {
             stop.await;
             drop(finished);
         });
-        self.stopping.retain(|_, units| {
-            units.retain(|u| u.has_changed().is_ok());
-            !units.is_empty()
+        self.stopping.retain(|_, servers| {
+            servers.retain(|u| u.has_changed().is_ok());
+            !servers.is_empty()
         });
         self.stopping
             .entry(name.to_string())
@@ -346,7 +348,7 @@ impl Servers {
             .push(stopping);
     }
 
-    /// Binds a fresh socket for `name`, serves it and registers it once the earlier units of
+    /// Binds a fresh socket for `name`, serves it and registers it once the earlier servers of
     /// `name` stopped while this kubelet lives have finished. A failure is logged and retried by
     /// the next full check.
     fn start(&mut self, resource: Resource, name: &str) {
@@ -360,8 +362,10 @@ impl Servers {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(resource = %name, socket = %path.display(), "cannot listen: {e}; retrying at the next safety poll");
-                self.observe
-                    .unit_not_listening(name, format!("cannot listen on {}: {e}", path.display()));
+                self.observe.server_not_listening(
+                    name,
+                    format!("cannot listen on {}: {e}", path.display()),
+                );
                 return;
             }
         };
@@ -381,7 +385,7 @@ impl Servers {
         );
         let mut until_stopped = stopping.clone();
         let incoming = transport::incoming(listener, closing, Arc::default());
-        let server = tokio::spawn(async move {
+        let grpc = tokio::spawn(async move {
             tonic::transport::Server::builder()
                 // A burst of concurrent calls is served 100 at a time (the client queues the
                 // rest): memory stays bounded, and h2 never closes the kubelet's connection for
@@ -393,11 +397,11 @@ impl Servers {
                 })
                 .await
         });
-        let server_abort = server.abort_handle();
+        let grpc_abort = grpc.abort_handle();
         let ended_tx = self.ended_tx.clone();
         let ended_name = name.to_string();
         let monitor = tokio::spawn(async move {
-            let reason = match server.await {
+            let reason = match grpc.await {
                 Ok(Ok(())) => "stopped".to_string(),
                 Ok(Err(e)) => crate::util::errors::chain(&e),
                 Err(e) if e.is_cancelled() => "aborted".to_string(),
@@ -410,14 +414,14 @@ impl Servers {
             });
         });
         tracing::info!(resource = %name, socket = %path.display(), "listening");
-        self.observe.unit_started(name, generation);
-        // An earlier unit of the name served this kubelet: the kubelet may handle the end of its
-        // stream after this unit's first list, however soon that unit finished stopping.
+        self.observe.server_started(name, generation);
+        // An earlier server of the name served this kubelet: the kubelet may handle the end of its
+        // stream after this server's first list, however soon that server finished stopping.
         let restarted = self.stopping.contains_key(name);
         let predecessors = match self.stopping.get_mut(name) {
-            Some(units) => {
-                units.retain(|u| u.has_changed().is_ok());
-                units.clone()
+            Some(servers) => {
+                servers.retain(|u| u.has_changed().is_ok());
+                servers.clone()
             }
             None => Vec::new(),
         };
@@ -443,7 +447,7 @@ impl Servers {
         let ended_tx = self.ended_tx.clone();
         let ended_name = name.to_string();
         let registrar = tokio::spawn(async move {
-            // A registration that panics would leave the unit unregistered for ever.
+            // A registration that panics would leave the server unregistered for ever.
             if let Err(panic) = std::panic::AssertUnwindSafe(registration)
                 .catch_unwind()
                 .await
@@ -460,92 +464,93 @@ impl Servers {
                 });
             }
         });
-        self.units.insert(
+        self.running.insert(
             name.to_string(),
-            Unit {
+            Server {
                 resource,
                 path,
                 generation,
                 stop,
                 close,
                 monitor,
-                server: server_abort,
+                grpc: grpc_abort,
                 registrar: registrar.abort_handle(),
                 started: std::time::Instant::now(),
             },
         );
     }
 
-    /// Stops every unit and waits until their servers ended.
+    /// Stops every server and waits until their gRPC servers ended.
     pub async fn stop_all(&mut self) {
-        let units = std::mem::take(&mut self.units);
-        let stopping: Vec<_> = units
+        let running = std::mem::take(&mut self.running);
+        let stopping: Vec<_> = running
             .into_iter()
-            .map(|(name, unit)| self.stop(&name, unit))
+            .map(|(name, server)| self.stop(&name, server))
             .collect();
         futures_util::future::join_all(stopping).await;
     }
 
-    /// [`stop_unit`], telling the readiness that the unit is gone.
-    fn stop(&self, name: &str, unit: Unit) -> impl Future<Output = ()> {
-        self.observe.unit_stopped(name, unit.generation);
-        stop_unit(unit)
+    /// [`stop_server`], telling the readiness that the server is gone.
+    fn stop(&self, name: &str, server: Server) -> impl Future<Output = ()> {
+        self.observe.server_stopped(name, server.generation);
+        stop_server(server)
     }
 }
 
-/// Waits until every unit of `predecessors` finished stopping (its sender is dropped), at most
+/// Waits until every server of `predecessors` finished stopping (its sender is dropped), at most
 /// [`PREDECESSOR_WAIT`].
 async fn predecessors_finished(name: String, predecessors: Vec<channel::Receiver<()>>) {
     if predecessors.is_empty() {
         return;
     }
-    tracing::debug!(resource = %name, "waiting for the previous unit to finish before registering");
+    tracing::debug!(resource = %name, "waiting for the previous server to finish before registering");
     let started = tokio::time::Instant::now();
-    let all = futures_util::future::join_all(predecessors.into_iter().map(|mut unit| async move {
-        // Nothing is ever sent: `changed` fails once the sender is dropped.
-        while unit.changed().await.is_ok() {}
-    }));
+    let all =
+        futures_util::future::join_all(predecessors.into_iter().map(|mut finished| async move {
+            // Nothing is ever sent: `changed` fails once the sender is dropped.
+            while finished.changed().await.is_ok() {}
+        }));
     match tokio::time::timeout(PREDECESSOR_WAIT, all).await {
         Ok(_) => {
-            tracing::debug!(resource = %name, waited = ?started.elapsed(), "the previous unit finished; registering")
+            tracing::debug!(resource = %name, waited = ?started.elapsed(), "the previous server finished; registering")
         }
         Err(_) => {
-            tracing::warn!(resource = %name, "the previous unit did not finish stopping within {PREDECESSOR_WAIT:?}; registering anyway (the device list is sent again later, and a registration the kubelet drops is made again)")
+            tracing::warn!(resource = %name, "the previous server did not finish stopping within {PREDECESSOR_WAIT:?}; registering anyway (the device list is sent again later, and a registration the kubelet drops is made again)")
         }
     }
 }
 
-/// When a unit restarted while its kubelet lives sends its device list again, counted from the
-/// moment the kubelet first watches it: by then the end of the old unit's stream has reached the
+/// When a server restarted while its kubelet lives sends its device list again, counted from the
+/// moment the kubelet first watches it: by then the end of the old server's stream has reached the
 /// kubelet however late it handles it, and the list makes the devices healthy again if that
 /// end marked them unhealthy.
 pub const RESEND_AFTER: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(5)];
 
 /// How long the kubelet gets, after accepting a registration, to open its `ListAndWatch`
-/// stream before the unit registers again.
+/// stream before the server registers again.
 pub const WATCH_WAIT: Duration = Duration::from_secs(30);
 
-/// The pause before a unit whose streams the kubelet closed (while `kubelet.sock` stayed)
+/// The pause before a server whose streams the kubelet closed (while `kubelet.sock` stayed)
 /// registers again: the kubelet finishes dropping the registration first.
 pub const REWATCH_PAUSE: Duration = Duration::from_secs(1);
 
-/// What a unit's registration task follows of its streams.
+/// What a server's registration task follows of its streams.
 struct Watch {
     /// The number of open `ListAndWatch` streams.
     open: channel::Receiver<usize>,
     /// Asks the streams to send the current list again.
     resend: channel::Sender<u64>,
-    /// Turns true when the unit stops.
+    /// Turns true when the server stops.
     stopping: channel::Receiver<bool>,
-    /// Whether an earlier unit of the name served this kubelet.
+    /// Whether an earlier server of the name served this kubelet.
     restarted: bool,
 }
 
-/// Registers one unit until the kubelet accepts it, reporting every attempt to `observe` as the
-/// unit's generation; then follows the kubelet's `ListAndWatch` streams: when the kubelet
-/// stops watching while the unit lives (it dropped the registration: a late
-/// `PluginDisconnected` of an earlier unit of the name closes the newest client), the unit
-/// registers again. A unit that was `restarted` sends its list again ([`RESEND_AFTER`]).
+/// Registers one server until the kubelet accepts it, reporting every attempt to `observe` as the
+/// server's generation; then follows the kubelet's `ListAndWatch` streams: when the kubelet
+/// stops watching while the server lives (it dropped the registration: a late
+/// `PluginDisconnected` of an earlier server of the name closes the newest client), the server
+/// registers again. A server that was `restarted` sends its list again ([`RESEND_AFTER`]).
 async fn registration(
     (transport, kubelet_sock): (Transport, PathBuf),
     socket: PathBuf,
@@ -583,7 +588,7 @@ async fn registration(
         .await;
         match tokio::time::timeout(WATCH_WAIT, watch.open.wait_for(|n| *n > 0)).await {
             Ok(Ok(_)) => {}
-            // The service is gone: the unit stops.
+            // The service is gone: the server stops.
             Ok(Err(_)) => return,
             Err(_) => {
                 tracing::warn!(resource = %name, "the kubelet accepted the registration but did not watch the device list within {WATCH_WAIT:?}; registering again");
@@ -617,9 +622,9 @@ async fn registration(
             return;
         }
         if file_identity(&kubelet_sock) != kubelet {
-            // The kubelet restarted or went away: the unit manager serves the next kubelet
-            // with new units, and stops this one.
-            tracing::debug!(resource = %name, "the kubelet stopped watching the device list and kubelet.sock changed; waiting for the new units");
+            // The kubelet restarted or went away: `Servers` serves the next kubelet
+            // with new servers, and stops this one.
+            tracing::debug!(resource = %name, "the kubelet stopped watching the device list and kubelet.sock changed; waiting for the new servers");
             let _ = watch.stopping.wait_for(|s| *s).await;
             return;
         }
@@ -629,33 +634,33 @@ async fn registration(
     }
 }
 
-/// Stops a unit. At once: its socket file is removed (so the kubelet cannot dial it again and
+/// Stops a server. At once: its socket file is removed (so the kubelet cannot dial it again and
 /// the directory shows it gone), its registration stops and its streams are told to end. The
-/// returned future waits for the server to finish and every connection it accepted to be
+/// returned future waits for the gRPC server to finish and every connection it accepted to be
 /// dropped: after [`STOP_GRACE`] its connections are closed, after [`STOP_ABORT`] more it is
 /// aborted (and the future ends).
-fn stop_unit(unit: Unit) -> impl Future<Output = ()> {
-    let _ = unit.stop.send(true);
-    unit.registrar.abort();
-    match std::fs::remove_file(&unit.path) {
-        Ok(()) => tracing::debug!(socket = %unit.path.display(), "removed"),
+fn stop_server(server: Server) -> impl Future<Output = ()> {
+    let _ = server.stop.send(true);
+    server.registrar.abort();
+    match std::fs::remove_file(&server.path) {
+        Ok(()) => tracing::debug!(socket = %server.path.display(), "removed"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(socket = %unit.path.display(), "cannot remove socket: {e}"),
+        Err(e) => tracing::warn!(socket = %server.path.display(), "cannot remove socket: {e}"),
     }
     async move {
-        let mut monitor = unit.monitor;
+        let mut monitor = server.monitor;
         let ended = tokio::time::timeout(STOP_GRACE, &mut monitor).await.is_ok();
         // Streams that did not end (a client that does not read) and the connections of a
         // server that ended without them (aborted: its connection tasks live on) are closed.
-        let _ = unit.close.send(true);
+        let _ = server.close.send(true);
         let finished = async {
             if !ended {
                 let _ = monitor.await;
             }
-            unit.close.closed().await;
+            server.close.closed().await;
         };
         if tokio::time::timeout(STOP_ABORT, finished).await.is_err() {
-            unit.server.abort();
+            server.grpc.abort();
         }
     }
 }

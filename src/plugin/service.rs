@@ -42,9 +42,9 @@ pub struct ResourceService {
     streams: Streams,
 }
 
-/// The `ListAndWatch` streams of one unit: how many are open (the unit's registration task
-/// watches it, to tell when the kubelet stopped watching), and a request to send the current
-/// list again on each of them, changed or not.
+/// The `ListAndWatch` streams of one device-plugin server: how many are open (its registration
+/// task watches it, to tell when the kubelet stopped watching), and a request to send the
+/// current list again on each of them, changed or not.
 #[derive(Debug, Clone)]
 pub struct Streams {
     /// The number of open streams.
@@ -282,7 +282,7 @@ impl DevicePlugin for ResourceService {
                     changed = inventory.changed() => if changed.is_err() { break },
                     _ = stopping.changed() => break,
                     // The same list again: the kubelet may have marked the resource unhealthy
-                    // since it last received it (see `units`).
+                    // since it last received it (see `servers`).
                     again = resend.changed(), if resend_alive => match again {
                         Ok(()) => last = None,
                         Err(_) => resend_alive = false,

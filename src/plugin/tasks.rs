@@ -13,9 +13,9 @@
 //! - [`Role::Optional`] (metrics endpoint, node labels, following the node, device gauges):
 //!   restarted for ever; it never fails `/healthz` and never stops the daemon.
 //!
-//! The socket units (server and registration per served name) are kept by the unit manager,
-//! which restarts a unit whose server or registration ends; the supervisor loop itself is the
-//! daemon's main task.
+//! The device-plugin servers (socket, gRPC server and registration per served name) are kept by
+//! `servers::Servers`, which restarts a server whose gRPC server or registration ends; the
+//! supervisor loop itself is the daemon's main task.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -1,5 +1,5 @@
-//! Daemon part tests: socket names, servability, claiming the directory, and healing a unit
-//! whose server died, against the kubelet stand-in over real sockets.
+//! Daemon part tests: socket names, servability, claiming the directory, and healing a server
+//! whose gRPC server died, against the kubelet stand-in over real sockets.
 
 use std::path::Path;
 
@@ -117,8 +117,8 @@ async fn claiming_removes_stale_sockets_and_refuses_a_live_dxdp_for_the_same_res
     }
 }
 
-/// A kubelet stand-in and the display unit registered with it, in a fresh directory.
-struct DisplayUnit {
+/// A kubelet stand-in and the display server registered with it, in a fresh directory.
+struct DisplayServer {
     _dir: tempfile::TempDir,
     kubelet: crate::kubelet::standin::KubeletStandin,
     config: PluginConfig,
@@ -127,7 +127,7 @@ struct DisplayUnit {
     display: String,
 }
 
-async fn display_unit() -> DisplayUnit {
+async fn display_server() -> DisplayServer {
     use crate::kubelet::standin::KubeletStandin;
     let dir = testing::socket_dir();
     let kubelet = KubeletStandin::start(testing::transport(), dir.path())
@@ -153,7 +153,7 @@ async fn display_unit() -> DisplayUnit {
             .wait_for(Duration::from_secs(10), |v| v.registrations.len() == 1)
             .await
     );
-    DisplayUnit {
+    DisplayServer {
         _dir: dir,
         kubelet,
         config,
@@ -163,12 +163,12 @@ async fn display_unit() -> DisplayUnit {
     }
 }
 
-/// Kills the server of unit `name` as a crash would, after the unit ran for a while, and returns
-/// the unit's report of its end.
+/// Kills the gRPC server of server `name` as a crash would, after the server ran for a while, and
+/// returns the server's report of its end.
 async fn crash_after_a_while(sup: &mut Servers, name: &str) -> servers::Ended {
-    let unit = sup.units.get_mut(name).unwrap();
-    unit.started -= servers::RAPID_END * 2;
-    unit.server.abort();
+    let server = sup.running.get_mut(name).unwrap();
+    server.started -= servers::RAPID_END * 2;
+    server.grpc.abort();
     tokio::time::timeout(Duration::from_secs(10), sup.ended_rx.recv())
         .await
         .unwrap()
@@ -176,23 +176,23 @@ async fn crash_after_a_while(sup: &mut Servers, name: &str) -> servers::Ended {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_again() {
+async fn a_server_whose_grpc_server_dies_is_restarted_on_a_fresh_socket_and_registered_again() {
     // Held to the end: the directory and the inventory sender.
-    let DisplayUnit {
+    let DisplayServer {
         _dir,
         _inventory,
         kubelet,
         mut sup,
         display,
         ..
-    } = display_unit().await;
+    } = display_server().await;
     let wait = Duration::from_secs(10);
-    let first = sup.units[&display].path.clone();
+    let first = sup.running[&display].path.clone();
     let ended = crash_after_a_while(&mut sup, &display).await;
     assert_eq!(ended.name, display);
     assert_eq!(ended.reason, "gRPC server ended: aborted");
     sup.on_ended(ended);
-    let second = sup.units[&display].path.clone();
+    let second = sup.running[&display].path.clone();
     assert_ne!(first, second, "a fresh socket");
     assert!(kubelet.wait_for(wait, |v| v.registrations.len() == 2).await);
     let view = kubelet.view();
@@ -205,31 +205,32 @@ async fn a_unit_whose_server_dies_is_restarted_on_a_fresh_socket_and_registered_
             .wait_for(wait, |v| v.devices(&display).is_some_and(|d| d.len() == 2))
             .await
     );
-    // The end of a unit that was replaced on purpose is not a crash.
+    // The end of a server that was replaced on purpose is not a crash.
     sup.stop_all().await;
     assert!(!second.exists() && !first.exists());
     while let Ok(ended) = sup.ended_rx.try_recv() {
         sup.on_ended(ended);
-        assert!(sup.units.is_empty());
+        assert!(sup.running.is_empty());
     }
     kubelet.stop().await;
 }
 
-/// An aborted server leaves its connection tasks running: the unit restarted after it registers
-/// only once the stop closed them (the stand-in refuses the first `Register` to keep its moment).
+/// An aborted gRPC server leaves its connection tasks running: the server restarted after it
+/// registers only once the stop closed them (the stand-in refuses the first `Register` to keep its
+/// moment).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_unit_whose_server_died_registers_again_only_after_its_connections_are_closed() {
+async fn a_server_whose_grpc_server_died_registers_again_only_after_its_connections_are_closed() {
     // Held to the end: the directory and the inventory sender.
-    let DisplayUnit {
+    let DisplayServer {
         _dir,
         _inventory,
         kubelet,
         mut sup,
         display,
         ..
-    } = display_unit().await;
+    } = display_server().await;
     let wait = Duration::from_secs(10);
-    let first = sup.units[&display].path.clone();
+    let first = sup.running[&display].path.clone();
     let mut silent = Silent::connect(&first).await;
     kubelet.refuse_registrations(Some("the test keeps the first Register"));
     let ended = crash_after_a_while(&mut sup, &display).await;
@@ -237,7 +238,7 @@ async fn a_unit_whose_server_died_registers_again_only_after_its_connections_are
     assert!(kubelet.wait_for(wait, |v| !v.refused.is_empty()).await);
     assert!(
         silent.closed(),
-        "the new unit's Register reached the kubelet while the old unit still had a connection open"
+        "the new server's Register reached the kubelet while the old server still had a connection open"
     );
     kubelet.refuse_registrations(None);
     assert!(
@@ -254,31 +255,31 @@ async fn a_unit_whose_server_died_registers_again_only_after_its_connections_are
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_unit_that_ends_right_after_its_start_waits_for_the_next_check() {
+async fn a_server_that_ends_right_after_its_start_waits_for_the_next_check() {
     // Held to the end: the directory and the inventory sender.
-    let DisplayUnit {
+    let DisplayServer {
         _dir,
         _inventory,
         kubelet,
         config,
         mut sup,
         display,
-    } = display_unit().await;
+    } = display_server().await;
     let wait = Duration::from_secs(10);
     // The server dies at once (as one failing at every start would).
-    sup.units[&display].server.abort();
+    sup.running[&display].grpc.abort();
     let ended = tokio::time::timeout(wait, sup.ended_rx.recv())
         .await
         .unwrap()
         .unwrap();
     sup.on_ended(ended);
-    assert!(sup.units.is_empty(), "not restarted at once");
+    assert!(sup.running.is_empty(), "not restarted at once");
     config.observe.phase(crate::observe::state::Phase::Running);
     let why = config.observe.readiness.check().unwrap_err();
     assert!(why.contains("ended right after its start"), "{why}");
     // The next full check starts it again.
     sup.check();
-    assert!(sup.units.contains_key(&display));
+    assert!(sup.running.contains_key(&display));
     assert!(kubelet.wait_for(wait, |v| v.registrations.len() == 2).await);
     sup.stop_all().await;
     kubelet.stop().await;
@@ -287,9 +288,9 @@ async fn a_unit_that_ends_right_after_its_start_waits_for_the_next_check() {
 /// How long the dropped-registration tests wait for each step.
 const LATE_WAIT: Duration = Duration::from_secs(15);
 
-/// Crashes the unit `name` after the kubelet was told to handle stream ends 300 ms late (and to
-/// drop the newest registration with `drop_newest`), and waits until the crashed unit's stream
-/// end was handled after the new unit registered.
+/// Crashes the server `name` after the kubelet was told to handle stream ends 300 ms late (and to
+/// drop the newest registration with `drop_newest`), and waits until the crashed server's stream
+/// end was handled after the new server registered.
 async fn crash_with_a_late_disconnect(
     kubelet: &crate::kubelet::standin::KubeletStandin,
     sup: &mut Servers,
@@ -309,19 +310,19 @@ async fn crash_with_a_late_disconnect(
     );
 }
 
-/// The kubelet handles the end of the crashed unit's stream only after the new unit's first
-/// list (late): every device of the resource is held unhealthy, and the list the restarted unit
+/// The kubelet handles the end of the crashed server's stream only after the new server's first
+/// list (late): every device of the resource is held unhealthy, and the list the restarted server
 /// sends again makes them allocatable without any change on the host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_plugin_disconnected_after_a_restart_is_healed_by_the_list_sent_again() {
-    let DisplayUnit {
+    let DisplayServer {
         _dir,
         _inventory,
         kubelet,
         mut sup,
         display,
         ..
-    } = display_unit().await;
+    } = display_server().await;
     // The late end marked the newest registration's devices unhealthy...
     crash_with_a_late_disconnect(&kubelet, &mut sup, &display, false).await;
     let wait = LATE_WAIT;
@@ -342,18 +343,18 @@ async fn a_late_plugin_disconnected_after_a_restart_is_healed_by_the_list_sent_a
 }
 
 /// A kubelet that closes the newest registration of the name when it handles the end of the
-/// crashed unit's stream (late): the unit sees its stream closed while `kubelet.sock` stayed,
+/// crashed server's stream (late): the server sees its stream closed while `kubelet.sock` stayed,
 /// registers again, and is watched and ready again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registration_the_kubelet_drops_is_made_again() {
-    let DisplayUnit {
+    let DisplayServer {
         _dir,
         _inventory,
         kubelet,
         config,
         mut sup,
         display,
-    } = display_unit().await;
+    } = display_server().await;
     config.observe.phase(crate::observe::state::Phase::Running);
     crash_with_a_late_disconnect(&kubelet, &mut sup, &display, true).await;
     let wait = LATE_WAIT;
@@ -367,7 +368,7 @@ async fn a_registration_the_kubelet_drops_is_made_again() {
         kubelet.view()
     );
     let view = kubelet.view();
-    // The unit registered again on the same socket: no restart.
+    // The server registered again on the same socket: no restart.
     assert_eq!(
         view.registrations[2].endpoint,
         view.registrations[1].endpoint

@@ -1,9 +1,9 @@
 //! A client of a plugin socket that connects and never speaks (no HTTP/2 preface): a stopping
-//! unit's server cannot finish it gracefully and keeps it until the unit closes its connections
-//! (`dxdp::plugin::servers::STOP_GRACE`). Plain sockets, read without the async reactor, so that
-//! [`Silent::closed`] tells the socket's state at the moment it is called. Shared by the
-//! integration tests and the plugin's unit tests. A socket file of the loopback transport (the
-//! daemon tests under Wine) is dialled over TCP at the address it holds.
+//! device-plugin server's gRPC server cannot finish it gracefully and keeps it until the server
+//! closes its connections (`dxdp::plugin::servers::STOP_GRACE`). Plain sockets, read without the
+//! async reactor, so that [`Silent::closed`] tells the socket's state at the moment it is called.
+//! Shared by the integration tests and the plugin's unit tests. A socket file of the loopback
+//! transport (the daemon tests under Wine) is dialled over TCP at the address it holds.
 
 use std::path::Path;
 use std::time::Duration;

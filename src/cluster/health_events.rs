@@ -1,14 +1,15 @@
-//! Device health on the pods: a Warning Event [`EVENT_REASON`] on each pod container that holds
-//! an Unhealthy device, naming the device, the reason and since when ([`HealthEvents`]).
+//! Device health on the pods (`health.events`): a Warning Event [`EVENT_REASON`] on each pod
+//! container that holds an Unhealthy device, naming the device, the reason and since when
+//! ([`HealthEvents`]).
 //!
 //! Which pod container holds which device comes from the kubelet's PodResources `List` (replica
 //! IDs resolve to their physical device), asked whenever the served devices change while one is
 //! Unhealthy, and again every [`RELIST`] while one stays Unhealthy. One Event per start of
 //! (pod container, device, reason): a device that stays Unhealthy gets no second Event, a new
-//! reason does. Deduplicated and rate-limited exactly like the isolation Events (the same
-//! [`EventGate`] and [`super::isolation::EVENT_LIMITS`]): no second Event for the same key within the window, a
-//! burst then one a minute, a held-back Event sent later if the device is still Unhealthy and
-//! held. `health.events: false` sends none (counted `disabled`); every outcome is counted in
+//! reason does. Sent, deduplicated and rate-limited exactly like the isolation Events (the same
+//! [`EventSender`] and [`EVENT_LIMITS`](super::events::EVENT_LIMITS)): no second Event for the
+//! same key within the window, a burst then one a minute, a held-back Event sent later if the
+//! device is still Unhealthy and held. `health.events: false` sends none (counted `disabled`); every outcome is counted in
 //! `dxdp_health_events_total{result}`. API and PodResources failures are logged once per
 //! distinct error and retried with backoff; device serving never waits for any of it.
 
@@ -22,14 +23,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::isolation::{say_once, sleep_until, EventError, EventGate, EventLimits};
-use super::Cluster;
+use super::events::{container_ref, node_ref, warning, EventLimits, EventSender, Voice, Warning};
+use super::{sleep_until, Cluster};
 use crate::config::Config;
 use crate::inventory::Inventory;
 use crate::kubelet::endpoint::Endpoint;
 use crate::kubelet::podresources;
 use crate::observe::device_health::HealthMetrics;
-use crate::observe::isolation_metrics::EventResult;
 use crate::util::retry::{random, Backoff};
 use dxdp_core::allocation;
 use dxdp_core::health::eventlog::format_time;
@@ -156,11 +156,11 @@ pub fn event(r: &Report, node: &str, now: Time) -> Event {
         r.resource,
         format_time(r.since_ms),
     );
-    super::events::warning(
-        super::events::Warning {
+    warning(
+        Warning {
             namespace: r.pod.namespace.clone(),
-            involved: super::events::container_ref(&r.pod.namespace, &r.pod.pod, &r.pod.container),
-            related: Some(super::events::node_ref(node)),
+            involved: container_ref(&r.pod.namespace, &r.pod.pod, &r.pod.container),
+            related: Some(node_ref(node)),
             reason: EVENT_REASON,
             action: "ReportDeviceHealth",
             message,
@@ -169,6 +169,12 @@ pub fn event(r: &Report, node: &str, now: Time) -> Event {
         now,
     )
 }
+
+/// How these Events are named in the log.
+const VOICE: Voice = Voice {
+    failing: "cannot report an Unhealthy GPU to the pod holding it as an Event",
+    resumed: "GPUUnhealthy Events",
+};
 
 /// Milliseconds since the Unix epoch now.
 pub fn now_ms() -> u64 {
@@ -209,17 +215,13 @@ impl HealthEvents {
             backoff,
             clock,
         } = self;
-        let mut gate: EventGate<ReportKey> = EventGate::new(limits, Instant::now());
+        let mut sender = EventSender::new(cluster, limits, backoff, VOICE, event, move |r| {
+            metrics.event(r)
+        });
         let mut since: BTreeMap<String, (Reason, u64)> = BTreeMap::new();
-        let mut seen: BTreeSet<ReportKey> = BTreeSet::new();
-        let mut pending: BTreeMap<ReportKey, Report> = BTreeMap::new();
-        let mut held_back: BTreeSet<ReportKey> = BTreeSet::new();
-        let (mut failures, mut list_failures) = (0u32, 0u32);
-        let mut retry_at: Option<Instant> = None;
+        let mut list_failures = 0u32;
         let mut list_at: Option<Instant> = Some(Instant::now());
-        let mut last_error: Option<String> = None;
         let mut list_error: Option<String> = None;
-        let mut dropped_said: BTreeSet<String> = BTreeSet::new();
         let mut inventory_open = true;
         loop {
             let current = inventory.borrow_and_update().clone();
@@ -232,9 +234,8 @@ impl HealthEvents {
                 since.entry(s.device.clone()).or_insert((s.reason, now));
             }
             if sick.is_empty() {
-                seen.clear();
-                pending.clear();
-                held_back.clear();
+                // Nothing is held: every queued Event is forgotten.
+                sender.update(Vec::new(), true, Instant::now());
                 list_at = None;
             } else if let (Some(inv), true) =
                 (&current, list_at.is_some_and(|t| Instant::now() >= t))
@@ -253,25 +254,12 @@ impl HealthEvents {
                         list_failures = 0;
                         list_at = Some(Instant::now() + RELIST);
                         let reports = holders(inv, &allocations, &sick, &since);
-                        let send = config.borrow().health_reports.events;
-                        let keys: BTreeSet<ReportKey> = reports.iter().map(Report::key).collect();
-                        pending.retain(|k, _| keys.contains(k));
-                        held_back.retain(|k| keys.contains(k));
-                        let now = Instant::now();
-                        for r in reports {
-                            let key = r.key();
-                            if seen.contains(&key) {
-                                continue;
-                            }
-                            if !send {
-                                metrics.event(EventResult::Disabled);
-                            } else if gate.is_duplicate(&key, now) {
-                                metrics.event(EventResult::Deduplicated);
-                            } else {
-                                pending.insert(key, r);
-                            }
-                        }
-                        seen = keys;
+                        let on = config.borrow().health_reports.events;
+                        sender.update(
+                            reports.into_iter().map(|r| (r.key(), r)),
+                            on,
+                            Instant::now(),
+                        );
                     }
                     Err(e) => {
                         list_failures = list_failures.saturating_add(1);
@@ -284,67 +272,7 @@ impl HealthEvents {
                     }
                 }
             }
-            let mut wake = retry_at;
-            if retry_at.is_none_or(|t| Instant::now() >= t) {
-                retry_at = None;
-                wake = None;
-                while let Some((key, r)) = pending
-                    .first_key_value()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                {
-                    if !gate.take(Instant::now()) {
-                        for k in pending.keys() {
-                            if held_back.insert(k.clone()) {
-                                metrics.event(EventResult::RateLimited);
-                            }
-                        }
-                        wake = Some(gate.next_token());
-                        break;
-                    }
-                    let e = event(
-                        &r,
-                        cluster.node(),
-                        Time(k8s_openapi::jiff::Timestamp::now()),
-                    );
-                    match cluster.post_event(&r.pod.namespace, &e).await {
-                        Ok(()) => {
-                            metrics.event(EventResult::Sent);
-                            if failures > 0 {
-                                tracing::info!("GPUUnhealthy Events are created again after {failures} failed attempts");
-                            }
-                            failures = 0;
-                            last_error = None;
-                            gate.sent(key.clone(), Instant::now());
-                            pending.remove(&key);
-                            held_back.remove(&key);
-                        }
-                        Err(EventError::Drop { kind, why }) => {
-                            metrics.event(EventResult::Error);
-                            if dropped_said.insert(kind) {
-                                tracing::warn!("cannot report an Unhealthy GPU to the pod holding it as an Event: {why} (said once; device serving is not affected)");
-                            } else {
-                                tracing::debug!(
-                                    "cannot report an Unhealthy GPU as an Event: {why}"
-                                );
-                            }
-                            pending.remove(&key);
-                            held_back.remove(&key);
-                        }
-                        Err(EventError::Retry(why)) => {
-                            metrics.event(EventResult::Error);
-                            failures = failures.saturating_add(1);
-                            say_once(
-                                &mut last_error,
-                                why,
-                                "cannot report an Unhealthy GPU to the pod holding it as an Event",
-                            );
-                            retry_at = Some(Instant::now() + backoff.delay(failures, random()));
-                            wake = retry_at;
-                            break;
-                        }
-                    }
-                }
-            }
+            let wake = sender.send().await;
             let wake = match (wake, list_at) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
