@@ -15,7 +15,7 @@ use dxdp::config::{Config, Inputs};
 use dxdp::inventory::build_at;
 use dxdp::observe::metrics::Metrics;
 use dxdp::plugin::refresher::{count_faults, device_health};
-use dxdp_core::health::Reason;
+use dxdp_core::health::reason::Reason;
 
 /// The four T4s of `nvidia-multi-gpu` (and of `health/tdr-storm`).
 const T4S: [&str; 4] = [

@@ -361,7 +361,7 @@ mod judging {
 mod tracker {
     use super::*;
 
-    use dxdp::telemetry::isolation::{Changes, Tracker};
+    use dxdp::telemetry::audit::{Changes, Tracker};
 
     use common::metric_samples as series;
 
@@ -448,7 +448,7 @@ mod tracker {
 
     #[tokio::test(start_paused = true)]
     async fn violations_end_when_nothing_was_judged_for_too_long() {
-        use dxdp::telemetry::isolation::stale_after;
+        use dxdp::telemetry::audit::stale_after;
         let s = Duration::from_secs;
         // max(5 minutes, 10 intervals).
         assert_eq!(stale_after(s(10)), s(300));
@@ -1361,7 +1361,7 @@ mod docs {
         let view = view_of(&common::fixture_path("telemetry-leak")).await;
         metrics.telemetry().publish(Some(Arc::new(view.clone())));
         let active = Arc::new(watch::Sender::new(None));
-        let mut t = dxdp::telemetry::isolation::Tracker::new(metrics.isolation().clone(), active);
+        let mut t = dxdp::telemetry::audit::Tracker::new(metrics.isolation().clone(), active);
         t.sample(&view, true);
         let served: BTreeSet<String> = metrics
             .encode()

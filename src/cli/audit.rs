@@ -17,7 +17,7 @@ use clap::Args;
 use dxdp::backend::HostFactsSource;
 use dxdp::config::Config;
 use dxdp::output::{ApiVersion, AuditDoc, AuditKind, AuditScope, AuditVerdict};
-use dxdp::telemetry::isolation::audit_text;
+use dxdp::telemetry::audit::audit_text;
 use dxdp_core::assignment::Assignment;
 use dxdp_core::telemetry::isolation::{audit, container_check, held, parse_luids};
 

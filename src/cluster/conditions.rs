@@ -37,7 +37,7 @@ use crate::inventory::Inventory;
 use crate::observe::device_health::{ConditionResult, HealthMetrics};
 use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
-use dxdp_core::health::Reason;
+use dxdp_core::health::reason::Reason;
 use dxdp_core::telemetry::isolation::Active;
 
 /// The condition of device health.

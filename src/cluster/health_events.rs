@@ -33,7 +33,7 @@ use crate::observe::device_health::HealthMetrics;
 use crate::util::retry::{random, Backoff};
 use dxdp_core::allocation;
 use dxdp_core::health::eventlog::format_time;
-use dxdp_core::health::Reason;
+use dxdp_core::health::reason::Reason;
 use dxdp_core::telemetry::{PodAllocation, PodRef};
 
 /// The reason of the Events.

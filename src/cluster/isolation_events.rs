@@ -1,6 +1,6 @@
 //! GPU isolation violations as Events on the pod (`isolation.events`): a Warning Event
 //! [`EVENT_REASON`] on the pod container when a violation starts ([`report_events`], following
-//! the violations the telemetry task publishes, `telemetry::isolation`, through the daemon's
+//! the violations the telemetry task publishes, `telemetry::audit`, through the daemon's
 //! wiring).
 //!
 //! One Event per start of a violation (a pod container using one GPU it was not allocated),

@@ -82,6 +82,9 @@ pub struct ApiError {
     pub node: String,
     /// The error and its causes, each once.
     pub reason: String,
+    /// The HTTP status the API server answered with, when it answered (`None`: no answer, a
+    /// timeout, a connection or decoding error). Code decides on this, never on `reason`.
+    pub status: Option<u16>,
 }
 
 /// How long one API call (not a watch) may take before it counts as failed and is retried:
@@ -154,6 +157,7 @@ impl Cluster {
                     "the API server did not answer within {} s",
                     self.timeout.as_secs_f64()
                 ),
+                status: None,
             }),
         }
     }
@@ -196,6 +200,10 @@ impl Cluster {
             what,
             node: self.node.clone(),
             reason: chain(e),
+            status: match e {
+                kube::Error::Api(status) => Some(status.code),
+                _ => None,
+            },
         }
     }
 }

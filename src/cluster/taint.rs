@@ -1,6 +1,6 @@
 //! The node taint of `isolation.policy: taint`: [`TAINT_KEY`]`:NoSchedule` on the node while any
 //! GPU isolation violation lasts ([`keep_taint`], following the violations the telemetry task
-//! publishes, `telemetry::isolation`, through the daemon's wiring).
+//! publishes, `telemetry::audit`, through the daemon's wiring).
 //!
 //! A read-modify-write of `spec.taints` with a JSON merge patch conditional on the Node's
 //! `resourceVersion` ([`Cluster::set_isolation_taint`]: the taints are one list on the API

@@ -330,7 +330,8 @@ impl Cluster {
             .await
         {
             Ok(_) => Ok(()),
-            Err(e) if e.reason.contains("404") || e.reason.contains("not found") => Ok(()),
+            // Already gone: what was asked for.
+            Err(e) if e.status == Some(404) => Ok(()),
             Err(e) => Err(e.to_string()),
         }
     }
@@ -834,6 +835,24 @@ mod tests {
             .await
             .is_ok_and(|r| r.is_ok());
         assert!(reached, "{n} runs expected, got {}", *rig.runs.borrow());
+    }
+
+    #[tokio::test]
+    async fn deleting_a_job_that_is_already_gone_succeeds_and_other_refusals_do_not() {
+        let api = ApiServerStandin::start(NODE, &[]).await.unwrap();
+        let cluster = Cluster::at_url(&api.url(), NODE).unwrap();
+        // The API server answers 404 (a Status naming the Job): what was asked for is done.
+        assert_eq!(cluster.delete_job(NS, "dxdp-validate-gone").await, Ok(()));
+        let deletes = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "DELETE")
+            .count();
+        assert_eq!(deletes, 1);
+        // A 404 from elsewhere is told apart by its status, not its words: a refusal whose
+        // message says "not found" is still an error.
+        api.fail_next_with("DELETE", 403, "jobs.batch \"not found\" is forbidden");
+        assert!(cluster.delete_job(NS, "dxdp-validate-gone").await.is_err());
     }
 
     #[tokio::test]

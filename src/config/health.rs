@@ -12,7 +12,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use dxdp_core::health::{Action, HealthPolicy, Reason, SignalPolicy};
+use dxdp_core::health::reason::Reason;
+use dxdp_core::health::{Action, HealthPolicy, SignalPolicy};
 use dxdp_core::quote::quote;
 
 /// `health.events` and `health.nodeConditions`: what dxdp tells the cluster about device health

@@ -1428,7 +1428,8 @@ fn pod_labels_and_pod_uid_are_read_from_the_file_and_a_bad_pattern_is_refused() 
 
 #[test]
 fn health_signals_and_ignore_reach_the_policy_and_wrong_ones_are_refused_by_file_and_key() {
-    use dxdp_core::health::{Action, Reason, SignalPolicy};
+    use dxdp_core::health::reason::Reason;
+    use dxdp_core::health::{Action, SignalPolicy};
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let file = write(

@@ -34,7 +34,7 @@ use crate::cluster::{self, isolation_events, taint, Cluster};
 use crate::config::{Config, Inputs};
 use crate::plugin::tasks::{Role, TaskSpec};
 use crate::plugin::{self, PluginConfig, PluginError, Reload};
-use crate::telemetry::isolation::{ActiveTx, Tracker};
+use crate::telemetry::audit::{ActiveTx, Tracker};
 use crate::util::retry::Backoff;
 
 /// Where the daemon's API server client comes from.

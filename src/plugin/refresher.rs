@@ -29,7 +29,7 @@ use crate::util::bounded::Lane;
 use dxdp_core::allocation;
 use dxdp_core::devices::HealthState;
 use dxdp_core::facts::HostFacts;
-use dxdp_core::health::Reason;
+use dxdp_core::health::reason::Reason;
 use dxdp_core::telemetry::PodAllocation;
 
 use crate::inventory::{build, Inventory, InventoryRx};

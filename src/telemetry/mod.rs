@@ -7,13 +7,13 @@
 //! - [`sampler`]: the sampling task ([`sampler::run`]: runs until cancelled, never fails, retries
 //!   with backoff) and one sampling step for `dxdp top`;
 //! - [`top`]: the table `dxdp top` prints, and the figures read back from a daemon's `/metrics`;
-//! - [`isolation`]: the isolation audit's tracker (starts and ends of violations, logged once,
+//! - [`audit`]: the isolation audit's tracker (starts and ends of violations, logged once,
 //!   counted and published for the Kubernetes side) and `dxdp audit`'s table;
 //! - [`podinfo`]: the `dxdp_pod_info` series (opt-in pod UID and labels, from CRI).
 //!
 //! The computation itself is pure and lives in `dxdp_core::telemetry`.
 
-pub mod isolation;
+pub mod audit;
 pub mod podinfo;
 pub mod sampler;
 pub mod top;

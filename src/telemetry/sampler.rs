@@ -23,7 +23,7 @@ use dxdp_core::telemetry::{
     ContainerProcesses, CounterSample, PodAllocation, PodRef, TelemetryFacts,
 };
 
-use super::isolation::Tracker;
+use super::audit::Tracker;
 use crate::backend::counters::{ContainerSource, CounterSource};
 use crate::backend::HostFactsSource;
 use crate::config::values::CriAddress;
@@ -533,7 +533,7 @@ pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
 
 /// [`run`], feeding the isolation audit's `tracker` after every successful sample (and telling
 /// it when telemetry is off); when no sample could be judged for
-/// [`stale_after`](super::isolation::stale_after) the interval, its violations end.
+/// [`stale_after`](super::audit::stale_after) the interval, its violations end.
 pub async fn run_with(
     sampler: Sampler,
     mut tracker: Option<Tracker>,
@@ -597,7 +597,7 @@ pub async fn run_with(
             }
         };
         // Violations stand without a judged sample for a limited time only.
-        let limit = super::isolation::stale_after(config.telemetry.interval);
+        let limit = super::audit::stale_after(config.telemetry.interval);
         let wait = match &mut tracker {
             Some(t) => {
                 t.expire(limit);

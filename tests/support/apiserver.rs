@@ -788,7 +788,15 @@ fn jobs(
             None => status(StatusCode::NOT_FOUND, "jobs.batch not found"),
         },
         ("DELETE", Some(name)) => {
+            let before = s.jobs.len();
             s.jobs.retain(|j| j["metadata"]["name"] != name.as_str());
+            if s.jobs.len() == before {
+                // As the API server answers a delete of what is not there.
+                return status(
+                    StatusCode::NOT_FOUND,
+                    &format!("jobs.batch \"{name}\" not found"),
+                );
+            }
             full(
                 StatusCode::OK,
                 &serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),

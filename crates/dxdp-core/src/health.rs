@@ -1,4 +1,4 @@
-//! Device health: why a device is Healthy or Unhealthy (the [`Reason`]), the catalogue of fault
+//! Device health: why a device is Healthy or Unhealthy (the [`reason::Reason`]), the catalogue of fault
 //! signals with their default actions, the operator's policy over them, and the fault events
 //! (display-driver resets and their Windows Error Reporting reports) applied to devices.
 //!
@@ -9,7 +9,7 @@ pub mod eventlog;
 pub mod feed;
 pub mod reason;
 
-pub use reason::Reason;
+use reason::Reason;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -2,7 +2,8 @@
 
 use crate::devices::{Health, Resource};
 use crate::facts::{AdapterFacts, AdapterProperty, Attribute, PnpFacts};
-use crate::health::{HealthPolicy, Reason};
+use crate::health::reason::Reason;
+use crate::health::HealthPolicy;
 
 /// Whether an adapter is treated as hardware, and why when DXCore did not say.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -89,7 +89,7 @@ pub struct DeviceTelemetry {
     pub processes: u64,
     /// The pod containers the kubelet assigned the device to (one per replica held).
     pub holders: Vec<Holder>,
-    /// The device's health reason (`healthy`, `tdr`, ...; see `health::Reason`), when known
+    /// The device's health reason (`healthy`, `tdr`, ...; see `health::reason::Reason`), when known
     /// (from a daemon's `dxdp_device_health`); empty otherwise.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub health: String,
