@@ -1,5 +1,6 @@
-//! The shape of the code: no import cycles between files, and imports that point down the layers
-//! (docs/development.md, "Map of the code").
+//! The shape of the code: no import cycles between files, imports that point down the layers
+//! (docs/development.md, "Map of the code"), and one public path per item (no re-export
+//! aliases).
 //!
 //! A file's imports are the `crate::…` and `super::…` paths in its code (comments and its
 //! `#[cfg(test)] mod tests` block left out), resolved to the file that defines the module. A
@@ -344,4 +345,47 @@ fn only_tests_can_select_the_loopback_transport() {
     );
     let config = dxdp::plugin::PluginConfig::new(PathBuf::from("k"));
     assert_eq!(config.transport, dxdp::transport::Transport::UnixSocket);
+}
+
+/// One public path per item: a `pub use` may lift an item out of a private module (then it is
+/// the item's only public path), never out of a public module or another crate, which would
+/// give the item a second name.
+#[test]
+fn no_re_export_gives_an_item_a_second_path() {
+    let mut aliases = Vec::new();
+    for src in [root().join("src"), root().join("crates/dxdp-core/src")] {
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            let lines = code(&text);
+            let public_mods: BTreeSet<&str> = lines
+                .iter()
+                .filter_map(|l| l.trim().strip_prefix("pub mod "))
+                .map(|m| m.trim_end_matches(';').trim())
+                .collect();
+            for line in &lines {
+                let Some(path) = line.trim().strip_prefix("pub use ") else {
+                    continue;
+                };
+                let path = path.strip_prefix("self::").unwrap_or(path);
+                let first = path.split("::").next().unwrap_or("");
+                let private_here = !public_mods.contains(first)
+                    && lines.iter().any(|l| l.trim() == format!("mod {first};"));
+                // `super::x` from a private inner module re-exports a private sibling.
+                let private_sibling = first == "super"
+                    && path
+                        .split("::")
+                        .nth(1)
+                        .is_some_and(|m| text.contains(&format!("\nmod {m} ")));
+                if !(private_here || private_sibling) {
+                    aliases.push(format!(
+                        "{}: pub use {path}",
+                        file.strip_prefix(root()).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(aliases.is_empty(), "re-export aliases: {aliases:#?}");
 }
