@@ -3,6 +3,13 @@
 // kubelet's options (authority "localhost", insecure, blocking, a Unix-socket context dialer). It is run by
 // `cargo bench --bench allocate`, which passes the socket and the encoded AllocateRequest.
 //
+// With -reference SOCKET each iteration also makes the same two calls on a second plugin, the
+// reference, on its own connection (so both carry the same load): its Allocate is kind
+// "reference" in the output, its no-op "reference-noop". The same binary is that reference when
+// run with -serve SOCKET: a grpc-go device plugin that does no work and answers
+// GetDevicePluginOptions and Allocate with the bytes given (-options, -answer: those dxdp
+// answers), so that dxdp's Allocate can be compared with the least any grpc-go plugin can do.
+//
 // The messages are passed through as bytes (a pass-through codec), so no generated code is
 // needed: the no-op request is the empty message, the Allocate request is given in hex.
 //
@@ -45,6 +52,9 @@ func (rawCodec) Unmarshal(data []byte, v interface{}) error {
 
 func (rawCodec) Name() string { return "proto" }
 
+// String names the codec for grpc.CustomCodec (grpc-go 1.33, Debian's).
+func (rawCodec) String() string { return "proto" }
+
 const (
 	noopMethod     = "/v1beta1.DevicePlugin/GetDevicePluginOptions"
 	allocateMethod = "/v1beta1.DevicePlugin/Allocate"
@@ -67,10 +77,10 @@ func call(conn *grpc.ClientConn, method string, req []byte) error {
 
 // series runs `callers` goroutines on the one connection, each interleaving the no-op and
 // Allocate, and prints the percentiles of each kind.
-func series(conn *grpc.ClientConn, allocate []byte, callers, iterations int) error {
+func series(conn, reference *grpc.ClientConn, allocate []byte, callers, iterations int) error {
 	perCaller := (iterations + callers - 1) / callers
 	var mu sync.Mutex
-	var noop, alloc []time.Duration
+	var noop, alloc, ref, refNoop []time.Duration
 	var firstErr error
 	var wg sync.WaitGroup
 	for c := 0; c < callers; c++ {
@@ -79,6 +89,8 @@ func series(conn *grpc.ClientConn, allocate []byte, callers, iterations int) err
 			defer wg.Done()
 			n := make([]time.Duration, 0, perCaller)
 			a := make([]time.Duration, 0, perCaller)
+			r := make([]time.Duration, 0, perCaller)
+			rn := make([]time.Duration, 0, perCaller)
 			for i := 0; i < perCaller; i++ {
 				t := time.Now()
 				if err := call(conn, noopMethod, nil); err != nil {
@@ -96,10 +108,32 @@ func series(conn *grpc.ClientConn, allocate []byte, callers, iterations int) err
 					return
 				}
 				a = append(a, time.Since(t))
+				if reference == nil {
+					continue
+				}
+				// The same calls as on dxdp, so that both servers carry the same load.
+				t = time.Now()
+				if err := call(reference, noopMethod, nil); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				rn = append(rn, time.Since(t))
+				t = time.Now()
+				if err := call(reference, allocateMethod, allocate); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				r = append(r, time.Since(t))
 			}
 			mu.Lock()
 			noop = append(noop, n...)
 			alloc = append(alloc, a...)
+			ref = append(ref, r...)
+			refNoop = append(refNoop, rn...)
 			mu.Unlock()
 		}()
 	}
@@ -110,7 +144,10 @@ func series(conn *grpc.ClientConn, allocate []byte, callers, iterations int) err
 	for _, kind := range []struct {
 		name string
 		d    []time.Duration
-	}{{"noop", noop}, {"allocate", alloc}} {
+	}{{"noop", noop}, {"allocate", alloc}, {"reference", ref}, {"reference-noop", refNoop}} {
+		if len(kind.d) == 0 {
+			continue
+		}
 		sort.Slice(kind.d, func(i, j int) bool { return kind.d[i] < kind.d[j] })
 		fmt.Printf("series %d %s %d %d %d %d\n", callers, kind.name, len(kind.d),
 			percentile(kind.d, 0.50).Nanoseconds(), percentile(kind.d, 0.90).Nanoseconds(),
@@ -119,28 +156,85 @@ func series(conn *grpc.ClientConn, allocate []byte, callers, iterations int) err
 	return nil
 }
 
-func run() error {
-	socket := flag.String("socket", "", "the plugin's Unix socket")
-	allocateHex := flag.String("allocate", "", "the AllocateRequest, protobuf-encoded, in hex")
-	iterations := flag.Int("iterations", 3000, "calls of each kind per series")
-	warmup := flag.Int("warmup", 200, "calls of each kind before the series")
-	flag.Parse()
-	allocate, err := hex.DecodeString(*allocateHex)
-	if err != nil || *socket == "" {
-		return fmt.Errorf("usage: -socket PATH -allocate HEX [-iterations N]")
+// answering is a unary handler that reads the request and answers `answer`, doing no other work.
+func answering(answer []byte) func(interface{}, context.Context, func(interface{}) error, grpc.UnaryServerInterceptor) (interface{}, error) {
+	return func(_ interface{}, _ context.Context, dec func(interface{}) error, _ grpc.UnaryServerInterceptor) (interface{}, error) {
+		var request []byte
+		if err := dec(&request); err != nil {
+			return nil, err
+		}
+		out := answer
+		return &out, nil
 	}
-	// The kubelet's dial options for a device plugin endpoint.
+}
+
+// serve runs the reference plugin on `socket` until the process is killed.
+func serve(socket string, options, answer []byte) error {
+	listener, err := net.Listen("unix", socket)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", socket, err)
+	}
+	server := grpc.NewServer(grpc.CustomCodec(rawCodec{}))
+	server.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "v1beta1.DevicePlugin",
+		HandlerType: (*interface{})(nil),
+		Methods: []grpc.MethodDesc{
+			{MethodName: "GetDevicePluginOptions", Handler: answering(options)},
+			{MethodName: "Allocate", Handler: answering(answer)},
+		},
+	}, struct{}{})
+	return server.Serve(listener)
+}
+
+// dial connects to a device plugin's socket with the kubelet's options.
+func dial(socket string) (*grpc.ClientConn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := grpc.DialContext(ctx, *socket, grpc.WithAuthority("localhost"),
+	conn, err := grpc.DialContext(ctx, socket, grpc.WithAuthority("localhost"),
 		grpc.WithInsecure(), grpc.WithBlock(),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
 		}))
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", *socket, err)
+		return nil, fmt.Errorf("dial %s: %w", socket, err)
+	}
+	return conn, nil
+}
+
+func run() error {
+	socket := flag.String("socket", "", "the plugin's Unix socket")
+	allocateHex := flag.String("allocate", "", "the AllocateRequest, protobuf-encoded, in hex")
+	iterations := flag.Int("iterations", 3000, "calls of each kind per series")
+	warmup := flag.Int("warmup", 200, "calls of each kind before the series")
+	referenceSocket := flag.String("reference", "", "a reference plugin's Unix socket (optional)")
+	serveSocket := flag.String("serve", "", "be the reference plugin on this Unix socket")
+	optionsHex := flag.String("options", "", "with -serve: the DevicePluginOptions answer, in hex")
+	answerHex := flag.String("answer", "", "with -serve: the AllocateResponse answer, in hex")
+	flag.Parse()
+	if *serveSocket != "" {
+		options, err1 := hex.DecodeString(*optionsHex)
+		answer, err2 := hex.DecodeString(*answerHex)
+		if err1 != nil || err2 != nil || len(answer) == 0 {
+			return fmt.Errorf("usage: -serve PATH -options HEX -answer HEX")
+		}
+		return serve(*serveSocket, options, answer)
+	}
+	allocate, err := hex.DecodeString(*allocateHex)
+	if err != nil || *socket == "" {
+		return fmt.Errorf("usage: -socket PATH -allocate HEX [-iterations N] [-reference PATH]")
+	}
+	conn, err := dial(*socket)
+	if err != nil {
+		return err
 	}
 	defer conn.Close()
+	var reference *grpc.ClientConn
+	if *referenceSocket != "" {
+		if reference, err = dial(*referenceSocket); err != nil {
+			return err
+		}
+		defer reference.Close()
+	}
 	for i := 0; i < *warmup; i++ {
 		if err := call(conn, noopMethod, nil); err != nil {
 			return err
@@ -148,9 +242,17 @@ func run() error {
 		if err := call(conn, allocateMethod, allocate); err != nil {
 			return err
 		}
+		if reference != nil {
+			if err := call(reference, noopMethod, nil); err != nil {
+				return err
+			}
+			if err := call(reference, allocateMethod, allocate); err != nil {
+				return err
+			}
+		}
 	}
 	for _, callers := range []int{1, 64} {
-		if err := series(conn, allocate, callers, *iterations); err != nil {
+		if err := series(conn, reference, allocate, callers, *iterations); err != nil {
 			return err
 		}
 	}
