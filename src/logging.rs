@@ -477,7 +477,7 @@ pub fn init(format: LogFormat, level: &str) -> Result<LogGuard, LogLevelError> {
 }
 
 /// Whether to colour output: only on a terminal, and never when `NO_COLOR` is set to anything
-/// but the empty string (https://no-color.org).
+/// but the empty string (<https://no-color.org>).
 pub fn colour(is_terminal: bool) -> bool {
     is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }

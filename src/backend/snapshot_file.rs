@@ -26,7 +26,7 @@ fn stamp(path: &Path) -> Stamp {
 /// modification time or size (including an atomic replace) counts as a change of the facts.
 /// The file is read once it has settled (see [`read_settled`]), so a file being rewritten in
 /// place is not taken half-written; only a regular file is read (a FIFO, socket or device is an
-/// error naming what it is, never a read that blocks), and at most [`MAX_SNAPSHOT_BYTES`].
+/// error naming what it is, never a read that blocks), and at most `MAX_SNAPSHOT_BYTES`.
 #[derive(Debug)]
 pub struct SnapshotFile {
     path: PathBuf,

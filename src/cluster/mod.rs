@@ -107,7 +107,7 @@ impl std::fmt::Debug for Cluster {
 }
 
 impl Cluster {
-    /// Connects the standard way (see [`credentials`]). `node_name` is `NODE_NAME`'s value.
+    /// Connects the standard way (see `credentials`). `node_name` is `NODE_NAME`'s value.
     pub async fn connect(node_name: Option<&str>) -> Result<Cluster, Off> {
         let node = node_name
             .map(str::trim)

@@ -3,7 +3,7 @@
 //! for drop-in compatibility.
 //!
 //! - this module: the effective [`Config`], the [`Inputs`] it is built from, and errors;
-//! - [`file`]: the file formats (dxdp's and the reference plugin's), strict, with positions;
+//! - [`file`](mod@file): the file formats (dxdp's and the reference plugin's), strict, with positions;
 //! - `layers`: how each layer changes the configuration and records origins;
 //! - `show`: `dxdp config show` (typed values, text and JSON).
 //!

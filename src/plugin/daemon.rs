@@ -7,7 +7,7 @@
 //! start the supervised tasks and the device-plugin servers.
 //!
 //! The main loop reacts to the kubelet directory, the servers' ends, configuration updates
-//! (validated by the same [`validate`] as at start, rejected whole), liveness pings, and the
+//! (validated by the same [`validate::validate`] as at start, rejected whole), liveness pings, and the
 //! task supervisor (which ends the daemon only when a required task keeps failing).
 //!
 //! Nothing waits without a limit: the first host read has the read limit (past it the start

@@ -10,7 +10,7 @@
 //!   pre-encoded;
 //! - [`file_watch`]: the one file-watch component (re-watch, rescan, safety tick);
 //! - [`claim`]: one daemon per kubelet directory (lock), socket names, stale sockets;
-//! - [`validate`]: whether a configuration can be served, at start and on reload;
+//! - [`validate`](mod@validate): whether a configuration can be served, at start and on reload;
 //! - [`refresher`]: the devices served (`crate::inventory`), refreshed on host events;
 //! - [`faults`]: live GPU fault events from the Windows event log, fed into the inventory;
 //! - [`reload`]: configuration hot reload;

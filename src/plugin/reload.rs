@@ -42,7 +42,7 @@ pub enum Outcome {
 }
 
 /// Re-reads the configuration (a blocking read: call it off the async workers); publishes it on
-/// `tx` only when it differs and passes [`validate`] for `kubelet_dir` on a host with `os`.
+/// `tx` only when it differs and passes [`validate::validate`] for `kubelet_dir` on a host with `os`.
 pub fn reload_once(
     inputs: &Inputs,
     tx: &watch::Sender<Arc<Config>>,

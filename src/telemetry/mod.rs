@@ -2,7 +2,7 @@
 //! containers' processes (HCS), their pods (the runtime's CRI) and the kubelet's PodResources
 //! answer, and publishes per-device and per-pod figures on `/metrics`.
 //!
-//! - [`source`]: where counter samples come from (a host snapshot's recorded samples, or PDH on
+//! - the counter source: where counter samples come from (a host snapshot's recorded samples, or PDH on
 //!   Windows): the backend's [`crate::backend::counters`];
 //! - [`sampler`]: the sampling task ([`sampler::run`]: runs until cancelled, never fails, retries
 //!   with backoff) and one sampling step for `dxdp top`;

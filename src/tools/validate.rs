@@ -1,6 +1,6 @@
 //! `dxdp validate`: runs the checks of a container given GPUs by dxdp, each under a time limit,
 //! and builds the `Validation` document and its text. The probes are behind
-//! [`Probes`](crate::backend::probe::Probes) (native on Windows, fakes in tests); what their
+//! [`crate::backend::probe::Probes`] (native on Windows, fakes in tests); what their
 //! answers mean is judged in `dxdp_core::validation`.
 
 use std::path::{Path, PathBuf};

@@ -232,7 +232,7 @@ fn check_header(doc: &Document, origin: &str) -> Result<(), SnapshotError> {
     Ok(())
 }
 
-/// Output format for [`write`].
+/// Output format for [`write()`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// YAML (the default).
@@ -255,7 +255,7 @@ pub fn write(facts: &HostFacts, format: Format) -> Result<String, SnapshotError>
     write_full(facts, None, format)
 }
 
-/// [`write`], with a telemetry section when `telemetry` is given.
+/// [`write()`], with a telemetry section when `telemetry` is given.
 pub fn write_full(
     facts: &HostFacts,
     telemetry: Option<&TelemetryFacts>,

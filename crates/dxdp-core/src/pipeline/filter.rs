@@ -55,7 +55,7 @@ impl TryFrom<RawSelector> for DeviceSelector {
 
 /// A vendor given by name (`nvidia`, `amd`, `intel`, `microsoft`, `qualcomm`, `pci-XXXX`), by
 /// the manufacturer as Windows reports it (the reference plugin's vendor keys, such as
-/// `Advanced Micro Devices, Inc.`; see [`MANUFACTURERS`]), or by PCI vendor ID (`0x10DE` as a
+/// `Advanced Micro Devices, Inc.`; see [`MANUFACTURERS`](crate::vendor::MANUFACTURERS)), or by PCI vendor ID (`0x10DE` as a
 /// string or integer). Names are case-insensitive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
 #[serde(try_from = "VendorText")]
