@@ -91,43 +91,29 @@ func series(conn, reference *grpc.ClientConn, allocate []byte, callers, iteratio
 			a := make([]time.Duration, 0, perCaller)
 			r := make([]time.Duration, 0, perCaller)
 			rn := make([]time.Duration, 0, perCaller)
-			for i := 0; i < perCaller; i++ {
+			// timed makes one call and records its time; false (the first error kept) on failure.
+			timed := func(c *grpc.ClientConn, method string, req []byte, into *[]time.Duration) bool {
 				t := time.Now()
-				if err := call(conn, noopMethod, nil); err != nil {
+				if err := call(c, method, req); err != nil {
 					mu.Lock()
-					firstErr = err
+					if firstErr == nil {
+						firstErr = err
+					}
 					mu.Unlock()
+					return false
+				}
+				*into = append(*into, time.Since(t))
+				return true
+			}
+			for i := 0; i < perCaller; i++ {
+				if !timed(conn, noopMethod, nil, &n) || !timed(conn, allocateMethod, allocate, &a) {
 					return
 				}
-				n = append(n, time.Since(t))
-				t = time.Now()
-				if err := call(conn, allocateMethod, allocate); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
+				// The same calls on the reference, so that both servers carry the same load.
+				if reference != nil && (!timed(reference, noopMethod, nil, &rn) ||
+					!timed(reference, allocateMethod, allocate, &r)) {
 					return
 				}
-				a = append(a, time.Since(t))
-				if reference == nil {
-					continue
-				}
-				// The same calls as on dxdp, so that both servers carry the same load.
-				t = time.Now()
-				if err := call(reference, noopMethod, nil); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-					return
-				}
-				rn = append(rn, time.Since(t))
-				t = time.Now()
-				if err := call(reference, allocateMethod, allocate); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-					return
-				}
-				r = append(r, time.Since(t))
 			}
 			mu.Lock()
 			noop = append(noop, n...)
