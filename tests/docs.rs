@@ -298,6 +298,7 @@ const FOREIGN_COMMANDS: &[&str] = &[
     "kubectl ",
     "python3 ",
     "HELM=",
+    "RUSTDOCFLAGS=",
     "DXDP_SOAK_SECS=",
     "DXDP_UPDATE_SCHEMAS=",
     ".ci/",
