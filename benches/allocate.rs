@@ -25,9 +25,12 @@ use dxdp::backend::SampleHost;
 use dxdp::kubelet::standin::KubeletStandin;
 use dxdp::kubelet::v1beta1::device_plugin_client::DevicePluginClient;
 use dxdp::kubelet::v1beta1::{AllocateRequest, ContainerAllocateRequest, Empty};
+use dxdp::plugin::answer::server::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use dxdp::plugin::answer::AllocateAnswer;
 use dxdp::plugin::PluginConfig;
 use prost::Message;
 use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
 
 mod common;
 
@@ -208,15 +211,141 @@ fn start_reference(
     Ok(reference)
 }
 
-/// What dxdp answers, as bytes: GetDevicePluginOptions and Allocate.
+/// What dxdp answers: GetDevicePluginOptions and Allocate.
 struct Answers {
-    options: Vec<u8>,
-    allocate: Vec<u8>,
+    options: dxdp::kubelet::v1beta1::DevicePluginOptions,
+    allocate: dxdp::kubelet::v1beta1::AllocateResponse,
 }
 
-/// Runs the grpc-go client against `socket` (and the reference plugin answering `answers`);
-/// returns the worst ratio to the no-op and the worst p50 ratio to the reference, or why it did
-/// not run.
+/// A tonic device plugin that does no work: it answers the options and Allocate with what dxdp
+/// answered (Allocate pre-encoded, as dxdp's server answers), whatever was asked.
+struct NoWork {
+    options: dxdp::kubelet::v1beta1::DevicePluginOptions,
+    allocate: AllocateAnswer,
+}
+
+type NoList = std::pin::Pin<
+    Box<
+        dyn tokio_stream::Stream<
+                Item = Result<dxdp::kubelet::v1beta1::ListAndWatchResponse, Status>,
+            > + Send,
+    >,
+>;
+
+#[tonic::async_trait]
+impl DevicePlugin for NoWork {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<dxdp::kubelet::v1beta1::DevicePluginOptions>, Status> {
+        Ok(Response::new(self.options))
+    }
+
+    type ListAndWatchStream = NoList;
+
+    async fn list_and_watch(&self, _: Request<Empty>) -> Result<Response<NoList>, Status> {
+        Err(Status::unimplemented("no work"))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        _: Request<dxdp::kubelet::v1beta1::PreferredAllocationRequest>,
+    ) -> Result<Response<dxdp::kubelet::v1beta1::PreferredAllocationResponse>, Status> {
+        Err(Status::unimplemented("no work"))
+    }
+
+    async fn allocate(
+        &self,
+        _: Request<AllocateRequest>,
+    ) -> Result<Response<AllocateAnswer>, Status> {
+        Ok(Response::new(self.allocate.clone()))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: Request<dxdp::kubelet::v1beta1::PreStartContainerRequest>,
+    ) -> Result<Response<dxdp::kubelet::v1beta1::PreStartContainerResponse>, Status> {
+        Err(Status::unimplemented("no work"))
+    }
+}
+
+/// Serves [`NoWork`] on `socket` on a runtime of its own (two workers, as the daemon's), until
+/// the returned sender is dropped.
+fn start_tonic_reference(
+    socket: &Path,
+    answers: &Answers,
+) -> Result<tokio::sync::oneshot::Sender<()>, String> {
+    let listener = dxdp::transport::Transport::UnixSocket
+        .bind(socket)
+        .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+    let service = NoWork {
+        options: answers.options,
+        allocate: AllocateAnswer {
+            container_responses: answers
+                .allocate
+                .container_responses
+                .iter()
+                .map(dxdp::plugin::answer::encode_container)
+                .collect(),
+        },
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        runtime.block_on(async move {
+            let mut served = dxdp::transport::Served::spawn(
+                listener,
+                tonic::transport::Server::builder().add_service(DevicePluginServer::new(service)),
+            );
+            let _ = stopped.await;
+            served.stop(Some(Duration::from_secs(2))).await;
+        });
+    });
+    Ok(stop)
+}
+
+/// Prints `subject` against `reference` (p50, p90, p99) for Allocate and the no-op; returns the
+/// Allocate p50 ratio.
+fn compare(
+    title: &str,
+    names: (&str, &str),
+    subject: (&Row, &Row),
+    reference: (&Row, &Row),
+) -> f64 {
+    println!("{title}");
+    println!("{:<6} {:>12} {:>12} {:>8}", "", names.1, names.0, "ratio");
+    for (i, name) in ["p50", "p90", "p99"].into_iter().enumerate() {
+        println!(
+            "{name:<6} {:>10.1}us {:>10.1}us {:>7.2}x",
+            reference.1 .3[i].as_secs_f64() * 1e6,
+            subject.1 .3[i].as_secs_f64() * 1e6,
+            subject.1 .3[i].as_secs_f64() / reference.1 .3[i].as_secs_f64()
+        );
+    }
+    // The same comparison for the no-op: what the two gRPC servers cost apart from Allocate.
+    println!(
+        "no-op, {} vs {}: p50 {:.1} / {:.1}us, {:.2}x; p99 {:.2}x",
+        names.0,
+        names.1,
+        subject.0 .3[0].as_secs_f64() * 1e6,
+        reference.0 .3[0].as_secs_f64() * 1e6,
+        subject.0 .3[0].as_secs_f64() / reference.0 .3[0].as_secs_f64(),
+        subject.0 .3[2].as_secs_f64() / reference.0 .3[2].as_secs_f64()
+    );
+    subject.1 .3[0].as_secs_f64() / reference.1 .3[0].as_secs_f64()
+}
+
+/// One series line of the grpc-go client: callers, kind, calls, p50/p90/p99.
+type Row = (usize, String, usize, [Duration; 3]);
+
+/// Runs the grpc-go client against `socket`, and alike against two plugins that do no work and
+/// answer `answers`: grpc-go's (the target's reference) and tonic's (which tells the gRPC stack
+/// apart from Allocate's work). Returns the worst ratio to the no-op and the worst p50 ratio to
+/// the grpc-go reference, or why it did not run.
 fn go_series(
     socket: &Path,
     request: &AllocateRequest,
@@ -225,16 +354,31 @@ fn go_series(
 ) -> Result<(f64, Option<f64>), String> {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let binary = build_go_client(&out)?;
-    let reference_socket = socket.with_file_name("grpc-go-reference.sock");
-    let reference = match start_reference(
+    let mut references = Vec::new();
+    let go_socket = socket.with_file_name("grpc-go-reference.sock");
+    let go_reference = match start_reference(
         &binary,
-        &reference_socket,
-        &answers.options,
-        &answers.allocate,
+        &go_socket,
+        &answers.options.encode_to_vec(),
+        &answers.allocate.encode_to_vec(),
     ) {
-        Ok(r) => Some(r),
+        Ok(r) => {
+            references.push(format!("reference={}", go_socket.display()));
+            Some(r)
+        }
         Err(why) => {
             println!("grpc-go reference plugin: skipped: {why}");
+            None
+        }
+    };
+    let tonic_socket = socket.with_file_name("tonic-reference.sock");
+    let tonic_reference = match start_tonic_reference(&tonic_socket, answers) {
+        Ok(stop) => {
+            references.push(format!("tonic={}", tonic_socket.display()));
+            Some(stop)
+        }
+        Err(why) => {
+            println!("tonic reference plugin: skipped: {why}");
             None
         }
     };
@@ -244,14 +388,14 @@ fn go_series(
         &hex(&request.encode_to_vec()),
         "-iterations",
         &iterations.to_string(),
+        "-references",
+        &references.join(","),
     ]);
-    if reference.is_some() {
-        command.arg("-reference").arg(&reference_socket);
-    }
     let run = command
         .output()
         .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
-    drop(reference);
+    drop(go_reference);
+    drop(tonic_reference);
     if !run.status.success() {
         return Err(format!(
             "the grpc-go client failed: {}",
@@ -259,7 +403,7 @@ fn go_series(
         ));
     }
     // "series <callers> <kind> <calls> <p50_ns> <p90_ns> <p99_ns>"
-    let mut rows: Vec<(usize, String, usize, [Duration; 3])> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     for line in String::from_utf8_lossy(&run.stdout).lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         if let ["series", callers, kind, calls, p50, p90, p99] = f[..] {
@@ -272,6 +416,8 @@ fn go_series(
         }
     }
     let mut worst: f64 = 0.0;
+    let mut against_reference: Option<f64> = None;
+    let bytes = answers.allocate.encoded_len();
     for callers in [1usize, 64] {
         let find = |kind: &str| rows.iter().find(|r| r.0 == callers && r.1 == kind);
         let (Some(noop), Some(alloc)) = (find("noop"), find("allocate")) else {
@@ -280,39 +426,32 @@ fn go_series(
             ));
         };
         worst = worst.max(report("grpc-go", callers, noop.2, noop.3, alloc.3));
-    }
-    let mut against_reference: Option<f64> = None;
-    for callers in [1usize, 64] {
-        let find = |kind: &str| rows.iter().find(|r| r.0 == callers && r.1 == kind);
-        let (Some(alloc), Some(reference)) = (find("allocate"), find("reference")) else {
-            continue;
-        };
-        println!(
-            "Allocate, dxdp vs a grpc-go plugin answering the same {} bytes (grpc-go client, {callers} caller(s), {} calls each)",
-            answers.allocate.len(),
-            alloc.2
-        );
-        println!("{:<6} {:>12} {:>12} {:>8}", "", "grpc-go", "dxdp", "ratio");
-        for (i, name) in ["p50", "p90", "p99"].into_iter().enumerate() {
-            let ratio = alloc.3[i].as_secs_f64() / reference.3[i].as_secs_f64();
-            if name == "p50" {
-                against_reference = Some(against_reference.unwrap_or(0.0).max(ratio));
-            }
-            println!(
-                "{name:<6} {:>10.1}us {:>10.1}us {ratio:>7.2}x",
-                reference.3[i].as_secs_f64() * 1e6,
-                alloc.3[i].as_secs_f64() * 1e6
+        let go = find("reference-noop").zip(find("reference-allocate"));
+        let tonic = find("tonic-noop").zip(find("tonic-allocate"));
+        let calls = alloc.2;
+        if let Some(go) = go {
+            let ratio = compare(
+                &format!("Allocate, dxdp vs a grpc-go plugin that does no work and answers the same {bytes} bytes (grpc-go client, {callers} caller(s), {calls} calls each)"),
+                ("dxdp", "grpc-go"),
+                (noop, alloc),
+                go,
+            );
+            against_reference = Some(against_reference.unwrap_or(0.0).max(ratio));
+        }
+        if let Some(tonic) = tonic {
+            compare(
+                &format!("Allocate, dxdp vs a tonic plugin that does no work (Allocate's own work; {callers} caller(s))"),
+                ("dxdp", "tonic"),
+                (noop, alloc),
+                tonic,
             );
         }
-        // The same comparison for the no-op: what the two servers' gRPC stacks cost, apart
-        // from Allocate's own work.
-        if let (Some(noop), Some(reference_noop)) = (find("noop"), find("reference-noop")) {
-            println!(
-                "no-op, dxdp vs the grpc-go plugin: p50 {:.1} / {:.1}us, {:.2}x; p99 {:.2}x",
-                noop.3[0].as_secs_f64() * 1e6,
-                reference_noop.3[0].as_secs_f64() * 1e6,
-                noop.3[0].as_secs_f64() / reference_noop.3[0].as_secs_f64(),
-                noop.3[2].as_secs_f64() / reference_noop.3[2].as_secs_f64()
+        if let (Some(tonic), Some(go)) = (tonic, go) {
+            compare(
+                &format!("Allocate, tonic vs grpc-go, both doing no work (the gRPC stacks; {callers} caller(s))"),
+                ("tonic", "grpc-go"),
+                tonic,
+                go,
             );
         }
     }
@@ -394,9 +533,8 @@ fn main() {
                 .get_device_plugin_options(Empty {})
                 .await
                 .expect("options")
-                .into_inner()
-                .encode_to_vec(),
-            allocate: answer.encode_to_vec(),
+                .into_inner(),
+            allocate: answer,
         };
         let endpoint = kubelet.view().plugins[DISPLAY].endpoint.clone();
         let socket = dir.path().join(endpoint);

@@ -3,9 +3,9 @@
 // kubelet's options (authority "localhost", insecure, blocking, a Unix-socket context dialer). It is run by
 // `cargo bench --bench allocate`, which passes the socket and the encoded AllocateRequest.
 //
-// With -reference SOCKET each iteration also makes the same two calls on a second plugin, the
-// reference, on its own connection (so both carry the same load): its Allocate is kind
-// "reference" in the output, its no-op "reference-noop". The same binary is that reference when
+// With -references NAME=SOCKET,... each iteration also makes the same two calls on other plugins,
+// each on its own connection (so all carry the same load): kinds "NAME-noop" and
+// "NAME-allocate" in the output. The same binary is a reference plugin when
 // run with -serve SOCKET: a grpc-go device plugin that does no work and answers
 // GetDevicePluginOptions and Allocate with the bytes given (-options, -answer: those dxdp
 // answers), so that dxdp's Allocate can be compared with the least any grpc-go plugin can do.
@@ -24,6 +24,7 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,22 +76,27 @@ func call(conn *grpc.ClientConn, method string, req []byte) error {
 	return conn.Invoke(ctx, method, &req, &resp, grpc.ForceCodec(rawCodec{}))
 }
 
-// series runs `callers` goroutines on the one connection, each interleaving the no-op and
-// Allocate, and prints the percentiles of each kind.
-func series(conn, reference *grpc.ClientConn, allocate []byte, callers, iterations int) error {
+// target is a plugin the series calls: its kinds in the output are <prefix>noop and
+// <prefix>allocate.
+type target struct {
+	prefix string
+	conn   *grpc.ClientConn
+}
+
+// series runs `callers` goroutines, each making, per iteration, the no-op and Allocate on every
+// target in turn (each on its own connection, so that all carry the same load), and prints the
+// percentiles of each kind.
+func series(targets []target, allocate []byte, callers, iterations int) error {
 	perCaller := (iterations + callers - 1) / callers
 	var mu sync.Mutex
-	var noop, alloc, ref, refNoop []time.Duration
+	times := make([][2][]time.Duration, len(targets))
 	var firstErr error
 	var wg sync.WaitGroup
 	for c := 0; c < callers; c++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n := make([]time.Duration, 0, perCaller)
-			a := make([]time.Duration, 0, perCaller)
-			r := make([]time.Duration, 0, perCaller)
-			rn := make([]time.Duration, 0, perCaller)
+			mine := make([][2][]time.Duration, len(targets))
 			// timed makes one call and records its time; false (the first error kept) on failure.
 			timed := func(c *grpc.ClientConn, method string, req []byte, into *[]time.Duration) bool {
 				t := time.Now()
@@ -106,20 +112,18 @@ func series(conn, reference *grpc.ClientConn, allocate []byte, callers, iteratio
 				return true
 			}
 			for i := 0; i < perCaller; i++ {
-				if !timed(conn, noopMethod, nil, &n) || !timed(conn, allocateMethod, allocate, &a) {
-					return
-				}
-				// The same calls on the reference, so that both servers carry the same load.
-				if reference != nil && (!timed(reference, noopMethod, nil, &rn) ||
-					!timed(reference, allocateMethod, allocate, &r)) {
-					return
+				for k, t := range targets {
+					if !timed(t.conn, noopMethod, nil, &mine[k][0]) ||
+						!timed(t.conn, allocateMethod, allocate, &mine[k][1]) {
+						return
+					}
 				}
 			}
 			mu.Lock()
-			noop = append(noop, n...)
-			alloc = append(alloc, a...)
-			ref = append(ref, r...)
-			refNoop = append(refNoop, rn...)
+			for k := range targets {
+				times[k][0] = append(times[k][0], mine[k][0]...)
+				times[k][1] = append(times[k][1], mine[k][1]...)
+			}
 			mu.Unlock()
 		}()
 	}
@@ -127,17 +131,14 @@ func series(conn, reference *grpc.ClientConn, allocate []byte, callers, iteratio
 	if firstErr != nil {
 		return firstErr
 	}
-	for _, kind := range []struct {
-		name string
-		d    []time.Duration
-	}{{"noop", noop}, {"allocate", alloc}, {"reference", ref}, {"reference-noop", refNoop}} {
-		if len(kind.d) == 0 {
-			continue
+	for k, t := range targets {
+		for j, kind := range []string{"noop", "allocate"} {
+			d := times[k][j]
+			sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+			fmt.Printf("series %d %s%s %d %d %d %d\n", callers, t.prefix, kind, len(d),
+				percentile(d, 0.50).Nanoseconds(), percentile(d, 0.90).Nanoseconds(),
+				percentile(d, 0.99).Nanoseconds())
 		}
-		sort.Slice(kind.d, func(i, j int) bool { return kind.d[i] < kind.d[j] })
-		fmt.Printf("series %d %s %d %d %d %d\n", callers, kind.name, len(kind.d),
-			percentile(kind.d, 0.50).Nanoseconds(), percentile(kind.d, 0.90).Nanoseconds(),
-			percentile(kind.d, 0.99).Nanoseconds())
 	}
 	return nil
 }
@@ -192,7 +193,7 @@ func run() error {
 	allocateHex := flag.String("allocate", "", "the AllocateRequest, protobuf-encoded, in hex")
 	iterations := flag.Int("iterations", 3000, "calls of each kind per series")
 	warmup := flag.Int("warmup", 200, "calls of each kind before the series")
-	referenceSocket := flag.String("reference", "", "a reference plugin's Unix socket (optional)")
+	references := flag.String("references", "", "other plugins to call alike: NAME=PATH[,NAME=PATH] (optional)")
 	serveSocket := flag.String("serve", "", "be the reference plugin on this Unix socket")
 	optionsHex := flag.String("options", "", "with -serve: the DevicePluginOptions answer, in hex")
 	answerHex := flag.String("answer", "", "with -serve: the AllocateResponse answer, in hex")
@@ -207,38 +208,44 @@ func run() error {
 	}
 	allocate, err := hex.DecodeString(*allocateHex)
 	if err != nil || *socket == "" {
-		return fmt.Errorf("usage: -socket PATH -allocate HEX [-iterations N] [-reference PATH]")
+		return fmt.Errorf("usage: -socket PATH -allocate HEX [-iterations N] [-references NAME=PATH,...]")
 	}
 	conn, err := dial(*socket)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	var reference *grpc.ClientConn
-	if *referenceSocket != "" {
-		if reference, err = dial(*referenceSocket); err != nil {
+	targets := []target{{prefix: "", conn: conn}}
+	for _, ref := range strings.Split(*references, ",") {
+		if ref == "" {
+			continue
+		}
+		name, path := ref, ""
+		if i := strings.Index(ref, "="); i > 0 {
+			name, path = ref[:i], ref[i+1:]
+		}
+		if path == "" {
+			return fmt.Errorf("-references: %q is not NAME=PATH", ref)
+		}
+		c, err := dial(path)
+		if err != nil {
 			return err
 		}
-		defer reference.Close()
+		defer c.Close()
+		targets = append(targets, target{prefix: name + "-", conn: c})
 	}
 	for i := 0; i < *warmup; i++ {
-		if err := call(conn, noopMethod, nil); err != nil {
-			return err
-		}
-		if err := call(conn, allocateMethod, allocate); err != nil {
-			return err
-		}
-		if reference != nil {
-			if err := call(reference, noopMethod, nil); err != nil {
+		for _, t := range targets {
+			if err := call(t.conn, noopMethod, nil); err != nil {
 				return err
 			}
-			if err := call(reference, allocateMethod, allocate); err != nil {
+			if err := call(t.conn, allocateMethod, allocate); err != nil {
 				return err
 			}
 		}
 	}
 	for _, callers := range []int{1, 64} {
-		if err := series(conn, reference, allocate, callers, *iterations); err != nil {
+		if err := series(targets, allocate, callers, *iterations); err != nil {
 			return err
 		}
 	}
