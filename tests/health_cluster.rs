@@ -17,7 +17,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use apiserver::ApiServerStandin;
@@ -97,6 +96,50 @@ async fn counted(metrics: &HealthMetrics, what: &str, done: impl Fn(&HealthMetri
             "not counted: {what}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The node conditions task's channels and metrics (dropping a sender ends nothing a test waits
+/// for).
+struct Running {
+    inventory: watch::Sender<Option<Arc<Inventory>>>,
+    active: watch::Sender<Option<Arc<Vec<Violation>>>>,
+    config: watch::Sender<Arc<Config>>,
+    metrics: HealthMetrics,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The node conditions task against `api` on `facts`, with the audit's `active` violations, under
+/// `config`, reading the Node again every `resync`.
+fn start_conditions(
+    api: &ApiServerStandin,
+    facts: HostFacts,
+    active: Option<Arc<Vec<Violation>>>,
+    config: Config,
+    resync: Duration,
+) -> Running {
+    let (inventory, inventory_rx) = watch::channel(inventory_of(&facts, config.clone()));
+    let (active, active_rx) = watch::channel(active);
+    let (config, config_rx) = watch::channel(Arc::new(config));
+    let metrics = Metrics::new().device_health().clone();
+    let task = tokio::spawn(
+        NodeConditions {
+            cluster: Cluster::at_url(&api.url(), "n1").unwrap(),
+            inventory: inventory_rx,
+            active: active_rx,
+            config: config_rx,
+            metrics: metrics.clone(),
+            backoff: FAST,
+            resync,
+        }
+        .run(),
+    );
+    Running {
+        inventory,
+        active,
+        config,
+        metrics,
+        task,
     }
 }
 
@@ -373,21 +416,18 @@ mod conditions {
         api.set_conditions(vec![kubelet_ready()]);
         let mut on = Config::default();
         on.health_reports.node_conditions = true;
-        let (inventory, inventory_rx) = watch::channel(inventory_of(&facts(true), on.clone()));
-        let (active, active_rx) = watch::channel::<Option<Arc<Vec<Violation>>>>(None);
-        let (config, config_rx) = watch::channel(Arc::new(on.clone()));
-        let metrics = Metrics::new().device_health().clone();
-        let task = tokio::spawn(
-            NodeConditions {
-                cluster: Cluster::at_url(&api.url(), "n1").unwrap(),
-                inventory: inventory_rx,
-                active: active_rx,
-                config: config_rx,
-                metrics: metrics.clone(),
-                backoff: FAST,
-                resync: Duration::from_secs(3600),
-            }
-            .run(),
+        let Running {
+            inventory,
+            active,
+            config,
+            metrics,
+            task,
+        } = start_conditions(
+            &api,
+            facts(true),
+            None,
+            on.clone(),
+            Duration::from_secs(3600),
         );
         assert!(
             api.wait_for_conditions(WAIT, |c| has(
@@ -505,22 +545,12 @@ mod conditions {
             serde_json::json!({"type": "DirectXGPUHealthy", "status": "False", "reason": "TDR", "message": "old"}),
             serde_json::json!({"type": "DirectXGPUIsolation", "status": "True", "reason": "NoViolation", "message": "old"}),
         ]);
-        let (_inventory, inventory_rx) =
-            watch::channel(inventory_of(&facts(false), Config::default()));
-        let (_active, active_rx) = watch::channel::<Option<Arc<Vec<Violation>>>>(None);
-        let (_config, config_rx) = watch::channel(Arc::new(Config::default()));
-        let metrics = Metrics::new().device_health().clone();
-        let task = tokio::spawn(
-            NodeConditions {
-                cluster: Cluster::at_url(&api.url(), "n1").unwrap(),
-                inventory: inventory_rx,
-                active: active_rx,
-                config: config_rx,
-                metrics: metrics.clone(),
-                backoff: FAST,
-                resync: Duration::from_secs(3600),
-            }
-            .run(),
+        let running = start_conditions(
+            &api,
+            facts(false),
+            None,
+            Config::default(),
+            Duration::from_secs(3600),
         );
         assert!(api.wait_for_conditions(WAIT, |c| c.len() == 1).await);
         assert_eq!(api.conditions(), vec![kubelet_ready()]);
@@ -533,7 +563,7 @@ mod conditions {
                 {"type": "DirectXGPUIsolation", "$patch": "delete"},
             ]}})
         );
-        task.abort();
+        running.task.abort();
     }
 }
 
@@ -544,41 +574,15 @@ mod conditions_more {
         serde_json::json!({"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"})
     }
 
-    /// The task's channels and metrics (dropping a sender ends nothing the test waits for).
-    struct Running {
-        config: watch::Sender<Arc<Config>>,
-        metrics: HealthMetrics,
-        task: tokio::task::JoinHandle<()>,
-        _inventory: watch::Sender<Option<Arc<Inventory>>>,
-        _active: watch::Sender<Option<Arc<Vec<Violation>>>>,
-    }
-
     /// The conditions task on the four healthy T4s, no violation, under `config`.
     fn spawn(api: &ApiServerStandin, config: Config, resync: Duration) -> Running {
-        let (inventory, inventory_rx) = watch::channel(inventory_of(&facts(false), config.clone()));
-        let (active, active_rx) =
-            watch::channel::<Option<Arc<Vec<Violation>>>>(Some(Arc::new(Vec::new())));
-        let (config, config_rx) = watch::channel(Arc::new(config));
-        let metrics = Metrics::new().device_health().clone();
-        let task = tokio::spawn(
-            NodeConditions {
-                cluster: Cluster::at_url(&api.url(), "n1").unwrap(),
-                inventory: inventory_rx,
-                active: active_rx,
-                config: config_rx,
-                metrics: metrics.clone(),
-                backoff: FAST,
-                resync,
-            }
-            .run(),
-        );
-        Running {
+        start_conditions(
+            api,
+            facts(false),
+            Some(Arc::new(Vec::new())),
             config,
-            metrics,
-            task,
-            _inventory: inventory,
-            _active: active,
-        }
+            resync,
+        )
     }
 
     #[tokio::test]
@@ -645,20 +649,8 @@ mod readiness {
 
     /// One GET on a fresh connection: status and body.
     async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let req = format!("GET {path} HTTP/1.1\r\nHost: dxdp\r\nConnection: close\r\n\r\n");
-        stream.write_all(req.as_bytes()).await.unwrap();
-        let mut raw = Vec::new();
-        tokio::time::timeout(WAIT, stream.read_to_end(&mut raw))
-            .await
-            .expect("the server answers and closes")
-            .unwrap();
-        let text = String::from_utf8(raw).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        (
-            head.split(' ').nth(1).unwrap().parse().unwrap(),
-            body.to_string(),
-        )
+        let (status, _, body) = common::http(addr, "GET", path).await;
+        (status, body)
     }
 
     /// Asks `/readyz` until `done` holds (bounded).

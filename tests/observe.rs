@@ -19,7 +19,6 @@ use dxdp_core::devices::Resource;
 use dxdp_core::facts::HostFacts;
 use dxdp_core::pipeline::{discover, PipelineConfig};
 use dxdp_core::snapshot;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -32,18 +31,7 @@ use common::NO_SAFETY_POLL;
 
 /// One HTTP/1.1 exchange on a fresh connection: status, raw headers, body.
 async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: dxdp\r\nConnection: close\r\n\r\n");
-    stream.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(WAIT, stream.read_to_end(&mut raw))
-        .await
-        .expect("the server answers and closes")
-        .unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, head.to_string(), body.to_string())
+    common::http(addr, method, path).await
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {

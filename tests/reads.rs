@@ -16,7 +16,7 @@ use dxdp::backend::{HostFactsSource, SnapshotFile, SourceError, Wake};
 use dxdp::kubelet::standin::KubeletStandin;
 use dxdp::plugin::{self, PluginError};
 use dxdp_core::facts::HostFacts;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncBufReadExt;
 use tokio::sync::oneshot;
 
 mod common;
@@ -63,20 +63,8 @@ fn free_port() -> SocketAddr {
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: dxdp\r\nConnection: close\r\n\r\n");
-    stream.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(WAIT, stream.read_to_end(&mut raw))
-        .await
-        .expect("the server answers and closes")
-        .unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    (
-        head.split(' ').nth(1).unwrap().parse().unwrap(),
-        body.into(),
-    )
+    let (status, _, body) = common::http(addr, "GET", path).await;
+    (status, body)
 }
 
 /// The binary's stderr, collected line by line as it comes.

@@ -201,3 +201,25 @@ pub fn recreate_dir(dir: &Path) {
         }
     }
 }
+
+/// One HTTP/1.1 exchange on a fresh connection to a dxdp endpoint (`Connection: close`, the
+/// answer read to its end within 20 s): status, raw headers, body. Panics on anything else, as a
+/// test should.
+pub async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: dxdp\r\nConnection: close\r\n\r\n");
+    stream.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        stream.read_to_end(&mut raw),
+    )
+    .await
+    .expect("the server answers and closes")
+    .unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_string(), body.to_string())
+}

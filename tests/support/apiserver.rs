@@ -240,22 +240,7 @@ impl ApiServerStandin {
         timeout: std::time::Duration,
         mut condition: impl FnMut(&[serde_json::Value]) -> bool,
     ) -> bool {
-        let shared = self.shared.clone();
-        let wait = async move {
-            loop {
-                let notified = shared.changed.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                {
-                    let s = shared.lock();
-                    if condition(&s.conditions) {
-                        return;
-                    }
-                }
-                notified.await;
-            }
-        };
-        tokio::time::timeout(timeout, wait).await.is_ok()
+        self.wait_state(timeout, |s| condition(&s.conditions)).await
     }
 
     /// Sets the Node's taints as another client would.
@@ -279,22 +264,8 @@ impl ApiServerStandin {
         timeout: std::time::Duration,
         mut condition: impl FnMut(&[serde_json::Value], &[serde_json::Value]) -> bool,
     ) -> bool {
-        let shared = self.shared.clone();
-        let wait = async move {
-            loop {
-                let notified = shared.changed.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                {
-                    let s = shared.lock();
-                    if condition(&s.events, &s.taints) {
-                        return;
-                    }
-                }
-                notified.await;
-            }
-        };
-        tokio::time::timeout(timeout, wait).await.is_ok()
+        self.wait_state(timeout, |s| condition(&s.events, &s.taints))
+            .await
     }
 
     /// Every request so far.
@@ -392,29 +363,31 @@ impl ApiServerStandin {
     pub async fn wait_for(
         &self,
         timeout: std::time::Duration,
-        condition: impl FnMut(&[Recorded], &BTreeMap<String, String>) -> bool,
+        mut condition: impl FnMut(&[Recorded], &BTreeMap<String, String>) -> bool,
     ) -> bool {
-        tokio::time::timeout(timeout, self.until(condition))
+        self.wait_state(timeout, |s| condition(&s.requests, &s.labels))
             .await
-            .is_ok()
     }
 
-    async fn until(
+    /// Waits until `condition` holds for the state (checked now and after every request and
+    /// change); false when it does not within `timeout`.
+    async fn wait_state(
         &self,
-        mut condition: impl FnMut(&[Recorded], &BTreeMap<String, String>) -> bool,
-    ) {
-        loop {
-            let notified = self.shared.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let s = self.shared.lock();
-                if condition(&s.requests, &s.labels) {
+        timeout: std::time::Duration,
+        mut condition: impl FnMut(&State) -> bool,
+    ) -> bool {
+        let wait = async {
+            loop {
+                let notified = self.shared.changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if condition(&self.shared.lock()) {
                     return;
                 }
+                notified.await;
             }
-            notified.await;
-        }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
     }
 }
 
