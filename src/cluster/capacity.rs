@@ -149,7 +149,7 @@ impl CapacityGate {
             tokio::select! {
                 changed = node.changed(), if node_open => node_open = changed.is_ok(),
                 changed = inventory.changed(), if inventory_open => inventory_open = changed.is_ok(),
-                () = super::sleep_until(wake) => {}
+                () = crate::util::sleep_until(wake) => {}
             }
         }
     }

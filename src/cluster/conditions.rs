@@ -30,13 +30,14 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::cleanup::CONDITION_TYPES;
-use super::{say_once, sleep_until};
+use super::say_once;
 use super::{Cluster, FIELD_MANAGER};
 use crate::config::Config;
 use crate::inventory::Inventory;
 use crate::observe::device_health::{ConditionResult, HealthMetrics};
 use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
+use crate::util::sleep_until;
 use dxdp_core::health::reason::Reason;
 use dxdp_core::telemetry::isolation::Active;
 
@@ -217,15 +218,16 @@ pub fn to_write(
 }
 
 impl Cluster {
+    /// The node's `status.conditions` now.
+    async fn node_conditions(&self) -> Result<Vec<NodeCondition>, String> {
+        let node = self.get_node().await.map_err(|e| e.to_string())?;
+        Ok(node.status.and_then(|s| s.conditions).unwrap_or_default())
+    }
+
     /// Writes `wanted` into the node's conditions where they differ (one strategic merge patch
     /// of `nodes/status`). Returns the types written.
     pub async fn set_conditions(&self, wanted: &[Wanted]) -> Result<Vec<&'static str>, String> {
-        let node = self.get_node().await.map_err(|e| e.to_string())?;
-        let current = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default();
+        let current = self.node_conditions().await?;
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::now(),
         );
@@ -249,12 +251,7 @@ impl Cluster {
     /// Removes dxdp's conditions from the node if it has them (a strategic `$patch: delete`
     /// per type). Returns the types removed.
     pub async fn drop_conditions(&self) -> Result<Vec<&'static str>, String> {
-        let node = self.get_node().await.map_err(|e| e.to_string())?;
-        let current = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default();
+        let current = self.node_conditions().await?;
         let present: Vec<&'static str> = CONDITION_TYPES
             .into_iter()
             .filter(|t| current.iter().any(|c| c.type_ == *t))

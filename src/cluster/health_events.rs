@@ -24,13 +24,14 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::events::{container_ref, node_ref, warning, EventLimits, EventSender, Voice, Warning};
-use super::{sleep_until, Cluster};
+use super::Cluster;
 use crate::config::Config;
 use crate::inventory::Inventory;
 use crate::kubelet::endpoint::Endpoint;
 use crate::kubelet::podresources;
 use crate::observe::device_health::HealthMetrics;
 use crate::util::retry::{random, Backoff};
+use crate::util::sleep_until;
 use dxdp_core::allocation;
 use dxdp_core::health::eventlog::format_time;
 use dxdp_core::health::reason::Reason;

@@ -18,10 +18,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::events::{container_ref, node_ref, warning, EventLimits, EventSender, Voice, Warning};
-use super::{sleep_until, Cluster};
+use super::Cluster;
 use crate::config::Config;
 use crate::observe::isolation_metrics::IsolationMetrics;
 use crate::util::retry::Backoff;
+use crate::util::sleep_until;
 use dxdp_core::telemetry::isolation::{Active, Violation};
 
 /// The reason of the Events.

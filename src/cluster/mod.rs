@@ -45,7 +45,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use tokio::time::Instant;
 
 use crate::config::NodeInfo;
 use crate::util::errors::chain;
@@ -341,14 +340,6 @@ fn say_once(last: &mut Option<String>, why: String, what: &str) {
         *last = Some(why);
     } else {
         tracing::debug!("{what}: {why}");
-    }
-}
-
-/// Waits until `at` (a retry or the next planned step of a cluster task), or for ever without one.
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
     }
 }
 

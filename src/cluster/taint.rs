@@ -22,12 +22,13 @@ use kube::api::{Patch, PatchParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{say_once, sleep_until, Cluster, FIELD_MANAGER};
+use super::{say_once, Cluster, FIELD_MANAGER};
 use crate::config::file::IsolationPolicy;
 use crate::config::Config;
 use crate::observe::isolation_metrics::{IsolationMetrics, TaintResult};
 use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
+use crate::util::sleep_until;
 use dxdp_core::telemetry::isolation::{Active, Violation};
 use dxdp_core::telemetry::PodRef;
 

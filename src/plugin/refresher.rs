@@ -358,13 +358,7 @@ pub async fn refresh(
     // A restarted refresher rebuilds at once (the configuration may have changed meanwhile).
     let mut rebuild = true;
     loop {
-        let until = writing_until;
-        let grace = async move {
-            match until {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
-            }
-        };
+        let grace = crate::util::sleep_until(writing_until);
         // A fault-driven Unhealthy spell that ends: rebuild then (health is judged at a time).
         let spell_end = tx.borrow().next_health_change_ms;
         let spell = async move {

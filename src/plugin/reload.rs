@@ -104,13 +104,7 @@ pub async fn watch_counted(
     // SIGHUP (`crate::shutdown`): re-read now, counted like a file event.
     let mut hangups = Some(crate::shutdown::reload_requests());
     loop {
-        let until = writing_until;
-        let grace = async move {
-            match until {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
-            }
-        };
+        let grace = crate::util::sleep_until(writing_until);
         let from_event = tokio::select! {
             notice = files_watch.next() => match notice {
                 Notice::Events(events) => match watched.classify(&events) {

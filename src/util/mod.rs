@@ -1,7 +1,8 @@
 //! Small utilities shared across the layers: retry backoff ([`retry`]), error text
 //! ([`errors`]), reading files that may be mid-write ([`stable_read`]), blocking work with a
 //! time limit ([`bounded`]), what a file or directory is whatever it is called ([`file_id`]) and
-//! where a HostProcess container's volumes are ([`host_process`]).
+//! where a HostProcess container's volumes are ([`host_process`]), and an optional deadline
+//! ([`sleep_until`]).
 //! Nothing here knows of the kubelet, the cluster or the configuration.
 
 pub mod bounded;
@@ -10,3 +11,12 @@ pub mod file_id;
 pub mod host_process;
 pub mod retry;
 pub mod stable_read;
+
+/// Waits until `at`, or for ever without one: an optional deadline as one branch of a
+/// `tokio::select!` (a retry, a planned step, the end of a grace period).
+pub async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
