@@ -291,11 +291,7 @@ fn start_tonic_reference(
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
+        let runtime = common::runtime();
         runtime.block_on(async move {
             let mut served = dxdp::transport::Served::spawn(
                 listener,
@@ -466,11 +462,7 @@ fn main() {
     // The daemon's default log level: each Allocate logs a line, as in production.
     let level = std::env::var("DXDP_BENCH_LOG_LEVEL").unwrap_or_else(|_| "info".into());
     let _log = dxdp::logging::init(dxdp::logging::LogFormat::Text, &level).expect("log level");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = common::runtime();
     runtime.block_on(async move {
         let dir = tempfile::Builder::new()
             .prefix("dxdp-bench")

@@ -294,11 +294,7 @@ fn main() {
         snapshot::write(&facts, snapshot::Format::Yaml).expect("yaml"),
     )
     .expect("write snapshot");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = common::runtime();
     runtime.block_on(async move {
         start_to_registered(starts.max(1), &snapshot_path).await;
         memory(allocations, &snapshot_path).await;

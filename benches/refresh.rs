@@ -140,11 +140,7 @@ async fn idle_cost(seconds: u64) {
 fn main() {
     let edits = env_number("DXDP_BENCH_EDITS", 200) as usize;
     let idle = env_number("DXDP_BENCH_IDLE_SECS", 60);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = common::runtime();
     runtime.block_on(async move {
         edit_latency(edits).await;
         idle_cost(idle).await;

@@ -246,11 +246,7 @@ fn main() {
     let iterations = env_number("DXDP_BENCH_ITERATIONS", 300) as usize;
     let idle = env_number("DXDP_BENCH_IDLE_SECS", 60);
     sample_and_scrape(iterations);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = common::runtime();
     runtime.block_on(async move {
         idle_cost(idle, true).await;
         idle_cost(idle, false).await;

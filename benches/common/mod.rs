@@ -103,3 +103,12 @@ pub fn sample_host_dir() -> (tempfile::TempDir, std::path::PathBuf) {
     replace(&host, &text);
     (dir, host)
 }
+
+/// The runtime a bench runs the daemon (or a stand-in server) on: two workers, as the daemon's.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
