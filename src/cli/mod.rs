@@ -3,7 +3,6 @@
 mod audit;
 mod cleanup;
 mod config_cmd;
-mod config_files;
 mod demo;
 mod discover;
 mod doctor;
@@ -339,7 +338,7 @@ fn inputs(cli: &Cli) -> Inputs {
     let file = config::choose_path(cli.global.config.as_deref(), &env);
     // In a HostProcess container on containerd 1.6, volumes are under the sandbox mount point.
     let sandbox = std::env::var(dxdp::util::host_process::SANDBOX_VAR).ok();
-    let file = config_files::resolve_inputs(
+    let file = config::resolve_in_sandbox(
         file,
         &mut env,
         &config::default_path(),

@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::logging::LogFormat;
+use crate::util::host_process;
 use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::Resource;
 use dxdp_core::pipeline::PipelineConfig;
@@ -465,6 +466,40 @@ pub fn choose_path(flag: Option<&Path>, env: &Env) -> Option<(PathBuf, bool)> {
         return Some((PathBuf::from(p), true));
     }
     Some((default_path(), false))
+}
+
+/// The environment variables that name configuration files.
+const FILE_VARS: [&str; 3] = [
+    "DXDP_CONFIG",
+    "WDDM_DEVICE_PLUGIN_CONFIG_FILE",
+    "MCDM_DEVICE_PLUGIN_CONFIG_FILE",
+];
+
+/// Resolves the configuration file choice and the file-naming variables in `env` against a
+/// HostProcess container's sandbox mount point (`crate::util::host_process`: containerd 1.6
+/// mounts the chart's ConfigMap there). `default` is the default configuration path, used (not
+/// required) when no file was chosen and it exists under the sandbox.
+pub fn resolve_in_sandbox(
+    file: Option<(PathBuf, bool)>,
+    env: &mut Env,
+    default: &Path,
+    sandbox: Option<&str>,
+    exists: impl Fn(&Path) -> bool,
+) -> Option<(PathBuf, bool)> {
+    for var in FILE_VARS {
+        if let Some(value) = env.get_mut(var).filter(|v| !v.is_empty()) {
+            *value = host_process::resolve(Path::new(value.as_str()), sandbox, &exists)
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    match file {
+        Some((path, required)) => Some((host_process::resolve(&path, sandbox, &exists), required)),
+        None => {
+            let found = host_process::resolve(default, sandbox, &exists);
+            (found != default && exists(&found)).then_some((found, false))
+        }
+    }
 }
 
 /// The largest configuration file read (docs/configuration.md): 4 MiB, hundreds of times any

@@ -1569,3 +1569,64 @@ fn health_events_and_node_conditions_follow_the_precedence() {
         .to_string();
     assert!(err.contains("unknown key `nodeCondition`"), "{err}");
 }
+
+/// Configuration files inside a HostProcess container on containerd 1.6.
+mod sandbox {
+    use super::super::{resolve_in_sandbox, Env};
+    use crate::util::host_process::testing::{fs, SANDBOX};
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn resolves_the_file_and_the_reference_variables() {
+        let exists = fs(&[
+            r"C:\C\0f3a\etc\dxdp\config.yaml",
+            r"C:\C\0f3a\ref\wddm.yaml",
+        ]);
+        let mut env = Env::new();
+        env.insert("DXDP_CONFIG".into(), r"C:\etc\dxdp\config.yaml".into());
+        env.insert(
+            "WDDM_DEVICE_PLUGIN_CONFIG_FILE".into(),
+            r"C:\ref\wddm.yaml".into(),
+        );
+        env.insert("MCDM_DEVICE_PLUGIN_CONFIG_FILE".into(), String::new());
+        env.insert("DXDP_REPLICAS".into(), r"C:\ref\wddm.yaml".into());
+        let file = Some((PathBuf::from(r"C:\etc\dxdp\config.yaml"), true));
+        let got = resolve_in_sandbox(file, &mut env, Path::new(r"C:\d"), Some(SANDBOX), &exists);
+        assert_eq!(
+            got,
+            Some((PathBuf::from(r"C:\C\0f3a\etc\dxdp\config.yaml"), true))
+        );
+        assert_eq!(env["DXDP_CONFIG"], r"C:\C\0f3a\etc\dxdp\config.yaml");
+        assert_eq!(
+            env["WDDM_DEVICE_PLUGIN_CONFIG_FILE"],
+            r"C:\C\0f3a\ref\wddm.yaml"
+        );
+        assert_eq!(env["MCDM_DEVICE_PLUGIN_CONFIG_FILE"], "");
+        assert_eq!(
+            env["DXDP_REPLICAS"], r"C:\ref\wddm.yaml",
+            "not a file variable"
+        );
+    }
+
+    #[test]
+    fn the_default_file_under_the_sandbox_is_optional() {
+        let default = Path::new(r"C:\etc\directx-device-plugins\config.yaml");
+        let mut env = Env::new();
+        let exists = fs(&[r"C:\C\0f3a\etc\directx-device-plugins\config.yaml"]);
+        assert_eq!(
+            resolve_in_sandbox(None, &mut env, default, Some(SANDBOX), &exists),
+            Some((
+                PathBuf::from(r"C:\C\0f3a\etc\directx-device-plugins\config.yaml"),
+                false
+            ))
+        );
+        assert_eq!(
+            resolve_in_sandbox(None, &mut env, default, Some(SANDBOX), fs(&[])),
+            None
+        );
+        assert_eq!(
+            resolve_in_sandbox(None, &mut env, default, None, &exists),
+            None
+        );
+    }
+}

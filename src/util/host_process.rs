@@ -48,17 +48,27 @@ pub fn resolve(path: &Path, sandbox: Option<&str>, exists: impl Fn(&Path) -> boo
     }
 }
 
+/// A file system of named files and a sandbox mount point, for the tests of what looks paths
+/// up under it.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
     use std::collections::BTreeSet;
+    use std::path::Path;
 
-    const SANDBOX: &str = r"C:\C\0f3a";
+    /// The sandbox mount point of the tests.
+    pub const SANDBOX: &str = r"C:\C\0f3a";
 
-    fn fs(files: &[&str]) -> impl Fn(&Path) -> bool {
+    /// Whether a path is one of `files`.
+    pub fn fs(files: &[&str]) -> impl Fn(&Path) -> bool {
         let set: BTreeSet<String> = files.iter().map(|s| s.to_string()).collect();
         move |p: &Path| set.contains(p.to_string_lossy().as_ref())
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{fs, SANDBOX};
+    use super::*;
 
     #[test]
     fn joins_without_the_drive() {
