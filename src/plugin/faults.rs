@@ -567,6 +567,23 @@ mod tests {
         }
     }
 
+    /// The live-fault source over `inner` following `log` under the default configuration: its
+    /// metrics, the configuration's sender (kept while the test runs), the source and the task.
+    fn follow(
+        inner: Arc<dyn HostFactsSource>,
+        log: Arc<dyn EventLog>,
+    ) -> (
+        Metrics,
+        watch::Sender<Arc<Config>>,
+        Arc<dyn HostFactsSource>,
+        TaskSpec,
+    ) {
+        let metrics = Metrics::new();
+        let (tx, config) = watch::channel(Arc::new(Config::default()));
+        let (source, task) = live_faults(inner, log, config, metrics.clone(), FAST);
+        (metrics, tx, source, task)
+    }
+
     fn scripted(batch: Vec<Delivery>, fail: Option<&str>) -> Arc<Scripted> {
         Arc::new(Scripted {
             batch,
@@ -605,9 +622,7 @@ mod tests {
         ];
         let log = scripted(batch, None);
         let inner = Counting::new(false);
-        let metrics = Metrics::new();
-        let (_tx, config) = watch::channel(Arc::new(Config::default()));
-        let (source, task) = live_faults(inner.clone(), log.clone(), config, metrics.clone(), FAST);
+        let (metrics, _tx, source, task) = follow(inner.clone(), log.clone());
         assert_eq!(task.name, TASK);
         assert_eq!(task.role, Role::Optional);
         let woken = Arc::new(AtomicUsize::new(0));
@@ -656,15 +671,7 @@ mod tests {
             .map(|i| Delivery::Event(tdr(10_000 + i, now - 60_000 + i)))
             .collect();
         let log = scripted(batch, None);
-        let metrics = Metrics::new();
-        let (_tx, config) = watch::channel(Arc::new(Config::default()));
-        let (source, task) = live_faults(
-            Counting::new(false),
-            log.clone(),
-            config,
-            metrics.clone(),
-            FAST,
-        );
+        let (metrics, _tx, source, task) = follow(Counting::new(false), log.clone());
         let woken = Arc::new(AtomicUsize::new(0));
         let times = Arc::new(Mutex::new(Vec::new()));
         let (w, t) = (woken.clone(), times.clone());
@@ -698,15 +705,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_log_that_cannot_be_followed_is_retried_and_counted() {
         let log = scripted(Vec::new(), Some("EvtSubscribe failed: Win32 error 1717"));
-        let metrics = Metrics::new();
-        let (tx, config) = watch::channel(Arc::new(Config::default()));
-        let (source, task) = live_faults(
-            Counting::new(false),
-            log.clone(),
-            config,
-            metrics.clone(),
-            FAST,
-        );
+        let (metrics, tx, source, task) = follow(Counting::new(false), log.clone());
         let mut factory = task.factory;
         let running = tokio::spawn(factory());
         until("retried", || log.subscribed.load(Ordering::SeqCst) >= 3).await;
