@@ -72,12 +72,20 @@ case "${1:-}" in
       echo "not run under Wine: $s (see .ci/windows.sh; it runs on Linux and in the native Windows jobs)"
       skip_args+=(--skip "$s")
     done
+    # The daemon's tests are modules of one test executable (tests/daemon/main.rs) and soak its
+    # own (it measures its process's descriptors and memory): one build, filtered runs.
+    /usr/bin/cargo test "${build_std[@]}" --test daemon --test soak --no-run
     for t in "${daemon_tests[@]}"; do
       # observe checks that nothing listens on a stopped daemon's port: a test running beside it
       # could be given that port at once (seen under Wine), so its tests run one at a time.
       threads=2
       [ "$t" = observe ] && threads=1
-      /usr/bin/cargo test "${build_std[@]}" --test "$t" -- --test-threads "$threads" "${skip_args[@]}" 2>&1 | tee -a "$log"
+      if [ "$t" = soak ]; then
+        run=(--test soak --)
+      else
+        run=(--test daemon -- "$t::")
+      fi
+      /usr/bin/cargo test "${build_std[@]}" "${run[@]}" --test-threads "$threads" "${skip_args[@]}" 2>&1 | tee -a "$log"
     done
     if grep -q "^skipped " "$log"; then
       echo "daemon tests skipped under Wine:" >&2
@@ -93,11 +101,11 @@ case "${1:-}" in
     x86_64-w64-mingw32-gcc -shared -O2 -Wl,--kill-at -o "$deps/vendor-standin.dll" \
       tests/wine/vendor-standin.c
     vlog="$CARGO_TARGET_DIR/validate-wine.log"
-    /usr/bin/cargo test "${build_std[@]}" --test validate --no-run
+    /usr/bin/cargo test "${build_std[@]}" --test daemon --no-run
     started=$(date +%s)
     # opencl=n: Wine would load its own builtin OpenCL.dll for the stand-in of that name.
     WINEDLLOVERRIDES="$WINEDLLOVERRIDES;opencl=n" \
-      xvfb-run -a /usr/bin/cargo test "${build_std[@]}" --test validate -- --test-threads 1 2>&1 | tee "$vlog"
+      xvfb-run -a /usr/bin/cargo test "${build_std[@]}" --test daemon -- validate:: --test-threads 1 2>&1 | tee "$vlog"
     if grep -q "^skipped " "$vlog" || ! grep -q "^test result: ok\." "$vlog"; then
       echo "dxdp validate tests under Wine skipped or failed:" >&2
       grep "^skipped " "$vlog" >&2 || true

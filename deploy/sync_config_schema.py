@@ -3,7 +3,7 @@
 
 The chart's `config` value is dxdp's configuration file, so its schema is the one the binary
 generates (`dxdp config schema`), never a hand-kept copy. Run after changing the configuration
-types (tests/schemas.rs fails until the two agree):
+types (tests/cli/schemas.rs fails until the two agree):
 
     cargo run -q -- config schema | python3 deploy/sync_config_schema.py
 """

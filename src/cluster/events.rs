@@ -464,8 +464,8 @@ mod tests {
         use std::sync::{Arc, Mutex};
         let counted = Arc::new(Mutex::new(Vec::new()));
         let c = counted.clone();
-        // No API server is asked: only updates are tested here (sending is in tests/isolation.rs
-        // and tests/health_cluster.rs).
+        // No API server is asked: only updates are tested here (sending is in tests/cluster/isolation.rs
+        // and tests/cluster/health_cluster.rs).
         let cluster = Cluster::at_url("http://127.0.0.1:9", "node-1").unwrap();
         let mut sender: EventSender<&str, u32> = EventSender::new(
             cluster,

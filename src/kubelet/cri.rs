@@ -433,7 +433,7 @@ mod tests {
     }
 
     // Unix only: Wine has no AF_UNIX sockets. The stand-in serving answers over a real socket is
-    // in tests/telemetry.rs.
+    // in tests/daemon/telemetry.rs.
     #[cfg(unix)]
     #[tokio::test]
     async fn an_absent_runtime_is_a_connect_error_naming_the_endpoint() {

@@ -1,6 +1,6 @@
 //! A kubelet stand-in serving the PodResources API's `List` on a socket file or a named pipe,
 //! as the kubelet does on each OS (tests only: the product reads PodResources, never serves it).
-//! Included by the tests that need it with `#[path = "support/podresources.rs"] mod podresources;`.
+//! Declared once in the test executables that need it (`tests/<name>/main.rs`).
 
 #![allow(dead_code)]
 

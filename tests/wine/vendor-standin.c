@@ -1,7 +1,7 @@
 /*
  * Test fixture: one stand-in for the vendor DLLs `dxdp validate` probes (nvcuda.dll, nvml.dll,
  * OpenCL.dll, vulkan-1.dll, nvEncodeAPI64.dll, amfrt64.dll, libvpl.dll). It exports each API's
- * documented entry points with canned answers; tests/validate.rs copies it under each name.
+ * documented entry points with canned answers; tests/daemon/validate.rs copies it under each name.
  *
  * DXDP_STANDIN_MODE chooses how the API's first call behaves: unset or "ok" answers, "fail"
  * returns the API's documented error (CUDA_ERROR_NO_DEVICE, NVML_ERROR_DRIVER_NOT_LOADED,
