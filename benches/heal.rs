@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use dxdp::backend::SnapshotFile;
 use dxdp::config::Inputs;
 use dxdp::kubelet::standin::KubeletStandin;
-use dxdp::plugin::{PluginConfig, Reload};
+use dxdp::plugin::PluginConfig;
 
 mod common;
 
@@ -83,22 +83,16 @@ async fn config_edits(edits: usize) {
         ..Inputs::default()
     };
     let first = Arc::new(inputs.resolve().expect("configuration"));
-    let (tx, updates) = tokio::sync::watch::channel(first.clone());
     let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
         .await
         .expect("stand-in");
     let mut config = PluginConfig::new(dir.path().to_path_buf());
     config.config = first.as_ref().clone();
     config.safety_poll = Duration::from_secs(3600);
-    config.reload = Some(Reload {
-        inputs,
-        tx,
-        node: None,
-    });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(
         dxdp::daemon::Daemon::new(config, Arc::new(SnapshotFile::new(host)))
-            .updates(updates)
+            .reload(inputs)
             .run(async {
                 let _ = stopped.await;
             }),

@@ -8,8 +8,9 @@
 //! - [`config`]: configuration layers (defaults, files, environment, flags) and their origins.
 //! - [`backend`]: where facts come from (snapshot file, built-in sample host, native Windows).
 //! - [`inventory`]: what is served (devices and configuration), built from the host facts.
-//! - [`plugin`]: the device plugin daemon (task supervisor, device-plugin servers, file watch, gRPC
-//!   service, registration, kubelet restarts).
+//! - [`supervisor`]: the task supervisor every long-lived task of the daemon runs under.
+//! - [`plugin`]: device serving (device-plugin servers, file watch, gRPC service, registration,
+//!   kubelet restarts).
 //! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.
 //! - [`daemon`]: the composition root: builds every part of the daemon and runs it (the CLI,
 //!   `dxdp demo`, the tests and the benchmarks all start it there).
@@ -37,6 +38,7 @@ pub mod output;
 pub mod plugin;
 pub mod render;
 pub mod shutdown;
+pub mod supervisor;
 pub mod telemetry;
 pub mod tools;
 pub mod transport;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use dxdp::backend::SnapshotFile;
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
-use dxdp::plugin::{self, PluginError};
+use dxdp::plugin::PluginError;
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::HostFacts;
 use dxdp_core::snapshot;
@@ -230,7 +230,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    async fn start(facts: &HostFacts, reload: Option<plugin::Reload>) -> Daemon {
+    async fn start(facts: &HostFacts, reload: Option<dxdp::config::Inputs>) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("dxdp-soak")
             .tempdir_in(common::socket_tempdir_base())
@@ -244,27 +244,19 @@ impl Daemon {
             .await
             .unwrap();
         let mut config = common::plugin_config(dir.path());
-        let updates = match &reload {
-            Some(r) => r.tx.subscribe(),
-            None => {
-                let (tx, rx) =
-                    tokio::sync::watch::channel(Arc::new(dxdp::config::Config::default()));
-                // The sender lives as long as the test: the configuration never changes.
-                std::mem::forget(tx);
-                rx
-            }
-        };
-        config.reload = reload;
-        config.config = updates.borrow().as_ref().clone();
         let source = Arc::new(SnapshotFile::new(snapshot.clone()));
+        let daemon = match reload {
+            Some(inputs) => {
+                config.config = inputs.resolve().unwrap();
+                dxdp::daemon::Daemon::new(config, source).reload(inputs)
+            }
+            // The configuration never changes.
+            None => dxdp::daemon::Daemon::new(config, source),
+        };
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(
-            dxdp::daemon::Daemon::new(config, source)
-                .updates(updates)
-                .run(async {
-                    let _ = stopped.await;
-                }),
-        );
+        let task = tokio::spawn(daemon.run(async {
+            let _ = stopped.await;
+        }));
         Daemon {
             dir,
             snapshot,
@@ -474,16 +466,7 @@ async fn configuration_flapping_between_valid_and_invalid_ends_in_the_last_valid
         file: Some((config_path.clone(), true)),
         ..Default::default()
     };
-    let (tx, _) = tokio::sync::watch::channel(Arc::new(inputs.resolve().unwrap()));
-    let d = Daemon::start(
-        &facts,
-        Some(plugin::Reload {
-            inputs,
-            tx,
-            node: None,
-        }),
-    )
-    .await;
+    let d = Daemon::start(&facts, Some(inputs)).await;
     let compute = expected_ids("sample", Resource::Compute, 1);
     d.lists(&expected_ids("sample", Resource::Display, 1), &compute)
         .await;

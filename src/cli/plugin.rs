@@ -14,7 +14,7 @@ use dxdp::kubelet::paths;
 use dxdp_core::allocation::MAX_REPLICAS;
 
 use super::ResourceArg;
-use dxdp::plugin::{self, PluginConfig};
+use dxdp::plugin::PluginConfig;
 use dxdp::shutdown;
 
 /// Arguments of `dxdp plugin`.
@@ -139,7 +139,7 @@ pub fn run(
     // Windows is installed earlier, by `cli::main`).
     let result = runtime.block_on(async move { daemon.run(shutdown::signal()).await });
     // A blocking thread hung in the OS (a host read) must not keep the stopped process alive.
-    plugin::daemon::stop_runtime(runtime);
+    dxdp::daemon::stop_runtime(runtime);
     // Sockets are removed and streams ended: the log queue is written out, then Windows may
     // end the process.
     cleanup.finish();

@@ -15,14 +15,13 @@
 //!   when the Node could not be read within [`FIRST_READ_GRACE`] of the start (logged once).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::NodeInfo;
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, InventoryRx};
 use crate::observe::state::{Capacity, Readiness};
 use dxdp_core::devices::HealthState;
 
@@ -74,8 +73,8 @@ pub fn gaps(inventory: &Inventory, allocatable: &BTreeMap<String, String>) -> Ve
 pub struct CapacityGate {
     /// The Node as followed (`None` until it was read).
     pub node: watch::Receiver<Option<NodeInfo>>,
-    /// The served inventory (`None` until the daemon serves one).
-    pub inventory: watch::Receiver<Option<Arc<Inventory>>>,
+    /// The served inventory.
+    pub inventory: InventoryRx,
     /// Where the verdict goes.
     pub readiness: Readiness,
     /// How long to wait for a first read of the Node ([`FIRST_READ_GRACE`]).
@@ -99,24 +98,22 @@ impl CapacityGate {
             let info = node.borrow_and_update().clone();
             let inv = inventory.borrow_and_update().clone();
             let mut wake = None;
-            let verdict = match (&info, &inv) {
-                (Some(info), Some(inv)) => {
+            let verdict = match &info {
+                Some(info) => {
                     if gave_up {
                         tracing::info!(
                             "the Node was read: /readyz checks its allocatable capacity again"
                         );
                         gave_up = false;
                     }
-                    let gaps = gaps(inv, &info.allocatable);
+                    let gaps = gaps(&inv, &info.allocatable);
                     if gaps.is_empty() {
                         Capacity::Checked(Ok(()))
                     } else {
                         Capacity::Checked(Err(gaps.join("; ")))
                     }
                 }
-                // Registration and the kubelet's watch are checked before the capacity.
-                (_, None) => Capacity::Checked(Ok(())),
-                (None, Some(_)) => {
+                None => {
                     let waited = started.elapsed();
                     if waited < first_read_grace {
                         wake = Some(started + first_read_grace);

@@ -33,7 +33,7 @@ use super::cleanup::CONDITION_TYPES;
 use super::say_once;
 use super::{Cluster, FIELD_MANAGER};
 use crate::config::Config;
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, InventoryRx};
 use crate::observe::device_health::{ConditionResult, HealthMetrics};
 use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
@@ -302,8 +302,8 @@ impl Cluster {
 pub struct NodeConditions {
     /// The API server.
     pub cluster: Cluster,
-    /// The served inventory (`None` until the daemon serves one).
-    pub inventory: watch::Receiver<Option<Arc<Inventory>>>,
+    /// The served inventory.
+    pub inventory: InventoryRx,
     /// The isolation violations that last (the isolation tracker's channel).
     pub active: watch::Receiver<Active>,
     /// The configuration (`health.nodeConditions`).
@@ -351,10 +351,7 @@ impl NodeConditions {
             if on {
                 removed = false;
                 let mut want = Vec::new();
-                // Health is said once the daemon serves devices.
-                if let Some(inv) = &inv {
-                    want.push(healthy(inv));
-                }
+                want.push(healthy(&inv));
                 want.push(isolation(&violations, audit_on));
                 if applied.as_ref() != Some(&want) {
                     match cluster.set_conditions(&want).await {

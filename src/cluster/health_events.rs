@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use super::events::{container_ref, node_ref, warning, EventLimits, EventSender, Voice, Warning};
 use super::Cluster;
 use crate::config::Config;
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, InventoryRx};
 use crate::kubelet::endpoint::Endpoint;
 use crate::kubelet::podresources;
 use crate::observe::device_health::HealthMetrics;
@@ -187,8 +187,8 @@ pub fn now_ms() -> u64 {
 pub struct HealthEvents {
     /// The API server.
     pub cluster: Cluster,
-    /// The served inventory (`None` until the daemon serves one).
-    pub inventory: watch::Receiver<Option<Arc<Inventory>>>,
+    /// The served inventory.
+    pub inventory: InventoryRx,
     /// The configuration (`health.events`, `telemetry.podResourcesEndpoint`).
     pub config: watch::Receiver<Arc<Config>>,
     /// The kubelet's device-plugin directory (PodResources' default endpoint is beside it).
@@ -226,7 +226,7 @@ impl HealthEvents {
         let mut inventory_open = true;
         loop {
             let current = inventory.borrow_and_update().clone();
-            let sick = current.as_deref().map(unhealthy_served).unwrap_or_default();
+            let sick = unhealthy_served(&current);
             let now = clock();
             since.retain(|id, (reason, _)| {
                 sick.iter().any(|s| &s.device == id && s.reason == *reason)
@@ -238,9 +238,7 @@ impl HealthEvents {
                 // Nothing is held: every queued Event is forgotten.
                 sender.update(Vec::new(), true, Instant::now());
                 list_at = None;
-            } else if let (Some(inv), true) =
-                (&current, list_at.is_some_and(|t| Instant::now() >= t))
-            {
+            } else if list_at.is_some_and(|t| Instant::now() >= t) {
                 let endpoint = match &config.borrow().telemetry.pod_resources_endpoint {
                     Some(e) => Endpoint::parse(e),
                     None => Endpoint::default_for(&kubelet_dir),
@@ -254,7 +252,7 @@ impl HealthEvents {
                         }
                         list_failures = 0;
                         list_at = Some(Instant::now() + RELIST);
-                        let reports = holders(inv, &allocations, &sick, &since);
+                        let reports = holders(&current, &allocations, &sick, &since);
                         let on = config.borrow().health_reports.events;
                         sender.update(
                             reports.into_iter().map(|r| (r.key(), r)),

@@ -4,13 +4,12 @@
 //! backoff; the daemon never stops for them.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use tokio::sync::watch;
 
 use super::Cluster;
 use crate::config::{Config, NodeInfo};
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, InventoryRx};
 use crate::util::retry::{random, Backoff};
 use dxdp_core::devices::{PerResource, Resource};
 use dxdp_core::labels::{node_labels, LabelSettings};
@@ -48,7 +47,7 @@ fn node_has(node: &NodeInfo, want: &BTreeMap<String, String>) -> bool {
 /// them), is retried with backoff.
 pub async fn keep(
     cluster: Cluster,
-    mut inventory: watch::Receiver<Option<Arc<Inventory>>>,
+    mut inventory: InventoryRx,
     mut node: watch::Receiver<Option<NodeInfo>>,
     backoff: Backoff,
 ) {
@@ -59,13 +58,12 @@ pub async fn keep(
     let mut failures = 0u32;
     let mut last_error: Option<String> = None;
     loop {
-        let want = inventory.borrow_and_update().as_deref().map(desired);
-        let needed = match (&want, &applied) {
-            (None, _) => false,
-            (Some(_), None) => true,
-            (Some(w), Some(a)) => w != a || drifted,
+        let w = desired(&inventory.borrow_and_update());
+        let needed = match &applied {
+            None => true,
+            Some(a) => &w != a || drifted,
         };
-        if let (true, Some(w)) = (needed, want) {
+        if needed {
             let outcome = match cluster.apply_labels(&w).await {
                 Ok(after) if node_has(&after, &w) => Ok(()),
                 Ok(_) => Err(format!(

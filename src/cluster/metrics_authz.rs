@@ -69,11 +69,16 @@ impl KubernetesAuthorizer {
 
     fn with_config(config: kube::Config) -> Result<Self, super::Off> {
         let client = kube::Client::try_from(config).map_err(|e| super::Off::Client(chain(&e)))?;
-        Ok(KubernetesAuthorizer {
+        Ok(Self::with_client(client))
+    }
+
+    /// Reviews tokens with `client` (the daemon's own API server client).
+    pub(crate) fn with_client(client: kube::Client) -> Self {
+        KubernetesAuthorizer {
             client,
             cache: Mutex::default(),
             timeout: CALL_TIMEOUT,
-        })
+        }
     }
 
     /// The same authorizer with another per-call timeout.

@@ -135,6 +135,11 @@ impl Cluster {
         })
     }
 
+    /// The API server client (shared: a clone is a handle to the same connection pool).
+    pub(crate) fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
     /// The same client with another per-call timeout.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;

@@ -34,8 +34,8 @@ fn fixture(name: &str) -> dxdp_core::facts::HostFacts {
     dxdp_core::snapshot::read_file(&path).unwrap()
 }
 
-fn inventory(facts: &dxdp_core::facts::HostFacts, config: Config) -> Option<Arc<Inventory>> {
-    Some(Arc::new(inventory::build(facts, Arc::new(config)).0))
+fn inventory(facts: &dxdp_core::facts::HostFacts, config: Config) -> Arc<Inventory> {
+    Arc::new(inventory::build(facts, Arc::new(config)).0)
 }
 
 fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -91,9 +91,9 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
         .unwrap();
     let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
     let facts = fixture("nvidia-multi-gpu.yaml");
-    let (tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let task = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
+    let task = tokio::spawn(labels::keep(cluster, inventory_rx, node_rx, FAST));
 
     // Add.
     applies_reach(&api, 1).await;
@@ -119,7 +119,7 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     assert_eq!(api.labels(), with_others(&want));
 
     // Change: replicas follow the configuration.
-    tap.send_replace(inventory(&facts, Config::default().with_replicas(4)));
+    inventory_tx.send_replace(inventory(&facts, Config::default().with_replicas(4)));
     applies_reach(&api, 2).await;
     let want = four_t4("4");
     assert_eq!(
@@ -131,7 +131,7 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     // Removal: with one device left, the visibility label goes; others' labels stay.
     let mut one = facts.clone();
     one.adapters.truncate(1);
-    tap.send_replace(inventory(&one, Config::default().with_replicas(4)));
+    inventory_tx.send_replace(inventory(&one, Config::default().with_replicas(4)));
     applies_reach(&api, 3).await;
     let mut want = four_t4("4");
     want.remove("directx.microsoft.com/multi-gpu-visibility");
@@ -143,11 +143,11 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     assert_eq!(api.labels(), with_others(&want));
 
     // The same labels again: nothing is sent.
-    tap.send_replace(inventory(&one, Config::default().with_replicas(4)));
+    inventory_tx.send_replace(inventory(&one, Config::default().with_replicas(4)));
     // Labels turned off: dxdp's labels are removed, once.
     let mut off = Config::default().with_replicas(4);
     off.node_labels.enabled = false;
-    tap.send_replace(inventory(&one, off));
+    inventory_tx.send_replace(inventory(&one, off));
     applies_reach(&api, 4).await;
     assert_eq!(
         api.patches()[3].json()["metadata"]["labels"],
@@ -155,7 +155,7 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     );
     assert_eq!(api.labels(), map(&[("team", "vision"), (SELECTOR, "big")]));
 
-    drop(tap);
+    drop(inventory_tx);
     tokio::time::timeout(Duration::from_secs(10), task)
         .await
         .expect("keep ends when the inventory channel closes")
@@ -168,13 +168,13 @@ async fn a_custom_prefix_replaces_the_old_keys() {
     let api = ApiServerStandin::start("n1", &[]).await.unwrap();
     let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
     let facts = fixture("nvidia-multi-gpu.yaml");
-    let (tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let _task = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
+    let _task = tokio::spawn(labels::keep(cluster, inventory_rx, node_rx, FAST));
     assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
     let mut c = Config::default();
     c.node_labels.prefix = "gpu.example.com/".into();
-    tap.send_replace(inventory(&facts, c));
+    inventory_tx.send_replace(inventory(&facts, c));
     let want: BTreeMap<String, String> = four_t4("1")
         .into_iter()
         .map(|(k, v)| (k.replace("directx.microsoft.com/", "gpu.example.com/"), v))
@@ -190,9 +190,9 @@ async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
     api.fail_next("PATCH", &[500, 503, 429]);
     let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
     let facts = fixture("nvidia-multi-gpu.yaml");
-    let (tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let task = tokio::spawn(labels::keep(cluster.clone(), tap_rx, node_rx, FAST));
+    let task = tokio::spawn(labels::keep(cluster.clone(), inventory_rx, node_rx, FAST));
     assert!(api.wait_for(WAIT, |_, l| l.len() == 13).await);
     assert_eq!(api.patches().len(), 4, "three failures, then success");
     assert_eq!(api.labels(), {
@@ -200,16 +200,16 @@ async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
         all.insert("team".into(), "vision".into());
         all
     });
-    drop(tap);
+    drop(inventory_tx);
     task.await.unwrap();
 
     // A later run with labels off removes the labels this one left, and only those.
     let mut off = Config::default();
     off.node_labels.enabled = false;
     let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
-    let (tap, tap_rx) = watch::channel(inventory(&facts, off));
+    let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, off));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let task = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
+    let task = tokio::spawn(labels::keep(cluster, inventory_rx, node_rx, FAST));
     assert!(
         api.wait_for(WAIT, |_, l| l.len() == 1).await,
         "{:?}",
@@ -220,7 +220,7 @@ async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
         api.patches().last().unwrap().json()["metadata"]["labels"],
         serde_json::json!({})
     );
-    drop(tap);
+    drop(inventory_tx);
     task.await.unwrap();
     assert_eq!(api.patches().len(), 5);
 }
@@ -233,7 +233,7 @@ async fn labels_are_applied_once_while_the_node_is_read_again_and_again() {
     api.forbid_watch();
     let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
     let facts = fixture("nvidia-multi-gpu.yaml");
-    let (_tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (_inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
     let (node_tx, node_rx) = watch::channel(None::<NodeInfo>);
     let _follow = tokio::spawn(node::follow(
         cluster.clone(),
@@ -241,7 +241,7 @@ async fn labels_are_applied_once_while_the_node_is_read_again_and_again() {
         FAST,
         Duration::from_millis(5),
     ));
-    let _keep = tokio::spawn(labels::keep(cluster, tap_rx, node_rx, FAST));
+    let _keep = tokio::spawn(labels::keep(cluster, inventory_rx, node_rx, FAST));
     assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
     let gets = |r: &[standin::Recorded]| {
         r.iter()
@@ -268,7 +268,7 @@ async fn the_node_is_followed_and_an_edited_label_is_put_back() {
     let api = ApiServerStandin::start("n1", &[]).await.unwrap();
     let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
     let facts = fixture("nvidia-multi-gpu.yaml");
-    let (_tap, tap_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (_inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
     let (node_tx, mut node_rx) = watch::channel(None::<NodeInfo>);
     let _follow = tokio::spawn(node::follow(
         cluster.clone(),
@@ -276,7 +276,7 @@ async fn the_node_is_followed_and_an_edited_label_is_put_back() {
         FAST,
         Duration::from_secs(3600),
     ));
-    let _keep = tokio::spawn(labels::keep(cluster, tap_rx, node_rx.clone(), FAST));
+    let _keep = tokio::spawn(labels::keep(cluster, inventory_rx, node_rx.clone(), FAST));
     assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
 
     // A selection label set by someone else reaches the follower.

@@ -36,7 +36,7 @@ use super::validation_job::{publish_labels, run_once};
 use super::Cluster;
 use crate::config::validation::Validation;
 use crate::config::Config;
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, InventoryRx};
 use crate::observe::state::Readiness;
 use crate::observe::validation::ValidationMetrics;
 use crate::util::errors::chain;
@@ -91,8 +91,8 @@ pub struct ValidationTask {
     pub cluster: Cluster,
     /// The daemon's namespace (`POD_NAMESPACE`); `None`: the task says so once and idles.
     pub namespace: Option<String>,
-    /// The served inventory (the daemon's inventory tap).
-    pub inventory: watch::Receiver<Option<Arc<Inventory>>>,
+    /// The served inventory.
+    pub inventory: InventoryRx,
     /// The configuration in force.
     pub config: watch::Receiver<Arc<Config>>,
     /// Whether every served resource is registered and watched.
@@ -385,8 +385,6 @@ impl ValidationTask {
                 Some("validation Jobs are off (validation.enabled: false)".into())
             } else if t.namespace.is_none() {
                 Some(format!("validation.enabled is true, but {NAMESPACE_VAR} is not set (the chart sets it from metadata.namespace): no validation Jobs"))
-            } else if inv.is_none() {
-                Some("validation waits for the first inventory".into())
             } else if let Err(why) = t.readiness.check() {
                 Some(format!("validation waits for registration: {why}"))
             } else {
@@ -430,7 +428,6 @@ impl ValidationTask {
                 t.metrics.init();
                 metrics_ready = true;
             }
-            let Some(inv) = inv else { continue };
             let Some(p) = plan(&inv) else {
                 let why = "validation waits for a served resource with a healthy device";
                 if said.as_deref() != Some(why) {
@@ -472,7 +469,7 @@ impl ValidationTask {
                 if !settled {
                     continue;
                 }
-                let still = inventory.borrow().as_deref().and_then(plan);
+                let still = plan(&inventory.borrow());
                 if still.as_ref() != Some(&p) {
                     continue;
                 }
@@ -760,7 +757,7 @@ mod tests {
         api: ApiServerStandin,
         runs: watch::Receiver<u64>,
         metrics: ValidationMetrics,
-        inventory: watch::Sender<Option<Arc<Inventory>>>,
+        inventory: watch::Sender<Arc<Inventory>>,
         config: watch::Sender<Arc<Config>>,
         host: tempfile::TempDir,
         task: tokio::task::JoinHandle<()>,
@@ -791,7 +788,7 @@ mod tests {
         let done = Arc::new(watch::Sender::new(0u64));
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = ValidationMetrics::register(&mut registry);
-        let (inventory, inventory_rx) = watch::channel(Some(Arc::new(four_t4())));
+        let (inventory, inventory_rx) = watch::channel(Arc::new(four_t4()));
         let (config_tx, config_rx) =
             watch::channel(Arc::new(config(&host.path().join("validation"), timeout)));
         let task = ValidationTask {
@@ -979,7 +976,7 @@ mod tests {
         // The same failure again (a run after a driver change): no second Event within the hour.
         let mut inv = four_t4();
         inv.discovery.devices[0].driver_version = "31.0.15.3000".into();
-        rig.inventory.send_replace(Some(Arc::new(inv)));
+        rig.inventory.send_replace(Arc::new(inv));
         runs_reach(&mut rig, 2).await;
         assert_eq!(rig.metrics.runs("fail"), 2);
         assert_eq!(
@@ -1054,7 +1051,7 @@ mod tests {
             for d in &mut inv.discovery.devices {
                 d.driver_version = version.to_string();
             }
-            rig.inventory.send_replace(Some(Arc::new(inv)));
+            rig.inventory.send_replace(Arc::new(inv));
             runs_reach(&mut rig, n as u64 + 2).await;
         }
         let posts = rig

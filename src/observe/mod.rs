@@ -1,7 +1,7 @@
 //! Observability of the daemon: Prometheus metrics ([`metrics`], GPU telemetry in
 //! [`telemetry_metrics`], the GPU isolation audit in [`isolation_metrics`], the outcome of
-//! Events in [`event_metrics`]), what `/healthz` and `/readyz` answer ([`state`]), and the HTTP
-//! server that serves them ([`http`]).
+//! Events in [`event_metrics`]), what `/healthz` and `/readyz` answer ([`state`]), the HTTP
+//! server that serves them ([`http`]) and the endpoint task with its guard ([`endpoint`]).
 //!
 //! One [`Observe`] handle is made per daemon and passed to it through
 //! [`crate::plugin::PluginConfig`]; the daemon's parts record into it, the server reads it. It
@@ -11,6 +11,7 @@
 pub mod access;
 pub mod cardinality;
 pub mod device_health;
+pub mod endpoint;
 pub mod event_metrics;
 pub mod http;
 pub mod isolation_metrics;

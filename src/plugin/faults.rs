@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::tasks::{Role, TaskSpec};
 use crate::backend::eventlog::{Delivery, EventLog, Queue, Subscription};
 use crate::backend::{HostFactsSource, SourceError, Wake};
 use crate::config::Config;
 use crate::inventory::now_ms;
 use crate::observe::metrics::Metrics;
+use crate::supervisor::{Role, TaskSpec};
 use crate::util::retry::{self, Backoff};
 use dxdp_core::facts::{HostFacts, RecordedEvent};
 use dxdp_core::health::feed::{self, FaultLog, Offer, Pacer, PUBLISH_INTERVAL_MS};

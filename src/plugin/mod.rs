@@ -1,16 +1,15 @@
-//! The device plugin daemon: serves every enabled resource to the kubelet and heals itself after
+//! Device serving, one feature of the daemon: serves every enabled resource to the kubelet and heals itself after
 //! kubelet restarts, removed sockets, dead servers, device changes, configuration reloads and
 //! tasks that end or panic.
 //!
 //! By job:
-//! - [`daemon`]: the wiring: start-up, the main loop, the stop;
-//! - [`tasks`]: the supervisor of every long-lived task (restart with backoff, `/healthz`);
+//! - [`serve`]: serving's start, its supervised tasks and its main loop;
 //! - [`servers`]: one socket, gRPC server and registration per served name;
 //! - [`answer`]: the generated `v1beta1.DevicePlugin` server, with Allocate answers
 //!   pre-encoded;
 //! - [`file_watch`]: the one file-watch component (re-watch, rescan, safety tick);
 //! - [`claim`]: one daemon per kubelet directory (lock), socket names, stale sockets;
-//! - [`validate`](mod@validate): whether a configuration can be served, at start and on reload;
+//! - [`servable`]: whether a configuration can be served, at start and on reload;
 //! - [`refresher`]: the devices served (`crate::inventory`), refreshed on host events;
 //! - [`faults`]: live GPU fault events from the Windows event log, fed into the inventory;
 //! - [`reload`]: configuration hot reload;
@@ -19,30 +18,28 @@
 
 pub mod answer;
 pub mod claim;
-pub mod daemon;
 pub mod faults;
 pub mod file_watch;
 pub mod refresher;
 pub mod register;
 pub mod reload;
+pub mod servable;
+pub mod serve;
 pub mod servers;
 pub mod service;
-pub mod tasks;
-pub mod validate;
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch as channel;
 
-use crate::backend::{HostFactsSource, SourceError};
+use crate::backend::SourceError;
 use crate::config::{Config, Inputs, NodeInfo};
 use crate::observe::Observe;
 use crate::transport::Transport;
 use crate::util::retry::Backoff;
-use validate::{validate, Unservable};
+use servable::Unservable;
 
 /// The kubelet's device-plugin directory on this OS (on Windows from `%SystemDrive%`).
 pub fn default_kubelet_dir() -> PathBuf {
@@ -68,25 +65,16 @@ pub struct PluginConfig {
     pub kubelet_dir: PathBuf,
     /// The configuration at start (resources, names, replicas, pipeline, assignment).
     pub config: Config,
-    /// The top-level configuration, when `config` is a named configuration the node's label
-    /// selected: served instead when the selected one cannot be served on this host.
-    pub fallback: Option<Config>,
     /// The slow safety poll: how often sockets, `kubelet.sock`, the configuration and host facts
     /// without change events (device health on Windows) are checked anyway.
     pub safety_poll: Duration,
     /// Registration retries.
     pub backoff: Backoff,
-    /// Receives every inventory the daemon serves (for the node labels).
-    pub inventory_tap: Option<channel::Sender<Option<Arc<crate::inventory::Inventory>>>>,
     /// Metrics, health and readiness: recorded by the daemon, served on
     /// `config.metrics_address` when set.
     pub observe: Observe,
     /// The file watch every part of the daemon shares.
     pub file_watch: file_watch::FileWatch,
-    /// The configuration reload to run, if any.
-    pub reload: Option<Reload>,
-    /// More tasks to run under the daemon's supervisor (node labels, following the node).
-    pub tasks: Vec<tasks::TaskSpec>,
     /// Where the lock of the kubelet directory is kept ([`claim::lock_dir`]).
     pub lock_dir: PathBuf,
     /// How the plugin's sockets are bound and `kubelet.sock` is dialled: AF_UNIX, always, for
@@ -99,13 +87,8 @@ pub struct PluginConfig {
     /// How long the start (configuration checks, the first host read, the device-plugin servers up)
     /// may take: past it, while still starting, `/healthz` fails with what the start is doing.
     pub start_deadline: Duration,
-    /// Checks the bearer tokens of `/metrics` requests (`metrics.authorization: kubernetes`;
-    /// [`crate::daemon`] builds it from the API server's credentials), or why it could not be
-    /// built. Without it, when that is set, `/metrics` answers `503` with the reason (never
-    /// unchecked); the devices are served as usual.
-    pub metrics_authorizer: Option<Result<Arc<dyn crate::observe::access::Authorize>, String>>,
     /// How often a metrics endpoint whose guard could not be set up tries again
-    /// ([`daemon::GUARD_RETRY`]).
+    /// ([`crate::observe::endpoint::GUARD_RETRY`]).
     pub guard_retry: Duration,
 }
 
@@ -128,24 +111,19 @@ impl PluginConfig {
         PluginConfig {
             kubelet_dir,
             config: Config::default(),
-            fallback: None,
             safety_poll: DEFAULT_SAFETY_POLL,
             backoff: Backoff {
                 initial: Duration::from_millis(500),
                 max: Duration::from_secs(30),
                 timeout: Duration::from_secs(30),
             },
-            inventory_tap: None,
             observe: Observe::new(),
             file_watch: file_watch::FileWatch::new(),
-            reload: None,
-            tasks: Vec::new(),
             lock_dir: claim::lock_dir(),
             transport: Transport::UnixSocket,
             read_limit: DEFAULT_READ_LIMIT,
             start_deadline: DEFAULT_START_DEADLINE,
-            metrics_authorizer: None,
-            guard_retry: daemon::GUARD_RETRY,
+            guard_retry: crate::observe::endpoint::GUARD_RETRY,
         }
     }
 }
@@ -196,7 +174,7 @@ pub enum PluginError {
     },
     /// A required task kept failing.
     #[error(transparent)]
-    Task(#[from] tasks::Fatal),
+    Task(#[from] crate::supervisor::Fatal),
     /// The configuration could not be read again with the node's labels (at start, with the
     /// API server).
     #[error("{0}")]
@@ -207,29 +185,6 @@ impl From<SourceError> for PluginError {
     fn from(e: SourceError) -> Self {
         PluginError::Facts(e)
     }
-}
-
-/// Runs the daemon with a fixed configuration until `shutdown` completes.
-pub async fn run(
-    config: PluginConfig,
-    source: Arc<dyn HostFactsSource>,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), PluginError> {
-    let (_keep, updates) = channel::channel(Arc::new(config.config.clone()));
-    run_with_updates(config, source, updates, shutdown).await
-}
-
-/// Runs the daemon until `shutdown` completes, then ends every stream and removes its sockets.
-/// Every configuration sent on `updates` takes effect at once: replicas and device selection
-/// re-advertise, and renamed, added or removed resources re-register. A configuration that
-/// cannot be served is rejected and the running one stays.
-pub async fn run_with_updates(
-    config: PluginConfig,
-    source: Arc<dyn HostFactsSource>,
-    updates: channel::Receiver<Arc<Config>>,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), PluginError> {
-    daemon::run(config, source, updates, shutdown).await
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use super::file_watch::{Notice, Subscription};
 use super::refresher::{Batch, Files, WRITE_GRACE};
-use super::validate;
+use super::servable;
 use crate::config::{Config, Inputs, NodeInfo};
 use crate::inventory::InventoryRx;
 use crate::observe::metrics::ReloadResult;
@@ -42,7 +42,7 @@ pub enum Outcome {
 }
 
 /// Re-reads the configuration (a blocking read: call it off the async workers); publishes it on
-/// `tx` only when it differs and passes [`validate::validate`] for `kubelet_dir` on a host with `os`.
+/// `tx` only when it differs and passes [`servable::check`] for `kubelet_dir` on a host with `os`.
 pub fn reload_once(
     inputs: &Inputs,
     tx: &watch::Sender<Arc<Config>>,
@@ -56,7 +56,7 @@ pub fn reload_once(
     if *tx.borrow().as_ref() == new {
         return Outcome::Unchanged;
     }
-    if let Err(e) = validate(&new, kubelet_dir, os) {
+    if let Err(e) = servable::check(&new, kubelet_dir, os) {
         return Outcome::Rejected(e.to_string());
     }
     tx.send_replace(Arc::new(new));

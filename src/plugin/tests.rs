@@ -16,7 +16,7 @@ mod silent;
 use silent::Silent;
 
 fn check_servable(config: &Config, dir: &Path) -> Result<(), Unservable> {
-    validate(config, dir, &OsFacts::default())
+    servable::check(config, dir, &OsFacts::default())
 }
 
 #[test]

@@ -28,7 +28,7 @@ use crate::backend::counters::{ContainerSource, CounterSource};
 use crate::backend::HostFactsSource;
 use crate::config::values::CriAddress;
 use crate::config::Config;
-use crate::inventory::Inventory;
+use crate::inventory::InventoryRx;
 use crate::kubelet::cri;
 use crate::kubelet::endpoint::Endpoint;
 use crate::kubelet::podresources;
@@ -53,11 +53,10 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Where the sampler gets its devices.
 #[derive(Clone)]
 pub enum Devices {
-    /// The daemon's inventory (its devices and the configuration in force), through the
-    /// daemon's inventory tap. The sampler then never collects host facts itself, so it cannot
+    /// The daemon's inventory (its devices and the configuration in force). The sampler then never collects host facts itself, so it cannot
     /// disturb the daemon's device watching (on Windows, a collection replaces the DXCore session
     /// and resets the health poll).
-    Daemon(watch::Receiver<Option<Arc<Inventory>>>),
+    Daemon(InventoryRx),
     /// Host facts collected by the sampler itself, every [`DEVICES_REFRESH`] (for `dxdp top`, a
     /// process of its own).
     Host(Arc<dyn HostFactsSource>),
@@ -228,12 +227,7 @@ impl Sampler {
         };
         match &self.devices {
             Devices::Daemon(inventory) => {
-                let Some(inventory) = inventory.borrow().clone() else {
-                    return Err((
-                        SampleResult::Error,
-                        "the daemon has no device list yet".into(),
-                    ));
-                };
+                let inventory = inventory.borrow().clone();
                 config = inventory.config.clone();
                 state.devices = device_refs(&inventory.discovery, |r| names(&config, r));
             }
@@ -642,7 +636,8 @@ mod tests {
             let mut config = Config::default();
             config.telemetry.cri_endpoint = cri.and_then(|c| CriAddress::parse(c).unwrap());
             let (_, config) = watch::channel(Arc::new(config));
-            let (_, inventory) = watch::channel(None);
+            let empty = crate::inventory::build(&Default::default(), config.borrow().clone()).0;
+            let (_, inventory) = watch::channel(Arc::new(empty));
             build(
                 Devices::Daemon(inventory),
                 config,

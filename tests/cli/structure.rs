@@ -4,7 +4,7 @@
 //!
 //! A file's imports are the `crate::…` and `super::…` paths in its code (comments and its
 //! `#[cfg(test)] mod tests` block left out), resolved to the file that defines the module. A
-//! module using its own child modules by a relative path (`daemon::run` in `plugin/mod.rs`) is
+//! module using its own child modules by a relative path (`serve::run` in `plugin/mod.rs`) is
 //! the module tree itself, not an import, and is not counted.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +23,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("observe", 2),
     ("output", 2),
     ("inventory", 3),
+    ("supervisor", 3),
     ("plugin", 4),
     ("cluster", 4),
     ("tools", 4),

@@ -65,8 +65,8 @@ fn facts(sick: bool) -> HostFacts {
     f
 }
 
-fn inventory_of(facts: &HostFacts, config: Config) -> Option<Arc<Inventory>> {
-    Some(Arc::new(inventory::build(facts, Arc::new(config)).0))
+fn inventory_of(facts: &HostFacts, config: Config) -> Arc<Inventory> {
+    Arc::new(inventory::build(facts, Arc::new(config)).0)
 }
 
 fn holds(
@@ -100,7 +100,7 @@ async fn counted(metrics: &HealthMetrics, what: &str, done: impl Fn(&HealthMetri
 /// The node conditions task's channels and metrics (dropping a sender ends nothing a test waits
 /// for).
 struct Running {
-    inventory: watch::Sender<Option<Arc<Inventory>>>,
+    inventory: watch::Sender<Arc<Inventory>>,
     active: watch::Sender<Option<Arc<Vec<Violation>>>>,
     config: watch::Sender<Arc<Config>>,
     metrics: HealthMetrics,
@@ -151,7 +151,7 @@ mod events {
     struct Rig {
         api: ApiServerStandin,
         pods: PodResourcesStandin,
-        inventory: watch::Sender<Option<Arc<Inventory>>>,
+        inventory: watch::Sender<Arc<Inventory>>,
         config: watch::Sender<Arc<Config>>,
         metrics: HealthMetrics,
         task: tokio::task::JoinHandle<()>,
@@ -877,5 +877,88 @@ mod daemon {
         api.set_allocatable(&[(DISPLAY, "3")]);
         readiness::until(addr, "ready", |s, b| s == 200 && b == "ok\n").await;
         common::terminate(&mut plugin, WAIT).await;
+    }
+
+    /// Issue 42: the cluster features read the configuration in force, never one the daemon
+    /// rejected. A configuration that turns the node conditions off but cannot be served (the
+    /// display resource under the compute resource's name) is rejected whole; when a GPU then
+    /// fails, the node conditions say so. Wired to the published configuration, the
+    /// conditions task took the rejected one and removed the conditions instead.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_configuration_the_daemon_rejects_never_reaches_the_cluster_features() {
+        use dxdp::backend::SnapshotFile;
+        use dxdp::daemon::{ClusterChoice, Daemon};
+        let dir = common::socket_tempdir();
+        let _kubelet = KubeletStandin::start(common::transport(), dir.path())
+            .await
+            .unwrap();
+        let api = ApiServerStandin::start("gpu-node-1", &[]).await.unwrap();
+        let snapshot = dir.path().join("node.yaml");
+        let text = std::fs::read_to_string(common::fixture_path("nvidia-multi-gpu")).unwrap();
+        std::fs::write(&snapshot, &text).unwrap();
+        let mut on = Config::default();
+        on.health_reports.node_conditions = true;
+        let mut pc = common::plugin_config(dir.path());
+        pc.config = on.clone();
+        let observe = pc.observe.clone();
+        let (tx, updates) = watch::channel(Arc::new(on.clone()));
+        let cluster = Cluster::at_url(&api.url(), "gpu-node-1").unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let daemon = tokio::spawn(
+            Daemon::new(pc, Arc::new(SnapshotFile::new(snapshot.clone())))
+                .cluster(ClusterChoice::Given(Box::new(cluster)))
+                .updates(updates)
+                .run(async {
+                    let _ = stopped.await;
+                }),
+        );
+        let healthy = |status: &'static str| {
+            move |c: &[serde_json::Value]| {
+                c.iter()
+                    .any(|c| c["type"] == "DirectXGPUHealthy" && c["status"] == status)
+            }
+        };
+        assert!(api.wait_for_conditions(WAIT, healthy("True")).await);
+        let mut rejected = on.clone();
+        rejected.health_reports.node_conditions = false;
+        rejected
+            .resources
+            .get_mut(&dxdp_core::devices::Resource::Display)
+            .unwrap()
+            .name = "directx.microsoft.com/compute".into();
+        tx.send_replace(Arc::new(rejected));
+        let counted = "dxdp_config_reloads_total{result=\"rejected\"} 1";
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !observe.metrics.encode().lines().any(|l| l == counted) {
+            assert!(tokio::time::Instant::now() < deadline, "not rejected");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // GPU 1 fails: the conditions task wakes and reads the configuration.
+        let key = "      driverKey: '{4d36e968-e325-11ce-bfc1-08002be10318}\\0005'\n";
+        assert!(text.contains(key));
+        let tmp = dir.path().join("node.tmp");
+        std::fs::write(
+            &tmp,
+            text.replace(key, &format!("{key}      problemCode: 43\n")),
+        )
+        .unwrap();
+        std::fs::rename(&tmp, &snapshot).unwrap();
+        assert!(
+            api.wait_for_conditions(WAIT, healthy("False")).await,
+            "the node conditions do not show the failed GPU: {:?}",
+            api.conditions()
+        );
+        let removals: Vec<_> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH" && r.body.contains("$patch"))
+            .collect();
+        assert!(removals.is_empty(), "conditions removed: {removals:?}");
+        let _ = stop.send(());
+        tokio::time::timeout(WAIT, daemon)
+            .await
+            .expect("stops")
+            .unwrap()
+            .unwrap();
     }
 }

@@ -299,8 +299,15 @@ async fn a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_
     let mut c = config(dir.path());
     c.config.assignment = dxdp_core::assignment::Assignment::LocationPath;
     c.config.selection.name = Some("strict".into());
-    c.fallback = Some(dxdp::config::Config::default());
-    let running = spawn(c, Arc::new(SnapshotFile::new(snapshot.clone())));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(
+        dxdp::daemon::Daemon::new(c, Arc::new(SnapshotFile::new(snapshot.clone())))
+            .fallback(dxdp::config::Config::default())
+            .run(async {
+                let _ = stopped.await;
+            }),
+    );
+    let running = Running { stop, task };
     both_registered(&kubelet).await;
     running.stop().await.unwrap();
     kubelet.stop().await;
@@ -320,7 +327,7 @@ async fn a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_
     assert!(
         matches!(
             r,
-            Err(PluginError::Unservable(plugin::validate::Unservable::Assignment { ref schema })) if schema == "2.1"
+            Err(PluginError::Unservable(plugin::servable::Unservable::Assignment { ref schema })) if schema == "2.1"
         ),
         "{r:?}"
     );
@@ -360,33 +367,21 @@ async fn a_stopped_server_closes_connections_that_never_speak() {
 
 use crate::eventlog as eventlog_support;
 
-/// Retries of the event-log task in these tests.
-const LOG_BACKOFF: dxdp::util::retry::Backoff = dxdp::util::retry::Backoff {
-    initial: Duration::from_millis(20),
-    max: Duration::from_millis(100),
-    timeout: Duration::from_secs(5),
-};
-
-/// `config` with the live fault events of `log` over the built-in sample host (three NVIDIA
-/// GPUs), as `dxdp plugin` wires them on Windows.
-fn with_event_log(
-    mut config: PluginConfig,
+/// The daemon over the built-in sample host (three NVIDIA GPUs) following the GPU fault events
+/// of `log`, wired as `dxdp plugin` wires the Windows event log.
+fn spawn_with_event_log(
+    config: PluginConfig,
     log: Arc<dyn dxdp::backend::eventlog::EventLog>,
-) -> (
-    PluginConfig,
-    Arc<dyn HostFactsSource>,
-    tokio::sync::watch::Sender<Arc<dxdp::config::Config>>,
-) {
-    let (tx, updates) = tokio::sync::watch::channel(Arc::new(config.config.clone()));
-    let (source, task) = dxdp::plugin::faults::live_faults(
-        Arc::new(dxdp::backend::SampleHost),
-        log,
-        updates,
-        config.observe.metrics.clone(),
-        LOG_BACKOFF,
+) -> Running {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(
+        dxdp::daemon::Daemon::new(config, Arc::new(dxdp::backend::SampleHost))
+            .event_log(log)
+            .run(async {
+                let _ = stopped.await;
+            }),
     );
-    config.tasks.push(task);
-    (config, source, tx)
+    Running { stop, task }
 }
 
 fn healths(kubelet: &KubeletStandin, resource: &str) -> Vec<(String, String)> {
@@ -427,9 +422,9 @@ async fn live_display_driver_resets_make_the_nvidia_devices_unhealthy() {
         display_reset(18_233, now - 240_000, "nvlddmkm"),
         display_reset(18_240, now - 120_000, "nvlddmkm"),
     ]);
-    let (config, source, _updates) = with_event_log(config(dir.path()), log.clone());
+    let config = config(dir.path());
     let observe = config.observe.clone();
-    let running = spawn(config, source);
+    let running = spawn_with_event_log(config, log.clone());
     both_registered(&kubelet).await;
     // Two are counted, the devices stay Healthy.
     metric(
@@ -489,9 +484,9 @@ async fn the_daemon_serves_when_the_event_log_cannot_be_followed() {
     let kubelet = KubeletStandin::start(common::transport(), dir.path())
         .await
         .unwrap();
-    let (config, source, _updates) = with_event_log(config(dir.path()), log);
+    let config = config(dir.path());
     let observe = config.observe.clone();
-    let running = spawn(config, source);
+    let running = spawn_with_event_log(config, log);
     both_registered(&kubelet).await;
     assert_eq!(
         healths(&kubelet, DISPLAY),

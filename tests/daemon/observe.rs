@@ -14,12 +14,12 @@ use dxdp::backend::SnapshotFile;
 use dxdp::config::{Config, Inputs};
 use dxdp::kubelet::standin::KubeletStandin;
 use dxdp::observe::Observe;
-use dxdp::plugin::{self, PluginConfig, PluginError};
+use dxdp::plugin::{PluginConfig, PluginError};
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::HostFacts;
 use dxdp_core::pipeline::{discover, PipelineConfig};
 use dxdp_core::snapshot;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::common;
@@ -126,11 +126,7 @@ impl Daemon {
 
     /// Starts the daemon on a new temporary kubelet directory with the sample host, metrics on
     /// a free local port, running `reload` when given.
-    async fn start(
-        dir: tempfile::TempDir,
-        config: Config,
-        reload: Option<plugin::Reload>,
-    ) -> Daemon {
+    async fn start(dir: tempfile::TempDir, config: Config, reload: Option<Inputs>) -> Daemon {
         Self::start_with(dir, config, reload, |_| {}).await
     }
 
@@ -138,7 +134,7 @@ impl Daemon {
     async fn start_with(
         dir: tempfile::TempDir,
         mut config: Config,
-        reload: Option<plugin::Reload>,
+        reload: Option<Inputs>,
         tweak: impl FnOnce(&mut PluginConfig),
     ) -> Daemon {
         let snapshot = dir.path().join("host.yaml");
@@ -149,23 +145,16 @@ impl Daemon {
         tweak(&mut pc);
         let observe = pc.observe.clone();
         let mut listening = observe.listening();
-        let (keep, own) = watch::channel(Arc::new(config));
-        let updates = match &reload {
-            Some(r) => r.tx.subscribe(),
-            None => own,
-        };
-        pc.reload = reload;
         let (stop, stopped) = oneshot::channel::<()>();
         let source = Arc::new(SnapshotFile::new(snapshot.clone()));
-        let task = tokio::spawn(async move {
-            let _keep = keep;
-            dxdp::daemon::Daemon::new(pc, source)
-                .updates(updates)
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await
-        });
+        let daemon = dxdp::daemon::Daemon::new(pc, source);
+        let daemon = match reload {
+            Some(inputs) => daemon.reload(inputs),
+            None => daemon,
+        };
+        let task = tokio::spawn(daemon.run(async {
+            let _ = stopped.await;
+        }));
         let addr = tokio::time::timeout(WAIT, listening.wait_for(|a| a.is_some()))
             .await
             .expect("the endpoint listens")
@@ -334,13 +323,7 @@ async fn metrics_count_allocations_host_refreshes_and_configuration_reloads() {
     };
     let config = inputs.resolve().unwrap();
     assert_eq!(config.metrics_address, Some("127.0.0.1:0".parse().unwrap()));
-    let (tx, _) = watch::channel(Arc::new(config.clone()));
-    let reload = plugin::Reload {
-        inputs,
-        tx,
-        node: None,
-    };
-    let d = Daemon::start(dir, config, Some(reload)).await;
+    let d = Daemon::start(dir, config, Some(inputs)).await;
     until(d.addr, "/readyz", "registration", |s, b| {
         s == 200 && b == "ok\n"
     })
@@ -561,20 +544,20 @@ async fn an_invalid_web_configuration_refuses_metrics_but_never_stops_the_daemon
     d.shutdown().await;
 }
 
-/// `metrics.authorization: kubernetes` without the API server's credentials: `/metrics`
-/// answers 503 with the reason, never unchecked, and the daemon serves on.
+/// `metrics.authorization: kubernetes` without the API server (the daemon runs without one):
+/// `/metrics` answers 503 with the reason, never unchecked, and the daemon serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubernetes_authorization_without_credentials_refuses_metrics_and_serves_on() {
     let config = Config {
         metrics_authorization: dxdp::config::file::MetricsAuthorization::Kubernetes,
         ..Config::default()
     };
-    let d = Daemon::start_with(tempdir(), config, None, |pc| {
-        pc.metrics_authorizer = Some(Err("no credentials in this test".into()));
-    })
-    .await;
+    let d = Daemon::start(tempdir(), config, None).await;
     until(d.addr, "/metrics", "503 with the reason", |s, b| {
-        s == 503 && b.contains("no credentials in this test")
+        s == 503
+            && b.contains(
+                "metrics.authorization: kubernetes: it needs the API server, and this daemon runs without one",
+            )
     })
     .await;
     until(d.addr, "/healthz", "the daemon alive", |s, b| {

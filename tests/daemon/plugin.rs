@@ -11,7 +11,7 @@ use std::time::Duration;
 use dxdp::backend::SnapshotFile;
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::kubelet::v1beta1::{Empty, PreStartContainerRequest, PreferredAllocationRequest};
-use dxdp::plugin::{self, PluginConfig, PluginError};
+use dxdp::plugin::{PluginConfig, PluginError};
 use dxdp_core::allocation;
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::HostFacts;
@@ -79,27 +79,28 @@ impl Harness {
         self.spawn_plugin_with(updates, None)
     }
 
-    /// [`Harness::spawn_plugin`], running `reload`.
+    /// [`Harness::spawn_plugin`]; with `reload`, the daemon reads its configuration from those
+    /// inputs again when they change (as `dxdp plugin`), instead of following `updates`.
     fn spawn_plugin_with(
         &mut self,
         updates: tokio::sync::watch::Receiver<Arc<dxdp::config::Config>>,
-        reload: Option<plugin::Reload>,
+        reload: Option<dxdp::config::Inputs>,
     ) {
         // Everything must happen from events: the safety poll never fires during a test.
         let mut config = common::plugin_config(self.dir.path());
-        config.reload = reload;
         self.observe = config.observe.clone();
         config.config = updates.borrow().as_ref().clone();
         let source = Arc::new(SnapshotFile::new(self.snapshot.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
         self.stop = Some(stop);
-        self.daemon = Some(tokio::spawn(
-            dxdp::daemon::Daemon::new(config, source)
-                .updates(updates)
-                .run(async {
-                    let _ = stopped.await;
-                }),
-        ));
+        let daemon = dxdp::daemon::Daemon::new(config, source);
+        let daemon = match reload {
+            Some(inputs) => daemon.reload(inputs),
+            None => daemon.updates(updates),
+        };
+        self.daemon = Some(tokio::spawn(daemon.run(async {
+            let _ = stopped.await;
+        })));
     }
 
     async fn start_kubelet(&mut self) {
@@ -731,15 +732,8 @@ async fn start_with_config_file(config_text: &str) -> (Harness, PathBuf) {
         file: Some((config_path.clone(), true)),
         ..Default::default()
     };
-    let (tx, updates) = tokio::sync::watch::channel(Arc::new(inputs.resolve().unwrap()));
-    h.spawn_plugin_with(
-        updates,
-        Some(plugin::Reload {
-            inputs,
-            tx,
-            node: None,
-        }),
-    );
+    let (_, updates) = tokio::sync::watch::channel(Arc::new(inputs.resolve().unwrap()));
+    h.spawn_plugin_with(updates, Some(inputs));
     (h, config_path)
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use dxdp::backend::{HostFactsSource, SnapshotFile, SourceError, Wake};
 use dxdp::kubelet::standin::KubeletStandin;
-use dxdp::plugin::{self, PluginError};
+use dxdp::plugin::PluginError;
 use dxdp_core::facts::HostFacts;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::oneshot;
@@ -481,7 +481,7 @@ fn a_first_host_read_that_never_returns_fails_liveness_past_the_start_deadline_a
             stopped
         });
         // As `dxdp plugin` ends: the blocked read's thread must not hold the exit.
-        plugin::daemon::stop_runtime(runtime);
+        dxdp::daemon::stop_runtime(runtime);
         done_tx.send(result.map_err(|e| e.to_string())).unwrap();
     });
     let result = done_rx.recv_timeout(WAIT + Duration::from_secs(5));

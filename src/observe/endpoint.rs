@@ -1,0 +1,125 @@
+//! The metrics endpoint as a long-lived task: `/metrics`, `/healthz` and `/readyz` on one
+//! address, guarded as configured ([`Guard`]), and the probe-only endpoint.
+//!
+//! A guard that cannot be set up (an invalid web configuration, `metrics.authorization:
+//! kubernetes` without the API server's credentials) never stops the daemon and never opens
+//! `/metrics` unguarded: the endpoint answers `503` with the reason (the probes answer as
+//! always), says so once, and tries again every [`GUARD_RETRY`] until the guard loads.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::access::{Access, Authorize};
+use super::web::Web;
+use super::Observe;
+
+/// How often a metrics endpoint whose guard could not be set up tries again.
+pub const GUARD_RETRY: Duration = Duration::from_secs(10);
+
+/// What guards `/metrics`, as the configuration asks.
+#[derive(Clone, Default)]
+pub struct Guard {
+    /// The web configuration file (`metrics.webConfigFile`): TLS, client certificates, basic
+    /// authentication.
+    pub web_config_file: Option<PathBuf>,
+    /// With `metrics.authorization: kubernetes`: the token reviewer, or why it could not be
+    /// built. `None`: no bearer tokens are checked.
+    pub authorizer: Option<Result<Arc<dyn Authorize>, String>>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("web_config_file", &self.web_config_file)
+            .field(
+                "authorizer",
+                &self.authorizer.as_ref().map(|a| a.as_ref().map(|_| "set")),
+            )
+            .finish()
+    }
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `address` ([`super::http::serve_forever`]: an
+/// address that cannot be bound is logged once per distinct error and retried in the
+/// background; device serving never waits for it), guarded by `guard`, and says it stopped
+/// listening when it ends. A guard that cannot be set up is tried again every `retry` while
+/// `/metrics` answers `503` with the reason.
+pub async fn serve_metrics(address: SocketAddr, observe: Observe, guard: Guard, retry: Duration) {
+    let _unset = UnsetListening(observe.clone());
+    let serve = |access| super::http::serve_guarded_forever(address, observe.clone(), access);
+    let mut said: Option<String> = None;
+    let access = loop {
+        match access(&guard, &observe).await {
+            Ok(access) => break access,
+            Err(why) => {
+                if said.as_deref() != Some(why.as_str()) {
+                    tracing::error!(
+                        %address,
+                        "the metrics endpoint cannot be guarded as configured: {why}; /metrics answers 503 until it is fixed (tried again every {} s; the devices are served as usual)",
+                        retry.as_secs()
+                    );
+                    said = Some(why.clone());
+                }
+                observe.metrics.access().guard_failed();
+                let refusing = serve(Access::refusing(why));
+                tokio::pin!(refusing);
+                tokio::select! {
+                    _ = &mut refusing => return,
+                    _ = tokio::time::sleep(retry) => {}
+                }
+            }
+        }
+    };
+    if said.is_some() {
+        tracing::info!(%address, "the metrics endpoint's guard is set up now: serving /metrics as configured");
+    }
+    serve(access).await
+}
+
+/// What guards the metrics endpoint: the web configuration, loaded and checked now, and the
+/// Kubernetes authorizer when asked for; `Err` says why either cannot be set up (the endpoint
+/// then refuses `/metrics`).
+async fn access(guard: &Guard, observe: &Observe) -> Result<Access, String> {
+    let mut access = Access::default();
+    if let Some(path) = guard.web_config_file.clone() {
+        let metrics = observe.metrics.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            Web::load(&path, move |r| metrics.access().web_reload(r))
+        })
+        .await
+        .map_err(|e| format!("loading the web configuration failed: {e}"))?
+        .map_err(|e| format!("{e} (fix or unset metrics.webConfigFile)"))?;
+        let current = loaded.current();
+        tracing::info!(
+            file = %loaded.path().display(),
+            tls = current.tls().is_some(),
+            client_certificates = ?current.client_auth(),
+            basic_auth = current.has_users(),
+            "metrics endpoint web configuration loaded"
+        );
+        access.web = Some(Arc::new(loaded));
+    }
+    if let Some(authorizer) = &guard.authorizer {
+        let authorizer = authorizer
+            .clone()
+            .map_err(|why| format!("metrics.authorization: kubernetes: {why}"))?;
+        if access.web.as_ref().is_some_and(|w| w.current().has_users()) {
+            return Err(
+                "metrics.authorization: kubernetes and the web configuration's basic_auth_users both ask for the Authorization header: use one of them".into(),
+            );
+        }
+        access.authorizer = Some(authorizer);
+    }
+    Ok(access)
+}
+
+/// Tells the probes' listeners that the endpoint stopped listening, when dropped.
+struct UnsetListening(Observe);
+
+impl Drop for UnsetListening {
+    fn drop(&mut self) {
+        self.0.set_listening(None);
+    }
+}

@@ -1,0 +1,347 @@
+//! Device serving, one feature of the daemon ([`crate::daemon`] runs it): its start, its
+//! supervised tasks, and its main loop.
+//!
+//! [`start`]: watch the kubelet directory before looking at it, remove stale sockets, load the
+//! host facts, check that the configuration can be served on them (a label-selected
+//! configuration that cannot be served falls back to the top level) and build the first
+//! inventory. [`tasks`]: the refresher (the inventory, refreshed on host events), the device
+//! gauges and the configuration reload. [`run`]: the device-plugin servers, reacting to the
+//! kubelet directory, the servers' ends, configuration updates (checked by the same
+//! [`servable::check`] as at start, rejected whole, published on the daemon's validated
+//! configuration channel when taken), liveness pings, and the task supervisor (which ends the
+//! daemon only when a required task keeps failing).
+//!
+//! Nothing waits without a limit: the first host read has the read limit (past it the start
+//! says so and waits on; a stop ends it), and the start as a whole has a deadline past which
+//! `/healthz` fails with what it is doing.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch as channel};
+
+use super::file_watch::{parent_dirs, FileWatch, Notice, Subscription};
+use super::refresher;
+use super::servers::Servers;
+use super::{claim, reload, servable, PluginConfig, PluginError, Reload};
+use crate::backend::{HostFactsSource, SourceError};
+use crate::config::Config;
+use crate::inventory::{self, Inventory, InventoryRx};
+use crate::observe::state::Phase;
+use crate::observe::state::Ping;
+use crate::observe::Observe;
+use crate::supervisor::{Role, TaskSpec, Tasks};
+use crate::util::bounded::{Lane, Overdue};
+use dxdp_core::facts::HostFacts;
+
+/// What the start found: the configuration to serve, with what the refresher and the servers
+/// go on from.
+pub struct Started {
+    /// The configuration served: the one asked for, or the top level it fell back to.
+    pub config: Arc<Config>,
+    facts: HostFacts,
+    notices: Vec<String>,
+    kubelet_dir: Subscription,
+}
+
+/// Starts serving `first` (falling back to `fallback` when `first` cannot be served on this
+/// host): what it found and the first inventory, or `None` when `stop` completed before the
+/// first host read returned.
+pub async fn start(
+    settings: &PluginConfig,
+    source: &Arc<dyn HostFactsSource>,
+    first: Arc<Config>,
+    fallback: Option<Config>,
+    stop: Pin<&mut impl Future<Output = ()>>,
+) -> Result<Option<(Started, Inventory)>, PluginError> {
+    let observe = &settings.observe;
+    // Names, sockets: what can be judged before the host is known.
+    servable::check(&first, &settings.kubelet_dir, &Default::default())?;
+    // Watch before looking, so that nothing created from now on is missed.
+    let kubelet_dir = settings.file_watch.subscribe(
+        std::slice::from_ref(&settings.kubelet_dir),
+        settings.safety_poll,
+    );
+    if !kubelet_dir.unwatched().is_empty() {
+        tracing::info!(
+            dir = %settings.kubelet_dir.display(),
+            "the kubelet directory does not exist yet: watching for it to appear"
+        );
+    }
+    observe.health.start_step("removing stale sockets");
+    claim::remove_stale_sockets(
+        settings.transport,
+        &settings.kubelet_dir,
+        &first.endpoints(),
+    )
+    .await?;
+    let facts = tokio::select! {
+        facts = first_read(source, observe, settings.read_limit, settings.start_deadline) => facts?,
+        _ = stop => {
+            tracing::info!("device plugin stopped while starting (the first host read had not returned)");
+            return Ok(None);
+        }
+    };
+    observe
+        .health
+        .start_step("starting the device-plugin servers");
+    let os = facts.os.clone().unwrap_or_default();
+    let mut config = first;
+    if let Err(e) = servable::check(&config, &settings.kubelet_dir, &os) {
+        match fallback {
+            Some(top) if servable::check(&top, &settings.kubelet_dir, &os).is_ok() => {
+                tracing::error!(
+                    configuration = config.selection.name.as_deref().unwrap_or("default"),
+                    reason = %config.selection.reason,
+                    "the selected configuration cannot be served on this host: {e}; serving the top-level configuration instead (fix the configuration or the node's label)"
+                );
+                config = Arc::new(top);
+            }
+            _ => return Err(e.into()),
+        }
+    }
+    let (inventory, notices) = inventory::build(&facts, config.clone());
+    for n in &notices {
+        tracing::warn!("{n}");
+    }
+    for (r, name) in config.endpoints() {
+        tracing::info!(
+            resource = %name,
+            devices = inventory.discovery.devices_for(r).count(),
+            unhealthy = inventory
+                .discovery
+                .devices_for(r)
+                .filter(|d| !d.health.is_healthy())
+                .count(),
+            replicas = config.replicas(r),
+            assignment = inventory.assignment.as_str(),
+            "serving"
+        );
+    }
+    refresher::log_health(None, &inventory);
+    let started = Started {
+        config,
+        facts,
+        notices,
+        kubelet_dir,
+    };
+    Ok(Some((started, inventory)))
+}
+
+/// Serving's supervised tasks: the refresher (required: it publishes every inventory on
+/// `inventory_tx`, for the servers and every other feature), the device gauges, and the
+/// configuration reload (required) when `reload` is given.
+pub fn tasks(
+    started: &mut Started,
+    settings: &PluginConfig,
+    source: Arc<dyn HostFactsSource>,
+    config: channel::Receiver<Arc<Config>>,
+    inventory_tx: channel::Sender<Arc<Inventory>>,
+    reload: Option<Reload>,
+) -> Vec<TaskSpec> {
+    let inventory_rx = inventory_tx.subscribe();
+    let mut specs = Vec::new();
+    {
+        let facts = Arc::new(Mutex::new(std::mem::take(&mut started.facts)));
+        let logged = std::mem::take(&mut started.notices);
+        let watch = settings.file_watch.clone();
+        let (observe, safety, limit) = (
+            settings.observe.clone(),
+            settings.safety_poll,
+            settings.read_limit,
+        );
+        let kubelet_dir = settings.kubelet_dir.clone();
+        specs.push(TaskSpec::new("refresher", Role::Required, move || {
+            let files = parent_dirs(&source.watched_files());
+            refresher::refresh(
+                source.clone(),
+                facts.clone(),
+                logged.clone(),
+                config.clone(),
+                inventory_tx.clone(),
+                watch.subscribe(&files, safety),
+                observe.clone(),
+                limit,
+                kubelet_dir.clone(),
+            )
+        }));
+    }
+    {
+        let (rx, metrics) = (inventory_rx.clone(), settings.observe.metrics.clone());
+        specs.push(TaskSpec::new("device-gauges", Role::Optional, move || {
+            refresher::follow_devices(rx.clone(), metrics.clone())
+        }));
+    }
+    if let Some(r) = reload {
+        specs.extend(reload_task(r, settings, &settings.file_watch, inventory_rx));
+    }
+    specs
+}
+
+/// Serves the device plugin until `stop` completes or a required task keeps failing: the
+/// device-plugin servers, configuration `updates` (each checked, and published on `config_tx`
+/// when taken), and the supervisor `tasks`. Then stops the servers and every task.
+pub async fn run(
+    settings: &PluginConfig,
+    started: Started,
+    tasks: &mut Tasks,
+    inventory: InventoryRx,
+    mut updates: channel::Receiver<Arc<Config>>,
+    config_tx: channel::Sender<Arc<Config>>,
+    stop: Pin<&mut impl Future<Output = ()>>,
+) -> Result<(), PluginError> {
+    let observe = &settings.observe;
+    let mut kubelet_dir = started.kubelet_dir;
+    let mut servers = Servers::new(
+        &settings.kubelet_dir,
+        settings.transport,
+        settings.backoff,
+        observe.clone(),
+        inventory.clone(),
+        started.config.endpoints(),
+    );
+    let mut pings = observe.health.take_pings();
+    observe.phase(Phase::Running);
+    servers.check();
+    let mut updates_open = true;
+    let mut failed = None;
+    let mut stop = stop;
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            notice = kubelet_dir.next() => match notice {
+                Notice::Events(events) => servers.on_dir_events(&events),
+                Notice::Recheck(why) => {
+                    tracing::debug!(?why, "checking the kubelet directory");
+                    servers.check();
+                }
+            },
+            Some(ended) = servers.ended_rx.recv() => servers.on_ended(ended),
+            Some(ping) = next_ping(&mut pings) => {
+                let _ = ping.send(());
+            }
+            changed = updates.changed(), if updates_open => match changed {
+                Ok(()) => {
+                    let c = updates.borrow_and_update().clone();
+                    let os = inventory.borrow().os.clone();
+                    match servable::check(&c, &settings.kubelet_dir, &os) {
+                        Ok(()) => {
+                            servers.reconfigure(c.endpoints());
+                            config_tx.send_replace(c);
+                        }
+                        Err(e) => {
+                            observe.metrics.config_reload(crate::observe::metrics::ReloadResult::Rejected);
+                            tracing::error!("configuration rejected: {e}; keeping the resources served now");
+                        }
+                    }
+                }
+                // No more updates: keep serving the last configuration.
+                Err(_) => updates_open = false,
+            },
+            fatal = tasks.run() => {
+                failed = Some(fatal);
+                break;
+            }
+        }
+    }
+    observe.phase(Phase::Stopped);
+    servers.stop_all().await;
+    tasks.shutdown().await;
+    match failed {
+        Some(fatal) => {
+            tracing::error!("device plugin stopped: {fatal}");
+            Err(fatal.into())
+        }
+        None => {
+            tracing::info!("device plugin stopped");
+            Ok(())
+        }
+    }
+}
+
+/// The configuration reload, a required task (none when the configuration has no files).
+fn reload_task(
+    r: Reload,
+    settings: &PluginConfig,
+    watch: &FileWatch,
+    inventory: InventoryRx,
+) -> Option<TaskSpec> {
+    let files = r.inputs.watched_files();
+    if files.is_empty() {
+        return None;
+    }
+    let dirs = parent_dirs(&files);
+    let (kubelet_dir, safety) = (settings.kubelet_dir.clone(), settings.safety_poll);
+    let (watch, observe, limit) = (watch.clone(), settings.observe.clone(), settings.read_limit);
+    Some(TaskSpec::new("config-reload", Role::Required, move || {
+        reload::watch_counted(
+            r.inputs.clone(),
+            r.tx.clone(),
+            kubelet_dir.clone(),
+            watch.subscribe(&dirs, safety),
+            r.node.clone(),
+            observe.clone(),
+            inventory.clone(),
+            limit,
+        )
+    }))
+}
+
+/// The first read of the host facts, each attempt given `limit`. A read that does not return
+/// is said once, and waited for (nothing can be served before the host is known); once it
+/// returns the facts are read again (its result may be stale). Past `deadline` the start is
+/// overdue: said once here, and `/healthz` fails with the reason from then on.
+async fn first_read(
+    source: &Arc<dyn HostFactsSource>,
+    observe: &Observe,
+    limit: Duration,
+    deadline: Duration,
+) -> Result<HostFacts, SourceError> {
+    let mut lane = Lane::new(
+        format!("reading host facts from {}", source.describe()),
+        limit,
+    );
+    observe.health.start_step(lane.what().to_string());
+    let overdue = tokio::time::sleep(deadline);
+    tokio::pin!(overdue);
+    let mut said_overdue = false;
+    loop {
+        let loader = source.clone();
+        match lane.run(move || loader.load()).await {
+            Ok(facts) => return facts,
+            Err(e @ Overdue::TimedOut { .. }) => {
+                tracing::error!(
+                    "{e}; waiting for it: nothing is served before the host is known (/healthz fails {} s after the start)",
+                    deadline.as_secs_f64()
+                );
+                observe
+                    .health
+                    .start_step(format!("{} has not returned", lane.what()));
+                loop {
+                    tokio::select! {
+                        _ = lane.unstuck() => break,
+                        _ = &mut overdue, if !said_overdue => {
+                            said_overdue = true;
+                            if let Some(why) = observe.health.start_overdue() {
+                                tracing::error!("{why}; /healthz fails until the start completes");
+                            }
+                        }
+                    }
+                }
+                tracing::info!("{} returned; reading the host facts again", lane.what());
+                observe.health.start_step(lane.what().to_string());
+            }
+            Err(e) => return Err(SourceError::Unavailable(e.to_string())),
+        }
+    }
+}
+
+/// The next liveness ping, or never when there is no one to answer.
+async fn next_ping(pings: &mut Option<mpsc::Receiver<Ping>>) -> Option<Ping> {
+    match pings {
+        Some(p) => p.recv().await,
+        None => std::future::pending().await,
+    }
+}
