@@ -350,18 +350,21 @@ impl DevicePlugin for ResourceService {
 }
 
 impl ResourceService {
-    /// Answers an Allocate request: the edits of every container, or the first refusal.
+    /// Answers an Allocate request: the edits of every container, or the first refusal. The
+    /// allocation is logged once the whole request is answered: a refused request logs no
+    /// container as allocated.
     fn allocate_all(&self, request: AllocateRequest) -> Result<AllocateAnswer, Status> {
         let inventory = self.inventory.borrow().clone();
         let answers = self.prepared.for_inventory(&inventory, self.resource);
         let replicas = inventory.config.replicas(self.resource);
         let mut response = AllocateAnswer::default();
+        let mut allocated = Vec::with_capacity(request.container_requests.len());
         for container in request.container_requests {
             if let Some(answer) = self.prepared_answer(&answers, replicas, &container.devices_ids) {
                 for note in &answer.notes {
                     tracing::warn!(resource = %self.name, "{note}");
                 }
-                self.log_allocated(container.devices_ids, answer.devices.clone(), answer.mounts);
+                allocated.push((container.devices_ids, answer.devices.clone(), answer.mounts));
                 response.container_responses.push(answer.encoded.clone());
                 continue;
             }
@@ -387,10 +390,13 @@ impl ResourceService {
                 tracing::warn!(resource = %self.name, "{note}");
             }
             let (devices, mounts) = (Arc::from(edits.devices.clone()), edits.mounts.len());
-            self.log_allocated(container.devices_ids, devices, mounts);
+            allocated.push((container.devices_ids, devices, mounts));
             response
                 .container_responses
                 .push(encode_container(&container_response(edits)));
+        }
+        for (ids, devices, mounts) in allocated {
+            self.log_allocated(ids, devices, mounts);
         }
         Ok(response)
     }
@@ -464,6 +470,65 @@ mod tests {
                     .clone()
             })
             .map_err(|s| s.code())
+    }
+
+    /// Issue 42: a request refused for one of its containers logs no container as allocated;
+    /// an answered one logs each container once.
+    #[test]
+    fn allocate_is_logged_once_it_is_answered() {
+        use std::sync::Mutex;
+        let facts = dxdp_core::sample::sample_host().unwrap();
+        let (_tx, rx) = watch::channel(inventory(&facts));
+        let (_stop, stopping) = watch::channel(false);
+        let service = ResourceService::new(
+            Resource::Display,
+            "directx.microsoft.com/display".into(),
+            rx,
+            (stopping, Streams::new(watch::channel(0).1)),
+            Metrics::new().allocate_recorder("directx.microsoft.com/display"),
+        );
+        let two = |first: &str, second: &str| AllocateRequest {
+            container_requests: [first, second]
+                .iter()
+                .map(|id| v1beta1::ContainerAllocateRequest {
+                    devices_ids: vec![id.to_string()],
+                })
+                .collect(),
+        };
+        let log = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || LogLine(writer.clone()))
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let refused = service.allocate_all(two(&device_id(A), &device_id(MOVED)));
+            assert_eq!(
+                refused.map(|_| ()).map_err(|s| s.code()),
+                Err(tonic::Code::InvalidArgument)
+            );
+            let text = String::from_utf8(log.lock().unwrap().clone()).unwrap();
+            assert!(text.contains("Allocate refused"), "{text}");
+            assert!(!text.contains("allocated"), "{text}");
+            service
+                .allocate_all(two(&device_id(A), &device_id(B)))
+                .unwrap();
+        });
+        let text = String::from_utf8(log.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches(" allocated").count(), 2, "{text}");
+    }
+
+    /// A log sink for one test.
+    struct LogLine(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for LogLine {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     #[test]
