@@ -247,13 +247,9 @@ pub fn event_refusal(code: u16, message: &str, namespace: &str, grant: &str) -> 
 }
 
 impl Cluster {
-    /// Creates `e` in `namespace` (within the call timeout); `grant` as for [`event_refusal`].
-    pub(crate) async fn post_event(
-        &self,
-        namespace: &str,
-        e: &Event,
-        grant: &str,
-    ) -> Result<(), EventError> {
+    /// Creates `e` in its namespace (within the call timeout); `grant` as for [`event_refusal`].
+    pub(crate) async fn post_event(&self, e: &Event, grant: &str) -> Result<(), EventError> {
+        let namespace = e.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         let params = PostParams::default();
         match tokio::time::timeout(self.timeout, api.create(&params, e)).await {
@@ -388,11 +384,9 @@ impl<K: Ord + Hash + Clone, V: Clone> EventSender<K, V> {
         }
     }
 
-    /// Takes a one-off occurrence at `now` (a failed validation run; `None`: a run that did not
-    /// fail): it replaces whatever was still queued, so that an older one is never sent late,
-    /// and is queued or counted as a new key of [`update`](EventSender::update) is. Unlike
-    /// there, the same key occurring again is queued again once its deduplication window has
-    /// passed.
+    /// Takes a one-off occurrence (a failed validation run; `None`: none) as a new key of
+    /// [`update`](EventSender::update), even when it occurred before (once its deduplication
+    /// window has passed); it replaces what was still queued, which is never sent late.
     pub fn occurred(&mut self, occurrence: Option<(K, V)>, on: bool, now: Instant) {
         self.update(None, on, now);
         self.update(occurrence, on, now);
@@ -423,12 +417,7 @@ impl<K: Ord + Hash + Clone, V: Clone> EventSender<K, V> {
                 self.cluster.node(),
                 Time(k8s_openapi::jiff::Timestamp::now()),
             );
-            let namespace = e.metadata.namespace.clone().unwrap_or_default();
-            match self
-                .cluster
-                .post_event(&namespace, &e, self.voice.grant)
-                .await
-            {
+            match self.cluster.post_event(&e, self.voice.grant).await {
                 Ok(()) => {
                     (self.count)(EventResult::Sent);
                     if self.failures > 0 {
@@ -530,6 +519,50 @@ mod tests {
             vec![EventResult::Disabled, EventResult::Deduplicated]
         );
         assert_eq!(sender.send().await, None, "nothing to send");
+    }
+
+    #[tokio::test]
+    async fn a_one_off_occurrence_replaces_the_queued_one_and_comes_again_after_the_window() {
+        use std::sync::{Arc, Mutex};
+        let counted = Arc::new(Mutex::new(Vec::new()));
+        let c = counted.clone();
+        // No API server is asked: only what is queued is tested here (sending the validation's
+        // Event is in cluster::validation_task's tests).
+        let cluster = Cluster::at_url("http://127.0.0.1:9", "node-1").unwrap();
+        let mut sender: EventSender<&str, u32> = EventSender::new(
+            cluster,
+            EVENT_LIMITS,
+            Backoff::pauses(Duration::from_secs(1), Duration::from_secs(2)),
+            Voice {
+                failing: "f",
+                resumed: "r",
+                grant: "g",
+            },
+            |_, _, _| Event::default(),
+            move |r| c.lock().unwrap().push(r),
+        );
+        let t0 = Instant::now();
+        sender.occurred(Some(("a", 1)), true, t0);
+        sender.occurred(Some(("b", 1)), true, t0);
+        assert_eq!(
+            sender.pending,
+            BTreeMap::from([("b", 1)]),
+            "never sent late"
+        );
+        sender.occurred(None, true, t0);
+        assert!(sender.pending.is_empty());
+        // Sent: the same again within the window is counted, after it is queued again.
+        sender.gate.sent("a", t0);
+        sender.occurred(Some(("a", 2)), true, t0 + Duration::from_secs(3599));
+        assert!(sender.pending.is_empty());
+        sender.occurred(Some(("a", 3)), true, t0 + Duration::from_secs(3600));
+        assert_eq!(sender.pending, BTreeMap::from([("a", 3)]));
+        sender.occurred(Some(("c", 1)), false, t0 + Duration::from_secs(3600));
+        assert!(sender.pending.is_empty());
+        assert_eq!(
+            *counted.lock().unwrap(),
+            vec![EventResult::Deduplicated, EventResult::Disabled]
+        );
     }
 
     #[test]

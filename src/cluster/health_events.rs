@@ -23,9 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::events::{
-    container_ref, node_ref, warning, EventLimits, EventSender, Voice, Warning, POD_EVENTS_GRANT,
-};
+use super::events::{container_ref, node_ref, warning, EventLimits, EventSender, Voice, Warning};
 use super::Cluster;
 use crate::config::Config;
 use crate::inventory::Inventory;
@@ -177,7 +175,7 @@ pub fn event(r: &Report, node: &str, now: Time) -> Event {
 const VOICE: Voice = Voice {
     failing: "cannot report an Unhealthy GPU to the pod holding it as an Event",
     resumed: "GPUUnhealthy Events",
-    grant: POD_EVENTS_GRANT,
+    grant: super::events::POD_EVENTS_GRANT,
 };
 
 /// Milliseconds since the Unix epoch now.

@@ -17,9 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::events::{
-    container_ref, node_ref, warning, EventLimits, EventSender, Voice, Warning, POD_EVENTS_GRANT,
-};
+use super::events::{container_ref, node_ref, warning, EventLimits, EventSender, Voice, Warning};
 use super::Cluster;
 use crate::config::Config;
 use crate::observe::isolation_metrics::IsolationMetrics;
@@ -53,7 +51,7 @@ pub fn event(v: &Violation, node: &str, now: Time) -> Event {
 const VOICE: Voice = Voice {
     failing: "cannot report a GPU isolation violation as an Event",
     resumed: "Events about GPU isolation violations",
-    grant: POD_EVENTS_GRANT,
+    grant: super::events::POD_EVENTS_GRANT,
 };
 
 /// Sends an Event when a violation starts, deduplicated and rate-limited by `limits`, until

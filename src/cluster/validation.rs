@@ -102,20 +102,17 @@ pub fn job_name(node: &str, run: u64) -> String {
 
 /// The Job (batch/v1) for `spec`.
 pub fn job(spec: &JobSpec) -> Job {
-    let labels: BTreeMap<String, String> = [
-        ("app.kubernetes.io/name", "dxdp".to_string()),
-        (COMPONENT_LABEL, COMPONENT.to_string()),
-        (NODE_LABEL, label_value(&spec.node)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let labels = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "dxdp".to_string()),
+        (COMPONENT_LABEL.to_string(), COMPONENT.to_string()),
+        (NODE_LABEL.to_string(), label_value(&spec.node)),
+    ]);
     let limits: BTreeMap<String, Quantity> = spec
         .resources
         .iter()
         .map(|r| (r.clone(), Quantity("1".into())))
         .collect();
-    let some = |s: &str| Some(s.to_string());
+    let deadline = i64::try_from(spec.deadline.as_secs().max(1)).unwrap_or(i64::MAX);
     let container = Container {
         name: "validate".into(),
         image: Some(spec.image.clone()),
@@ -127,7 +124,7 @@ pub fn job(spec: &JobSpec) -> Job {
             "--summary-file".into(),
             SUMMARY_FILE.into(),
         ]),
-        termination_message_policy: some("FallbackToLogsOnError"),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         resources: Some(ResourceRequirements {
             limits: Some(limits.clone()),
             requests: Some(limits),
@@ -143,15 +140,12 @@ pub fn job(spec: &JobSpec) -> Job {
     };
     let pod = PodSpec {
         node_name: Some(spec.node.clone()),
-        restart_policy: some("Never"),
-        node_selector: Some(BTreeMap::from([(
-            "kubernetes.io/os".to_string(),
-            "windows".to_string(),
-        )])),
+        restart_policy: Some("Never".into()),
+        node_selector: Some([("kubernetes.io/os".into(), "windows".into())].into()),
         // The GPU node may carry taints (dxdp's own isolation taint among them): the Job must
         // run on this node whatever they are.
         tolerations: Some(vec![Toleration {
-            operator: some("Exists"),
+            operator: Some("Exists".into()),
             ..Default::default()
         }]),
         containers: vec![container],
@@ -159,7 +153,7 @@ pub fn job(spec: &JobSpec) -> Job {
             name: "dxdp".into(),
             host_path: Some(HostPathVolumeSource {
                 path: spec.host_dir.clone(),
-                type_: some("Directory"),
+                type_: Some("Directory".into()),
             }),
             ..Default::default()
         }]),
@@ -174,9 +168,7 @@ pub fn job(spec: &JobSpec) -> Job {
         },
         spec: Some(batch::JobSpec {
             backoff_limit: Some(0),
-            active_deadline_seconds: Some(
-                i64::try_from(spec.deadline.as_secs().max(1)).unwrap_or(i64::MAX),
-            ),
+            active_deadline_seconds: Some(deadline),
             ttl_seconds_after_finished: Some(86400),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {

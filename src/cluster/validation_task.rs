@@ -307,24 +307,16 @@ impl Cluster {
             self.jobs(namespace),
             ListParams::default().labels(&selector),
         );
-        let list = self
-            .call("list the validation Jobs of", jobs.list(&params))
-            .await;
-        Ok(list
-            .map_err(|e| e.to_string())?
-            .items
-            .iter()
-            .map(listed)
-            .collect())
+        let list = self.call("list the validation Jobs of", jobs.list(&params));
+        let list = list.await.map_err(|e| e.to_string())?;
+        Ok(list.items.iter().map(listed).collect())
     }
 
     async fn delete_job(&self, namespace: &str, name: &str) -> Result<(), String> {
         // Background: the Job's pod goes with it (and frees its devices).
         let (jobs, params) = (self.jobs(namespace), DeleteParams::background());
-        match self
-            .call("delete a validation Job of", jobs.delete(name, &params))
-            .await
-        {
+        let deleted = self.call("delete a validation Job of", jobs.delete(name, &params));
+        match deleted.await {
             Ok(_) => Ok(()),
             // Already gone: what was asked for.
             Err(e) if e.status == Some(404) => Ok(()),
