@@ -51,6 +51,7 @@ impl Recorded {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null)
     }
+
     /// The propagation policy of a delete: a query parameter or a field of the DeleteOptions
     /// body (the API server takes either; kube-rs sends the body).
     pub fn propagation_policy(&self) -> Option<String> {
