@@ -203,6 +203,10 @@ impl<K: std::hash::Hash + Eq> EventGate<K> {
     }
 }
 
+/// What grants `create` on the Events about pods (isolation and `GPUUnhealthy`), or turns them
+/// off ([`Voice::grant`]).
+pub const POD_EVENTS_GRANT: &str = "the chart does with isolation.events or health.events true; or turn these Events off with isolation.events or health.events: false";
+
 /// Why an Event could not be created.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventError {
@@ -213,8 +217,9 @@ pub enum EventError {
     Drop { kind: String, why: String },
 }
 
-/// Classifies the API server's refusal of an Event in `namespace` (`code`, Status `message`).
-pub fn event_refusal(code: u16, message: &str, namespace: &str) -> EventError {
+/// Classifies the API server's refusal of an Event in `namespace` (`code`, Status `message`);
+/// `grant` says what grants `create` on events for these Events (or turns them off).
+pub fn event_refusal(code: u16, message: &str, namespace: &str, grant: &str) -> EventError {
     match code {
         409 | 429 => EventError::Retry(format!(
             "cannot create an Event in namespace {namespace}: {message} ({code})"
@@ -226,7 +231,7 @@ pub fn event_refusal(code: u16, message: &str, namespace: &str) -> EventError {
         403 => EventError::Drop {
             kind: "forbidden".into(),
             why: format!(
-                "cannot create Events in namespace {namespace}: {message} (grant create on events: the chart does with isolation.events or health.events true; or turn these Events off with isolation.events or health.events: false); the Event is dropped"
+                "cannot create Events in namespace {namespace}: {message} (grant create on events: {grant}); the Event is dropped"
             ),
         },
         400..=499 => EventError::Drop {
@@ -242,13 +247,16 @@ pub fn event_refusal(code: u16, message: &str, namespace: &str) -> EventError {
 }
 
 impl Cluster {
-    /// Creates `e` in `namespace` (within the call timeout).
-    pub(crate) async fn post_event(&self, namespace: &str, e: &Event) -> Result<(), EventError> {
+    /// Creates `e` in its namespace (within the call timeout); `grant` as for [`event_refusal`].
+    pub(crate) async fn post_event(&self, e: &Event, grant: &str) -> Result<(), EventError> {
+        let namespace = e.metadata.namespace.as_deref().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         let params = PostParams::default();
         match tokio::time::timeout(self.timeout, api.create(&params, e)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(kube::Error::Api(s))) => Err(event_refusal(s.code, &s.message, namespace)),
+            Ok(Err(kube::Error::Api(s))) => {
+                Err(event_refusal(s.code, &s.message, namespace, grant))
+            }
             Ok(Err(e)) => Err(EventError::Retry(format!(
                 "cannot create an Event in namespace {}: {}",
                 namespace,
@@ -271,6 +279,9 @@ pub struct Voice {
     /// The Events, when they are created again after failures (`Events about GPU isolation
     /// violations`).
     pub resumed: &'static str,
+    /// What grants `create` on events for them, or turns them off, said when the API server
+    /// forbids one (`the chart does with validation.enabled`).
+    pub grant: &'static str,
 }
 
 /// One feature's Events, from what lasts now (by key `K`, each with its value `V`) to Events on
@@ -373,6 +384,14 @@ impl<K: Ord + Hash + Clone, V: Clone> EventSender<K, V> {
         }
     }
 
+    /// Takes a one-off occurrence (a failed validation run; `None`: none) as a new key of
+    /// [`update`](EventSender::update), even when it occurred before (once its deduplication
+    /// window has passed); it replaces what was still queued, which is never sent late.
+    pub fn occurred(&mut self, occurrence: Option<(K, V)>, on: bool, now: Instant) {
+        self.update(None, on, now);
+        self.update(occurrence, on, now);
+    }
+
     /// Sends the queued Events as far as the rate limit and the backoff allow. Returns when to
     /// send again (the next token, or the retry after a failure); `None` when nothing waits.
     pub async fn send(&mut self) -> Option<Instant> {
@@ -398,8 +417,7 @@ impl<K: Ord + Hash + Clone, V: Clone> EventSender<K, V> {
                 self.cluster.node(),
                 Time(k8s_openapi::jiff::Timestamp::now()),
             );
-            let namespace = e.metadata.namespace.clone().unwrap_or_default();
-            match self.cluster.post_event(&namespace, &e).await {
+            match self.cluster.post_event(&e, self.voice.grant).await {
                 Ok(()) => {
                     (self.count)(EventResult::Sent);
                     if self.failures > 0 {
@@ -474,6 +492,7 @@ mod tests {
             Voice {
                 failing: "f",
                 resumed: "r",
+                grant: "g",
             },
             |_, _, _| Event::default(),
             move |r| c.lock().unwrap().push(r),
@@ -502,10 +521,54 @@ mod tests {
         assert_eq!(sender.send().await, None, "nothing to send");
     }
 
+    #[tokio::test]
+    async fn a_one_off_occurrence_replaces_the_queued_one_and_comes_again_after_the_window() {
+        use std::sync::{Arc, Mutex};
+        let counted = Arc::new(Mutex::new(Vec::new()));
+        let c = counted.clone();
+        // No API server is asked: only what is queued is tested here (sending the validation's
+        // Event is in cluster::validation_task's tests).
+        let cluster = Cluster::at_url("http://127.0.0.1:9", "node-1").unwrap();
+        let mut sender: EventSender<&str, u32> = EventSender::new(
+            cluster,
+            EVENT_LIMITS,
+            Backoff::pauses(Duration::from_secs(1), Duration::from_secs(2)),
+            Voice {
+                failing: "f",
+                resumed: "r",
+                grant: "g",
+            },
+            |_, _, _| Event::default(),
+            move |r| c.lock().unwrap().push(r),
+        );
+        let t0 = Instant::now();
+        sender.occurred(Some(("a", 1)), true, t0);
+        sender.occurred(Some(("b", 1)), true, t0);
+        assert_eq!(
+            sender.pending,
+            BTreeMap::from([("b", 1)]),
+            "never sent late"
+        );
+        sender.occurred(None, true, t0);
+        assert!(sender.pending.is_empty());
+        // Sent: the same again within the window is counted, after it is queued again.
+        sender.gate.sent("a", t0);
+        sender.occurred(Some(("a", 2)), true, t0 + Duration::from_secs(3599));
+        assert!(sender.pending.is_empty());
+        sender.occurred(Some(("a", 3)), true, t0 + Duration::from_secs(3600));
+        assert_eq!(sender.pending, BTreeMap::from([("a", 3)]));
+        sender.occurred(Some(("c", 1)), false, t0 + Duration::from_secs(3600));
+        assert!(sender.pending.is_empty());
+        assert_eq!(
+            *counted.lock().unwrap(),
+            vec![EventResult::Deduplicated, EventResult::Disabled]
+        );
+    }
+
     #[test]
     fn refused_events_are_dropped_and_a_terminating_namespace_is_not_called_rbac() {
         let terminating = "events \"p.1\" is forbidden: unable to create new content in namespace a because it is being terminated";
-        match event_refusal(403, terminating, "a") {
+        match event_refusal(403, terminating, "a", POD_EVENTS_GRANT) {
             EventError::Drop { kind, why } => {
                 assert_eq!(kind, "namespace terminating");
                 assert!(why.starts_with("namespace a is being terminated"), "{why}");
@@ -513,7 +576,12 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        match event_refusal(403, "events is forbidden: User cannot create resource", "a") {
+        match event_refusal(
+            403,
+            "events is forbidden: User cannot create resource",
+            "a",
+            POD_EVENTS_GRANT,
+        ) {
             EventError::Drop { kind, why } => {
                 assert_eq!(kind, "forbidden");
                 assert!(why.contains("grant create on events"), "{why}");
@@ -522,13 +590,19 @@ mod tests {
         }
         for code in [400, 404, 422] {
             assert!(
-                matches!(event_refusal(code, "m", "a"), EventError::Drop { .. }),
+                matches!(
+                    event_refusal(code, "m", "a", POD_EVENTS_GRANT),
+                    EventError::Drop { .. }
+                ),
                 "{code}"
             );
         }
         for code in [409, 429, 500, 503] {
             assert!(
-                matches!(event_refusal(code, "m", "a"), EventError::Retry(_)),
+                matches!(
+                    event_refusal(code, "m", "a", POD_EVENTS_GRANT),
+                    EventError::Retry(_)
+                ),
                 "{code}"
             );
         }

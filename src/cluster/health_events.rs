@@ -175,6 +175,7 @@ pub fn event(r: &Report, node: &str, now: Time) -> Event {
 const VOICE: Voice = Voice {
     failing: "cannot report an Unhealthy GPU to the pod holding it as an Event",
     resumed: "GPUUnhealthy Events",
+    grant: super::events::POD_EVENTS_GRANT,
 };
 
 /// Milliseconds since the Unix epoch now.

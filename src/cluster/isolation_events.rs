@@ -51,6 +51,7 @@ pub fn event(v: &Violation, node: &str, now: Time) -> Event {
 const VOICE: Voice = Voice {
     failing: "cannot report a GPU isolation violation as an Event",
     resumed: "Events about GPU isolation violations",
+    grant: super::events::POD_EVENTS_GRANT,
 };
 
 /// Sends an Event when a violation starts, deduplicated and rate-limited by `limits`, until

@@ -11,7 +11,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use k8s_openapi::api::batch::v1::{self as batch, Job};
+use k8s_openapi::api::core::v1::{
+    Container, HostPathVolumeSource, Pod, PodSpec, PodTemplateSpec, ResourceRequirements,
+    Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use dxdp_core::validation::{parse_summary_line, Outcome, Summary, Verdict};
 
@@ -95,54 +101,86 @@ pub fn job_name(node: &str, run: u64) -> String {
 }
 
 /// The Job (batch/v1) for `spec`.
-pub fn job(spec: &JobSpec) -> Value {
-    let labels = json!({
-        "app.kubernetes.io/name": "dxdp",
-        COMPONENT_LABEL: COMPONENT,
-        NODE_LABEL: label_value(&spec.node),
-    });
-    let limits: BTreeMap<&str, &str> = spec.resources.iter().map(|r| (r.as_str(), "1")).collect();
-    json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": job_name(&spec.node, spec.run),
-            "namespace": spec.namespace,
-            "labels": labels,
+pub fn job(spec: &JobSpec) -> Job {
+    let labels = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "dxdp".to_string()),
+        (COMPONENT_LABEL.to_string(), COMPONENT.to_string()),
+        (NODE_LABEL.to_string(), label_value(&spec.node)),
+    ]);
+    let limits: BTreeMap<String, Quantity> = spec
+        .resources
+        .iter()
+        .map(|r| (r.clone(), Quantity("1".into())))
+        .collect();
+    let deadline = i64::try_from(spec.deadline.as_secs().max(1)).unwrap_or(i64::MAX);
+    let container = Container {
+        name: "validate".into(),
+        image: Some(spec.image.clone()),
+        command: Some(vec![
+            format!(r"{CONTAINER_DIR}\dxdp.exe"),
+            "validate".into(),
+            "--timeout".into(),
+            spec.check_timeout.as_secs().max(1).to_string(),
+            "--summary-file".into(),
+            SUMMARY_FILE.into(),
+        ]),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        resources: Some(ResourceRequirements {
+            limits: Some(limits.clone()),
+            requests: Some(limits),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "dxdp".into(),
+            mount_path: CONTAINER_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    let pod = PodSpec {
+        node_name: Some(spec.node.clone()),
+        restart_policy: Some("Never".into()),
+        node_selector: Some([("kubernetes.io/os".into(), "windows".into())].into()),
+        // The GPU node may carry taints (dxdp's own isolation taint among them): the Job must
+        // run on this node whatever they are.
+        tolerations: Some(vec![Toleration {
+            operator: Some("Exists".into()),
+            ..Default::default()
+        }]),
+        containers: vec![container],
+        volumes: Some(vec![Volume {
+            name: "dxdp".into(),
+            host_path: Some(HostPathVolumeSource {
+                path: spec.host_dir.clone(),
+                type_: Some("Directory".into()),
+            }),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    Job {
+        metadata: ObjectMeta {
+            name: Some(job_name(&spec.node, spec.run)),
+            namespace: Some(spec.namespace.clone()),
+            labels: Some(labels.clone()),
+            ..Default::default()
         },
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": spec.deadline.as_secs().max(1),
-            "ttlSecondsAfterFinished": 86400,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "nodeName": spec.node,
-                    "restartPolicy": "Never",
-                    "nodeSelector": {"kubernetes.io/os": "windows"},
-                    // The GPU node may carry taints (dxdp's own isolation taint among them):
-                    // the Job must run on this node whatever they are.
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{
-                        "name": "validate",
-                        "image": spec.image,
-                        "command": [
-                            format!(r"{CONTAINER_DIR}\dxdp.exe"),
-                            "validate",
-                            "--timeout",
-                            spec.check_timeout.as_secs().max(1).to_string(),
-                            "--summary-file",
-                            SUMMARY_FILE,
-                        ],
-                        "terminationMessagePolicy": "FallbackToLogsOnError",
-                        "resources": {"limits": limits, "requests": limits},
-                        "volumeMounts": [{"name": "dxdp", "mountPath": CONTAINER_DIR, "readOnly": true}],
-                    }],
-                    "volumes": [{"name": "dxdp", "hostPath": {"path": spec.host_dir, "type": "Directory"}}],
-                },
+        spec: Some(batch::JobSpec {
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(deadline),
+            ttl_seconds_after_finished: Some(86400),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(pod),
             },
-        },
-    })
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// What a finished (or given up) validation says.
@@ -164,115 +202,101 @@ fn unknown(reason: impl Into<String>) -> Option<JobResult> {
     })
 }
 
-fn text<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
-    let mut v = v;
-    for p in path {
-        v = v.get(p)?;
-    }
-    v.as_str()
-}
-
 /// What the Job's status and its pod's status (if any) mean after `elapsed` of `limit`: a
 /// result, or `None` while it is still running within its limit. Past the limit it is always
 /// a result (`unknown`, with the pod's state as the reason): a Job never keeps the daemon
 /// waiting.
 pub fn judge(
-    job: &Value,
-    pod: Option<&Value>,
+    job: &Job,
+    pod: Option<&Pod>,
     elapsed: Duration,
     limit: Duration,
 ) -> Option<JobResult> {
-    if let Some(pod) = pod {
-        if let Some(status) = pod["status"]["containerStatuses"]
-            .as_array()
-            .and_then(|s| s.first())
-        {
-            if let Some(done) = status["state"].get("terminated") {
-                let code = done["exitCode"].as_i64().unwrap_or(-1);
-                let message = done["message"].as_str().unwrap_or_default();
-                if let Some(s) = parse_summary_line(message) {
-                    let reason = match s.verdict {
-                        Verdict::Pass => "every check passed".to_string(),
-                        Verdict::Fail => format!("failed: {}", s.failed.join(", ")),
-                        Verdict::Unknown => format!("could not tell: {}", s.failed.join(", ")),
-                    };
-                    return Some(JobResult {
-                        verdict: s.verdict,
-                        summary: Some(s),
-                        reason,
-                    });
-                }
-                return match Verdict::from_exit_code(code as i32) {
-                    Some(v) => Some(JobResult {
-                        verdict: v,
-                        summary: None,
-                        reason: format!("exit code {code}, no summary in the termination message"),
-                    }),
-                    None => unknown(format!(
-                        "the validation container ended with exit code {code} ({}): dxdp.exe did not run or crashed",
-                        done["reason"].as_str().unwrap_or("no reason")
-                    )),
-                };
-            }
-            if let Some(waiting) = status["state"].get("waiting") {
-                let reason = waiting["reason"].as_str().unwrap_or_default();
-                if matches!(
-                    reason,
-                    "ErrImagePull"
-                        | "ImagePullBackOff"
-                        | "InvalidImageName"
-                        | "CreateContainerError"
-                        | "CreateContainerConfigError"
-                ) {
-                    return unknown(format!(
-                        "the validation container cannot start: {reason}: {} (the image must match the host's Windows build; see validation.image)",
-                        waiting["message"].as_str().unwrap_or_default()
-                    ));
-                }
-            }
+    let status = pod.and_then(|p| p.status.as_ref());
+    let state = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|s| s.first())
+        .and_then(|c| c.state.as_ref());
+    if let Some(done) = state.and_then(|s| s.terminated.as_ref()) {
+        let code = done.exit_code;
+        if let Some(s) = parse_summary_line(done.message.as_deref().unwrap_or_default()) {
+            let reason = match s.verdict {
+                Verdict::Pass => "every check passed".to_string(),
+                Verdict::Fail => format!("failed: {}", s.failed.join(", ")),
+                Verdict::Unknown => format!("could not tell: {}", s.failed.join(", ")),
+            };
+            return Some(JobResult {
+                verdict: s.verdict,
+                summary: Some(s),
+                reason,
+            });
         }
-        if text(pod, &["status", "phase"]) == Some("Failed") {
+        return match Verdict::from_exit_code(code) {
+            Some(v) => Some(JobResult {
+                verdict: v,
+                summary: None,
+                reason: format!("exit code {code}, no summary in the termination message"),
+            }),
+            None => unknown(format!(
+                "the validation container ended with exit code {code} ({}): dxdp.exe did not run or crashed",
+                done.reason.as_deref().unwrap_or("no reason")
+            )),
+        };
+    }
+    if let Some(waiting) = state.and_then(|s| s.waiting.as_ref()) {
+        let reason = waiting.reason.as_deref().unwrap_or_default();
+        if matches!(
+            reason,
+            "ErrImagePull"
+                | "ImagePullBackOff"
+                | "InvalidImageName"
+                | "CreateContainerError"
+                | "CreateContainerConfigError"
+        ) {
             return unknown(format!(
-                "the kubelet refused the validation pod: {}: {} (is a device of each resource free?)",
-                text(pod, &["status", "reason"]).unwrap_or("Failed"),
-                text(pod, &["status", "message"]).unwrap_or_default()
+                "the validation container cannot start: {reason}: {} (the image must match the host's Windows build; see validation.image)",
+                waiting.message.as_deref().unwrap_or_default()
             ));
         }
     }
-    if let Some(conds) = job["status"]["conditions"].as_array() {
-        for c in conds {
-            if c["type"] == "Failed" && c["status"] == "True" {
-                return unknown(format!(
-                    "the validation Job failed without a result: {}: {}",
-                    c["reason"].as_str().unwrap_or_default(),
-                    c["message"].as_str().unwrap_or_default()
-                ));
-            }
-        }
+    if let Some(s) = status.filter(|s| s.phase.as_deref() == Some("Failed")) {
+        return unknown(format!(
+            "the kubelet refused the validation pod: {}: {} (is a device of each resource free?)",
+            s.reason.as_deref().unwrap_or("Failed"),
+            s.message.as_deref().unwrap_or_default()
+        ));
+    }
+    let conditions = job.status.as_ref().and_then(|s| s.conditions.as_ref());
+    if let Some(c) = conditions
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Failed" && c.status == "True")
+    {
+        return unknown(format!(
+            "the validation Job failed without a result: {}: {}",
+            c.reason.as_deref().unwrap_or_default(),
+            c.message.as_deref().unwrap_or_default()
+        ));
     }
     if elapsed < limit {
         return None;
     }
-    let state = match pod {
-        None => "no pod was created".to_string(),
-        Some(p) => {
-            let unschedulable = p["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "PodScheduled" && c["status"] == "False");
-            match unschedulable {
-                Some(c) => format!(
-                    "the pod cannot be scheduled: {}: {}",
-                    c["reason"].as_str().unwrap_or_default(),
-                    c["message"].as_str().unwrap_or_default()
-                ),
-                None => format!(
-                    "the pod is still {}",
-                    text(p, &["status", "phase"]).unwrap_or("Pending")
-                ),
-            }
-        }
+    let unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False");
+    let state = match (pod, unschedulable) {
+        (None, _) => "no pod was created".to_string(),
+        (Some(_), Some(c)) => format!(
+            "the pod cannot be scheduled: {}: {}",
+            c.reason.as_deref().unwrap_or_default(),
+            c.message.as_deref().unwrap_or_default()
+        ),
+        (Some(_), None) => format!(
+            "the pod is still {}",
+            status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending")
+        ),
     };
     unknown(format!("no result within {} s: {state}", limit.as_secs()))
 }
@@ -318,6 +342,12 @@ pub fn old_jobs(jobs: &[(String, String, bool)], keep: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
+
+    /// A Job or pod as the API server would send it.
+    fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
 
     fn spec() -> JobSpec {
         JobSpec {
@@ -334,7 +364,7 @@ mod tests {
 
     #[test]
     fn the_job_runs_on_its_node_with_one_device_and_the_node_s_dxdp() {
-        let j = job(&spec());
+        let j = serde_json::to_value(job(&spec())).unwrap();
         assert_eq!(
             j["metadata"]["name"],
             "dxdp-validate-akswin000001-1764110000"
@@ -381,14 +411,16 @@ mod tests {
         assert_eq!(label_value(&long).len(), 63);
     }
 
-    fn terminated(code: i64, message: &str) -> Value {
-        json!({"status": {"phase": if code == 0 { "Succeeded" } else { "Failed" },
-            "containerStatuses": [{"state": {"terminated": {"exitCode": code, "message": message, "reason": "Error"}}}]}})
+    fn terminated(code: i64, message: &str) -> Pod {
+        typed(
+            json!({"status": {"phase": if code == 0 { "Succeeded" } else { "Failed" },
+            "containerStatuses": [{"state": {"terminated": {"exitCode": code, "message": message, "reason": "Error"}}}]}}),
+        )
     }
 
     #[test]
     fn a_finished_pod_gives_its_summary_or_its_exit_code() {
-        let job = json!({"status": {}});
+        let job: Job = typed(json!({"status": {}}));
         let r = judge(
             &job,
             Some(&terminated(
@@ -440,9 +472,9 @@ mod tests {
 
     #[test]
     fn unschedulable_refused_unpullable_and_hung_jobs_are_unknown_never_a_wait() {
-        let job = json!({"status": {}});
-        let pending = json!({"status": {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}]}});
+        let job: Job = typed(json!({"status": {}}));
+        let pending: Pod = typed(json!({"status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}]}}));
         assert_eq!(
             judge(
                 &job,
@@ -461,8 +493,10 @@ mod tests {
         .unwrap();
         assert_eq!(r.verdict, Verdict::Unknown);
         assert_eq!(r.reason, "no result within 900 s: the pod cannot be scheduled: Unschedulable: 0/3 nodes are available");
-        let refused = json!({"status": {"phase": "Failed", "reason": "UnexpectedAdmissionError",
-            "message": "Allocate failed due to requested number of devices unavailable for directx.microsoft.com/display"}});
+        let refused: Pod = typed(
+            json!({"status": {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+            "message": "Allocate failed due to requested number of devices unavailable for directx.microsoft.com/display"}}),
+        );
         let r = judge(
             &job,
             Some(&refused),
@@ -471,7 +505,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.reason, "the kubelet refused the validation pod: UnexpectedAdmissionError: Allocate failed due to requested number of devices unavailable for directx.microsoft.com/display (is a device of each resource free?)");
-        let pull = json!({"status": {"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff", "message": "no matching manifest"}}}]}});
+        let pull: Pod = typed(
+            json!({"status": {"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff", "message": "no matching manifest"}}}]}}),
+        );
         let r = judge(
             &job,
             Some(&pull),
@@ -486,7 +522,9 @@ mod tests {
             "{}",
             r.reason
         );
-        let deadline = json!({"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline"}]}});
+        let deadline: Job = typed(
+            json!({"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline"}]}}),
+        );
         let r = judge(
             &deadline,
             None,

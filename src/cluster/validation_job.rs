@@ -9,8 +9,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use kube::api::{Patch, PatchParams};
-use serde_json::Value;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 
 use super::validation::{job, judge, labels, JobResult, JobSpec, LABELLED_APIS};
 use super::{ApiError, Cluster};
@@ -20,26 +21,6 @@ use dxdp_core::validation::Verdict;
 /// two sets never remove each other's keys.
 pub const LABEL_MANAGER: &str = "dxdp-validation";
 
-async fn raw(
-    cluster: &Cluster,
-    what: &'static str,
-    req: http::Request<Vec<u8>>,
-) -> Result<Value, ApiError> {
-    cluster
-        .call(what, cluster.client.request::<Value>(req))
-        .await
-}
-
-fn request(method: &str, uri: &str, body: Option<&Value>) -> http::Request<Vec<u8>> {
-    let b = http::Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", "application/json");
-    let body = body.map(|v| v.to_string().into_bytes()).unwrap_or_default();
-    // The method and URI are built here from fixed text and label-safe names.
-    b.body(body).unwrap_or_default()
-}
-
 /// Creates the Job of `spec` and waits for its result, at most `limit` (polling every `poll`).
 pub async fn run_once(
     cluster: &Cluster,
@@ -48,19 +29,13 @@ pub async fn run_once(
     poll: Duration,
 ) -> JobResult {
     let manifest = job(spec);
-    let name = manifest["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let name = manifest.metadata.name.clone().unwrap_or_default();
     let ns = &spec.namespace;
-    let jobs = format!("/apis/batch/v1/namespaces/{ns}/jobs");
-    if let Err(e) = raw(
-        cluster,
-        "create the validation Job for",
-        request("POST", &jobs, Some(&manifest)),
-    )
-    .await
-    {
+    let jobs: Api<Job> = Api::namespaced(cluster.client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    let params = PostParams::default();
+    let create = jobs.create(&params, &manifest);
+    if let Err(e) = cluster.call("create the validation Job for", create).await {
         return JobResult {
             verdict: Verdict::Unknown,
             summary: None,
@@ -71,27 +46,18 @@ pub async fn run_once(
         };
     }
     let started = Instant::now();
-    let job_uri = format!("{jobs}/{name}");
-    let pods_uri = format!("/api/v1/namespaces/{ns}/pods?labelSelector=job-name%3D{name}");
+    let its_pods = ListParams::default().labels(&format!("job-name={name}"));
     let mut last_error = None;
     loop {
-        let job_now = raw(
-            cluster,
-            "read the validation Job of",
-            request("GET", &job_uri, None),
-        )
-        .await;
-        let pods = raw(
-            cluster,
-            "list the validation pods of",
-            request("GET", &pods_uri, None),
-        )
-        .await;
+        let job_now = cluster
+            .call("read the validation Job of", jobs.get(&name))
+            .await;
+        let pods_now = cluster.call("list the validation pods of", pods.list(&its_pods));
+        let pods_now = pods_now.await;
         let elapsed = started.elapsed();
-        match (job_now, pods) {
+        match (job_now, pods_now) {
             (Ok(j), Ok(p)) => {
-                let pod = p["items"].as_array().and_then(|i| i.last()).cloned();
-                if let Some(r) = judge(&j, pod.as_ref(), elapsed, limit) {
+                if let Some(r) = judge(&j, p.items.last(), elapsed, limit) {
                     return r;
                 }
             }

@@ -22,14 +22,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, PostParams};
-use serde_json::Value;
+use kube::api::{Api, DeleteParams, ListParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::events::{EventGate, EventLimits};
+use super::events::{EventLimits, EventSender, Voice};
 use super::validation::{label_value, JobResult, JobSpec, COMPONENT, COMPONENT_LABEL, NODE_LABEL};
 use super::validation_exe;
 use super::validation_job::{publish_labels, run_once};
@@ -37,12 +37,11 @@ use super::Cluster;
 use crate::config::validation::Validation;
 use crate::config::Config;
 use crate::inventory::{Inventory, InventoryRx};
+use crate::observe::event_metrics::EventResult;
 use crate::observe::state::Readiness;
 use crate::observe::validation::ValidationMetrics;
-use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
 use dxdp_core::devices::Resource;
-use dxdp_core::telemetry::PodRef;
 use dxdp_core::validation::Verdict;
 
 /// The environment variable naming the daemon's namespace (the chart sets it from
@@ -205,8 +204,27 @@ pub fn due(
     }
 }
 
+/// A failed run, as its Event tells it.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The namespace of the Job (and of the Event).
+    pub namespace: String,
+    /// The Job's name.
+    pub job: String,
+    /// What the run gave.
+    pub result: JobResult,
+}
+
+/// How the validation's Events are named in the log.
+const VOICE: Voice = Voice {
+    failing: "cannot report a failed GPU validation as an Event",
+    resumed: "Events about failed GPU validations",
+    grant: "the chart does with validation.enabled",
+};
+
 /// The Event about the node for a failed run.
-pub fn event(node: &str, namespace: &str, result: &JobResult, job: &str, now: Time) -> Event {
+pub fn event(f: &Failure, node: &str, now: Time) -> Event {
+    let (namespace, job, result) = (&f.namespace, &f.job, &f.result);
     let failed = result
         .summary
         .as_ref()
@@ -229,7 +247,7 @@ pub fn event(node: &str, namespace: &str, result: &JobResult, job: &str, now: Ti
             related: Some(ObjectReference {
                 api_version: Some("batch/v1".into()),
                 kind: Some("Job".into()),
-                name: Some(job.to_string()),
+                name: Some(job.clone()),
                 namespace: Some(namespace.to_string()),
                 ..ObjectReference::default()
             }),
@@ -256,98 +274,53 @@ pub struct Listed {
 }
 
 /// A Job of the list answer.
-pub fn listed(job: &Value) -> Listed {
-    let finished = job["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True");
+pub fn listed(job: &Job) -> Listed {
+    let spec = job.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+    let conditions = job.status.as_ref().and_then(|s| s.conditions.as_ref());
     Listed {
-        name: job["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        created: job["metadata"]["creationTimestamp"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        finished,
-        host_dir: job["spec"]["template"]["spec"]["volumes"]
-            .as_array()
+        name: job.metadata.name.clone().unwrap_or_default(),
+        // As the API server writes it.
+        created: (job.metadata.creation_timestamp.as_ref())
+            .map(|t| t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .unwrap_or_default(),
+        finished: conditions
             .into_iter()
             .flatten()
-            .find_map(|v| v["hostPath"]["path"].as_str())
-            .map(str::to_string),
+            .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True"),
+        host_dir: (spec.and_then(|s| s.volumes.as_ref()).into_iter().flatten())
+            .find_map(|v| v.host_path.as_ref())
+            .map(|h| h.path.clone()),
     }
 }
 
-fn request(method: &str, uri: &str) -> http::Request<Vec<u8>> {
-    http::Request::builder()
-        .method(method)
-        .uri(uri)
-        .body(Vec::new())
-        .unwrap_or_default()
-}
-
 impl Cluster {
+    fn jobs(&self, namespace: &str) -> Api<Job> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
     async fn validation_jobs(&self, namespace: &str) -> Result<Vec<Listed>, String> {
         let selector = format!(
             "{COMPONENT_LABEL}={COMPONENT},{NODE_LABEL}={}",
             label_value(&self.node)
         );
-        let uri = format!(
-            "/apis/batch/v1/namespaces/{namespace}/jobs?labelSelector={}",
-            selector
-                .replace('/', "%2F")
-                .replace('=', "%3D")
-                .replace(',', "%2C")
+        let (jobs, params) = (
+            self.jobs(namespace),
+            ListParams::default().labels(&selector),
         );
-        let list = self
-            .call(
-                "list the validation Jobs of",
-                self.client.request::<Value>(request("GET", &uri)),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(listed)
-            .collect())
+        let list = self.call("list the validation Jobs of", jobs.list(&params));
+        let list = list.await.map_err(|e| e.to_string())?;
+        Ok(list.items.iter().map(listed).collect())
     }
 
     async fn delete_job(&self, namespace: &str, name: &str) -> Result<(), String> {
         // Background: the Job's pod goes with it (and frees its devices).
-        let uri = format!(
-            "/apis/batch/v1/namespaces/{namespace}/jobs/{name}?propagationPolicy=Background"
-        );
-        match self
-            .call(
-                "delete a validation Job of",
-                self.client.request::<Value>(request("DELETE", &uri)),
-            )
-            .await
-        {
+        let (jobs, params) = (self.jobs(namespace), DeleteParams::background());
+        let deleted = self.call("delete a validation Job of", jobs.delete(name, &params));
+        match deleted.await {
             Ok(_) => Ok(()),
             // Already gone: what was asked for.
             Err(e) if e.status == Some(404) => Ok(()),
             Err(e) => Err(e.to_string()),
-        }
-    }
-
-    async fn create_node_event(&self, e: &Event, namespace: &str) -> Result<(), String> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        match tokio::time::timeout(self.timeout, api.create(&PostParams::default(), e)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!(
-                "cannot create the validation Event in namespace {namespace}: {} (RBAC: create events in {namespace}; the chart grants it with validation.enabled)",
-                chain(&e)
-            )),
-            Err(_) => Err(format!(
-                "the API server did not answer the validation Event within {} s",
-                self.timeout.as_secs_f64()
-            )),
         }
     }
 }
@@ -375,7 +348,20 @@ impl ValidationTask {
         let mut last: Option<Vec<String>> = None;
         let mut next: Option<Instant> = None;
         let mut said: Option<String> = None;
-        let mut gate = EventGate::new(t.timing.events, Instant::now());
+        let mut events = EventSender::new(
+            t.cluster.clone(),
+            t.timing.events,
+            t.backoff,
+            VOICE,
+            event,
+            |r| {
+                if matches!(r, EventResult::Deduplicated | EventResult::RateLimited) {
+                    tracing::debug!("no Event for this validation failure: one was sent recently");
+                }
+            },
+        );
+        // When the Event sender wants to be called again (a failed create, the rate limit).
+        let mut events_at: Option<Instant> = None;
         let mut run_number = 0u64;
         let mut metrics_ready = false;
         loop {
@@ -442,7 +428,12 @@ impl ValidationTask {
             };
             let now = Instant::now();
             let Some(why) = due(last.as_deref(), &p.fingerprint, next, now) else {
+                if events_at.is_some_and(|at| at <= now) {
+                    events_at = events.send().await;
+                    continue;
+                }
                 let wake = next.unwrap_or(now + settings.interval);
+                let wake = events_at.map_or(wake, |at| at.min(wake));
                 tokio::select! {
                     _ = tokio::time::sleep_until(wake) => {},
                     r = inventory.changed() => if r.is_err() { return },
@@ -492,7 +483,7 @@ impl ValidationTask {
                         image,
                     },
                     run_number,
-                    &mut gate,
+                    (&mut events, &mut events_at),
                 )
                 .await;
             last = Some(p.fingerprint.clone());
@@ -513,7 +504,7 @@ impl ValidationTask {
         p: &Plan,
         s: RunSettings,
         run: u64,
-        gate: &mut EventGate<(PodRef, String)>,
+        (events, events_at): (&mut EventSender<String, Failure>, &mut Option<Instant>),
     ) -> JobResult {
         let ns = self.namespace.clone().unwrap_or_default();
         let node = self.cluster.node().to_string();
@@ -612,36 +603,18 @@ impl ValidationTask {
             .unwrap_or_default();
         self.metrics
             .record(result.verdict.as_str(), &checks, &p.resources, unix_now());
-        if result.verdict == Verdict::Fail {
-            let now = Instant::now();
-            let key = (
-                PodRef {
-                    namespace: ns.clone(),
-                    pod: node.clone(),
-                    container: "validation".into(),
-                },
-                result
-                    .summary
-                    .as_ref()
-                    .map(|s| s.failed.join(","))
-                    .unwrap_or_default(),
-            );
-            if gate.is_duplicate(&key, now) || !gate.take(now) {
-                tracing::debug!("no Event for this validation failure: one was sent recently");
-            } else {
-                let e = event(
-                    &node,
-                    &ns,
-                    &result,
-                    &job,
-                    Time(k8s_openapi::jiff::Timestamp::now()),
-                );
-                match self.cluster.create_node_event(&e, &ns).await {
-                    Ok(()) => gate.sent(key, now),
-                    Err(why) => tracing::warn!("{why}"),
-                }
-            }
-        }
+        // A run that did not fail replaces a failure's Event still held back.
+        let failure = (result.verdict == Verdict::Fail).then(|| {
+            let checks = result.summary.as_ref().map(|s| s.failed.join(","));
+            let f = Failure {
+                namespace: ns.clone(),
+                job: job.clone(),
+                result: result.clone(),
+            };
+            (checks.unwrap_or_default(), f)
+        });
+        events.occurred(failure, true, Instant::now());
+        *events_at = events.send().await;
         // Clean up: the Job given up on, old finished Jobs, unused copies of dxdp.exe.
         let jobs = match self.cluster.validation_jobs(&ns).await {
             Ok(j) => j,
@@ -707,7 +680,7 @@ mod tests {
     use crate::cluster::tests::standin::ApiServerStandin;
     use crate::cluster::validation::VALIDATED_LABEL;
     use crate::observe::state::Phase;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     const NODE: &str = "n1";
     const NS: &str = "dxdp-system";
@@ -1007,10 +980,7 @@ mod tests {
             .collect();
         assert_eq!(deletes.len(), 1, "the Job given up on is deleted");
         assert_eq!(
-            deletes[0]
-                .query
-                .get("propagationPolicy")
-                .map(String::as_str),
+            deletes[0].propagation_policy().as_deref(),
             Some("Background")
         );
         assert!(rig.api.jobs().is_empty());
@@ -1163,9 +1133,10 @@ mod tests {
         );
         assert_eq!(due(Some(&fp), &fp, Some(now), now), Some("on schedule"));
         let l = listed(
-            &json!({"metadata": {"name": "j", "creationTimestamp": "2026-11-25T00:00:00Z"},
+            &serde_json::from_value(json!({"metadata": {"name": "j", "creationTimestamp": "2026-11-25T00:00:00Z"},
             "spec": {"template": {"spec": {"volumes": [{"name": "dxdp", "hostPath": {"path": "C:\\x\\dxdp-1"}}]}}},
-            "status": {"conditions": [{"type": "Complete", "status": "True"}]}}),
+            "status": {"conditions": [{"type": "Complete", "status": "True"}]}}))
+            .unwrap(),
         );
         assert_eq!(
             l,

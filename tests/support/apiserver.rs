@@ -51,6 +51,38 @@ impl Recorded {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null)
     }
+
+    /// The propagation policy of a delete: a query parameter or a field of the DeleteOptions
+    /// body (the API server takes either; kube-rs sends the body).
+    pub fn propagation_policy(&self) -> Option<String> {
+        propagation_policy(&self.query, &self.body).ok().flatten()
+    }
+}
+
+/// The propagation policy of a delete (query or DeleteOptions body), or why the API server
+/// would refuse the request.
+fn propagation_policy(
+    query: &BTreeMap<String, String>,
+    body: &str,
+) -> Result<Option<String>, (StatusCode, String)> {
+    let options: serde_json::Value = match body.trim() {
+        "" => serde_json::Value::Null,
+        b => serde_json::from_str(b).map_err(|_| {
+            (
+                StatusCode::BAD_REQUEST,
+                "the DeleteOptions are not JSON".into(),
+            )
+        })?,
+    };
+    let policy = (query.get("propagationPolicy").cloned())
+        .or_else(|| options["propagationPolicy"].as_str().map(str::to_string));
+    match policy.as_deref() {
+        None | Some("Orphan" | "Background" | "Foreground") => Ok(policy),
+        Some(p) => Err((
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("DeleteOptions.meta.k8s.io is invalid: propagationPolicy: Unsupported value: \"{p}\""),
+        )),
+    }
 }
 
 #[derive(Debug, Default)]
@@ -701,7 +733,7 @@ fn merge_list(
 }
 
 /// Jobs: create (kept, answered 201), get by name (with the status the test set), list (with
-/// an equality `labelSelector`), delete.
+/// an equality `labelSelector`), delete (with DeleteOptions in the query or the body).
 fn jobs(
     s: &mut State,
     method: &Method,
@@ -761,6 +793,9 @@ fn jobs(
             None => status(StatusCode::NOT_FOUND, "jobs.batch not found"),
         },
         ("DELETE", Some(name)) => {
+            if let Err((code, message)) = propagation_policy(q, body) {
+                return status(code, &message);
+            }
             let before = s.jobs.len();
             s.jobs.retain(|j| j["metadata"]["name"] != name.as_str());
             if s.jobs.len() == before {
