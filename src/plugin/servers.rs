@@ -76,17 +76,22 @@ pub const PREDECESSOR_WAIT: Duration = Duration::from_secs(2);
 /// `kubelet.sock` as the end of that kubelet, whatever the identity says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct KubeletId {
-    /// The file's identity.
-    pub(crate) file: FileId,
+    /// The file's identity (`None` where it cannot be read although the file exists).
+    pub(crate) file: Option<FileId>,
     /// Its modification time.
     pub(crate) modified: Option<SystemTime>,
 }
 
-/// The identity of the `kubelet.sock` at `path`, `None` while there is none.
-pub(crate) fn kubelet_id(path: &Path) -> Option<KubeletId> {
-    let file = file_id(path).ok()?;
-    let modified = std::fs::metadata(path).ok()?.modified().ok();
-    Some(KubeletId { file, modified })
+/// The identity of the `kubelet.sock` at `path`, `None` while there is none. Whether it exists is
+/// `std::fs::metadata`'s answer (which knows an AF_UNIX socket on Windows is a reparse point it
+/// cannot follow), so that a file ID that cannot be read degrades the identity, never hides the
+/// kubelet.
+fn kubelet_id(path: &Path) -> Option<KubeletId> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some(KubeletId {
+        file: file_id(path).ok(),
+        modified: meta.modified().ok(),
+    })
 }
 
 /// A gRPC server task of one served name.
@@ -124,7 +129,7 @@ pub(crate) trait Host: Send + Sync + 'static {
 }
 
 /// The product's [`Host`]: sockets of the transport, tonic, the file system.
-pub(crate) struct OsHost(pub(crate) Transport);
+struct OsHost(Transport);
 
 impl Host for OsHost {
     fn serve(
@@ -671,10 +676,7 @@ async fn stopped(finished: Option<channel::Receiver<()>>) {
 
 /// Waits until the earlier servers of the name finished stopping (the sender of `predecessors`
 /// is dropped), at most [`PREDECESSOR_WAIT`].
-pub(super) async fn predecessors_finished(
-    name: String,
-    predecessors: Option<channel::Receiver<()>>,
-) {
+async fn predecessors_finished(name: String, predecessors: Option<channel::Receiver<()>>) {
     if predecessors.is_none() {
         return;
     }

@@ -243,7 +243,7 @@ impl Host for Fake {
 
     fn kubelet(&self, _kubelet_sock: &Path) -> Option<KubeletId> {
         self.state().kubelet.map(|file| KubeletId {
-            file: FileId { volume: 1, file },
+            file: Some(FileId { volume: 1, file }),
             modified: None,
         })
     }
@@ -515,6 +515,25 @@ async fn a_kubelet_sock_created_again_with_the_same_identity_is_a_new_kubelet() 
         [(secs(0), DISPLAY, 1), (secs(10), DISPLAY, 2)]
     );
     assert_eq!(fake.lists(2), [secs(10)]);
+    // The kubelet stops (its removal seen alone), and a new one starts a second later: one
+    // restart, at once.
+    fake.state().kubelet = None;
+    s.sup
+        .on_dir_events(&[event("kubelet.sock", Change::Removed)]);
+    fake.until(secs(31)).await;
+    fake.state().kubelet = Some(2);
+    s.sup
+        .on_dir_events(&[event("kubelet.sock", Change::Created)]);
+    fake.until(secs(40)).await;
+    assert_eq!(
+        fake.registrations(),
+        [
+            (secs(0), DISPLAY, 1),
+            (secs(10), DISPLAY, 2),
+            (secs(31), DISPLAY, 3)
+        ]
+    );
+    assert_eq!(fake.sockets(), 3);
     s.sup.stop_all().await;
 }
 
@@ -563,7 +582,7 @@ fn a_kubelet_sock_is_known_by_its_file_identity() {
     assert_eq!(kubelet_id(&sock), Some(first), "stable while it stays");
     assert_eq!(
         first.file,
-        crate::util::file_id::file_id(&sock).unwrap(),
+        Some(crate::util::file_id::file_id(&sock).unwrap()),
         "one file identity for the whole daemon"
     );
     // Renamed away (so its number cannot be reused) and created again: another kubelet.
