@@ -29,22 +29,25 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
-use tokio::sync::{mpsc, watch as channel};
+use tokio::sync::{watch as channel, Notify};
 use tokio::task::{AbortHandle, JoinHandle};
+use tokio::time::Instant;
 
 use super::claim::socket_name;
 use super::file_watch::{Change, DirEvent};
-use super::register;
+use super::register::{self, RegisterError};
 use super::service::{ResourceService, Streams};
 use crate::inventory::InventoryRx;
 use crate::kubelet::KUBELET_SOCKET;
 use crate::observe::Observe;
 use crate::plugin::answer::server::device_plugin_server::DevicePluginServer;
 use crate::transport::{self, Transport};
+use crate::util::file_id::{file_id, FileId};
 use crate::util::retry::Backoff;
 use dxdp_core::devices::Resource;
 
@@ -64,21 +67,114 @@ pub const STOP_ABORT: Duration = Duration::from_millis(500);
 /// stopping before it registers: twice the longest stop ([`STOP_GRACE`] + [`STOP_ABORT`]).
 pub const PREDECESSOR_WAIT: Duration = Duration::from_secs(2);
 
-/// What tells one `kubelet.sock` from its successor.
-type FileIdentity = (Option<SystemTime>, u64);
-
-fn file_identity(path: &Path) -> Option<FileIdentity> {
-    let meta = std::fs::metadata(path).ok()?;
-    #[cfg(unix)]
-    let id = std::os::unix::fs::MetadataExt::ino(&meta);
-    #[cfg(windows)]
-    let id = std::os::windows::fs::MetadataExt::creation_time(&meta);
-    #[cfg(not(any(unix, windows)))]
-    let id = 0;
-    Some((meta.modified().ok(), id))
+/// What tells one `kubelet.sock` from its successor: the file's identity ([`FileId`]: device and
+/// inode on Unix, volume serial number and file ID on Windows) and its modification time (to the
+/// nanosecond where the file system keeps it). Not its creation time: NTFS tunnelling gives a
+/// file created again under the same name within 15 s the creation time of the one removed. A
+/// socket created again at once can still get the removed one's inode and, within the clock's
+/// granularity, its time: [`Servers::on_dir_events`] therefore also takes the removal of
+/// `kubelet.sock` as the end of that kubelet, whatever the identity says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KubeletId {
+    /// The file's identity (`None` where it cannot be read although the file exists).
+    pub(crate) file: Option<FileId>,
+    /// Its modification time.
+    pub(crate) modified: Option<SystemTime>,
 }
 
-/// A server's gRPC task or registration ended (for whatever reason).
+/// The identity of the `kubelet.sock` at `path`, `None` while there is none. Whether it exists is
+/// `std::fs::metadata`'s answer (which knows an AF_UNIX socket on Windows is a reparse point it
+/// cannot follow), so that a file ID that cannot be read degrades the identity, never hides the
+/// kubelet.
+fn kubelet_id(path: &Path) -> Option<KubeletId> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some(KubeletId {
+        file: file_id(path).ok(),
+        modified: meta.modified().ok(),
+    })
+}
+
+/// A gRPC server task of one served name.
+pub(crate) type GrpcTask = JoinHandle<Result<(), tonic::transport::Error>>;
+
+/// What the servers do outside the process, in one seam: listen on a socket file and serve a
+/// name's service there, call `Register` on `kubelet.sock`, and tell one `kubelet.sock` from its
+/// successor. The product's is [`OsHost`]; the unit tests put a fake kubelet behind it, so that
+/// restarts, waits and registrations run under paused time.
+pub(crate) trait Host: Send + Sync + 'static {
+    /// Listens on a new socket at `path` (which does not exist) and serves `service` there in a
+    /// task of its own until `stopped` turns true; once `close` turns true, every connection
+    /// accepted fails its next read or write, and `close`'s sender is closed once the listener
+    /// and every connection are dropped.
+    fn serve(
+        &self,
+        path: &Path,
+        service: ResourceService,
+        stopped: channel::Receiver<bool>,
+        close: channel::Receiver<bool>,
+    ) -> std::io::Result<GrpcTask>;
+
+    /// One `Register` call on `kubelet_sock` for `name` served at `endpoint` (a file name in the
+    /// kubelet's directory), within `timeout`.
+    fn register(
+        &self,
+        kubelet_sock: &Path,
+        endpoint: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<(), RegisterError>>;
+
+    /// The identity of `kubelet_sock`, `None` while there is none.
+    fn kubelet(&self, kubelet_sock: &Path) -> Option<KubeletId>;
+}
+
+/// The product's [`Host`]: sockets of the transport, tonic, the file system.
+struct OsHost(Transport);
+
+impl Host for OsHost {
+    fn serve(
+        &self,
+        path: &Path,
+        service: ResourceService,
+        mut stopped: channel::Receiver<bool>,
+        close: channel::Receiver<bool>,
+    ) -> std::io::Result<GrpcTask> {
+        let listener = self.0.bind(path)?;
+        let incoming = transport::incoming(listener, close, Arc::default());
+        Ok(tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                // A burst of concurrent calls is served 100 at a time (the client queues the
+                // rest): memory stays bounded, and h2 never closes the kubelet's connection for
+                // buffering too many small DATA frames (issue 36, BENCHMARKS.md).
+                .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+                .add_service(DevicePluginServer::new(service))
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                })
+                .await
+        }))
+    }
+
+    fn register(
+        &self,
+        kubelet_sock: &Path,
+        endpoint: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<(), RegisterError>> {
+        let (transport, sock) = (self.0, kubelet_sock.to_path_buf());
+        let (endpoint, name) = (endpoint.to_string(), name.to_string());
+        Box::pin(
+            async move { register::register(transport, &sock, &endpoint, &name, timeout).await },
+        )
+    }
+
+    fn kubelet(&self, kubelet_sock: &Path) -> Option<KubeletId> {
+        kubelet_id(kubelet_sock)
+    }
+}
+
+/// A server's gRPC task or registration ended while the server was meant to run.
 #[derive(Debug)]
 pub struct Ended {
     /// The served name.
@@ -87,6 +183,68 @@ pub struct Ended {
     pub generation: u64,
     /// Why.
     pub reason: String,
+}
+
+/// Where servers report that they ended: at most one report per served name, the newest
+/// generation's (an older generation's end is stale by construction), so that however many
+/// servers end before the reports are read, they take one slot per name. A server stopped on
+/// purpose does not report. Reporting never blocks.
+#[derive(Debug, Default)]
+struct EndedSlots {
+    by_name: Mutex<BTreeMap<String, Ended>>,
+    notify: Notify,
+}
+
+impl EndedSlots {
+    fn report(&self, ended: Ended) {
+        let mut slots = self.by_name.lock().unwrap_or_else(|p| p.into_inner());
+        match slots.get(&ended.name) {
+            Some(kept) if kept.generation >= ended.generation => return,
+            _ => {
+                slots.insert(ended.name.clone(), ended);
+            }
+        }
+        drop(slots);
+        self.notify.notify_one();
+    }
+}
+
+/// The reports of servers that ended (see [`Servers::on_ended`]).
+#[derive(Debug)]
+pub struct EndedRx(Arc<EndedSlots>);
+
+impl EndedRx {
+    /// The next report, once there is one (cancel-safe: a report is taken only when returned).
+    /// Never `None` while the [`Servers`] lives.
+    pub async fn recv(&mut self) -> Option<Ended> {
+        loop {
+            if let Some(ended) = self.try_recv() {
+                return Some(ended);
+            }
+            // A report made since `try_recv` left a permit: this returns at once.
+            self.0.notify.notified().await;
+        }
+    }
+
+    /// The next report, if there is one now.
+    pub fn try_recv(&mut self) -> Option<Ended> {
+        self.0
+            .by_name
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_first()
+            .map(|(_, ended)| ended)
+    }
+
+    /// How many reports are waiting.
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
+        self.0
+            .by_name
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
 }
 
 /// One device-plugin server: for one served name, its socket, its gRPC server task and its
@@ -103,7 +261,7 @@ pub struct Server {
     pub grpc: AbortHandle,
     registrar: AbortHandle,
     /// When it started (tests age it).
-    pub(super) started: std::time::Instant,
+    pub(super) started: Instant,
 }
 
 /// A server that ends sooner than this after its start is restarted by the next full check, not
@@ -114,21 +272,23 @@ pub const RAPID_END: std::time::Duration = std::time::Duration::from_secs(1);
 pub struct Servers {
     kubelet_dir: PathBuf,
     kubelet_sock: PathBuf,
-    transport: Transport,
+    host: Arc<dyn Host>,
     backoff: Backoff,
     inventory: InventoryRx,
     wanted: Vec<(Resource, String)>,
     /// The running servers by served name.
     pub running: BTreeMap<String, Server>,
-    kubelet: Option<FileIdentity>,
+    kubelet: Option<KubeletId>,
     waiting_announced: bool,
     generations: u64,
-    /// The servers stopped while this kubelet lives that have not finished stopping, by served
-    /// name: each receiver's sender is dropped when its server finished.
-    stopping: BTreeMap<String, Vec<channel::Receiver<()>>>,
-    ended_tx: mpsc::UnboundedSender<Ended>,
+    /// For each name a server of which was stopped while this kubelet lives: a receiver whose
+    /// sender is dropped once every server of the name stopped so far finished stopping. One
+    /// entry per name (each stop waits for the one before it), dropped when the kubelet changes
+    /// or, once finished, when the name is no longer served.
+    stopping: BTreeMap<String, channel::Receiver<()>>,
+    ended_tx: Arc<EndedSlots>,
     /// Where servers report that they ended.
-    pub ended_rx: mpsc::UnboundedReceiver<Ended>,
+    pub ended_rx: EndedRx,
     observe: Observe,
 }
 
@@ -142,14 +302,33 @@ impl Servers {
         inventory: InventoryRx,
         wanted: Vec<(Resource, String)>,
     ) -> Self {
-        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        Self::with_host(
+            kubelet_dir,
+            Arc::new(OsHost(transport)),
+            backoff,
+            observe,
+            inventory,
+            wanted,
+        )
+    }
+
+    /// [`Servers::new`] with the sockets, `Register` calls and `kubelet.sock` of `host`.
+    pub(crate) fn with_host(
+        kubelet_dir: &Path,
+        host: Arc<dyn Host>,
+        backoff: Backoff,
+        observe: Observe,
+        inventory: InventoryRx,
+        wanted: Vec<(Resource, String)>,
+    ) -> Self {
+        let ended_tx = Arc::new(EndedSlots::default());
         let kubelet_sock = kubelet_dir.join(KUBELET_SOCKET);
         observe.wanted(wanted.iter().map(|(_, n)| n.clone()).collect());
         Servers {
-            kubelet: file_identity(&kubelet_sock),
+            kubelet: host.kubelet(&kubelet_sock),
             kubelet_dir: kubelet_dir.to_path_buf(),
             kubelet_sock,
-            transport,
+            host,
             backoff,
             inventory,
             wanted,
@@ -157,8 +336,8 @@ impl Servers {
             waiting_announced: false,
             generations: 0,
             stopping: BTreeMap::new(),
+            ended_rx: EndedRx(ended_tx.clone()),
             ended_tx,
-            ended_rx,
             observe,
         }
     }
@@ -171,7 +350,7 @@ impl Servers {
     /// Brings the servers in line with the wanted names, the sockets and `kubelet.sock`: the
     /// whole state is compared, so it is also the fallback for missed events.
     pub fn check(&mut self) {
-        let now = file_identity(&self.kubelet_sock);
+        let now = self.host.kubelet(&self.kubelet_sock);
         if now != self.kubelet {
             // Another kubelet (or none): it has no clients of the servers stopped so far.
             self.stopping.clear();
@@ -221,12 +400,13 @@ impl Servers {
         }
     }
 
-    /// Acts on changes in the kubelet directory.
+    /// Acts on changes in the kubelet directory. One cause restarts a server once: a new
+    /// `kubelet.sock` is handled first (it restarts every server), and a removed socket then
+    /// restarts its server only if that server was not restarted already.
     pub fn on_dir_events(&mut self, events: &[DirEvent]) {
-        let kubelet = events
-            .iter()
-            .any(|e| e.name.as_os_str() == std::ffi::OsStr::new(KUBELET_SOCKET));
-        let removed: Vec<String> = self
+        let is_kubelet = |e: &&DirEvent| e.name.as_os_str() == std::ffi::OsStr::new(KUBELET_SOCKET);
+        let kubelet = events.iter().any(|e| is_kubelet(&e));
+        let removed: Vec<(String, PathBuf)> = self
             .running
             .iter()
             .filter(|(_, u)| {
@@ -236,22 +416,31 @@ impl Servers {
                         && !u.path.exists()
                 })
             })
-            .map(|(n, _)| n.clone())
+            .map(|(n, u)| (n.clone(), u.path.clone()))
             .collect();
         if kubelet {
-            let now = file_identity(&self.kubelet_sock);
+            let now = self.host.kubelet(&self.kubelet_sock);
             if now.is_none() && self.kubelet.is_some() {
                 tracing::warn!(
                     "{} disappeared (kubelet stopped?)",
                     self.kubelet_sock.display()
                 );
             }
-        }
-        for name in removed {
-            self.restart(&name, "its socket was removed (kubelet restart?)");
-        }
-        if kubelet {
+            // The kubelet.sock known so far was removed: whatever is there now is another
+            // kubelet's, even one that got the same inode and time stamps.
+            if events
+                .iter()
+                .filter(is_kubelet)
+                .any(|e| e.change == Change::Removed)
+            {
+                self.kubelet = None;
+            }
             self.check();
+        }
+        for (name, path) in removed {
+            if self.running.get(&name).is_some_and(|u| u.path == path) {
+                self.restart(&name, "its socket was removed (kubelet restart?)");
+            }
         }
     }
 
@@ -302,6 +491,10 @@ impl Servers {
         }
         self.observe
             .wanted(wanted.iter().map(|(_, n)| n.clone()).collect());
+        // The stops of names no longer served that have finished: nothing waits for them.
+        self.stopping.retain(|name, finished| {
+            wanted.iter().any(|(_, n)| n == name) || finished.has_changed().is_ok()
+        });
         self.wanted = wanted;
         self.check();
     }
@@ -324,28 +517,21 @@ impl Servers {
         tracing::warn!(resource = %name, "{why}; serving it on a new socket and registering again");
         let resource = server.resource;
         self.retire(name, server);
-        if self.kubelet_sock.exists() {
+        if self.host.kubelet(&self.kubelet_sock).is_some() {
             self.start(resource, name);
         }
     }
 
     /// Stops `server` (in a task of its own) while the kubelet lives on: the next server of `name`
-    /// registers only once it finished.
+    /// registers only once it and every earlier server of `name` finished.
     fn retire(&mut self, name: &str, server: Server) {
         let (finished, stopping) = channel::channel(());
         let stop = self.stop(name, server);
+        let earlier = self.stopping.insert(name.to_string(), stopping);
         tokio::spawn(async move {
-            stop.await;
+            tokio::join!(stop, stopped(earlier));
             drop(finished);
         });
-        self.stopping.retain(|_, servers| {
-            servers.retain(|u| u.has_changed().is_ok());
-            !servers.is_empty()
-        });
-        self.stopping
-            .entry(name.to_string())
-            .or_default()
-            .push(stopping);
     }
 
     /// Binds a fresh socket for `name`, serves it and registers it once the earlier servers of
@@ -358,19 +544,6 @@ impl Servers {
             return;
         }
         let _ = std::fs::remove_file(&path);
-        let listener = match self.transport.bind(&path) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(resource = %name, socket = %path.display(), "cannot listen: {e}; retrying at the next safety poll");
-                self.observe.server_not_listening(
-                    name,
-                    format!("cannot listen on {}: {e}", path.display()),
-                );
-                return;
-            }
-        };
-        self.generations += 1;
-        let generation = self.generations;
         let (stop, stopping) = channel::channel(false);
         let (close, closing) = channel::channel(false);
         let (resend, resend_rx) = channel::channel(0u64);
@@ -383,23 +556,23 @@ impl Servers {
             (stopping.clone(), streams),
             self.observe.metrics.allocate_recorder(name),
         );
-        let mut until_stopped = stopping.clone();
-        let incoming = transport::incoming(listener, closing, Arc::default());
-        let grpc = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                // A burst of concurrent calls is served 100 at a time (the client queues the
-                // rest): memory stays bounded, and h2 never closes the kubelet's connection for
-                // buffering too many small DATA frames (issue 36, BENCHMARKS.md).
-                .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-                .add_service(DevicePluginServer::new(svc))
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = until_stopped.wait_for(|s| *s).await;
-                })
-                .await
-        });
+        let grpc = match self.host.serve(&path, svc, stopping.clone(), closing) {
+            Ok(grpc) => grpc,
+            Err(e) => {
+                tracing::error!(resource = %name, socket = %path.display(), "cannot listen: {e}; retrying at the next safety poll");
+                self.observe.server_not_listening(
+                    name,
+                    format!("cannot listen on {}: {e}", path.display()),
+                );
+                return;
+            }
+        };
+        self.generations += 1;
+        let generation = self.generations;
         let grpc_abort = grpc.abort_handle();
         let ended_tx = self.ended_tx.clone();
         let ended_name = name.to_string();
+        let told_to_stop = stopping.clone();
         let monitor = tokio::spawn(async move {
             let reason = match grpc.await {
                 Ok(Ok(())) => "stopped".to_string(),
@@ -407,24 +580,21 @@ impl Servers {
                 Err(e) if e.is_cancelled() => "aborted".to_string(),
                 Err(e) => format!("panicked: {e}"),
             };
-            let _ = ended_tx.send(Ended {
-                name: ended_name,
-                generation,
-                reason: format!("gRPC server ended: {reason}"),
-            });
+            // The end of a server stopped on purpose is no news.
+            if !*told_to_stop.borrow() {
+                ended_tx.report(Ended {
+                    name: ended_name,
+                    generation,
+                    reason: format!("gRPC server ended: {reason}"),
+                });
+            }
         });
         tracing::info!(resource = %name, socket = %path.display(), "listening");
         self.observe.server_started(name, generation);
         // An earlier server of the name served this kubelet: the kubelet may handle the end of its
         // stream after this server's first list, however soon that server finished stopping.
-        let restarted = self.stopping.contains_key(name);
-        let predecessors = match self.stopping.get_mut(name) {
-            Some(servers) => {
-                servers.retain(|u| u.has_changed().is_ok());
-                servers.clone()
-            }
-            None => Vec::new(),
-        };
+        let predecessors = self.stopping.get(name).cloned();
+        let restarted = predecessors.is_some();
         let watch = Watch {
             open,
             resend,
@@ -433,7 +603,7 @@ impl Servers {
         };
         let predecessors = predecessors_finished(name.to_string(), predecessors);
         let registration = registration(
-            (self.transport, self.kubelet_sock.clone()),
+            (self.host.clone(), self.kubelet_sock.clone()),
             path.clone(),
             name.to_string(),
             self.backoff,
@@ -457,7 +627,7 @@ impl Servers {
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_default();
-                let _ = ended_tx.send(Ended {
+                ended_tx.report(Ended {
                     name: ended_name,
                     generation,
                     reason: format!("registration panicked: {text}"),
@@ -475,7 +645,7 @@ impl Servers {
                 monitor,
                 grpc: grpc_abort,
                 registrar: registrar.abort_handle(),
-                started: std::time::Instant::now(),
+                started: Instant::now(),
             },
         );
     }
@@ -497,20 +667,22 @@ impl Servers {
     }
 }
 
-/// Waits until every server of `predecessors` finished stopping (its sender is dropped), at most
-/// [`PREDECESSOR_WAIT`].
-async fn predecessors_finished(name: String, predecessors: Vec<channel::Receiver<()>>) {
-    if predecessors.is_empty() {
+/// Until the sender of `finished` (if any) is dropped: nothing is ever sent on it.
+async fn stopped(finished: Option<channel::Receiver<()>>) {
+    if let Some(mut finished) = finished {
+        while finished.changed().await.is_ok() {}
+    }
+}
+
+/// Waits until the earlier servers of the name finished stopping (the sender of `predecessors`
+/// is dropped), at most [`PREDECESSOR_WAIT`].
+async fn predecessors_finished(name: String, predecessors: Option<channel::Receiver<()>>) {
+    if predecessors.is_none() {
         return;
     }
     tracing::debug!(resource = %name, "waiting for the previous server to finish before registering");
-    let started = tokio::time::Instant::now();
-    let all =
-        futures_util::future::join_all(predecessors.into_iter().map(|mut finished| async move {
-            // Nothing is ever sent: `changed` fails once the sender is dropped.
-            while finished.changed().await.is_ok() {}
-        }));
-    match tokio::time::timeout(PREDECESSOR_WAIT, all).await {
+    let started = Instant::now();
+    match tokio::time::timeout(PREDECESSOR_WAIT, stopped(predecessors)).await {
         Ok(_) => {
             tracing::debug!(resource = %name, waited = ?started.elapsed(), "the previous server finished; registering")
         }
@@ -552,7 +724,7 @@ struct Watch {
 /// `PluginDisconnected` of an earlier server of the name closes the newest client), the server
 /// registers again. A server that was `restarted` sends its list again ([`RESEND_AFTER`]).
 async fn registration(
-    (transport, kubelet_sock): (Transport, PathBuf),
+    (host, kubelet_sock): (Arc<dyn Host>, PathBuf),
     socket: PathBuf,
     name: String,
     backoff: Backoff,
@@ -564,13 +736,9 @@ async fn registration(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     loop {
-        let (sock, ep, rn) = (kubelet_sock.clone(), endpoint.clone(), name.clone());
         register::until_registered(
             backoff,
-            move || {
-                let (sock, ep, rn) = (sock.clone(), ep.clone(), rn.clone());
-                async move { register::register(transport, &sock, &ep, &rn, backoff.timeout).await }
-            },
+            || host.register(&kubelet_sock, &endpoint, &name, backoff.timeout),
             |attempt, result, retry_in| {
                 observe.registration(
                     &name,
@@ -595,7 +763,7 @@ async fn registration(
                 continue;
             }
         }
-        let kubelet = file_identity(&kubelet_sock);
+        let kubelet = host.kubelet(&kubelet_sock);
         observe.watching(&name, generation, true);
         let resends = async {
             if watch.restarted {
@@ -621,7 +789,7 @@ async fn registration(
         if *watch.stopping.borrow() {
             return;
         }
-        if file_identity(&kubelet_sock) != kubelet {
+        if host.kubelet(&kubelet_sock) != kubelet {
             // The kubelet restarted or went away: `Servers` serves the next kubelet
             // with new servers, and stops this one.
             tracing::debug!(resource = %name, "the kubelet stopped watching the device list and kubelet.sock changed; waiting for the new servers");
@@ -664,3 +832,6 @@ fn stop_server(server: Server) -> impl Future<Output = ()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

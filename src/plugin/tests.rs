@@ -208,7 +208,7 @@ async fn a_server_whose_grpc_server_dies_is_restarted_on_a_fresh_socket_and_regi
     // The end of a server that was replaced on purpose is not a crash.
     sup.stop_all().await;
     assert!(!second.exists() && !first.exists());
-    while let Ok(ended) = sup.ended_rx.try_recv() {
+    while let Some(ended) = sup.ended_rx.try_recv() {
         sup.on_ended(ended);
         assert!(sup.running.is_empty());
     }

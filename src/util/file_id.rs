@@ -55,20 +55,33 @@ mod imp {
     use windows::Win32::Foundation::HANDLE;
     use windows::Win32::Storage::FileSystem::{
         FileIdInfo, GetFileInformationByHandle, GetFileInformationByHandleEx,
-        BY_HANDLE_FILE_INFORMATION, FILE_FLAG_BACKUP_SEMANTICS, FILE_ID_INFO, FILE_READ_ATTRIBUTES,
-        FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE,
+        BY_HANDLE_FILE_INFORMATION, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
+        FILE_ID_INFO, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE,
     };
+
+    /// `ERROR_CANT_ACCESS_FILE`: a reparse point that cannot be followed (an AF_UNIX socket
+    /// such as `kubelet.sock`, an app execution alias) exists but cannot be opened through.
+    const ERROR_CANT_ACCESS_FILE: i32 = 1920;
 
     /// `FileIdInfo` (the 128-bit ID and 64-bit volume serial number, Windows 8 / Server 2012
     /// and later), else `GetFileInformationByHandle`'s volume serial number and file index. The
     /// handle shares everything (a directory being watched or deleted is not disturbed) and is
-    /// closed at once; `FILE_FLAG_BACKUP_SEMANTICS` opens directories.
+    /// closed at once; `FILE_FLAG_BACKUP_SEMANTICS` opens directories. A reparse point that
+    /// cannot be followed (an AF_UNIX socket) is opened itself, as `std::fs::metadata` does.
     pub fn file_id(path: &Path) -> io::Result<FileId> {
-        let file = std::fs::OpenOptions::new()
-            .access_mode(FILE_READ_ATTRIBUTES.0)
-            .share_mode(FILE_SHARE_READ.0 | FILE_SHARE_WRITE.0 | FILE_SHARE_DELETE.0)
-            .custom_flags(FILE_FLAG_BACKUP_SEMANTICS.0)
-            .open(path)?;
+        let open = |flags: u32| {
+            std::fs::OpenOptions::new()
+                .access_mode(FILE_READ_ATTRIBUTES.0)
+                .share_mode(FILE_SHARE_READ.0 | FILE_SHARE_WRITE.0 | FILE_SHARE_DELETE.0)
+                .custom_flags(flags)
+                .open(path)
+        };
+        let file = match open(FILE_FLAG_BACKUP_SEMANTICS.0) {
+            Err(e) if e.raw_os_error() == Some(ERROR_CANT_ACCESS_FILE) => {
+                open(FILE_FLAG_BACKUP_SEMANTICS.0 | FILE_FLAG_OPEN_REPARSE_POINT.0)?
+            }
+            opened => opened?,
+        };
         let handle = HANDLE(file.as_raw_handle());
         let mut info = FILE_ID_INFO::default();
         // SAFETY: the handle is open for the call; the buffer is a FILE_ID_INFO of the size given.
