@@ -358,13 +358,17 @@ impl ResourceService {
         let answers = self.prepared.for_inventory(&inventory, self.resource);
         let replicas = inventory.config.replicas(self.resource);
         let mut response = AllocateAnswer::default();
-        let mut allocated = Vec::with_capacity(request.container_requests.len());
+        // What to log once the request is answered (nothing is kept when the line is off).
+        let log = tracing::enabled!(tracing::Level::INFO);
+        let mut allocated = Vec::new();
         for container in request.container_requests {
             if let Some(answer) = self.prepared_answer(&answers, replicas, &container.devices_ids) {
                 for note in &answer.notes {
                     tracing::warn!(resource = %self.name, "{note}");
                 }
-                allocated.push((container.devices_ids, answer.devices.clone(), answer.mounts));
+                if log {
+                    allocated.push((container.devices_ids, answer.devices.clone(), answer.mounts));
+                }
                 response.container_responses.push(answer.encoded.clone());
                 continue;
             }
@@ -389,8 +393,10 @@ impl ResourceService {
             for note in &edits.notes {
                 tracing::warn!(resource = %self.name, "{note}");
             }
-            let (devices, mounts) = (Arc::from(edits.devices.clone()), edits.mounts.len());
-            allocated.push((container.devices_ids, devices, mounts));
+            if log {
+                let (devices, mounts) = (Arc::from(edits.devices.clone()), edits.mounts.len());
+                allocated.push((container.devices_ids, devices, mounts));
+            }
             response
                 .container_responses
                 .push(encode_container(&container_response(edits)));
