@@ -207,13 +207,45 @@ fn open_lock(path: &Path) -> std::io::Result<File> {
     }
 }
 
+/// Why the kubelet directory's lock cannot be taken (one daemon per directory).
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another dxdp holds it.
+    #[error("another dxdp already serves {} ({holder}; it holds {}): stop it first, or use a different --kubelet-dir", dir.display(), lock.display())]
+    Held {
+        /// The kubelet directory.
+        dir: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// What the lock file says of its holder.
+        holder: String,
+    },
+    /// The kubelet directory (or its nearest existing ancestor) cannot be resolved, so its lock
+    /// is unknown.
+    #[error("cannot resolve the kubelet directory {}: {reason} (dxdp locks it by what it is, whatever it is called; check that it, or the part of it that exists, can be read)", dir.display())]
+    KubeletDir {
+        /// The kubelet directory as given.
+        dir: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The lock file cannot be used.
+    #[error("cannot lock {}: {reason} (dxdp keeps one lock file per kubelet directory there; check that it is writable)", lock.display())]
+    Unusable {
+        /// The lock file.
+        lock: PathBuf,
+        /// The OS error.
+        reason: String,
+    },
+}
+
 /// Takes the locks of `kubelet_dir` (lock files in `locks`), or says who holds them.
-pub fn lock(locks: &Path, kubelet_dir: &Path) -> Result<DirLock, PluginError> {
-    let fail = |lock: PathBuf, e: std::io::Error| PluginError::Lock {
+pub fn lock(locks: &Path, kubelet_dir: &Path) -> Result<DirLock, LockError> {
+    let fail = |lock: PathBuf, e: std::io::Error| LockError::Unusable {
         lock,
         reason: e.to_string(),
     };
-    let key = dir_key(kubelet_dir).map_err(|e| PluginError::KubeletDir {
+    let key = dir_key(kubelet_dir).map_err(|e| LockError::KubeletDir {
         dir: kubelet_dir.to_path_buf(),
         reason: e.to_string(),
     })?;
@@ -226,7 +258,7 @@ pub fn lock(locks: &Path, kubelet_dir: &Path) -> Result<DirLock, PluginError> {
             Ok(()) => files.push(file),
             Err(std::fs::TryLockError::WouldBlock) => {
                 let holder = std::fs::read_to_string(holder_file(path)).unwrap_or_default();
-                return Err(PluginError::Locked {
+                return Err(LockError::Held {
                     dir: kubelet_dir.to_path_buf(),
                     lock: path.clone(),
                     holder: holder.lines().next().unwrap_or("").trim().to_string(),
@@ -376,7 +408,7 @@ mod tests {
     /// this process as the holder.
     fn refused(locks: &Path, spelling: &Path, first: &DirLock, which: usize, holder: &str) {
         match lock(locks, spelling) {
-            Err(PluginError::Locked {
+            Err(LockError::Held {
                 dir,
                 lock,
                 holder: h,
@@ -542,7 +574,7 @@ mod tests {
 
     #[test]
     fn the_message_names_the_directory_the_lock_and_what_to_do() {
-        let e = PluginError::Locked {
+        let e = LockError::Held {
             dir: PathBuf::from("/var/lib/kubelet/device-plugins"),
             lock: PathBuf::from("/tmp/dxdp-locks/kubelet-dir-0123456789abcdef.lock"),
             holder: "pid 42 serving /var/lib/kubelet/device-plugins".into(),

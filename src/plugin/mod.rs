@@ -137,33 +137,9 @@ pub enum PluginError {
     /// The configuration cannot be served.
     #[error(transparent)]
     Unservable(#[from] Unservable),
-    /// Another dxdp holds the kubelet directory's lock.
-    #[error("another dxdp already serves {} ({holder}; it holds {}): stop it first, or use a different --kubelet-dir", dir.display(), lock.display())]
-    Locked {
-        /// The kubelet directory.
-        dir: PathBuf,
-        /// The lock file.
-        lock: PathBuf,
-        /// What the lock file says of its holder.
-        holder: String,
-    },
-    /// The kubelet directory (or its nearest existing ancestor) cannot be resolved, so its lock
-    /// is unknown.
-    #[error("cannot resolve the kubelet directory {}: {reason} (dxdp locks it by what it is, whatever it is called; check that it, or the part of it that exists, can be read)", dir.display())]
-    KubeletDir {
-        /// The kubelet directory as given.
-        dir: PathBuf,
-        /// Why.
-        reason: String,
-    },
-    /// The lock file cannot be used.
-    #[error("cannot lock {}: {reason} (dxdp keeps one lock file per kubelet directory there; check that it is writable)", lock.display())]
-    Lock {
-        /// The lock file.
-        lock: PathBuf,
-        /// The OS error.
-        reason: String,
-    },
+    /// The kubelet directory's lock cannot be taken.
+    #[error(transparent)]
+    Lock(#[from] claim::LockError),
     /// Another live dxdp serves the same resource in the same directory.
     #[error("another dxdp is already serving {resource} at {} (it answers on that socket): stop it first, or use a different --kubelet-dir", socket.display())]
     AlreadyServed {

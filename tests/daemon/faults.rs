@@ -268,7 +268,9 @@ async fn of_two_daemons_started_at_the_same_instant_exactly_one_serves() {
             };
             let winner = if first { b } else { a };
             match loser.unwrap() {
-                Err(PluginError::Locked { dir: d, .. }) => assert_eq!(d, dir.path()),
+                Err(PluginError::Lock(dxdp::plugin::claim::LockError::Held { dir: d, .. })) => {
+                    assert_eq!(d, dir.path())
+                }
                 other => panic!("expected Locked, got {other:?}"),
             }
             let kubelet = match kubelet {

@@ -1048,7 +1048,9 @@ async fn a_second_dxdp_for_the_same_resource_refuses_to_start_and_stale_sockets_
     .await
     .expect("refuses at once");
     match result {
-        Err(PluginError::Locked { dir, .. }) => assert_eq!(dir, h.dir.path()),
+        Err(PluginError::Lock(dxdp::plugin::claim::LockError::Held { dir, .. })) => {
+            assert_eq!(dir, h.dir.path())
+        }
         other => panic!("expected Locked, got {other:?}"),
     }
     // A dxdp that does not take the lock (an older one) is still refused by the live socket.
