@@ -2,10 +2,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::SystemTime;
 
 use super::{HostFactsSource, SourceError};
-use crate::util::stable_read::{read_once, read_settled, Settle};
+use crate::util::stable_read::{read_once, read_settled, Settle, Stamp};
 use dxdp_core::facts::HostFacts;
 use dxdp_core::snapshot::{self, SnapshotError};
 
@@ -13,24 +12,21 @@ use dxdp_core::snapshot::{self, SnapshotError};
 /// (tens of kilobytes) or the largest fixture; reading stops past it.
 pub const MAX_SNAPSHOT_BYTES: u64 = 64 << 20;
 
-/// What identifies a version of the file: modification time and length (or absence).
-type Stamp = Option<(Option<SystemTime>, u64)>;
-
-fn stamp(path: &Path) -> Stamp {
-    std::fs::metadata(path)
-        .ok()
-        .map(|m| (m.modified().ok(), m.len()))
+/// What identifies a version of the file ([`Stamp`]), or its absence.
+fn stamp(path: &Path) -> Option<Stamp> {
+    Stamp::of(path).ok()
 }
 
 /// Reads host facts from a snapshot file every time they are loaded; a change of the file's
-/// modification time or size (including an atomic replace) counts as a change of the facts.
+/// [`Stamp`] (size, modification time and, on Unix, identity and change time: an atomic replace
+/// included) counts as a change of the facts.
 /// The file is read once it has settled (see [`read_settled`]), so a file being rewritten in
 /// place is not taken half-written; only a regular file is read (a FIFO, socket or device is an
 /// error naming what it is, never a read that blocks), and at most `MAX_SNAPSHOT_BYTES`.
 #[derive(Debug)]
 pub struct SnapshotFile {
     path: PathBuf,
-    seen: Mutex<Option<Stamp>>,
+    seen: Mutex<Option<Option<Stamp>>>,
     settle: Settle,
 }
 
@@ -49,7 +45,7 @@ impl SnapshotFile {
         SnapshotFile { settle, ..self }
     }
 
-    fn remember(&self, now: Stamp) -> bool {
+    fn remember(&self, now: Option<Stamp>) -> bool {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let changed = seen.as_ref() != Some(&now);
         *seen = Some(now);

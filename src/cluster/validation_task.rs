@@ -40,6 +40,7 @@ use crate::inventory::{Inventory, InventoryRx};
 use crate::observe::event_metrics::EventResult;
 use crate::observe::state::Readiness;
 use crate::observe::validation::ValidationMetrics;
+use crate::util::bounded::{run_blocking, Overdue};
 use crate::util::retry::{random, Backoff};
 use dxdp_core::devices::Resource;
 use dxdp_core::validation::Verdict;
@@ -526,15 +527,17 @@ impl ValidationTask {
                 PathBuf::from(&s.validation.host_dir),
                 self.version.clone(),
             );
-            let work = tokio::task::spawn_blocking(move || {
+            let work = run_blocking(self.timing.place_limit, "placing dxdp.exe", move || {
                 let content = std::fs::read(&exe).map_err(|e| {
                     format!("cannot read the running executable {}: {e}", exe.display())
                 })?;
                 validation_exe::place(&dir, &version, &content).map_err(|e| e.to_string())
             });
-            match tokio::time::timeout(self.timing.place_limit, work).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => Err(format!("placing dxdp.exe failed: {e}")),
+            match work.await {
+                Ok(r) => r,
+                Err(Overdue::Panicked { message, .. }) => {
+                    Err(format!("placing dxdp.exe failed: {message}"))
+                }
                 Err(_) => Err(format!(
                     "placing dxdp.exe in {} took longer than {} s",
                     s.validation.host_dir,
@@ -661,8 +664,9 @@ impl ValidationTask {
                 .collect();
             keep.insert(validation_exe::last_component(&dir.display().to_string()).to_string());
             let host = PathBuf::from(&s.validation.host_dir);
-            let pruned = tokio::task::spawn_blocking(move || validation_exe::prune(&host, &keep));
-            if let Ok(Ok(left)) = tokio::time::timeout(self.timing.place_limit, pruned).await {
+            let prune = move || validation_exe::prune(&host, &keep);
+            let pruned = run_blocking(self.timing.place_limit, "pruning dxdp.exe", prune).await;
+            if let Ok(left) = pruned {
                 for (name, why) in left {
                     tracing::debug!(
                         "an old copy of dxdp.exe stays until no Job runs it: {name}: {why}"

@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use dxdp_core::telemetry::PodRef;
 
-use super::endpoint::{connect, error_chain, Endpoint};
+use super::endpoint::{connect, Endpoint};
+use crate::util::errors::chain;
 
 /// The CRI runtime API v1, generated from `proto/cri_runtime_v1.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -161,7 +162,7 @@ async fn client(
 ) -> Result<RuntimeServiceClient<tonic::transport::Channel>, CriError> {
     let channel = connect(endpoint).await.map_err(|e| CriError::Connect {
         endpoint: name.to_string(),
-        error: error_chain(&e),
+        error: chain(&e),
     })?;
     Ok(RuntimeServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE))
 }

@@ -38,19 +38,6 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
-/// An error and its sources, joined with `: ` (tonic's connection errors hide the cause in the
-/// chain).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
 /// A gRPC channel to `endpoint`.
 pub async fn connect(
     endpoint: &Endpoint,
@@ -292,17 +279,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_error_chain_names_every_cause() {
-        #[derive(Debug, thiserror::Error)]
-        #[error("transport error")]
-        struct Outer(#[source] std::io::Error);
-        assert_eq!(
-            error_chain(&Outer(std::io::Error::other("access denied"))),
-            "transport error: access denied"
-        );
-    }
-
     /// The client of a real named pipe: a pipe that does not exist fails at once with the
     /// system's "file not found" (os error 2), naming nothing it cannot know; a pipe whose only
     /// instance is busy is tried again until the instance listens again, and fails with
@@ -326,9 +302,9 @@ mod tests {
         );
         let err = connect(&Endpoint::Pipe(missing.clone())).await.unwrap_err();
         assert!(
-            error_chain(&err).contains("os error 2"),
+            crate::util::errors::chain(&err).contains("os error 2"),
             "{}",
-            error_chain(&err)
+            crate::util::errors::chain(&err)
         );
 
         // One instance, taken by a first client: the second client waits for it.

@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use dxdp_core::telemetry::PodAllocation;
 
-use super::endpoint::{connect, error_chain};
+use super::endpoint::connect;
 use super::v1::pod_resources_lister_client::PodResourcesListerClient;
 use super::v1::{
     ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
     PodResources,
 };
+use crate::util::errors::chain;
 
 /// The kubelet's PodResources named pipe on Windows.
 pub const WINDOWS_PIPE: &str = r"\\.\pipe\kubelet-pod-resources";
@@ -89,7 +90,7 @@ pub async fn list(
                 .await
                 .map_err(|e| PodResourcesError::Connect {
                     endpoint: name.clone(),
-                    error: error_chain(&e),
+                    error: chain(&e),
                 })?;
             let mut client =
                 PodResourcesListerClient::new(channel).max_decoding_message_size(MAX_MESSAGE);

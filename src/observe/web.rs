@@ -26,6 +26,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 
+use crate::util::bounded::run_blocking;
 use crate::util::stable_read::{self, Stamp};
 
 /// How often, at most, the files are looked at again for a change.
@@ -640,10 +641,10 @@ impl Web {
             state.checked = Instant::now();
         }
         let this = self.clone();
-        let reload = tokio::task::spawn_blocking(move || this.reload_if_changed());
-        match tokio::time::timeout(RELOAD_LIMIT, reload).await {
-            Ok(Ok(current)) => current,
-            _ => {
+        let reload = move || this.reload_if_changed();
+        match run_blocking(RELOAD_LIMIT, "reading the web configuration", reload).await {
+            Ok(current) => current,
+            Err(_) => {
                 tracing::warn!(file = %self.path.display(), "reading the web configuration took longer than {RELOAD_LIMIT:?}: serving with the one in force");
                 self.current()
             }

@@ -24,6 +24,7 @@ use crate::config::Config;
 use crate::inventory::now_ms;
 use crate::observe::metrics::Metrics;
 use crate::supervisor::{Role, TaskSpec};
+use crate::util::bounded::{run_blocking, Overdue};
 use crate::util::retry::{self, Backoff};
 use dxdp_core::facts::{HostFacts, RecordedEvent};
 use dxdp_core::health::feed::{self, FaultLog, Offer, Pacer, PUBLISH_INTERVAL_MS};
@@ -232,14 +233,11 @@ async fn subscribe(
     limit: Duration,
 ) -> Result<Box<dyn Subscription>, String> {
     let (log, query, queue) = (log.clone(), query.to_string(), queue.clone());
-    match tokio::time::timeout(
-        limit,
-        tokio::task::spawn_blocking(move || log.subscribe(&query, queue)),
-    )
-    .await
-    {
-        Ok(Ok(result)) => result,
-        Ok(Err(e)) => Err(format!("the subscribe call failed: {e}")),
+    match run_blocking(limit, "EvtSubscribe", move || log.subscribe(&query, queue)).await {
+        Ok(result) => result,
+        Err(Overdue::Panicked { message, .. }) => {
+            Err(format!("the subscribe call failed: {message}"))
+        }
         // The thread's result, if it ever comes, is dropped (which ends that subscription).
         Err(_) => Err(format!("EvtSubscribe did not return within {limit:?}")),
     }

@@ -33,6 +33,7 @@ use crate::kubelet::cri;
 use crate::kubelet::endpoint::Endpoint;
 use crate::kubelet::podresources;
 use crate::observe::telemetry_metrics::{SampleResult, TelemetryMetrics};
+use crate::util::bounded::{Lane, Overdue};
 
 /// How long one read of the counters (or of the host facts) may take.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -106,9 +107,9 @@ pub struct State {
     /// The `dxdp_pod_info` series of the last sample and the labels left out for a collision;
     /// `None`: off.
     pod_info: Option<(Vec<crate::observe::podinfo::PodInfo>, usize)>,
-    stuck_host: Stuck,
-    stuck_counters: Stuck,
-    stuck_containers: Stuck,
+    stuck_host: Stuck<dxdp_core::facts::HostFacts>,
+    stuck_counters: Stuck<TelemetryFacts>,
+    stuck_containers: Stuck<crate::backend::counters::ContainerListing>,
 }
 
 impl State {
@@ -165,11 +166,11 @@ pub fn backoff(failures: u32, floor: Duration) -> Duration {
 /// Runs `f` on the blocking pool with [`READ_TIMEOUT`]; a panic in `f` is an error.
 ///
 /// A read that times out keeps its blocking thread (a thread cannot be stopped) and is kept in
-/// `stuck`: while it still runs, no second one of the same kind is started, so a source that
-/// hangs holds one thread of the blocking pool, never a growing number of them (the pool is the
-/// daemon's too).
+/// `stuck`'s [`Lane`]: while it still runs, no second one of the same kind is started, so a source
+/// that hangs holds one thread of the blocking pool, never a growing number of them (the pool is
+/// the daemon's too).
 async fn blocking<T: Send + 'static>(
-    stuck: &mut Stuck,
+    stuck: &mut Stuck<T>,
     f: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, (SampleResult, String)> {
     blocking_within(READ_TIMEOUT, stuck, f).await
@@ -178,33 +179,28 @@ async fn blocking<T: Send + 'static>(
 /// [`blocking`] with another time limit.
 async fn blocking_within<T: Send + 'static>(
     limit: Duration,
-    stuck: &mut Stuck,
+    stuck: &mut Stuck<T>,
     f: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, (SampleResult, String)> {
-    if let Some(previous) = &stuck.0 {
-        if !previous.is_finished() {
-            return Err((
-                SampleResult::Timeout,
-                format!("the previous read, started more than {limit:?} ago, has not returned yet; not starting another"),
-            ));
-        }
-        stuck.0 = None;
-    }
-    let task = tokio::task::spawn_blocking(f);
-    let handle = task.abort_handle();
-    match tokio::time::timeout(limit, task).await {
-        Err(_) => {
-            stuck.0 = Some(handle);
+    let lane = stuck.get_or_insert_with(|| Lane::new("a telemetry read", limit));
+    match lane.run(f).await {
+        Ok(r) => r.map_err(|e| (SampleResult::Error, e)),
+        Err(Overdue::TimedOut { .. }) => {
             Err((SampleResult::Timeout, format!("no answer within {limit:?}")))
         }
-        Ok(Err(join)) => Err((SampleResult::Error, format!("the read failed: {join}"))),
-        Ok(Ok(r)) => r.map_err(|e| (SampleResult::Error, e)),
+        Err(Overdue::StillRunning { .. }) => Err((
+            SampleResult::Timeout,
+            format!("the previous read, started more than {limit:?} ago, has not returned yet; not starting another"),
+        )),
+        Err(Overdue::Panicked { message, .. }) => Err((
+            SampleResult::Error,
+            format!("the read failed: {message}"),
+        )),
     }
 }
 
-/// A blocking read of one kind that timed out and may still run.
-#[derive(Debug, Default)]
-pub struct Stuck(Option<tokio::task::AbortHandle>);
+/// Blocking reads of one kind, one at a time (created by the first).
+type Stuck<T> = Option<Lane<Result<T, String>>>;
 
 impl Sampler {
     /// One sample: reads the counters (and, when due, the devices, the containers' processes,
@@ -682,7 +678,7 @@ mod tests {
     #[tokio::test]
     async fn a_read_that_hangs_holds_one_thread_and_no_second_read_starts_meanwhile() {
         let limit = Duration::from_millis(50);
-        let mut stuck = Stuck::default();
+        let mut stuck = None;
         let (release, hung) = std::sync::mpsc::channel::<()>();
         let first = blocking_within(limit, &mut stuck, move || {
             let _ = hung.recv();
@@ -708,14 +704,14 @@ mod tests {
         assert!(!started.load(std::sync::atomic::Ordering::SeqCst));
         // Once it returns, reads start again.
         release.send(()).unwrap();
-        while stuck.0.as_ref().is_some_and(|h| !h.is_finished()) {
+        while stuck.as_ref().is_some_and(Lane::is_stuck) {
             tokio::task::yield_now().await;
         }
         assert_eq!(
             blocking_within(limit, &mut stuck, || Ok(3)).await.unwrap(),
             3
         );
-        assert!(stuck.0.is_none());
+        assert!(!stuck.as_ref().is_some_and(Lane::is_stuck));
     }
 
     #[test]

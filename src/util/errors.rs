@@ -13,3 +13,27 @@ pub fn chain(error: &dyn std::error::Error) -> String {
     }
     parts.join(": ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Wrap(String, #[source] std::io::Error);
+
+    #[test]
+    fn every_cause_is_named_once() {
+        let e = Wrap(
+            "transport error".into(),
+            std::io::Error::other("access denied"),
+        );
+        assert_eq!(chain(&e), "transport error: access denied");
+        // A cause that its wrapper already quotes is not said twice.
+        let e = Wrap(
+            "connecting failed: access denied".into(),
+            std::io::Error::other("access denied"),
+        );
+        assert_eq!(chain(&e), "connecting failed: access denied");
+    }
+}

@@ -29,18 +29,26 @@ pub fn file_id(path: &Path) -> io::Result<FileId> {
 }
 
 #[cfg(unix)]
+impl FileId {
+    /// The identity of the file `meta` describes (e.g. of an open handle: no window between
+    /// opening and asking). Unix only: on Windows the standard metadata does not carry it.
+    pub fn of_metadata(meta: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            volume: meta.dev(),
+            file: u128::from(meta.ino()),
+        }
+    }
+}
+
+#[cfg(unix)]
 mod imp {
     use super::FileId;
     use std::io;
-    use std::os::unix::fs::MetadataExt;
     use std::path::Path;
 
     pub fn file_id(path: &Path) -> io::Result<FileId> {
-        let meta = std::fs::metadata(path)?;
-        Ok(FileId {
-            volume: meta.dev(),
-            file: u128::from(meta.ino()),
-        })
+        Ok(FileId::of_metadata(&std::fs::metadata(path)?))
     }
 }
 

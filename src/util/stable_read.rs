@@ -254,7 +254,7 @@ pub struct Stamp {
     len: u64,
     modified: Option<SystemTime>,
     #[cfg(unix)]
-    inode: (u64, u64),
+    file: super::file_id::FileId,
     #[cfg(unix)]
     changed: (i64, i64),
 }
@@ -272,7 +272,7 @@ impl Stamp {
             len: m.len(),
             modified: m.modified().ok(),
             #[cfg(unix)]
-            inode: (m.dev(), m.ino()),
+            file: super::file_id::FileId::of_metadata(m),
             #[cfg(unix)]
             changed: (m.ctime(), m.ctime_nsec()),
         }
@@ -506,7 +506,7 @@ mod tests {
             len,
             modified: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs)),
             #[cfg(unix)]
-            inode: (1, 1),
+            file: crate::util::file_id::FileId { volume: 1, file: 1 },
             #[cfg(unix)]
             changed: (secs as i64, 0),
         }

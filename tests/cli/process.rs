@@ -223,9 +223,8 @@ async fn a_stderr_nobody_reads_never_stops_serving_and_sigterm_still_exits() {
     let t0 = Instant::now();
     both_registered(&kubelet).await;
     eprintln!("registered {:?}", t0.elapsed());
-    // One log line of some 250 bytes per Allocate, formatted by the log writer (which holds up
-    // to 4,096 such events while it hangs in a write): 6,000 fill the pipe (64 KiB), the events
-    // and the log queue (256 KiB).
+    // One log line of some 250 bytes per Allocate: 6,000 fill the pipe (64 KiB) and the log
+    // queue (1,024 lines).
     allocate_and_probe(&kubelet, port, 6000).await;
     eprintln!("allocated {:?}", t0.elapsed());
     let dropped = metric(port, "dxdp_log_lines_dropped_total").await;
