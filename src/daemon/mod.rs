@@ -1,4 +1,4 @@
-//! The composition root: builds the daemon's one [`Context`] and every feature's tasks, and runs
+//! The composition root: builds the daemon's one context and every feature's tasks, and runs
 //! them under one supervisor.
 //!
 //! `dxdp plugin`, `dxdp demo`, the integration tests and the benchmarks all start the daemon
@@ -15,7 +15,7 @@
 //! 3. on Windows the live GPU fault events from the event log, fed into device health;
 //! 4. device serving's start ([`plugin::serve::start`]): the first host read and the check that
 //!    the configuration can be served (with the top-level fallback);
-//! 5. the [`Context`]: the validated configuration channel and the inventory channel, which
+//! 5. the context: the validated configuration channel and the inventory channel, which
 //!    every feature reads (no task copies one channel into another);
 //! 6. each feature's tasks: serving (refresher, device gauges, configuration reload), the node
 //!    labels and the node watch, GPU telemetry and the isolation audit (Events, taint), device
