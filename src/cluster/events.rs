@@ -477,15 +477,16 @@ mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn the_sender_queues_new_keys_only_counts_the_rest_and_forgets_ended_ones() {
-        use std::sync::{Arc, Mutex};
-        let counted = Arc::new(Mutex::new(Vec::new()));
+    /// A sender whose API server is never asked, and what it counts.
+    #[allow(clippy::type_complexity)]
+    fn unsent() -> (
+        EventSender<&'static str, u32>,
+        std::sync::Arc<std::sync::Mutex<Vec<EventResult>>>,
+    ) {
+        let counted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let c = counted.clone();
-        // No API server is asked: only updates are tested here (sending is in tests/cluster/isolation.rs
-        // and tests/cluster/health_cluster.rs).
         let cluster = Cluster::at_url("http://127.0.0.1:9", "node-1").unwrap();
-        let mut sender: EventSender<&str, u32> = EventSender::new(
+        let sender = EventSender::new(
             cluster,
             EVENT_LIMITS,
             Backoff::pauses(Duration::from_secs(1), Duration::from_secs(2)),
@@ -497,6 +498,14 @@ mod tests {
             |_, _, _| Event::default(),
             move |r| c.lock().unwrap().push(r),
         );
+        (sender, counted)
+    }
+
+    #[tokio::test]
+    async fn the_sender_queues_new_keys_only_counts_the_rest_and_forgets_ended_ones() {
+        // No API server is asked: only updates are tested here (sending is in
+        // tests/cluster/isolation.rs and tests/cluster/health_cluster.rs).
+        let (mut sender, counted) = unsent();
         let t0 = Instant::now();
         sender.update([("a", 1), ("b", 1)], true, t0);
         assert_eq!(sender.pending, BTreeMap::from([("a", 1), ("b", 1)]));
@@ -523,24 +532,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_one_off_occurrence_replaces_the_queued_one_and_comes_again_after_the_window() {
-        use std::sync::{Arc, Mutex};
-        let counted = Arc::new(Mutex::new(Vec::new()));
-        let c = counted.clone();
         // No API server is asked: only what is queued is tested here (sending the validation's
         // Event is in cluster::validation_task's tests).
-        let cluster = Cluster::at_url("http://127.0.0.1:9", "node-1").unwrap();
-        let mut sender: EventSender<&str, u32> = EventSender::new(
-            cluster,
-            EVENT_LIMITS,
-            Backoff::pauses(Duration::from_secs(1), Duration::from_secs(2)),
-            Voice {
-                failing: "f",
-                resumed: "r",
-                grant: "g",
-            },
-            |_, _, _| Event::default(),
-            move |r| c.lock().unwrap().push(r),
-        );
+        let (mut sender, counted) = unsent();
         let t0 = Instant::now();
         sender.occurred(Some(("a", 1)), true, t0);
         sender.occurred(Some(("b", 1)), true, t0);

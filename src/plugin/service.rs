@@ -464,6 +464,19 @@ mod tests {
         }
     }
 
+    /// The display resource's service on `inventory`, and what stops it.
+    fn display_service(inventory: InventoryRx) -> (ResourceService, watch::Sender<bool>) {
+        let (stop, stopping) = watch::channel(false);
+        let service = ResourceService::new(
+            Resource::Display,
+            "directx.microsoft.com/display".into(),
+            inventory,
+            (stopping, Streams::new(watch::channel(0).1)),
+            Metrics::new().allocate_recorder("directx.microsoft.com/display"),
+        );
+        (service, stop)
+    }
+
     fn device_of(service: &ResourceService, id: &str) -> Result<String, tonic::Code> {
         service
             .allocate_all(request(id))
@@ -482,14 +495,7 @@ mod tests {
         use std::sync::Mutex;
         let facts = dxdp_core::sample::sample_host().unwrap();
         let (_tx, rx) = watch::channel(inventory(&facts));
-        let (_stop, stopping) = watch::channel(false);
-        let service = ResourceService::new(
-            Resource::Display,
-            "directx.microsoft.com/display".into(),
-            rx,
-            (stopping, Streams::new(watch::channel(0).1)),
-            Metrics::new().allocate_recorder("directx.microsoft.com/display"),
-        );
+        let (service, _stop) = display_service(rx);
         let two = |first: &str, second: &str| AllocateRequest {
             container_requests: [first, second]
                 .iter()
@@ -538,14 +544,7 @@ mod tests {
     fn prepared_answers_follow_the_inventory() {
         let facts = dxdp_core::sample::sample_host().unwrap();
         let (tx, rx) = watch::channel(inventory(&facts));
-        let (_stop, stopping) = watch::channel(false);
-        let service = ResourceService::new(
-            Resource::Display,
-            "directx.microsoft.com/display".into(),
-            rx,
-            (stopping, Streams::new(watch::channel(0).1)),
-            Metrics::new().allocate_recorder("directx.microsoft.com/display"),
-        );
+        let (service, _stop) = display_service(rx);
         let path = |p: &str| Ok(format!("vpci-location-path://{p}"));
         // Twice each: the second answer comes from the prepared ones.
         for _ in 0..2 {
