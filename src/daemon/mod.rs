@@ -236,11 +236,7 @@ impl Daemon {
         observe.health.start_step("locking the kubelet directory");
         let _lock = claim::lock(&plugin.lock_dir, &plugin.kubelet_dir)?;
         let mut tasks = Tasks::new(observe.clone());
-        let reviewer = match (&client, cluster_asked) {
-            (Some(cluster), _) => Reviewer::Client(cluster),
-            (None, true) => Reviewer::Credentials,
-            (None, false) => Reviewer::None,
-        };
+        let reviewer = (client.as_ref(), cluster_asked);
         for spec in endpoint_tasks(&first, &observe, reviewer, plugin.guard_retry).await {
             tasks.spawn(spec);
         }
@@ -275,17 +271,10 @@ impl Daemon {
         };
 
         // 4. Device serving's start: the first host read, the configuration checked on it.
-        let started = serve::start(&plugin, &source, first.clone(), fallback, stop.as_mut()).await;
-        let (mut started, inventory) = match started {
-            Ok(Some(started)) => started,
-            Ok(None) => {
-                tasks.shutdown().await;
-                return Ok(());
-            }
-            Err(e) => {
-                tasks.shutdown().await;
-                return Err(e);
-            }
+        let started = serve::start(&plugin, &source, first.clone(), fallback, stop.as_mut());
+        let Some((mut started, inventory)) = started.await? else {
+            tasks.shutdown().await;
+            return Ok(());
         };
         if !Arc::ptr_eq(&started.config, &first) {
             // The top level instead of the selected configuration: what the reload compares
@@ -388,7 +377,7 @@ impl Drop for StoppedOnDrop {
 async fn endpoint_tasks(
     config: &Config,
     observe: &Observe,
-    reviewer: Reviewer<'_>,
+    reviewer: (Option<&Cluster>, bool),
     retry: Duration,
 ) -> Vec<TaskSpec> {
     let mut specs = Vec::new();
@@ -427,26 +416,17 @@ async fn endpoint_tasks(
     specs
 }
 
-/// Where the metrics endpoint's token reviewer gets its API server client.
-enum Reviewer<'a> {
-    /// The daemon's own client.
-    Client(&'a Cluster),
-    /// The standard credentials (a pod's service account, else `KUBECONFIG`): the daemon was
-    /// asked to use the API server but has no node to follow.
-    Credentials,
-    /// None: the daemon runs without an API server ([`ClusterChoice::Off`]).
-    None,
-}
-
-/// The metrics endpoint's token reviewer, or why there is none.
+/// The metrics endpoint's token reviewer, or why there is none: on the daemon's own client,
+/// else (asked to use the API server, with no node to follow) on the standard credentials (a
+/// pod's service account, else `KUBECONFIG`); none when the daemon runs without an API server.
 async fn metrics_authorizer(
-    reviewer: Reviewer<'_>,
+    (client, asked): (Option<&Cluster>, bool),
 ) -> Result<Arc<dyn crate::observe::access::Authorize>, String> {
     use cluster::metrics_authz::KubernetesAuthorizer;
-    let authorizer = match reviewer {
-        Reviewer::Client(cluster) => Ok(KubernetesAuthorizer::with_client(cluster.client())),
-        Reviewer::Credentials => KubernetesAuthorizer::connect().await,
-        Reviewer::None => return Err(
+    let authorizer = match client {
+        Some(cluster) => Ok(KubernetesAuthorizer::with_client(cluster.client())),
+        None if asked => KubernetesAuthorizer::connect().await,
+        None => return Err(
             "it needs the API server, and this daemon runs without one; set metrics.authorization: none".into(),
         ),
     };

@@ -19,7 +19,7 @@ use super::Observe;
 pub const GUARD_RETRY: Duration = Duration::from_secs(10);
 
 /// What guards `/metrics`, as the configuration asks.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Guard {
     /// The web configuration file (`metrics.webConfigFile`): TLS, client certificates, basic
     /// authentication.
@@ -27,18 +27,6 @@ pub struct Guard {
     /// With `metrics.authorization: kubernetes`: the token reviewer, or why it could not be
     /// built. `None`: no bearer tokens are checked.
     pub authorizer: Option<Result<Arc<dyn Authorize>, String>>,
-}
-
-impl std::fmt::Debug for Guard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Guard")
-            .field("web_config_file", &self.web_config_file)
-            .field(
-                "authorizer",
-                &self.authorizer.as_ref().map(|a| a.as_ref().map(|_| "set")),
-            )
-            .finish()
-    }
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `address` ([`super::http::serve_forever`]: an
