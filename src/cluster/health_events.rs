@@ -240,10 +240,8 @@ impl HealthEvents {
                 sender.update(Vec::new(), true, Instant::now());
                 list_at = None;
             } else if list_at.is_some_and(|t| Instant::now() >= t) {
-                let endpoint = match &config.borrow().telemetry.pod_resources_endpoint {
-                    Some(e) => Endpoint::parse(e),
-                    None => Endpoint::default_for(&kubelet_dir),
-                };
+                let configured = config.borrow().telemetry.pod_resources_endpoint.clone();
+                let endpoint = configured.unwrap_or_else(|| Endpoint::default_for(&kubelet_dir));
                 match podresources::list(&endpoint, LIST_TIMEOUT).await {
                     Ok(allocations) => {
                         if list_error.take().is_some() {

@@ -1,13 +1,13 @@
 //! The configuration layers: how the reference plugin's files, dxdp's file, the environment and
-//! the flags each change a [`Config`], recording the origin of every key they set.
+//! the flags each change a [`Resolved`] configuration, recording the origin of every key they set.
 
 use dxdp_core::devices::{Resource, TargetDir};
 use dxdp_core::pipeline::runtime_files::AdditionalFile;
 
 use super::file::{self, ConfigFile, FileEntry, LogFormatName, ReferenceFile};
 use super::origin::{Origin, Overridden};
-use super::values::{Replicas, ResourceName, VendorKey};
-use super::{Config, ConfigError, Env, Flags, Key, ResourceKey};
+use super::values::{LogLevelName, Replicas, ResourceName, VendorKey};
+use super::{ConfigError, Env, Flags, Key, Resolved, ResourceKey};
 use crate::logging::LogFormat;
 use dxdp_core::assignment::Assignment;
 
@@ -20,6 +20,12 @@ pub fn process_env() -> Env {
                 || k.starts_with("MCDM_DEVICE_PLUGIN_")
         })
         .collect()
+}
+
+/// `telemetry.podResourcesEndpoint` as written: a named pipe or a socket path (`None`: empty,
+/// the kubelet's default).
+fn local_endpoint(text: &str) -> Option<crate::transport::Endpoint> {
+    (!text.trim().is_empty()).then(|| crate::transport::Endpoint::parse(text))
 }
 
 fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
@@ -115,7 +121,7 @@ pub fn reference_mapping(f: &ReferenceFile, r: Resource) -> Vec<String> {
     out
 }
 
-pub(super) fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, origin: &Origin) {
+pub(super) fn apply_reference(c: &mut Resolved, r: Resource, f: &ReferenceFile, origin: &Origin) {
     if let Some(n) = f.multitenancy {
         c.resource(r).replicas = n.replicas();
         c.set_origin(Key::Resource(r, ResourceKey::Replicas), origin);
@@ -146,7 +152,7 @@ pub(super) fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, or
     }
 }
 
-pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &Origin) {
+pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
     for (r, rf) in [
         (Resource::Display, &f.resources.display),
         (Resource::Compute, &f.resources.compute),
@@ -241,7 +247,7 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &Origin) {
         c.set_origin(Key::RuntimeFilesAdditional, origin);
     }
     if let Some(v) = &f.log_level {
-        c.log_level = v.0.clone();
+        c.log_level = v.clone();
         c.set_origin(Key::LogLevel, origin);
     }
     if let Some(v) = f.node_labels.enabled {
@@ -284,7 +290,7 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &Origin) {
         c.set_origin(Key::TelemetryInterval, origin);
     }
     if let Some(v) = &f.telemetry.pod_resources_endpoint {
-        c.telemetry.pod_resources_endpoint = Some(v.clone()).filter(|v| !v.trim().is_empty());
+        c.telemetry.pod_resources_endpoint = local_endpoint(v);
         c.set_origin(Key::TelemetryPodResourcesEndpoint, origin);
     }
     if let Some(v) = &f.telemetry.cri_endpoint {
@@ -323,7 +329,7 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &Origin) {
 }
 
 /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
-fn apply_policy(c: &mut Config, r: Resource, rf: &file::ResourceFile, origin: &Origin) {
+fn apply_policy(c: &mut Resolved, r: Resource, rf: &file::ResourceFile, origin: &Origin) {
     if let Some(v) = rf.allocation_policy {
         c.resource(r).policy.allocation = v;
         c.set_origin(Key::Resource(r, ResourceKey::AllocationPolicy), origin);
@@ -346,7 +352,13 @@ enum Switch {
 }
 
 /// Sets an include switch for one resource (`Some`) or both (`None`), recording the origin.
-fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool, origin: &Origin) {
+fn set_include(
+    c: &mut Resolved,
+    r: Option<Resource>,
+    switch: Switch,
+    value: bool,
+    origin: &Origin,
+) {
     let (flags, key) = match switch {
         Switch::Integrated => (
             &mut c.pipeline.include_integrated,
@@ -373,7 +385,7 @@ fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool,
 /// before, both are named (`env DXDP_REPLICAS (overrides env WDDM_DEVICE_PLUGIN_MULTITENANCY=4)`)
 /// and a notice says which won.
 fn over_reference(
-    c: &mut Config,
+    c: &mut Resolved,
     key: Key,
     name: &str,
     value: &str,
@@ -399,7 +411,7 @@ fn over_reference(
 /// Applies the environment, then names every configuration-file value a variable overrides (in
 /// the key's origin, and in a notice the daemon logs): a file edit that a variable hides would
 /// otherwise do nothing, silently.
-pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
+pub(super) fn apply_env(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
     let before = c.clone();
     apply_variables(c, env)?;
     note_file_overrides(c, &before, env);
@@ -408,7 +420,7 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
 
 /// For each key a variable took from a file with a different value: the origin becomes
 /// `env DXDP_REPLICAS (overrides file C:\etc\dxdp\config.yaml: 2)` and a notice says what to do.
-fn note_file_overrides(c: &mut Config, before: &Config, env: &Env) {
+fn note_file_overrides(c: &mut Resolved, before: &Resolved, env: &Env) {
     for key in Key::all() {
         let was = before.origin_of(key);
         if !was.is_file() || before.shown(key) == c.shown(key) {
@@ -434,7 +446,7 @@ fn note_file_overrides(c: &mut Config, before: &Config, env: &Env) {
     }
 }
 
-fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
+fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
     // The reference plugin's variables: WDDM = display, MCDM = compute.
     for (prefix, r) in [("WDDM", Resource::Display), ("MCDM", Resource::Compute)] {
         let name = format!("{prefix}_DEVICE_PLUGIN_MULTITENANCY");
@@ -533,12 +545,11 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         );
     }
     if let Some(v) = env.get("DXDP_LOG_LEVEL") {
-        crate::logging::filter(v).map_err(|e| ConfigError::Env {
+        c.log_level = LogLevelName::try_from(v.clone()).map_err(|reason| ConfigError::Env {
             name: "DXDP_LOG_LEVEL".into(),
             value: v.clone(),
-            reason: e.to_string(),
+            reason,
         })?;
-        c.log_level = v.trim().to_string();
         c.set_origin(Key::LogLevel, &Origin::env("DXDP_LOG_LEVEL"));
     }
     if let Some(v) = env.get("DXDP_LOG_FORMAT") {
@@ -600,7 +611,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         );
     }
     if let Some(v) = env.get("DXDP_POD_RESOURCES_ENDPOINT") {
-        c.telemetry.pod_resources_endpoint = Some(v.clone()).filter(|v| !v.trim().is_empty());
+        c.telemetry.pod_resources_endpoint = local_endpoint(v);
         c.set_origin(
             Key::TelemetryPodResourcesEndpoint,
             &Origin::env("DXDP_POD_RESOURCES_ENDPOINT"),
@@ -660,7 +671,7 @@ pub fn parse_resources(text: &str) -> Result<Vec<Resource>, String> {
     Ok(out)
 }
 
-pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
+pub(super) fn apply_flags(c: &mut Resolved, f: &Flags) {
     if let Some(list) = &f.resources {
         for r in Resource::ALL {
             c.resource(r).enabled = list.contains(&r);
@@ -731,7 +742,7 @@ pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
 }
 
 /// Applies `validation` of a file.
-fn apply_validation_file(c: &mut Config, f: &super::validation::ValidationFile, origin: &Origin) {
+fn apply_validation_file(c: &mut Resolved, f: &super::validation::ValidationFile, origin: &Origin) {
     if let Some(v) = f.enabled {
         c.validation.enabled = v;
         c.set_origin(Key::ValidationEnabled, origin);
@@ -757,7 +768,7 @@ fn apply_validation_file(c: &mut Config, f: &super::validation::ValidationFile, 
 /// Applies the variables `DXDP_VALIDATION`, `DXDP_VALIDATION_INTERVAL`,
 /// `DXDP_VALIDATION_TIMEOUT`, `DXDP_VALIDATION_IMAGE` and `DXDP_VALIDATION_HOST_DIR`.
 fn apply_validation_env(
-    c: &mut Config,
+    c: &mut Resolved,
     env: &Env,
     parse_bool: fn(&str, &str) -> Result<bool, ConfigError>,
 ) -> Result<(), ConfigError> {

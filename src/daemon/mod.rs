@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use crate::backend::eventlog::EventLog;
 use crate::backend::HostFactsSource;
 use crate::cluster::{self, isolation_events, taint, Cluster};
-use crate::config::{Config, Inputs, NodeInfo};
+use crate::config::{Config, Inputs, NodeInfo, Resolved};
 use crate::inventory::InventoryRx;
 use crate::observe::endpoint::Guard;
 use crate::observe::state::Phase;
@@ -190,28 +190,25 @@ impl Daemon {
             if let (Some(inputs), Some(read)) = (inputs.as_mut(), read) {
                 inputs.node = Some(read);
                 // The selection is logged once, below, with or without the API server.
-                config = resolve_within(inputs.clone()).await?;
+                config = resolve_within(inputs).await?;
             }
             let initial = inputs.as_ref().and_then(|i| i.node.clone());
             node = Some(watch::channel(initial));
         }
-        // A named configuration the node's label selected falls back to the top level when it
-        // cannot be served on this host.
-        let fallback = match (fallback, inputs.as_ref()) {
-            (Some(top), _) => Some(top),
-            (None, Some(inputs))
-                if config.selection.name.is_some() && config.selection.by.is_node_label() =>
-            {
-                let mut top = inputs.clone();
-                top.node = None;
-                resolve_within(top).await.ok()
+        // A named configuration the node's label selected falls back to the top level (the
+        // configuration at start, resolved without the node) when it cannot be served here.
+        let fallback = match fallback {
+            Some(top) => Some(top),
+            None if config.selection.name.is_some() && config.selection.by.is_node_label() => {
+                Some(plugin.config.config.clone())
             }
-            _ => None,
+            None => None,
         };
         // How the configuration was built, and which named configuration applies and why.
         for n in &config.notices {
             tracing::warn!("{n}");
         }
+        let logged = config.notices.clone();
         if let Some(w) = &config.selection.warning {
             tracing::warn!("{w}");
         }
@@ -225,7 +222,7 @@ impl Daemon {
         let (own_tx, mut updates) = match updates {
             Some(rx) => (None, rx),
             None => {
-                let (tx, rx) = watch::channel(Arc::new(config));
+                let (tx, rx) = watch::channel(Arc::new(config.config));
                 (Some(tx), rx)
             }
         };
@@ -314,6 +311,7 @@ impl Daemon {
                 inputs,
                 tx,
                 node: ctx.node.clone(),
+                logged,
             }),
             _ => None,
         };
@@ -718,10 +716,12 @@ async fn read_node(cluster: &Cluster) -> Option<crate::config::NodeInfo> {
 }
 
 /// Resolves the configuration (reading its files) on a blocking thread with the read limit.
-async fn resolve_within(inputs: Inputs) -> Result<Config, PluginError> {
-    let what = "reading the configuration";
-    crate::util::bounded::run_blocking(plugin::DEFAULT_READ_LIMIT, what, move || inputs.resolve())
-        .await
-        .map_err(|e| PluginError::Configuration(e.to_string()))?
-        .map_err(|e| PluginError::Configuration(e.to_string()))
+async fn resolve_within(inputs: &Inputs) -> Result<Resolved, PluginError> {
+    let inputs = inputs.clone();
+    crate::util::bounded::run_blocking(plugin::DEFAULT_READ_LIMIT, &inputs.reading(), move || {
+        inputs.resolve()
+    })
+    .await
+    .map_err(|e| PluginError::Configuration(e.to_string()))?
+    .map_err(|e| PluginError::Configuration(e.to_string()))
 }

@@ -285,10 +285,8 @@ async fn keep_held(
     if gone.is_empty() {
         return;
     }
-    let endpoint = match &inventory.config.telemetry.pod_resources_endpoint {
-        Some(e) => Endpoint::parse(e),
-        None => Endpoint::default_for(kubelet_dir),
-    };
+    let endpoint = (inventory.config.telemetry.pod_resources_endpoint.clone())
+        .unwrap_or_else(|| Endpoint::default_for(kubelet_dir));
     let held = match podresources::list(&endpoint, HOLDERS_TIMEOUT).await {
         Ok(allocations) => {
             if last_error.take().is_some() {

@@ -479,7 +479,7 @@ pub fn build(
     };
     let recorded = source.is_recorded();
     let pod_resources = match configured {
-        Some(e) => Some(Endpoint::parse(&e)),
+        Some(e) => Some(e),
         None if recorded => None,
         None => Some(Endpoint::default_for(kubelet_dir)),
     };
