@@ -1,4 +1,5 @@
-//! The transport under the daemon: how a socket *file* is bound, dialled and probed.
+//! The transport under the daemon: how a socket *file* is bound, dialled and probed, and the
+//! [`Endpoint`] of a node-local API (a socket file or a named pipe).
 //!
 //! The kubelet talks to device plugins over Unix domain socket files on both systems, and that
 //! is the only transport the `dxdp` binary uses ([`Transport::UnixSocket`]): on Unix tokio's

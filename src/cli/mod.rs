@@ -337,7 +337,7 @@ fn inputs(cli: &Cli) -> Inputs {
     flags.configuration = cli.global.configuration.clone();
     let file = config::choose_path(cli.global.config.as_deref(), &env);
     // In a HostProcess container on containerd 1.6, volumes are under the sandbox mount point.
-    let sandbox = std::env::var(dxdp::util::host_process::SANDBOX_VAR).ok();
+    let sandbox = env.get(dxdp::util::host_process::SANDBOX_VAR).cloned();
     let file = config::resolve_in_sandbox(
         file,
         &mut env,
@@ -471,7 +471,7 @@ fn run(cli: Cli, config: Resolved, inputs: Inputs) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => demo::run(&args, config.config, source.into()),
         Command::Mounts(args) => mounts::run(&args, &config, source.as_ref()),
         Command::Hcs(args) => hcs::run(&args, &config, source.as_ref()),
-        Command::Doctor(args) => doctor::run(&args, &config, source.as_ref()),
+        Command::Doctor(args) => doctor::run(&args, &config, source.as_ref(), &inputs.env),
         Command::Top(args) => top::run(&args, config.config, source.into(), host_snapshot),
         Command::Audit(args) => audit::run(&args, config.config, source.into(), host_snapshot),
         Command::Cleanup(args) => cleanup::run(&args),

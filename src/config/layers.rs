@@ -11,13 +11,25 @@ use super::{ConfigError, Env, Flags, Key, Resolved, ResourceKey};
 use crate::logging::LogFormat;
 use dxdp_core::assignment::Assignment;
 
-/// The relevant variables of the process environment.
+/// The variables outside dxdp's own prefixes that are inputs too: the node (whose label selects
+/// a named configuration), the validation Jobs' namespace, and where a HostProcess container's
+/// volumes (the configuration files) are.
+const INPUT_VARS: [&str; 3] = [
+    "NODE_NAME",
+    "POD_NAMESPACE",
+    crate::util::host_process::SANDBOX_VAR,
+];
+
+/// The relevant variables of the process environment, captured once: every variable that is an
+/// input of the configuration or of the daemon is read from this snapshot (so that tests give
+/// them without touching the process).
 pub fn process_env() -> Env {
     std::env::vars()
         .filter(|(k, _)| {
             k.starts_with("DXDP_")
                 || k.starts_with("WDDM_DEVICE_PLUGIN_")
                 || k.starts_with("MCDM_DEVICE_PLUGIN_")
+                || INPUT_VARS.contains(&k.as_str())
         })
         .collect()
 }

@@ -48,8 +48,9 @@ use crate::util::retry::Backoff;
 pub enum ClusterChoice {
     /// No API server: no node labels, per-node configuration, isolation Events or taint.
     Off,
-    /// From the environment: `NODE_NAME` and the pod's service account (or, outside a pod,
-    /// `KUBECONFIG`); without them the cluster parts are off, said once.
+    /// From the environment: `NODE_NAME` (of the inputs' environment, [`Daemon::reload`]) and the
+    /// pod's service account (or, outside a pod, `KUBECONFIG`); without them the cluster parts
+    /// are off, said once.
     FromEnvironment,
     /// This client (tests, with the API server stand-in).
     Given(Box<Cluster>),
@@ -176,12 +177,17 @@ impl Daemon {
         tokio::pin!(stop);
         let mut config = plugin.config.clone();
         let safety_poll = plugin.safety_poll;
+        // The variables that are inputs of the daemon (`NODE_NAME`, `POD_NAMESPACE`), as the
+        // configuration's environment has them.
+        let env = inputs.as_ref().map(|i| i.env.clone()).unwrap_or_default();
 
         // 1. The API server and the node.
         let cluster_asked = !matches!(cluster, ClusterChoice::Off);
         let client = match cluster {
             ClusterChoice::Off => None,
-            ClusterChoice::FromEnvironment => connect(&config).await,
+            ClusterChoice::FromEnvironment => {
+                connect(&config, env.get(cluster::NODE_NAME_VAR)).await
+            }
             ClusterChoice::Given(c) => Some(*c),
         };
         let mut node = None;
@@ -338,7 +344,7 @@ impl Daemon {
             _ => {}
         }
         match &ctx.cluster {
-            Some(cluster) => specs.push(validation_task(&ctx, cluster)),
+            Some(cluster) => specs.push(validation_task(&ctx, cluster, &env)),
             None if ctx.config.borrow().validation.enabled => tracing::warn!("validation.enabled is true, but dxdp has no API server client (no NODE_NAME or credentials, see above; the chart needs nodeApi.enabled): no validation Jobs"),
             None => {}
         }
@@ -621,11 +627,10 @@ fn health_tasks(
 }
 
 /// The validation task (optional; it does nothing while `validation.enabled` is off).
-fn validation_task(ctx: &Context, cluster: &Cluster) -> TaskSpec {
+fn validation_task(ctx: &Context, cluster: &Cluster, env: &crate::config::Env) -> TaskSpec {
     let task = cluster::validation_task::ValidationTask {
         cluster: cluster.clone(),
-        namespace: std::env::var(cluster::validation_task::NAMESPACE_VAR)
-            .ok()
+        namespace: (env.get(cluster::validation_task::NAMESPACE_VAR).cloned())
             .filter(|n| !n.trim().is_empty()),
         inventory: ctx.inventory.clone(),
         config: ctx.config.clone(),
@@ -680,9 +685,8 @@ const NODE_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Connects to the API server when `NODE_NAME` and credentials are there, else says once why
 /// not.
-async fn connect(config: &Config) -> Option<Cluster> {
-    let node_name = std::env::var(cluster::NODE_NAME_VAR).ok();
-    let cluster = match Cluster::connect(node_name.as_deref()).await {
+async fn connect(config: &Config, node_name: Option<&String>) -> Option<Cluster> {
+    let cluster = match Cluster::connect(node_name.map(String::as_str)).await {
         Ok(c) => c,
         Err(why) => {
             tracing::info!("node labels and per-node configuration are off: {why}");
