@@ -80,7 +80,7 @@ struct GlobalArgs {
 
     /// Log level or tracing filter (error, warn, info, debug, trace) [env: DXDP_LOG_LEVEL;
     /// default: info, warn for demo].
-    #[arg(long, global = true, value_parser = log_level)]
+    #[arg(long, global = true, value_parser = |s: &str| config::values::LogLevelName::try_from(s.to_string()))]
     log_level: Option<config::values::LogLevelName>,
 }
 
@@ -363,10 +363,6 @@ fn read(inputs: &Inputs) -> Result<Resolved, String> {
     })
     .map_err(|e| e.to_string())?
     .map_err(|e| e.to_string())
-}
-
-fn log_level(text: &str) -> Result<config::values::LogLevelName, String> {
-    config::values::LogLevelName::try_from(text.to_string())
 }
 
 /// Parses arguments, runs the command and turns errors into a message and exit code 1 (3, "could

@@ -27,9 +27,9 @@ use super::events::{container_ref, node_ref, warning, EventLimits, EventSender, 
 use super::Cluster;
 use crate::config::Config;
 use crate::inventory::{Inventory, InventoryRx};
-use crate::kubelet::endpoint::Endpoint;
 use crate::kubelet::podresources;
 use crate::observe::device_health::HealthMetrics;
+use crate::transport::Endpoint;
 use crate::util::retry::{random, Backoff};
 use crate::util::sleep_until;
 use dxdp_core::allocation;

@@ -40,24 +40,25 @@ fn local_endpoint(text: &str) -> Option<crate::transport::Endpoint> {
     (!text.trim().is_empty()).then(|| crate::transport::Endpoint::parse(text))
 }
 
+/// The error of variable `name` set to `value`: `reason` says what is wrong and allowed.
+fn invalid<'a>(name: &'a str, value: &'a str) -> impl Fn(String) -> ConfigError + Copy + 'a {
+    move |reason| ConfigError::Env {
+        name: name.into(),
+        value: value.into(),
+        reason,
+    }
+}
+
 fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(ConfigError::Env {
-            name: name.into(),
-            value: value.into(),
-            reason: "use true or false".into(),
-        }),
+        _ => Err(invalid(name, value)("use true or false".into())),
     }
 }
 
 fn parse_replicas(name: &str, value: &str) -> Result<u32, ConfigError> {
-    let err = |reason: String| ConfigError::Env {
-        name: name.into(),
-        value: value.into(),
-        reason,
-    };
+    let err = invalid(name, value);
     let n: u64 = value
         .trim()
         .parse()
@@ -498,11 +499,7 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
         }
     }
     if let Some(v) = env.get("DXDP_RESOURCES") {
-        let wanted = parse_resources(v).map_err(|reason| ConfigError::Env {
-            name: "DXDP_RESOURCES".into(),
-            value: v.clone(),
-            reason,
-        })?;
+        let wanted = parse_resources(v).map_err(invalid("DXDP_RESOURCES", v))?;
         for r in Resource::ALL {
             c.resource(r).enabled = wanted.contains(&r);
             c.set_origin(
@@ -533,10 +530,8 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
         }
     }
     if let Some(v) = env.get("DXDP_ASSIGNMENT") {
-        c.assignment = Assignment::parse(v).ok_or_else(|| ConfigError::Env {
-            name: "DXDP_ASSIGNMENT".into(),
-            value: v.clone(),
-            reason: "use location-path, class-guid or auto".into(),
+        c.assignment = Assignment::parse(v).ok_or_else(|| {
+            invalid("DXDP_ASSIGNMENT", v)("use location-path, class-guid or auto".into())
         })?;
         c.set_origin(Key::Assignment, &Origin::env("DXDP_ASSIGNMENT"));
     }
@@ -545,11 +540,7 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
         c.set_origin(Key::NodeLabelsEnabled, &Origin::env("DXDP_NODE_LABELS"));
     }
     if let Some(v) = env.get("DXDP_NODE_LABEL_PREFIX") {
-        dxdp_core::labels::check_prefix(v).map_err(|reason| ConfigError::Env {
-            name: "DXDP_NODE_LABEL_PREFIX".into(),
-            value: v.clone(),
-            reason,
-        })?;
+        dxdp_core::labels::check_prefix(v).map_err(invalid("DXDP_NODE_LABEL_PREFIX", v))?;
         c.node_labels.prefix = v.clone();
         c.set_origin(
             Key::NodeLabelsPrefix,
@@ -557,37 +548,21 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
         );
     }
     if let Some(v) = env.get("DXDP_LOG_LEVEL") {
-        c.log_level = LogLevelName::try_from(v.clone()).map_err(|reason| ConfigError::Env {
-            name: "DXDP_LOG_LEVEL".into(),
-            value: v.clone(),
-            reason,
-        })?;
+        c.log_level = LogLevelName::try_from(v.clone()).map_err(invalid("DXDP_LOG_LEVEL", v))?;
         c.set_origin(Key::LogLevel, &Origin::env("DXDP_LOG_LEVEL"));
     }
     if let Some(v) = env.get("DXDP_LOG_FORMAT") {
-        c.log_format = v.parse().map_err(|reason| ConfigError::Env {
-            name: "DXDP_LOG_FORMAT".into(),
-            value: v.clone(),
-            reason,
-        })?;
+        c.log_format = v.parse().map_err(invalid("DXDP_LOG_FORMAT", v))?;
         c.set_origin(Key::LogFormat, &Origin::env("DXDP_LOG_FORMAT"));
     }
     if let Some(v) = env.get("DXDP_METRICS_ADDRESS") {
         c.metrics_address =
-            super::values::MetricsAddress::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_METRICS_ADDRESS".into(),
-                value: v.clone(),
-                reason,
-            })?;
+            super::values::MetricsAddress::parse(v).map_err(invalid("DXDP_METRICS_ADDRESS", v))?;
         c.set_origin(Key::MetricsAddress, &Origin::env("DXDP_METRICS_ADDRESS"));
     }
     if let Some(v) = env.get("DXDP_PROBE_ADDRESS") {
         c.probe_address =
-            super::values::MetricsAddress::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_PROBE_ADDRESS".into(),
-                value: v.clone(),
-                reason,
-            })?;
+            super::values::MetricsAddress::parse(v).map_err(invalid("DXDP_PROBE_ADDRESS", v))?;
         c.set_origin(Key::ProbeAddress, &Origin::env("DXDP_PROBE_ADDRESS"));
     }
     if let Some(v) = env.get("DXDP_WEB_CONFIG_FILE") {
@@ -595,12 +570,8 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
         c.set_origin(Key::WebConfigFile, &Origin::env("DXDP_WEB_CONFIG_FILE"));
     }
     if let Some(v) = env.get("DXDP_METRICS_AUTHORIZATION") {
-        c.metrics_authorization =
-            file::MetricsAuthorization::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_METRICS_AUTHORIZATION".into(),
-                value: v.clone(),
-                reason,
-            })?;
+        c.metrics_authorization = file::MetricsAuthorization::parse(v)
+            .map_err(invalid("DXDP_METRICS_AUTHORIZATION", v))?;
         c.set_origin(
             Key::MetricsAuthorization,
             &Origin::env("DXDP_METRICS_AUTHORIZATION"),
@@ -612,11 +583,7 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
     }
     if let Some(v) = env.get("DXDP_TELEMETRY_INTERVAL") {
         c.telemetry.interval =
-            super::values::Interval::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_TELEMETRY_INTERVAL".into(),
-                value: v.clone(),
-                reason,
-            })?;
+            super::values::Interval::parse(v).map_err(invalid("DXDP_TELEMETRY_INTERVAL", v))?;
         c.set_origin(
             Key::TelemetryInterval,
             &Origin::env("DXDP_TELEMETRY_INTERVAL"),
@@ -631,20 +598,12 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
     }
     if let Some(v) = env.get("DXDP_CRI_ENDPOINT") {
         c.telemetry.cri_endpoint =
-            super::values::CriAddress::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_CRI_ENDPOINT".into(),
-                value: v.clone(),
-                reason,
-            })?;
+            super::values::CriAddress::parse(v).map_err(invalid("DXDP_CRI_ENDPOINT", v))?;
         c.set_origin(Key::TelemetryCriEndpoint, &Origin::env("DXDP_CRI_ENDPOINT"));
     }
     if let Some(v) = env.get("DXDP_ISOLATION_POLICY") {
         c.isolation.policy =
-            file::IsolationPolicy::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_ISOLATION_POLICY".into(),
-                value: v.clone(),
-                reason,
-            })?;
+            file::IsolationPolicy::parse(v).map_err(invalid("DXDP_ISOLATION_POLICY", v))?;
         c.set_origin(Key::IsolationPolicy, &Origin::env("DXDP_ISOLATION_POLICY"));
     }
     if let Some(v) = env.get("DXDP_ISOLATION_EVENTS") {
@@ -784,18 +743,13 @@ fn apply_validation_env(
     env: &Env,
     parse_bool: fn(&str, &str) -> Result<bool, ConfigError>,
 ) -> Result<(), ConfigError> {
-    let err = |name: &str, value: &str, reason: String| ConfigError::Env {
-        name: name.into(),
-        value: value.into(),
-        reason,
-    };
     if let Some(v) = env.get("DXDP_VALIDATION") {
         c.validation.enabled = parse_bool("DXDP_VALIDATION", v)?;
         c.set_origin(Key::ValidationEnabled, &Origin::env("DXDP_VALIDATION"));
     }
     if let Some(v) = env.get("DXDP_VALIDATION_INTERVAL") {
         c.validation.interval = super::validation::IntervalText::parse(v)
-            .map_err(|r| err("DXDP_VALIDATION_INTERVAL", v, r))?
+            .map_err(invalid("DXDP_VALIDATION_INTERVAL", v))?
             .0;
         c.set_origin(
             Key::ValidationInterval,
@@ -804,7 +758,7 @@ fn apply_validation_env(
     }
     if let Some(v) = env.get("DXDP_VALIDATION_TIMEOUT") {
         c.validation.timeout = super::validation::TimeoutText::parse(v)
-            .map_err(|r| err("DXDP_VALIDATION_TIMEOUT", v, r))?
+            .map_err(invalid("DXDP_VALIDATION_TIMEOUT", v))?
             .0;
         c.set_origin(
             Key::ValidationTimeout,
@@ -813,12 +767,12 @@ fn apply_validation_env(
     }
     if let Some(v) = env.get("DXDP_VALIDATION_IMAGE") {
         c.validation.image =
-            super::validation::check_image(v).map_err(|r| err("DXDP_VALIDATION_IMAGE", v, r))?;
+            super::validation::check_image(v).map_err(invalid("DXDP_VALIDATION_IMAGE", v))?;
         c.set_origin(Key::ValidationImage, &Origin::env("DXDP_VALIDATION_IMAGE"));
     }
     if let Some(v) = env.get("DXDP_VALIDATION_HOST_DIR") {
-        c.validation.host_dir = super::validation::check_host_dir(v)
-            .map_err(|r| err("DXDP_VALIDATION_HOST_DIR", v, r))?;
+        c.validation.host_dir =
+            super::validation::check_host_dir(v).map_err(invalid("DXDP_VALIDATION_HOST_DIR", v))?;
         c.set_origin(
             Key::ValidationHostDir,
             &Origin::env("DXDP_VALIDATION_HOST_DIR"),

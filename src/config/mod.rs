@@ -134,22 +134,20 @@ impl From<Config> for Resolved {
 
 impl Default for Resolved {
     fn default() -> Self {
-        let mut r = Resolved {
+        let mut origins: BTreeMap<Key, Origin> = Key::all()
+            .into_iter()
+            .map(|k| (k, Origin::Default))
+            .collect();
+        origins.insert(Key::Configuration, Origin::Selection(NO_SELECTION.into()));
+        Resolved {
             config: Config::default(),
             selection: Selection {
-                name: None,
                 reason: NO_SELECTION.into(),
-                by: SelectedBy::Default,
-                warning: None,
+                ..Selection::default()
             },
-            origins: Key::all()
-                .into_iter()
-                .map(|k| (k, Origin::Default))
-                .collect(),
+            origins,
             notices: Vec::new(),
-        };
-        r.set_origin(Key::Configuration, &Origin::Selection(NO_SELECTION.into()));
-        r
+        }
     }
 }
 

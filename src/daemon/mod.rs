@@ -141,8 +141,9 @@ impl Daemon {
     }
 
     /// What is served instead when the configuration cannot be served on this host. Without
-    /// it, a configuration the node's label selected falls back to the top level of its
-    /// inputs; any other configuration that cannot be served is an error at start.
+    /// it, a configuration the node's label selected falls back to the top level of its inputs
+    /// (the configuration at start, resolved without the node); any other configuration that
+    /// cannot be served is an error at start.
     pub fn fallback(mut self, top: Config) -> Self {
         self.fallback = Some(top);
         self

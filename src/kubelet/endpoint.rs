@@ -1,11 +1,11 @@
-//! Where a node-local gRPC API is served and how to reach it: a Unix domain socket file, or a
-//! Windows named pipe. Shared by the kubelet's PodResources client ([`super::podresources`]) and
+//! How to reach a node-local gRPC API at its [`Endpoint`] (a Unix domain socket file, or a
+//! Windows named pipe). Shared by the kubelet's PodResources client ([`super::podresources`]) and
 //! the container runtime's CRI client ([`super::cri`]), and by their stand-ins, which [`serve`]
 //! on the same kinds of endpoint (a real named pipe on Windows, under Wine too).
 
 use std::io;
 
-pub use crate::transport::Endpoint;
+use crate::transport::Endpoint;
 use crate::transport::{self, Transport};
 
 /// A gRPC channel to `endpoint`.

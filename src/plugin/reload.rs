@@ -21,8 +21,7 @@ use super::file_watch::{Notice, Subscription};
 use super::refresher::{Batch, Files, WRITE_GRACE};
 use super::servable;
 use super::Reload;
-use crate::config::Inputs;
-use crate::config::{Config, NodeInfo, Resolved};
+use crate::config::{Config, Inputs, NodeInfo, Resolved};
 use crate::inventory::InventoryRx;
 use crate::observe::metrics::ReloadResult;
 use crate::observe::Observe;
@@ -175,17 +174,10 @@ pub async fn watch_counted(
             }
         };
         writing_until = None;
-        let before = {
-            let c = tx.borrow();
-            (c.metrics_address, c.probe_address)
-        };
-        let guard_before = {
-            let c = tx.borrow();
-            (c.web_config_file.clone(), c.metrics_authorization)
-        };
+        let before = tx.borrow().clone();
         // Reading a file waits for a writer to finish: never on an async worker, and never
         // without a time limit.
-        let outcome = {
+        let (outcome, read) = {
             let (inputs, tx, dir) = (inputs.clone(), tx.clone(), kubelet_dir.clone());
             let os = inventory.borrow().os.clone();
             match lane.run(move || reload_once(&inputs, &tx, &dir, &os)).await {
@@ -199,35 +191,30 @@ pub async fn watch_counted(
                 }
             }
         };
-        let (outcome, read) = outcome;
-        if let (Outcome::Applied, Some(read)) = (&outcome, &read) {
-            let selection = &read.selection;
-            tracing::info!(files = ?names, configuration = selection.name.as_deref().unwrap_or("default"), reason = %selection.reason, "configuration reloaded and applied");
-            if let Some(w) = &selection.warning {
-                tracing::warn!("{w}");
-            }
-        }
-        // A file value that a variable hides: the edit changed nothing, say so (whether or not
-        // anything else changed).
-        if let Some(read) = read {
-            for n in &read.notices {
-                if n.contains(" overrides file ") && !logged.contains(n) {
-                    tracing::warn!("{n}");
-                }
-            }
-            logged = read.notices;
-        }
         match outcome {
             Outcome::Applied => {
                 last_rejection = None;
                 metrics.config_reload(ReloadResult::Applied);
-                let after = {
-                    let c = tx.borrow();
-                    (c.metrics_address, c.probe_address)
-                };
+                let selection = read
+                    .as_ref()
+                    .map(|r| r.selection.clone())
+                    .unwrap_or_default();
+                tracing::info!(files = ?names, configuration = selection.name.as_deref().unwrap_or("default"), reason = %selection.reason, "configuration reloaded and applied");
+                if let Some(w) = &selection.warning {
+                    tracing::warn!("{w}");
+                }
+                let after = tx.borrow().clone();
                 for (key, before, after) in [
-                    ("metrics.address", before.0, after.0),
-                    ("metrics.probeAddress", before.1, after.1),
+                    (
+                        "metrics.address",
+                        before.metrics_address,
+                        after.metrics_address,
+                    ),
+                    (
+                        "metrics.probeAddress",
+                        before.probe_address,
+                        after.probe_address,
+                    ),
                 ] {
                     if after != before {
                         tracing::warn!(
@@ -237,11 +224,9 @@ pub async fn watch_counted(
                         );
                     }
                 }
-                let guard_after = {
-                    let c = tx.borrow();
-                    (c.web_config_file.clone(), c.metrics_authorization)
-                };
-                if guard_after != guard_before {
+                if (&after.web_config_file, after.metrics_authorization)
+                    != (&before.web_config_file, before.metrics_authorization)
+                {
                     tracing::warn!(
                         "metrics.webConfigFile or metrics.authorization changed: it takes effect when the plugin restarts (the web configuration file's own content is re-read when it changes)"
                     );
@@ -266,6 +251,20 @@ pub async fn watch_counted(
                     last_rejection = Some(why);
                 }
             }
+        }
+        // A file value that a variable hides: the edit changed nothing, say so (whether or not
+        // anything else changed).
+        if let Some(read) = read {
+            for n in read
+                .notices
+                .iter()
+                .filter(|n| n.contains(" overrides file "))
+            {
+                if !logged.contains(n) {
+                    tracing::warn!("{n}");
+                }
+            }
+            logged = read.notices;
         }
     }
 }

@@ -229,13 +229,9 @@ pub async fn run(
                         Ok(()) => {
                             servers.reconfigure(c.endpoints());
                             // The same values are no change for any feature.
-                            config_tx.send_if_modified(|now| {
-                                let new = **now != *c;
-                                if new {
-                                    *now = c;
-                                }
-                                new
-                            });
+                            if **config_tx.borrow() != *c {
+                                config_tx.send_replace(c);
+                            }
                         }
                         Err(e) => {
                             observe.metrics.config_reload(crate::observe::metrics::ReloadResult::Rejected);

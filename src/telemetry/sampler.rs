@@ -30,9 +30,9 @@ use crate::config::values::CriAddress;
 use crate::config::Config;
 use crate::inventory::InventoryRx;
 use crate::kubelet::cri;
-use crate::kubelet::endpoint::Endpoint;
 use crate::kubelet::podresources;
 use crate::observe::telemetry_metrics::{SampleResult, TelemetryMetrics};
+use crate::transport::Endpoint;
 use crate::util::bounded::{Lane, Overdue};
 
 /// How long one read of the counters (or of the host facts) may take.

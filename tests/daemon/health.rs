@@ -255,8 +255,8 @@ async fn the_daemon_logs_every_unhealthy_device_at_start_with_its_reason() {
 /// PodResources shows the holder, and neither once the pod is gone; the other T4s stay Healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_device_that_left_the_host_stays_unhealthy_until_no_pod_holds_it() {
-    use dxdp::kubelet::endpoint::Endpoint;
     use dxdp::kubelet::standin::KubeletStandin;
+    use dxdp::transport::Endpoint;
     use dxdp_core::telemetry::PodAllocation;
     use podresources::PodResourcesStandin;
     use std::time::Duration;
