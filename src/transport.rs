@@ -1,4 +1,5 @@
-//! The transport under the daemon: how a socket *file* is bound, dialled and probed.
+//! The transport under the daemon: how a socket *file* is bound, dialled and probed, and the
+//! [`Endpoint`] of a node-local API (a socket file or a named pipe).
 //!
 //! The kubelet talks to device plugins over Unix domain socket files on both systems, and that
 //! is the only transport the `dxdp` binary uses ([`Transport::UnixSocket`]): on Unix tokio's
@@ -24,7 +25,37 @@ use std::time::Duration;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
+
+/// Where a node-local gRPC API is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A Unix domain socket file (Linux, and AF_UNIX on Windows).
+    Socket(PathBuf),
+    /// A Windows named pipe (`\\.\pipe\…`).
+    Pipe(String),
+}
+
+impl Endpoint {
+    /// A named pipe when `text` starts with `\\.\pipe\` (or `//./pipe/`), else a socket path.
+    pub fn parse(text: &str) -> Endpoint {
+        let lower = text.to_ascii_lowercase();
+        if lower.starts_with(r"\\.\pipe\") || lower.starts_with("//./pipe/") {
+            Endpoint::Pipe(text.to_string())
+        } else {
+            Endpoint::Socket(PathBuf::from(text))
+        }
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Socket(p) => write!(f, "{}", p.display()),
+            Endpoint::Pipe(p) => f.write_str(p),
+        }
+    }
+}
 
 /// `sun_path` holds 108 bytes including the terminating NUL.
 pub const MAX_SOCKET_PATH: usize = 107;
@@ -90,7 +121,7 @@ impl Transport {
     /// A gRPC channel to the listener at `path` (the address in the URI is not used).
     pub async fn channel(self, path: &Path) -> Result<Channel, tonic::transport::Error> {
         let path = path.to_path_buf();
-        Endpoint::from_static("http://localhost")
+        tonic::transport::Endpoint::from_static("http://localhost")
             .connect_timeout(Duration::from_secs(5))
             .connect_with_connector(tower::service_fn(move |_| {
                 let path = path.clone();

@@ -10,7 +10,7 @@ use clap::ValueEnum;
 use dxdp::config::file::{ConfigFile, ReferenceFile};
 use dxdp::config::reference_mapping;
 use dxdp::config::{file, parse};
-use dxdp::config::{Config, Inputs};
+use dxdp::config::{Inputs, Resolved};
 use dxdp_core::devices::Resource;
 
 /// `dxdp config` subcommands.
@@ -40,7 +40,7 @@ pub enum ConfigCommand {
 }
 
 /// Runs a `config` subcommand.
-pub fn run(cmd: &ConfigCommand, config: &Config, inputs: &Inputs) -> anyhow::Result<ExitCode> {
+pub fn run(cmd: &ConfigCommand, config: &Resolved, inputs: &Inputs) -> anyhow::Result<ExitCode> {
     match cmd {
         ConfigCommand::Show { output } => {
             // A file that does not exist is not shown as if it were read.

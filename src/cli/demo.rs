@@ -76,7 +76,7 @@ async fn demo(
         .context("cannot start the kubelet stand-in")?;
     let names: Vec<String> = config.endpoints().into_iter().map(|(_, n)| n).collect();
     let mut plugin_config = PluginConfig::new(dir.clone());
-    plugin_config.config = config.clone();
+    plugin_config.config = config.clone().into();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     // The production graph, without an API server (the demo never touches a cluster).
     let daemon = tokio::spawn(

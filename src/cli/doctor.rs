@@ -101,12 +101,13 @@ pub fn run(
     args: &DoctorArgs,
     config: &Config,
     source: &dyn HostFactsSource,
+    env: &dxdp::config::Env,
 ) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
     let discovery = pipeline::discover(&facts, &config.pipeline);
     let kubelet_dir = dxdp::kubelet::paths::resolve(
         args.kubelet_dir.clone(),
-        std::env::var("DXDP_KUBELET_DIR").ok().as_deref(),
+        env.get("DXDP_KUBELET_DIR").map(String::as_str),
     );
     let dir = kubelet_dir.path;
     // A simulated host is not this machine: its kubelet directory is only checked when named.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use dxdp::backend::HostFactsSource;
-use dxdp::config::Config;
+use dxdp::config::Resolved;
 use dxdp::tools::hcs;
 
 /// Arguments of `dxdp hcs`.
@@ -22,7 +22,7 @@ pub struct HcsArgs {
 /// 1 otherwise.
 pub fn run(
     args: &HcsArgs,
-    config: &Config,
+    config: &Resolved,
     source: &dyn HostFactsSource,
 ) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;

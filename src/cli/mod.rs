@@ -23,7 +23,7 @@ use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::Resource;
 
 use dxdp::backend::{self, HostFactsSource};
-use dxdp::config::{self, Config, Flags, Inputs};
+use dxdp::config::{self, Flags, Inputs, Resolved};
 use dxdp::logging::{self, LogFormat};
 use dxdp_core::facts::HostFacts;
 
@@ -80,8 +80,8 @@ struct GlobalArgs {
 
     /// Log level or tracing filter (error, warn, info, debug, trace) [env: DXDP_LOG_LEVEL;
     /// default: info, warn for demo].
-    #[arg(long, global = true)]
-    log_level: Option<String>,
+    #[arg(long, global = true, value_parser = |s: &str| config::values::LogLevelName::try_from(s.to_string()))]
+    log_level: Option<config::values::LogLevelName>,
 }
 
 /// The output format of a command with machine output (`-o/--output`).
@@ -337,7 +337,7 @@ fn inputs(cli: &Cli) -> Inputs {
     flags.configuration = cli.global.configuration.clone();
     let file = config::choose_path(cli.global.config.as_deref(), &env);
     // In a HostProcess container on containerd 1.6, volumes are under the sandbox mount point.
-    let sandbox = std::env::var(dxdp::util::host_process::SANDBOX_VAR).ok();
+    let sandbox = env.get(dxdp::util::host_process::SANDBOX_VAR).cloned();
     let file = config::resolve_in_sandbox(
         file,
         &mut env,
@@ -353,6 +353,18 @@ fn inputs(cli: &Cli) -> Inputs {
     }
 }
 
+/// Reads the configuration of `inputs` (the one [`Inputs::resolve`]) on a thread of its own: a
+/// configuration file on a hung file system must not hang the command without a word.
+fn read(inputs: &Inputs) -> Result<Resolved, String> {
+    let what = inputs.reading();
+    let inputs = inputs.clone();
+    dxdp::util::bounded::run_thread(dxdp::plugin::DEFAULT_READ_LIMIT, &what, move || {
+        inputs.resolve()
+    })
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())
+}
+
 /// Parses arguments, runs the command and turns errors into a message and exit code 1 (3, "could
 /// not tell", for the checks: see [`exit`]).
 pub fn main() -> ExitCode {
@@ -364,22 +376,7 @@ pub fn main() -> ExitCode {
         let _ = dxdp::shutdown::install();
     }
     let inputs = inputs(&cli);
-    // A configuration file on a hung file system must not hang the start without a word.
-    let resolved = {
-        let files: Vec<String> = inputs
-            .watched_files()
-            .iter()
-            .map(|f| f.display().to_string())
-            .collect();
-        let what = format!("reading the configuration ({})", files.join(", "));
-        let inputs = inputs.clone();
-        dxdp::util::bounded::run_thread(dxdp::plugin::DEFAULT_READ_LIMIT, &what, move || {
-            inputs.resolve()
-        })
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()))
-    };
-    let config = match resolved {
+    let config = match read(&inputs) {
         Ok(c) => c,
         Err(e) => {
             // The configuration (with logFormat) is what failed: the flag or environment
@@ -399,7 +396,7 @@ pub fn main() -> ExitCode {
         .is_default();
     let level = match &cli.command {
         Command::Demo(_) if level_is_default => "warn",
-        _ => config.log_level.as_str(),
+        _ => config.log_level.0.as_str(),
     };
     let _ = NOTICE_FORMAT.set(config.log_format);
     // Kept until main returns: dropping it writes out the queued log lines.
@@ -438,7 +435,7 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
+fn run(cli: Cli, config: Resolved, inputs: Inputs) -> anyhow::Result<ExitCode> {
     if matches!(cli.command, Command::Plugin(_))
         && cli.global.host_snapshot.is_none()
         && !cfg!(windows)
@@ -467,12 +464,12 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
         Command::Plugin(args) => {
             plugin::run(&args, config, inputs, source.into(), host_snapshot.clone())
         }
-        Command::Demo(args) => demo::run(&args, config, source.into()),
+        Command::Demo(args) => demo::run(&args, config.config, source.into()),
         Command::Mounts(args) => mounts::run(&args, &config, source.as_ref()),
         Command::Hcs(args) => hcs::run(&args, &config, source.as_ref()),
-        Command::Doctor(args) => doctor::run(&args, &config, source.as_ref()),
-        Command::Top(args) => top::run(&args, config, source.into(), host_snapshot.clone()),
-        Command::Audit(args) => audit::run(&args, config, source.into(), host_snapshot.clone()),
+        Command::Doctor(args) => doctor::run(&args, &config, source.as_ref(), &inputs.env),
+        Command::Top(args) => top::run(&args, config.config, source.into(), host_snapshot),
+        Command::Audit(args) => audit::run(&args, config.config, source.into(), host_snapshot),
         Command::Cleanup(args) => cleanup::run(&args),
         Command::Validate(args) => validate::run(&args, source.into()),
         Command::Config(cmd) => {
@@ -495,15 +492,17 @@ fn run(cli: Cli, config: Config, inputs: Inputs) -> anyhow::Result<ExitCode> {
 /// With `NODE_NAME` and Kubernetes credentials, reads the node's labels (as the daemon does at
 /// start) so that `config show` shows the named configuration the node selects; otherwise says
 /// why not and keeps the configuration as it is.
-fn with_node_selection(config: Config, mut inputs: Inputs) -> anyhow::Result<(Config, Inputs)> {
+fn with_node_selection(config: Resolved, mut inputs: Inputs) -> anyhow::Result<(Resolved, Inputs)> {
     use dxdp::cluster::{Cluster, NODE_NAME_VAR};
-    let Some(node) = std::env::var(NODE_NAME_VAR)
-        .ok()
+    let Some(node) = inputs
+        .env
+        .get(NODE_NAME_VAR)
         .filter(|n| !n.trim().is_empty())
+        .cloned()
     else {
         return Ok((config, inputs));
     };
-    let read = runtime()?.block_on(async {
+    let node_read = runtime()?.block_on(async {
         let cluster = Cluster::connect(Some(&node))
             .await
             .map_err(|e| e.to_string())?;
@@ -512,11 +511,11 @@ fn with_node_selection(config: Config, mut inputs: Inputs) -> anyhow::Result<(Co
             .map_err(|_| format!("the API server did not answer within 5 s for node {node}"))?
             .map_err(|e| e.to_string())
     });
-    match read {
+    match node_read {
         Ok(info) => {
             inputs.node = Some(info);
             let before = config.selection.warning.clone();
-            let config = inputs.resolve()?;
+            let config = read(&inputs).map_err(anyhow::Error::msg)?;
             if let Some(w) = config
                 .selection
                 .warning

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use dxdp::backend::HostFactsSource;
-use dxdp::config::{file, values, Config, Flags, Inputs};
+use dxdp::config::{file, values, Flags, Inputs, Resolved};
 use dxdp::daemon::{ClusterChoice, Daemon};
 use dxdp::kubelet::paths;
 use dxdp_core::allocation::MAX_REPLICAS;
@@ -94,7 +94,7 @@ impl PluginArgs {
 /// handler waiting for cleanup is released (see [`dxdp::shutdown`]).
 pub fn run(
     args: &PluginArgs,
-    config: Config,
+    config: Resolved,
     inputs: Inputs,
     source: Arc<dyn HostFactsSource>,
     host_snapshot: Option<PathBuf>,
@@ -109,10 +109,10 @@ pub fn run(
     }
     let kubelet_dir = paths::resolve(
         args.kubelet_dir.clone(),
-        std::env::var("DXDP_KUBELET_DIR").ok().as_deref(),
+        inputs.env.get("DXDP_KUBELET_DIR").map(String::as_str),
     );
     let mut plugin_config = PluginConfig::new(kubelet_dir.path);
-    plugin_config.config = config.clone();
+    plugin_config.config = config;
     plugin_config.safety_poll = Duration::from_secs(args.safety_poll);
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),

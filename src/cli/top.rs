@@ -82,8 +82,7 @@ impl Figures {
                 if source.is_simulated() {
                     super::notice(&format!("simulated host: using {}", source.describe()));
                 }
-                let kubelet_dir =
-                    paths::resolve(None, std::env::var("DXDP_KUBELET_DIR").ok().as_deref());
+                let kubelet_dir = paths::default_dir();
                 let (_, updates) = watch::channel(Arc::new(config));
                 let sampler = sampler::build(
                     sampler::Devices::Host(source),

@@ -27,9 +27,9 @@ use super::events::{container_ref, node_ref, warning, EventLimits, EventSender, 
 use super::Cluster;
 use crate::config::Config;
 use crate::inventory::{Inventory, InventoryRx};
-use crate::kubelet::endpoint::Endpoint;
 use crate::kubelet::podresources;
 use crate::observe::device_health::HealthMetrics;
+use crate::transport::Endpoint;
 use crate::util::retry::{random, Backoff};
 use crate::util::sleep_until;
 use dxdp_core::allocation;
@@ -240,10 +240,8 @@ impl HealthEvents {
                 sender.update(Vec::new(), true, Instant::now());
                 list_at = None;
             } else if list_at.is_some_and(|t| Instant::now() >= t) {
-                let endpoint = match &config.borrow().telemetry.pod_resources_endpoint {
-                    Some(e) => Endpoint::parse(e),
-                    None => Endpoint::default_for(&kubelet_dir),
-                };
+                let configured = config.borrow().telemetry.pod_resources_endpoint.clone();
+                let endpoint = configured.unwrap_or_else(|| Endpoint::default_for(&kubelet_dir));
                 match podresources::list(&endpoint, LIST_TIMEOUT).await {
                     Ok(allocations) => {
                         if list_error.take().is_some() {

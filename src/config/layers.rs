@@ -1,45 +1,64 @@
 //! The configuration layers: how the reference plugin's files, dxdp's file, the environment and
-//! the flags each change a [`Config`], recording the origin of every key they set.
+//! the flags each change a [`Resolved`] configuration, recording the origin of every key they set.
 
 use dxdp_core::devices::{Resource, TargetDir};
 use dxdp_core::pipeline::runtime_files::AdditionalFile;
 
 use super::file::{self, ConfigFile, FileEntry, LogFormatName, ReferenceFile};
 use super::origin::{Origin, Overridden};
-use super::values::{Replicas, ResourceName, VendorKey};
-use super::{Config, ConfigError, Env, Flags, Key, ResourceKey};
+use super::values::{LogLevelName, Replicas, ResourceName, VendorKey};
+use super::{ConfigError, Env, Flags, Key, Resolved, ResourceKey};
 use crate::logging::LogFormat;
 use dxdp_core::assignment::Assignment;
 
-/// The relevant variables of the process environment.
+/// The variables outside dxdp's own prefixes that are inputs too: the node (whose label selects
+/// a named configuration), the validation Jobs' namespace, and where a HostProcess container's
+/// volumes (the configuration files) are.
+const INPUT_VARS: [&str; 3] = [
+    "NODE_NAME",
+    "POD_NAMESPACE",
+    crate::util::host_process::SANDBOX_VAR,
+];
+
+/// The relevant variables of the process environment, captured once: every variable that is an
+/// input of the configuration or of the daemon is read from this snapshot (so that tests give
+/// them without touching the process).
 pub fn process_env() -> Env {
     std::env::vars()
         .filter(|(k, _)| {
             k.starts_with("DXDP_")
                 || k.starts_with("WDDM_DEVICE_PLUGIN_")
                 || k.starts_with("MCDM_DEVICE_PLUGIN_")
+                || INPUT_VARS.contains(&k.as_str())
         })
         .collect()
+}
+
+/// `telemetry.podResourcesEndpoint` as written: a named pipe or a socket path (`None`: empty,
+/// the kubelet's default).
+fn local_endpoint(text: &str) -> Option<crate::transport::Endpoint> {
+    (!text.trim().is_empty()).then(|| crate::transport::Endpoint::parse(text))
+}
+
+/// The error of variable `name` set to `value`: `reason` says what is wrong and allowed.
+fn invalid<'a>(name: &'a str, value: &'a str) -> impl Fn(String) -> ConfigError + Copy + 'a {
+    move |reason| ConfigError::Env {
+        name: name.into(),
+        value: value.into(),
+        reason,
+    }
 }
 
 fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(ConfigError::Env {
-            name: name.into(),
-            value: value.into(),
-            reason: "use true or false".into(),
-        }),
+        _ => Err(invalid(name, value)("use true or false".into())),
     }
 }
 
 fn parse_replicas(name: &str, value: &str) -> Result<u32, ConfigError> {
-    let err = |reason: String| ConfigError::Env {
-        name: name.into(),
-        value: value.into(),
-        reason,
-    };
+    let err = invalid(name, value);
     let n: u64 = value
         .trim()
         .parse()
@@ -115,7 +134,7 @@ pub fn reference_mapping(f: &ReferenceFile, r: Resource) -> Vec<String> {
     out
 }
 
-pub(super) fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, origin: &Origin) {
+pub(super) fn apply_reference(c: &mut Resolved, r: Resource, f: &ReferenceFile, origin: &Origin) {
     if let Some(n) = f.multitenancy {
         c.resource(r).replicas = n.replicas();
         c.set_origin(Key::Resource(r, ResourceKey::Replicas), origin);
@@ -146,7 +165,7 @@ pub(super) fn apply_reference(c: &mut Config, r: Resource, f: &ReferenceFile, or
     }
 }
 
-pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &Origin) {
+pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
     for (r, rf) in [
         (Resource::Display, &f.resources.display),
         (Resource::Compute, &f.resources.compute),
@@ -241,7 +260,7 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &Origin) {
         c.set_origin(Key::RuntimeFilesAdditional, origin);
     }
     if let Some(v) = &f.log_level {
-        c.log_level = v.0.clone();
+        c.log_level = v.clone();
         c.set_origin(Key::LogLevel, origin);
     }
     if let Some(v) = f.node_labels.enabled {
@@ -284,7 +303,7 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &Origin) {
         c.set_origin(Key::TelemetryInterval, origin);
     }
     if let Some(v) = &f.telemetry.pod_resources_endpoint {
-        c.telemetry.pod_resources_endpoint = Some(v.clone()).filter(|v| !v.trim().is_empty());
+        c.telemetry.pod_resources_endpoint = local_endpoint(v);
         c.set_origin(Key::TelemetryPodResourcesEndpoint, origin);
     }
     if let Some(v) = &f.telemetry.cri_endpoint {
@@ -323,7 +342,7 @@ pub(super) fn apply_file(c: &mut Config, f: &ConfigFile, origin: &Origin) {
 }
 
 /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
-fn apply_policy(c: &mut Config, r: Resource, rf: &file::ResourceFile, origin: &Origin) {
+fn apply_policy(c: &mut Resolved, r: Resource, rf: &file::ResourceFile, origin: &Origin) {
     if let Some(v) = rf.allocation_policy {
         c.resource(r).policy.allocation = v;
         c.set_origin(Key::Resource(r, ResourceKey::AllocationPolicy), origin);
@@ -346,7 +365,13 @@ enum Switch {
 }
 
 /// Sets an include switch for one resource (`Some`) or both (`None`), recording the origin.
-fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool, origin: &Origin) {
+fn set_include(
+    c: &mut Resolved,
+    r: Option<Resource>,
+    switch: Switch,
+    value: bool,
+    origin: &Origin,
+) {
     let (flags, key) = match switch {
         Switch::Integrated => (
             &mut c.pipeline.include_integrated,
@@ -373,7 +398,7 @@ fn set_include(c: &mut Config, r: Option<Resource>, switch: Switch, value: bool,
 /// before, both are named (`env DXDP_REPLICAS (overrides env WDDM_DEVICE_PLUGIN_MULTITENANCY=4)`)
 /// and a notice says which won.
 fn over_reference(
-    c: &mut Config,
+    c: &mut Resolved,
     key: Key,
     name: &str,
     value: &str,
@@ -399,7 +424,7 @@ fn over_reference(
 /// Applies the environment, then names every configuration-file value a variable overrides (in
 /// the key's origin, and in a notice the daemon logs): a file edit that a variable hides would
 /// otherwise do nothing, silently.
-pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
+pub(super) fn apply_env(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
     let before = c.clone();
     apply_variables(c, env)?;
     note_file_overrides(c, &before, env);
@@ -408,7 +433,7 @@ pub(super) fn apply_env(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
 
 /// For each key a variable took from a file with a different value: the origin becomes
 /// `env DXDP_REPLICAS (overrides file C:\etc\dxdp\config.yaml: 2)` and a notice says what to do.
-fn note_file_overrides(c: &mut Config, before: &Config, env: &Env) {
+fn note_file_overrides(c: &mut Resolved, before: &Resolved, env: &Env) {
     for key in Key::all() {
         let was = before.origin_of(key);
         if !was.is_file() || before.shown(key) == c.shown(key) {
@@ -434,7 +459,7 @@ fn note_file_overrides(c: &mut Config, before: &Config, env: &Env) {
     }
 }
 
-fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
+fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
     // The reference plugin's variables: WDDM = display, MCDM = compute.
     for (prefix, r) in [("WDDM", Resource::Display), ("MCDM", Resource::Compute)] {
         let name = format!("{prefix}_DEVICE_PLUGIN_MULTITENANCY");
@@ -474,11 +499,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         }
     }
     if let Some(v) = env.get("DXDP_RESOURCES") {
-        let wanted = parse_resources(v).map_err(|reason| ConfigError::Env {
-            name: "DXDP_RESOURCES".into(),
-            value: v.clone(),
-            reason,
-        })?;
+        let wanted = parse_resources(v).map_err(invalid("DXDP_RESOURCES", v))?;
         for r in Resource::ALL {
             c.resource(r).enabled = wanted.contains(&r);
             c.set_origin(
@@ -509,10 +530,8 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         }
     }
     if let Some(v) = env.get("DXDP_ASSIGNMENT") {
-        c.assignment = Assignment::parse(v).ok_or_else(|| ConfigError::Env {
-            name: "DXDP_ASSIGNMENT".into(),
-            value: v.clone(),
-            reason: "use location-path, class-guid or auto".into(),
+        c.assignment = Assignment::parse(v).ok_or_else(|| {
+            invalid("DXDP_ASSIGNMENT", v)("use location-path, class-guid or auto".into())
         })?;
         c.set_origin(Key::Assignment, &Origin::env("DXDP_ASSIGNMENT"));
     }
@@ -521,11 +540,7 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         c.set_origin(Key::NodeLabelsEnabled, &Origin::env("DXDP_NODE_LABELS"));
     }
     if let Some(v) = env.get("DXDP_NODE_LABEL_PREFIX") {
-        dxdp_core::labels::check_prefix(v).map_err(|reason| ConfigError::Env {
-            name: "DXDP_NODE_LABEL_PREFIX".into(),
-            value: v.clone(),
-            reason,
-        })?;
+        dxdp_core::labels::check_prefix(v).map_err(invalid("DXDP_NODE_LABEL_PREFIX", v))?;
         c.node_labels.prefix = v.clone();
         c.set_origin(
             Key::NodeLabelsPrefix,
@@ -533,38 +548,21 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         );
     }
     if let Some(v) = env.get("DXDP_LOG_LEVEL") {
-        crate::logging::filter(v).map_err(|e| ConfigError::Env {
-            name: "DXDP_LOG_LEVEL".into(),
-            value: v.clone(),
-            reason: e.to_string(),
-        })?;
-        c.log_level = v.trim().to_string();
+        c.log_level = LogLevelName::try_from(v.clone()).map_err(invalid("DXDP_LOG_LEVEL", v))?;
         c.set_origin(Key::LogLevel, &Origin::env("DXDP_LOG_LEVEL"));
     }
     if let Some(v) = env.get("DXDP_LOG_FORMAT") {
-        c.log_format = v.parse().map_err(|reason| ConfigError::Env {
-            name: "DXDP_LOG_FORMAT".into(),
-            value: v.clone(),
-            reason,
-        })?;
+        c.log_format = v.parse().map_err(invalid("DXDP_LOG_FORMAT", v))?;
         c.set_origin(Key::LogFormat, &Origin::env("DXDP_LOG_FORMAT"));
     }
     if let Some(v) = env.get("DXDP_METRICS_ADDRESS") {
         c.metrics_address =
-            super::values::MetricsAddress::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_METRICS_ADDRESS".into(),
-                value: v.clone(),
-                reason,
-            })?;
+            super::values::MetricsAddress::parse(v).map_err(invalid("DXDP_METRICS_ADDRESS", v))?;
         c.set_origin(Key::MetricsAddress, &Origin::env("DXDP_METRICS_ADDRESS"));
     }
     if let Some(v) = env.get("DXDP_PROBE_ADDRESS") {
         c.probe_address =
-            super::values::MetricsAddress::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_PROBE_ADDRESS".into(),
-                value: v.clone(),
-                reason,
-            })?;
+            super::values::MetricsAddress::parse(v).map_err(invalid("DXDP_PROBE_ADDRESS", v))?;
         c.set_origin(Key::ProbeAddress, &Origin::env("DXDP_PROBE_ADDRESS"));
     }
     if let Some(v) = env.get("DXDP_WEB_CONFIG_FILE") {
@@ -572,12 +570,8 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
         c.set_origin(Key::WebConfigFile, &Origin::env("DXDP_WEB_CONFIG_FILE"));
     }
     if let Some(v) = env.get("DXDP_METRICS_AUTHORIZATION") {
-        c.metrics_authorization =
-            file::MetricsAuthorization::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_METRICS_AUTHORIZATION".into(),
-                value: v.clone(),
-                reason,
-            })?;
+        c.metrics_authorization = file::MetricsAuthorization::parse(v)
+            .map_err(invalid("DXDP_METRICS_AUTHORIZATION", v))?;
         c.set_origin(
             Key::MetricsAuthorization,
             &Origin::env("DXDP_METRICS_AUTHORIZATION"),
@@ -589,18 +583,14 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
     }
     if let Some(v) = env.get("DXDP_TELEMETRY_INTERVAL") {
         c.telemetry.interval =
-            super::values::Interval::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_TELEMETRY_INTERVAL".into(),
-                value: v.clone(),
-                reason,
-            })?;
+            super::values::Interval::parse(v).map_err(invalid("DXDP_TELEMETRY_INTERVAL", v))?;
         c.set_origin(
             Key::TelemetryInterval,
             &Origin::env("DXDP_TELEMETRY_INTERVAL"),
         );
     }
     if let Some(v) = env.get("DXDP_POD_RESOURCES_ENDPOINT") {
-        c.telemetry.pod_resources_endpoint = Some(v.clone()).filter(|v| !v.trim().is_empty());
+        c.telemetry.pod_resources_endpoint = local_endpoint(v);
         c.set_origin(
             Key::TelemetryPodResourcesEndpoint,
             &Origin::env("DXDP_POD_RESOURCES_ENDPOINT"),
@@ -608,20 +598,12 @@ fn apply_variables(c: &mut Config, env: &Env) -> Result<(), ConfigError> {
     }
     if let Some(v) = env.get("DXDP_CRI_ENDPOINT") {
         c.telemetry.cri_endpoint =
-            super::values::CriAddress::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_CRI_ENDPOINT".into(),
-                value: v.clone(),
-                reason,
-            })?;
+            super::values::CriAddress::parse(v).map_err(invalid("DXDP_CRI_ENDPOINT", v))?;
         c.set_origin(Key::TelemetryCriEndpoint, &Origin::env("DXDP_CRI_ENDPOINT"));
     }
     if let Some(v) = env.get("DXDP_ISOLATION_POLICY") {
         c.isolation.policy =
-            file::IsolationPolicy::parse(v).map_err(|reason| ConfigError::Env {
-                name: "DXDP_ISOLATION_POLICY".into(),
-                value: v.clone(),
-                reason,
-            })?;
+            file::IsolationPolicy::parse(v).map_err(invalid("DXDP_ISOLATION_POLICY", v))?;
         c.set_origin(Key::IsolationPolicy, &Origin::env("DXDP_ISOLATION_POLICY"));
     }
     if let Some(v) = env.get("DXDP_ISOLATION_EVENTS") {
@@ -660,7 +642,7 @@ pub fn parse_resources(text: &str) -> Result<Vec<Resource>, String> {
     Ok(out)
 }
 
-pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
+pub(super) fn apply_flags(c: &mut Resolved, f: &Flags) {
     if let Some(list) = &f.resources {
         for r in Resource::ALL {
             c.resource(r).enabled = list.contains(&r);
@@ -731,7 +713,7 @@ pub(super) fn apply_flags(c: &mut Config, f: &Flags) {
 }
 
 /// Applies `validation` of a file.
-fn apply_validation_file(c: &mut Config, f: &super::validation::ValidationFile, origin: &Origin) {
+fn apply_validation_file(c: &mut Resolved, f: &super::validation::ValidationFile, origin: &Origin) {
     if let Some(v) = f.enabled {
         c.validation.enabled = v;
         c.set_origin(Key::ValidationEnabled, origin);
@@ -757,22 +739,17 @@ fn apply_validation_file(c: &mut Config, f: &super::validation::ValidationFile, 
 /// Applies the variables `DXDP_VALIDATION`, `DXDP_VALIDATION_INTERVAL`,
 /// `DXDP_VALIDATION_TIMEOUT`, `DXDP_VALIDATION_IMAGE` and `DXDP_VALIDATION_HOST_DIR`.
 fn apply_validation_env(
-    c: &mut Config,
+    c: &mut Resolved,
     env: &Env,
     parse_bool: fn(&str, &str) -> Result<bool, ConfigError>,
 ) -> Result<(), ConfigError> {
-    let err = |name: &str, value: &str, reason: String| ConfigError::Env {
-        name: name.into(),
-        value: value.into(),
-        reason,
-    };
     if let Some(v) = env.get("DXDP_VALIDATION") {
         c.validation.enabled = parse_bool("DXDP_VALIDATION", v)?;
         c.set_origin(Key::ValidationEnabled, &Origin::env("DXDP_VALIDATION"));
     }
     if let Some(v) = env.get("DXDP_VALIDATION_INTERVAL") {
         c.validation.interval = super::validation::IntervalText::parse(v)
-            .map_err(|r| err("DXDP_VALIDATION_INTERVAL", v, r))?
+            .map_err(invalid("DXDP_VALIDATION_INTERVAL", v))?
             .0;
         c.set_origin(
             Key::ValidationInterval,
@@ -781,7 +758,7 @@ fn apply_validation_env(
     }
     if let Some(v) = env.get("DXDP_VALIDATION_TIMEOUT") {
         c.validation.timeout = super::validation::TimeoutText::parse(v)
-            .map_err(|r| err("DXDP_VALIDATION_TIMEOUT", v, r))?
+            .map_err(invalid("DXDP_VALIDATION_TIMEOUT", v))?
             .0;
         c.set_origin(
             Key::ValidationTimeout,
@@ -790,12 +767,12 @@ fn apply_validation_env(
     }
     if let Some(v) = env.get("DXDP_VALIDATION_IMAGE") {
         c.validation.image =
-            super::validation::check_image(v).map_err(|r| err("DXDP_VALIDATION_IMAGE", v, r))?;
+            super::validation::check_image(v).map_err(invalid("DXDP_VALIDATION_IMAGE", v))?;
         c.set_origin(Key::ValidationImage, &Origin::env("DXDP_VALIDATION_IMAGE"));
     }
     if let Some(v) = env.get("DXDP_VALIDATION_HOST_DIR") {
-        c.validation.host_dir = super::validation::check_host_dir(v)
-            .map_err(|r| err("DXDP_VALIDATION_HOST_DIR", v, r))?;
+        c.validation.host_dir =
+            super::validation::check_host_dir(v).map_err(invalid("DXDP_VALIDATION_HOST_DIR", v))?;
         c.set_origin(
             Key::ValidationHostDir,
             &Origin::env("DXDP_VALIDATION_HOST_DIR"),

@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::logging::LogFormat;
+use crate::transport::Endpoint;
 use crate::util::host_process;
 use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::Resource;
@@ -51,7 +52,9 @@ pub struct ResourceSettings {
     pub policy: ResourcePolicy,
 }
 
-/// The effective configuration.
+/// The effective configuration's values: what the daemon serves, and all it compares (where a
+/// value came from is in [`Resolved`], never compared: the same values reached another way
+/// change nothing that is served).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// `resources.display` and `resources.compute`.
@@ -60,14 +63,12 @@ pub struct Config {
     pub pipeline: PipelineConfig,
     /// Assignment mode.
     pub assignment: Assignment,
-    /// Log level or filter.
-    pub log_level: String,
+    /// Log level or filter, checked when the configuration was read.
+    pub log_level: values::LogLevelName,
     /// Log format.
     pub log_format: LogFormat,
     /// Node labels.
     pub node_labels: NodeLabels,
-    /// Which named configuration is in force, and why.
-    pub selection: Selection,
     /// `metrics.address`: where `/metrics`, `/healthz` and `/readyz` are served (off when
     /// `None`). Read at start; a reload that changes it takes effect at the next start.
     pub metrics_address: Option<std::net::SocketAddr>,
@@ -89,12 +90,71 @@ pub struct Config {
     pub health_reports: health::HealthReports,
     /// `validation`: the in-cluster validation Jobs.
     pub validation: validation::Validation,
+}
+
+/// A configuration as [`Inputs::resolve`] built it: its values ([`Config`], which it
+/// dereferences to) and how they were reached.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The values.
+    pub config: Config,
+    /// Which named configuration is in force, and why.
+    pub selection: Selection,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
     pub origins: BTreeMap<Key, Origin>,
     /// What an operator must be told about how the configuration was built (a reference-plugin
     /// default file read, `*_MULTITENANCY=0` taken as 1, a dxdp variable overriding a reference
     /// variable): logged at start and shown by `config show`.
     pub notices: Vec<String>,
+}
+
+impl std::ops::Deref for Resolved {
+    type Target = Config;
+
+    fn deref(&self) -> &Config {
+        &self.config
+    }
+}
+
+impl std::ops::DerefMut for Resolved {
+    fn deref_mut(&mut self) -> &mut Config {
+        &mut self.config
+    }
+}
+
+impl From<Config> for Resolved {
+    /// `config` with every value's origin the default and nothing selected.
+    fn from(config: Config) -> Self {
+        Resolved {
+            config,
+            ..Resolved::default()
+        }
+    }
+}
+
+impl Default for Resolved {
+    fn default() -> Self {
+        let mut origins: BTreeMap<Key, Origin> = Key::all()
+            .into_iter()
+            .map(|k| (k, Origin::Default))
+            .collect();
+        origins.insert(Key::Configuration, Origin::Selection(NO_SELECTION.into()));
+        Resolved {
+            config: Config::default(),
+            selection: Selection {
+                reason: NO_SELECTION.into(),
+                ..Selection::default()
+            },
+            origins,
+            notices: Vec::new(),
+        }
+    }
+}
+
+impl Resolved {
+    fn set_origin(&mut self, key: Key, origin: &Origin) {
+        self.origins.insert(key, origin.clone());
+    }
 }
 
 /// Why the default configuration applies when nothing selects another.
@@ -107,8 +167,9 @@ pub struct Telemetry {
     pub enabled: bool,
     /// Time between samples.
     pub interval: std::time::Duration,
-    /// Where the kubelet serves PodResources; `None`: the kubelet's default for this OS.
-    pub pod_resources_endpoint: Option<String>,
+    /// Where the kubelet serves PodResources, parsed when the configuration was read; `None`:
+    /// the kubelet's default for this OS.
+    pub pod_resources_endpoint: Option<Endpoint>,
     /// Where the container runtime serves its CRI API, parsed when the configuration was read;
     /// `None`: containerd's default for this OS.
     pub cri_endpoint: Option<values::CriAddress>,
@@ -263,7 +324,7 @@ pub struct NodeInfo {
 
 impl Default for Config {
     fn default() -> Self {
-        let mut c = Config {
+        Config {
             resources: Resource::ALL
                 .iter()
                 .map(|&r| {
@@ -281,17 +342,11 @@ impl Default for Config {
                 .collect(),
             pipeline: PipelineConfig::default(),
             assignment: Assignment::Auto,
-            log_level: "info".into(),
+            log_level: values::LogLevelName("info".into()),
             log_format: LogFormat::Text,
             node_labels: NodeLabels {
                 enabled: true,
                 prefix: dxdp_core::labels::DEFAULT_PREFIX.into(),
-            },
-            selection: Selection {
-                name: None,
-                reason: NO_SELECTION.into(),
-                by: SelectedBy::Default,
-                warning: None,
             },
             metrics_address: None,
             probe_address: None,
@@ -301,14 +356,7 @@ impl Default for Config {
             isolation: Isolation::default(),
             health_reports: health::HealthReports::default(),
             validation: validation::Validation::default(),
-            origins: BTreeMap::new(),
-            notices: Vec::new(),
-        };
-        for key in Key::all() {
-            c.origins.insert(key, Origin::Default);
         }
-        c.set_origin(Key::Configuration, &Origin::Selection(NO_SELECTION.into()));
-        c
     }
 }
 
@@ -353,10 +401,6 @@ impl Config {
     pub fn replicas(&self, r: Resource) -> u32 {
         self.resources.get(&r).map(|s| s.replicas).unwrap_or(1)
     }
-
-    fn set_origin(&mut self, key: Key, origin: &Origin) {
-        self.origins.insert(key, origin.clone());
-    }
 }
 
 /// Command-line flags that override the configuration.
@@ -373,7 +417,7 @@ pub struct Flags {
     /// `--assignment`.
     pub assignment: Option<Assignment>,
     /// `--log-level`.
-    pub log_level: Option<String>,
+    pub log_level: Option<values::LogLevelName>,
     /// `--log-format`.
     pub log_format: Option<LogFormat>,
     /// `--configuration`: the named configuration to apply, whatever the node's label says.
@@ -566,9 +610,22 @@ impl Inputs {
         files
     }
 
+    /// What a read of the configuration is called where it may time out:
+    /// `reading the configuration (FILES)`.
+    pub fn reading(&self) -> String {
+        let files: Vec<String> = self
+            .watched_files()
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        format!("reading the configuration ({})", files.join(", "))
+    }
+
     /// Builds the effective configuration: defaults < reference files < file < env < flags.
-    pub fn resolve(&self) -> Result<Config, ConfigError> {
-        let mut c = Config::default();
+    /// The one resolution: at start, with the node's labels, on every reload and for
+    /// `config show`.
+    pub fn resolve(&self) -> Result<Resolved, ConfigError> {
+        let mut c = Resolved::default();
         for (name, r, path, explicit) in reference_files(&self.env) {
             let origin = if explicit {
                 Origin::File {

@@ -5,9 +5,9 @@ use dxdp_core::devices::TargetDir;
 use dxdp_core::pipeline::filter::DeviceSelector;
 
 use super::origin::Origin;
-use super::{Config, Key, ResourceKey};
+use super::{Key, Resolved, ResourceKey};
 
-impl Config {
+impl Resolved {
     /// The effective values with their origins, one `key: value  # origin` line each, for every
     /// key in [`Key::all`] order.
     pub fn show(&self) -> String {
@@ -111,7 +111,7 @@ impl Config {
                     })
                     .collect(),
             ),
-            Key::LogLevel => json!(self.log_level),
+            Key::LogLevel => json!(self.log_level.0),
             Key::LogFormat => json!(self.log_format.to_string()),
             Key::NodeLabelsEnabled => json!(self.node_labels.enabled),
             Key::NodeLabelsPrefix => json!(self.node_labels.prefix),
@@ -132,7 +132,7 @@ impl Config {
             Key::TelemetryEnabled => json!(self.telemetry.enabled),
             Key::TelemetryInterval => json!(format_interval(self.telemetry.interval)),
             Key::TelemetryPodResourcesEndpoint => match &self.telemetry.pod_resources_endpoint {
-                Some(e) => json!(e),
+                Some(e) => json!(e.to_string()),
                 None => Value::Null,
             },
             Key::TelemetryCriEndpoint => match &self.telemetry.cri_endpoint {

@@ -129,7 +129,7 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
         c.pipeline.additional_files[0].source,
         r"extra\nvextra64.dll"
     );
-    assert_eq!(c.log_level, "debug");
+    assert_eq!(c.log_level.0, "debug");
     assert_eq!(c.log_format, LogFormat::Json);
     assert_eq!(
         c.node_labels,
@@ -165,7 +165,7 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
 #[test]
 fn defaults() {
     let c = Inputs::default().resolve().unwrap();
-    assert_eq!(c, Config::default());
+    assert_eq!(c.config, Config::default());
     assert_eq!(c.endpoints().len(), 2);
     assert!(c
         .show()
@@ -210,7 +210,7 @@ fn precedence_is_defaults_file_env_flags() {
             Flags {
                 replicas: Some(5),
                 assignment: Some(Assignment::LocationPath),
-                log_level: Some("trace".into()),
+                log_level: Some(values::LogLevelName("trace".into())),
                 ..Flags::default()
             },
             5,
@@ -223,7 +223,7 @@ fn precedence_is_defaults_file_env_flags() {
         let c = inputs(Some(path.clone()), &env, flags).resolve().unwrap();
         assert_eq!(c.replicas(Resource::Display), replicas, "{env:?}");
         assert_eq!(c.assignment, assignment);
-        assert_eq!(c.log_level, level);
+        assert_eq!(c.log_level.0, level);
         assert!(
             c.origin("resources.display.replicas").starts_with(origin),
             "{}",
@@ -540,7 +540,7 @@ fn health_checks_are_configurable_and_reach_the_pipeline() {
         json["health.ignoreProblemCodes"]["value"],
         serde_json::json!([43, 31])
     );
-    let d = Config::default();
+    let d = Resolved::default();
     assert!(d.pipeline.health.enabled && d.pipeline.health.ignore_problem_codes.is_empty());
     let bad = write(
         &dir,
@@ -653,7 +653,7 @@ fn metrics_address_follows_the_precedence_and_is_checked() {
     let file = write(&dir, "config.yaml", "metrics:\n  address: 0.0.0.0:9466\n");
     let addr = |s: &str| Some(s.parse::<std::net::SocketAddr>().unwrap());
     // Off by default.
-    let d = Config::default();
+    let d = Resolved::default();
     assert_eq!(d.metrics_address, None);
     assert_eq!(d.origin("metrics.address"), "default");
     assert!(d.show().contains("metrics.address: none  # default\n"));
@@ -1028,14 +1028,14 @@ fn cri_endpoints_are_local_sockets_or_pipes() {
         })
     );
     assert_eq!(c.origin("telemetry.criEndpoint"), "env DXDP_CRI_ENDPOINT");
-    assert!(Config::default()
+    assert!(Resolved::default()
         .show()
         .contains("telemetry.criEndpoint: none  # default\n"));
 }
 
 #[test]
 fn telemetry_keys_follow_the_precedence_and_intervals_are_checked() {
-    let d = Config::default();
+    let d = Resolved::default();
     assert!(d.telemetry.enabled);
     assert_eq!(d.telemetry.interval, std::time::Duration::from_secs(10));
     assert!(d.show().contains("telemetry.interval: 10s  # default\n"));
@@ -1054,8 +1054,8 @@ fn telemetry_keys_follow_the_precedence_and_intervals_are_checked() {
     assert!(!c.telemetry.enabled);
     assert_eq!(c.telemetry.interval, std::time::Duration::from_secs(60));
     assert_eq!(
-        c.telemetry.pod_resources_endpoint.as_deref(),
-        Some("/run/pr.sock")
+        c.telemetry.pod_resources_endpoint,
+        Some(crate::transport::Endpoint::Socket("/run/pr.sock".into()))
     );
     assert_eq!(
         c.origin("telemetry.interval"),
@@ -1120,7 +1120,7 @@ fn telemetry_keys_follow_the_precedence_and_intervals_are_checked() {
 
 #[test]
 fn isolation_keys_follow_the_precedence_and_policies_are_checked() {
-    let d = Config::default();
+    let d = Resolved::default();
     assert_eq!(d.isolation.policy, file::IsolationPolicy::Audit);
     assert!(d.isolation.events);
     assert!(d.show().contains("isolation.policy: audit  # default\n"));
@@ -1192,7 +1192,7 @@ fn probe_address_follows_the_precedence_and_is_checked() {
         "metrics:\n  probeAddress: 127.0.0.1:9467\n",
     );
     let addr = |s: &str| Some(s.parse::<std::net::SocketAddr>().unwrap());
-    let d = Config::default();
+    let d = Resolved::default();
     assert_eq!(d.probe_address, None);
     assert!(d.show().contains("metrics.probeAddress: none  # default\n"));
     let c = inputs(Some(file.clone()), &[], Flags::default())
@@ -1297,7 +1297,7 @@ fn web_config_file_and_metrics_authorization_follow_the_precedence() {
         "config.yaml",
         "metrics:\n  webConfigFile: /etc/dxdp/web.yml\n  authorization: kubernetes\n",
     );
-    let d = Config::default();
+    let d = Resolved::default();
     assert_eq!(d.web_config_file, None);
     assert!(d
         .show()
@@ -1371,7 +1371,7 @@ fn web_config_file_and_metrics_authorization_follow_the_precedence() {
 
 #[test]
 fn pod_labels_and_pod_uid_are_read_from_the_file_and_a_bad_pattern_is_refused() {
-    let d = Config::default();
+    let d = Resolved::default();
     assert!(!d.telemetry.pod_info());
     assert!(
         d.show().contains("telemetry.podLabels: []  # default\n"),
@@ -1525,7 +1525,7 @@ fn version_v1_and_no_version_read_the_same() {
 
 #[test]
 fn health_events_and_node_conditions_follow_the_precedence() {
-    let d = Config::default();
+    let d = Resolved::default();
     assert!(d.health_reports.events);
     assert!(!d.health_reports.node_conditions);
     assert!(d.show().contains("health.events: true  # default\n"));

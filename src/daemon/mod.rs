@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use crate::backend::eventlog::EventLog;
 use crate::backend::HostFactsSource;
 use crate::cluster::{self, isolation_events, taint, Cluster};
-use crate::config::{Config, Inputs, NodeInfo};
+use crate::config::{Config, Inputs, NodeInfo, Resolved};
 use crate::inventory::InventoryRx;
 use crate::observe::endpoint::Guard;
 use crate::observe::state::Phase;
@@ -48,8 +48,9 @@ use crate::util::retry::Backoff;
 pub enum ClusterChoice {
     /// No API server: no node labels, per-node configuration, isolation Events or taint.
     Off,
-    /// From the environment: `NODE_NAME` and the pod's service account (or, outside a pod,
-    /// `KUBECONFIG`); without them the cluster parts are off, said once.
+    /// From the environment: `NODE_NAME` (of the inputs' environment, [`Daemon::reload`]) and the
+    /// pod's service account (or, outside a pod, `KUBECONFIG`); without them the cluster parts
+    /// are off, said once.
     FromEnvironment,
     /// This client (tests, with the API server stand-in).
     Given(Box<Cluster>),
@@ -140,8 +141,9 @@ impl Daemon {
     }
 
     /// What is served instead when the configuration cannot be served on this host. Without
-    /// it, a configuration the node's label selected falls back to the top level of its
-    /// inputs; any other configuration that cannot be served is an error at start.
+    /// it, a configuration the node's label selected falls back to the top level of its inputs
+    /// (the configuration at start, resolved without the node); any other configuration that
+    /// cannot be served is an error at start.
     pub fn fallback(mut self, top: Config) -> Self {
         self.fallback = Some(top);
         self
@@ -176,12 +178,17 @@ impl Daemon {
         tokio::pin!(stop);
         let mut config = plugin.config.clone();
         let safety_poll = plugin.safety_poll;
+        // The variables that are inputs of the daemon (`NODE_NAME`, `POD_NAMESPACE`), as the
+        // configuration's environment has them.
+        let env = inputs.as_ref().map(|i| i.env.clone()).unwrap_or_default();
 
         // 1. The API server and the node.
         let cluster_asked = !matches!(cluster, ClusterChoice::Off);
         let client = match cluster {
             ClusterChoice::Off => None,
-            ClusterChoice::FromEnvironment => connect(&config).await,
+            ClusterChoice::FromEnvironment => {
+                connect(&config, env.get(cluster::NODE_NAME_VAR)).await
+            }
             ClusterChoice::Given(c) => Some(*c),
         };
         let mut node = None;
@@ -190,28 +197,25 @@ impl Daemon {
             if let (Some(inputs), Some(read)) = (inputs.as_mut(), read) {
                 inputs.node = Some(read);
                 // The selection is logged once, below, with or without the API server.
-                config = resolve_within(inputs.clone()).await?;
+                config = resolve_within(inputs).await?;
             }
             let initial = inputs.as_ref().and_then(|i| i.node.clone());
             node = Some(watch::channel(initial));
         }
-        // A named configuration the node's label selected falls back to the top level when it
-        // cannot be served on this host.
-        let fallback = match (fallback, inputs.as_ref()) {
-            (Some(top), _) => Some(top),
-            (None, Some(inputs))
-                if config.selection.name.is_some() && config.selection.by.is_node_label() =>
-            {
-                let mut top = inputs.clone();
-                top.node = None;
-                resolve_within(top).await.ok()
+        // A named configuration the node's label selected falls back to the top level (the
+        // configuration at start, resolved without the node) when it cannot be served here.
+        let fallback = match fallback {
+            Some(top) => Some(top),
+            None if config.selection.name.is_some() && config.selection.by.is_node_label() => {
+                Some(plugin.config.config.clone())
             }
-            _ => None,
+            None => None,
         };
         // How the configuration was built, and which named configuration applies and why.
         for n in &config.notices {
             tracing::warn!("{n}");
         }
+        let logged = config.notices.clone();
         if let Some(w) = &config.selection.warning {
             tracing::warn!("{w}");
         }
@@ -225,7 +229,7 @@ impl Daemon {
         let (own_tx, mut updates) = match updates {
             Some(rx) => (None, rx),
             None => {
-                let (tx, rx) = watch::channel(Arc::new(config));
+                let (tx, rx) = watch::channel(Arc::new(config.config));
                 (Some(tx), rx)
             }
         };
@@ -303,6 +307,7 @@ impl Daemon {
                 inputs,
                 tx,
                 node: ctx.node.clone(),
+                logged,
             }),
             _ => None,
         };
@@ -329,7 +334,7 @@ impl Daemon {
             _ => {}
         }
         match &ctx.cluster {
-            Some(cluster) => specs.push(validation_task(&ctx, cluster)),
+            Some(cluster) => specs.push(validation_task(&ctx, cluster, &env)),
             None if ctx.config.borrow().validation.enabled => tracing::warn!("validation.enabled is true, but dxdp has no API server client (no NODE_NAME or credentials, see above; the chart needs nodeApi.enabled): no validation Jobs"),
             None => {}
         }
@@ -603,11 +608,10 @@ fn health_tasks(
 }
 
 /// The validation task (optional; it does nothing while `validation.enabled` is off).
-fn validation_task(ctx: &Context, cluster: &Cluster) -> TaskSpec {
+fn validation_task(ctx: &Context, cluster: &Cluster, env: &crate::config::Env) -> TaskSpec {
     let task = cluster::validation_task::ValidationTask {
         cluster: cluster.clone(),
-        namespace: std::env::var(cluster::validation_task::NAMESPACE_VAR)
-            .ok()
+        namespace: (env.get(cluster::validation_task::NAMESPACE_VAR).cloned())
             .filter(|n| !n.trim().is_empty()),
         inventory: ctx.inventory.clone(),
         config: ctx.config.clone(),
@@ -662,9 +666,8 @@ const NODE_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Connects to the API server when `NODE_NAME` and credentials are there, else says once why
 /// not.
-async fn connect(config: &Config) -> Option<Cluster> {
-    let node_name = std::env::var(cluster::NODE_NAME_VAR).ok();
-    let cluster = match Cluster::connect(node_name.as_deref()).await {
+async fn connect(config: &Config, node_name: Option<&String>) -> Option<Cluster> {
+    let cluster = match Cluster::connect(node_name.map(String::as_str)).await {
         Ok(c) => c,
         Err(why) => {
             tracing::info!("node labels and per-node configuration are off: {why}");
@@ -698,10 +701,12 @@ async fn read_node(cluster: &Cluster) -> Option<crate::config::NodeInfo> {
 }
 
 /// Resolves the configuration (reading its files) on a blocking thread with the read limit.
-async fn resolve_within(inputs: Inputs) -> Result<Config, PluginError> {
-    let what = "reading the configuration";
-    crate::util::bounded::run_blocking(plugin::DEFAULT_READ_LIMIT, what, move || inputs.resolve())
-        .await
-        .map_err(|e| PluginError::Configuration(e.to_string()))?
-        .map_err(|e| PluginError::Configuration(e.to_string()))
+async fn resolve_within(inputs: &Inputs) -> Result<Resolved, PluginError> {
+    let inputs = inputs.clone();
+    crate::util::bounded::run_blocking(plugin::DEFAULT_READ_LIMIT, &inputs.reading(), move || {
+        inputs.resolve()
+    })
+    .await
+    .map_err(|e| PluginError::Configuration(e.to_string()))?
+    .map_err(|e| PluginError::Configuration(e.to_string()))
 }

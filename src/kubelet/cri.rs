@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use dxdp_core::telemetry::PodRef;
 
-use super::endpoint::{connect, Endpoint};
+use super::endpoint::connect;
+use crate::transport::Endpoint;
 use crate::util::errors::chain;
 
 /// The CRI runtime API v1, generated from `proto/cri_runtime_v1.proto`.

@@ -1,42 +1,12 @@
-//! Where a node-local gRPC API is served and how to reach it: a Unix domain socket file, or a
-//! Windows named pipe. Shared by the kubelet's PodResources client ([`super::podresources`]) and
+//! How to reach a node-local gRPC API at its [`Endpoint`] (a Unix domain socket file, or a
+//! Windows named pipe). Shared by the kubelet's PodResources client ([`super::podresources`]) and
 //! the container runtime's CRI client ([`super::cri`]), and by their stand-ins, which [`serve`]
 //! on the same kinds of endpoint (a real named pipe on Windows, under Wine too).
 
 use std::io;
-use std::path::PathBuf;
 
+use crate::transport::Endpoint;
 use crate::transport::{self, Transport};
-
-/// Where a node-local gRPC API is served.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    /// A Unix domain socket file (Linux, and AF_UNIX on Windows).
-    Socket(PathBuf),
-    /// A Windows named pipe (`\\.\pipe\…`).
-    Pipe(String),
-}
-
-impl Endpoint {
-    /// A named pipe when `text` starts with `\\.\pipe\` (or `//./pipe/`), else a socket path.
-    pub fn parse(text: &str) -> Endpoint {
-        let lower = text.to_ascii_lowercase();
-        if lower.starts_with(r"\\.\pipe\") || lower.starts_with("//./pipe/") {
-            Endpoint::Pipe(text.to_string())
-        } else {
-            Endpoint::Socket(PathBuf::from(text))
-        }
-    }
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Socket(p) => write!(f, "{}", p.display()),
-            Endpoint::Pipe(p) => f.write_str(p),
-        }
-    }
-}
 
 /// A gRPC channel to `endpoint`.
 pub async fn connect(

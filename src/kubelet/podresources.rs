@@ -25,7 +25,7 @@ pub const WINDOWS_PIPE: &str = r"\\.\pipe\kubelet-pod-resources";
 /// The most bytes of a `List` answer accepted (a node with hundreds of pods stays far below).
 const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 
-use super::endpoint::Endpoint;
+use crate::transport::Endpoint;
 
 impl Endpoint {
     /// The kubelet's endpoint on this OS, for its device-plugin directory `kubelet_dir`

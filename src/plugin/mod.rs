@@ -35,7 +35,7 @@ use std::time::Duration;
 use tokio::sync::watch as channel;
 
 use crate::backend::SourceError;
-use crate::config::{Config, Inputs, NodeInfo};
+use crate::config::{Config, Inputs, NodeInfo, Resolved};
 use crate::observe::Observe;
 use crate::transport::Transport;
 use crate::util::retry::Backoff;
@@ -48,7 +48,7 @@ pub fn default_kubelet_dir() -> PathBuf {
 
 /// The configuration reload the daemon runs (and supervises): where the configuration comes
 /// from, and where new ones are published.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Reload {
     /// The configuration's inputs (files, environment, flags, the node).
     pub inputs: Inputs,
@@ -56,6 +56,8 @@ pub struct Reload {
     pub tx: channel::Sender<Arc<Config>>,
     /// The node's labels, when the API server is followed (they select a named configuration).
     pub node: Option<channel::Receiver<Option<NodeInfo>>>,
+    /// The notices of the configuration in force, logged at start: a reload logs new ones only.
+    pub logged: Vec<String>,
 }
 
 /// How the daemon runs.
@@ -63,8 +65,9 @@ pub struct Reload {
 pub struct PluginConfig {
     /// The kubelet's device-plugin directory (holds `kubelet.sock`).
     pub kubelet_dir: PathBuf,
-    /// The configuration at start (resources, names, replicas, pipeline, assignment).
-    pub config: Config,
+    /// The configuration at start (resources, names, replicas, pipeline, assignment), with how
+    /// it was resolved (logged at start).
+    pub config: Resolved,
     /// The slow safety poll: how often sockets, `kubelet.sock`, the configuration and host facts
     /// without change events (device health on Windows) are checked anyway.
     pub safety_poll: Duration,
@@ -110,7 +113,7 @@ impl PluginConfig {
     pub fn new(kubelet_dir: PathBuf) -> Self {
         PluginConfig {
             kubelet_dir,
-            config: Config::default(),
+            config: Resolved::default(),
             safety_poll: DEFAULT_SAFETY_POLL,
             backoff: Backoff {
                 initial: Duration::from_millis(500),

@@ -20,11 +20,11 @@ use tokio::sync::{watch, Notify};
 use super::file_watch::{parent_dirs, Change, DirEvent, Notice, Recheck, Subscription};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
-use crate::kubelet::endpoint::Endpoint;
 use crate::kubelet::podresources;
 use crate::observe::device_health::{DeviceHealth, UNMATCHED};
 use crate::observe::metrics::{DeviceCounts, Metrics};
 use crate::observe::Observe;
+use crate::transport::Endpoint;
 use crate::util::bounded::Lane;
 use dxdp_core::allocation;
 use dxdp_core::devices::HealthState;
@@ -285,10 +285,8 @@ async fn keep_held(
     if gone.is_empty() {
         return;
     }
-    let endpoint = match &inventory.config.telemetry.pod_resources_endpoint {
-        Some(e) => Endpoint::parse(e),
-        None => Endpoint::default_for(kubelet_dir),
-    };
+    let endpoint = (inventory.config.telemetry.pod_resources_endpoint.clone())
+        .unwrap_or_else(|| Endpoint::default_for(kubelet_dir));
     let held = match podresources::list(&endpoint, HOLDERS_TIMEOUT).await {
         Ok(allocations) => {
             if last_error.take().is_some() {

@@ -20,7 +20,8 @@ use tokio::sync::watch;
 use super::file_watch::{Notice, Subscription};
 use super::refresher::{Batch, Files, WRITE_GRACE};
 use super::servable;
-use crate::config::{Config, Inputs, NodeInfo};
+use super::Reload;
+use crate::config::{Config, Inputs, NodeInfo, Resolved};
 use crate::inventory::InventoryRx;
 use crate::observe::metrics::ReloadResult;
 use crate::observe::Observe;
@@ -41,58 +42,60 @@ pub enum Outcome {
     Rejected(String),
 }
 
-/// Re-reads the configuration (a blocking read: call it off the async workers); publishes it on
-/// `tx` only when it differs and passes [`servable::check`] for `kubelet_dir` on a host with `os`.
+/// Re-reads the configuration (a blocking read: call it off the async workers); publishes its
+/// values on `tx` only when they differ (where they came from is not compared) and pass
+/// [`servable::check`] for `kubelet_dir` on a host with `os`. Returns the configuration read,
+/// unless rejected.
 pub fn reload_once(
     inputs: &Inputs,
     tx: &watch::Sender<Arc<Config>>,
     kubelet_dir: &Path,
     os: &OsFacts,
-) -> Outcome {
+) -> (Outcome, Option<Resolved>) {
     let new = match inputs.resolve() {
         Ok(c) => c,
-        Err(e) => return Outcome::Rejected(e.to_string()),
+        Err(e) => return (Outcome::Rejected(e.to_string()), None),
     };
-    if *tx.borrow().as_ref() == new {
-        return Outcome::Unchanged;
+    if **tx.borrow() == new.config {
+        return (Outcome::Unchanged, Some(new));
     }
     if let Err(e) = servable::check(&new, kubelet_dir, os) {
-        return Outcome::Rejected(e.to_string());
+        return (Outcome::Rejected(e.to_string()), None);
     }
-    tx.send_replace(Arc::new(new));
-    Outcome::Applied
+    tx.send_replace(Arc::new(new.config.clone()));
+    (Outcome::Applied, Some(new))
 }
 
-/// Reloads on file events (from `files`, the subscription to the directories of
+/// Reloads `reload.inputs` on file events (from `files`, the subscription to the directories of
 /// `inputs.watched_files()`; a file written in place once its writer is done), on every check
 /// it asks for (safety tick, lost events, a directory watched again; not while a file is being
 /// written), on every reload request (SIGHUP, [`crate::shutdown::reload_requests`]) and on
-/// every change of the node's labels (`node`: they select the named
-/// configuration), until `tx` has no receivers. Counts reloads in `observe`'s metrics
+/// every change of the node's labels (`reload.node`: they select the named
+/// configuration), until `reload.tx` has no receivers. Counts reloads in `observe`'s metrics
 /// (`dxdp_config_reloads_total`): every reload a file event triggers, and a check's reload when
 /// it applies a change or brings a new rejection (the routine re-reads that find nothing are not
 /// counted). New configurations are validated against the host of `inventory`. Each read is
 /// given `read_limit`; one that does not return fails `/healthz` (as [`STALL_NAME`]) until it
 /// does.
-#[allow(clippy::too_many_arguments)]
 pub async fn watch_counted(
-    mut inputs: Inputs,
-    tx: watch::Sender<Arc<Config>>,
+    reload: Reload,
     kubelet_dir: PathBuf,
     mut files_watch: Subscription,
-    mut node: Option<watch::Receiver<Option<NodeInfo>>>,
     observe: Observe,
     inventory: InventoryRx,
     read_limit: Duration,
 ) {
+    let Reload {
+        mut inputs,
+        tx,
+        mut node,
+        mut logged,
+    } = reload;
     let metrics = observe.metrics.clone();
     let files = inputs.watched_files();
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let watched = Files::new(&files);
-    let mut lane = Lane::new(
-        format!("reading the configuration ({})", names.join(", ")),
-        read_limit,
-    );
+    let mut lane = Lane::new(inputs.reading(), read_limit);
     let mut last_rejection: Option<String> = None;
     // Set while a file is being written in place: when to read it anyway.
     let mut writing_until: Option<tokio::time::Instant> = None;
@@ -171,18 +174,10 @@ pub async fn watch_counted(
             }
         };
         writing_until = None;
-        let before = {
-            let c = tx.borrow();
-            (c.metrics_address, c.probe_address)
-        };
-        let notices_before = tx.borrow().notices.clone();
-        let guard_before = {
-            let c = tx.borrow();
-            (c.web_config_file.clone(), c.metrics_authorization)
-        };
+        let before = tx.borrow().clone();
         // Reading a file waits for a writer to finish: never on an async worker, and never
         // without a time limit.
-        let outcome = {
+        let (outcome, read) = {
             let (inputs, tx, dir) = (inputs.clone(), tx.clone(), kubelet_dir.clone());
             let os = inventory.borrow().os.clone();
             match lane.run(move || reload_once(&inputs, &tx, &dir, &os)).await {
@@ -192,7 +187,7 @@ pub async fn watch_counted(
                         stalled = true;
                         observe.health.stalled(STALL_NAME, Some(e.to_string()));
                     }
-                    Outcome::Rejected(e.to_string())
+                    (Outcome::Rejected(e.to_string()), None)
                 }
             }
         };
@@ -200,24 +195,26 @@ pub async fn watch_counted(
             Outcome::Applied => {
                 last_rejection = None;
                 metrics.config_reload(ReloadResult::Applied);
-                let selection = tx.borrow().selection.clone();
+                let selection = read
+                    .as_ref()
+                    .map(|r| r.selection.clone())
+                    .unwrap_or_default();
                 tracing::info!(files = ?names, configuration = selection.name.as_deref().unwrap_or("default"), reason = %selection.reason, "configuration reloaded and applied");
                 if let Some(w) = &selection.warning {
                     tracing::warn!("{w}");
                 }
-                // A file value that a variable hides: the edit changed nothing, say so.
-                for n in tx.borrow().notices.iter() {
-                    if n.contains(" overrides file ") && !notices_before.contains(n) {
-                        tracing::warn!("{n}");
-                    }
-                }
-                let after = {
-                    let c = tx.borrow();
-                    (c.metrics_address, c.probe_address)
-                };
+                let after = tx.borrow().clone();
                 for (key, before, after) in [
-                    ("metrics.address", before.0, after.0),
-                    ("metrics.probeAddress", before.1, after.1),
+                    (
+                        "metrics.address",
+                        before.metrics_address,
+                        after.metrics_address,
+                    ),
+                    (
+                        "metrics.probeAddress",
+                        before.probe_address,
+                        after.probe_address,
+                    ),
                 ] {
                     if after != before {
                         tracing::warn!(
@@ -227,11 +224,9 @@ pub async fn watch_counted(
                         );
                     }
                 }
-                let guard_after = {
-                    let c = tx.borrow();
-                    (c.web_config_file.clone(), c.metrics_authorization)
-                };
-                if guard_after != guard_before {
+                if (&after.web_config_file, after.metrics_authorization)
+                    != (&before.web_config_file, before.metrics_authorization)
+                {
                     tracing::warn!(
                         "metrics.webConfigFile or metrics.authorization changed: it takes effect when the plugin restarts (the web configuration file's own content is re-read when it changes)"
                     );
@@ -257,6 +252,20 @@ pub async fn watch_counted(
                 }
             }
         }
+        // A file value that a variable hides: the edit changed nothing, say so (whether or not
+        // anything else changed).
+        if let Some(read) = read {
+            for n in read
+                .notices
+                .iter()
+                .filter(|n| n.contains(" overrides file "))
+            {
+                if !logged.contains(n) {
+                    tracing::warn!("{n}");
+                }
+            }
+            logged = read.notices;
+        }
     }
 }
 
@@ -276,7 +285,7 @@ mod tests {
             file: Some((file, true)),
             ..Inputs::default()
         };
-        let first = inputs.resolve().unwrap();
+        let first = inputs.resolve().unwrap().config;
         let (tx, _) = watch::channel(Arc::new(first));
         (dir, inputs, tx)
     }
@@ -286,7 +295,7 @@ mod tests {
         let (dir, inputs, tx) = setup("resources: {display: {replicas: 2}}\n");
         let _rx = tx.subscribe();
         assert_eq!(
-            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()),
+            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()).0,
             Outcome::Unchanged
         );
         std::fs::write(
@@ -295,7 +304,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()),
+            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()).0,
             Outcome::Applied
         );
         assert_eq!(
@@ -305,27 +314,83 @@ mod tests {
     }
 
     #[test]
-    fn a_file_edit_a_variable_hides_is_published_with_a_notice_naming_both() {
+    fn a_file_edit_a_variable_hides_is_not_published_but_read_with_a_notice_naming_both() {
         let (dir, mut inputs, _) = setup("resources: {display: {replicas: 2}}\n");
         inputs.env = [("DXDP_REPLICAS".to_string(), "4".to_string())].into();
-        let (tx, _rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap().config));
+        rx.borrow_and_update();
         let file = dir.path().join("config.yaml");
         std::fs::write(&file, "resources: {display: {replicas: 3}}\n").unwrap();
-        // The devices do not change (the variable still wins), but the configuration's story
-        // does: the new notice is what the reload logs.
+        // The values do not change (the variable still wins): nothing is published, but the
+        // configuration's story does change: the new notice is what the reload logs.
+        let (outcome, read) = reload_once(&inputs, &tx, dir.path(), &OsFacts::default());
+        assert_eq!(outcome, Outcome::Unchanged);
+        assert!(!rx.has_changed().unwrap(), "nothing is published");
         assert_eq!(
-            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()),
-            Outcome::Applied
+            tx.borrow().replicas(dxdp_core::devices::Resource::Display),
+            4
         );
-        let c = tx.borrow();
-        assert_eq!(c.replicas(dxdp_core::devices::Resource::Display), 4);
         assert_eq!(
-            c.notices,
+            read.expect("the configuration read").notices,
             [format!(
                 "resources.display.replicas: env DXDP_REPLICAS=4 overrides file {} (resources.display.replicas: 3): editing the file changes nothing while DXDP_REPLICAS is set; unset the variable to use the file's value",
                 file.display()
             )]
         );
+    }
+
+    /// The same values reached another way (from a variable instead of the file, with another
+    /// named configuration's name and reason) are not published: nothing re-advertises or
+    /// registers again, and the reload counts `unchanged`.
+    #[tokio::test]
+    async fn the_same_values_from_another_origin_are_not_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        let text = "resources: {display: {replicas: 2}, compute: {replicas: 2}}\nconfigurations: {same: {}}\n";
+        std::fs::write(&file, text).unwrap();
+        let mut inputs = Inputs {
+            file: Some((file.clone(), true)),
+            ..Inputs::default()
+        };
+        let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap().config));
+        rx.borrow_and_update();
+        // The file's value now comes from the environment, and a named configuration that
+        // changes nothing is selected.
+        inputs.env = [
+            ("DXDP_REPLICAS".to_string(), "2".to_string()),
+            ("DXDP_CONFIGURATION".to_string(), "same".to_string()),
+        ]
+        .into();
+        let (outcome, read) = reload_once(&inputs, &tx, dir.path(), &OsFacts::default());
+        let read = read.expect("the configuration read");
+        assert_eq!(
+            read.origin("resources.display.replicas"),
+            "env DXDP_REPLICAS"
+        );
+        assert_eq!(read.selection.reason, "env DXDP_CONFIGURATION");
+        assert_eq!(outcome, Outcome::Unchanged);
+        assert!(!rx.has_changed().unwrap(), "nothing is published");
+        // Through the running reload: a file event that brings no new value counts `unchanged`.
+        let observe = Observe::new();
+        let task = spawn_watch_observed(inputs, tx, dir.path(), observe.clone());
+        let tmp = dir.path().join("config.yaml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+        let unchanged = "dxdp_config_reloads_total{result=\"unchanged\"} 1\n";
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while !observe.metrics.encode().contains(unchanged) {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no unchanged reload counted:\n{}", observe.metrics.encode()));
+        let text = observe.metrics.encode();
+        assert!(
+            text.contains("dxdp_config_reloads_total{result=\"applied\"} 0\n"),
+            "{text}"
+        );
+        assert!(!rx.has_changed().unwrap(), "nothing is published");
+        task.abort();
     }
 
     #[test]
@@ -345,7 +410,7 @@ mod tests {
         ];
         for text in cases {
             std::fs::write(dir.path().join("config.yaml"), &text).unwrap();
-            let outcome = reload_once(&inputs, &tx, dir.path(), &OsFacts::default());
+            let outcome = reload_once(&inputs, &tx, dir.path(), &OsFacts::default()).0;
             assert!(
                 matches!(outcome, Outcome::Rejected(_)),
                 "{text}: {outcome:?}"
@@ -369,11 +434,11 @@ mod tests {
             file: Some((file.clone(), false)),
             ..Inputs::default()
         };
-        let (tx, _rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let (tx, _rx) = watch::channel(Arc::new(inputs.resolve().unwrap().config));
         let before = tx.borrow().clone();
         std::fs::remove_file(&file).unwrap();
         std::fs::create_dir(&file).unwrap();
-        let outcome = reload_once(&inputs, &tx, dir.path(), &OsFacts::default());
+        let outcome = reload_once(&inputs, &tx, dir.path(), &OsFacts::default()).0;
         assert_eq!(
             outcome,
             Outcome::Rejected(format!(
@@ -385,7 +450,7 @@ mod tests {
         // Gone: the defaults apply, as when it never existed.
         std::fs::remove_dir(&file).unwrap();
         assert_eq!(
-            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()),
+            reload_once(&inputs, &tx, dir.path(), &OsFacts::default()).0,
             Outcome::Applied
         );
         assert_eq!(
@@ -406,7 +471,7 @@ mod tests {
             hcs_schema_versions: vec!["2.1".into()],
             ..OsFacts::default()
         };
-        let outcome = reload_once(&inputs, &tx, dir.path(), &old);
+        let outcome = reload_once(&inputs, &tx, dir.path(), &old).0;
         assert_eq!(
             outcome,
             Outcome::Rejected("assignment location-path needs HCS schema 2.2 or later (Windows Server 2022+), and this host has 2.1: every container start would fail. Use assignment auto (class-guid here, every container then gets every GPU) or class-guid".into())
@@ -416,7 +481,7 @@ mod tests {
             ..OsFacts::default()
         };
         assert_eq!(
-            reload_once(&inputs, &tx, dir.path(), &new),
+            reload_once(&inputs, &tx, dir.path(), &new).0,
             Outcome::Applied
         );
     }
@@ -428,6 +493,15 @@ mod tests {
         tx: watch::Sender<Arc<Config>>,
         kubelet_dir: &Path,
     ) -> tokio::task::JoinHandle<()> {
+        spawn_watch_observed(inputs, tx, kubelet_dir, Observe::new())
+    }
+
+    fn spawn_watch_observed(
+        inputs: Inputs,
+        tx: watch::Sender<Arc<Config>>,
+        kubelet_dir: &Path,
+        observe: Observe,
+    ) -> tokio::task::JoinHandle<()> {
         let fw = super::super::file_watch::FileWatch::new();
         let sub = fw.subscribe(
             &super::super::file_watch::parent_dirs(&inputs.watched_files()),
@@ -436,13 +510,17 @@ mod tests {
         let facts = dxdp_core::facts::HostFacts::default();
         let (inventory, _) = crate::inventory::build(&facts, tx.borrow().clone());
         let (keep, rx) = watch::channel(Arc::new(inventory));
-        let task = watch_counted(
+        let reload = Reload {
             inputs,
             tx,
+            node: None,
+            logged: Vec::new(),
+        };
+        let task = watch_counted(
+            reload,
             kubelet_dir.to_path_buf(),
             sub,
-            None,
-            Observe::new(),
+            observe,
             rx,
             std::time::Duration::from_secs(30),
         );
@@ -492,7 +570,7 @@ mod tests {
             file: Some((dir.path().join("config.yaml"), true)),
             ..Inputs::default()
         };
-        let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap().config));
         let task = spawn_watch(inputs, tx, dir.path());
         // The kubelet's atomic update: a new ..data symlink renamed over the old one.
         symlink(&v2, dir.path().join("..data_tmp")).unwrap();
@@ -509,7 +587,7 @@ mod tests {
             file: Some((file.clone(), false)),
             ..Inputs::default()
         };
-        let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap().config));
         let task = spawn_watch(inputs, tx, dir.path());
         let tmp = dir.path().join("config.yaml.tmp");
         std::fs::write(&tmp, "resources: {display: {replicas: 4}}\n").unwrap();
@@ -530,7 +608,7 @@ mod tests {
             file: Some((file.clone(), false)),
             ..Inputs::default()
         };
-        let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap()));
+        let (tx, mut rx) = watch::channel(Arc::new(inputs.resolve().unwrap().config));
         let task = spawn_watch(inputs, tx, top.path());
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::create_dir(&dir).unwrap();

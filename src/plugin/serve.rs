@@ -92,9 +92,8 @@ pub async fn start(
     if let Err(e) = servable::check(&config, &settings.kubelet_dir, &os) {
         match fallback {
             Some(top) if servable::check(&top, &settings.kubelet_dir, &os).is_ok() => {
+                // The configuration's name and why it was selected are logged before the start.
                 tracing::error!(
-                    configuration = config.selection.name.as_deref().unwrap_or("default"),
-                    reason = %config.selection.reason,
                     "the selected configuration cannot be served on this host: {e}; serving the top-level configuration instead (fix the configuration or the node's label)"
                 );
                 config = Arc::new(top);
@@ -229,7 +228,10 @@ pub async fn run(
                     match servable::check(&c, &settings.kubelet_dir, &os) {
                         Ok(()) => {
                             servers.reconfigure(c.endpoints());
-                            config_tx.send_replace(c);
+                            // The same values are no change for any feature.
+                            if **config_tx.borrow() != *c {
+                                config_tx.send_replace(c);
+                            }
                         }
                         Err(e) => {
                             observe.metrics.config_reload(crate::observe::metrics::ReloadResult::Rejected);
@@ -277,11 +279,9 @@ fn reload_task(
     let (watch, observe, limit) = (watch.clone(), settings.observe.clone(), settings.read_limit);
     Some(TaskSpec::new("config-reload", Role::Required, move || {
         reload::watch_counted(
-            r.inputs.clone(),
-            r.tx.clone(),
+            r.clone(),
             kubelet_dir.clone(),
             watch.subscribe(&dirs, safety),
-            r.node.clone(),
             observe.clone(),
             inventory.clone(),
             limit,

@@ -136,7 +136,7 @@ async fn display_server() -> DisplayServer {
     let facts = dxdp_core::sample::sample_host().unwrap();
     let mut config = PluginConfig::new(dir.path().to_path_buf());
     config.transport = testing::transport();
-    let (inventory, _) = crate::inventory::build(&facts, Arc::new(config.config.clone()));
+    let (inventory, _) = crate::inventory::build(&facts, Arc::new(config.config.config.clone()));
     let (tx, rx) = channel::channel(Arc::new(inventory));
     let display = "directx.microsoft.com/display".to_string();
     let mut sup = Servers::new(

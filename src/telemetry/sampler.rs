@@ -30,9 +30,9 @@ use crate::config::values::CriAddress;
 use crate::config::Config;
 use crate::inventory::InventoryRx;
 use crate::kubelet::cri;
-use crate::kubelet::endpoint::Endpoint;
 use crate::kubelet::podresources;
 use crate::observe::telemetry_metrics::{SampleResult, TelemetryMetrics};
+use crate::transport::Endpoint;
 use crate::util::bounded::{Lane, Overdue};
 
 /// How long one read of the counters (or of the host facts) may take.
@@ -479,7 +479,7 @@ pub fn build(
     };
     let recorded = source.is_recorded();
     let pod_resources = match configured {
-        Some(e) => Some(Endpoint::parse(&e)),
+        Some(e) => Some(e),
         None if recorded => None,
         None => Some(Endpoint::default_for(kubelet_dir)),
     };

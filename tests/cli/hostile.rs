@@ -210,7 +210,7 @@ fn registry_values_with_invalid_utf16_from_windows_become_replaced_text_then_saf
     }
 }
 
-fn resolve_config(dir: &Path, text: &str) -> Result<dxdp::config::Config, String> {
+fn resolve_config(dir: &Path, text: &str) -> Result<dxdp::config::Resolved, String> {
     let path = dir.join("config.yaml");
     std::fs::write(&path, text).unwrap();
     dxdp::config::Inputs {

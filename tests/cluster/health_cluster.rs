@@ -168,7 +168,7 @@ mod events {
         let api = ApiServerStandin::start("n1", &[]).await.unwrap();
         api.fail_next("POST", fail_posts);
         let mut config = Config::default().with_replicas(2);
-        config.telemetry.pod_resources_endpoint = Some(endpoint.to_string());
+        config.telemetry.pod_resources_endpoint = Some(endpoint.clone());
         let (inventory, inventory_rx) = watch::channel(inventory_of(&facts(true), config.clone()));
         let (config, config_rx) = watch::channel(Arc::new(config));
         let metrics = Metrics::new().device_health().clone();
@@ -899,7 +899,7 @@ mod daemon {
         let mut on = Config::default();
         on.health_reports.node_conditions = true;
         let mut pc = common::plugin_config(dir.path());
-        pc.config = on.clone();
+        pc.config = on.clone().into();
         let observe = pc.observe.clone();
         let (tx, updates) = watch::channel(Arc::new(on.clone()));
         let cluster = Cluster::at_url(&api.url(), "gpu-node-1").unwrap();

@@ -290,7 +290,7 @@ mod judging {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use dxdp::backend::counters::{ContainerListing, ContainerSource};
-    use dxdp::kubelet::endpoint::Endpoint;
+    use dxdp::transport::Endpoint;
 
     /// The containers' process lists, answering or failing as told.
     struct Lister(AtomicBool);

@@ -63,8 +63,8 @@ pub fn transport() -> dxdp::transport::Transport {
 
 /// Where a node-local API (PodResources, CRI) is served in a test, as on a node: a socket file
 /// `name` in `dir` on Unix, a named pipe unique to this process and moment on Windows.
-pub fn local_endpoint(dir: &Path, name: &str) -> dxdp::kubelet::endpoint::Endpoint {
-    use dxdp::kubelet::endpoint::Endpoint;
+pub fn local_endpoint(dir: &Path, name: &str) -> dxdp::transport::Endpoint {
+    use dxdp::transport::Endpoint;
     if cfg!(windows) {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -42,6 +42,7 @@ fn config(yaml: &str) -> Config {
     }
     .resolve()
     .unwrap()
+    .config
 }
 
 fn reasons(inv: &dxdp::inventory::Inventory) -> Vec<(String, Reason)> {
@@ -254,8 +255,8 @@ async fn the_daemon_logs_every_unhealthy_device_at_start_with_its_reason() {
 /// PodResources shows the holder, and neither once the pod is gone; the other T4s stay Healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_device_that_left_the_host_stays_unhealthy_until_no_pod_holds_it() {
-    use dxdp::kubelet::endpoint::Endpoint;
     use dxdp::kubelet::standin::KubeletStandin;
+    use dxdp::transport::Endpoint;
     use dxdp_core::telemetry::PodAllocation;
     use podresources::PodResourcesStandin;
     use std::time::Duration;
@@ -284,9 +285,9 @@ async fn a_held_device_that_left_the_host_stays_unhealthy_until_no_pod_holds_it(
         .await
         .unwrap();
     let mut config = Config::default().with_replicas(2);
-    config.telemetry.pod_resources_endpoint = Some(pr_socket.display().to_string());
+    config.telemetry.pod_resources_endpoint = Some(Endpoint::Socket(pr_socket.clone()));
     let mut plugin_config = common::plugin_config(dir.path());
-    plugin_config.config = config.clone();
+    plugin_config.config = config.clone().into();
     let observe = plugin_config.observe.clone();
     let (_keep, updates) = tokio::sync::watch::channel(Arc::new(config));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

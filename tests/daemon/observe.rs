@@ -141,7 +141,7 @@ impl Daemon {
         Self::write_facts(&snapshot, &common::facts("sample"));
         config.metrics_address = Some("127.0.0.1:0".parse().unwrap());
         let mut pc = common::plugin_config(dir.path());
-        pc.config = config.clone();
+        pc.config = config.clone().into();
         tweak(&mut pc);
         let observe = pc.observe.clone();
         let mut listening = observe.listening();
@@ -321,7 +321,7 @@ async fn metrics_count_allocations_host_refreshes_and_configuration_reloads() {
         file: Some((config_path.clone(), true)),
         ..Default::default()
     };
-    let config = inputs.resolve().unwrap();
+    let config = inputs.resolve().unwrap().config;
     assert_eq!(config.metrics_address, Some("127.0.0.1:0".parse().unwrap()));
     let d = Daemon::start(dir, config, Some(inputs)).await;
     until(d.addr, "/readyz", "registration", |s, b| {

@@ -89,7 +89,7 @@ impl Harness {
         // Everything must happen from events: the safety poll never fires during a test.
         let mut config = common::plugin_config(self.dir.path());
         self.observe = config.observe.clone();
-        config.config = updates.borrow().as_ref().clone();
+        config.config = updates.borrow().as_ref().clone().into();
         let source = Arc::new(SnapshotFile::new(self.snapshot.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
         self.stop = Some(stop);
@@ -732,7 +732,7 @@ async fn start_with_config_file(config_text: &str) -> (Harness, PathBuf) {
         file: Some((config_path.clone(), true)),
         ..Default::default()
     };
-    let (_, updates) = tokio::sync::watch::channel(Arc::new(inputs.resolve().unwrap()));
+    let (_, updates) = tokio::sync::watch::channel(Arc::new(inputs.resolve().unwrap().config));
     h.spawn_plugin_with(updates, Some(inputs));
     (h, config_path)
 }

@@ -230,10 +230,10 @@ mod sampler {
     use dxdp::backend::counters::Recorded;
     use dxdp::backend::SnapshotFile;
     use dxdp::config::Config;
-    use dxdp::kubelet::endpoint::Endpoint;
     use dxdp::observe::metrics::Metrics;
     use dxdp::telemetry::sampler::Devices;
     use dxdp::telemetry::sampler::{Sampler, State};
+    use dxdp::transport::Endpoint;
     use dxdp_core::telemetry::{PodAllocation, TelemetryFacts};
     use podresources::PodResourcesStandin;
     use tokio::sync::watch;

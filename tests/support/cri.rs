@@ -17,8 +17,8 @@ use dxdp::kubelet::cri::v1::{
     ListPodSandboxRequest, ListPodSandboxResponse, PodSandbox, PodSandboxMetadata, PodSandboxState,
 };
 use dxdp::kubelet::cri::{LABEL_CONTAINER, LABEL_NAMESPACE, LABEL_POD};
-use dxdp::kubelet::endpoint::Endpoint;
 use dxdp::transport;
+use dxdp::transport::Endpoint;
 
 /// A container the kubelet created for `namespace/pod/name`, in `state`.
 pub fn container(

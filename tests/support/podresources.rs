@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use tonic::{Request, Response, Status};
 
-use dxdp::kubelet::endpoint::Endpoint;
 use dxdp::kubelet::v1::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
@@ -18,6 +17,7 @@ use dxdp::kubelet::v1::{
     GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse,
 };
 use dxdp::transport;
+use dxdp::transport::Endpoint;
 use dxdp_core::telemetry::PodAllocation;
 
 type Answer = Arc<Mutex<Vec<PodAllocation>>>;
