@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
-use super::file_watch::{parent_dirs, Change, DirEvent, Notice, Recheck, Subscription};
+use super::file_watch::{parent_dirs, Change, DirEvent, FileWatch, Notice, Recheck};
 use crate::backend::HostFactsSource;
 use crate::config::Config;
 use crate::kubelet::podresources;
@@ -312,168 +312,192 @@ async fn keep_held(
 /// The name under which a host read that does not return is reported to `/healthz`.
 pub const STALL_NAME: &str = "host facts read";
 
-/// Keeps the inventory up to date until every receiver is gone (a supervised task: it is
-/// restarted from the last good facts in `facts` when it ends or panics). `logged` are the
-/// notices already shown for the first inventory; `files` is the subscription to the
-/// directories of the source's files. Every reload of the host facts is counted in `observe`'s
-/// metrics and given `read_limit`; one that does not return fails `/healthz` (as
-/// [`STALL_NAME`]) until it does, and no other starts meanwhile.
-#[allow(clippy::too_many_arguments)]
-pub async fn refresh(
-    source: Arc<dyn HostFactsSource>,
-    facts: Arc<Mutex<HostFacts>>,
-    logged: Vec<String>,
-    mut config: watch::Receiver<Arc<Config>>,
-    tx: watch::Sender<Arc<Inventory>>,
-    mut files_watch: Subscription,
-    observe: Observe,
-    read_limit: Duration,
-    kubelet_dir: PathBuf,
-) {
-    let metrics = observe.metrics.clone();
-    // Why PodResources did not answer last time (logged once per error).
-    let mut holders_error: Option<String> = None;
-    let mut lane = Lane::new(
-        format!("reading host facts from {}", source.describe()),
-        read_limit,
-    );
-    // Set while a read that timed out has not returned.
-    let mut stalled = false;
-    // A restarted task starts over: a read of its previous run that hung is no longer awaited
-    // (a new read that hangs says so again).
-    observe.health.stalled(STALL_NAME, None);
-    let woken = Arc::new(Notify::new());
-    {
-        let woken = woken.clone();
-        source.on_change(Arc::new(move || woken.notify_one()));
-    }
-    let files = Files::new(&source.watched_files());
-    let mut logged: BTreeSet<String> = logged.into_iter().collect();
-    let mut last_error: Option<String> = None;
-    let mut config_open = true;
-    // Set while a file is being written in place: when to read it anyway.
-    let mut writing_until: Option<tokio::time::Instant> = None;
-    // A restarted refresher rebuilds at once (the configuration may have changed meanwhile).
-    let mut rebuild = true;
-    loop {
-        let grace = crate::util::sleep_until(writing_until);
-        // A fault-driven Unhealthy spell that ends: rebuild then (health is judged at a time).
-        let spell_end = tx.borrow().next_health_change_ms;
-        let spell = async move {
-            match spell_end {
-                Some(t) => {
-                    let wait = t.saturating_sub(crate::inventory::now_ms());
-                    tokio::time::sleep(Duration::from_millis(wait.saturating_add(1))).await
+/// The task that keeps the inventory up to date until every receiver is gone (supervised: it is
+/// restarted from the last good facts in `facts` when it ends or panics). Every reload of the
+/// host facts is counted in `observe`'s metrics and given `read_limit`; one that does not
+/// return fails `/healthz` (as [`STALL_NAME`]) until it does, and no other starts meanwhile.
+#[derive(Clone)]
+pub struct Refresher {
+    /// Where the host facts come from.
+    pub source: Arc<dyn HostFactsSource>,
+    /// The last good facts.
+    pub facts: Arc<Mutex<HostFacts>>,
+    /// The notices already shown for the first inventory.
+    pub logged: Vec<String>,
+    /// The configuration in force.
+    pub config: watch::Receiver<Arc<Config>>,
+    /// Where every inventory is published.
+    pub tx: watch::Sender<Arc<Inventory>>,
+    /// The file watch (the directories of the source's files), with its safety tick.
+    pub watch: (FileWatch, Duration),
+    /// Metrics and `/healthz`.
+    pub observe: Observe,
+    /// How long one read of the host facts may take.
+    pub read_limit: Duration,
+    /// The kubelet's device-plugin directory (PodResources, for the holders of vanished devices).
+    pub kubelet_dir: PathBuf,
+}
+
+impl Refresher {
+    /// Runs the task (see [`Refresher`]).
+    pub async fn run(self) {
+        let Refresher {
+            source,
+            facts,
+            logged,
+            mut config,
+            tx,
+            watch: (watch, safety),
+            observe,
+            read_limit,
+            kubelet_dir,
+        } = self;
+        let mut files_watch = watch.subscribe(&parent_dirs(&source.watched_files()), safety);
+        let metrics = observe.metrics.clone();
+        // Why PodResources did not answer last time (logged once per error).
+        let mut holders_error: Option<String> = None;
+        let mut lane = Lane::new(
+            format!("reading host facts from {}", source.describe()),
+            read_limit,
+        );
+        // Set while a read that timed out has not returned.
+        let mut stalled = false;
+        // A restarted task starts over: a read of its previous run that hung is no longer awaited
+        // (a new read that hangs says so again).
+        observe.health.stalled(STALL_NAME, None);
+        let woken = Arc::new(Notify::new());
+        {
+            let woken = woken.clone();
+            source.on_change(Arc::new(move || woken.notify_one()));
+        }
+        let files = Files::new(&source.watched_files());
+        let mut logged: BTreeSet<String> = logged.into_iter().collect();
+        let mut last_error: Option<String> = None;
+        let mut config_open = true;
+        // Set while a file is being written in place: when to read it anyway.
+        let mut writing_until: Option<tokio::time::Instant> = None;
+        // A restarted refresher rebuilds at once (the configuration may have changed meanwhile).
+        let mut rebuild = true;
+        loop {
+            let grace = crate::util::sleep_until(writing_until);
+            // A fault-driven Unhealthy spell that ends: rebuild then (health is judged at a time).
+            let spell_end = tx.borrow().next_health_change_ms;
+            let spell = async move {
+                match spell_end {
+                    Some(t) => {
+                        let wait = t.saturating_sub(crate::inventory::now_ms());
+                        tokio::time::sleep(Duration::from_millis(wait.saturating_add(1))).await
+                    }
+                    None => std::future::pending().await,
                 }
-                None => std::future::pending().await,
-            }
-        };
-        let reload = if std::mem::take(&mut rebuild) {
-            None
-        } else {
-            tokio::select! {
-                notice = files_watch.next() => match notice {
-                    Notice::Events(events) => match files.classify(&events) {
-                        Batch::Unrelated => continue,
-                        Batch::Writing => {
-                            // The grace counts from the first write: a writer that keeps
-                            // writing without closing is read anyway once it is over.
-                            writing_until
-                                .get_or_insert(tokio::time::Instant::now() + WRITE_GRACE);
+            };
+            let reload = if std::mem::take(&mut rebuild) {
+                None
+            } else {
+                tokio::select! {
+                    notice = files_watch.next() => match notice {
+                        Notice::Events(events) => match files.classify(&events) {
+                            Batch::Unrelated => continue,
+                            Batch::Writing => {
+                                // The grace counts from the first write: a writer that keeps
+                                // writing without closing is read anyway once it is over.
+                                writing_until
+                                    .get_or_insert(tokio::time::Instant::now() + WRITE_GRACE);
+                                continue;
+                            }
+                            Batch::Complete => Some(Read::Complete),
+                            Batch::Removed => Some(Read::Careful),
+                        },
+                        // The cheap check: does the source know of a change without events?
+                        Notice::Recheck(Recheck::Tick) => source.changed().then_some(Read::Careful),
+                        // Events may have been missed: read again.
+                        Notice::Recheck(_) => Some(Read::Careful),
+                    },
+                    _ = grace => Some(Read::Careful),
+                    _ = spell => None,
+                    _ = woken.notified() => Some(Read::Careful),
+                    _ = lane.unstuck(), if stalled => {
+                        stalled = false;
+                        observe.health.stalled(STALL_NAME, None);
+                        tracing::info!("{} returned; reading the host facts again", lane.what());
+                        Some(Read::Careful)
+                    }
+                    changed = config.changed(), if config_open => {
+                        if changed.is_err() {
+                            // No more configuration updates: keep following the host facts.
+                            config_open = false;
                             continue;
                         }
-                        Batch::Complete => Some(Read::Complete),
-                        Batch::Removed => Some(Read::Careful),
-                    },
-                    // The cheap check: does the source know of a change without events?
-                    Notice::Recheck(Recheck::Tick) => source.changed().then_some(Read::Careful),
-                    // Events may have been missed: read again.
-                    Notice::Recheck(_) => Some(Read::Careful),
-                },
-                _ = grace => Some(Read::Careful),
-                _ = spell => None,
-                _ = woken.notified() => Some(Read::Careful),
-                _ = lane.unstuck(), if stalled => {
-                    stalled = false;
-                    observe.health.stalled(STALL_NAME, None);
-                    tracing::info!("{} returned; reading the host facts again", lane.what());
-                    Some(Read::Careful)
+                        None
+                    }
+                    _ = tx.closed() => return,
                 }
-                changed = config.changed(), if config_open => {
-                    if changed.is_err() {
-                        // No more configuration updates: keep following the host facts.
-                        config_open = false;
+            };
+            if let Some(how) = reload {
+                writing_until = None;
+                let loader = source.clone();
+                let loaded = lane
+                    .run(move || match how {
+                        Read::Complete => loader.load_complete(),
+                        Read::Careful => loader.load(),
+                    })
+                    .await
+                    .map_err(|e| {
+                        if lane.is_stuck() && !stalled {
+                            stalled = true;
+                            observe.health.stalled(STALL_NAME, Some(e.to_string()));
+                        }
+                        e.to_string()
+                    })
+                    .and_then(|r| r.map_err(|e| e.to_string()));
+                metrics.host_refresh(loaded.is_ok());
+                match loaded {
+                    Ok(new) => {
+                        if last_error.take().is_some() {
+                            tracing::info!("host facts can be read again");
+                        }
+                        *facts.lock().unwrap_or_else(|p| p.into_inner()) = new;
+                    }
+                    Err(e) => {
+                        if last_error.as_deref() != Some(e.as_str()) {
+                            tracing::error!("keeping the last good device list: {e}");
+                            last_error = Some(e);
+                        }
                         continue;
                     }
-                    None
-                }
-                _ = tx.closed() => return,
-            }
-        };
-        if let Some(how) = reload {
-            writing_until = None;
-            let loader = source.clone();
-            let loaded = lane
-                .run(move || match how {
-                    Read::Complete => loader.load_complete(),
-                    Read::Careful => loader.load(),
-                })
-                .await
-                .map_err(|e| {
-                    if lane.is_stuck() && !stalled {
-                        stalled = true;
-                        observe.health.stalled(STALL_NAME, Some(e.to_string()));
-                    }
-                    e.to_string()
-                })
-                .and_then(|r| r.map_err(|e| e.to_string()));
-            metrics.host_refresh(loaded.is_ok());
-            match loaded {
-                Ok(new) => {
-                    if last_error.take().is_some() {
-                        tracing::info!("host facts can be read again");
-                    }
-                    *facts.lock().unwrap_or_else(|p| p.into_inner()) = new;
-                }
-                Err(e) => {
-                    if last_error.as_deref() != Some(e.as_str()) {
-                        tracing::error!("keeping the last good device list: {e}");
-                        last_error = Some(e);
-                    }
-                    continue;
                 }
             }
-        }
-        let current = facts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let (mut inventory, notices) = build(&current, config.borrow_and_update().clone());
-        log_new(notices, &mut logged);
-        let previous = tx.borrow().clone();
-        keep_held(&mut inventory, &previous, &kubelet_dir, &mut holders_error).await;
-        let changed = tx.send_if_modified(|current| {
-            if **current == inventory {
-                false
-            } else {
-                *current = Arc::new(inventory);
-                true
-            }
-        });
-        if changed {
-            let current = tx.borrow().clone();
-            log_health(Some(&previous), &current);
-            // New fault events alone (up to once a second in a flood) are not worth a line.
-            let same_devices = current.discovery == previous.discovery
-                && current.config == previous.config
-                && current.assignment == previous.assignment;
-            if same_devices {
-                tracing::debug!(
-                    faults = current.faults.len(),
-                    "fault events judged; devices unchanged"
-                );
-            } else {
-                tracing::info!(
-                    devices = current.discovery.devices.len(),
-                    "devices or configuration changed; re-advertising"
-                );
+            let current = facts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let (mut inventory, notices) = build(&current, config.borrow_and_update().clone());
+            log_new(notices, &mut logged);
+            let previous = tx.borrow().clone();
+            keep_held(&mut inventory, &previous, &kubelet_dir, &mut holders_error).await;
+            let changed = tx.send_if_modified(|current| {
+                if **current == inventory {
+                    false
+                } else {
+                    *current = Arc::new(inventory);
+                    true
+                }
+            });
+            if changed {
+                let current = tx.borrow().clone();
+                log_health(Some(&previous), &current);
+                // New fault events alone (up to once a second in a flood) are not worth a line.
+                let same_devices = current.discovery == previous.discovery
+                    && current.config == previous.config
+                    && current.assignment == previous.assignment;
+                if same_devices {
+                    tracing::debug!(
+                        faults = current.faults.len(),
+                        "fault events judged; devices unchanged"
+                    );
+                } else {
+                    tracing::info!(
+                        devices = current.discovery.devices.len(),
+                        "devices or configuration changed; re-advertising"
+                    );
+                }
             }
         }
     }

@@ -143,28 +143,19 @@ pub fn tasks(
     let inventory_rx = inventory_tx.subscribe();
     let mut specs = Vec::new();
     {
-        let facts = Arc::new(Mutex::new(std::mem::take(&mut started.facts)));
-        let logged = std::mem::take(&mut started.notices);
-        let watch = settings.file_watch.clone();
-        let (observe, safety, limit) = (
-            settings.observe.clone(),
-            settings.safety_poll,
-            settings.read_limit,
-        );
-        let kubelet_dir = settings.kubelet_dir.clone();
+        let refresher = refresher::Refresher {
+            source,
+            facts: Arc::new(Mutex::new(std::mem::take(&mut started.facts))),
+            logged: std::mem::take(&mut started.notices),
+            config,
+            tx: inventory_tx,
+            watch: (settings.file_watch.clone(), settings.safety_poll),
+            observe: settings.observe.clone(),
+            read_limit: settings.read_limit,
+            kubelet_dir: settings.kubelet_dir.clone(),
+        };
         specs.push(TaskSpec::new("refresher", Role::Required, move || {
-            let files = parent_dirs(&source.watched_files());
-            refresher::refresh(
-                source.clone(),
-                facts.clone(),
-                logged.clone(),
-                config.clone(),
-                inventory_tx.clone(),
-                watch.subscribe(&files, safety),
-                observe.clone(),
-                limit,
-                kubelet_dir.clone(),
-            )
+            refresher.clone().run()
         }));
     }
     {
