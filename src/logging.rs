@@ -1,12 +1,12 @@
 //! Logging setup: `tracing` to stderr, as text for people or JSON lines for machines.
 //!
-//! Lines are written by a thread of their own, not by the task that logs: the task formats its
-//! line and hands it to `tracing-appender`'s non-blocking writer (a bounded queue in front of
-//! that thread), so a log line costs the request path (Allocate logs one per call) the
-//! formatting and a copy, not a write to a pipe the container runtime may be slow to drain. The
-//! thread writes the lines it finds waiting in one write, once the queue is empty.
+//! Lines are written by a dedicated thread, not by the task that logs: a log line costs the
+//! request path (Allocate logs one per call) a copy into a bounded queue, not a write to a pipe
+//! the container runtime may be slow to drain. The writer sleeps while there is nothing to write;
+//! woken by a line, it lets further lines gather for [`LINGER`] and writes them at once, so a
+//! burst costs one wake-up and one write.
 //!
-//! **Logging never waits for stderr.** The queue holds [`QUEUE_LINES`]; when it is full (the
+//! **Logging never waits for stderr.** The queue holds [`QUEUE_BYTES`]; when it is full (the
 //! reader of stderr, e.g. a stuck log shipper, stopped reading) a new line is dropped and
 //! counted ([`lines_dropped`], the metric `dxdp_log_lines_dropped_total`), and once a write gets
 //! through again the writer says how many were lost in one line ("N log lines dropped"). So
@@ -15,15 +15,18 @@
 //! [`init`] returns a [`LogGuard`] that flushes the queue when dropped (keep it for the process's
 //! life); a panic, and [`flush`], flush it too, so the lines before a fatal error are out before
 //! the error message. Every flush waits at most a bounded time ([`FLUSH_TIMEOUT`]).
+//!
+//! A line on a latency-critical path (the one per Allocate) can be [`deferred`]: the caller
+//! queues the event itself, and the writer thread formats it, so the request path pays neither
+//! the formatting nor the filter. A deferred event that panics is caught: the writer goes on.
+
 use std::fmt;
 use std::io::{IsTerminal, Write};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
 /// How log lines are written.
@@ -116,203 +119,253 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
-/// The most log lines waiting to be written (some 256 KiB of Allocate's 250-byte lines); a line
-/// that does not fit is dropped.
-pub const QUEUE_LINES: usize = 1024;
+/// The most bytes of log lines waiting to be written; a line that does not fit is dropped.
+pub const QUEUE_BYTES: usize = 256 * 1024;
 
-/// The most bytes the writer thread gathers before it writes them, even while more lines wait.
-const BATCH_BYTES: usize = 64 * 1024;
+/// The most bytes queued by the writer thread itself (the deferred events it formats, its own
+/// notices): it must not drop the deferred lines it takes on only because other tasks filled the
+/// queue meanwhile.
+const WRITER_QUEUE_BYTES: usize = 2 * QUEUE_BYTES;
+
+/// How long the writer lets lines gather after the first one before it writes them: a burst of
+/// lines (one per Allocate) costs one wake-up and one write, not one each.
+pub const LINGER: Duration = Duration::from_millis(2);
 
 /// The longest a flush waits for the writer (stderr may be a pipe nobody reads).
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// An event to log on the writer thread.
+type Event = Box<dyn FnOnce() + Send>;
+
+/// The most events [`deferred`] queues; beyond, the caller logs it at once.
+pub const DEFERRED_EVENTS: usize = 4096;
+
+/// What the writer has to say about itself, as a log line of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Notice {
+    /// This many lines were dropped since the last notice: the queue was full.
+    Dropped(u64),
+    /// A deferred event panicked (its panic message is already on stderr).
+    Panicked,
 }
 
-/// The log queue: `tracing-appender`'s lossy non-blocking writer, and what its thread has done.
-struct Log {
-    /// The queue, and the lines it took (a flush waits until the writer handled as many). One
-    /// lock, so that the drop count read around a send tells whether that line was dropped.
-    sending: Mutex<(NonBlocking, u64)>,
-    /// Lines the full queue refused.
-    refused: ErrorCounter,
-    written: Arc<Written>,
-}
-
-/// What the writer thread has done, shared with the tasks that flush.
 #[derive(Default)]
-struct Written {
-    /// Lines handed to stderr (or counted in `failed`), and that count when a flush last ran out
-    /// of time: while it has not moved since, the writer hangs in a write and a further flush
-    /// gives up at once.
-    handled: Mutex<(u64, Option<u64>)>,
-    progressed: Condvar,
-    /// Lines lost because writing to stderr failed.
-    failed: AtomicU64,
-    /// The writer thread (set by its first line): it cannot wait for itself.
-    thread: OnceLock<ThreadId>,
+struct State {
+    /// Lines not yet written.
+    lines: Vec<u8>,
+    /// Events not yet logged ([`deferred`]), in call order.
+    events: Vec<Event>,
+    /// The writer sleeps until woken.
+    writer_idle: bool,
+    /// Flushes asked for and done (a flush is done when the lines and deferred events queued
+    /// before it are written).
+    flushes_asked: u64,
+    flushes_done: u64,
+    /// Lines dropped since the writer last said so.
+    unreported: u64,
+    /// Writes the writer finished.
+    writes: u64,
+    /// The writes finished when a flush last ran out of time: while no write finishes after
+    /// it, the writer hangs in a write and a further flush gives up at once.
+    timed_out_at: Option<u64>,
 }
 
-impl Log {
-    /// The queue (of `lines` lines) and its writer thread writing to `out`; `notice` is called on
-    /// that thread with the number of lines the full queue refused since it last said so, once a
-    /// write got through. `None` when the thread cannot be started.
-    fn start(
-        out: impl Write + Send + 'static,
-        lines: usize,
-        notice: impl Fn(u64) + Send + 'static,
-    ) -> Option<(Log, WorkerGuard)> {
-        let written = Arc::new(Written::default());
-        let refused = Arc::new(OnceLock::new());
-        let out = Out {
-            out,
-            batch: Vec::new(),
-            lines: 0,
-            written: written.clone(),
-            refused: refused.clone(),
-            reported: 0,
-            notice,
+/// The queue between logging tasks and the writer thread.
+#[derive(Default)]
+struct Queue {
+    state: std::sync::Mutex<State>,
+    /// Wakes the writer.
+    work: std::sync::Condvar,
+    /// Wakes tasks waiting for a flush.
+    written: std::sync::Condvar,
+    /// Lines dropped so far: the queue was full, or stderr failed.
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `line`, or drops and counts it when the queue is full; never waits. `writer`:
+    /// the writer thread itself queues it (and may fill up to [`WRITER_QUEUE_BYTES`]). Wakes
+    /// the writer only if it sleeps. Whether the line was queued.
+    fn push(&self, line: &[u8], writer: bool) -> bool {
+        let limit = if writer {
+            WRITER_QUEUE_BYTES
+        } else {
+            QUEUE_BYTES
         };
-        let builder = NonBlockingBuilder::default()
-            .lossy(true)
-            .buffered_lines_limit(lines)
-            .thread_name("dxdp-log");
-        // tracing-appender panics when the thread cannot be spawned.
-        let (queue, guard) =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder.finish(out))).ok()?;
-        let _ = refused.set(queue.error_counter());
-        let log = Log {
-            refused: queue.error_counter(),
-            sending: Mutex::new((queue, 0)),
-            written,
-        };
-        Some((log, guard))
-    }
-
-    /// Queues `line`, or drops and counts it when the queue is full; never waits.
-    fn push(&self, line: &[u8]) {
-        if line.is_empty() {
-            return;
-        }
-        let mut sending = lock(&self.sending);
-        let refused = self.refused.dropped_lines();
-        // Lossy: never fails, a refused line is counted in `self.refused`.
-        let _ = sending.0.write(line);
-        if self.refused.dropped_lines() == refused {
-            sending.1 += 1;
-        }
-    }
-
-    fn dropped(&self) -> u64 {
-        let refused = u64::try_from(self.refused.dropped_lines()).unwrap_or(u64::MAX);
-        refused.saturating_add(self.written.failed.load(Ordering::Relaxed))
-    }
-
-    fn on_writer_thread(&self) -> bool {
-        self.written.thread.get() == Some(&std::thread::current().id())
-    }
-
-    /// Waits (at most `timeout`) until the lines queued before the call are written; false when
-    /// the time ran out, or on the writer thread (which cannot wait for itself).
-    fn flush(&self, timeout: Duration) -> bool {
-        if self.on_writer_thread() {
+        let mut state = self.lock();
+        if !state.lines.is_empty() && state.lines.len() + line.len() > limit {
+            state.unreported += 1;
+            drop(state);
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return false;
         }
-        let queued = lock(&self.sending).1;
-        let handled = lock(&self.written.handled);
-        if handled.0 < queued && handled.1 == Some(handled.0) {
+        state.lines.extend_from_slice(line);
+        self.wake_writer(&mut state);
+        true
+    }
+
+    /// Queues `event` for the writer; gives it back when [`DEFERRED_EVENTS`] are queued.
+    fn defer(&self, event: Event) -> Result<(), Event> {
+        let mut state = self.lock();
+        if state.events.len() >= DEFERRED_EVENTS {
+            return Err(event);
+        }
+        state.events.push(event);
+        self.wake_writer(&mut state);
+        Ok(())
+    }
+
+    fn wake_writer(&self, state: &mut State) {
+        if state.writer_idle {
+            state.writer_idle = false;
+            self.work.notify_one();
+        }
+    }
+
+    /// Waits (at most `timeout`) until the lines and deferred events queued before the call are
+    /// written; false when the time ran out.
+    fn flush(&self, timeout: Duration) -> bool {
+        let mut state = self.lock();
+        state.flushes_asked += 1;
+        let ticket = state.flushes_asked;
+        self.wake_writer(&mut state);
+        if state.timed_out_at == Some(state.writes) {
             // Still in the write that made the last flush give up.
             return false;
         }
-        let (mut handled, _) = self
+        let (mut state, _) = self
             .written
-            .progressed
-            .wait_timeout_while(handled, timeout, |h| h.0 < queued)
+            .wait_timeout_while(state, timeout, |s| s.flushes_done < ticket)
             .unwrap_or_else(|p| p.into_inner());
-        if handled.0 < queued {
-            handled.1 = Some(handled.0);
-            return false;
+        let done = state.flushes_done >= ticket;
+        if !done {
+            state.timed_out_at = Some(state.writes);
         }
-        true
+        done
+    }
+
+    /// The writer: takes what is queued (after letting a burst gather for [`LINGER`], unless a
+    /// flush waits or the queue is half full), logs the deferred events (which `log` turns
+    /// into queued lines; one that panics is caught and reported), writes the lines to `out`,
+    /// reports lines dropped meanwhile once a write got through (`notice` queues a line saying
+    /// so), and sleeps when there is nothing. Runs until the process ends.
+    fn write_to(&self, mut out: impl Write, log: impl Fn(Event), notice: impl Fn(Notice)) {
+        let mut spare = Vec::new();
+        let mut events = Vec::new();
+        loop {
+            let mut state = self.lock();
+            while state.lines.is_empty()
+                && state.events.is_empty()
+                && state.flushes_done == state.flushes_asked
+            {
+                state.writer_idle = true;
+                state = self.work.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
+            state.writer_idle = false;
+            let hurry = state.flushes_done < state.flushes_asked
+                || state.lines.len() >= QUEUE_BYTES / 2
+                || state.events.len() >= DEFERRED_EVENTS / 2;
+            drop(state);
+            if !hurry {
+                std::thread::sleep(LINGER);
+            }
+            // The flushes asked for by now: every event deferred before them is in this batch,
+            // and every line queued before them is queued before the batch's lines are taken.
+            let asked = {
+                let mut state = self.lock();
+                std::mem::swap(&mut state.events, &mut events);
+                state.flushes_asked
+            };
+            let mut panicked = false;
+            for event in events.drain(..) {
+                let logged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log(event)));
+                panicked |= logged.is_err();
+            }
+            if panicked {
+                // Queued with this batch, right after the lines of the events before it.
+                notice(Notice::Panicked);
+            }
+            std::mem::swap(&mut self.lock().lines, &mut spare);
+            let written = out.write_all(&spare).and_then(|()| out.flush());
+            if written.is_err() {
+                // Nowhere to report a failing stderr: the lines are counted as dropped (and not
+                // reported, which would fail the same way).
+                let lines = spare.iter().filter(|b| **b == b'\n').count().max(1);
+                self.dropped.fetch_add(
+                    u64::try_from(lines).unwrap_or(u64::MAX),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+            spare.clear();
+            if spare.capacity() > 64 * 1024 {
+                spare.shrink_to(8 * 1024);
+            }
+            let dropped = {
+                let mut state = self.lock();
+                state.writes += 1;
+                state.flushes_done = state.flushes_done.max(asked);
+                if written.is_ok() {
+                    std::mem::take(&mut state.unreported)
+                } else {
+                    0
+                }
+            };
+            self.written.notify_all();
+            if dropped > 0 {
+                notice(Notice::Dropped(dropped));
+            }
+        }
     }
 }
 
-/// The writer thread's end: tracing-appender hands it one line per `write` and calls `flush`
-/// when the queue is empty; the lines gathered in between go to `out` in one write.
-struct Out<W, N> {
-    out: W,
-    batch: Vec<u8>,
-    lines: u64,
-    written: Arc<Written>,
-    refused: Arc<OnceLock<ErrorCounter>>,
-    /// Refused lines already reported.
-    reported: usize,
-    notice: N,
-}
-
-impl<W: Write, N: Fn(u64)> Out<W, N> {
-    fn write_out(&mut self) {
-        if self.lines == 0 {
-            return;
-        }
-        let ok = self
-            .out
-            .write_all(&self.batch)
-            .and_then(|()| self.out.flush())
-            .is_ok();
-        if !ok {
-            // Nowhere to report a failing stderr: the lines are counted as dropped (and not
-            // reported, which would fail the same way).
-            self.written.failed.fetch_add(self.lines, Ordering::Relaxed);
-        }
-        self.batch.clear();
-        if self.batch.capacity() > 2 * BATCH_BYTES {
-            self.batch.shrink_to(8 * 1024);
-        }
-        lock(&self.written.handled).0 += std::mem::take(&mut self.lines);
-        self.written.progressed.notify_all();
-        let refused = self.refused.get().map_or(0, ErrorCounter::dropped_lines);
-        if ok && refused > self.reported {
-            (self.notice)(u64::try_from(refused - self.reported).unwrap_or(u64::MAX));
-            self.reported = refused;
+/// The writer thread's notices, as log lines.
+fn say(notice: Notice) {
+    match notice {
+        Notice::Dropped(n) => tracing::warn!(
+            dropped = n,
+            "{n} log lines dropped: stderr was not read fast enough (see dxdp_log_lines_dropped_total)"
+        ),
+        Notice::Panicked => {
+            tracing::error!("a deferred log event panicked (its message is above); logging goes on")
         }
     }
 }
 
-impl<W: Write, N: Fn(u64)> Write for Out<W, N> {
-    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        self.written
-            .thread
-            .get_or_init(|| std::thread::current().id());
-        self.batch.extend_from_slice(line);
-        self.lines += 1;
-        if self.batch.len() >= BATCH_BYTES {
-            self.write_out();
-        }
-        Ok(line.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.write_out();
-        Ok(())
-    }
+struct Writer {
+    queue: std::sync::Arc<Queue>,
+    thread: ThreadId,
 }
 
-/// The writer thread's notice, as a log line of its own.
-fn say_dropped(n: u64) {
-    tracing::warn!(
-        dropped = n,
-        "{n} log lines dropped: stderr was not read fast enough (see dxdp_log_lines_dropped_total)"
-    );
-}
+static WRITER: OnceLock<Writer> = OnceLock::new();
 
-static LOG: OnceLock<Log> = OnceLock::new();
+/// Starts the writer thread once; `None` when the thread cannot be started.
+fn writer() -> Option<&'static Writer> {
+    if let Some(w) = WRITER.get() {
+        return Some(w);
+    }
+    let queue = std::sync::Arc::new(Queue::default());
+    let thread = {
+        let queue = queue.clone();
+        std::thread::Builder::new()
+            .name("dxdp-log".into())
+            .spawn(move || queue.write_to(std::io::stderr(), |event| event(), say))
+            .ok()?
+    };
+    let thread = thread.thread().id();
+    Some(WRITER.get_or_init(|| Writer { queue, thread }))
+}
 
 /// Log lines dropped since the process started because stderr was not read fast enough (the
 /// queue was full) or failed: `dxdp_log_lines_dropped_total`.
 pub fn lines_dropped() -> u64 {
-    LOG.get().map_or(0, Log::dropped)
+    WRITER.get().map_or(0, |w| {
+        w.queue.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    })
 }
 
 /// The `io::Write` handed to the subscriber: one call per formatted event, queued (or dropped
@@ -322,9 +375,9 @@ struct Queued;
 
 impl Write for Queued {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match LOG.get() {
-            Some(log) => {
-                log.push(buf);
+        match WRITER.get() {
+            Some(w) => {
+                w.queue.push(buf, std::thread::current().id() == w.thread);
                 Ok(buf.len())
             }
             // No writer thread: write directly.
@@ -343,25 +396,42 @@ pub fn flush() {
     flush_within(FLUSH_TIMEOUT);
 }
 
-/// Waits at most `timeout` until every line logged so far is written to stderr; false when the
-/// time ran out (stderr is not read) or when called on the writer thread (which cannot wait for
-/// itself).
+/// Waits at most `timeout` until every line and deferred event logged so far is written to
+/// stderr; false when the time ran out (stderr is not read) or when called on the writer
+/// thread (which cannot wait for itself).
 pub fn flush_within(timeout: Duration) -> bool {
-    LOG.get().is_none_or(|log| log.flush(timeout))
+    let Some(w) = WRITER.get() else { return true };
+    if std::thread::current().id() == w.thread {
+        return false;
+    }
+    w.queue.flush(timeout)
 }
 
-/// Flushes the log queue when dropped: keep it until the process ends. The first [`init`]'s guard
-/// then stops the writer thread (tracing-appender's `WorkerGuard`), unless the flush ran out of
-/// time: the thread hangs in a write to stderr, and stopping it would wait too.
+/// Logs `event` (a closure that logs, e.g. with `tracing::info!`) on the writer thread, off the
+/// caller's path: the caller pays for queueing a closure, not for filtering and formatting the
+/// line. The line's timestamp is when the writer logs it (at most [`LINGER`] later), and it may
+/// follow lines other tasks logged meanwhile. Without a writer thread, or with
+/// [`DEFERRED_EVENTS`] already queued, `event` runs at once. [`flush`] waits for deferred events
+/// too. Guard the call with `tracing::enabled!` so that a filtered-out line costs nothing.
+pub fn deferred(event: impl FnOnce() + Send + 'static) {
+    let event: Event = Box::new(event);
+    let rejected = match WRITER.get() {
+        Some(w) if std::thread::current().id() != w.thread => w.queue.defer(event).err(),
+        _ => Some(event),
+    };
+    if let Some(event) = rejected {
+        event();
+    }
+}
+
+/// Flushes the log queue when dropped: keep it until the process ends.
 #[derive(Debug)]
 #[must_use = "dropping the guard flushes the log queue; keep it for the process's life"]
-pub struct LogGuard(Option<WorkerGuard>);
+pub struct LogGuard(());
 
 impl Drop for LogGuard {
     fn drop(&mut self) {
-        if !flush_within(FLUSH_TIMEOUT) {
-            std::mem::forget(self.0.take());
-        }
+        flush();
     }
 }
 
@@ -372,15 +442,8 @@ impl Drop for LogGuard {
 /// wait for ever on stderr. Calling it twice keeps the first subscriber.
 pub fn init(format: LogFormat, level: &str) -> Result<LogGuard, LogLevelError> {
     let filter = filter(level)?;
-    let mut worker = None;
-    if LOG.get().is_none() {
-        if let Some((log, guard)) = Log::start(std::io::stderr(), QUEUE_LINES, say_dropped) {
-            // Lost to a concurrent `init`, the guard stops the unused thread.
-            worker = LOG.set(log).is_ok().then_some(guard);
-        }
-    }
     static HOOK: std::sync::Once = std::sync::Once::new();
-    if LOG.get().is_some() {
+    if writer().is_some() {
         HOOK.call_once(|| {
             let previous = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
@@ -388,11 +451,11 @@ pub fn init(format: LogFormat, level: &str) -> Result<LogGuard, LogLevelError> {
                     previous(info);
                     return;
                 }
-                match LOG.get() {
-                    Some(log) if !log.on_writer_thread() => {
-                        let thread = std::thread::current();
-                        let name = thread.name().unwrap_or("<unnamed>");
-                        log.push(format!("thread '{name}' {info}\n").as_bytes());
+                let thread = std::thread::current();
+                let line = format!("thread '{}' {info}\n", thread.name().unwrap_or("<unnamed>"));
+                match WRITER.get() {
+                    Some(w) if thread.id() != w.thread => {
+                        w.queue.push(line.as_bytes(), false);
                     }
                     // The writer thread itself, between writes: stderr is free.
                     _ => previous(info),
@@ -410,7 +473,7 @@ pub fn init(format: LogFormat, level: &str) -> Result<LogGuard, LogLevelError> {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
-    Ok(LogGuard(worker))
+    Ok(LogGuard(()))
 }
 
 /// Whether to colour output: only on a terminal, and never when `NO_COLOR` is set to anything
@@ -426,7 +489,7 @@ mod tests {
     use std::time::Instant;
 
     #[derive(Clone, Default)]
-    struct Sink(Arc<Mutex<Vec<u8>>>);
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
     impl Write for Sink {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -442,6 +505,20 @@ mod tests {
         fn text(&self) -> String {
             String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
         }
+    }
+
+    /// A writer thread for `queue` writing into `out`, its notices queued as `notice: …` lines.
+    fn start_writer(queue: &std::sync::Arc<Queue>, out: impl Write + Send + 'static) {
+        let (queue, q) = (queue.clone(), queue.clone());
+        std::thread::spawn(move || {
+            queue.write_to(
+                out,
+                |event| event(),
+                move |n| {
+                    q.push(format!("notice: {n:?}\n").as_bytes(), true);
+                },
+            )
+        });
     }
 
     /// A stderr whose reader stopped: the first write blocks until the test opens the gate.
@@ -464,112 +541,165 @@ mod tests {
         }
     }
 
-    /// A stderr that fails every write.
-    struct Broken;
-
-    impl Write for Broken {
-        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
-            Err(std::io::ErrorKind::BrokenPipe.into())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    /// The notices a log's writer gave, in order.
-    fn notices() -> (Arc<Mutex<Vec<u64>>>, impl Fn(u64) + Send + 'static) {
-        let said = Arc::new(Mutex::new(Vec::new()));
-        let s = said.clone();
-        (said, move |n| s.lock().unwrap().push(n))
-    }
-
     #[test]
     fn queued_lines_are_written_in_order_before_a_flush_is_answered() {
+        let queue = std::sync::Arc::new(Queue::default());
         let sink = Sink::default();
-        let (said, notice) = notices();
-        let (log, _guard) = Log::start(sink.clone(), QUEUE_LINES, notice).unwrap();
+        start_writer(&queue, sink.clone());
         for line in ["one\n", "two\n", "three\n"] {
-            log.push(line.as_bytes());
+            assert!(queue.push(line.as_bytes(), false));
         }
-        assert!(log.flush(Duration::from_secs(10)));
+        assert!(queue.flush(Duration::from_secs(10)));
         assert_eq!(sink.text(), "one\ntwo\nthree\n");
-        log.push(b"four\n");
-        assert!(log.flush(Duration::from_secs(10)));
+        queue.push(b"four\n", false);
+        assert!(queue.flush(Duration::from_secs(10)));
         assert_eq!(sink.text(), "one\ntwo\nthree\nfour\n");
-        assert_eq!(log.dropped(), 0);
-        assert_eq!(*said.lock().unwrap(), Vec::<u64>::new());
     }
 
     #[test]
     fn a_stalled_stderr_never_blocks_a_logging_task_and_the_lost_lines_are_counted_and_reported() {
+        let queue = std::sync::Arc::new(Queue::default());
         let (open, gate) = mpsc::channel();
         let (blocked_tx, blocked) = mpsc::channel();
         let sink = Sink::default();
-        let stalled = Stalled {
-            gate,
-            blocked: Some(blocked_tx),
-            out: sink.clone(),
-        };
-        let (said, notice) = notices();
-        let (log, _guard) = Log::start(stalled, QUEUE_LINES, notice).unwrap();
-        let log = Arc::new(log);
+        start_writer(
+            &queue,
+            Stalled {
+                gate,
+                blocked: Some(blocked_tx),
+                out: sink.clone(),
+            },
+        );
         // The writer takes the first line and hangs in its write, as on a pipe nobody reads.
-        log.push(b"first\n");
+        assert!(queue.push(b"first\n", false));
         blocked
             .recv_timeout(Duration::from_secs(10))
             .expect("the writer writes");
-        // 3,000 lines: the queue holds 1,024 of them, the other 1,976 are dropped, not waited for.
+        // 1,000 lines of 1,000 bytes: four times what the queue holds.
+        let line = [vec![b'x'; 999], vec![b'\n']].concat();
         let (done_tx, done) = mpsc::channel();
         {
-            let log = log.clone();
+            let queue = queue.clone();
             std::thread::spawn(move || {
-                for i in 0..3000 {
-                    log.push(format!("line {i}\n").as_bytes());
-                }
-                let _ = done_tx.send(());
+                let queued = (0..1000).filter(|_| queue.push(&line, false)).count();
+                let _ = done_tx.send(queued);
             });
         }
-        done.recv_timeout(Duration::from_secs(10))
+        let queued = done
+            .recv_timeout(Duration::from_secs(10))
             .expect("logging did not wait for the stalled writer");
-        assert_eq!(log.dropped(), 1976);
+        // The queue holds 256 KiB: 262 lines of 1,000 bytes fit, the other 738 are dropped.
+        assert_eq!(queued, 262);
+        assert_eq!(
+            queue.dropped.load(std::sync::atomic::Ordering::Relaxed),
+            738
+        );
         // A flush gives up in its time, and the next one at once: the writer still hangs.
-        assert!(!log.flush(Duration::from_millis(50)));
+        assert!(!queue.flush(Duration::from_millis(50)));
         let asked = Instant::now();
-        assert!(!log.flush(Duration::from_secs(3600)));
+        assert!(!queue.flush(Duration::from_secs(3600)));
         assert!(asked.elapsed() < Duration::from_secs(60));
-        // The reader reads again: everything queued is written, and the count of the lost said.
+        // The reader reads again: everything queued is written, then the count of the lost.
+        let writes = queue.lock().writes;
         open.send(()).unwrap();
+        // (A flush before the hanging write returns gives up at once, as above.)
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !log.flush(Duration::from_secs(10)) {
+        while queue.lock().writes == writes {
             assert!(Instant::now() < deadline, "the write never returned");
             std::thread::yield_now();
         }
+        assert!(queue.flush(Duration::from_secs(10)));
+        assert!(queue.flush(Duration::from_secs(10)));
         let text = sink.text();
-        assert_eq!(text.lines().count(), 1 + 1024);
+        assert_eq!(text.lines().filter(|l| l.starts_with('x')).count(), 262);
+        assert!(text.starts_with("first\n"), "{}", &text[..20]);
         assert!(
-            text.starts_with("first\nline 0\nline 1\n"),
+            text.ends_with("notice: Dropped(738)\n"),
             "{}",
-            &text[..30]
+            &text[text.len() - 40..]
         );
-        assert!(
-            text.ends_with("line 1023\n"),
-            "{}",
-            &text[text.len() - 30..]
-        );
-        assert_eq!(*said.lock().unwrap(), vec![1976]);
-        assert_eq!(log.dropped(), 1976);
     }
 
     #[test]
-    fn lines_a_failing_stderr_refuses_are_counted_not_reported() {
-        let (said, notice) = notices();
-        let (log, _guard) = Log::start(Broken, QUEUE_LINES, notice).unwrap();
-        for line in ["one\n", "two\n", "three\n"] {
-            log.push(line.as_bytes());
+    fn a_flush_waits_for_events_deferred_before_it_even_while_the_writer_runs_others() {
+        let queue = std::sync::Arc::new(Queue::default());
+        let sink = Sink::default();
+        start_writer(&queue, sink.clone());
+        // Event A holds the writer until the test lets it go.
+        let (running_tx, running) = mpsc::channel();
+        let (release, wait) = mpsc::channel::<()>();
+        let a: Event = Box::new(move || {
+            let _ = running_tx.send(());
+            let _ = wait.recv();
+        });
+        assert!(queue.defer(a).is_ok());
+        running.recv_timeout(Duration::from_secs(10)).unwrap();
+        // While A runs: B is deferred, then a flush is asked for.
+        let q = queue.clone();
+        let b: Event = Box::new(move || {
+            q.push(b"deferred b\n", true);
+        });
+        assert!(queue.defer(b).is_ok());
+        let flushed = {
+            let queue = queue.clone();
+            std::thread::spawn(move || queue.flush(Duration::from_secs(10)))
+        };
+        while queue.lock().flushes_asked < 1 {
+            std::thread::yield_now();
         }
-        assert!(log.flush(Duration::from_secs(10)));
-        assert_eq!(log.dropped(), 3);
-        assert_eq!(*said.lock().unwrap(), Vec::<u64>::new());
+        release.send(()).unwrap();
+        assert!(flushed.join().unwrap());
+        // B was deferred before the flush: its line is out when the flush returns.
+        assert_eq!(sink.text(), "deferred b\n");
+    }
+
+    #[test]
+    fn a_panicking_deferred_event_is_caught_and_the_writer_goes_on() {
+        let queue = std::sync::Arc::new(Queue::default());
+        let sink = Sink::default();
+        start_writer(&queue, sink.clone());
+        let boom: Event = Box::new(|| panic!("a deferred event that panics"));
+        assert!(queue.defer(boom).is_ok());
+        assert!(queue.flush(Duration::from_secs(10)));
+        queue.push(b"after\n", false);
+        assert!(queue.flush(Duration::from_secs(10)));
+        assert_eq!(sink.text(), "notice: Panicked\nafter\n");
+    }
+
+    #[test]
+    fn deferred_events_are_logged_on_the_writer_thread_before_a_flush_is_answered() {
+        let queue = std::sync::Arc::new(Queue::default());
+        let sink = Sink::default();
+        let writer = {
+            let (queue, out) = (queue.clone(), sink.clone());
+            std::thread::spawn(move || queue.write_to(out, |event| event(), |_| {}))
+        };
+        let ran_on = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        queue.push(b"direct\n", false);
+        for line in ["deferred one\n", "deferred two\n"] {
+            let (q, ran_on) = (queue.clone(), ran_on.clone());
+            let event: Event = Box::new(move || {
+                ran_on.lock().unwrap().push(std::thread::current().id());
+                // As `Queued` does on the writer thread.
+                q.push(line.as_bytes(), true);
+            });
+            assert!(queue.defer(event).is_ok());
+        }
+        assert!(queue.flush(Duration::from_secs(10)));
+        // The deferred lines follow the direct one queued before them, in call order.
+        assert_eq!(sink.text(), "direct\ndeferred one\ndeferred two\n");
+        let writer = writer.thread().id();
+        assert_eq!(*ran_on.lock().unwrap(), vec![writer, writer]);
+    }
+
+    #[test]
+    fn deferred_events_beyond_the_cap_are_handed_back() {
+        // No writer thread: nothing drains the queue.
+        let queue = Queue::default();
+        for _ in 0..DEFERRED_EVENTS {
+            assert!(queue.defer(Box::new(|| {})).is_ok());
+        }
+        assert!(queue.defer(Box::new(|| {})).is_err());
     }
 
     #[test]
