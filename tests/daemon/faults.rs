@@ -46,8 +46,13 @@ struct Running {
 }
 
 fn spawn(config: PluginConfig, source: Arc<dyn HostFactsSource>) -> Running {
+    run_daemon(dxdp::daemon::Daemon::new(config, source))
+}
+
+/// Runs `daemon` until [`Running::stop`].
+fn run_daemon(daemon: dxdp::daemon::Daemon) -> Running {
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(dxdp::daemon::Daemon::new(config, source).run(async {
+    let task = tokio::spawn(daemon.run(async {
         let _ = stopped.await;
     }));
     Running { stop, task }
@@ -301,15 +306,10 @@ async fn a_label_selected_configuration_that_cannot_be_served_falls_back_to_the_
     let mut c = config(dir.path());
     c.config.assignment = dxdp_core::assignment::Assignment::LocationPath;
     c.config.selection.name = Some("strict".into());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(
+    let running = run_daemon(
         dxdp::daemon::Daemon::new(c, Arc::new(SnapshotFile::new(snapshot.clone())))
-            .fallback(dxdp::config::Config::default())
-            .run(async {
-                let _ = stopped.await;
-            }),
+            .fallback(dxdp::config::Config::default()),
     );
-    let running = Running { stop, task };
     both_registered(&kubelet).await;
     running.stop().await.unwrap();
     kubelet.stop().await;
@@ -375,15 +375,9 @@ fn spawn_with_event_log(
     config: PluginConfig,
     log: Arc<dyn dxdp::backend::eventlog::EventLog>,
 ) -> Running {
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(
-        dxdp::daemon::Daemon::new(config, Arc::new(dxdp::backend::SampleHost))
-            .event_log(log)
-            .run(async {
-                let _ = stopped.await;
-            }),
-    );
-    Running { stop, task }
+    run_daemon(
+        dxdp::daemon::Daemon::new(config, Arc::new(dxdp::backend::SampleHost)).event_log(log),
+    )
 }
 
 fn healths(kubelet: &KubeletStandin, resource: &str) -> Vec<(String, String)> {
