@@ -7,7 +7,7 @@
 //!    4,096 and 60,000 recorded resets: 60,000 is a minute of a 1,000 events/s flood. Only the
 //!    newest `MAX_JUDGED_FAULTS` (4,096) are judged, so the cost stops growing there.
 //!
-//! 3. A flood through the live path (`plugin::faults`): 1,000 `Display` 4101 records a second
+//! 3. A flood through the live path (`health::faults`): 1,000 `Display` 4101 records a second
 //!    for 60 seconds, each pushed into the subscription's bounded queue (what the event log's
 //!    delivery thread does), drained into the kept fault log (parsed, deduplicated by
 //!    `EventRecordID`), and once a second (the pacer's bound) the inventory rebuilt from the

@@ -11,6 +11,10 @@
 //! - [`supervisor`]: the task supervisor every long-lived task of the daemon runs under.
 //! - [`plugin`]: device serving (device-plugin servers, file watch, gRPC service, registration,
 //!   kubelet restarts).
+//! - [`context`]: what every feature of the running daemon reads, built once by the daemon.
+//! - [`health`]: device health on the cluster side (live fault events, `GPUUnhealthy` Events,
+//!   node conditions, readiness on the Node's capacity).
+//! - [`validation`]: the in-cluster validation Jobs.
 //! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.
 //! - [`daemon`]: the composition root: builds every part of the daemon and runs it (the CLI,
 //!   `dxdp demo`, the tests and the benchmarks all start it there).
@@ -29,7 +33,9 @@
 pub mod backend;
 pub mod cluster;
 pub mod config;
+pub mod context;
 pub mod daemon;
+pub mod health;
 pub mod inventory;
 pub mod kubelet;
 pub mod logging;
@@ -43,3 +49,4 @@ pub mod telemetry;
 pub mod tools;
 pub mod transport;
 pub mod util;
+pub mod validation;

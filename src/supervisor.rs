@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use crate::observe::Observe;
 use crate::util::retry::Backoff;
+use crate::util::task::Task;
 
 /// How much device serving depends on a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +75,11 @@ impl std::fmt::Debug for TaskSpec {
 }
 
 impl TaskSpec {
+    /// `task`, started from a clone of it on every (re)start.
+    pub fn task(name: &'static str, role: Role, task: impl Task) -> Self {
+        TaskSpec::new(name, role, move || task.clone().run())
+    }
+
     /// A task made by `factory`.
     pub fn new<F, Fut>(name: &'static str, role: Role, mut factory: F) -> Self
     where

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::api::{ListParams, Patch, PatchParams};
 
 use super::taint::TAINT_KEY;
-use super::{Cluster, FIELD_MANAGER};
+use super::{Cluster, FIELD_MANAGER, VALIDATION_FIELD_MANAGER};
 use crate::util::errors::chain;
 
 /// The node condition types dxdp sets.
@@ -68,7 +68,7 @@ pub fn has_dxdp_state(node: &Node) -> bool {
         .filter(|m| {
             matches!(
                 m.manager.as_deref(),
-                Some(FIELD_MANAGER | super::validation_job::LABEL_MANAGER)
+                Some(FIELD_MANAGER | VALIDATION_FIELD_MANAGER)
             )
         })
         .filter_map(|m| m.fields_v1.as_ref())
@@ -124,7 +124,10 @@ impl Cluster {
         match self.get_node().await {
             Ok(before) => {
                 let had = before.metadata.labels.clone().unwrap_or_default();
-                if let Err(e) = super::validation_job::remove_labels(self).await {
+                if let Err(e) = self
+                    .apply_labels_as(VALIDATION_FIELD_MANAGER, &Default::default())
+                    .await
+                {
                     errors.push(format!("validation labels: {e}"));
                 }
                 match self.apply_labels(&Default::default()).await {

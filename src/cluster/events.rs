@@ -533,7 +533,7 @@ mod tests {
     #[tokio::test]
     async fn a_one_off_occurrence_replaces_the_queued_one_and_comes_again_after_the_window() {
         // No API server is asked: only what is queued is tested here (sending the validation's
-        // Event is in cluster::validation_task's tests).
+        // Event is in validation::task's tests).
         let (mut sender, counted) = unsent();
         let t0 = Instant::now();
         sender.occurred(Some(("a", 1)), true, t0);

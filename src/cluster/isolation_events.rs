@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::observe::isolation_metrics::IsolationMetrics;
 use crate::util::retry::Backoff;
 use crate::util::sleep_until;
+use crate::util::task::Task;
 use dxdp_core::telemetry::isolation::{Active, Violation};
 
 /// The reason of the Events.
@@ -56,36 +57,49 @@ const VOICE: Voice = Voice {
 
 /// Sends an Event when a violation starts, deduplicated and rate-limited by `limits`, until
 /// `active` closes. With `isolation.events: false` in `config`, nothing is sent.
-pub async fn report_events(
-    cluster: Cluster,
-    mut active: watch::Receiver<Active>,
-    config: watch::Receiver<Arc<Config>>,
-    metrics: IsolationMetrics,
-    limits: EventLimits,
-    backoff: Backoff,
-) {
-    let mut sender = EventSender::new(cluster, limits, backoff, VOICE, event, move |r| {
-        metrics.event(r)
-    });
-    loop {
-        let current: Vec<Violation> = active
-            .borrow_and_update()
-            .as_deref()
-            .cloned()
-            .unwrap_or_default();
-        let on = config.borrow().isolation.events;
-        sender.update(
-            current.into_iter().map(|v| (v.key(), v)),
-            on,
-            Instant::now(),
-        );
-        let wake = sender.send().await;
-        tokio::select! {
-            changed = active.changed() => if changed.is_err() {
-                // The telemetry side is gone (the daemon is stopping): wait to be stopped.
-                std::future::pending::<()>().await;
-            },
-            () = sleep_until(wake) => {}
+#[derive(Clone)]
+pub struct ReportEvents {
+    pub cluster: Cluster,
+    pub active: watch::Receiver<Active>,
+    pub config: watch::Receiver<Arc<Config>>,
+    pub metrics: IsolationMetrics,
+    pub limits: EventLimits,
+    pub backoff: Backoff,
+}
+
+impl Task for ReportEvents {
+    async fn run(self) {
+        let ReportEvents {
+            cluster,
+            mut active,
+            config,
+            metrics,
+            limits,
+            backoff,
+        } = self;
+        let mut sender = EventSender::new(cluster, limits, backoff, VOICE, event, move |r| {
+            metrics.event(r)
+        });
+        loop {
+            let current: Vec<Violation> = active
+                .borrow_and_update()
+                .as_deref()
+                .cloned()
+                .unwrap_or_default();
+            let on = config.borrow().isolation.events;
+            sender.update(
+                current.into_iter().map(|v| (v.key(), v)),
+                on,
+                Instant::now(),
+            );
+            let wake = sender.send().await;
+            tokio::select! {
+                changed = active.changed() => if changed.is_err() {
+                    // The telemetry side is gone (the daemon is stopping): wait to be stopped.
+                    std::future::pending::<()>().await;
+                },
+                () = sleep_until(wake) => {}
+            }
         }
     }
 }

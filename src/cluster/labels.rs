@@ -11,6 +11,7 @@ use super::Cluster;
 use crate::config::{Config, NodeInfo};
 use crate::inventory::{Inventory, InventoryRx};
 use crate::util::retry::{random, Backoff};
+use crate::util::task::Task;
 use dxdp_core::devices::{PerResource, Resource};
 use dxdp_core::labels::{node_labels, LabelSettings};
 
@@ -45,76 +46,87 @@ fn node_has(node: &NodeInfo, want: &BTreeMap<String, String>) -> bool {
 /// again when the Node (as `node` reports it) shows one of dxdp's labels with another value.
 /// An apply that fails, or whose answer does not show the labels (a webhook or policy rewrote
 /// them), is retried with backoff.
-pub async fn keep(
-    cluster: Cluster,
-    mut inventory: InventoryRx,
-    mut node: watch::Receiver<Option<NodeInfo>>,
-    backoff: Backoff,
-) {
-    let mut applied: Option<BTreeMap<String, String>> = None;
-    // The Node showed one of the applied labels with another value.
-    let mut drifted = false;
-    let mut node_open = true;
-    let mut failures = 0u32;
-    let mut last_error: Option<String> = None;
-    loop {
-        let w = desired(&inventory.borrow_and_update());
-        let needed = match &applied {
-            None => true,
-            Some(a) => &w != a || drifted,
-        };
-        if needed {
-            let outcome = match cluster.apply_labels(&w).await {
-                Ok(after) if node_has(&after, &w) => Ok(()),
-                Ok(_) => Err(format!(
-                    "the API server accepted dxdp's labels for node {} but the Node does not show them (a mutating webhook or policy changed them?)",
-                    cluster.node()
-                )),
-                Err(e) => Err(e.to_string()),
+#[derive(Clone)]
+pub struct KeepLabels {
+    pub cluster: Cluster,
+    pub inventory: InventoryRx,
+    pub node: watch::Receiver<Option<NodeInfo>>,
+    pub backoff: Backoff,
+}
+
+impl Task for KeepLabels {
+    async fn run(self) {
+        let KeepLabels {
+            cluster,
+            mut inventory,
+            mut node,
+            backoff,
+        } = self;
+        let mut applied: Option<BTreeMap<String, String>> = None;
+        // The Node showed one of the applied labels with another value.
+        let mut drifted = false;
+        let mut node_open = true;
+        let mut failures = 0u32;
+        let mut last_error: Option<String> = None;
+        loop {
+            let w = desired(&inventory.borrow_and_update());
+            let needed = match &applied {
+                None => true,
+                Some(a) => &w != a || drifted,
             };
-            match outcome {
-                Ok(()) => {
-                    if failures > 0 {
-                        tracing::info!(node = %cluster.node(), "node labels applied after {failures} failed attempts");
+            if needed {
+                let outcome = match cluster.apply_labels(&w).await {
+                    Ok(after) if node_has(&after, &w) => Ok(()),
+                    Ok(_) => Err(format!(
+                        "the API server accepted dxdp's labels for node {} but the Node does not show them (a mutating webhook or policy changed them?)",
+                        cluster.node()
+                    )),
+                    Err(e) => Err(e.to_string()),
+                };
+                match outcome {
+                    Ok(()) => {
+                        if failures > 0 {
+                            tracing::info!(node = %cluster.node(), "node labels applied after {failures} failed attempts");
+                        }
+                        tracing::info!(node = %cluster.node(), labels = w.len(), "node labels applied");
+                        tracing::debug!(node = %cluster.node(), labels = ?w, "node labels");
+                        applied = Some(w);
+                        drifted = false;
+                        failures = 0;
+                        last_error = None;
                     }
-                    tracing::info!(node = %cluster.node(), labels = w.len(), "node labels applied");
-                    tracing::debug!(node = %cluster.node(), labels = ?w, "node labels");
-                    applied = Some(w);
-                    drifted = false;
-                    failures = 0;
-                    last_error = None;
-                }
-                Err(why) => {
-                    failures = failures.saturating_add(1);
-                    if last_error.as_deref() != Some(why.as_str()) {
-                        tracing::warn!(
-                            "cannot update the node labels, retrying with backoff: {why}"
-                        );
-                        last_error = Some(why);
+                    Err(why) => {
+                        failures = failures.saturating_add(1);
+                        if last_error.as_deref() != Some(why.as_str()) {
+                            tracing::warn!(
+                                "cannot update the node labels, retrying with backoff: {why}"
+                            );
+                            last_error = Some(why);
+                        }
+                        let delay = backoff.delay(failures, random());
+                        // Retry after the delay, or at once when the inventory changes.
+                        tokio::select! {
+                            _ = tokio::time::sleep(delay) => {}
+                            r = inventory.changed() => if r.is_err() { return },
+                        }
+                        continue;
                     }
-                    let delay = backoff.delay(failures, random());
-                    // Retry after the delay, or at once when the inventory changes.
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        r = inventory.changed() => if r.is_err() { return },
-                    }
-                    continue;
                 }
             }
-        }
-        tokio::select! {
-            r = inventory.changed() => if r.is_err() { return },
-            r = node.changed(), if node_open => match r {
-                Ok(()) => {
-                    let shown = node.borrow_and_update().clone();
-                    drifted = match (&shown, &applied) {
-                        (Some(n), Some(a)) => !node_has(n, a),
-                        _ => false,
-                    };
-                }
-                // No node updates any more: follow the inventory alone.
-                Err(_) => node_open = false,
-            },
+            tokio::select! {
+                r = inventory.changed() => if r.is_err() { return },
+                r = node.changed(), if node_open => match r {
+                    Ok(()) => {
+                        let shown = node.borrow_and_update().clone();
+                        drifted = match (&shown, &applied) {
+                            (Some(n), Some(a)) => !node_has(n, a),
+                            _ => false,
+                        };
+                    }
+                    // No node updates any more: follow the inventory alone.
+                    Err(_) => node_open = false,
+                },
+            }
         }
     }
 }

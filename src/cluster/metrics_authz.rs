@@ -72,6 +72,29 @@ impl KubernetesAuthorizer {
         Ok(Self::with_client(client))
     }
 
+    /// The daemon's token reviewer, or why there is none: on the daemon's own `client`, else
+    /// (`asked` to use the API server, with no node to follow) on the standard credentials (a
+    /// pod's service account, else `KUBECONFIG`); none when the daemon runs without an API
+    /// server.
+    pub(crate) async fn for_daemon(
+        client: Option<&super::Cluster>,
+        asked: bool,
+    ) -> Result<std::sync::Arc<dyn crate::observe::access::Authorize>, String> {
+        let authorizer = match client {
+            Some(cluster) => Ok(Self::with_client(cluster.client())),
+            None if asked => Self::connect().await,
+            None => return Err(
+                "it needs the API server, and this daemon runs without one; set metrics.authorization: none".into(),
+            ),
+        };
+        match authorizer {
+            Ok(a) => Ok(std::sync::Arc::new(a)),
+            Err(e) => Err(format!(
+                "dxdp cannot use the API server: {e}; give it credentials (the chart mounts the service account token with metrics.authorization=kubernetes) or set metrics.authorization: none"
+            )),
+        }
+    }
+
     /// Reviews tokens with `client` (the daemon's own API server client).
     pub(crate) fn with_client(client: kube::Client) -> Self {
         KubernetesAuthorizer {

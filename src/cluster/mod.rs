@@ -10,35 +10,24 @@
 //! - [`isolation_events`]: `GPUIsolationViolation` Events on the pod using a GPU it was not
 //!   allocated (`isolation.events`);
 //! - [`taint`]: the node taint of `isolation.policy: taint` while a violation lasts;
-//! - [`health_events`]: `GPUUnhealthy` Events on the pods holding an Unhealthy device
-//!   (`health.events`);
-//! - [`conditions`]: the `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions
-//!   (`health.nodeConditions`);
-//! - [`capacity`]: `/readyz` waits for the Node to show the served resources as allocatable;
 //! - [`cleanup`]: takes dxdp's labels, taint and conditions off a node (`dxdp cleanup`);
 //! - [`metrics_authz`]: TokenReview and SubjectAccessReview of `/metrics` requests
 //!   (`metrics.authorization: kubernetes`; unlike the rest, required once asked for);
-//! - [`validation`], [`validation_job`], [`validation_exe`], [`validation_task`]: the validation
-//!   Job on this node (`validation.enabled`), its result as node labels, metrics and Events;
+//!
+//! Device health (`GPUUnhealthy` Events, node conditions, the capacity gate) and the validation
+//! Jobs are features of their own (`health/`, `validation/`) built on this client.
 //!
 //! Everything here is optional: without `NODE_NAME` or credentials the daemon serves devices
 //! as before and says once why the cluster features are off. API errors are retried with
 //! backoff and never stop the daemon.
 
-pub mod capacity;
 pub mod cleanup;
-pub mod conditions;
 pub mod events;
-pub mod health_events;
 pub mod isolation_events;
 pub mod labels;
 pub mod metrics_authz;
 pub mod node;
 pub mod taint;
-pub mod validation;
-pub mod validation_exe;
-pub mod validation_job;
-pub mod validation_task;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -46,16 +35,60 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 
+use tokio::sync::watch;
+
 use crate::config::NodeInfo;
+use crate::inventory::InventoryRx;
+use crate::supervisor::{Role, TaskSpec};
 use crate::util::errors::chain;
 use crate::util::host_process::{under_sandbox, SANDBOX_VAR};
+use crate::util::retry::Backoff;
 
 /// The field manager of dxdp's server-side applies: the labels it sets are owned by it, so a
 /// label it stops setting is removed and labels it never set are untouched.
 pub const FIELD_MANAGER: &str = "dxdp";
 
+/// The field manager of the validation's labels: separate from dxdp's other labels, so that the
+/// two sets never remove each other's keys.
+pub const VALIDATION_FIELD_MANAGER: &str = "dxdp-validation";
+
 /// The environment variable naming this node (the chart sets it from `spec.nodeName`).
 pub const NODE_NAME_VAR: &str = "NODE_NAME";
+
+/// Retries of API server calls (node labels, following the node, Events, taint, conditions,
+/// validation labels): 1 s doubling to 60 s, with jitter.
+pub const API_BACKOFF: Backoff = Backoff {
+    initial: Duration::from_secs(1),
+    max: Duration::from_secs(60),
+    timeout: Duration::from_secs(30),
+};
+
+/// The node labels and the node watch (optional tasks): the Node's labels follow the served
+/// inventory, and `node` follows the Node's labels (re-read every `safety_poll` when watching
+/// is forbidden).
+pub fn node_tasks(
+    cluster: &Cluster,
+    inventory: &InventoryRx,
+    node: watch::Sender<Option<NodeInfo>>,
+    safety_poll: Duration,
+) -> Vec<TaskSpec> {
+    let labels = labels::KeepLabels {
+        cluster: cluster.clone(),
+        inventory: inventory.clone(),
+        node: node.subscribe(),
+        backoff: API_BACKOFF,
+    };
+    let follow = node::FollowNode {
+        cluster: cluster.clone(),
+        tx: node,
+        backoff: API_BACKOFF,
+        poll: safety_poll,
+    };
+    vec![
+        TaskSpec::task("node-labels", Role::Optional, labels),
+        TaskSpec::task("node-watch", Role::Optional, follow),
+    ]
+}
 
 /// Why the cluster features are off.
 #[derive(Debug, thiserror::Error)]
@@ -93,10 +126,10 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 /// This node's object on the API server.
 #[derive(Clone)]
 pub struct Cluster {
-    client: kube::Client,
-    api: Api<Node>,
-    node: String,
-    timeout: Duration,
+    pub(crate) client: kube::Client,
+    pub(crate) api: Api<Node>,
+    pub(crate) node: String,
+    pub(crate) timeout: Duration,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -147,7 +180,7 @@ impl Cluster {
     }
 
     /// Runs one API call within the call timeout.
-    async fn call<T>(
+    pub(crate) async fn call<T>(
         &self,
         what: &'static str,
         call: impl std::future::Future<Output = Result<T, kube::Error>>,
@@ -188,8 +221,18 @@ impl Cluster {
         &self,
         labels: &BTreeMap<String, String>,
     ) -> Result<NodeInfo, ApiError> {
+        self.apply_labels_as(FIELD_MANAGER, labels).await
+    }
+
+    /// Applies `labels` as field manager `manager` (forced): the labels `manager` applied before
+    /// and no longer sets are removed, everyone else's are left alone.
+    pub async fn apply_labels_as(
+        &self,
+        manager: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<NodeInfo, ApiError> {
         let body = apply_body(&self.node, labels);
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let params = PatchParams::apply(manager).force();
         let node = self
             .call(
                 "apply labels to",
@@ -339,7 +382,7 @@ fn node_info(node: &Node, name: &str) -> NodeInfo {
 
 /// Logs a failure of a cluster task the first time it is seen (debug after), so that an outage
 /// is said once.
-fn say_once(last: &mut Option<String>, why: String, what: &str) {
+pub(crate) fn say_once(last: &mut Option<String>, why: String, what: &str) {
     if last.as_deref() != Some(why.as_str()) {
         tracing::warn!("{what}: {why}; retrying with backoff (device serving is not affected)");
         *last = Some(why);
@@ -349,4 +392,4 @@ fn say_once(last: &mut Option<String>, why: String, what: &str) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -13,54 +13,66 @@ use super::{node_info, Cluster};
 use crate::config::NodeInfo;
 use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
+use crate::util::task::Task;
 
 /// How long one watch may run before the server ends it (it is then re-established).
 const WATCH_SECONDS: u32 = 290;
 
 /// Publishes the node's labels on `tx` until `tx` has no receivers. Only changes are sent. When
 /// the API server forbids watching nodes, the labels are read every `poll` instead.
-pub async fn follow(
-    cluster: Cluster,
-    tx: watch::Sender<Option<NodeInfo>>,
-    backoff: Backoff,
-    poll: Duration,
-) {
-    let api: &Api<Node> = &cluster.api;
-    let params = WatchParams::default()
-        .fields(&format!("metadata.name={}", cluster.node))
-        .timeout(WATCH_SECONDS);
-    let mut failures = 0u32;
-    let mut last_error: Option<String> = None;
-    // Reads left before the watch is tried again, while watching is forbidden.
-    let mut polls_left = 0u32;
-    let mut forbidden_warned = false;
-    loop {
-        let polling = polls_left > 0;
-        let outcome = tokio::select! {
-            outcome = follow_once(&cluster, api, &params, &tx, polling.then_some(poll)) => outcome,
-            _ = tx.closed() => return,
-        };
-        polls_left = polls_left.saturating_sub(1);
-        match outcome {
-            // The watch ended normally (server timeout): start again at once.
-            Ok(()) => failures = 0,
-            Err(Failure::WatchForbidden(why)) => {
-                if !forbidden_warned {
-                    tracing::warn!(node = %cluster.node, "cannot watch the node ({why}): grant the watch verb on nodes (the chart does); reading its labels every {poll:?} instead, and trying the watch again every {RETRY_WATCH_AFTER} reads");
-                    forbidden_warned = true;
+#[derive(Clone)]
+pub struct FollowNode {
+    pub cluster: Cluster,
+    pub tx: watch::Sender<Option<NodeInfo>>,
+    pub backoff: Backoff,
+    pub poll: Duration,
+}
+
+impl Task for FollowNode {
+    async fn run(self) {
+        let FollowNode {
+            cluster,
+            tx,
+            backoff,
+            poll,
+        } = self;
+        let api: &Api<Node> = &cluster.api;
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={}", cluster.node))
+            .timeout(WATCH_SECONDS);
+        let mut failures = 0u32;
+        let mut last_error: Option<String> = None;
+        // Reads left before the watch is tried again, while watching is forbidden.
+        let mut polls_left = 0u32;
+        let mut forbidden_warned = false;
+        loop {
+            let polling = polls_left > 0;
+            let outcome = tokio::select! {
+                outcome = follow_once(&cluster, api, &params, &tx, polling.then_some(poll)) => outcome,
+                _ = tx.closed() => return,
+            };
+            polls_left = polls_left.saturating_sub(1);
+            match outcome {
+                // The watch ended normally (server timeout): start again at once.
+                Ok(()) => failures = 0,
+                Err(Failure::WatchForbidden(why)) => {
+                    if !forbidden_warned {
+                        tracing::warn!(node = %cluster.node, "cannot watch the node ({why}): grant the watch verb on nodes (the chart does); reading its labels every {poll:?} instead, and trying the watch again every {RETRY_WATCH_AFTER} reads");
+                        forbidden_warned = true;
+                    }
+                    polls_left = RETRY_WATCH_AFTER;
                 }
-                polls_left = RETRY_WATCH_AFTER;
-            }
-            Err(Failure::Other(why)) => {
-                failures = failures.saturating_add(1);
-                if last_error.as_deref() != Some(why.as_str()) {
-                    tracing::warn!(node = %cluster.node, "cannot follow the node's labels, retrying: {why}");
-                    last_error = Some(why);
-                }
-                let delay = backoff.delay(failures, random());
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = tx.closed() => return,
+                Err(Failure::Other(why)) => {
+                    failures = failures.saturating_add(1);
+                    if last_error.as_deref() != Some(why.as_str()) {
+                        tracing::warn!(node = %cluster.node, "cannot follow the node's labels, retrying: {why}");
+                        last_error = Some(why);
+                    }
+                    let delay = backoff.delay(failures, random());
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = tx.closed() => return,
+                    }
                 }
             }
         }

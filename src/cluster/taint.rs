@@ -29,6 +29,7 @@ use crate::observe::isolation_metrics::{IsolationMetrics, TaintResult};
 use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
 use crate::util::sleep_until;
+use crate::util::task::Task;
 use dxdp_core::telemetry::isolation::{Active, Violation};
 use dxdp_core::telemetry::PodRef;
 
@@ -159,95 +160,109 @@ pub fn taint_want(
 /// A taint an earlier run left is removed once the first audit shows no violation, or after
 /// `start_grace` when none comes. The Node is read again whenever a violation starts, so that
 /// a taint removed by hand comes back.
-pub async fn keep_taint(
-    cluster: Cluster,
-    mut active: watch::Receiver<Active>,
-    mut config: watch::Receiver<Arc<Config>>,
-    metrics: IsolationMetrics,
-    backoff: Backoff,
-    start_grace: Duration,
-    min_hold: Duration,
-) {
-    let started = Instant::now();
-    // What the node has, as dxdp last read or wrote it.
-    let mut applied: Option<bool> = None;
-    // When this run put the taint on, or found it needed.
-    let mut tainted_at: Option<Instant> = None;
-    let mut known_keys: BTreeSet<(PodRef, String)> = BTreeSet::new();
-    let mut failures = 0u32;
-    let mut last_error: Option<String> = None;
-    let (mut active_open, mut config_open) = (true, true);
-    loop {
-        let policy = config.borrow_and_update().isolation.policy;
-        let known = active.borrow_and_update().clone();
-        let keys: BTreeSet<(PodRef, String)> = known
-            .iter()
-            .flat_map(|v| v.iter().map(Violation::key))
-            .collect();
-        if !keys.is_subset(&known_keys) {
-            // A violation started: read the Node again rather than trust what was applied.
-            applied = None;
-        }
-        known_keys = keys;
-        let now = Instant::now();
-        let want = taint_want(
-            policy,
-            known.as_ref().map(|v| v.len()),
-            now.saturating_duration_since(started),
+#[derive(Clone)]
+pub struct KeepTaint {
+    pub cluster: Cluster,
+    pub active: watch::Receiver<Active>,
+    pub config: watch::Receiver<Arc<Config>>,
+    pub metrics: IsolationMetrics,
+    pub backoff: Backoff,
+    pub start_grace: Duration,
+    pub min_hold: Duration,
+}
+
+impl Task for KeepTaint {
+    async fn run(self) {
+        let KeepTaint {
+            cluster,
+            mut active,
+            mut config,
+            metrics,
+            backoff,
             start_grace,
-            tainted_at.map(|t| now.saturating_duration_since(t)),
             min_hold,
-        );
-        let mut wake = None;
-        match want {
-            TaintWant::Wait(d) => wake = Some(now + d),
-            TaintWant::On | TaintWant::Off => {
-                let w = want == TaintWant::On;
-                if applied != Some(w) {
-                    match cluster.set_isolation_taint(w).await {
-                        Ok(changed) => {
-                            if changed && w {
-                                metrics.taint_change(TaintResult::Added);
-                                tracing::warn!(node = %cluster.node(), taint = TAINT_KEY, "node tainted {TAINT_KEY}:{TAINT_EFFECT} (isolation.policy: taint): a pod container uses a GPU it was not allocated, so no new pod is scheduled here until it stops");
-                            } else if changed {
-                                metrics.taint_change(TaintResult::Removed);
-                                tracing::info!(node = %cluster.node(), taint = TAINT_KEY, "taint {TAINT_KEY} removed: no GPU isolation violation lasts (or the policy is audit)");
+        } = self;
+        let started = Instant::now();
+        // What the node has, as dxdp last read or wrote it.
+        let mut applied: Option<bool> = None;
+        // When this run put the taint on, or found it needed.
+        let mut tainted_at: Option<Instant> = None;
+        let mut known_keys: BTreeSet<(PodRef, String)> = BTreeSet::new();
+        let mut failures = 0u32;
+        let mut last_error: Option<String> = None;
+        let (mut active_open, mut config_open) = (true, true);
+        loop {
+            let policy = config.borrow_and_update().isolation.policy;
+            let known = active.borrow_and_update().clone();
+            let keys: BTreeSet<(PodRef, String)> = known
+                .iter()
+                .flat_map(|v| v.iter().map(Violation::key))
+                .collect();
+            if !keys.is_subset(&known_keys) {
+                // A violation started: read the Node again rather than trust what was applied.
+                applied = None;
+            }
+            known_keys = keys;
+            let now = Instant::now();
+            let want = taint_want(
+                policy,
+                known.as_ref().map(|v| v.len()),
+                now.saturating_duration_since(started),
+                start_grace,
+                tainted_at.map(|t| now.saturating_duration_since(t)),
+                min_hold,
+            );
+            let mut wake = None;
+            match want {
+                TaintWant::Wait(d) => wake = Some(now + d),
+                TaintWant::On | TaintWant::Off => {
+                    let w = want == TaintWant::On;
+                    if applied != Some(w) {
+                        match cluster.set_isolation_taint(w).await {
+                            Ok(changed) => {
+                                if changed && w {
+                                    metrics.taint_change(TaintResult::Added);
+                                    tracing::warn!(node = %cluster.node(), taint = TAINT_KEY, "node tainted {TAINT_KEY}:{TAINT_EFFECT} (isolation.policy: taint): a pod container uses a GPU it was not allocated, so no new pod is scheduled here until it stops");
+                                } else if changed {
+                                    metrics.taint_change(TaintResult::Removed);
+                                    tracing::info!(node = %cluster.node(), taint = TAINT_KEY, "taint {TAINT_KEY} removed: no GPU isolation violation lasts (or the policy is audit)");
+                                }
+                                metrics.tainted(w);
+                                applied = Some(w);
+                                failures = 0;
+                                last_error = None;
                             }
-                            metrics.tainted(w);
-                            applied = Some(w);
-                            failures = 0;
-                            last_error = None;
-                        }
-                        Err(why) => {
-                            metrics.taint_change(TaintResult::Error);
-                            failures = failures.saturating_add(1);
-                            say_once(
-                                &mut last_error,
-                                why,
-                                if w {
-                                    "cannot taint the node for a GPU isolation violation"
-                                } else {
-                                    "cannot remove dxdp's isolation taint from the node"
-                                },
-                            );
-                            wake = Some(Instant::now() + backoff.delay(failures, random()));
+                            Err(why) => {
+                                metrics.taint_change(TaintResult::Error);
+                                failures = failures.saturating_add(1);
+                                say_once(
+                                    &mut last_error,
+                                    why,
+                                    if w {
+                                        "cannot taint the node for a GPU isolation violation"
+                                    } else {
+                                        "cannot remove dxdp's isolation taint from the node"
+                                    },
+                                );
+                                wake = Some(Instant::now() + backoff.delay(failures, random()));
+                            }
                         }
                     }
-                }
-                if applied == Some(true) && tainted_at.is_none() {
-                    tainted_at = Some(Instant::now());
-                } else if applied == Some(false) {
-                    tainted_at = None;
+                    if applied == Some(true) && tainted_at.is_none() {
+                        tainted_at = Some(Instant::now());
+                    } else if applied == Some(false) {
+                        tainted_at = None;
+                    }
                 }
             }
-        }
-        if !active_open && !config_open && wake.is_none() {
-            std::future::pending::<()>().await;
-        }
-        tokio::select! {
-            changed = active.changed(), if active_open => active_open = changed.is_ok(),
-            changed = config.changed(), if config_open => config_open = changed.is_ok(),
-            () = sleep_until(wake) => {}
+            if !active_open && !config_open && wake.is_none() {
+                std::future::pending::<()>().await;
+            }
+            tokio::select! {
+                changed = active.changed(), if active_open => active_open = changed.is_ok(),
+                changed = config.changed(), if config_open => config_open = changed.is_ok(),
+                () = sleep_until(wake) => {}
+            }
         }
     }
 }

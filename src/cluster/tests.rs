@@ -8,12 +8,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 #[path = "../../tests/support/apiserver.rs"]
-pub(super) mod standin;
+pub(crate) mod standin;
 
 use super::*;
 use crate::config::{Config, NodeInfo};
 use crate::inventory::{self, Inventory};
 use crate::util::retry::Backoff;
+use crate::util::task::Task;
 use standin::ApiServerStandin;
 
 const FAST: Backoff = Backoff {
@@ -93,7 +94,15 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     let facts = fixture("nvidia-multi-gpu.yaml");
     let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let task = tokio::spawn(labels::keep(cluster, inventory_rx, node_rx, FAST));
+    let task = tokio::spawn(
+        labels::KeepLabels {
+            cluster,
+            inventory: inventory_rx,
+            node: node_rx,
+            backoff: FAST,
+        }
+        .run(),
+    );
 
     // Add.
     applies_reach(&api, 1).await;
@@ -170,7 +179,15 @@ async fn a_custom_prefix_replaces_the_old_keys() {
     let facts = fixture("nvidia-multi-gpu.yaml");
     let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let _task = tokio::spawn(labels::keep(cluster, inventory_rx, node_rx, FAST));
+    let _task = tokio::spawn(
+        labels::KeepLabels {
+            cluster,
+            inventory: inventory_rx,
+            node: node_rx,
+            backoff: FAST,
+        }
+        .run(),
+    );
     assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
     let mut c = Config::default();
     c.node_labels.prefix = "gpu.example.com/".into();
@@ -192,7 +209,15 @@ async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
     let facts = fixture("nvidia-multi-gpu.yaml");
     let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let task = tokio::spawn(labels::keep(cluster.clone(), inventory_rx, node_rx, FAST));
+    let task = tokio::spawn(
+        labels::KeepLabels {
+            cluster: cluster.clone(),
+            inventory: inventory_rx,
+            node: node_rx,
+            backoff: FAST,
+        }
+        .run(),
+    );
     assert!(api.wait_for(WAIT, |_, l| l.len() == 13).await);
     assert_eq!(api.patches().len(), 4, "three failures, then success");
     assert_eq!(api.labels(), {
@@ -209,7 +234,15 @@ async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
     let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
     let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, off));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let task = tokio::spawn(labels::keep(cluster, inventory_rx, node_rx, FAST));
+    let task = tokio::spawn(
+        labels::KeepLabels {
+            cluster,
+            inventory: inventory_rx,
+            node: node_rx,
+            backoff: FAST,
+        }
+        .run(),
+    );
     assert!(
         api.wait_for(WAIT, |_, l| l.len() == 1).await,
         "{:?}",
@@ -235,13 +268,24 @@ async fn labels_are_applied_once_while_the_node_is_read_again_and_again() {
     let facts = fixture("nvidia-multi-gpu.yaml");
     let (_inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
     let (node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let _follow = tokio::spawn(node::follow(
-        cluster.clone(),
-        node_tx,
-        FAST,
-        Duration::from_millis(5),
-    ));
-    let _keep = tokio::spawn(labels::keep(cluster, inventory_rx, node_rx, FAST));
+    let _follow = tokio::spawn(
+        node::FollowNode {
+            cluster: cluster.clone(),
+            tx: node_tx,
+            backoff: FAST,
+            poll: Duration::from_millis(5),
+        }
+        .run(),
+    );
+    let _keep = tokio::spawn(
+        labels::KeepLabels {
+            cluster,
+            inventory: inventory_rx,
+            node: node_rx,
+            backoff: FAST,
+        }
+        .run(),
+    );
     assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
     let gets = |r: &[standin::Recorded]| {
         r.iter()
@@ -270,13 +314,24 @@ async fn the_node_is_followed_and_an_edited_label_is_put_back() {
     let facts = fixture("nvidia-multi-gpu.yaml");
     let (_inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
     let (node_tx, mut node_rx) = watch::channel(None::<NodeInfo>);
-    let _follow = tokio::spawn(node::follow(
-        cluster.clone(),
-        node_tx,
-        FAST,
-        Duration::from_secs(3600),
-    ));
-    let _keep = tokio::spawn(labels::keep(cluster, inventory_rx, node_rx.clone(), FAST));
+    let _follow = tokio::spawn(
+        node::FollowNode {
+            cluster: cluster.clone(),
+            tx: node_tx,
+            backoff: FAST,
+            poll: Duration::from_secs(3600),
+        }
+        .run(),
+    );
+    let _keep = tokio::spawn(
+        labels::KeepLabels {
+            cluster,
+            inventory: inventory_rx,
+            node: node_rx.clone(),
+            backoff: FAST,
+        }
+        .run(),
+    );
     assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
 
     // A selection label set by someone else reaches the follower.
@@ -324,12 +379,15 @@ async fn following_survives_api_errors() {
     api.fail_next("GET", &[500, 500]);
     let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
     let (node_tx, mut node_rx) = watch::channel(None::<NodeInfo>);
-    let _follow = tokio::spawn(node::follow(
-        cluster,
-        node_tx,
-        FAST,
-        Duration::from_secs(3600),
-    ));
+    let _follow = tokio::spawn(
+        node::FollowNode {
+            cluster,
+            tx: node_tx,
+            backoff: FAST,
+            poll: Duration::from_secs(3600),
+        }
+        .run(),
+    );
     tokio::time::timeout(
         WAIT,
         node_rx.wait_for(|n| {
@@ -423,12 +481,15 @@ async fn a_node_that_cannot_be_watched_is_read_every_poll() {
     api.forbid_watch();
     let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
     let (node_tx, mut node_rx) = watch::channel(None::<NodeInfo>);
-    let _follow = tokio::spawn(node::follow(
-        cluster,
-        node_tx,
-        FAST,
-        Duration::from_millis(10),
-    ));
+    let _follow = tokio::spawn(
+        node::FollowNode {
+            cluster,
+            tx: node_tx,
+            backoff: FAST,
+            poll: Duration::from_millis(10),
+        }
+        .run(),
+    );
     let has = |v: &'static str| {
         move |n: &Option<NodeInfo>| {
             n.as_ref()

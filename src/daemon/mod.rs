@@ -12,15 +12,18 @@
 //! 2. the lock of the kubelet directory (one daemon per directory), then the metrics and probe
 //!    endpoints (they answer from the first moment; a guard that cannot be set up answers
 //!    `503` with the reason, the devices are served as usual);
-//! 3. on Windows the live GPU fault events from the event log, fed into device health;
+//! 3. on Windows the live GPU fault events from the event log, fed into device health
+//!    ([`health::live_faults`]);
 //! 4. device serving's start ([`plugin::serve::start`]): the first host read and the check that
 //!    the configuration can be served (with the top-level fallback);
-//! 5. the context: the validated configuration channel and the inventory channel, which
+//! 5. the [`Context`]: the validated configuration channel and the inventory channel, which
 //!    every feature reads (no task copies one channel into another);
-//! 6. each feature's tasks: serving (refresher, device gauges, configuration reload), the node
-//!    labels and the node watch, GPU telemetry and the isolation audit (Events, taint), device
-//!    health on the cluster side (Events, node conditions, `/readyz` on the Node's capacity),
-//!    the in-cluster validation Jobs;
+//! 6. each feature's tasks, from its entry point: serving ([`plugin::serve::tasks`]: refresher,
+//!    device gauges, configuration reload), the node labels and the node watch
+//!    ([`cluster::node_tasks`]), GPU telemetry and the isolation audit ([`telemetry::tasks`]:
+//!    Events, taint), device health on the cluster side ([`health::tasks`]: Events, node
+//!    conditions, `/readyz` on the Node's capacity), the in-cluster validation Jobs
+//!    ([`validation::tasks`]);
 //! 7. serving's main loop ([`plugin::serve::run`]) with the supervisor, until the stop.
 
 use std::future::Future;
@@ -32,16 +35,17 @@ use tokio::sync::watch;
 
 use crate::backend::eventlog::EventLog;
 use crate::backend::HostFactsSource;
-use crate::cluster::{self, isolation_events, taint, Cluster};
-use crate::config::{Config, Inputs, NodeInfo, Resolved};
-use crate::inventory::InventoryRx;
-use crate::observe::endpoint::Guard;
+use crate::cluster::metrics_authz::KubernetesAuthorizer;
+use crate::cluster::{self, Cluster};
+use crate::config::file::MetricsAuthorization;
+use crate::config::{Config, Inputs, Resolved};
+use crate::context::Context;
+use crate::observe::endpoint::{Guard, MetricsEndpoint, ProbeEndpoint};
 use crate::observe::state::Phase;
 use crate::observe::Observe;
 use crate::plugin::{self, claim, serve, PluginConfig, PluginError, Reload};
 use crate::supervisor::{Role, TaskSpec, Tasks};
-use crate::telemetry::audit::{ActiveTx, Tracker};
-use crate::util::retry::Backoff;
+use crate::{health, telemetry, validation};
 
 /// Where the daemon's API server client comes from.
 #[derive(Debug, Clone)]
@@ -77,23 +81,6 @@ impl std::fmt::Debug for Daemon {
             .field("host_snapshot", &self.host_snapshot)
             .finish()
     }
-}
-
-/// What every feature of the running daemon reads: built once by [`Daemon::run`].
-struct Context {
-    /// The configuration in force: only what passed the serving check (at start and on every
-    /// update); a rejected configuration never reaches a feature.
-    config: watch::Receiver<Arc<Config>>,
-    /// The inventory served (devices and the configuration they were made with).
-    inventory: InventoryRx,
-    /// Metrics, health and readiness.
-    observe: Observe,
-    /// The API server client, when there is one.
-    cluster: Option<Cluster>,
-    /// The node's labels, followed when there is an API server client.
-    node: Option<watch::Receiver<Option<NodeInfo>>>,
-    /// The kubelet's device-plugin directory.
-    kubelet_dir: PathBuf,
 }
 
 impl Daemon {
@@ -253,26 +240,7 @@ impl Daemon {
             None if source.is_simulated() => None,
             None => Some(crate::backend::native_event_log()),
         };
-        let source = match log {
-            None => source,
-            Some(log) => match log {
-                Ok(log) => {
-                    let (wrapped, task) = plugin::faults::live_faults(
-                        source,
-                        log,
-                        config_rx.clone(),
-                        observe.metrics.clone(),
-                        API_BACKOFF,
-                    );
-                    specs.push(task);
-                    wrapped
-                }
-                Err(why) => {
-                    tracing::info!("live GPU fault events are off: {why}");
-                    source
-                }
-            },
-        };
+        let source = health::live_faults(source, log, config_rx.clone(), &observe, &mut specs);
 
         // 4. Device serving's start: the first host read, the configuration checked on it.
         let started = serve::start(&plugin, &source, first.clone(), fallback, stop.as_mut());
@@ -297,8 +265,10 @@ impl Daemon {
             inventory: inventory_rx,
             observe: observe.clone(),
             cluster: client,
+            cluster_asked,
             node: node.as_ref().map(|(_, rx)| rx.clone()),
             kubelet_dir: plugin.kubelet_dir.clone(),
+            env,
         };
 
         // 6. Every feature's tasks.
@@ -319,25 +289,18 @@ impl Daemon {
             inventory_tx,
             reload,
         ));
-        if let Some((node_tx, _)) = node {
-            specs.extend(node_tasks(&ctx, node_tx, safety_poll));
+        if let (Some(cluster), Some((node_tx, _))) = (&ctx.cluster, node) {
+            specs.extend(cluster::node_tasks(
+                cluster,
+                &ctx.inventory,
+                node_tx,
+                safety_poll,
+            ));
         }
-        let active = telemetry_tasks(&ctx, host_snapshot, &mut specs);
-        match &ctx.cluster {
-            Some(cluster) => isolation_tasks(&ctx, cluster, &active, &mut specs),
-            None => say_isolation_without_cluster(&ctx.config, active.borrow().is_none()),
-        }
-        match (&ctx.cluster, &ctx.node) {
-            (Some(cluster), Some(node)) => health_tasks(&ctx, cluster, node, &active, &mut specs),
-            // Without a client by choice (`dxdp demo`, tests) there is nothing to say.
-            _ if cluster_asked => say_health_without_cluster(&ctx),
-            _ => {}
-        }
-        match &ctx.cluster {
-            Some(cluster) => specs.push(validation_task(&ctx, cluster, &env)),
-            None if ctx.config.borrow().validation.enabled => tracing::warn!("validation.enabled is true, but dxdp has no API server client (no NODE_NAME or credentials, see above; the chart needs nodeApi.enabled): no validation Jobs"),
-            None => {}
-        }
+        let (telemetry, active) = telemetry::tasks(&ctx, host_snapshot);
+        specs.extend(telemetry);
+        specs.extend(health::tasks(&ctx, &active));
+        specs.extend(validation::tasks(&ctx));
         for spec in specs {
             tasks.spawn(spec);
         }
@@ -382,284 +345,38 @@ impl Drop for StoppedOnDrop {
 async fn endpoint_tasks(
     config: &Config,
     observe: &Observe,
-    reviewer: (Option<&Cluster>, bool),
+    (client, asked): (Option<&Cluster>, bool),
     retry: Duration,
 ) -> Vec<TaskSpec> {
     let mut specs = Vec::new();
     if let Some(address) = config.metrics_address {
-        let kubernetes =
-            config.metrics_authorization == crate::config::file::MetricsAuthorization::Kubernetes;
-        let authorizer = if kubernetes {
-            Some(metrics_authorizer(reviewer).await)
-        } else {
-            None
+        let authorizer = match config.metrics_authorization {
+            MetricsAuthorization::Kubernetes => {
+                Some(KubernetesAuthorizer::for_daemon(client, asked).await)
+            }
+            MetricsAuthorization::None => None,
         };
         let guard = Guard {
             web_config_file: config.web_config_file.clone(),
             authorizer,
         };
-        let observe = observe.clone();
-        specs.push(TaskSpec::new(
-            "metrics-endpoint",
-            Role::Optional,
-            move || {
-                crate::observe::endpoint::serve_metrics(
-                    address,
-                    observe.clone(),
-                    guard.clone(),
-                    retry,
-                )
-            },
-        ));
+        let endpoint = MetricsEndpoint {
+            address,
+            observe: observe.clone(),
+            guard,
+            retry,
+        };
+        specs.push(TaskSpec::task("metrics-endpoint", Role::Optional, endpoint));
     }
     if let Some(address) = config.probe_address {
-        let observe = observe.clone();
-        specs.push(TaskSpec::new("probe-endpoint", Role::Optional, move || {
-            crate::observe::http::serve_probes_forever(address, observe.clone())
-        }));
+        let endpoint = ProbeEndpoint {
+            address,
+            observe: observe.clone(),
+        };
+        specs.push(TaskSpec::task("probe-endpoint", Role::Optional, endpoint));
     }
     specs
 }
-
-/// The metrics endpoint's token reviewer, or why there is none: on the daemon's own client,
-/// else (asked to use the API server, with no node to follow) on the standard credentials (a
-/// pod's service account, else `KUBECONFIG`); none when the daemon runs without an API server.
-async fn metrics_authorizer(
-    (client, asked): (Option<&Cluster>, bool),
-) -> Result<Arc<dyn crate::observe::access::Authorize>, String> {
-    use cluster::metrics_authz::KubernetesAuthorizer;
-    let authorizer = match client {
-        Some(cluster) => Ok(KubernetesAuthorizer::with_client(cluster.client())),
-        None if asked => KubernetesAuthorizer::connect().await,
-        None => return Err(
-            "it needs the API server, and this daemon runs without one; set metrics.authorization: none".into(),
-        ),
-    };
-    match authorizer {
-        Ok(a) => Ok(Arc::new(a)),
-        Err(e) => Err(format!(
-            "dxdp cannot use the API server: {e}; give it credentials (the chart mounts the service account token with metrics.authorization=kubernetes) or set metrics.authorization: none"
-        )),
-    }
-}
-
-/// The node labels and the node watch (optional tasks, with the API server).
-fn node_tasks(
-    ctx: &Context,
-    node_tx: watch::Sender<Option<NodeInfo>>,
-    safety_poll: Duration,
-) -> Vec<TaskSpec> {
-    let Some(cluster) = ctx.cluster.clone() else {
-        return Vec::new();
-    };
-    let node = node_tx.subscribe();
-    let (c, inventory) = (cluster.clone(), ctx.inventory.clone());
-    vec![
-        TaskSpec::new("node-labels", Role::Optional, move || {
-            cluster::labels::keep(c.clone(), inventory.clone(), node.clone(), API_BACKOFF)
-        }),
-        TaskSpec::new("node-watch", Role::Optional, move || {
-            cluster::node::follow(cluster.clone(), node_tx.clone(), API_BACKOFF, safety_poll)
-        }),
-    ]
-}
-
-/// Adds the GPU telemetry task (when telemetry can be built) and returns the channel of the
-/// isolation violations it finds. Without telemetry none can be known, which the channel says
-/// at once (the node taint needs to hear it).
-fn telemetry_tasks(
-    ctx: &Context,
-    host_snapshot: Option<PathBuf>,
-    specs: &mut Vec<TaskSpec>,
-) -> ActiveTx {
-    use crate::telemetry::sampler;
-    let build = {
-        let (inventory, config) = (ctx.inventory.clone(), ctx.config.clone());
-        let dir = ctx.kubelet_dir.clone();
-        let metrics = ctx.observe.metrics.telemetry().clone();
-        move || {
-            sampler::build(
-                sampler::Devices::Daemon(inventory.clone()),
-                config.clone(),
-                host_snapshot.as_deref(),
-                &dir,
-                metrics.clone(),
-            )
-        }
-    };
-    let first = build();
-    let active: ActiveTx = Arc::new(watch::Sender::new(
-        first.is_none().then(|| Arc::new(Vec::new())),
-    ));
-    if first.is_none() {
-        return active;
-    }
-    // Built again on every restart: a sampler holds its source's state.
-    let mut first = first;
-    let isolation = ctx.observe.metrics.isolation().clone();
-    let (tracked, config) = (active.clone(), ctx.config.clone());
-    specs.push(TaskSpec::new("telemetry", Role::Optional, move || {
-        let sampler = first.take().or_else(&build);
-        let tracker = Tracker::new(isolation.clone(), tracked.clone());
-        let config = config.clone();
-        async move {
-            if let Some(sampler) = sampler {
-                sampler::run_with(sampler, Some(tracker), std::future::pending::<()>()).await;
-            } else {
-                // No sample can be judged: the violations it took over end when they are
-                // stale (no taint stays for what is unknown).
-                tracker.expire_when_stale(config).await;
-            }
-            // Ended (or could not be built again): the supervisor restarts it.
-        }
-    }));
-    active
-}
-
-/// Adds the isolation Events and the node taint (optional tasks, with the API server).
-fn isolation_tasks(ctx: &Context, cluster: &Cluster, active: &ActiveTx, specs: &mut Vec<TaskSpec>) {
-    let metrics = ctx.observe.metrics.isolation().clone();
-    let (c, rx, config, m) = (
-        cluster.clone(),
-        active.subscribe(),
-        ctx.config.clone(),
-        metrics.clone(),
-    );
-    specs.push(TaskSpec::new(
-        "isolation-events",
-        Role::Optional,
-        move || {
-            isolation_events::report_events(
-                c.clone(),
-                rx.clone(),
-                config.clone(),
-                m.clone(),
-                cluster::events::EVENT_LIMITS,
-                API_BACKOFF,
-            )
-        },
-    ));
-    let (c, rx, config) = (cluster.clone(), active.subscribe(), ctx.config.clone());
-    specs.push(TaskSpec::new(
-        "isolation-taint",
-        Role::Optional,
-        move || {
-            taint::keep_taint(
-                c.clone(),
-                rx.clone(),
-                config.clone(),
-                metrics.clone(),
-                API_BACKOFF,
-                taint::TAINT_START_GRACE,
-                taint::TAINT_MIN_HOLD,
-            )
-        },
-    ));
-}
-
-/// Adds the `GPUUnhealthy` Events, the node conditions and the readiness capacity gate
-/// (optional tasks, with the API server and the Node watch).
-fn health_tasks(
-    ctx: &Context,
-    cluster: &Cluster,
-    node: &watch::Receiver<Option<NodeInfo>>,
-    active: &ActiveTx,
-    specs: &mut Vec<TaskSpec>,
-) {
-    let metrics = ctx.observe.metrics.device_health().clone();
-    let events = cluster::health_events::HealthEvents {
-        cluster: cluster.clone(),
-        inventory: ctx.inventory.clone(),
-        config: ctx.config.clone(),
-        kubelet_dir: ctx.kubelet_dir.clone(),
-        metrics: metrics.clone(),
-        limits: cluster::events::EVENT_LIMITS,
-        backoff: API_BACKOFF,
-        clock: cluster::health_events::now_ms,
-    };
-    let conditions = cluster::conditions::NodeConditions {
-        cluster: cluster.clone(),
-        inventory: ctx.inventory.clone(),
-        active: active.subscribe(),
-        config: ctx.config.clone(),
-        metrics,
-        backoff: API_BACKOFF,
-        resync: cluster::conditions::RESYNC,
-    };
-    let gate = cluster::capacity::CapacityGate {
-        node: node.clone(),
-        inventory: ctx.inventory.clone(),
-        readiness: ctx.observe.readiness.clone(),
-        first_read_grace: cluster::capacity::FIRST_READ_GRACE,
-    };
-    specs.push(TaskSpec::new("health-events", Role::Optional, move || {
-        events.clone().run()
-    }));
-    specs.push(TaskSpec::new(
-        "node-conditions",
-        Role::Optional,
-        move || conditions.clone().run(),
-    ));
-    specs.push(TaskSpec::new(
-        "readiness-capacity",
-        Role::Optional,
-        move || gate.clone().run(),
-    ));
-}
-
-/// The validation task (optional; it does nothing while `validation.enabled` is off).
-fn validation_task(ctx: &Context, cluster: &Cluster, env: &crate::config::Env) -> TaskSpec {
-    let task = cluster::validation_task::ValidationTask {
-        cluster: cluster.clone(),
-        namespace: (env.get(cluster::validation_task::NAMESPACE_VAR).cloned())
-            .filter(|n| !n.trim().is_empty()),
-        inventory: ctx.inventory.clone(),
-        config: ctx.config.clone(),
-        readiness: ctx.observe.readiness.clone(),
-        metrics: ctx.observe.metrics.validation().clone(),
-        exe: std::env::current_exe().unwrap_or_default(),
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        backoff: API_BACKOFF,
-        timing: cluster::validation_task::TIMING,
-        done: None,
-    };
-    TaskSpec::new("validation", Role::Optional, move || task.clone().run())
-}
-
-/// Says once, at start, what device health cannot do without the API server, and tells
-/// `/readyz` that the Node's capacity is not checked.
-fn say_health_without_cluster(ctx: &Context) {
-    let c = ctx.config.borrow().clone();
-    if c.health_reports.events || c.health_reports.node_conditions {
-        tracing::info!("GPUUnhealthy Events and node conditions are off: dxdp has no API server client (no NODE_NAME or credentials; the chart needs nodeApi.enabled); device health is logged and counted only");
-    }
-    tracing::info!(
-        "/readyz does not check the Node's allocatable capacity: dxdp has no API server client"
-    );
-    ctx.observe
-        .readiness
-        .set_capacity(crate::observe::state::Capacity::NotChecked(
-            cluster::capacity::NO_CLIENT.into(),
-        ));
-}
-
-/// Says once, at start, what the isolation audit cannot do without the API server.
-fn say_isolation_without_cluster(updates: &watch::Receiver<Arc<Config>>, telemetry_on: bool) {
-    let c = updates.borrow().clone();
-    if c.isolation.policy == crate::config::file::IsolationPolicy::Taint {
-        tracing::warn!("isolation.policy is taint, but dxdp has no API server client (no NODE_NAME or credentials, see the line above; the chart needs nodeApi.enabled): the node is never tainted, violations are only logged and counted");
-    } else if c.isolation.events && telemetry_on {
-        tracing::info!("GPU isolation Events are off: dxdp has no API server client (no NODE_NAME or credentials; the chart needs nodeApi.enabled); violations are logged and counted only");
-    }
-}
-
-/// Retries of API server calls (node labels, following the node, isolation Events and taint):
-/// 1 s doubling to 60 s, with jitter.
-pub const API_BACKOFF: Backoff = Backoff {
-    initial: Duration::from_secs(1),
-    max: Duration::from_secs(60),
-    timeout: Duration::from_secs(30),
-};
 
 /// How long the start waits for the node's labels (they select the named configuration).
 const NODE_READ_TIMEOUT: Duration = Duration::from_secs(5);

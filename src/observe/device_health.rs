@@ -89,7 +89,7 @@ pub struct HealthMetrics {
     eventlog: EventLogMetrics,
 }
 
-/// The live event-log feed's metrics (`plugin::faults`).
+/// The live event-log feed's metrics (`health::faults`).
 #[derive(Debug, Clone, Default)]
 struct EventLogMetrics {
     subscribed: Gauge,

@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::access::{Access, Authorize};
 use super::web::Web;
 use super::Observe;
+use crate::util::task::Task;
 
 /// How often a metrics endpoint whose guard could not be set up tries again.
 pub const GUARD_RETRY: Duration = Duration::from_secs(10);
@@ -34,36 +35,72 @@ pub struct Guard {
 /// background; device serving never waits for it), guarded by `guard`, and says it stopped
 /// listening when it ends. A guard that cannot be set up is tried again every `retry` while
 /// `/metrics` answers `503` with the reason.
-pub async fn serve_metrics(address: SocketAddr, observe: Observe, guard: Guard, retry: Duration) {
-    let _unset = UnsetListening(observe.clone());
-    let serve = |access| super::http::serve_guarded_forever(address, observe.clone(), access);
-    let mut said: Option<String> = None;
-    let access = loop {
-        match access(&guard, &observe).await {
-            Ok(access) => break access,
-            Err(why) => {
-                if said.as_deref() != Some(why.as_str()) {
-                    tracing::error!(
-                        %address,
-                        "the metrics endpoint cannot be guarded as configured: {why}; /metrics answers 503 until it is fixed (tried again every {} s; the devices are served as usual)",
-                        retry.as_secs()
-                    );
-                    said = Some(why.clone());
-                }
-                observe.metrics.access().guard_failed();
-                let refusing = serve(Access::refusing(why));
-                tokio::pin!(refusing);
-                tokio::select! {
-                    _ = &mut refusing => return,
-                    _ = tokio::time::sleep(retry) => {}
+#[derive(Clone, Debug)]
+pub struct MetricsEndpoint {
+    /// Where it listens (`metrics.address`).
+    pub address: SocketAddr,
+    /// What it serves.
+    pub observe: Observe,
+    /// What guards `/metrics`.
+    pub guard: Guard,
+    /// How often a guard that could not be set up is tried again ([`GUARD_RETRY`]).
+    pub retry: Duration,
+}
+
+impl Task for MetricsEndpoint {
+    async fn run(self) {
+        let MetricsEndpoint {
+            address,
+            observe,
+            guard,
+            retry,
+        } = self;
+        let _unset = UnsetListening(observe.clone());
+        let serve = |access| super::http::serve_guarded_forever(address, observe.clone(), access);
+        let mut said: Option<String> = None;
+        let access = loop {
+            match access(&guard, &observe).await {
+                Ok(access) => break access,
+                Err(why) => {
+                    if said.as_deref() != Some(why.as_str()) {
+                        tracing::error!(
+                            %address,
+                            "the metrics endpoint cannot be guarded as configured: {why}; /metrics answers 503 until it is fixed (tried again every {} s; the devices are served as usual)",
+                            retry.as_secs()
+                        );
+                        said = Some(why.clone());
+                    }
+                    observe.metrics.access().guard_failed();
+                    let refusing = serve(Access::refusing(why));
+                    tokio::pin!(refusing);
+                    tokio::select! {
+                        _ = &mut refusing => return,
+                        _ = tokio::time::sleep(retry) => {}
+                    }
                 }
             }
+        };
+        if said.is_some() {
+            tracing::info!(%address, "the metrics endpoint's guard is set up now: serving /metrics as configured");
         }
-    };
-    if said.is_some() {
-        tracing::info!(%address, "the metrics endpoint's guard is set up now: serving /metrics as configured");
+        serve(access).await
     }
-    serve(access).await
+}
+
+/// Serves `/healthz` and `/readyz` alone on `address` (`metrics.probeAddress`), with their own
+/// connections ([`super::http::serve_probes_forever`]).
+#[derive(Clone, Debug)]
+pub struct ProbeEndpoint {
+    /// Where it listens.
+    pub address: SocketAddr,
+    /// What it serves.
+    pub observe: Observe,
+}
+
+impl Task for ProbeEndpoint {
+    async fn run(self) {
+        super::http::serve_probes_forever(self.address, self.observe).await
+    }
 }
 
 /// What guards the metrics endpoint: the web configuration, loaded and checked now, and the

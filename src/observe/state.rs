@@ -1,7 +1,7 @@
 //! What `/healthz` and `/readyz` answer: the daemon's liveness (its supervisor answers, it
 //! finished starting within its start deadline, no host read is hung past its time limit) and
 //! readiness (every served resource name is registered with the current kubelet and, when
-//! `cluster::capacity` checks it, the Node shows the capacity: [`Capacity`]), with the reason
+//! `health::capacity` checks it, the Node shows the capacity: [`Capacity`]), with the reason
 //! when not.
 //!
 //! The supervisor reports what happens (kubelet missing, a device-plugin server started, a
@@ -46,7 +46,7 @@ enum Standing {
 }
 
 /// Whether `/readyz` also waits for the Node to show the served resources as allocatable
-/// (set by `cluster::capacity`, which follows the Node).
+/// (set by `health::capacity`, which follows the Node).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Capacity {
     /// Not checked and nothing to say (nobody set it: tests, tools).
@@ -172,7 +172,7 @@ impl Readiness {
         }
     }
 
-    /// Sets whether, and how, the Node's allocatable capacity counts (`cluster::capacity`).
+    /// Sets whether, and how, the Node's allocatable capacity counts (`health::capacity`).
     pub fn set_capacity(&self, capacity: Capacity) {
         if self.lock().capacity == capacity {
             return;

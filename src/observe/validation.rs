@@ -1,4 +1,4 @@
-//! The in-cluster validation's metrics (`cluster::validation_task`):
+//! The in-cluster validation's metrics (`validation::task`):
 //!
 //! - `dxdp_validation_last_success_timestamp_seconds{resource}`: when a validation of the
 //!   resource last passed (Unix time; no series before the first pass);

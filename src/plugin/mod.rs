@@ -18,7 +18,6 @@
 
 pub mod answer;
 pub mod claim;
-pub mod faults;
 pub mod file_watch;
 pub mod refresher;
 pub mod register;

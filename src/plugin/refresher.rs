@@ -33,6 +33,7 @@ use dxdp_core::health::reason::Reason;
 use dxdp_core::telemetry::PodAllocation;
 
 use crate::inventory::{build, Inventory, InventoryRx};
+use crate::util::task::Task;
 
 /// Logs each notice that was not in `logged` and remembers the current set.
 fn log_new(notices: Vec<String>, logged: &mut BTreeSet<String>) {
@@ -226,17 +227,31 @@ pub fn log_health(old: Option<&Inventory>, new: &Inventory) {
 
 /// Keeps the device gauges of `metrics` equal to the current inventory until the inventory's
 /// sender is gone: per-resource counts, every device's health reason, and the fault events.
-pub async fn follow_devices(mut inventory: InventoryRx, metrics: Metrics) {
-    let mut seen = BTreeSet::new();
-    loop {
-        {
-            let current = inventory.borrow_and_update().clone();
-            metrics.set_devices(&device_counts(&current));
-            metrics.device_health().set_current(device_health(&current));
-            count_faults(&current, &mut seen, &metrics);
-        }
-        if inventory.changed().await.is_err() {
-            return;
+#[derive(Clone, Debug)]
+pub struct DeviceGauges {
+    /// The served inventory.
+    pub inventory: InventoryRx,
+    /// Where the gauges are.
+    pub metrics: Metrics,
+}
+
+impl Task for DeviceGauges {
+    async fn run(self) {
+        let DeviceGauges {
+            mut inventory,
+            metrics,
+        } = self;
+        let mut seen = BTreeSet::new();
+        loop {
+            {
+                let current = inventory.borrow_and_update().clone();
+                metrics.set_devices(&device_counts(&current));
+                metrics.device_health().set_current(device_health(&current));
+                count_faults(&current, &mut seen, &metrics);
+            }
+            if inventory.changed().await.is_err() {
+                return;
+            }
         }
     }
 }
@@ -338,9 +353,9 @@ pub struct Refresher {
     pub kubelet_dir: PathBuf,
 }
 
-impl Refresher {
+impl Task for Refresher {
     /// Runs the task (see [`Refresher`]).
-    pub async fn run(self) {
+    async fn run(self) {
         let Refresher {
             source,
             facts,

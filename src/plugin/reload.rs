@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::file_watch::{Notice, Subscription};
+use super::file_watch::{FileWatch, Notice, Subscription};
 use super::refresher::{Batch, Files, WRITE_GRACE};
 use super::servable;
 use super::Reload;
@@ -26,6 +26,7 @@ use crate::inventory::InventoryRx;
 use crate::observe::metrics::ReloadResult;
 use crate::observe::Observe;
 use crate::util::bounded::Lane;
+use crate::util::task::Task;
 use dxdp_core::facts::OsFacts;
 
 /// The name under which a configuration read that does not return is reported to `/healthz`.
@@ -64,6 +65,43 @@ pub fn reload_once(
     }
     tx.send_replace(Arc::new(new.config.clone()));
     (Outcome::Applied, Some(new))
+}
+
+/// The configuration reload as a task: subscribes to the file watch for `dirs` (re-checked every
+/// `safety_poll`) on every start, then [`watch_counted`].
+#[derive(Clone, Debug)]
+pub struct ConfigReload {
+    /// The inputs, the channel the configurations are published on, the node's labels.
+    pub reload: Reload,
+    /// The kubelet's directory (the lock's place).
+    pub kubelet_dir: PathBuf,
+    /// The daemon's one file watch.
+    pub watch: FileWatch,
+    /// The directories of the configuration's files.
+    pub dirs: Vec<PathBuf>,
+    /// The safety re-check interval.
+    pub safety_poll: Duration,
+    /// Metrics and health.
+    pub observe: Observe,
+    /// The served inventory (new configurations are validated on its host).
+    pub inventory: InventoryRx,
+    /// The limit of one read.
+    pub read_limit: Duration,
+}
+
+impl Task for ConfigReload {
+    async fn run(self) {
+        let files = self.watch.subscribe(&self.dirs, self.safety_poll);
+        watch_counted(
+            self.reload,
+            self.kubelet_dir,
+            files,
+            self.observe,
+            self.inventory,
+            self.read_limit,
+        )
+        .await
+    }
 }
 
 /// Reloads `reload.inputs` on file events (from `files`, the subscription to the directories of

@@ -154,16 +154,13 @@ pub fn tasks(
             read_limit: settings.read_limit,
             kubelet_dir: settings.kubelet_dir.clone(),
         };
-        specs.push(TaskSpec::new("refresher", Role::Required, move || {
-            refresher.clone().run()
-        }));
+        specs.push(TaskSpec::task("refresher", Role::Required, refresher));
     }
-    {
-        let (rx, metrics) = (inventory_rx.clone(), settings.observe.metrics.clone());
-        specs.push(TaskSpec::new("device-gauges", Role::Optional, move || {
-            refresher::follow_devices(rx.clone(), metrics.clone())
-        }));
-    }
+    let gauges = refresher::DeviceGauges {
+        inventory: inventory_rx.clone(),
+        metrics: settings.observe.metrics.clone(),
+    };
+    specs.push(TaskSpec::task("device-gauges", Role::Optional, gauges));
     if let Some(r) = reload {
         specs.extend(reload_task(r, settings, &settings.file_watch, inventory_rx));
     }
@@ -266,18 +263,17 @@ fn reload_task(
         return None;
     }
     let dirs = parent_dirs(&files);
-    let (kubelet_dir, safety) = (settings.kubelet_dir.clone(), settings.safety_poll);
-    let (watch, observe, limit) = (watch.clone(), settings.observe.clone(), settings.read_limit);
-    Some(TaskSpec::new("config-reload", Role::Required, move || {
-        reload::watch_counted(
-            r.clone(),
-            kubelet_dir.clone(),
-            watch.subscribe(&dirs, safety),
-            observe.clone(),
-            inventory.clone(),
-            limit,
-        )
-    }))
+    let task = reload::ConfigReload {
+        reload: r,
+        kubelet_dir: settings.kubelet_dir.clone(),
+        watch: watch.clone(),
+        dirs,
+        safety_poll: settings.safety_poll,
+        observe: settings.observe.clone(),
+        inventory,
+        read_limit: settings.read_limit,
+    };
+    Some(TaskSpec::task("config-reload", Role::Required, task))
 }
 
 /// The first read of the host facts, each attempt given `limit`. A read that does not return

@@ -3,7 +3,7 @@
 //! sample into starts and ends: each start and each end is logged once (not once per sample)
 //! and counted, the current set is exported as `dxdp_isolation_violations`, and it is published
 //! on a channel for the Kubernetes side: Events on the pod (`cluster::isolation_events`), the node
-//! taint (`cluster::taint`) and the node condition (`cluster::conditions`).
+//! taint (`cluster::taint`) and the node condition (`health::conditions`).
 //!
 //! A violation lasts from the first sample that shows it until [`CLEAN_TO_END`] judged samples
 //! in a row do not (so that use that is brief but frequent does not flap). Nothing is judged

@@ -11,9 +11,137 @@
 //!   counted and published for the Kubernetes side) and `dxdp audit`'s table;
 //! - [`podinfo`]: the `dxdp_pod_info` series (opt-in pod UID and labels, from CRI).
 //!
-//! The computation itself is pure and lives in `dxdp_core::telemetry`.
+//! The computation itself is pure and lives in `dxdp_core::telemetry`. The daemon starts the
+//! feature from [`tasks`]: the sampler, and with the API server the isolation audit's Events
+//! (`cluster::isolation_events`) and node taint (`cluster::taint`).
 
 pub mod audit;
 pub mod podinfo;
 pub mod sampler;
 pub mod top;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::cluster::{events::EVENT_LIMITS, isolation_events, taint, API_BACKOFF};
+use crate::config::file::IsolationPolicy;
+use crate::context::Context;
+use crate::supervisor::{Role, TaskSpec};
+use crate::util::task::Task;
+use audit::{ActiveTx, Tracker};
+
+/// The GPU telemetry task (when telemetry can be built) and, with the API server, the isolation
+/// Events and the node taint; returns them with the channel of the isolation violations the
+/// telemetry finds. Without telemetry none can be known, which the channel says at once (the
+/// node taint needs to hear it).
+pub fn tasks(ctx: &Context, host_snapshot: Option<PathBuf>) -> (Vec<TaskSpec>, ActiveTx) {
+    let mut specs = Vec::new();
+    let task = Telemetry {
+        inventory: ctx.inventory.clone(),
+        config: ctx.config.clone(),
+        host_snapshot,
+        kubelet_dir: ctx.kubelet_dir.clone(),
+        metrics: ctx.observe.metrics.clone(),
+        active: Arc::new(watch::Sender::new(None)),
+        first: Arc::default(),
+    };
+    let first = task.build();
+    let telemetry_on = first.is_some();
+    // Without telemetry no violation can be known, which the channel says at once.
+    let active = task.active.clone();
+    if telemetry_on {
+        *task.first.lock().unwrap_or_else(|e| e.into_inner()) = first;
+        specs.push(TaskSpec::task("telemetry", Role::Optional, task));
+    } else {
+        active.send_replace(Some(Arc::new(Vec::new())));
+    }
+    let Some(cluster) = &ctx.cluster else {
+        say_isolation_without_cluster(&ctx.config, telemetry_on);
+        return (specs, active);
+    };
+    let metrics = ctx.observe.metrics.isolation().clone();
+    specs.push(TaskSpec::task(
+        "isolation-events",
+        Role::Optional,
+        isolation_events::ReportEvents {
+            cluster: cluster.clone(),
+            active: active.subscribe(),
+            config: ctx.config.clone(),
+            metrics: metrics.clone(),
+            limits: EVENT_LIMITS,
+            backoff: API_BACKOFF,
+        },
+    ));
+    specs.push(TaskSpec::task(
+        "isolation-taint",
+        Role::Optional,
+        taint::KeepTaint {
+            cluster: cluster.clone(),
+            active: active.subscribe(),
+            config: ctx.config.clone(),
+            metrics,
+            backoff: API_BACKOFF,
+            start_grace: taint::TAINT_START_GRACE,
+            min_hold: taint::TAINT_MIN_HOLD,
+        },
+    ));
+    (specs, active)
+}
+
+/// The GPU telemetry task: samples until it ends (it is then restarted, with a sampler built
+/// again: a sampler holds its source's state), and tracks the isolation violations it finds on
+/// `active`.
+#[derive(Clone)]
+struct Telemetry {
+    inventory: crate::inventory::InventoryRx,
+    config: watch::Receiver<Arc<crate::config::Config>>,
+    host_snapshot: Option<PathBuf>,
+    kubelet_dir: PathBuf,
+    metrics: crate::observe::metrics::Metrics,
+    active: ActiveTx,
+    /// The sampler built at start (to know whether telemetry can run), taken by the first run.
+    first: Arc<Mutex<Option<sampler::Sampler>>>,
+}
+
+impl Telemetry {
+    fn build(&self) -> Option<sampler::Sampler> {
+        sampler::build(
+            sampler::Devices::Daemon(self.inventory.clone()),
+            self.config.clone(),
+            self.host_snapshot.as_deref(),
+            &self.kubelet_dir,
+            self.metrics.telemetry().clone(),
+        )
+    }
+}
+
+impl Task for Telemetry {
+    async fn run(self) {
+        let first = (self.first.lock().unwrap_or_else(|e| e.into_inner())).take();
+        let sampler = first.or_else(|| self.build());
+        let tracker = Tracker::new(self.metrics.isolation().clone(), self.active.clone());
+        if let Some(sampler) = sampler {
+            sampler::run_with(sampler, Some(tracker), std::future::pending::<()>()).await;
+        } else {
+            // No sample can be judged: the violations it took over end when they are stale
+            // (no taint stays for what is unknown).
+            tracker.expire_when_stale(self.config).await;
+        }
+        // Ended (or could not be built again): the supervisor restarts it.
+    }
+}
+
+/// Says once, at start, what the isolation audit cannot do without the API server.
+fn say_isolation_without_cluster(
+    config: &watch::Receiver<Arc<crate::config::Config>>,
+    telemetry_on: bool,
+) {
+    let c = config.borrow().clone();
+    if c.isolation.policy == IsolationPolicy::Taint {
+        tracing::warn!("isolation.policy is taint, but dxdp has no API server client (no NODE_NAME or credentials, see the line above; the chart needs nodeApi.enabled): the node is never tainted, violations are only logged and counted");
+    } else if c.isolation.events && telemetry_on {
+        tracing::info!("GPU isolation Events are off: dxdp has no API server client (no NODE_NAME or credentials; the chart needs nodeApi.enabled); violations are logged and counted only");
+    }
+}

@@ -24,12 +24,15 @@ const LAYERS: &[(&str, u8)] = &[
     ("output", 2),
     ("inventory", 3),
     ("supervisor", 3),
-    ("plugin", 4),
     ("cluster", 4),
     ("tools", 4),
     ("render", 4),
-    ("telemetry", 4),
-    ("daemon", 5),
+    ("context", 5),
+    ("plugin", 6),
+    ("telemetry", 6),
+    ("health", 6),
+    ("validation", 6),
+    ("daemon", 7),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

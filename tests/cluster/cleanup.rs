@@ -170,14 +170,14 @@ async fn cleanup_also_removes_the_validation_labels() {
     let cluster = Cluster::at_url(&api.url(), "gpu-node-2").unwrap();
     // What a validation run leaves (its own field manager) and nothing else: `--all` finds the
     // node by those labels alone.
-    let passed = dxdp::cluster::validation::JobResult {
+    let passed = dxdp::validation::job::JobResult {
         verdict: dxdp_core::validation::Verdict::Pass,
         summary: dxdp_core::validation::parse_summary_line(
             "dxdp-validation v1 pass adapters=pass d3d12=pass\n",
         ),
         reason: String::new(),
     };
-    dxdp::cluster::validation_job::publish_labels(&cluster, &passed)
+    dxdp::validation::run::publish_labels(&cluster, &passed)
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();

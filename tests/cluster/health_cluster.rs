@@ -18,12 +18,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use apiserver::ApiServerStandin;
-use dxdp::cluster::capacity::{CapacityGate, NO_CLIENT};
-use dxdp::cluster::conditions::NodeConditions;
 use dxdp::cluster::events::{EventLimits, EVENT_LIMITS};
-use dxdp::cluster::health_events::HealthEvents;
 use dxdp::cluster::Cluster;
 use dxdp::config::Config;
+use dxdp::health::capacity::{CapacityGate, NO_CLIENT};
+use dxdp::health::conditions::NodeConditions;
+use dxdp::health::events::HealthEvents;
 use dxdp::inventory::{self, Inventory};
 use dxdp::observe::device_health::{ConditionResult, HealthMetrics};
 use dxdp::observe::event_metrics::EventResult;
@@ -31,6 +31,7 @@ use dxdp::observe::metrics::Metrics;
 use dxdp::observe::state::{Capacity, Phase};
 use dxdp::observe::Observe;
 use dxdp::util::retry::Backoff;
+use dxdp::util::task::Task;
 use dxdp_core::facts::HostFacts;
 use dxdp_core::telemetry::isolation::{Adapter, Violation, ViolationKind};
 use dxdp_core::telemetry::{PodAllocation, PodRef};
@@ -700,12 +701,15 @@ mod readiness {
             "no gate yet: today's meaning"
         );
         let (node_tx, node_rx) = watch::channel(None);
-        let follow = tokio::spawn(dxdp::cluster::node::follow(
-            cluster,
-            node_tx,
-            FAST,
-            Duration::from_secs(3600),
-        ));
+        let follow = tokio::spawn(
+            dxdp::cluster::node::FollowNode {
+                cluster,
+                tx: node_tx,
+                backoff: FAST,
+                poll: Duration::from_secs(3600),
+            }
+            .run(),
+        );
         let (inventory, inventory_rx) = watch::channel(inventory_of(&facts(true), config.clone()));
         let gate = tokio::spawn(
             CapacityGate {

@@ -523,13 +523,14 @@ mod cluster {
 
     use apiserver::ApiServerStandin;
     use dxdp::cluster::events::EventLimits;
-    use dxdp::cluster::isolation_events::report_events;
-    use dxdp::cluster::taint::{keep_taint, TAINT_KEY};
+    use dxdp::cluster::isolation_events::ReportEvents;
+    use dxdp::cluster::taint::{KeepTaint, TAINT_KEY};
     use dxdp::cluster::Cluster;
     use dxdp::config::file::IsolationPolicy;
     use dxdp::observe::event_metrics::EventResult;
     use dxdp::observe::isolation_metrics::{IsolationMetrics, TaintResult};
     use dxdp::util::retry::Backoff;
+    use dxdp::util::task::Task;
 
     const FAST: Backoff = Backoff {
         initial: Duration::from_millis(5),
@@ -587,14 +588,17 @@ mod cluster {
             every: Duration::from_secs(3600),
             dedup: Duration::from_secs(3600),
         };
-        let task = tokio::spawn(report_events(
-            cluster,
-            rx,
-            config(IsolationPolicy::Audit),
-            metrics.clone(),
-            limits,
-            FAST,
-        ));
+        let task = tokio::spawn(
+            ReportEvents {
+                cluster,
+                active: rx,
+                config: config(IsolationPolicy::Audit),
+                metrics: metrics.clone(),
+                limits,
+                backoff: FAST,
+            }
+            .run(),
+        );
         let (a, b, c) = (
             violation("a", "p"),
             violation("b", "p"),
@@ -658,14 +662,17 @@ mod cluster {
         let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
         let metrics = Metrics::new().isolation().clone();
         let (tx, rx) = watch::channel::<Active>(None);
-        let task = tokio::spawn(report_events(
-            cluster,
-            rx,
-            config(IsolationPolicy::Audit),
-            metrics.clone(),
-            dxdp::cluster::events::EVENT_LIMITS,
-            FAST,
-        ));
+        let task = tokio::spawn(
+            ReportEvents {
+                cluster,
+                active: rx,
+                config: config(IsolationPolicy::Audit),
+                metrics: metrics.clone(),
+                limits: dxdp::cluster::events::EVENT_LIMITS,
+                backoff: FAST,
+            }
+            .run(),
+        );
         tx.send_replace(Some(Arc::new(vec![violation("a", "p")])));
         assert!(api.wait_for_state(WAIT, |e, _| e.len() == 1).await);
         counted(&metrics, "sent", |m| m.events(EventResult::Sent) == 1).await;
@@ -689,19 +696,15 @@ mod cluster {
         let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
         let metrics = Metrics::new().isolation().clone();
         let (tx, rx) = watch::channel::<Active>(None);
-        let task = tokio::spawn(report_events(
-            cluster,
-            rx,
-            config(IsolationPolicy::Audit),
-            metrics.clone(),
-            dxdp::cluster::events::EVENT_LIMITS,
-            // A refusal must not wait for a retry: a backoff longer than the test.
+        let task = tokio::spawn(
+            ReportEvents { cluster, active: rx, config: config(IsolationPolicy::Audit), metrics: metrics.clone(), limits: dxdp::cluster::events::EVENT_LIMITS, backoff: // A refusal must not wait for a retry: a backoff longer than the test.
             Backoff {
                 initial: Duration::from_secs(3600),
                 max: Duration::from_secs(3600),
                 timeout: Duration::from_secs(5),
-            },
-        ));
+            } }
+            .run(),
+        );
         // In key order: a (403, terminating), b (422), c (sent).
         tx.send_replace(Some(Arc::new(vec![
             violation("a", "p"),
@@ -739,14 +742,17 @@ mod cluster {
         let mut c = Config::default();
         c.isolation.events = false;
         let (config_tx, config_rx) = watch::channel(Arc::new(c));
-        let task = tokio::spawn(report_events(
-            cluster,
-            rx,
-            config_rx,
-            metrics.clone(),
-            dxdp::cluster::events::EVENT_LIMITS,
-            FAST,
-        ));
+        let task = tokio::spawn(
+            ReportEvents {
+                cluster,
+                active: rx,
+                config: config_rx,
+                metrics: metrics.clone(),
+                limits: dxdp::cluster::events::EVENT_LIMITS,
+                backoff: FAST,
+            }
+            .run(),
+        );
         tx.send_replace(Some(Arc::new(vec![violation("a", "p")])));
         counted(&metrics, "disabled", |m| {
             m.events(EventResult::Disabled) == 1
@@ -771,15 +777,18 @@ mod cluster {
         let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
         let metrics = Metrics::new().isolation().clone();
         let (tx, rx) = watch::channel::<Active>(None);
-        let task = tokio::spawn(keep_taint(
-            cluster,
-            rx,
-            config(IsolationPolicy::Taint),
-            metrics.clone(),
-            FAST,
-            WAIT,
-            Duration::ZERO,
-        ));
+        let task = tokio::spawn(
+            KeepTaint {
+                cluster,
+                active: rx,
+                config: config(IsolationPolicy::Taint),
+                metrics: metrics.clone(),
+                backoff: FAST,
+                start_grace: WAIT,
+                min_hold: Duration::ZERO,
+            }
+            .run(),
+        );
         tx.send_replace(Some(Arc::new(vec![violation("a", "p")])));
         assert!(
             api.wait_for_state(WAIT, |_, t| t.len() == 2).await,
@@ -857,15 +866,18 @@ mod cluster {
         let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
         let metrics = Metrics::new().isolation().clone();
         let (tx, rx) = watch::channel::<Active>(None);
-        let task = tokio::spawn(keep_taint(
-            cluster,
-            rx,
-            config(IsolationPolicy::Taint),
-            metrics.clone(),
-            FAST,
-            WAIT,
-            Duration::ZERO,
-        ));
+        let task = tokio::spawn(
+            KeepTaint {
+                cluster,
+                active: rx,
+                config: config(IsolationPolicy::Taint),
+                metrics: metrics.clone(),
+                backoff: FAST,
+                start_grace: WAIT,
+                min_hold: Duration::ZERO,
+            }
+            .run(),
+        );
         tx.send_replace(Some(Arc::new(vec![violation("a", "p")])));
         counted(&metrics, "added", |m| {
             m.taint_changes(TaintResult::Added) == 1
@@ -895,15 +907,18 @@ mod cluster {
         let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
         let metrics = Metrics::new().isolation().clone();
         let (_tx, rx) = watch::channel::<Active>(Some(Arc::new(vec![violation("a", "p")])));
-        let task = tokio::spawn(keep_taint(
-            cluster,
-            rx,
-            config(IsolationPolicy::Taint),
-            metrics.clone(),
-            FAST,
-            WAIT,
-            Duration::ZERO,
-        ));
+        let task = tokio::spawn(
+            KeepTaint {
+                cluster,
+                active: rx,
+                config: config(IsolationPolicy::Taint),
+                metrics: metrics.clone(),
+                backoff: FAST,
+                start_grace: WAIT,
+                min_hold: Duration::ZERO,
+            }
+            .run(),
+        );
         assert!(api.wait_for_state(WAIT, |_, t| t.len() == 1).await);
         counted(&metrics, "added", |m| {
             m.taint_changes(TaintResult::Added) == 1
@@ -923,15 +938,18 @@ mod cluster {
         let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
         let metrics = Metrics::new().isolation().clone();
         let (tx, rx) = watch::channel::<Active>(None);
-        let task = tokio::spawn(keep_taint(
-            cluster.clone(),
-            rx,
-            config(IsolationPolicy::Taint),
-            metrics.clone(),
-            FAST,
-            WAIT,
-            Duration::ZERO,
-        ));
+        let task = tokio::spawn(
+            KeepTaint {
+                cluster: cluster.clone(),
+                active: rx,
+                config: config(IsolationPolicy::Taint),
+                metrics: metrics.clone(),
+                backoff: FAST,
+                start_grace: WAIT,
+                min_hold: Duration::ZERO,
+            }
+            .run(),
+        );
         tx.send_replace(Some(Arc::new(vec![])));
         assert!(api.wait_for_state(WAIT, |_, t| t.len() == 1).await);
         assert_eq!(api.taints(), [other_taint()]);
@@ -944,15 +962,18 @@ mod cluster {
         // No audit comes (the counters cannot be read): removed after the start grace.
         api.set_taints(vec![ours()]);
         let (_tx, rx) = watch::channel::<Active>(None);
-        let task = tokio::spawn(keep_taint(
-            cluster.clone(),
-            rx,
-            config(IsolationPolicy::Taint),
-            metrics.clone(),
-            FAST,
-            Duration::from_millis(50),
-            Duration::ZERO,
-        ));
+        let task = tokio::spawn(
+            KeepTaint {
+                cluster: cluster.clone(),
+                active: rx,
+                config: config(IsolationPolicy::Taint),
+                metrics: metrics.clone(),
+                backoff: FAST,
+                start_grace: Duration::from_millis(50),
+                min_hold: Duration::ZERO,
+            }
+            .run(),
+        );
         assert!(api.wait_for_state(WAIT, |_, t| t.is_empty()).await);
         counted(&metrics, "removed", |m| {
             m.taint_changes(TaintResult::Removed) == 2
@@ -963,15 +984,18 @@ mod cluster {
         // The policy is audit now: removed at once, whatever the audit says.
         api.set_taints(vec![ours()]);
         let (_tx, rx) = watch::channel::<Active>(Some(Arc::new(vec![violation("a", "p")])));
-        let task = tokio::spawn(keep_taint(
-            cluster,
-            rx,
-            config(IsolationPolicy::Audit),
-            metrics.clone(),
-            FAST,
-            WAIT,
-            Duration::ZERO,
-        ));
+        let task = tokio::spawn(
+            KeepTaint {
+                cluster,
+                active: rx,
+                config: config(IsolationPolicy::Audit),
+                metrics: metrics.clone(),
+                backoff: FAST,
+                start_grace: WAIT,
+                min_hold: Duration::ZERO,
+            }
+            .run(),
+        );
         assert!(api.wait_for_state(WAIT, |_, t| t.is_empty()).await);
         counted(&metrics, "removed", |m| {
             m.taint_changes(TaintResult::Removed) == 3
@@ -987,15 +1011,18 @@ mod cluster {
         let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
         let metrics = Metrics::new().isolation().clone();
         let (_tx, rx) = watch::channel::<Active>(Some(Arc::new(vec![violation("a", "p")])));
-        let task = tokio::spawn(keep_taint(
-            cluster,
-            rx,
-            config(IsolationPolicy::Taint),
-            metrics.clone(),
-            FAST,
-            WAIT,
-            Duration::ZERO,
-        ));
+        let task = tokio::spawn(
+            KeepTaint {
+                cluster,
+                active: rx,
+                config: config(IsolationPolicy::Taint),
+                metrics: metrics.clone(),
+                backoff: FAST,
+                start_grace: WAIT,
+                min_hold: Duration::ZERO,
+            }
+            .run(),
+        );
         counted(&metrics, "tainted", IsolationMetrics::node_tainted).await;
         assert!(api.patches().is_empty());
         assert_eq!(api.taints(), [ours()]);

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use crate::config::NodeInfo;
 use crate::inventory::{Inventory, InventoryRx};
 use crate::observe::state::{Capacity, Readiness};
+use crate::util::task::Task;
 use dxdp_core::devices::HealthState;
 
 /// How long readiness waits for a first read of the Node before it stops checking capacity.
@@ -81,9 +82,9 @@ pub struct CapacityGate {
     pub first_read_grace: Duration,
 }
 
-impl CapacityGate {
+impl Task for CapacityGate {
     /// Keeps the readiness's capacity verdict current until the channels close.
-    pub async fn run(self) {
+    async fn run(self) {
         let CapacityGate {
             mut node,
             mut inventory,

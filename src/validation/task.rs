@@ -8,8 +8,8 @@
 //!   and every `validation.interval`. A run that gives `unknown` (no free device, the image not
 //!   pulled, the API server refusing) is tried again after [`Timing::retry_unknown`] (at most
 //!   the interval). The configuration is read at each run: a reload applies then.
-//! - **A run**: places the daemon's `dxdp.exe` on the host ([`super::validation_exe`]), creates
-//!   the Job and follows it ([`super::validation_job::run_once`]) within `validation.timeout`,
+//! - **A run**: places the daemon's `dxdp.exe` on the host ([`super::exe`]), creates
+//!   the Job and follows it ([`super::run::run_once`]) within `validation.timeout`,
 //!   applies the labels, records the metrics, creates a Warning Event about the Node when it
 //!   failed (rate-limited), deletes a Job it gave up on, Jobs of an earlier daemon left running
 //!   and finished Jobs beyond the newest [`Timing::keep_jobs`], and copies of `dxdp.exe` that
@@ -29,11 +29,11 @@ use kube::api::{Api, DeleteParams, ListParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::events::{EventLimits, EventSender, Voice};
-use super::validation::{label_value, JobResult, JobSpec, COMPONENT, COMPONENT_LABEL, NODE_LABEL};
-use super::validation_exe;
-use super::validation_job::{publish_labels, run_once};
-use super::Cluster;
+use super::exe;
+use super::job::{label_value, JobResult, JobSpec, COMPONENT, COMPONENT_LABEL, NODE_LABEL};
+use super::run::{publish_labels, run_once};
+use crate::cluster::events::{EventLimits, EventSender, Voice};
+use crate::cluster::Cluster;
 use crate::config::validation::Validation;
 use crate::config::Config;
 use crate::inventory::{Inventory, InventoryRx};
@@ -42,6 +42,7 @@ use crate::observe::state::Readiness;
 use crate::observe::validation::ValidationMetrics;
 use crate::util::bounded::{run_blocking, Overdue};
 use crate::util::retry::{random, Backoff};
+use crate::util::task::Task;
 use dxdp_core::devices::Resource;
 use dxdp_core::validation::Verdict;
 
@@ -236,14 +237,14 @@ pub fn event(f: &Failure, node: &str, now: Time) -> Event {
         "GPU validation failed on node {node}: {failed} (Job {namespace}/{job}: {}). See dxdp's docs/validation.md, \"Reading a failure\"",
         result.reason
     );
-    super::events::warning(
-        super::events::Warning {
+    crate::cluster::events::warning(
+        crate::cluster::events::Warning {
             namespace: namespace.to_string(),
             // As the kubelet refers to its node (the UID is the node's name): `kubectl describe
             // node` shows the Event.
             involved: ObjectReference {
                 uid: Some(node.to_string()),
-                ..super::events::node_ref(node)
+                ..crate::cluster::events::node_ref(node)
             },
             related: Some(ObjectReference {
                 api_version: Some("batch/v1".into()),
@@ -339,9 +340,9 @@ struct RunSettings {
     image: String,
 }
 
-impl ValidationTask {
+impl Task for ValidationTask {
     /// The task: until the inventory channel closes, runs validations when they are due.
-    pub async fn run(self) {
+    async fn run(self) {
         let t = self;
         let mut inventory = t.inventory.clone();
         let mut config = t.config.clone();
@@ -498,7 +499,9 @@ impl ValidationTask {
             next = Some(Instant::now() + wait);
         }
     }
+}
 
+impl ValidationTask {
     /// One run: place the executable, run the Job, publish, clean up.
     async fn run_one(
         &self,
@@ -531,7 +534,7 @@ impl ValidationTask {
                 let content = std::fs::read(&exe).map_err(|e| {
                     format!("cannot read the running executable {}: {e}", exe.display())
                 })?;
-                validation_exe::place(&dir, &version, &content).map_err(|e| e.to_string())
+                exe::place(&dir, &version, &content).map_err(|e| e.to_string())
             });
             match work.await {
                 Ok(r) => r,
@@ -565,7 +568,7 @@ impl ValidationTask {
                 run_once(&self.cluster, &spec, s.validation.timeout, self.timing.poll).await
             }
         };
-        let job = super::validation::job_name(&node, run);
+        let job = super::job::job_name(&node, run);
         match result.verdict {
             Verdict::Pass => {
                 tracing::info!(node = %node, job = %job, "GPU validation passed: {}", result.reason)
@@ -647,7 +650,7 @@ impl ValidationTask {
                 )
             })
             .collect();
-        for name in super::validation::old_jobs(&finished, self.timing.keep_jobs) {
+        for name in super::job::old_jobs(&finished, self.timing.keep_jobs) {
             match self.cluster.delete_job(&ns, &name).await {
                 Ok(()) => {
                     deleted.insert(name);
@@ -660,11 +663,11 @@ impl ValidationTask {
                 .iter()
                 .filter(|j| !deleted.contains(&j.name) && !j.finished && j.name != job)
                 .filter_map(|j| j.host_dir.as_deref())
-                .map(|d| validation_exe::last_component(d).to_string())
+                .map(|d| exe::last_component(d).to_string())
                 .collect();
-            keep.insert(validation_exe::last_component(&dir.display().to_string()).to_string());
+            keep.insert(exe::last_component(&dir.display().to_string()).to_string());
             let host = PathBuf::from(&s.validation.host_dir);
-            let prune = move || validation_exe::prune(&host, &keep);
+            let prune = move || exe::prune(&host, &keep);
             let pruned = run_blocking(self.timing.place_limit, "pruning dxdp.exe", prune).await;
             if let Ok(left) = pruned {
                 for (name, why) in left {
@@ -682,8 +685,8 @@ impl ValidationTask {
 mod tests {
     use super::*;
     use crate::cluster::tests::standin::ApiServerStandin;
-    use crate::cluster::validation::VALIDATED_LABEL;
     use crate::observe::state::Phase;
+    use crate::validation::job::VALIDATED_LABEL;
     use serde_json::{json, Value};
 
     const NODE: &str = "n1";
@@ -868,7 +871,7 @@ mod tests {
         // The Job mounts the copy of this build, named by version and content hash.
         let copy = host.join(format!(
             "dxdp-0.1.0-{:016x}",
-            validation_exe::content_hash(b"MZ the running dxdp")
+            exe::content_hash(b"MZ the running dxdp")
         ));
         assert_eq!(
             pod["volumes"][0]["hostPath"]["path"],
@@ -887,7 +890,7 @@ mod tests {
             left,
             vec![format!(
                 "dxdp-0.1.0-{:016x}",
-                validation_exe::content_hash(b"MZ the running dxdp")
+                exe::content_hash(b"MZ the running dxdp")
             )],
             "the unused copy is removed"
         );

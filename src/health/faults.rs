@@ -26,6 +26,7 @@ use crate::observe::metrics::Metrics;
 use crate::supervisor::{Role, TaskSpec};
 use crate::util::bounded::{run_blocking, Overdue};
 use crate::util::retry::{self, Backoff};
+use crate::util::task::Task;
 use dxdp_core::facts::{HostFacts, RecordedEvent};
 use dxdp_core::health::feed::{self, FaultLog, Offer, Pacer, PUBLISH_INTERVAL_MS};
 use dxdp_core::health::HealthPolicy;
@@ -200,15 +201,14 @@ pub fn live_faults(
 ) -> (Arc<dyn HostFactsSource>, TaskSpec) {
     let live = LiveFaults::new();
     let wrapped: Arc<dyn HostFactsSource> = Arc::new(WithLiveFaults::new(source, live.clone()));
-    let task = TaskSpec::new(TASK, Role::Optional, move || {
-        follow(
-            live.clone(),
-            log.clone(),
-            config.clone(),
-            metrics.clone(),
-            backoff,
-        )
-    });
+    let follow = FollowLog {
+        live,
+        log,
+        config,
+        metrics,
+        backoff,
+    };
+    let task = TaskSpec::task(TASK, Role::Optional, follow);
     (wrapped, task)
 }
 
@@ -244,75 +244,87 @@ async fn subscribe(
 }
 
 /// Follows `log` for fault events until the task is stopped (see the module documentation).
-pub async fn follow(
-    live: Arc<LiveFaults>,
-    log: Arc<dyn EventLog>,
-    mut config: watch::Receiver<Arc<Config>>,
-    metrics: Metrics,
-    backoff: Backoff,
-) {
-    let health = metrics.device_health().clone();
-    let mut failures = 0u32;
-    let mut last_error: Option<String> = None;
-    let mut config_open = true;
-    loop {
-        let current = config.borrow_and_update().clone();
-        let Some((lookback, query)) = wanted(&current) else {
-            health.eventlog_subscribed(false);
-            tracing::info!("not following the event log: health is off or every event signal is ignored (health.enabled, health.ignore)");
-            if !config_open || config.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-            continue;
-        };
-        let queue = Queue::bounded();
-        let subscription = match subscribe(&log, &query, &queue, backoff.timeout).await {
-            Ok(s) => s,
-            Err(e) => {
+#[derive(Clone)]
+pub struct FollowLog {
+    pub live: Arc<LiveFaults>,
+    pub log: Arc<dyn EventLog>,
+    pub config: watch::Receiver<Arc<Config>>,
+    pub metrics: Metrics,
+    pub backoff: Backoff,
+}
+
+impl Task for FollowLog {
+    async fn run(self) {
+        let FollowLog {
+            live,
+            log,
+            mut config,
+            metrics,
+            backoff,
+        } = self;
+        let health = metrics.device_health().clone();
+        let mut failures = 0u32;
+        let mut last_error: Option<String> = None;
+        let mut config_open = true;
+        loop {
+            let current = config.borrow_and_update().clone();
+            let Some((lookback, query)) = wanted(&current) else {
                 health.eventlog_subscribed(false);
-                health.eventlog_error("subscribe");
-                failures = failures.saturating_add(1);
-                if last_error.as_deref() != Some(e.as_str()) {
-                    tracing::warn!(
-                        "cannot follow {} for GPU fault events ({e}): display-driver resets are not seen until it works; retrying with backoff. Check that the Windows Event Log service runs and that dxdp may read the System and Application logs (it does as SYSTEM in the chart's HostProcess pod). Problem codes, driver updates and removed adapters still count (docs/health.md)",
-                        log.describe()
-                    );
-                    last_error = Some(e);
-                }
-                let delay = backoff.delay(failures, retry::random());
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    changed = config.changed(), if config_open => {
-                        config_open = changed.is_ok();
-                    }
+                tracing::info!("not following the event log: health is off or every event signal is ignored (health.enabled, health.ignore)");
+                if !config_open || config.changed().await.is_err() {
+                    std::future::pending::<()>().await;
                 }
                 continue;
+            };
+            let queue = Queue::bounded();
+            let subscription = match subscribe(&log, &query, &queue, backoff.timeout).await {
+                Ok(s) => s,
+                Err(e) => {
+                    health.eventlog_subscribed(false);
+                    health.eventlog_error("subscribe");
+                    failures = failures.saturating_add(1);
+                    if last_error.as_deref() != Some(e.as_str()) {
+                        tracing::warn!(
+                            "cannot follow {} for GPU fault events ({e}): display-driver resets are not seen until it works; retrying with backoff. Check that the Windows Event Log service runs and that dxdp may read the System and Application logs (it does as SYSTEM in the chart's HostProcess pod). Problem codes, driver updates and removed adapters still count (docs/health.md)",
+                            log.describe()
+                        );
+                        last_error = Some(e);
+                    }
+                    let delay = backoff.delay(failures, retry::random());
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        changed = config.changed(), if config_open => {
+                            config_open = changed.is_ok();
+                        }
+                    }
+                    continue;
+                }
+            };
+            failures = 0;
+            health.eventlog_subscribed(true);
+            if last_error.take().is_some() {
+                tracing::info!("following {} for GPU fault events again", log.describe());
+            } else {
+                tracing::info!(
+                    lookback_s = lookback.as_secs(),
+                    "following {} for GPU fault events (Display 4101, WER LiveKernelEvent)",
+                    log.describe()
+                );
             }
-        };
-        failures = 0;
-        health.eventlog_subscribed(true);
-        if last_error.take().is_some() {
-            tracing::info!("following {} for GPU fault events again", log.describe());
-        } else {
-            tracing::info!(
-                lookback_s = lookback.as_secs(),
-                "following {} for GPU fault events (Display 4101, WER LiveKernelEvent)",
-                log.describe()
-            );
+            let why = pump(
+                &live,
+                &queue,
+                &mut config,
+                &mut config_open,
+                &metrics,
+                lookback,
+                &query,
+            )
+            .await;
+            drop(subscription);
+            health.eventlog_subscribed(false);
+            tracing::info!("subscribing to {} again: {why}", log.describe());
         }
-        let why = pump(
-            &live,
-            &queue,
-            &mut config,
-            &mut config_open,
-            &metrics,
-            lookback,
-            &query,
-        )
-        .await;
-        drop(subscription);
-        health.eventlog_subscribed(false);
-        tracing::info!("subscribing to {} again: {why}", log.describe());
     }
 }
 

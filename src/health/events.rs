@@ -7,7 +7,7 @@
 //! Unhealthy, and again every [`RELIST`] while one stays Unhealthy. One Event per start of
 //! (pod container, device, reason): a device that stays Unhealthy gets no second Event, a new
 //! reason does. Sent, deduplicated and rate-limited exactly like the isolation Events (the same
-//! [`EventSender`] and [`EVENT_LIMITS`](super::events::EVENT_LIMITS)): no second Event for the
+//! [`EventSender`] and [`EVENT_LIMITS`](crate::cluster::events::EVENT_LIMITS)): no second Event for the
 //! same key within the window, a burst then one a minute, a held-back Event sent later if the
 //! device is still Unhealthy and held. `health.events: false` sends none (counted `disabled`); every outcome is counted in
 //! `dxdp_health_events_total{result}`. API and PodResources failures are logged once per
@@ -23,8 +23,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::events::{container_ref, node_ref, warning, EventLimits, EventSender, Voice, Warning};
-use super::Cluster;
+use crate::cluster::events::{
+    container_ref, node_ref, warning, EventLimits, EventSender, Voice, Warning,
+};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::inventory::{Inventory, InventoryRx};
 use crate::kubelet::podresources;
@@ -32,6 +34,7 @@ use crate::observe::device_health::HealthMetrics;
 use crate::transport::Endpoint;
 use crate::util::retry::{random, Backoff};
 use crate::util::sleep_until;
+use crate::util::task::Task;
 use dxdp_core::allocation;
 use dxdp_core::health::eventlog::format_time;
 use dxdp_core::health::reason::Reason;
@@ -175,7 +178,7 @@ pub fn event(r: &Report, node: &str, now: Time) -> Event {
 const VOICE: Voice = Voice {
     failing: "cannot report an Unhealthy GPU to the pod holding it as an Event",
     resumed: "GPUUnhealthy Events",
-    grant: super::events::POD_EVENTS_GRANT,
+    grant: crate::cluster::events::POD_EVENTS_GRANT,
 };
 
 /// Milliseconds since the Unix epoch now.
@@ -204,9 +207,9 @@ pub struct HealthEvents {
     pub clock: fn() -> u64,
 }
 
-impl HealthEvents {
+impl Task for HealthEvents {
     /// Sends the Events until the inventory's sender is gone (then waits to be stopped).
-    pub async fn run(self) {
+    async fn run(self) {
         let HealthEvents {
             cluster,
             mut inventory,

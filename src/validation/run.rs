@@ -1,25 +1,21 @@
 //! Running one validation Job and publishing its result: create the Job
-//! ([`validation::job`](super::validation::job)), follow it and its pod until
-//! [`validation::judge`](super::validation::judge) gives a result (always, at the latest at its
+//! ([`job::job`](super::job::job)), follow it and its pod until
+//! [`job::judge`](super::job::judge) gives a result (always, at the latest at its
 //! limit), and apply the result's node labels under their own field manager. Every API call has
 //! the cluster's call timeout; an API error is a result too (`unknown`, with the error).
 //!
-//! The daemon runs it from [`super::validation_task`] (`validation.enabled`).
+//! The daemon runs it from [`super::task`] (`validation.enabled`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 
-use super::validation::{job, judge, labels, JobResult, JobSpec, LABELLED_APIS};
-use super::{ApiError, Cluster};
+use super::job::{job, judge, labels, JobResult, JobSpec, LABELLED_APIS};
+use crate::cluster::{ApiError, Cluster, VALIDATION_FIELD_MANAGER};
 use dxdp_core::validation::Verdict;
-
-/// The field manager of the validation labels: separate from dxdp's other labels, so that the
-/// two sets never remove each other's keys.
-pub const LABEL_MANAGER: &str = "dxdp-validation";
 
 /// Creates the Job of `spec` and waits for its result, at most `limit` (polling every `poll`).
 pub async fn run_once(
@@ -78,36 +74,15 @@ pub async fn run_once(
     }
 }
 
-/// Removes every label the validation applied (an empty apply by [`LABEL_MANAGER`]).
-pub async fn remove_labels(cluster: &Cluster) -> Result<(), ApiError> {
-    let none = JobResult {
-        verdict: Verdict::Unknown,
-        summary: None,
-        reason: String::new(),
-    };
-    publish_labels(cluster, &none).await
-}
-
 /// Applies the labels of `result` to the node (server-side apply, field manager
-/// [`LABEL_MANAGER`], forced): labels it no longer sets are removed.
+/// [`VALIDATION_FIELD_MANAGER`], forced): labels it no longer sets are removed.
 pub async fn publish_labels(cluster: &Cluster, result: &JobResult) -> Result<(), ApiError> {
     let set: BTreeMap<String, String> = labels(result, &LABELLED_APIS)
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k, v)))
         .collect();
-    let body = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": cluster.node, "labels": set},
-    });
-    let params = PatchParams::apply(LABEL_MANAGER).force();
     cluster
-        .call(
-            "apply validation labels to",
-            cluster
-                .api
-                .patch(&cluster.node, &params, &Patch::Apply(&body)),
-        )
+        .apply_labels_as(VALIDATION_FIELD_MANAGER, &set)
         .await
         .map(|_| ())
 }
@@ -115,7 +90,7 @@ pub async fn publish_labels(cluster: &Cluster, result: &JobResult) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::validation::VALIDATED_LABEL;
+    use crate::validation::job::VALIDATED_LABEL;
 
     // The API server stand-in, as the cluster tests load it.
     use crate::cluster::tests::standin;

@@ -29,15 +29,16 @@ use kube::api::{Patch, PatchParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::cleanup::CONDITION_TYPES;
-use super::say_once;
-use super::{Cluster, FIELD_MANAGER};
+use crate::cluster::cleanup::CONDITION_TYPES;
+use crate::cluster::say_once;
+use crate::cluster::{Cluster, FIELD_MANAGER};
 use crate::config::Config;
 use crate::inventory::{Inventory, InventoryRx};
 use crate::observe::device_health::{ConditionResult, HealthMetrics};
 use crate::util::errors::chain;
 use crate::util::retry::{random, Backoff};
 use crate::util::sleep_until;
+use crate::util::task::Task;
 use dxdp_core::health::reason::Reason;
 use dxdp_core::telemetry::isolation::Active;
 
@@ -81,7 +82,7 @@ pub fn camel(reason: Reason) -> String {
 }
 
 fn cut(message: String) -> String {
-    super::events::bounded(message)
+    crate::cluster::events::bounded(message)
 }
 
 /// `DirectXGPUHealthy` for `inventory`: its served devices (enabled resources). `Unknown` with
@@ -95,7 +96,7 @@ pub fn healthy(inventory: &Inventory) -> Wanted {
             message: "health.enabled is false: dxdp does not check device health".into(),
         };
     }
-    let sick = super::health_events::unhealthy_served(inventory);
+    let sick = super::events::unhealthy_served(inventory);
     let served: std::collections::BTreeSet<_> = inventory
         .config
         .endpoints()
@@ -316,9 +317,9 @@ pub struct NodeConditions {
     pub resync: Duration,
 }
 
-impl NodeConditions {
+impl Task for NodeConditions {
     /// Keeps the conditions until the channels close (then waits to be stopped).
-    pub async fn run(self) {
+    async fn run(self) {
         let NodeConditions {
             cluster,
             mut inventory,
