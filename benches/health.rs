@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use dxdp::backend::eventlog::{Delivery, Queue};
 use dxdp::config::Config;
 use dxdp::inventory::build_at;
-use dxdp_core::facts::{HostFacts, RecordedEvent};
+use dxdp_core::facts::{HostFacts, LogRecord};
 use dxdp_core::health::eventlog::fault_from_xml;
 use dxdp_core::health::feed::{FaultLog, Offer};
 
@@ -92,7 +92,7 @@ fn main() {
     for n in [0u64, 1_000, 4_096, 60_000] {
         let facts = HostFacts {
             faults: (0..n)
-                .map(|i| RecordedEvent {
+                .map(|i| LogRecord {
                     xml: record(end - n + i),
                 })
                 .collect(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use dxdp_core::facts::RecordedEvent;
+use dxdp_core::facts::LogRecord;
 use dxdp_core::health::{feed, HealthPolicy, MAX_JUDGED_FAULTS};
 
 /// What a subscription delivers.
@@ -138,7 +138,7 @@ pub trait EventLog: Send + Sync {
 pub fn recent_faults(
     log: &dyn EventLog,
     since: Duration,
-) -> Result<(Vec<RecordedEvent>, usize), String> {
+) -> Result<(Vec<LogRecord>, usize), String> {
     let query = feed::query(since, &HealthPolicy::default());
     // Twice the kept number: WER reports that are not GPU faults come back too.
     let records = log.query(&query, MAX_JUDGED_FAULTS * 2)?;

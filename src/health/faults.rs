@@ -27,7 +27,7 @@ use crate::supervisor::{Role, TaskSpec};
 use crate::util::bounded::{run_blocking, Overdue};
 use crate::util::retry::{self, Backoff};
 use crate::util::task::Task;
-use dxdp_core::facts::{HostFacts, RecordedEvent};
+use dxdp_core::facts::{HostFacts, LogRecord};
 use dxdp_core::health::feed::{self, FaultLog, Offer, Pacer, PUBLISH_INTERVAL_MS};
 use dxdp_core::health::HealthPolicy;
 
@@ -56,7 +56,7 @@ impl LiveFaults {
     }
 
     /// The kept records, oldest first.
-    pub fn records(&self) -> Vec<RecordedEvent> {
+    pub fn records(&self) -> Vec<LogRecord> {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).records()
     }
 
@@ -497,7 +497,7 @@ mod tests {
         let now = now_ms();
         assert_eq!(live.offer(tdr(7, now), 0), Offer::Added);
         let facts = source.load().unwrap();
-        assert_eq!(facts.faults, vec![RecordedEvent { xml: tdr(7, now) }]);
+        assert_eq!(facts.faults, vec![LogRecord { xml: tdr(7, now) }]);
         assert_eq!(inner.reads(), 1, "new events alone do not read the host");
         // The source's own wake (a DXCore notification): read again, and the refresher woken.
         let wake = inner.wake.lock().unwrap().clone().unwrap();
@@ -648,10 +648,10 @@ mod tests {
         assert_eq!(
             faults,
             vec![
-                RecordedEvent {
+                LogRecord {
                     xml: tdr(1, now - 9_000)
                 },
-                RecordedEvent {
+                LogRecord {
                     xml: tdr(3, now - 2_000)
                 }
             ]

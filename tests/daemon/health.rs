@@ -163,7 +163,7 @@ fn the_metrics_show_every_reason_and_count_each_fault_once() {
 #[test]
 fn a_record_that_cannot_be_read_is_a_notice_not_a_failure() {
     let mut facts = common::facts("health/tdr-storm");
-    facts.faults.push(dxdp_core::facts::RecordedEvent {
+    facts.faults.push(dxdp_core::facts::LogRecord {
         xml: "<Event><System></System></Event>".into(),
     });
     let (inv, notices) = build_at(&facts, Arc::new(Config::default()), RESET_3);

@@ -26,13 +26,13 @@ pub struct HostFacts {
     /// Recent fault events from the Windows event log, as `EvtRender` returned them (see
     /// [`crate::health::eventlog`]); the newest last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub faults: Vec<RecordedEvent>,
+    pub faults: Vec<LogRecord>,
 }
 
 /// One event-log record, as Windows reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RecordedEvent {
+pub struct LogRecord {
     /// The event rendered as XML (`EvtRender` with `EvtRenderEventXml`).
     pub xml: String,
 }

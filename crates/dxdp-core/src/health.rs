@@ -175,7 +175,7 @@ pub enum FaultTarget {
 /// A fault event, as the pure core sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FaultEvent {
+pub struct GpuFault {
     /// When Windows logged it, in milliseconds since the Unix epoch.
     pub time_ms: u64,
     /// The signal.
@@ -202,7 +202,7 @@ pub fn driver_vendor(service: &str) -> Option<u32> {
 /// that vendor is hit (the event cannot tell two adapters of one driver apart). When nothing can
 /// be matched and the host has exactly one device, it is that one; otherwise the event is
 /// unmatched (an empty list): counted, logged, and applied to no device.
-pub fn matched_devices(event: &FaultEvent, devices: &[Device]) -> Vec<String> {
+pub fn matched_devices(event: &GpuFault, devices: &[Device]) -> Vec<String> {
     if let FaultTarget::Driver(service) = &event.target {
         if let Some(vendor) = driver_vendor(service) {
             let hit: Vec<String> = devices
@@ -273,7 +273,7 @@ pub fn spell(times: &[u64], policy: SignalPolicy, now_ms: u64) -> Option<Spell> 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hit {
     /// The event.
-    pub event: FaultEvent,
+    pub event: GpuFault,
     /// IDs of the devices it applies to; empty when it matched none.
     pub devices: Vec<String>,
 }
@@ -295,7 +295,7 @@ pub const MAX_JUDGED_FAULTS: usize = 4096;
 
 /// The fault events among the host's recorded event-log records, and a sentence for each record
 /// that cannot be read.
-pub fn recorded_faults(facts: &HostFacts) -> (Vec<FaultEvent>, Vec<String>) {
+pub fn recorded_faults(facts: &HostFacts) -> (Vec<GpuFault>, Vec<String>) {
     let mut events = Vec::new();
     let mut errors = Vec::new();
     let skip = facts.faults.len().saturating_sub(MAX_JUDGED_FAULTS);
@@ -333,7 +333,7 @@ pub fn apply_recorded(
 /// Events after `now_ms` are not counted yet.
 pub fn apply_faults(
     discovery: &mut Discovery,
-    events: &[FaultEvent],
+    events: &[GpuFault],
     policy: &HealthPolicy,
     now_ms: u64,
 ) -> Applied {
@@ -548,8 +548,8 @@ mod tests {
         crate::pipeline::discover(&facts, &crate::pipeline::PipelineConfig::default())
     }
 
-    fn tdr(time_ms: u64, driver: &str) -> FaultEvent {
-        FaultEvent {
+    fn tdr(time_ms: u64, driver: &str) -> GpuFault {
+        GpuFault {
             time_ms,
             signal: Reason::Tdr,
             target: FaultTarget::Driver(driver.into()),
@@ -610,7 +610,7 @@ mod tests {
     #[test]
     fn an_event_naming_nothing_hits_the_only_device_or_none() {
         let mut d = sample();
-        let e = FaultEvent {
+        let e = GpuFault {
             time_ms: 10,
             signal: Reason::LiveKernelEvent,
             target: FaultTarget::Unknown,

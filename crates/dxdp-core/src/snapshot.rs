@@ -37,7 +37,7 @@ struct Document {
     #[serde(default)]
     files: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    faults: Vec<crate::facts::RecordedEvent>,
+    faults: Vec<crate::facts::LogRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     telemetry: Option<TelemetryFacts>,
 }

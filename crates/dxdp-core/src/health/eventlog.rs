@@ -7,7 +7,7 @@
 //! general XML parser: rendered events are machine-written, and anything it does not understand is
 //! an error naming what is missing, never a panic.
 
-use super::{FaultEvent, FaultTarget, Reason};
+use super::{FaultTarget, GpuFault, Reason};
 
 /// The fields of one rendered event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,10 +81,10 @@ pub fn parse(xml: &str) -> Result<EventRecord, String> {
 /// naming the driver's service in the first data value) or `Windows Error Reporting` 1001 of a
 /// `LiveKernelEvent` with code 117 (`VIDEO_TDR_TIMEOUT_DETECTED`) or 141
 /// (`VIDEO_ENGINE_TIMEOUT_DETECTED`).
-pub fn fault(record: &EventRecord) -> Option<FaultEvent> {
+pub fn fault(record: &EventRecord) -> Option<GpuFault> {
     if record.provider.eq_ignore_ascii_case("Display") && record.event_id == 4101 {
         let driver = record.data.first().map(|d| d.trim()).unwrap_or_default();
-        return Some(FaultEvent {
+        return Some(GpuFault {
             time_ms: record.time_ms,
             signal: Reason::Tdr,
             target: if driver.is_empty() {
@@ -115,7 +115,7 @@ pub fn fault(record: &EventRecord) -> Option<FaultEvent> {
             "141" => "VIDEO_ENGINE_TIMEOUT_DETECTED",
             _ => return None,
         };
-        return Some(FaultEvent {
+        return Some(GpuFault {
             time_ms: record.time_ms,
             signal: Reason::LiveKernelEvent,
             target: FaultTarget::Unknown,
@@ -126,7 +126,7 @@ pub fn fault(record: &EventRecord) -> Option<FaultEvent> {
 }
 
 /// Parses and classifies one rendered event: `Ok(None)` for an event dxdp does not use.
-pub fn fault_from_xml(xml: &str) -> Result<Option<FaultEvent>, String> {
+pub fn fault_from_xml(xml: &str) -> Result<Option<GpuFault>, String> {
     parse(xml).map(|r| fault(&r))
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::eventlog;
 use super::{Action, HealthPolicy, Reason, MAX_JUDGED_FAULTS};
-use crate::facts::RecordedEvent;
+use crate::facts::LogRecord;
 
 /// The shortest time a new inventory waits for the previous one during a flood of events.
 pub const PUBLISH_INTERVAL_MS: u64 = 1000;
@@ -210,10 +210,10 @@ impl FaultLog {
     }
 
     /// The kept records, oldest first (the order of a snapshot's `faults`).
-    pub fn records(&self) -> Vec<RecordedEvent> {
+    pub fn records(&self) -> Vec<LogRecord> {
         self.by_time
             .values()
-            .map(|(_, xml)| RecordedEvent { xml: xml.clone() })
+            .map(|(_, xml)| LogRecord { xml: xml.clone() })
             .collect()
     }
 
@@ -236,7 +236,7 @@ impl FaultLog {
 /// The records a snapshot keeps from what the event log returned: the fault events, each once,
 /// oldest first, the newest [`MAX_JUDGED_FAULTS`] of them (what the daemon judges). Returns
 /// them with how many records were not faults or could not be read.
-pub fn for_snapshot<I: IntoIterator<Item = String>>(xmls: I) -> (Vec<RecordedEvent>, usize) {
+pub fn for_snapshot<I: IntoIterator<Item = String>>(xmls: I) -> (Vec<LogRecord>, usize) {
     let mut log = FaultLog::default();
     let mut skipped = 0;
     for xml in xmls {
@@ -250,7 +250,7 @@ pub fn for_snapshot<I: IntoIterator<Item = String>>(xmls: I) -> (Vec<RecordedEve
 
 /// The recorded events of a host (a snapshot's `faults`) followed by the live ones that are not
 /// among them (the same channel and `EventRecordID`).
-pub fn merge(recorded: &[RecordedEvent], live: Vec<RecordedEvent>) -> Vec<RecordedEvent> {
+pub fn merge(recorded: &[LogRecord], live: Vec<LogRecord>) -> Vec<LogRecord> {
     if recorded.is_empty() {
         return live;
     }
@@ -474,8 +474,8 @@ mod tests {
         assert_eq!(
             kept,
             vec![
-                RecordedEvent { xml: TDR.into() },
-                RecordedEvent {
+                LogRecord { xml: TDR.into() },
+                LogRecord {
                     xml: TDR_UNKNOWN.into()
                 }
             ]
@@ -484,18 +484,18 @@ mod tests {
 
     #[test]
     fn live_records_already_recorded_are_not_added_twice() {
-        let recorded = vec![RecordedEvent { xml: TDR.into() }];
+        let recorded = vec![LogRecord { xml: TDR.into() }];
         let live = vec![
-            RecordedEvent { xml: TDR.into() },
-            RecordedEvent {
+            LogRecord { xml: TDR.into() },
+            LogRecord {
                 xml: WER_141.into(),
             },
         ];
         assert_eq!(
             merge(&recorded, live.clone()),
             vec![
-                RecordedEvent { xml: TDR.into() },
-                RecordedEvent {
+                LogRecord { xml: TDR.into() },
+                LogRecord {
                     xml: WER_141.into()
                 }
             ]
