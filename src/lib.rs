@@ -38,7 +38,7 @@ pub mod output;
 pub mod plugin;
 pub mod render;
 pub mod shutdown;
-pub mod supervisor;
+pub(crate) mod supervisor;
 pub mod telemetry;
 pub mod tools;
 pub mod transport;

@@ -9,7 +9,7 @@ pub mod probe;
 mod sample;
 mod snapshot_file;
 #[cfg(windows)]
-pub mod windows;
+pub(crate) mod windows;
 pub mod winparse;
 
 use std::path::PathBuf;
@@ -121,7 +121,7 @@ fn native_counters() -> Result<Box<dyn counters::CounterSource>, String> {
 /// The live source of the containers' process lists: HCS on Windows, else none (with the
 /// reason).
 #[cfg(windows)]
-pub fn native_containers() -> Result<Box<dyn counters::ContainerSource>, String> {
+pub(crate) fn native_containers() -> Result<Box<dyn counters::ContainerSource>, String> {
     windows::hcs::HcsContainers::open()
         .map(|s| Box::new(s) as Box<dyn counters::ContainerSource>)
         .map_err(|e| e.to_string())

@@ -10,7 +10,7 @@ use dxdp_core::snapshot::{self, SnapshotError};
 
 /// The largest host snapshot read (docs/host-snapshot.md): 64 MiB, far above a real host's
 /// (tens of kilobytes) or the largest fixture; reading stops past it.
-pub const MAX_SNAPSHOT_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_SNAPSHOT_BYTES: u64 = 64 << 20;
 
 /// What identifies a version of the file ([`Stamp`]), or its absence.
 fn stamp(path: &Path) -> Option<Stamp> {
@@ -41,7 +41,7 @@ impl SnapshotFile {
     }
 
     /// The same source with another settle time.
-    pub fn with_settle(self, settle: Settle) -> Self {
+    pub(crate) fn with_settle(self, settle: Settle) -> Self {
         SnapshotFile { settle, ..self }
     }
 

@@ -26,7 +26,7 @@ use crate::observe::state::{Capacity, Readiness};
 use dxdp_core::devices::HealthState;
 
 /// How long readiness waits for a first read of the Node before it stops checking capacity.
-pub const FIRST_READ_GRACE: Duration = Duration::from_secs(120);
+pub(crate) const FIRST_READ_GRACE: Duration = Duration::from_secs(120);
 
 /// Why the capacity is not checked without an API server client (`/readyz` says it).
 pub const NO_CLIENT: &str =
@@ -43,7 +43,7 @@ fn shows(quantity: &str) -> bool {
 
 /// Why the Node does not show the capacity of `inventory` yet: one sentence per served name
 /// that has healthy devices and that `allocatable` does not show (empty: it shows them all).
-pub fn gaps(inventory: &Inventory, allocatable: &BTreeMap<String, String>) -> Vec<String> {
+pub(crate) fn gaps(inventory: &Inventory, allocatable: &BTreeMap<String, String>) -> Vec<String> {
     let mut out = Vec::new();
     for (r, name) in inventory.config.endpoints() {
         let healthy = inventory

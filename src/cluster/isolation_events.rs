@@ -26,10 +26,10 @@ use crate::util::sleep_until;
 use dxdp_core::telemetry::isolation::{Active, Violation};
 
 /// The reason of the Events.
-pub const EVENT_REASON: &str = "GPUIsolationViolation";
+pub(crate) const EVENT_REASON: &str = "GPUIsolationViolation";
 
 /// The Event for a violation on `node` at `now` (a new object each time: dxdp only creates).
-pub fn event(v: &Violation, node: &str, now: Time) -> Event {
+pub(crate) fn event(v: &Violation, node: &str, now: Time) -> Event {
     warning(
         Warning {
             namespace: v.pod.namespace.clone(),

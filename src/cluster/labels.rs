@@ -15,7 +15,7 @@ use dxdp_core::devices::{PerResource, Resource};
 use dxdp_core::labels::{node_labels, LabelSettings};
 
 /// The labels for an inventory (empty when labels are off in its configuration).
-pub fn desired(inventory: &Inventory) -> BTreeMap<String, String> {
+pub(crate) fn desired(inventory: &Inventory) -> BTreeMap<String, String> {
     let config: &Config = &inventory.config;
     if !config.node_labels.enabled {
         return BTreeMap::new();
@@ -45,7 +45,7 @@ fn node_has(node: &NodeInfo, want: &BTreeMap<String, String>) -> bool {
 /// again when the Node (as `node` reports it) shows one of dxdp's labels with another value.
 /// An apply that fails, or whose answer does not show the labels (a webhook or policy rewrote
 /// them), is retried with backoff.
-pub async fn keep(
+pub(crate) async fn keep(
     cluster: Cluster,
     mut inventory: InventoryRx,
     mut node: watch::Receiver<Option<NodeInfo>>,

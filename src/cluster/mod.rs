@@ -26,19 +26,19 @@
 //! backoff and never stop the daemon.
 
 pub mod capacity;
-pub mod cleanup;
+pub(crate) mod cleanup;
 pub mod conditions;
 pub mod events;
 pub mod health_events;
 pub mod isolation_events;
-pub mod labels;
+pub(crate) mod labels;
 pub mod metrics_authz;
 pub mod node;
 pub mod taint;
 pub mod validation;
-pub mod validation_exe;
+pub(crate) mod validation_exe;
 pub mod validation_job;
-pub mod validation_task;
+pub(crate) mod validation_task;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -52,7 +52,7 @@ use crate::util::host_process::{under_sandbox, SANDBOX_VAR};
 
 /// The field manager of dxdp's server-side applies: the labels it sets are owned by it, so a
 /// label it stops setting is removed and labels it never set are untouched.
-pub const FIELD_MANAGER: &str = "dxdp";
+pub(crate) const FIELD_MANAGER: &str = "dxdp";
 
 /// The environment variable naming this node (the chart sets it from `spec.nodeName`).
 pub const NODE_NAME_VAR: &str = "NODE_NAME";
@@ -76,19 +76,19 @@ pub enum Off {
 #[error("{what} node {node}: {reason}")]
 pub struct ApiError {
     /// What was attempted (`get`, `apply labels to`, `watch`).
-    pub what: &'static str,
+    pub(crate) what: &'static str,
     /// The node.
-    pub node: String,
+    pub(crate) node: String,
     /// The error and its causes, each once.
-    pub reason: String,
+    pub(crate) reason: String,
     /// The HTTP status the API server answered with, when it answered (`None`: no answer, a
     /// timeout, a connection or decoding error). Code decides on this, never on `reason`.
-    pub status: Option<u16>,
+    pub(crate) status: Option<u16>,
 }
 
 /// How long one API call (not a watch) may take before it counts as failed and is retried:
 /// a half-open connection must not stall labels or the configuration selection for ever.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// This node's object on the API server.
 #[derive(Clone)]
@@ -141,7 +141,7 @@ impl Cluster {
     }
 
     /// The same client with another per-call timeout.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+    pub(crate) fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
@@ -167,7 +167,7 @@ impl Cluster {
     }
 
     /// The node's name.
-    pub fn node(&self) -> &str {
+    pub(crate) fn node(&self) -> &str {
         &self.node
     }
 
@@ -281,7 +281,7 @@ impl CredentialSource {
 /// `%CONTAINER_SANDBOX_MOUNT_POINT%` rather than at `C:\var\run\secrets\...` (where the
 /// standard in-cluster configuration looks), as a kubeconfig document. `None` outside such a
 /// container or without a token there.
-pub fn sandbox_kubeconfig(
+pub(crate) fn sandbox_kubeconfig(
     env: impl Fn(&str) -> Option<String>,
     exists: impl Fn(&str) -> bool,
 ) -> Option<serde_json::Value> {
@@ -312,7 +312,7 @@ pub fn sandbox_kubeconfig(
 }
 
 /// The server-side apply body for `labels` on `node`.
-pub fn apply_body(node: &str, labels: &BTreeMap<String, String>) -> serde_json::Value {
+pub(crate) fn apply_body(node: &str, labels: &BTreeMap<String, String>) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "Node",

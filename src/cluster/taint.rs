@@ -38,12 +38,12 @@ pub const TAINT_KEY: &str = "directx.microsoft.com/isolation-violation";
 
 /// The taint's effect: new pods that do not tolerate it are not scheduled on the node; pods
 /// running there keep running.
-pub const TAINT_EFFECT: &str = "NoSchedule";
+pub(crate) const TAINT_EFFECT: &str = "NoSchedule";
 
 impl Cluster {
     /// Puts dxdp's taint on the node (`on`) or takes every taint with its key off. Returns
     /// whether the node changed.
-    pub async fn set_isolation_taint(&self, on: bool) -> Result<bool, String> {
+    pub(crate) async fn set_isolation_taint(&self, on: bool) -> Result<bool, String> {
         const CONFLICTS: u32 = 3;
         for _ in 0..CONFLICTS {
             let node = self.get_node().await.map_err(|e| e.to_string())?;
@@ -112,7 +112,7 @@ impl Cluster {
 
 /// How long the taint waits for the first audit after a start before it counts as "no
 /// violation known" (the telemetry sampler takes its first sample 2 s after the start).
-pub const TAINT_START_GRACE: Duration = Duration::from_secs(60);
+pub(crate) const TAINT_START_GRACE: Duration = Duration::from_secs(60);
 
 /// How long the taint stays at least once this run added it (or found it needed), so that use
 /// that is brief but frequent does not open and close the node every sample.

@@ -19,10 +19,10 @@ use dxdp_core::validation::Verdict;
 
 /// The field manager of the validation labels: separate from dxdp's other labels, so that the
 /// two sets never remove each other's keys.
-pub const LABEL_MANAGER: &str = "dxdp-validation";
+pub(crate) const LABEL_MANAGER: &str = "dxdp-validation";
 
 /// Creates the Job of `spec` and waits for its result, at most `limit` (polling every `poll`).
-pub async fn run_once(
+pub(crate) async fn run_once(
     cluster: &Cluster,
     spec: &JobSpec,
     limit: Duration,
@@ -79,7 +79,7 @@ pub async fn run_once(
 }
 
 /// Removes every label the validation applied (an empty apply by [`LABEL_MANAGER`]).
-pub async fn remove_labels(cluster: &Cluster) -> Result<(), ApiError> {
+pub(crate) async fn remove_labels(cluster: &Cluster) -> Result<(), ApiError> {
     let none = JobResult {
         verdict: Verdict::Unknown,
         summary: None,

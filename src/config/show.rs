@@ -24,7 +24,7 @@ impl Resolved {
 
     /// The effective values with their origins as JSON: `{key: {"value", "origin"}}`, values
     /// typed (booleans, numbers, lists, objects).
-    pub fn show_json(&self) -> serde_json::Map<String, serde_json::Value> {
+    pub(crate) fn show_json(&self) -> serde_json::Map<String, serde_json::Value> {
         self.entries()
             .into_iter()
             .map(|(key, value, origin)| {
@@ -44,7 +44,7 @@ impl Resolved {
 
     /// Where the value of the key named `key` came from, as `config show` prints it (`default`
     /// for a name that is no key).
-    pub fn origin(&self, key: &str) -> String {
+    pub(crate) fn origin(&self, key: &str) -> String {
         Key::parse(key).map_or_else(
             || Origin::Default.to_string(),
             |k| self.origin_of(k).to_string(),

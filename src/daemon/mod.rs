@@ -358,7 +358,7 @@ impl Daemon {
 
 /// How long the runtime's blocking threads (a host read hung in the OS) may hold up the
 /// process's exit once the daemon has stopped: [`stop_runtime`].
-pub const RUNTIME_STOP_LIMIT: Duration = Duration::from_secs(2);
+pub(crate) const RUNTIME_STOP_LIMIT: Duration = Duration::from_secs(2);
 
 /// Shuts `runtime` down once the daemon has returned, waiting at most [`RUNTIME_STOP_LIMIT`]
 /// for its blocking threads (dropping a runtime waits for them without limit, so one read hung
@@ -655,7 +655,7 @@ fn say_isolation_without_cluster(updates: &watch::Receiver<Arc<Config>>, telemet
 
 /// Retries of API server calls (node labels, following the node, isolation Events and taint):
 /// 1 s doubling to 60 s, with jitter.
-pub const API_BACKOFF: Backoff = Backoff {
+pub(crate) const API_BACKOFF: Backoff = Backoff {
     initial: Duration::from_secs(1),
     max: Duration::from_secs(60),
     timeout: Duration::from_secs(30),

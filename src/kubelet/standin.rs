@@ -37,9 +37,9 @@ pub struct PluginView {
     /// The plugin's socket file name.
     pub endpoint: String,
     /// Its registration: an index into [`StandinView::registrations`].
-    pub registration: usize,
+    pub(crate) registration: usize,
     /// The options the plugin returned.
-    pub options: DevicePluginOptions,
+    pub(crate) options: DevicePluginOptions,
     /// The latest device list, once one arrived.
     pub devices: Option<Vec<Device>>,
     /// How many ListAndWatch messages arrived.
@@ -122,12 +122,12 @@ struct Shared {
 /// kubelet's `PluginDisconnected` (keyed by the resource name, so it concerns the newest
 /// registration of the name).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Disconnects {
+pub(crate) struct Disconnects {
     /// How long after the stream ended the kubelet handles it (its goroutine may run late).
-    pub late: Duration,
+    pub(crate) late: Duration,
     /// Whether it also closes the newest registration's stream and forgets its client, as a
     /// kubelet does whose handler disconnects the current client of the name.
-    pub drop_newest: bool,
+    pub(crate) drop_newest: bool,
 }
 
 impl Shared {
@@ -326,7 +326,7 @@ impl KubeletStandin {
     }
 
     /// Handles the ends of replaced registrations' streams as `disconnects` says from now on.
-    pub fn set_disconnects(&self, disconnects: Disconnects) {
+    pub(crate) fn set_disconnects(&self, disconnects: Disconnects) {
         lock(&self.shared).disconnects = disconnects;
     }
 

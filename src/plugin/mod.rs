@@ -18,14 +18,14 @@
 
 pub mod answer;
 pub mod claim;
-pub mod faults;
-pub mod file_watch;
+pub(crate) mod faults;
+pub(crate) mod file_watch;
 pub mod refresher;
-pub mod register;
-pub mod reload;
+pub(crate) mod register;
+pub(crate) mod reload;
 pub mod servable;
-pub mod serve;
-pub mod servers;
+pub(crate) mod serve;
+pub(crate) mod servers;
 pub mod service;
 
 use std::path::PathBuf;
@@ -42,22 +42,22 @@ use crate::util::retry::Backoff;
 use servable::Unservable;
 
 /// The kubelet's device-plugin directory on this OS (on Windows from `%SystemDrive%`).
-pub fn default_kubelet_dir() -> PathBuf {
+pub(crate) fn default_kubelet_dir() -> PathBuf {
     crate::kubelet::paths::default_dir().path
 }
 
 /// The configuration reload the daemon runs (and supervises): where the configuration comes
 /// from, and where new ones are published.
 #[derive(Debug, Clone)]
-pub struct Reload {
+pub(crate) struct Reload {
     /// The configuration's inputs (files, environment, flags, the node).
-    pub inputs: Inputs,
+    pub(crate) inputs: Inputs,
     /// Where new configurations are published (the daemon reads them from its `updates`).
-    pub tx: channel::Sender<Arc<Config>>,
+    pub(crate) tx: channel::Sender<Arc<Config>>,
     /// The node's labels, when the API server is followed (they select a named configuration).
-    pub node: Option<channel::Receiver<Option<NodeInfo>>>,
+    pub(crate) node: Option<channel::Receiver<Option<NodeInfo>>>,
     /// The notices of the configuration in force, logged at start: a reload logs new ones only.
-    pub logged: Vec<String>,
+    pub(crate) logged: Vec<String>,
 }
 
 /// How the daemon runs.
@@ -77,7 +77,7 @@ pub struct PluginConfig {
     /// `config.metrics_address` when set.
     pub observe: Observe,
     /// The file watch every part of the daemon shares.
-    pub file_watch: file_watch::FileWatch,
+    pub(crate) file_watch: file_watch::FileWatch,
     /// Where the lock of the kubelet directory is kept ([`claim::lock_dir`]).
     pub lock_dir: PathBuf,
     /// How the plugin's sockets are bound and `kubelet.sock` is dialled: AF_UNIX, always, for
@@ -96,7 +96,7 @@ pub struct PluginConfig {
 }
 
 /// The default safety poll.
-pub const DEFAULT_SAFETY_POLL: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SAFETY_POLL: Duration = Duration::from_secs(10);
 
 /// The default [`PluginConfig::read_limit`]: a host read takes milliseconds (a few seconds for
 /// a host scan on a busy Windows node); 30 s is a hung file system or driver.
@@ -105,7 +105,7 @@ pub const DEFAULT_READ_LIMIT: Duration = Duration::from_secs(30);
 /// The default [`PluginConfig::start_deadline`]: a start takes under a second; with the chart's
 /// liveness probe (every 30 s, 3 failures) a start hung for 60 s restarts the container about
 /// two minutes later.
-pub const DEFAULT_START_DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_START_DEADLINE: Duration = Duration::from_secs(60);
 
 impl PluginConfig {
     /// Defaults for `kubelet_dir`: both resources, one replica, a 10 s safety poll, registration

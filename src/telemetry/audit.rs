@@ -33,7 +33,7 @@ use crate::output::{AuditDoc, AuditScope, AuditVerdict};
 use dxdp_core::telemetry::isolation::Active;
 
 /// The sending side of [`Active`], shared by the restarts of the telemetry task.
-pub type ActiveTx = Arc<watch::Sender<Active>>;
+pub(crate) type ActiveTx = Arc<watch::Sender<Active>>;
 
 /// What one audit changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,10 +45,10 @@ pub struct Changes {
 }
 
 /// How many judged samples in a row must not show a violation for it to end.
-pub const CLEAN_TO_END: u32 = 3;
+pub(crate) const CLEAN_TO_END: u32 = 3;
 
 /// The shortest time without a judged sample after which every violation ends.
-pub const STALE_MIN: Duration = Duration::from_secs(300);
+pub(crate) const STALE_MIN: Duration = Duration::from_secs(300);
 
 /// How long violations stand without a judged sample: `max(`[`STALE_MIN`]`, 10 × interval)`.
 pub fn stale_after(interval: Duration) -> Duration {
@@ -134,7 +134,7 @@ impl Tracker {
 
     /// When the violations that last end for want of a judged sample (see [`stale_after`]);
     /// `None` when none lasts.
-    pub fn stale_at(&self, limit: Duration) -> Option<Instant> {
+    pub(crate) fn stale_at(&self, limit: Duration) -> Option<Instant> {
         (!self.current.is_empty()).then(|| self.judged + limit)
     }
 

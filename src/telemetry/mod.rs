@@ -14,6 +14,6 @@
 //! The computation itself is pure and lives in `dxdp_core::telemetry`.
 
 pub mod audit;
-pub mod podinfo;
+pub(crate) mod podinfo;
 pub mod sampler;
 pub mod top;

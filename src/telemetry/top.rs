@@ -12,7 +12,7 @@ use dxdp_core::telemetry::compute::{
 use dxdp_core::telemetry::PodRef;
 
 /// How long reading `/metrics` may take.
-pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most bytes of a `/metrics` answer read.
 const MAX_SCRAPE: u64 = 64 * 1024 * 1024;
 

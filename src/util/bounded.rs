@@ -56,7 +56,7 @@ fn secs(d: Duration) -> String {
 /// Runs `f` on a blocking thread and waits at most `limit` for it. `what` names the work in the
 /// error (`reading host snapshot /x.yaml`). Past the limit the thread is left running and its
 /// result dropped.
-pub async fn run_blocking<T, F>(limit: Duration, what: &str, f: F) -> Result<T, Overdue>
+pub(crate) async fn run_blocking<T, F>(limit: Duration, what: &str, f: F) -> Result<T, Overdue>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -114,7 +114,7 @@ where
 /// Blocking calls of one kind, one at a time, each with a time limit (see the module
 /// documentation).
 #[derive(Debug)]
-pub struct Lane<T> {
+pub(crate) struct Lane<T> {
     what: String,
     limit: Duration,
     /// The call that timed out and has not returned yet.
@@ -123,7 +123,7 @@ pub struct Lane<T> {
 
 impl<T: Send + 'static> Lane<T> {
     /// Calls described by `what`, each given `limit`.
-    pub fn new(what: impl Into<String>, limit: Duration) -> Self {
+    pub(crate) fn new(what: impl Into<String>, limit: Duration) -> Self {
         Lane {
             what: what.into(),
             limit,
@@ -132,12 +132,12 @@ impl<T: Send + 'static> Lane<T> {
     }
 
     /// What the calls do.
-    pub fn what(&self) -> &str {
+    pub(crate) fn what(&self) -> &str {
         &self.what
     }
 
     /// Runs `f` as [`run_blocking`] does, unless an earlier call that timed out still runs.
-    pub async fn run<F>(&mut self, f: F) -> Result<T, Overdue>
+    pub(crate) async fn run<F>(&mut self, f: F) -> Result<T, Overdue>
     where
         F: FnOnce() -> T + Send + 'static,
     {
@@ -159,13 +159,13 @@ impl<T: Send + 'static> Lane<T> {
     }
 
     /// Whether a call that timed out has still not returned.
-    pub fn is_stuck(&self) -> bool {
+    pub(crate) fn is_stuck(&self) -> bool {
         self.stuck.as_ref().is_some_and(|h| !h.is_finished())
     }
 
     /// Waits until the call that timed out returns (its result is dropped: it may be stale);
     /// never returns while there is none. Cancel-safe.
-    pub async fn unstuck(&mut self) {
+    pub(crate) async fn unstuck(&mut self) {
         match &mut self.stuck {
             Some(handle) => {
                 let _ = handle.await;

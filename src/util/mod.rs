@@ -6,15 +6,15 @@
 //! Nothing here knows of the kubelet, the cluster or the configuration.
 
 pub mod bounded;
-pub mod errors;
-pub mod file_id;
+pub(crate) mod errors;
+pub(crate) mod file_id;
 pub mod host_process;
 pub mod retry;
-pub mod stable_read;
+pub(crate) mod stable_read;
 
 /// Waits until `at`, or for ever without one: an optional deadline as one branch of a
 /// `tokio::select!` (a retry, a planned step, the end of a grace period).
-pub async fn sleep_until(at: Option<tokio::time::Instant>) {
+pub(crate) async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
