@@ -246,15 +246,6 @@ pub enum AuditVerdict {
 }
 
 impl AuditVerdict {
-    /// `clean`, `violations` or `unknown`.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            AuditVerdict::Clean => "clean",
-            AuditVerdict::Violations => "violations",
-            AuditVerdict::Unknown => "unknown",
-        }
-    }
-
     /// 0, 1 or 3 (docs/tools.md#exit-codes).
     pub fn exit_code(self) -> u8 {
         match self {

@@ -30,9 +30,11 @@ use tokio::sync::watch;
 /// How long the console handler waits for cleanup before it lets Windows terminate the process:
 /// under the 5 s Windows allows after `CTRL_CLOSE_EVENT` and the 5 s hcsshim allows after
 /// `CTRL_SHUTDOWN_EVENT` before it terminates the job.
+#[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
 pub(crate) const CLEANUP_BUDGET: Duration = Duration::from_secs(4);
 
 /// A console control event (`wincon.h` `CTRL_*_EVENT`).
+#[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ConsoleEvent {
     /// `CTRL_C_EVENT` (0).
@@ -49,6 +51,7 @@ pub(crate) enum ConsoleEvent {
     Other(u32),
 }
 
+#[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
 impl ConsoleEvent {
     /// The event of a `CTRL_*_EVENT` code.
     pub(crate) fn from_code(code: u32) -> Self {
@@ -76,6 +79,7 @@ impl ConsoleEvent {
 }
 
 /// What the console handler does with an event.
+#[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
     /// Not a request to stop dxdp: return FALSE so the next handler (Windows' default) decides,
@@ -91,6 +95,7 @@ pub(crate) enum Action {
 /// The action for an event. Logoff is passed on: a process outside the user's session (a
 /// HostProcess container, a service) gets it whenever *any* user logs off, which is no reason to
 /// stop serving devices.
+#[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
 pub(crate) fn action(event: ConsoleEvent) -> Action {
     match event {
         ConsoleEvent::CtrlC | ConsoleEvent::CtrlBreak => Action::Shutdown,
@@ -155,6 +160,7 @@ impl Coordinator {
     }
 
     /// Waits until [`Coordinator::mark_done`] or `timeout`; true when cleanup finished.
+    #[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
     pub(crate) fn wait_done(&self, timeout: Duration) -> bool {
         let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
         let (done, _) = self
@@ -167,6 +173,7 @@ impl Coordinator {
     /// What the console handler does: requests shutdown when the event calls for it, waits for
     /// cleanup when Windows will terminate the process on return, and returns whether the event
     /// was handled (the handler's TRUE/FALSE).
+    #[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
     pub(crate) fn handle(&self, event: ConsoleEvent, budget: Duration) -> bool {
         match action(event) {
             Action::PassOn => {

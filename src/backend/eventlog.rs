@@ -107,7 +107,7 @@ impl Queue {
     }
 
     /// Whether nothing is queued.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 

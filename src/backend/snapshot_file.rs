@@ -40,11 +40,6 @@ impl SnapshotFile {
         }
     }
 
-    /// The same source with another settle time.
-    pub(crate) fn with_settle(self, settle: Settle) -> Self {
-        SnapshotFile { settle, ..self }
-    }
-
     fn remember(&self, now: Option<Stamp>) -> bool {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let changed = seen.as_ref() != Some(&now);

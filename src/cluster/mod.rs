@@ -140,12 +140,6 @@ impl Cluster {
         self.client.clone()
     }
 
-    /// The same client with another per-call timeout.
-    pub(crate) fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
     /// Runs one API call within the call timeout.
     async fn call<T>(
         &self,

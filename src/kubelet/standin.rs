@@ -24,8 +24,8 @@ use super::v1beta1::device_plugin_client::DevicePluginClient;
 use super::v1beta1::registration_server::{Registration, RegistrationServer};
 use super::v1beta1::{
     AllocateRequest, AllocateResponse, ContainerAllocateRequest,
-    ContainerPreferredAllocationRequest, Device, DevicePluginOptions, Empty,
-    PreferredAllocationRequest, RegisterRequest,
+    ContainerPreferredAllocationRequest, Device, Empty, PreferredAllocationRequest,
+    RegisterRequest,
 };
 use super::{API_VERSION, KUBELET_SOCKET};
 use crate::transport::{self, Transport};
@@ -38,8 +38,6 @@ pub struct PluginView {
     pub endpoint: String,
     /// Its registration: an index into [`StandinView::registrations`].
     pub(crate) registration: usize,
-    /// The options the plugin returned.
-    pub(crate) options: DevicePluginOptions,
     /// The latest device list, once one arrived.
     pub devices: Option<Vec<Device>>,
     /// How many ListAndWatch messages arrived.
@@ -183,10 +181,8 @@ impl Registration for RegistrationService {
             Status::unavailable(format!("cannot dial plugin at {}: {e}", path.display()))
         })?;
         let mut client = DevicePluginClient::new(channel);
-        let options = client
-            .get_device_plugin_options(Empty {})
-            .await?
-            .into_inner();
+        // Asked for, as the kubelet does; nothing here depends on them.
+        client.get_device_plugin_options(Empty {}).await?;
         let mut stream = client.list_and_watch(Empty {}).await?.into_inner();
         let resource = req.resource_name.clone();
         let endpoint = req.endpoint.clone();
@@ -198,7 +194,6 @@ impl Registration for RegistrationService {
             PluginView {
                 endpoint: endpoint.clone(),
                 registration,
-                options,
                 devices: None,
                 updates: 0,
                 list_sizes: Vec::new(),
@@ -326,6 +321,7 @@ impl KubeletStandin {
     }
 
     /// Handles the ends of replaced registrations' streams as `disconnects` says from now on.
+    #[cfg(test)]
     pub(crate) fn set_disconnects(&self, disconnects: Disconnects) {
         lock(&self.shared).disconnects = disconnects;
     }

@@ -273,14 +273,4 @@ impl HealthMetrics {
             })
             .inc();
     }
-
-    /// How many faults of `kind` were counted on `device` (for tests).
-    pub(crate) fn faults(&self, device: &str, kind: &str) -> u64 {
-        self.faults
-            .get_or_create(&FaultLabels {
-                device: device.to_string(),
-                kind: kind.to_string(),
-            })
-            .get()
-    }
 }

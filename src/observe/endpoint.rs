@@ -29,7 +29,7 @@ pub(crate) struct Guard {
     pub(crate) authorizer: Option<Result<Arc<dyn Authorize>, String>>,
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `address` ([`super::http::serve_forever`]: an
+/// Serves `/metrics`, `/healthz` and `/readyz` on `address` ([`super::http::serve_guarded_forever`]: an
 /// address that cannot be bound is logged once per distinct error and retried in the
 /// background; device serving never waits for it), guarded by `guard`, and says it stopped
 /// listening when it ends. A guard that cannot be set up is tried again every `retry` while

@@ -8,7 +8,7 @@
 //! short [`PROBE_HEADER_TIMEOUT`]; bound to 127.0.0.1 (as the chart does) only the node itself
 //! reaches it.
 //!
-//! It is optional and must never cost the node its GPUs: [`serve_forever`] binds, and when the
+//! It is optional and must never cost the node its GPUs: [`serve_forever_for`] binds, and when the
 //! address is taken logs once per distinct error and retries in the background with a capped
 //! backoff. At most [`MAX_CONNECTIONS`] connections are served at once: a connection beyond that
 //! is not accepted until one ends (it waits in the kernel's backlog, costing the process no
@@ -116,7 +116,7 @@ fn example(endpoints: Endpoints) -> &'static str {
     }
 }
 
-/// What the server has done, for logs, tests and benches.
+/// What the server has done: counted here, read by the unit tests.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
     accepted: AtomicU64,
@@ -128,47 +128,6 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
-    /// Connections accepted so far.
-    pub(crate) fn accepted(&self) -> u64 {
-        self.accepted.load(Ordering::SeqCst)
-    }
-
-    /// Failed accepts so far.
-    pub(crate) fn accept_errors(&self) -> u64 {
-        self.accept_errors.load(Ordering::SeqCst)
-    }
-
-    /// Connections being served now.
-    pub(crate) fn open(&self) -> u64 {
-        self.open.load(Ordering::SeqCst)
-    }
-
-    /// The most connections ever served at once.
-    pub(crate) fn most_open(&self) -> u64 {
-        self.most_open.load(Ordering::SeqCst)
-    }
-
-    /// Failed binds so far (of [`serve_forever`]).
-    pub(crate) fn binds_failed(&self) -> u64 {
-        self.binds_failed.load(Ordering::SeqCst)
-    }
-
-    /// Waits until `done(self)` holds, woken by every change of the counters; false after
-    /// `timeout`.
-    pub(crate) async fn wait_for(&self, timeout: Duration, done: impl Fn(&Stats) -> bool) -> bool {
-        tokio::time::timeout(timeout, async {
-            loop {
-                let changed = self.changed.notified();
-                if done(self) {
-                    return;
-                }
-                changed.await;
-            }
-        })
-        .await
-        .is_ok()
-    }
-
     fn bump(&self, counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::SeqCst);
         self.changed.notify_waiters();
@@ -228,25 +187,12 @@ pub(crate) async fn bind_for(
     })
 }
 
-/// Serves `observe` on `address` for as long as the future runs, never failing: when the bind
-/// fails it logs the error (once per distinct error, with what to do), retries with a backoff of
-/// [`BIND_BACKOFF_FIRST`] doubling to [`BIND_BACKOFF_MAX`], and serves once bound.
-/// `observe.listening()` says where it listens. Never returns; drop (abort) it to stop.
-pub(crate) async fn serve_forever(address: SocketAddr, observe: Observe) {
-    serve_forever_with(address, observe, Arc::default()).await
-}
-
-/// [`serve_forever`] counting into `stats`.
-pub(crate) async fn serve_forever_with(address: SocketAddr, observe: Observe, stats: Arc<Stats>) {
-    serve_forever_for(address, Endpoints::All, observe, stats, Access::default()).await
-}
-
-/// [`serve_forever`] guarded by `access` (TLS, basic authentication, Kubernetes authorization).
+/// [`serve_forever_for`] guarded by `access` (TLS, basic authentication, Kubernetes authorization).
 pub(crate) async fn serve_guarded_forever(address: SocketAddr, observe: Observe, access: Access) {
     serve_forever_for(address, Endpoints::All, observe, Arc::default(), access).await
 }
 
-/// [`serve_forever`] for the probes alone (`metrics.probeAddress`), with their own connections.
+/// [`serve_forever_for`] for the probes alone (`metrics.probeAddress`), with their own connections.
 pub(crate) async fn serve_probes_forever(address: SocketAddr, observe: Observe) {
     serve_forever_for(
         address,
@@ -258,6 +204,10 @@ pub(crate) async fn serve_probes_forever(address: SocketAddr, observe: Observe) 
     .await
 }
 
+/// Serves `observe`'s `endpoints` on `address` for as long as the future runs, never failing:
+/// when the bind fails it logs the error (once per distinct error, with what to do), retries with
+/// a backoff of [`BIND_BACKOFF_FIRST`] doubling to [`BIND_BACKOFF_MAX`], and serves once bound.
+/// `observe.listening()` says where it listens. Never returns; drop (abort) it to stop.
 async fn serve_forever_for(
     address: SocketAddr,
     endpoints: Endpoints,
@@ -325,14 +275,6 @@ impl Server {
         self.address
     }
 
-    /// The same server serving at most `limit` connections at once (at least 1).
-    pub(crate) fn with_connection_limit(self, limit: usize) -> Self {
-        Server {
-            limit: limit.max(1),
-            ..self
-        }
-    }
-
     /// The same server counting into `stats`.
     pub(crate) fn with_stats(self, stats: Arc<Stats>) -> Self {
         Server { stats, ..self }
@@ -341,11 +283,6 @@ impl Server {
     /// The same server guarded by `access`.
     pub fn with_access(self, access: Access) -> Self {
         Server { access, ..self }
-    }
-
-    /// What it has done so far.
-    pub(crate) fn stats(&self) -> Arc<Stats> {
-        self.stats.clone()
     }
 
     /// Serves `observe` until the returned future is dropped (aborting the task that runs it
@@ -579,20 +516,6 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     response
 }
 
-/// The answer to one request.
-pub(crate) async fn respond(req: &Request<Incoming>, observe: &Observe) -> Response<Full<Bytes>> {
-    answer(req.method(), req.uri().path(), observe).await
-}
-
-/// The answer to `method` on `path`.
-pub(crate) async fn answer(
-    method: &Method,
-    path: &str,
-    observe: &Observe,
-) -> Response<Full<Bytes>> {
-    answer_for(method, path, observe, Endpoints::All).await
-}
-
 /// The answer to `method` on `path` of a listener serving `endpoints`.
 pub(crate) async fn answer_for(
     method: &Method,
@@ -652,6 +575,70 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const WAIT: Duration = Duration::from_secs(10);
+
+    /// What the server has done, read by the tests (the server only counts).
+    impl Stats {
+        /// Connections accepted so far.
+        fn accepted(&self) -> u64 {
+            self.accepted.load(Ordering::SeqCst)
+        }
+
+        /// Failed accepts so far.
+        fn accept_errors(&self) -> u64 {
+            self.accept_errors.load(Ordering::SeqCst)
+        }
+
+        /// Connections being served now.
+        fn open(&self) -> u64 {
+            self.open.load(Ordering::SeqCst)
+        }
+
+        /// The most connections ever served at once.
+        fn most_open(&self) -> u64 {
+            self.most_open.load(Ordering::SeqCst)
+        }
+
+        /// Failed binds so far.
+        fn binds_failed(&self) -> u64 {
+            self.binds_failed.load(Ordering::SeqCst)
+        }
+
+        /// Waits until `done(self)` holds, woken by every change of the counters; false after
+        /// `timeout`.
+        async fn wait_for(&self, timeout: Duration, done: impl Fn(&Stats) -> bool) -> bool {
+            tokio::time::timeout(timeout, async {
+                loop {
+                    let changed = self.changed.notified();
+                    if done(self) {
+                        return;
+                    }
+                    changed.await;
+                }
+            })
+            .await
+            .is_ok()
+        }
+    }
+
+    impl Server {
+        /// The same server serving at most `limit` connections at once (at least 1).
+        fn with_connection_limit(self, limit: usize) -> Self {
+            Server {
+                limit: limit.max(1),
+                ..self
+            }
+        }
+
+        /// What it has done so far.
+        fn stats(&self) -> Arc<Stats> {
+            self.stats.clone()
+        }
+    }
+
+    /// Serves everything on `address` counting into `stats`.
+    async fn serve_forever_with(address: SocketAddr, observe: Observe, stats: Arc<Stats>) {
+        serve_forever_for(address, Endpoints::All, observe, stats, Access::default()).await
+    }
 
     /// Sends a request for an unknown path and reads the status line of the answer.
     async fn ask(stream: &mut tokio::net::TcpStream) -> String {

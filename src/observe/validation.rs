@@ -161,6 +161,7 @@ impl ValidationMetrics {
     }
 
     /// The last success time of `resource` (for tests; `None` before the first pass).
+    #[cfg(test)]
     pub(crate) fn last_success(&self, resource: &str) -> Option<i64> {
         let l = ResourceLabel {
             resource: resource.to_string(),
@@ -169,6 +170,7 @@ impl ValidationMetrics {
     }
 
     /// The runs with `verdict` so far (for tests).
+    #[cfg(test)]
     pub(crate) fn runs(&self, verdict: &str) -> u64 {
         self.runs
             .get_or_create(&ResultLabel {
@@ -178,6 +180,7 @@ impl ValidationMetrics {
     }
 
     /// The last run's check results (for tests).
+    #[cfg(test)]
     pub(crate) fn checks(&self) -> BTreeMap<String, String> {
         self.checks
             .read()

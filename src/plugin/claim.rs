@@ -42,12 +42,15 @@ use crate::util::file_id::{file_id, FileId};
 #[derive(Debug)]
 pub(crate) struct DirLock {
     _files: Vec<File>,
+    /// The lock files, for the tests.
+    #[cfg_attr(not(test), allow(dead_code))]
     paths: Vec<PathBuf>,
 }
 
 impl DirLock {
     /// The lock files: the path lock, then the identity lock.
-    pub(crate) fn paths(&self) -> &[PathBuf] {
+    #[cfg(test)]
+    fn paths(&self) -> &[PathBuf] {
         &self.paths
     }
 }

@@ -75,12 +75,6 @@ impl LiveFaults {
             .expire(oldest_ms)
     }
 
-    /// How many records are kept, and their bytes.
-    pub(crate) fn size(&self) -> (usize, usize) {
-        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        (log.len(), log.bytes())
-    }
-
     /// Wakes the refresher (a rebuild with the kept records).
     fn wake(&self) {
         let wake = self.wake.lock().unwrap_or_else(|p| p.into_inner()).clone();

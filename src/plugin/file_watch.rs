@@ -446,13 +446,6 @@ impl FileWatch {
             }
         }
     }
-
-    /// Hands every subscriber `result` as if the watcher had reported it (for tests of how
-    /// consumers handle overflows and errors).
-    #[doc(hidden)]
-    pub(crate) fn inject(&self, result: notify::Result<notify::Event>) {
-        lock(&self.shared.state).route(result);
-    }
 }
 
 /// One consumer's view of the [`FileWatch`]; unsubscribes when dropped.
@@ -564,6 +557,14 @@ pub(crate) fn parent_dirs(files: &[PathBuf]) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl FileWatch {
+        /// Hands every subscriber `result` as if the watcher had reported it (for tests of how
+        /// consumers handle overflows and errors).
+        fn inject(&self, result: notify::Result<notify::Event>) {
+            lock(&self.shared.state).route(result);
+        }
+    }
 
     const HOUR: Duration = Duration::from_secs(3600);
 

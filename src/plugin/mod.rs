@@ -41,11 +41,6 @@ use crate::transport::Transport;
 use crate::util::retry::Backoff;
 use servable::Unservable;
 
-/// The kubelet's device-plugin directory on this OS (on Windows from `%SystemDrive%`).
-pub(crate) fn default_kubelet_dir() -> PathBuf {
-    crate::kubelet::paths::default_dir().path
-}
-
 /// The configuration reload the daemon runs (and supervises): where the configuration comes
 /// from, and where new ones are published.
 #[derive(Debug, Clone)]

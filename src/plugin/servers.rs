@@ -342,11 +342,6 @@ impl Servers {
         }
     }
 
-    /// The names served now.
-    pub(crate) fn wanted(&self) -> &[(Resource, String)] {
-        &self.wanted
-    }
-
     /// Brings the servers in line with the wanted names, the sockets and `kubelet.sock`: the
     /// whole state is compared, so it is also the fallback for missed events.
     pub(crate) fn check(&mut self) {
