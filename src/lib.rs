@@ -8,7 +8,7 @@
 //! - [`config`]: configuration layers (defaults, files, environment, flags) and their origins.
 //! - [`backend`]: where facts come from (snapshot file, built-in sample host, native Windows).
 //! - [`inventory`]: what is served (devices and configuration), built from the host facts.
-//! - [`supervisor`]: the task supervisor every long-lived task of the daemon runs under.
+//! - `supervisor`: the task supervisor every long-lived task of the daemon runs under.
 //! - [`plugin`]: device serving (device-plugin servers, file watch, gRPC service, registration,
 //!   kubelet restarts).
 //! - [`kubelet`]: the kubelet's v1beta1 API and an in-process kubelet stand-in.

@@ -3,20 +3,20 @@
 //! Lines are written by a dedicated thread, not by the task that logs: a log line costs the
 //! request path (Allocate logs one per call) a copy into a bounded queue, not a write to a pipe
 //! the container runtime may be slow to drain. The writer sleeps while there is nothing to write;
-//! woken by a line, it lets further lines gather for [`LINGER`] and writes them at once, so a
+//! woken by a line, it lets further lines gather for `LINGER` and writes them at once, so a
 //! burst costs one wake-up and one write.
 //!
-//! **Logging never waits for stderr.** The queue holds [`QUEUE_BYTES`]; when it is full (the
+//! **Logging never waits for stderr.** The queue holds `QUEUE_BYTES`; when it is full (the
 //! reader of stderr, e.g. a stuck log shipper, stopped reading) a new line is dropped and
-//! counted ([`lines_dropped`], the metric `dxdp_log_lines_dropped_total`), and once a write gets
+//! counted (`lines_dropped`, the metric `dxdp_log_lines_dropped_total`), and once a write gets
 //! through again the writer says how many were lost in one line ("N log lines dropped"). So
 //! Allocate, registration and the probes go on whatever the reader does.
 //!
 //! [`init`] returns a [`LogGuard`] that flushes the queue when dropped (keep it for the process's
 //! life); a panic, and [`flush`], flush it too, so the lines before a fatal error are out before
-//! the error message. Every flush waits at most a bounded time ([`FLUSH_TIMEOUT`]).
+//! the error message. Every flush waits at most a bounded time (`FLUSH_TIMEOUT`).
 //!
-//! A line on a latency-critical path (the one per Allocate) can be [`deferred`]: the caller
+//! A line on a latency-critical path (the one per Allocate) can be `deferred`: the caller
 //! queues the event itself, and the writer thread formats it, so the request path pays neither
 //! the formatting nor the filter. A deferred event that panics is caught: the writer goes on.
 
@@ -390,7 +390,7 @@ impl Write for Queued {
     }
 }
 
-/// Waits (at most [`FLUSH_TIMEOUT`]) until every line logged so far is written to stderr.
+/// Waits (at most `FLUSH_TIMEOUT`) until every line logged so far is written to stderr.
 /// Call it before writing a fatal error message directly to stderr.
 pub fn flush() {
     flush_within(FLUSH_TIMEOUT);

@@ -1,8 +1,8 @@
 //! Shutdown requests and the cleanup handshake: one future that completes on a stop signal
 //! (Unix: SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2 and every other signal whose default would
-//! end the process at once, see [`STOP_SIGNALS`]) or on Ctrl-C, Ctrl-Break, console close and
+//! end the process at once, see `STOP_SIGNALS`) or on Ctrl-C, Ctrl-Break, console close and
 //! system shutdown (Windows), and a way for the Windows console handler to wait until the daemon
-//! has cleaned up. SIGHUP asks for a configuration reload instead ([`reload_requests`]), as it
+//! has cleaned up. SIGHUP asks for a configuration reload instead (`reload_requests`), as it
 //! does for most daemons (NVIDIA's device plugin restarts itself on it).
 //!
 //! How hcsshim stops a HostProcess (job) container, from its source (microsoft/hcsshim,
@@ -14,8 +14,8 @@
 //! the job (dxdp) and terminates the job if they have not all exited within **5 s** — not the
 //! pod's grace period. Windows also ends a process as soon as its handler returns from
 //! `CTRL_CLOSE_EVENT`, `CTRL_LOGOFF_EVENT` or `CTRL_SHUTDOWN_EVENT`. So for those events the
-//! handler requests shutdown and then *blocks* until [`Coordinator::mark_done`] (called once the
-//! daemon has removed its sockets and ended its streams) or [`CLEANUP_BUDGET`] runs out, and
+//! handler requests shutdown and then *blocks* until `Coordinator::mark_done` (called once the
+//! daemon has removed its sockets and ended its streams) or `CLEANUP_BUDGET` runs out, and
 //! `dxdp plugin` installs the handler first thing ([`install`]).
 //!
 //! The pure part (event → action, the handshake) is tested on every target; only the handler
@@ -289,9 +289,9 @@ pub fn install() -> Result<(), String> {
     }
 }
 
-/// Completes on the first termination request: one of [`STOP_SIGNALS`] on Unix; Ctrl-C,
+/// Completes on the first termination request: one of `STOP_SIGNALS` on Unix; Ctrl-C,
 /// Ctrl-Break, console close or system/container shutdown on Windows. On Unix a SIGHUP
-/// meanwhile asks for a configuration reload ([`request_reload`]). The handlers are installed
+/// meanwhile asks for a configuration reload (`request_reload`). The handlers are installed
 /// by this call (it must be made inside the tokio runtime), not when the future is first
 /// polled, so call it as early as possible.
 pub fn signal() -> impl Future<Output = ()> + Send {

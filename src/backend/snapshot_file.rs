@@ -18,9 +18,9 @@ fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 /// Reads host facts from a snapshot file every time they are loaded; a change of the file's
-/// [`Stamp`] (size, modification time and, on Unix, identity and change time: an atomic replace
+/// `Stamp` (size, modification time and, on Unix, identity and change time: an atomic replace
 /// included) counts as a change of the facts.
-/// The file is read once it has settled (see [`read_settled`]), so a file being rewritten in
+/// The file is read once it has settled (see `read_settled`), so a file being rewritten in
 /// place is not taken half-written; only a regular file is read (a FIFO, socket or device is an
 /// error naming what it is, never a read that blocks), and at most `MAX_SNAPSHOT_BYTES`.
 #[derive(Debug)]

@@ -12,7 +12,7 @@
 //!   counts as shown;
 //! - without the API server (no `NODE_NAME` or credentials) the capacity is not checked:
 //!   `/readyz` keeps its meaning (registered and watched) and says so in its body; the same
-//!   when the Node could not be read within [`FIRST_READ_GRACE`] of the start (logged once).
+//!   when the Node could not be read within `FIRST_READ_GRACE` of the start (logged once).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -77,7 +77,7 @@ pub struct CapacityGate {
     pub inventory: InventoryRx,
     /// Where the verdict goes.
     pub readiness: Readiness,
-    /// How long to wait for a first read of the Node ([`FIRST_READ_GRACE`]).
+    /// How long to wait for a first read of the Node (`FIRST_READ_GRACE`).
     pub first_read_grace: Duration,
 }
 

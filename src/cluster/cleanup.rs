@@ -93,7 +93,7 @@ impl Cluster {
         }
     }
 
-    /// The names of every node dxdp left something on ([`has_dxdp_state`]), sorted.
+    /// The names of every node dxdp left something on (`has_dxdp_state`), sorted.
     pub async fn nodes_with_dxdp_state(&self) -> Result<Vec<String>, String> {
         let list = tokio::time::timeout(self.timeout, self.api.list(&ListParams::default()))
             .await

@@ -2,10 +2,10 @@
 //! (drain controllers, autoscalers, alerts on `kube_node_status_condition`) look, next to Node
 //! Problem Detector's:
 //!
-//! - [`HEALTHY`] `DirectXGPUHealthy`: `False` while any served device is Unhealthy (reason: the
+//! - `HEALTHY` `DirectXGPUHealthy`: `False` while any served device is Unhealthy (reason: the
 //!   health reason, `MultipleReasons` when they differ; the message names every device and
 //!   why), `True` otherwise, `Unknown` with `health.enabled: false`;
-//! - [`ISOLATION`] `DirectXGPUIsolation`: `False` while a GPU isolation violation lasts (from
+//! - `ISOLATION` `DirectXGPUIsolation`: `False` while a GPU isolation violation lasts (from
 //!   the isolation tracker's channel), `True` when none does, `Unknown` until the first audit
 //!   and with `telemetry.enabled: false` (no audit runs).
 //!
@@ -14,7 +14,7 @@
 //! writers' conditions are never sent, so nothing is overwritten and no `resourceVersion` race
 //! is lost. The Node is read before each write: a condition is only written when its status,
 //! reason or message differ, `lastTransitionTime` is kept while the status stays. Every
-//! [`RESYNC`] the Node is read again, so a condition removed by hand comes back.
+//! `RESYNC` the Node is read again, so a condition removed by hand comes back.
 //!
 //! Turned off (at start or by a reload), dxdp removes its two conditions (a strategic
 //! `$patch: delete` per type) if the Node has them; `dxdp cleanup` removes them at uninstall.
@@ -315,7 +315,7 @@ pub struct NodeConditions {
     pub metrics: HealthMetrics,
     /// Retries of failed calls.
     pub backoff: Backoff,
-    /// How often the Node is read again ([`RESYNC`]).
+    /// How often the Node is read again (`RESYNC`).
     pub resync: Duration,
 }
 

@@ -1,12 +1,12 @@
 //! The Kubernetes Events dxdp creates (isolation violations, unhealthy GPUs, failed validation):
-//! one builder, so that every Event is named, sourced and bounded the same way ([`warning`]),
-//! one limiter ([`EventGate`]: deduplication and a rate limit), one way to create an Event and
+//! one builder, so that every Event is named, sourced and bounded the same way (`warning`),
+//! one limiter (`EventGate`: deduplication and a rate limit), one way to create an Event and
 //! tell a refusal to drop from a failure to retry (`Cluster::post_event`), and one sender of a
-//! feature's Events that ties them together and counts every outcome ([`EventSender`]).
+//! feature's Events that ties them together and counts every outcome (`EventSender`).
 //!
 //! dxdp only creates Events (it never reads or updates one): each is a new object named as
 //! client-go names them (`<object>.<time in hex>`, within the 253 characters of a name), a
-//! `Warning` from the component `dxdp` on this node, its message cut at [`MESSAGE_MAX`] bytes.
+//! `Warning` from the component `dxdp` on this node, its message cut at `MESSAGE_MAX` bytes.
 //! dxdp needs `create` on events and nothing else, so repeats are counted in its metrics rather
 //! than in the Event's `count`. An Event the API server refuses (4xx other than 409 and 429) is
 //! dropped rather than retried, so that it holds back no other.

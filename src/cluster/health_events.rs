@@ -1,13 +1,13 @@
-//! Device health on the pods (`health.events`): a Warning Event [`EVENT_REASON`] on each pod
+//! Device health on the pods (`health.events`): a Warning Event `EVENT_REASON` on each pod
 //! container that holds an Unhealthy device, naming the device, the reason and since when
 //! ([`HealthEvents`]).
 //!
 //! Which pod container holds which device comes from the kubelet's PodResources `List` (replica
 //! IDs resolve to their physical device), asked whenever the served devices change while one is
-//! Unhealthy, and again every [`RELIST`] while one stays Unhealthy. One Event per start of
+//! Unhealthy, and again every `RELIST` while one stays Unhealthy. One Event per start of
 //! (pod container, device, reason): a device that stays Unhealthy gets no second Event, a new
 //! reason does. Sent, deduplicated and rate-limited exactly like the isolation Events (the same
-//! [`EventSender`] and [`EVENT_LIMITS`](super::events::EVENT_LIMITS)): no second Event for the
+//! `EventSender` and [`EVENT_LIMITS`](super::events::EVENT_LIMITS)): no second Event for the
 //! same key within the window, a burst then one a minute, a held-back Event sent later if the
 //! device is still Unhealthy and held. `health.events: false` sends none (counted `disabled`); every outcome is counted in
 //! `dxdp_health_events_total{result}`. API and PodResources failures are logged once per

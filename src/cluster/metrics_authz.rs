@@ -3,9 +3,9 @@
 //! (authentication.k8s.io/v1), and the user it names with a SubjectAccessReview
 //! (authorization.k8s.io/v1) for `get` on the non-resource URL of the request (`/metrics`).
 //!
-//! Decisions are cached per token and path for a short time ([`ALLOWED_TTL`], [`DENIED_TTL`]),
-//! at most [`CACHE_ENTRIES`] of them, keyed by a SHA-256 digest (the token itself is never
-//! kept). An API server that cannot be asked (unreachable, slow past [`CALL_TIMEOUT`], an
+//! Decisions are cached per token and path for a short time (`ALLOWED_TTL`, `DENIED_TTL`),
+//! at most `CACHE_ENTRIES` of them, keyed by a SHA-256 digest (the token itself is never
+//! kept). An API server that cannot be asked (unreachable, slow past `CALL_TIMEOUT`, an
 //! error answer) is never cached and makes the request answer `503`: the endpoint never opens
 //! because the API server is down.
 //!

@@ -2,7 +2,7 @@
 //! (in-cluster service account or `KUBECONFIG`, rustls), reading the Node, and applying dxdp's
 //! labels to it with server-side apply.
 //!
-//! - [`labels`]: keeps the Node's labels in step with the devices and the configuration;
+//! - `labels`: keeps the Node's labels in step with the devices and the configuration;
 //! - [`node`]: follows the Node (its labels select a named configuration);
 //! - [`events`]: what every Event dxdp creates shares (the Warning builder, the deduplication
 //!   and rate limit, creating one and classifying a refusal, the one sender of a feature's
@@ -15,10 +15,10 @@
 //! - [`conditions`]: the `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions
 //!   (`health.nodeConditions`);
 //! - [`capacity`]: `/readyz` waits for the Node to show the served resources as allocatable;
-//! - [`cleanup`]: takes dxdp's labels, taint and conditions off a node (`dxdp cleanup`);
+//! - `cleanup`: takes dxdp's labels, taint and conditions off a node (`dxdp cleanup`);
 //! - [`metrics_authz`]: TokenReview and SubjectAccessReview of `/metrics` requests
 //!   (`metrics.authorization: kubernetes`; unlike the rest, required once asked for);
-//! - [`validation`], [`validation_job`], [`validation_exe`], [`validation_task`]: the validation
+//! - [`validation`], [`validation_job`], `validation_exe`, `validation_task`: the validation
 //!   Job on this node (`validation.enabled`), its result as node labels, metrics and Events;
 //!
 //! Everything here is optional: without `NODE_NAME` or credentials the daemon serves devices
@@ -177,7 +177,7 @@ impl Cluster {
     }
 
     /// Applies `labels` as dxdp's complete set (server-side apply, field manager
-    /// [`FIELD_MANAGER`], forced): keys dxdp applied before and not now are removed.
+    /// `FIELD_MANAGER`, forced): keys dxdp applied before and not now are removed.
     pub async fn apply_labels(
         &self,
         labels: &BTreeMap<String, String>,

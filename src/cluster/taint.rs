@@ -3,10 +3,10 @@
 //! publishes, `telemetry::audit`, through the daemon's wiring).
 //!
 //! A read-modify-write of `spec.taints` with a JSON merge patch conditional on the Node's
-//! `resourceVersion` ([`Cluster::set_isolation_taint`]: the taints are one list on the API
+//! `resourceVersion` (`Cluster::set_isolation_taint`: the taints are one list on the API
 //! server, so a patch without the condition could drop a taint someone else added meanwhile). At
 //! start the node is reconciled once the first audit is known (at the latest after
-//! [`TAINT_START_GRACE`]): a taint an earlier run left is removed when no violation is known,
+//! `TAINT_START_GRACE`): a taint an earlier run left is removed when no violation is known,
 //! also with `policy: audit`. Once on, the taint stays at least [`TAINT_MIN_HOLD`] (with `policy:
 //! taint`); the Node is read again whenever a violation starts.
 //!

@@ -1,10 +1,10 @@
 //! Running one validation Job and publishing its result: create the Job
-//! ([`validation::job`](super::validation::job)), follow it and its pod until
-//! [`validation::judge`](super::validation::judge) gives a result (always, at the latest at its
+//! (`validation::job`), follow it and its pod until
+//! `validation::judge` gives a result (always, at the latest at its
 //! limit), and apply the result's node labels under their own field manager. Every API call has
 //! the cluster's call timeout; an API error is a result too (`unknown`, with the error).
 //!
-//! The daemon runs it from [`super::validation_task`] (`validation.enabled`).
+//! The daemon runs it from `super::validation_task` (`validation.enabled`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -89,7 +89,7 @@ pub(crate) async fn remove_labels(cluster: &Cluster) -> Result<(), ApiError> {
 }
 
 /// Applies the labels of `result` to the node (server-side apply, field manager
-/// [`LABEL_MANAGER`], forced): labels it no longer sets are removed.
+/// `LABEL_MANAGER`, forced): labels it no longer sets are removed.
 pub async fn publish_labels(cluster: &Cluster, result: &JobResult) -> Result<(), ApiError> {
     let set: BTreeMap<String, String> = labels(result, &LABELLED_APIS)
         .into_iter()

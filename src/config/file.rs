@@ -2,7 +2,7 @@
 //! configurations), and the reference plugin's per-plugin files (`WDDM_DEVICE_PLUGIN_CONFIG_FILE`,
 //! `MCDM_DEVICE_PLUGIN_CONFIG_FILE`). Strict: unknown keys, wrong types and out-of-range values
 //! are errors with the file, line and column ([`super::parse`]); the checked scalar values are in
-//! [`super::values`], the JSON Schema in [`super::schema`].
+//! [`super::values`], the JSON Schema in `super::schema`.
 
 use std::collections::BTreeMap;
 

@@ -552,7 +552,7 @@ pub(crate) const MAX_FILE_BYTES: u64 = 4 << 20;
 
 /// Reads a configuration file once it has settled: a regular file only (a FIFO, socket or
 /// device is an error naming what it is, never a read that blocks), at most
-/// [`MAX_FILE_BYTES`]. Blocks while a writer is at work (never on an async worker).
+/// `MAX_FILE_BYTES`. Blocks while a writer is at work (never on an async worker).
 pub fn read_file(path: &Path) -> Result<String, ConfigError> {
     read_settled(path).map_err(|e| ConfigError::Read {
         path: path.display().to_string(),

@@ -13,7 +13,7 @@
 //!    endpoints (they answer from the first moment; a guard that cannot be set up answers
 //!    `503` with the reason, the devices are served as usual);
 //! 3. on Windows the live GPU fault events from the event log, fed into device health;
-//! 4. device serving's start ([`plugin::serve::start`]): the first host read and the check that
+//! 4. device serving's start (`plugin::serve::start`): the first host read and the check that
 //!    the configuration can be served (with the top-level fallback);
 //! 5. the context: the validated configuration channel and the inventory channel, which
 //!    every feature reads (no task copies one channel into another);
@@ -21,7 +21,7 @@
 //!    labels and the node watch, GPU telemetry and the isolation audit (Events, taint), device
 //!    health on the cluster side (Events, node conditions, `/readyz` on the Node's capacity),
 //!    the in-cluster validation Jobs;
-//! 7. serving's main loop ([`plugin::serve::run`]) with the supervisor, until the stop.
+//! 7. serving's main loop (`plugin::serve::run`) with the supervisor, until the stop.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -360,7 +360,7 @@ impl Daemon {
 /// process's exit once the daemon has stopped: [`stop_runtime`].
 pub(crate) const RUNTIME_STOP_LIMIT: Duration = Duration::from_secs(2);
 
-/// Shuts `runtime` down once the daemon has returned, waiting at most [`RUNTIME_STOP_LIMIT`]
+/// Shuts `runtime` down once the daemon has returned, waiting at most `RUNTIME_STOP_LIMIT`
 /// for its blocking threads (dropping a runtime waits for them without limit, so one read hung
 /// in the OS would keep a stopped process alive until it is killed).
 pub fn stop_runtime(runtime: tokio::runtime::Runtime) {

@@ -7,10 +7,10 @@
 //!
 //! For `dxdp_pod_info` (opt-in), `RuntimeService/ListPodSandbox` answers each ready pod
 //! sandbox's pod (namespace, name, UID) and the pod's labels, which the kubelet copies onto the
-//! sandbox ([`list_sandboxes`], pure part [`sandboxes`]).
+//! sandbox (`list_sandboxes`, pure part `sandboxes`).
 //!
 //! The calls are local (a socket or named pipe on the node), needs no API server and no RBAC.
-//! [`list_pods`] calls it once, with a timeout; [`pods`] is the pure part, tested with recorded
+//! [`list_pods`] calls it once, with a timeout; `pods` is the pure part, tested with recorded
 //! answers. The generated types are in [`v1`] (from `proto/cri_runtime_v1.proto`, the subset of
 //! the published `k8s.io/cri-api` `runtime/v1/api.proto` that dxdp uses).
 

@@ -1,20 +1,20 @@
 //! The HTTP/1.1 servers of `--metrics-address`: `/metrics` (OpenMetrics text), `/healthz` and
-//! `/readyz`, and of `--probe-address`: `/healthz` and `/readyz` alone ([`Endpoints`]); GET and
+//! `/readyz`, and of `--probe-address`: `/healthz` and `/readyz` alone (`Endpoints`); GET and
 //! HEAD only, everything else 404 (unknown path) or 405 (other method).
 //!
 //! The probe listener exists so that metrics clients cannot starve the kubelet's probes: with
 //! one listener, 128 connections that send nothing held every connection slot and `/healthz`
-//! timed out until the kubelet restarted dxdp. It has its own [`MAX_PROBE_CONNECTIONS`] and a
-//! short [`PROBE_HEADER_TIMEOUT`]; bound to 127.0.0.1 (as the chart does) only the node itself
+//! timed out until the kubelet restarted dxdp. It has its own `MAX_PROBE_CONNECTIONS` and a
+//! short `PROBE_HEADER_TIMEOUT`; bound to 127.0.0.1 (as the chart does) only the node itself
 //! reaches it.
 //!
-//! It is optional and must never cost the node its GPUs: [`serve_forever_for`] binds, and when the
+//! It is optional and must never cost the node its GPUs: `serve_forever_for` binds, and when the
 //! address is taken logs once per distinct error and retries in the background with a capped
-//! backoff. At most [`MAX_CONNECTIONS`] connections are served at once: a connection beyond that
+//! backoff. At most `MAX_CONNECTIONS` connections are served at once: a connection beyond that
 //! is not accepted until one ends (it waits in the kernel's backlog, costing the process no
 //! memory and no descriptor), and connections accepted near the cap are closed after one answer
 //! so that waiting ones get their turn. An accept error (out of descriptors, `EMFILE`) backs off
-//! ([`ACCEPT_BACKOFF_FIRST`] doubling to [`ACCEPT_BACKOFF_MAX`]) instead of spinning.
+//! (`ACCEPT_BACKOFF_FIRST` doubling to `ACCEPT_BACKOFF_MAX`) instead of spinning.
 
 use std::convert::Infallible;
 use std::future::Future;

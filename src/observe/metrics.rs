@@ -281,7 +281,7 @@ impl Metrics {
         }
     }
 
-    /// The OpenMetrics text of every metric (serve it as [`CONTENT_TYPE`]).
+    /// The OpenMetrics text of every metric (serve it as `CONTENT_TYPE`).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.

@@ -1,7 +1,7 @@
 //! Observability of the daemon: Prometheus metrics ([`metrics`], GPU telemetry in
-//! [`telemetry_metrics`], the GPU isolation audit in [`isolation_metrics`], the outcome of
+//! `telemetry_metrics`, the GPU isolation audit in [`isolation_metrics`], the outcome of
 //! Events in [`event_metrics`]), what `/healthz` and `/readyz` answer ([`state`]), the HTTP
-//! server that serves them ([`http`]) and the endpoint task with its guard ([`endpoint`]).
+//! server that serves them ([`http`]) and the endpoint task with its guard (`endpoint`).
 //!
 //! One [`Observe`] handle is made per daemon and passed to it through
 //! [`crate::plugin::PluginConfig`]; the daemon's parts record into it, the server reads it. It

@@ -5,7 +5,7 @@
 //!
 //! [`WebConfig::load`] reads and checks the file and every file it names; an invalid one is an
 //! error naming the file and the key ([`WebConfigError`]). [`Web`] holds the configuration in
-//! force and, before a connection is served, at most once per [`RECHECK`], looks whether the
+//! force and, before a connection is served, at most once per `RECHECK`, looks whether the
 //! web configuration file or a file it names changed (size, modification time, identity): a
 //! changed set is loaded again, so a rotated certificate (cert-manager writes the Secret, the
 //! kubelet swaps the volume's files) is used from the next connection on, without a restart. A

@@ -3,12 +3,12 @@
 //!
 //! The lock is keyed by what the directory *is*, not by how it is spelled, so that a symlink,
 //! `x/../K`, a bind mount or another case on Windows all take the same lock. It is two lock
-//! files, both taken, in one directory every instance on the host sees ([`lock_dir`]; never
+//! files, both taken, in one directory every instance on the host sees (`lock_dir`; never
 //! under the per-process `TMPDIR`):
 //!
 //! - `path-<hash>.lock`: the directory's canonical path (symlinks and `..` resolved; case-folded
 //!   on Windows). It also holds while the kubelet deletes and recreates the directory;
-//! - `id-<volume>-<file>.lock`: the directory's identity ([`crate::util::file_id`]: device and
+//! - `id-<volume>-<file>.lock`: the directory's identity (`crate::util::file_id`: device and
 //!   inode on Unix, volume serial number and file ID on Windows), which a bind mount (or any
 //!   other path to the same directory) shares.
 //!

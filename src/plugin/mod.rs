@@ -3,17 +3,17 @@
 //! tasks that end or panic.
 //!
 //! By job:
-//! - [`serve`]: serving's start, its supervised tasks and its main loop;
-//! - [`servers`]: one socket, gRPC server and registration per served name;
+//! - `serve`: serving's start, its supervised tasks and its main loop;
+//! - `servers`: one socket, gRPC server and registration per served name;
 //! - [`answer`]: the generated `v1beta1.DevicePlugin` server, with Allocate answers
 //!   pre-encoded;
-//! - [`file_watch`]: the one file-watch component (re-watch, rescan, safety tick);
+//! - `file_watch`: the one file-watch component (re-watch, rescan, safety tick);
 //! - [`claim`]: one daemon per kubelet directory (lock), socket names, stale sockets;
 //! - [`servable`]: whether a configuration can be served, at start and on reload;
 //! - [`refresher`]: the devices served (`crate::inventory`), refreshed on host events;
-//! - [`faults`]: live GPU fault events from the Windows event log, fed into the inventory;
-//! - [`reload`]: configuration hot reload;
-//! - [`register`]: `Register` calls with fast retry and backoff;
+//! - `faults`: live GPU fault events from the Windows event log, fed into the inventory;
+//! - `reload`: configuration hot reload;
+//! - `register`: `Register` calls with fast retry and backoff;
 //! - [`service`]: the gRPC service.
 
 pub mod answer;
@@ -73,7 +73,7 @@ pub struct PluginConfig {
     pub observe: Observe,
     /// The file watch every part of the daemon shares.
     pub(crate) file_watch: file_watch::FileWatch,
-    /// Where the lock of the kubelet directory is kept ([`claim::lock_dir`]).
+    /// Where the lock of the kubelet directory is kept (`claim::lock_dir`).
     pub lock_dir: PathBuf,
     /// How the plugin's sockets are bound and `kubelet.sock` is dialled: AF_UNIX, always, for
     /// the `dxdp` binary; [`Transport::Loopback`] only for tests that run where AF_UNIX is
@@ -86,7 +86,7 @@ pub struct PluginConfig {
     /// may take: past it, while still starting, `/healthz` fails with what the start is doing.
     pub start_deadline: Duration,
     /// How often a metrics endpoint whose guard could not be set up tries again
-    /// ([`crate::observe::endpoint::GUARD_RETRY`]).
+    /// (`crate::observe::endpoint::GUARD_RETRY`).
     pub guard_retry: Duration,
 }
 

@@ -5,7 +5,7 @@
 //! on a channel for the Kubernetes side: Events on the pod (`cluster::isolation_events`), the node
 //! taint (`cluster::taint`) and the node condition (`cluster::conditions`).
 //!
-//! A violation lasts from the first sample that shows it until [`CLEAN_TO_END`] judged samples
+//! A violation lasts from the first sample that shows it until `CLEAN_TO_END` judged samples
 //! in a row do not (so that use that is brief but frequent does not flap). Nothing is judged
 //! unless every attribution source (the kubelet's PodResources, the containers' process lists,
 //! CRI) answered in that same sample: with an old answer a new pod would look unallocated and a
@@ -50,7 +50,7 @@ pub(crate) const CLEAN_TO_END: u32 = 3;
 /// The shortest time without a judged sample after which every violation ends.
 pub(crate) const STALE_MIN: Duration = Duration::from_secs(300);
 
-/// How long violations stand without a judged sample: `max(`[`STALE_MIN`]`, 10 × interval)`.
+/// How long violations stand without a judged sample: `max(``STALE_MIN``, 10 × interval)`.
 pub fn stale_after(interval: Duration) -> Duration {
     STALE_MIN.max(interval.saturating_mul(10))
 }

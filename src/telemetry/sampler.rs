@@ -8,7 +8,7 @@
 //! (stale figures would mislead). A PodResources, CRI or HCS failure keeps the last answer, is
 //! counted (`dxdp_telemetry_{pod_resources,cri,hcs}_calls_total{result}`), warned about once
 //! per outage and backs off the same way. Device serving never waits for any of it. In the daemon,
-//! the isolation audit is fed after every successful sample ([`run_with`]).
+//! the isolation audit is fed after every successful sample (`run_with`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -58,7 +58,7 @@ pub enum Devices {
     /// disturb the daemon's device watching (on Windows, a collection replaces the DXCore session
     /// and resets the health poll).
     Daemon(InventoryRx),
-    /// Host facts collected by the sampler itself, every [`DEVICES_REFRESH`] (for `dxdp top`, a
+    /// Host facts collected by the sampler itself, every `DEVICES_REFRESH` (for `dxdp top`, a
     /// process of its own).
     Host(Arc<dyn HostFactsSource>),
 }

@@ -199,7 +199,7 @@ pub fn parse_endpoint(endpoint: &str) -> Result<(String, String), String> {
     Ok((address.to_string(), path.to_string()))
 }
 
-/// Reads `/metrics` from a running daemon (plain HTTP/1.0 GET, [`SCRAPE_TIMEOUT`]).
+/// Reads `/metrics` from a running daemon (plain HTTP/1.0 GET, `SCRAPE_TIMEOUT`).
 pub async fn fetch(endpoint: &str) -> Result<String, String> {
     let (address, path) = parse_endpoint(endpoint)?;
     let get = async {

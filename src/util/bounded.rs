@@ -1,9 +1,9 @@
 //! Blocking work with a time limit: the one way the daemon reads host files and host facts
 //! (the host snapshot, the Windows host scan, the configuration files).
 //!
-//! [`run_blocking`] runs a blocking closure on tokio's blocking threads ([`run_thread`] on a
+//! `run_blocking` runs a blocking closure on tokio's blocking threads ([`run_thread`] on a
 //! thread of its own, before the async runtime exists) and waits for it at most a given time; past it the caller gets [`Overdue::TimedOut`], naming what timed out,
-//! and goes on (the thread cannot be stopped: it is left to finish on its own). [`Lane`] is the
+//! and goes on (the thread cannot be stopped: it is left to finish on its own). `Lane` is the
 //! same for a caller that reads the same thing again and again (the refresher, the
 //! configuration reload): while an earlier call that timed out has still not returned, it starts
 //! no second one ([`Overdue::StillRunning`]), so a hung file system or driver costs one thread,
@@ -79,7 +79,7 @@ async fn wait<T>(handle: &mut JoinHandle<T>, limit: Duration, what: &str) -> Res
     }
 }
 
-/// [`run_blocking`] for code that has no async runtime yet (the configuration read before the
+/// `run_blocking` for code that has no async runtime yet (the configuration read before the
 /// daemon starts): `f` runs on a thread of its own, left running past `limit`.
 pub fn run_thread<T, F>(limit: Duration, what: &str, f: F) -> Result<T, Overdue>
 where

@@ -4,8 +4,8 @@
 //! service account token) appear at their `mountPath` on containerd 1.7 and later, but under the
 //! container's sandbox mount point (`%CONTAINER_SANDBOX_MOUNT_POINT%\<mountPath without the
 //! drive>`) on containerd 1.6. The one owner of that variable and of the path mapping: the
-//! configuration looks its files up with [`resolve`], the cluster client the service account with
-//! [`under_sandbox`]. Outside a HostProcess container the variable is unset and paths are used
+//! configuration looks its files up with `resolve`, the cluster client the service account with
+//! `under_sandbox`. Outside a HostProcess container the variable is unset and paths are used
 //! as given.
 
 use std::path::{Path, PathBuf};
