@@ -268,6 +268,7 @@ pub(crate) fn reload_requests() -> watch::Receiver<u64> {
 }
 
 /// Asks whoever follows [`reload_requests`] to re-read the configuration now.
+#[cfg_attr(not(unix), allow(dead_code))] // SIGHUP asks for it (Unix)
 pub(crate) fn request_reload() {
     reloads().send_modify(|n| *n = n.wrapping_add(1));
 }

@@ -690,7 +690,7 @@ pub(crate) mod imp {
 
     /// An accepted or connected AF_UNIX stream with tokio's I/O traits.
     #[derive(Debug)]
-    pub(crate) struct Conn(Compat<Async<SocketStream>>);
+    pub struct Conn(Compat<Async<SocketStream>>);
 
     impl Conn {
         fn new(stream: uds_windows::UnixStream) -> io::Result<Self> {
@@ -736,7 +736,7 @@ pub(crate) mod imp {
 
     /// A listening socket.
     #[derive(Debug)]
-    pub(crate) struct Listener(Async<SocketListener>);
+    pub struct Listener(Async<SocketListener>);
 
     /// Binds a listening socket at `path` (which must not exist).
     pub(crate) fn bind(path: &Path) -> io::Result<Listener> {

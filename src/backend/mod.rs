@@ -121,7 +121,7 @@ fn native_counters() -> Result<Box<dyn counters::CounterSource>, String> {
 /// The live source of the containers' process lists: HCS on Windows, else none (with the
 /// reason).
 #[cfg(windows)]
-pub(crate) fn native_containers() -> Result<Box<dyn counters::ContainerSource>, String> {
+pub fn native_containers() -> Result<Box<dyn counters::ContainerSource>, String> {
     windows::hcs::HcsContainers::open()
         .map(|s| Box::new(s) as Box<dyn counters::ContainerSource>)
         .map_err(|e| e.to_string())

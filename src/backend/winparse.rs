@@ -53,8 +53,6 @@ pub mod reg_type {
     pub(crate) const SZ: u32 = 1;
     /// `REG_EXPAND_SZ`.
     pub(crate) const EXPAND_SZ: u32 = 2;
-    /// `REG_BINARY`.
-    pub(crate) const BINARY: u32 = 3;
     /// `REG_DWORD`.
     pub(crate) const DWORD: u32 = 4;
     /// `REG_DWORD_BIG_ENDIAN`.
@@ -183,6 +181,7 @@ fn devprop_check(
 }
 
 /// A `DEVPROP_TYPE_UINT64` property (the adapter LUID).
+#[cfg(test)]
 pub(crate) fn devprop_u64(kind: u32, bytes: &[u8]) -> Result<u64, String> {
     devprop_check(kind, devprop_type::UINT64, bytes, Some(8))?;
     u64_le(bytes).ok_or_else(|| "UINT64 value is truncated".into())
@@ -355,6 +354,7 @@ pub fn luid_from_i64(luid: i64) -> (u32, i32) {
 /// `D3DDDI_QUERYREGISTRY_INFO` layout: the union holding the output starts at byte 544.
 pub(crate) mod query_registry {
     /// Offset of `QueryType`.
+    #[cfg(test)]
     pub(crate) const QUERY_TYPE: usize = 0;
     /// Offset of `OutputValueSize`.
     pub(crate) const OUTPUT_VALUE_SIZE: usize = 536;
@@ -658,6 +658,7 @@ pub(crate) struct PdhCounterAnswer {
 
 impl PdhCounterAnswer {
     /// A counter whose set has instances: `PDH_MORE_DATA`, then the items.
+    #[cfg(test)]
     pub(crate) fn items(items: Vec<PdhRawItem>) -> Self {
         PdhCounterAnswer {
             status: pdh_status::MORE_DATA,
