@@ -17,11 +17,11 @@ pub struct Inventory {
     /// The devices.
     pub discovery: Discovery,
     /// The configuration in force.
-    pub config: Arc<Config>,
+    pub(crate) config: Arc<Config>,
     /// The assignment mode in force (`auto` resolved against the host's HCS schema).
-    pub assignment: Assignment,
+    pub(crate) assignment: Assignment,
     /// The host's operating system facts (what a new configuration is validated against).
-    pub os: dxdp_core::facts::OsFacts,
+    pub(crate) os: dxdp_core::facts::OsFacts,
     /// The recorded fault events that are not ignored, with the devices each applies to.
     pub faults: Vec<dxdp_core::health::Hit>,
     /// When a device's fault-driven Unhealthy spell ends (ms since the epoch): rebuild then.
@@ -29,7 +29,7 @@ pub struct Inventory {
 }
 
 /// Receives the current inventory and every change.
-pub type InventoryRx = watch::Receiver<Arc<Inventory>>;
+pub(crate) type InventoryRx = watch::Receiver<Arc<Inventory>>;
 
 /// Builds the inventory for `facts` under `config`, with the notices to show the operator (the
 /// pipeline's warnings, and what `auto` assignment fell back to).

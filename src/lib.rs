@@ -8,7 +8,7 @@
 //! - [`config`]: configuration layers (defaults, files, environment, flags) and their origins.
 //! - [`backend`]: where facts come from (snapshot file, built-in sample host, native Windows).
 //! - [`inventory`]: what is served (devices and configuration), built from the host facts.
-//! - [`supervisor`]: the task supervisor every long-lived task of the daemon runs under.
+//! - `supervisor`: the task supervisor every long-lived task of the daemon runs under.
 //! - [`plugin`]: device serving (device-plugin servers, file watch, gRPC service, registration,
 //!   kubelet restarts).
 //! - [`context`]: what every feature of the running daemon reads, built once by the daemon.
@@ -44,7 +44,7 @@ pub mod output;
 pub mod plugin;
 pub mod render;
 pub mod shutdown;
-pub mod supervisor;
+pub(crate) mod supervisor;
 pub mod telemetry;
 pub mod tools;
 pub mod transport;

@@ -3,20 +3,20 @@
 //! Lines are written by a dedicated thread, not by the task that logs: a log line costs the
 //! request path (Allocate logs one per call) a copy into a bounded queue, not a write to a pipe
 //! the container runtime may be slow to drain. The writer sleeps while there is nothing to write;
-//! woken by a line, it lets further lines gather for [`LINGER`] and writes them at once, so a
+//! woken by a line, it lets further lines gather for `LINGER` and writes them at once, so a
 //! burst costs one wake-up and one write.
 //!
-//! **Logging never waits for stderr.** The queue holds [`QUEUE_BYTES`]; when it is full (the
+//! **Logging never waits for stderr.** The queue holds `QUEUE_BYTES`; when it is full (the
 //! reader of stderr, e.g. a stuck log shipper, stopped reading) a new line is dropped and
-//! counted ([`lines_dropped`], the metric `dxdp_log_lines_dropped_total`), and once a write gets
+//! counted (`lines_dropped`, the metric `dxdp_log_lines_dropped_total`), and once a write gets
 //! through again the writer says how many were lost in one line ("N log lines dropped"). So
 //! Allocate, registration and the probes go on whatever the reader does.
 //!
 //! [`init`] returns a [`LogGuard`] that flushes the queue when dropped (keep it for the process's
 //! life); a panic, and [`flush`], flush it too, so the lines before a fatal error are out before
-//! the error message. Every flush waits at most a bounded time ([`FLUSH_TIMEOUT`]).
+//! the error message. Every flush waits at most a bounded time (`FLUSH_TIMEOUT`).
 //!
-//! A line on a latency-critical path (the one per Allocate) can be [`deferred`]: the caller
+//! A line on a latency-critical path (the one per Allocate) can be `deferred`: the caller
 //! queues the event itself, and the writer thread formats it, so the request path pays neither
 //! the formatting nor the filter. A deferred event that panics is caught: the writer goes on.
 
@@ -71,7 +71,7 @@ pub struct LogLevelError {
 }
 
 /// The plain levels.
-pub const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+pub(crate) const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
 
 /// Checks a log level or filter and builds it. A bare word must be a level: tracing would take
 /// any other word (`verbose`) as a target name and silence every dxdp log line. A filter must be
@@ -79,7 +79,7 @@ pub const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"]
 /// filter parser slices text by byte offsets and panics inside a multi-byte character (the
 /// filter `x, a [\u{85}{` did), so such text is refused here, and a panic of the parser on
 /// anything else is caught and refused too.
-pub fn filter(level: &str) -> Result<EnvFilter, LogLevelError> {
+pub(crate) fn filter(level: &str) -> Result<EnvFilter, LogLevelError> {
     let err = |reason: String| LogLevelError {
         level: printable(level),
         reason,
@@ -120,7 +120,7 @@ fn printable(text: &str) -> String {
 }
 
 /// The most bytes of log lines waiting to be written; a line that does not fit is dropped.
-pub const QUEUE_BYTES: usize = 256 * 1024;
+pub(crate) const QUEUE_BYTES: usize = 256 * 1024;
 
 /// The most bytes queued by the writer thread itself (the deferred events it formats, its own
 /// notices): it must not drop the deferred lines it takes on only because other tasks filled the
@@ -129,16 +129,16 @@ const WRITER_QUEUE_BYTES: usize = 2 * QUEUE_BYTES;
 
 /// How long the writer lets lines gather after the first one before it writes them: a burst of
 /// lines (one per Allocate) costs one wake-up and one write, not one each.
-pub const LINGER: Duration = Duration::from_millis(2);
+pub(crate) const LINGER: Duration = Duration::from_millis(2);
 
 /// The longest a flush waits for the writer (stderr may be a pipe nobody reads).
-pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// An event to log on the writer thread.
 type Event = Box<dyn FnOnce() + Send>;
 
 /// The most events [`deferred`] queues; beyond, the caller logs it at once.
-pub const DEFERRED_EVENTS: usize = 4096;
+pub(crate) const DEFERRED_EVENTS: usize = 4096;
 
 /// What the writer has to say about itself, as a log line of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,7 +362,7 @@ fn writer() -> Option<&'static Writer> {
 
 /// Log lines dropped since the process started because stderr was not read fast enough (the
 /// queue was full) or failed: `dxdp_log_lines_dropped_total`.
-pub fn lines_dropped() -> u64 {
+pub(crate) fn lines_dropped() -> u64 {
     WRITER.get().map_or(0, |w| {
         w.queue.dropped.load(std::sync::atomic::Ordering::Relaxed)
     })
@@ -390,7 +390,7 @@ impl Write for Queued {
     }
 }
 
-/// Waits (at most [`FLUSH_TIMEOUT`]) until every line logged so far is written to stderr.
+/// Waits (at most `FLUSH_TIMEOUT`) until every line logged so far is written to stderr.
 /// Call it before writing a fatal error message directly to stderr.
 pub fn flush() {
     flush_within(FLUSH_TIMEOUT);
@@ -413,7 +413,7 @@ pub fn flush_within(timeout: Duration) -> bool {
 /// follow lines other tasks logged meanwhile. Without a writer thread, or with
 /// [`DEFERRED_EVENTS`] already queued, `event` runs at once. [`flush`] waits for deferred events
 /// too. Guard the call with `tracing::enabled!` so that a filtered-out line costs nothing.
-pub fn deferred(event: impl FnOnce() + Send + 'static) {
+pub(crate) fn deferred(event: impl FnOnce() + Send + 'static) {
     let event: Event = Box::new(event);
     let rejected = match WRITER.get() {
         Some(w) if std::thread::current().id() != w.thread => w.queue.defer(event).err(),
@@ -478,7 +478,7 @@ pub fn init(format: LogFormat, level: &str) -> Result<LogGuard, LogLevelError> {
 
 /// Whether to colour output: only on a terminal, and never when `NO_COLOR` is set to anything
 /// but the empty string (<https://no-color.org>).
-pub fn colour(is_terminal: bool) -> bool {
+pub(crate) fn colour(is_terminal: bool) -> bool {
     is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 

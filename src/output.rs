@@ -13,7 +13,7 @@ use serde::{Serialize, Serializer};
 use dxdp_core::devices::{Device, Excluded, Warning};
 
 /// The `apiVersion` of every document.
-pub const API_VERSION: &str = "dxdp/v1";
+pub(crate) const API_VERSION: &str = "dxdp/v1";
 
 /// A field that always serialises to one string, with a `const` schema.
 macro_rules! const_string {
@@ -24,7 +24,7 @@ macro_rules! const_string {
 
         impl $name {
             /// The string.
-            pub const VALUE: &'static str = $value;
+            pub(crate) const VALUE: &'static str = $value;
         }
 
         impl Serialize for $name {
@@ -88,18 +88,18 @@ const_string!(
 #[schemars(rename = "Discovery")]
 pub struct DiscoveryDoc<'a> {
     /// Always `dxdp/v1`.
-    pub api_version: ApiVersion,
+    pub(crate) api_version: ApiVersion,
     /// Always `Discovery`.
-    pub kind: DiscoveryKind,
+    pub(crate) kind: DiscoveryKind,
     /// Devices, ordered by location path. Only those whose `resource` is not null are
     /// advertised to the kubelet.
-    pub devices: &'a [Device],
+    pub(crate) devices: &'a [Device],
     /// Adapters that were left out, and why.
-    pub excluded: &'a [Excluded],
+    pub(crate) excluded: &'a [Excluded],
     /// Things an operator should know; each `code` is listed in docs/troubleshooting.md.
-    pub warnings: &'a [Warning],
+    pub(crate) warnings: &'a [Warning],
     /// True when dxdp itself runs inside a container (driver store under `HostDriverStore`).
-    pub in_container: bool,
+    pub(crate) in_container: bool,
 }
 
 /// Counts of the checks by status.
@@ -180,27 +180,27 @@ pub struct ConfigurationDoc {
 /// A device selected by `dxdp mounts`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct MountsDevice {
+pub(crate) struct MountsDevice {
     /// Human description.
-    pub description: String,
+    pub(crate) description: String,
     /// The containerd device string `vpci-location-path://<location path>`.
-    pub host_path: String,
+    pub(crate) host_path: String,
     /// The kubelet device ID.
-    pub id: String,
+    pub(crate) id: String,
     /// The device node's location path.
-    pub location_path: String,
+    pub(crate) location_path: String,
 }
 
 /// A read-only bind mount of one runtime file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct Mount {
+pub(crate) struct Mount {
     /// The path in the container (`C:\Windows\System32\...`).
-    pub destination: String,
+    pub(crate) destination: String,
     /// Always true: runtime files are mounted read-only.
-    pub read_only: bool,
+    pub(crate) read_only: bool,
     /// The file on the host (in the driver store).
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// `dxdp mounts --format json`: the selected devices and the mounts that give a container them.
@@ -208,18 +208,18 @@ pub struct Mount {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(rename = "Mounts")]
-pub struct MountsDoc {
+pub(crate) struct MountsDoc {
     /// Always `dxdp/v1`.
-    pub api_version: ApiVersion,
+    pub(crate) api_version: ApiVersion,
     /// Always `Mounts`.
-    pub kind: MountsKind,
+    pub(crate) kind: MountsKind,
     /// The selected devices.
-    pub devices: Vec<MountsDevice>,
+    pub(crate) devices: Vec<MountsDevice>,
     /// The runtime files to bind-mount, exactly as the plugin's Allocate returns them.
-    pub mounts: Vec<Mount>,
+    pub(crate) mounts: Vec<Mount>,
     /// The device strings the container runtime gets: one `vpci-location-path://...` per
     /// device, or the display-adapter class (`class/5B45201D-...`) with assignment class-guid.
-    pub container_devices: Vec<String>,
+    pub(crate) container_devices: Vec<String>,
 }
 
 /// What `dxdp audit` looked at.
@@ -246,15 +246,6 @@ pub enum AuditVerdict {
 }
 
 impl AuditVerdict {
-    /// `clean`, `violations` or `unknown`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuditVerdict::Clean => "clean",
-            AuditVerdict::Violations => "violations",
-            AuditVerdict::Unknown => "unknown",
-        }
-    }
-
     /// 0, 1 or 3 (docs/tools.md#exit-codes).
     pub fn exit_code(self) -> u8 {
         match self {
@@ -295,17 +286,17 @@ pub struct AuditDoc {
 /// without hints, one it can see.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ValidatedDevice {
+pub(crate) struct ValidatedDevice {
     /// The LUID as `DXDP_ADAPTER_LUIDS` writes it (signed 64-bit decimal).
-    pub luid: i64,
+    pub(crate) luid: i64,
     /// The adapter's description where it is visible, else empty.
-    pub model: String,
+    pub(crate) model: String,
     /// The device ID (`DXDP_DEVICE_IDS`), when given.
-    pub device_id: Option<String>,
+    pub(crate) device_id: Option<String>,
     /// The location path (`DXDP_LOCATION_PATHS`), when given.
-    pub location_path: Option<String>,
+    pub(crate) location_path: Option<String>,
     /// The vendor (`DXDP_VENDOR`), when given.
-    pub vendor: Option<String>,
+    pub(crate) vendor: Option<String>,
 }
 
 /// `dxdp validate -o json`: whether the GPUs a container was given, and their APIs, work in it.
@@ -314,23 +305,23 @@ pub struct ValidatedDevice {
 #[schemars(rename = "Validation")]
 pub struct ValidationDoc {
     /// Always `dxdp/v1`.
-    pub api_version: ApiVersion,
+    pub(crate) api_version: ApiVersion,
     /// Always `Validation`.
-    pub kind: ValidationKind,
+    pub(crate) kind: ValidationKind,
     /// `pass` (exit code 0), `fail` (a check failed or timed out, exit code 1) or `unknown`
     /// (nothing failed but a check could not tell, exit code 3).
     pub verdict: dxdp_core::validation::Verdict,
     /// The checks that decided a `fail` or `unknown` verdict, in order.
-    pub failed: Vec<String>,
+    pub(crate) failed: Vec<String>,
     /// How the adapters were enumerated (DXCore, or DXGI where DXCore cannot be loaded).
-    pub source: String,
+    pub(crate) source: String,
     /// The devices checked.
-    pub devices: Vec<ValidatedDevice>,
+    pub(crate) devices: Vec<ValidatedDevice>,
     /// Every check, in the order run: `adapters`, `d3d12` (one per device), `runtime-files`,
     /// then the vendor APIs.
     pub checks: Vec<dxdp_core::validation::CheckResult>,
     /// What an operator should know to read the result.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Pretty JSON with a final newline.
@@ -415,21 +406,21 @@ pub struct Check {
 #[serde(rename_all = "camelCase")]
 pub struct HcsReport {
     /// OS product name.
-    pub product_name: Option<String>,
+    pub(crate) product_name: Option<String>,
     /// OS display version.
-    pub display_version: Option<String>,
+    pub(crate) display_version: Option<String>,
     /// OS build (`10.0.20348.1547`).
-    pub build: Option<String>,
+    pub(crate) build: Option<String>,
     /// Supported schema versions, highest minor per major.
-    pub hcs_schema_versions: Vec<String>,
+    pub(crate) hcs_schema_versions: Vec<String>,
     /// The highest schema version.
-    pub highest_schema: Option<String>,
+    pub(crate) highest_schema: Option<String>,
     /// Whether `vpci-location-path` assignment works.
-    pub location_path_assignment: bool,
+    pub(crate) location_path_assignment: bool,
     /// `location-path`, `class-guid`, or null when HCS is unavailable.
-    pub recommended_assignment: Option<String>,
+    pub(crate) recommended_assignment: Option<String>,
     /// One line for people.
-    pub verdict: String,
+    pub(crate) verdict: String,
 }
 
 /// What the configured assignment mode does on a host.
@@ -448,7 +439,7 @@ pub struct AssignmentVerdict {
 
 /// Text for people: left-aligned columns separated by two spaces, each as wide as its widest
 /// cell (in characters); the last column is not padded.
-pub fn table(rows: &[Vec<String>]) -> String {
+pub(crate) fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {

@@ -220,7 +220,7 @@ fn runtime_file_text(f: &RuntimeFile) -> String {
 use dxdp_core::quote::clean;
 
 /// One line describing the OS.
-pub fn os_line(os: &OsFacts) -> String {
+pub(crate) fn os_line(os: &OsFacts) -> String {
     let mut parts = Vec::new();
     parts.push(
         os.product_name
@@ -241,12 +241,12 @@ pub fn os_line(os: &OsFacts) -> String {
 }
 
 /// A LUID as every text of dxdp writes it (`0x00000000_0x006B8B86`, [`dxdp_core::luid`]).
-pub fn luid_text(luid: i64) -> String {
+pub(crate) fn luid_text(luid: i64) -> String {
     dxdp_core::luid::label(luid)
 }
 
 /// Bytes as GiB or MiB.
-pub fn memory_text(bytes: u64) -> String {
+pub(crate) fn memory_text(bytes: u64) -> String {
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
     if bytes == 0 {

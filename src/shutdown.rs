@@ -1,8 +1,8 @@
 //! Shutdown requests and the cleanup handshake: one future that completes on a stop signal
 //! (Unix: SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2 and every other signal whose default would
-//! end the process at once, see [`STOP_SIGNALS`]) or on Ctrl-C, Ctrl-Break, console close and
+//! end the process at once, see `STOP_SIGNALS`) or on Ctrl-C, Ctrl-Break, console close and
 //! system shutdown (Windows), and a way for the Windows console handler to wait until the daemon
-//! has cleaned up. SIGHUP asks for a configuration reload instead ([`reload_requests`]), as it
+//! has cleaned up. SIGHUP asks for a configuration reload instead (`reload_requests`), as it
 //! does for most daemons (NVIDIA's device plugin restarts itself on it).
 //!
 //! How hcsshim stops a HostProcess (job) container, from its source (microsoft/hcsshim,
@@ -14,8 +14,8 @@
 //! the job (dxdp) and terminates the job if they have not all exited within **5 s** — not the
 //! pod's grace period. Windows also ends a process as soon as its handler returns from
 //! `CTRL_CLOSE_EVENT`, `CTRL_LOGOFF_EVENT` or `CTRL_SHUTDOWN_EVENT`. So for those events the
-//! handler requests shutdown and then *blocks* until [`Coordinator::mark_done`] (called once the
-//! daemon has removed its sockets and ended its streams) or [`CLEANUP_BUDGET`] runs out, and
+//! handler requests shutdown and then *blocks* until `Coordinator::mark_done` (called once the
+//! daemon has removed its sockets and ended its streams) or `CLEANUP_BUDGET` runs out, and
 //! `dxdp plugin` installs the handler first thing ([`install`]).
 //!
 //! The pure part (event → action, the handshake) is tested on every target; only the handler
@@ -30,11 +30,13 @@ use tokio::sync::watch;
 /// How long the console handler waits for cleanup before it lets Windows terminate the process:
 /// under the 5 s Windows allows after `CTRL_CLOSE_EVENT` and the 5 s hcsshim allows after
 /// `CTRL_SHUTDOWN_EVENT` before it terminates the job.
-pub const CLEANUP_BUDGET: Duration = Duration::from_secs(4);
+#[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
+pub(crate) const CLEANUP_BUDGET: Duration = Duration::from_secs(4);
 
 /// A console control event (`wincon.h` `CTRL_*_EVENT`).
+#[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConsoleEvent {
+pub(crate) enum ConsoleEvent {
     /// `CTRL_C_EVENT` (0).
     CtrlC,
     /// `CTRL_BREAK_EVENT` (1).
@@ -49,9 +51,10 @@ pub enum ConsoleEvent {
     Other(u32),
 }
 
+#[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
 impl ConsoleEvent {
     /// The event of a `CTRL_*_EVENT` code.
-    pub fn from_code(code: u32) -> Self {
+    pub(crate) fn from_code(code: u32) -> Self {
         match code {
             0 => ConsoleEvent::CtrlC,
             1 => ConsoleEvent::CtrlBreak,
@@ -63,7 +66,7 @@ impl ConsoleEvent {
     }
 
     /// The Win32 name, for logs.
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         match self {
             ConsoleEvent::CtrlC => "CTRL_C_EVENT".into(),
             ConsoleEvent::CtrlBreak => "CTRL_BREAK_EVENT".into(),
@@ -76,8 +79,9 @@ impl ConsoleEvent {
 }
 
 /// What the console handler does with an event.
+#[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Not a request to stop dxdp: return FALSE so the next handler (Windows' default) decides,
     /// exactly as without dxdp's handler.
     PassOn,
@@ -91,7 +95,8 @@ pub enum Action {
 /// The action for an event. Logoff is passed on: a process outside the user's session (a
 /// HostProcess container, a service) gets it whenever *any* user logs off, which is no reason to
 /// stop serving devices.
-pub fn action(event: ConsoleEvent) -> Action {
+#[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
+pub(crate) fn action(event: ConsoleEvent) -> Action {
     match event {
         ConsoleEvent::CtrlC | ConsoleEvent::CtrlBreak => Action::Shutdown,
         ConsoleEvent::Close | ConsoleEvent::Shutdown => Action::ShutdownAndWait,
@@ -100,7 +105,7 @@ pub fn action(event: ConsoleEvent) -> Action {
 }
 
 /// Shared by whatever requests shutdown (signals, the console handler) and the daemon.
-pub struct Coordinator {
+pub(crate) struct Coordinator {
     requested: watch::Sender<Option<String>>,
     done: Mutex<bool>,
     finished: Condvar,
@@ -114,7 +119,7 @@ impl Default for Coordinator {
 
 impl Coordinator {
     /// Nothing requested, nothing done.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Coordinator {
             requested: watch::channel(None).0,
             done: Mutex::new(false),
@@ -123,7 +128,7 @@ impl Coordinator {
     }
 
     /// Asks the daemon to stop; the first reason wins.
-    pub fn request(&self, reason: &str) {
+    pub(crate) fn request(&self, reason: &str) {
         let first = self.requested.send_if_modified(|current| {
             if current.is_some() {
                 return false;
@@ -137,7 +142,7 @@ impl Coordinator {
     }
 
     /// Completes with the reason once shutdown was requested (at once if it already was).
-    pub async fn requested(&self) -> String {
+    pub(crate) async fn requested(&self) -> String {
         let mut rx = self.requested.subscribe();
         let reason = match rx.wait_for(Option::is_some).await {
             Ok(r) => r.clone(),
@@ -149,13 +154,14 @@ impl Coordinator {
 
     /// Says that cleanup is finished (sockets removed, streams ended): a waiting console handler
     /// returns and Windows may terminate the process.
-    pub fn mark_done(&self) {
+    pub(crate) fn mark_done(&self) {
         *self.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
         self.finished.notify_all();
     }
 
     /// Waits until [`Coordinator::mark_done`] or `timeout`; true when cleanup finished.
-    pub fn wait_done(&self, timeout: Duration) -> bool {
+    #[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
+    pub(crate) fn wait_done(&self, timeout: Duration) -> bool {
         let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
         let (done, _) = self
             .finished
@@ -167,7 +173,8 @@ impl Coordinator {
     /// What the console handler does: requests shutdown when the event calls for it, waits for
     /// cleanup when Windows will terminate the process on return, and returns whether the event
     /// was handled (the handler's TRUE/FALSE).
-    pub fn handle(&self, event: ConsoleEvent, budget: Duration) -> bool {
+    #[cfg_attr(not(windows), allow(dead_code))] // the console handler (Windows) uses it
+    pub(crate) fn handle(&self, event: ConsoleEvent, budget: Duration) -> bool {
         match action(event) {
             Action::PassOn => {
                 tracing::debug!("{} ignored", event.name());
@@ -193,7 +200,7 @@ impl Coordinator {
 }
 
 /// The process-wide coordinator.
-pub fn global() -> &'static Coordinator {
+pub(crate) fn global() -> &'static Coordinator {
     static GLOBAL: OnceLock<Coordinator> = OnceLock::new();
     GLOBAL.get_or_init(Coordinator::new)
 }
@@ -214,7 +221,7 @@ impl CleanupGuard {
     }
 
     /// A guard on `coordinator`.
-    pub fn on(coordinator: &'static Coordinator) -> Self {
+    pub(crate) fn on(coordinator: &'static Coordinator) -> Self {
         CleanupGuard {
             coordinator,
             first: None,
@@ -256,12 +263,13 @@ fn reloads() -> &'static watch::Sender<u64> {
 }
 
 /// Changes (`changed()`) on every configuration reload requested from now on (SIGHUP on Unix).
-pub fn reload_requests() -> watch::Receiver<u64> {
+pub(crate) fn reload_requests() -> watch::Receiver<u64> {
     reloads().subscribe()
 }
 
 /// Asks whoever follows [`reload_requests`] to re-read the configuration now.
-pub fn request_reload() {
+#[cfg_attr(not(unix), allow(dead_code))] // SIGHUP asks for it (Unix)
+pub(crate) fn request_reload() {
     reloads().send_modify(|n| *n = n.wrapping_add(1));
 }
 
@@ -282,9 +290,9 @@ pub fn install() -> Result<(), String> {
     }
 }
 
-/// Completes on the first termination request: one of [`STOP_SIGNALS`] on Unix; Ctrl-C,
+/// Completes on the first termination request: one of `STOP_SIGNALS` on Unix; Ctrl-C,
 /// Ctrl-Break, console close or system/container shutdown on Windows. On Unix a SIGHUP
-/// meanwhile asks for a configuration reload ([`request_reload`]). The handlers are installed
+/// meanwhile asks for a configuration reload (`request_reload`). The handlers are installed
 /// by this call (it must be made inside the tokio runtime), not when the future is first
 /// polled, so call it as early as possible.
 pub fn signal() -> impl Future<Output = ()> + Send {
@@ -338,7 +346,7 @@ pub fn signal() -> impl Future<Output = ()> + Send {
 /// SIGFPE, SIGABRT, SIGTRAP, SIGSYS), which must keep ending it. A runtime may send any of
 /// them: a container's `STOPSIGNAL`, `kill -s`, a supervisor's habit.
 #[cfg(unix)]
-pub const STOP_SIGNALS: &[(i32, &str)] = &[
+pub(crate) const STOP_SIGNALS: &[(i32, &str)] = &[
     (libc::SIGTERM, "SIGTERM"),
     (libc::SIGINT, "SIGINT"),
     (libc::SIGQUIT, "SIGQUIT"),
@@ -438,7 +446,7 @@ mod windows_handler {
     }
 
     /// Registers the handler once; later calls return the first result.
-    pub fn install() -> Result<(), String> {
+    pub(crate) fn install() -> Result<(), String> {
         static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
         INSTALLED
             .get_or_init(|| {

@@ -31,7 +31,7 @@ use crate::util::task::Task;
 
 /// How much device serving depends on a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     /// Device serving depends on it: `/healthz` fails while it is down, and the daemon exits
     /// non-zero when it keeps failing.
     Required,
@@ -41,7 +41,7 @@ pub enum Role {
 
 impl Role {
     /// `required` or `optional`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::Required => "required",
             Role::Optional => "optional",
@@ -50,19 +50,19 @@ impl Role {
 }
 
 /// A boxed task future.
-pub type TaskFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+pub(crate) type TaskFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// Makes a task's future, for its first start and for every restart.
-pub type Factory = Box<dyn FnMut() -> TaskFuture + Send + 'static>;
+pub(crate) type Factory = Box<dyn FnMut() -> TaskFuture + Send + 'static>;
 
 /// A task for the supervisor: its name (in logs, metrics and `/healthz`), role and factory.
-pub struct TaskSpec {
+pub(crate) struct TaskSpec {
     /// The task's name, e.g. `refresher`.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// What depends on it.
-    pub role: Role,
+    pub(crate) role: Role,
     /// Makes its future.
-    pub factory: Factory,
+    pub(crate) factory: Factory,
 }
 
 impl std::fmt::Debug for TaskSpec {
@@ -81,7 +81,7 @@ impl TaskSpec {
     }
 
     /// A task made by `factory`.
-    pub fn new<F, Fut>(name: &'static str, role: Role, mut factory: F) -> Self
+    pub(crate) fn new<F, Fut>(name: &'static str, role: Role, mut factory: F) -> Self
     where
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
@@ -95,18 +95,18 @@ impl TaskSpec {
 }
 
 /// The first restart delay.
-pub const RESTART_MIN: Duration = Duration::from_millis(100);
+pub(crate) const RESTART_MIN: Duration = Duration::from_millis(100);
 /// The longest restart delay.
-pub const RESTART_MAX: Duration = Duration::from_secs(30);
+pub(crate) const RESTART_MAX: Duration = Duration::from_secs(30);
 /// A run this long resets a task's failure count.
-pub const HEALTHY_RUN: Duration = Duration::from_secs(300);
+pub(crate) const HEALTHY_RUN: Duration = Duration::from_secs(300);
 /// Failures of a required task, without a healthy run between them, after which the daemon
 /// exits (5 failures take about 1.5 s of backoff in all: a task that fails at once on every
 /// start is not worth a node that looks alive).
-pub const MAX_FAILURES: u32 = 5;
+pub(crate) const MAX_FAILURES: u32 = 5;
 
 /// The delay before restart number `failures` (1 for the first).
-pub fn restart_delay(failures: u32) -> Duration {
+pub(crate) fn restart_delay(failures: u32) -> Duration {
     Backoff::pauses(RESTART_MIN, RESTART_MAX).base(failures)
 }
 
@@ -115,11 +115,11 @@ pub fn restart_delay(failures: u32) -> Duration {
 #[error("the {task} task failed {failures} times in a row (last: {reason}); exiting so that the kubelet restarts dxdp")]
 pub struct Fatal {
     /// The task.
-    pub task: &'static str,
+    pub(crate) task: &'static str,
     /// Its failures in a row.
-    pub failures: u32,
+    pub(crate) failures: u32,
     /// The last one.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 struct Slot {
@@ -130,7 +130,7 @@ struct Slot {
 }
 
 /// Runs and restarts the daemon's tasks.
-pub struct Tasks {
+pub(crate) struct Tasks {
     set: JoinSet<()>,
     slots: Vec<Slot>,
     running: HashMap<Id, usize>,
@@ -139,7 +139,7 @@ pub struct Tasks {
 
 impl Tasks {
     /// No tasks yet.
-    pub fn new(observe: Observe) -> Self {
+    pub(crate) fn new(observe: Observe) -> Self {
         Tasks {
             set: JoinSet::new(),
             slots: Vec::new(),
@@ -149,7 +149,7 @@ impl Tasks {
     }
 
     /// Starts `spec` now.
-    pub fn spawn(&mut self, spec: TaskSpec) {
+    pub(crate) fn spawn(&mut self, spec: TaskSpec) {
         self.observe.metrics.init_task(spec.name);
         self.slots.push(Slot {
             spec,
@@ -173,7 +173,7 @@ impl Tasks {
     /// Waits for the next thing to do and does it: restarts a task whose backoff is over, or
     /// handles a task that ended. Never returns while all is well (cancel-safe, for a
     /// `select!`); returns [`Fatal`] when a required task keeps failing.
-    pub async fn run(&mut self) -> Fatal {
+    pub(crate) async fn run(&mut self) -> Fatal {
         loop {
             let next_restart = self
                 .slots
@@ -244,7 +244,7 @@ impl Tasks {
     }
 
     /// Stops every task (at the daemon's end).
-    pub async fn shutdown(&mut self) {
+    pub(crate) async fn shutdown(&mut self) {
         self.set.shutdown().await;
         self.running.clear();
     }

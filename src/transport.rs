@@ -38,7 +38,7 @@ pub enum Endpoint {
 
 impl Endpoint {
     /// A named pipe when `text` starts with `\\.\pipe\` (or `//./pipe/`), else a socket path.
-    pub fn parse(text: &str) -> Endpoint {
+    pub(crate) fn parse(text: &str) -> Endpoint {
         let lower = text.to_ascii_lowercase();
         if lower.starts_with(r"\\.\pipe\") || lower.starts_with("//./pipe/") {
             Endpoint::Pipe(text.to_string())
@@ -58,20 +58,20 @@ impl std::fmt::Display for Endpoint {
 }
 
 /// `sun_path` holds 108 bytes including the terminating NUL.
-pub const MAX_SOCKET_PATH: usize = 107;
+pub(crate) const MAX_SOCKET_PATH: usize = 107;
 
 /// Why a socket path cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("socket path {} is {len} bytes; AF_UNIX allows at most {MAX_SOCKET_PATH}: use a shorter --kubelet-dir", path.display())]
 pub struct SocketPathTooLong {
     /// The path.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Its length in bytes.
-    pub len: usize,
+    pub(crate) len: usize,
 }
 
 /// Checks that `path` fits in `sun_path`.
-pub fn check_socket_path(path: &Path) -> Result<(), SocketPathTooLong> {
+pub(crate) fn check_socket_path(path: &Path) -> Result<(), SocketPathTooLong> {
     let len = path.as_os_str().len();
     if len > MAX_SOCKET_PATH {
         return Err(SocketPathTooLong {
@@ -114,7 +114,7 @@ impl Transport {
 
     /// Whether something accepts connections at `path` (a stale socket file left by a dead
     /// process refuses them).
-    pub async fn probe(self, path: &Path) -> io::Result<()> {
+    pub(crate) async fn probe(self, path: &Path) -> io::Result<()> {
         self.connect(path).await.map(drop)
     }
 
@@ -230,9 +230,9 @@ impl Connected for Conn {
 /// The first pause after a failed `accept` (doubled per failure in a row, up to
 /// [`ACCEPT_BACKOFF_MAX`]): at the file-descriptor limit every `accept` fails at once, and
 /// retrying without a pause would spin a core and starve the rest of the process.
-pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+pub(crate) const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// The longest pause after failed `accept` calls.
-pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub(crate) const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The connections accepted on `listener`, for a gRPC server, until `close` turns true. A failed
 /// `accept` (file-descriptor limit, a connection reset before it was accepted) is logged once per
@@ -242,7 +242,7 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// server's connection tasks end and their sockets close even when a client never reads; the
 /// sender's [`closed`](tokio::sync::watch::Sender::closed) then tells when the stream and every
 /// connection it accepted are dropped.
-pub fn incoming(
+pub(crate) fn incoming(
     listener: Listener,
     close: tokio::sync::watch::Receiver<bool>,
     accept_errors: Arc<AtomicU64>,
@@ -259,7 +259,7 @@ pub fn incoming(
 }
 
 /// [`incoming`] over any `accept` (a named pipe server's, say).
-pub fn accept_loop<C, A, F>(
+pub(crate) fn accept_loop<C, A, F>(
     mut accept: A,
     close: tokio::sync::watch::Receiver<bool>,
     accept_errors: Arc<AtomicU64>,
@@ -318,7 +318,10 @@ impl Served {
     }
 
     /// Serves `router` on the connections `accept` returns, in a task of its own.
-    pub fn spawn_accepting<C, A, F>(accept: A, router: tonic::transport::server::Router) -> Self
+    pub(crate) fn spawn_accepting<C, A, F>(
+        accept: A,
+        router: tonic::transport::server::Router,
+    ) -> Self
     where
         C: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
         A: FnMut() -> F + Send + 'static,
@@ -362,16 +365,16 @@ impl Served {
 }
 
 /// The pause after `failures` failed `accept` calls in a row (1 for the first).
-pub fn accept_backoff(failures: u32) -> Duration {
+pub(crate) fn accept_backoff(failures: u32) -> Duration {
     crate::util::retry::Backoff::pauses(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX).base(failures)
 }
 
 /// How many unwritten bytes a [`Coalescing`] connection keeps before it writes them out.
-pub const COALESCE_LIMIT: usize = 64 * 1024;
+pub(crate) const COALESCE_LIMIT: usize = 64 * 1024;
 
 /// A flush with more unwritten bytes than this yields once first: h2 chains (does not copy)
 /// DATA payloads over 256 bytes, and only then may frames be waiting behind the payload.
-pub const YIELD_ABOVE: usize = 256;
+pub(crate) const YIELD_ABOVE: usize = 256;
 
 /// A server connection whose writes reach the socket at the next flush, as one write.
 ///
@@ -382,7 +385,7 @@ pub const YIELD_ABOVE: usize = 256;
 /// [`YIELD_ABOVE`] bytes yields once (the task is woken at once, so nothing waits), which lets the connection task
 /// queue the frames that are ready in the same pass (the trailers) before the buffer goes out
 /// in one write at the next flush.
-pub struct Coalescing<C> {
+pub(crate) struct Coalescing<C> {
     inner: C,
     buf: Vec<u8>,
     /// Bytes of `buf` already written.
@@ -393,7 +396,7 @@ pub struct Coalescing<C> {
 
 impl<C> Coalescing<C> {
     /// Wraps `inner`.
-    pub fn new(inner: C) -> Self {
+    pub(crate) fn new(inner: C) -> Self {
         Coalescing {
             inner,
             buf: Vec::new(),
@@ -502,7 +505,7 @@ impl<C: Connected> Connected for Coalescing<C> {
 /// It holds a receiver of that signal until it is dropped, so the sender's
 /// [`closed`](tokio::sync::watch::Sender::closed) completes only once every connection given
 /// the signal (and the accept stream of [`incoming`], which holds one too) is gone.
-pub struct Closable<C> {
+pub(crate) struct Closable<C> {
     inner: C,
     closed: Pin<Box<dyn Future<Output = ()> + Send + Sync>>,
     done: bool,
@@ -511,7 +514,7 @@ pub struct Closable<C> {
 
 impl<C> Closable<C> {
     /// Wraps `inner`; it fails from the moment `close` turns true (or its sender is gone).
-    pub fn new(inner: C, close: tokio::sync::watch::Receiver<bool>) -> Self {
+    pub(crate) fn new(inner: C, close: tokio::sync::watch::Receiver<bool>) -> Self {
         let mut signal = close.clone();
         Closable {
             inner,
@@ -601,38 +604,38 @@ impl<C: Connected> Connected for Closable<C> {
 
 /// AF_UNIX sockets on Unix (tokio).
 #[cfg(unix)]
-pub mod imp {
+pub(crate) mod imp {
     use std::io;
     use std::path::Path;
 
     /// An accepted connection.
-    pub type Conn = tokio::net::UnixStream;
+    pub(crate) type Conn = tokio::net::UnixStream;
 
     /// A listening socket.
     #[derive(Debug)]
     pub struct Listener(tokio::net::UnixListener);
 
     /// Binds a listening socket at `path` (which must not exist).
-    pub fn bind(path: &Path) -> io::Result<Listener> {
+    pub(crate) fn bind(path: &Path) -> io::Result<Listener> {
         tokio::net::UnixListener::bind(path).map(Listener)
     }
 
     impl Listener {
         /// The next accepted connection.
-        pub async fn accept(&self) -> io::Result<Conn> {
+        pub(crate) async fn accept(&self) -> io::Result<Conn> {
             self.0.accept().await.map(|(conn, _)| conn)
         }
     }
 
     /// A connection to the socket at `path`.
-    pub async fn connect(path: &Path) -> io::Result<Conn> {
+    pub(crate) async fn connect(path: &Path) -> io::Result<Conn> {
         tokio::net::UnixStream::connect(path).await
     }
 }
 
 /// AF_UNIX sockets on Windows (`uds_windows` driven by `async-io`).
 #[cfg(windows)]
-pub mod imp {
+pub(crate) mod imp {
     use std::io;
     use std::os::windows::io::{AsRawSocket, AsSocket, BorrowedSocket};
     use std::path::Path;
@@ -736,21 +739,21 @@ pub mod imp {
     pub struct Listener(Async<SocketListener>);
 
     /// Binds a listening socket at `path` (which must not exist).
-    pub fn bind(path: &Path) -> io::Result<Listener> {
+    pub(crate) fn bind(path: &Path) -> io::Result<Listener> {
         let listener = uds_windows::UnixListener::bind(path)?;
         Ok(Listener(Async::new(SocketListener(listener))?))
     }
 
     impl Listener {
         /// The next accepted connection.
-        pub async fn accept(&self) -> io::Result<Conn> {
+        pub(crate) async fn accept(&self) -> io::Result<Conn> {
             let (stream, _) = self.0.read_with(|l| l.0.accept()).await?;
             Conn::new(stream)
         }
     }
 
     /// A connection to the socket at `path`.
-    pub async fn connect(path: &Path) -> io::Result<Conn> {
+    pub(crate) async fn connect(path: &Path) -> io::Result<Conn> {
         let path = path.to_path_buf();
         let stream = tokio::task::spawn_blocking(move || uds_windows::UnixStream::connect(path))
             .await
@@ -770,7 +773,7 @@ mod loopback {
 
     /// Listens on 127.0.0.1 (a port the OS picks) and writes the address to a new file at
     /// `path`: an existing file fails as `bind` on an AF_UNIX socket does.
-    pub fn bind(path: &Path) -> io::Result<tokio::net::TcpListener> {
+    pub(crate) fn bind(path: &Path) -> io::Result<tokio::net::TcpListener> {
         let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -788,7 +791,7 @@ mod loopback {
 
     /// The address in the file at `path`: missing is `NotFound`, anything but a complete address
     /// file (still being written, or not ours) is `ConnectionRefused`.
-    pub fn address(path: &Path) -> io::Result<SocketAddr> {
+    pub(crate) fn address(path: &Path) -> io::Result<SocketAddr> {
         let text = std::fs::read_to_string(path)?;
         text.strip_prefix(MAGIC)
             .and_then(|rest| rest.strip_suffix('\n'))
@@ -805,7 +808,7 @@ mod loopback {
     }
 
     /// A connection to the listener whose address file is `path`.
-    pub async fn connect(path: &Path) -> io::Result<tokio::net::TcpStream> {
+    pub(crate) async fn connect(path: &Path) -> io::Result<tokio::net::TcpStream> {
         let addr = address(path)?;
         let conn = tokio::net::TcpStream::connect(addr).await?;
         conn.set_nodelay(true)?;
@@ -821,7 +824,7 @@ pub(crate) mod testing {
     /// AF_UNIX where it works (Linux, Windows), the loopback transport where it does not (Wine
     /// 8), said once per test binary so that a run shows which one it tested;
     /// `DXDP_TEST_TRANSPORT=loopback` asks for the loopback transport anywhere.
-    pub fn transport() -> Transport {
+    pub(crate) fn transport() -> Transport {
         static CHOSEN: std::sync::OnceLock<Transport> = std::sync::OnceLock::new();
         *CHOSEN.get_or_init(|| {
             if std::env::var("DXDP_TEST_TRANSPORT").as_deref() == Ok("loopback") {
@@ -840,7 +843,7 @@ pub(crate) mod testing {
     }
 
     /// A temporary directory short enough for AF_UNIX socket paths.
-    pub fn socket_dir() -> tempfile::TempDir {
+    pub(crate) fn socket_dir() -> tempfile::TempDir {
         #[cfg(unix)]
         let base = std::path::PathBuf::from("/tmp");
         #[cfg(not(unix))]

@@ -52,7 +52,7 @@ fn size(d: &Delivery) -> usize {
 
 impl Queue {
     /// A queue of at most `capacity` deliveries (at least one) and `max_bytes` bytes of text.
-    pub fn new(capacity: usize, max_bytes: usize) -> Arc<Self> {
+    pub(crate) fn new(capacity: usize, max_bytes: usize) -> Arc<Self> {
         Arc::new(Queue {
             capacity: capacity.max(1),
             max_bytes,
@@ -92,7 +92,7 @@ impl Queue {
     }
 
     /// Waits until something was pushed since the last wait (or is queued).
-    pub async fn ready(&self) {
+    pub(crate) async fn ready(&self) {
         self.ready.notified().await
     }
 

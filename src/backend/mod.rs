@@ -9,7 +9,7 @@ pub mod probe;
 mod sample;
 mod snapshot_file;
 #[cfg(windows)]
-pub mod windows;
+pub(crate) mod windows;
 pub mod winparse;
 
 use std::path::PathBuf;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use dxdp_core::validation::{Api, ApiAnswer, D3d12Answer};
 
 /// An adapter DXGI lists: LUID (as `DXDP_ADAPTER_LUIDS` writes it), description, software.
-pub type ListedAdapter = (i64, String, bool);
+pub(crate) type ListedAdapter = (i64, String, bool);
 
 /// What `dxdp validate` asks of the machine it runs on.
 pub trait Probes: Send + Sync {

@@ -10,7 +10,7 @@ use dxdp_core::snapshot::{self, SnapshotError};
 
 /// The largest host snapshot read (docs/host-snapshot.md): 64 MiB, far above a real host's
 /// (tens of kilobytes) or the largest fixture; reading stops past it.
-pub const MAX_SNAPSHOT_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_SNAPSHOT_BYTES: u64 = 64 << 20;
 
 /// What identifies a version of the file ([`Stamp`]), or its absence.
 fn stamp(path: &Path) -> Option<Stamp> {
@@ -18,9 +18,9 @@ fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 /// Reads host facts from a snapshot file every time they are loaded; a change of the file's
-/// [`Stamp`] (size, modification time and, on Unix, identity and change time: an atomic replace
+/// `Stamp` (size, modification time and, on Unix, identity and change time: an atomic replace
 /// included) counts as a change of the facts.
-/// The file is read once it has settled (see [`read_settled`]), so a file being rewritten in
+/// The file is read once it has settled (see `read_settled`), so a file being rewritten in
 /// place is not taken half-written; only a regular file is read (a FIFO, socket or device is an
 /// error naming what it is, never a read that blocks), and at most `MAX_SNAPSHOT_BYTES`.
 #[derive(Debug)]
@@ -38,11 +38,6 @@ impl SnapshotFile {
             seen: Mutex::new(None),
             settle: Settle::DEFAULT,
         }
-    }
-
-    /// The same source with another settle time.
-    pub fn with_settle(self, settle: Settle) -> Self {
-        SnapshotFile { settle, ..self }
     }
 
     fn remember(&self, now: Option<Stamp>) -> bool {

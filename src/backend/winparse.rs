@@ -5,6 +5,10 @@
 //! registry-query struct, the HCS JSON documents (service properties, compute systems, process
 //! lists) and PDH's answers (which statuses mean an empty counter set, and the sample's time).
 
+// The Windows backend uses these; elsewhere only the tests and the fuzz crate do (the Windows
+// build, `.ci/windows.sh clippy`, checks for dead code here).
+#![cfg_attr(not(windows), allow(dead_code))]
+
 use std::collections::BTreeMap;
 
 use dxdp_core::facts::{AdapterProperty, PciLocation, RegData, RegType};
@@ -37,36 +41,34 @@ pub fn parse_multi_sz(units: &[u16]) -> Vec<String> {
 }
 
 /// Encodes a string as NUL-terminated UTF-16.
-pub fn wide(s: &str) -> Vec<u16> {
+pub(crate) fn wide(s: &str) -> Vec<u16> {
     s.encode_utf16().chain(std::iter::once(0)).collect()
 }
 
 /// Registry type numbers (`winnt.h`).
 pub mod reg_type {
     /// `REG_NONE`.
-    pub const NONE: u32 = 0;
+    pub(crate) const NONE: u32 = 0;
     /// `REG_SZ`.
-    pub const SZ: u32 = 1;
+    pub(crate) const SZ: u32 = 1;
     /// `REG_EXPAND_SZ`.
-    pub const EXPAND_SZ: u32 = 2;
-    /// `REG_BINARY`.
-    pub const BINARY: u32 = 3;
+    pub(crate) const EXPAND_SZ: u32 = 2;
     /// `REG_DWORD`.
-    pub const DWORD: u32 = 4;
+    pub(crate) const DWORD: u32 = 4;
     /// `REG_DWORD_BIG_ENDIAN`.
-    pub const DWORD_BIG_ENDIAN: u32 = 5;
+    pub(crate) const DWORD_BIG_ENDIAN: u32 = 5;
     /// `REG_LINK`.
-    pub const LINK: u32 = 6;
+    pub(crate) const LINK: u32 = 6;
     /// `REG_MULTI_SZ`.
     pub const MULTI_SZ: u32 = 7;
     /// `REG_RESOURCE_LIST`.
-    pub const RESOURCE_LIST: u32 = 8;
+    pub(crate) const RESOURCE_LIST: u32 = 8;
     /// `REG_FULL_RESOURCE_DESCRIPTOR`.
-    pub const FULL_RESOURCE_DESCRIPTOR: u32 = 9;
+    pub(crate) const FULL_RESOURCE_DESCRIPTOR: u32 = 9;
     /// `REG_RESOURCE_REQUIREMENTS_LIST`.
-    pub const RESOURCE_REQUIREMENTS_LIST: u32 = 10;
+    pub(crate) const RESOURCE_REQUIREMENTS_LIST: u32 = 10;
     /// `REG_QWORD`.
-    pub const QWORD: u32 = 11;
+    pub(crate) const QWORD: u32 = 11;
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -75,7 +77,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// A device property recorded as returned (type and hex bytes), for the adapter LUID property,
 /// whose type the pipeline checks ([`dxdp_core::pipeline::matching::node_luid`]).
-pub fn raw_device_property(kind: u32, bytes: &[u8]) -> dxdp_core::facts::RawDeviceProperty {
+pub(crate) fn raw_device_property(kind: u32, bytes: &[u8]) -> dxdp_core::facts::RawDeviceProperty {
     dxdp_core::facts::RawDeviceProperty {
         kind,
         data: hex(bytes),
@@ -122,20 +124,20 @@ pub fn reg_value(kind: u32, data: &[u8]) -> (RegType, RegData) {
 }
 
 /// Device property types (`devpropdef.h`) that dxdp reads.
-pub mod devprop_type {
+pub(crate) mod devprop_type {
     /// `DEVPROP_TYPE_INT32`.
-    pub const INT32: u32 = 0x0000_0005;
+    pub(crate) const INT32: u32 = 0x0000_0005;
     /// `DEVPROP_TYPE_UINT32`.
-    pub const UINT32: u32 = 0x0000_0007;
+    pub(crate) const UINT32: u32 = 0x0000_0007;
     /// `DEVPROP_TYPE_UINT64`.
-    pub const UINT64: u32 = 0x0000_0009;
+    pub(crate) const UINT64: u32 = 0x0000_0009;
     /// `DEVPROP_TYPE_STRING`.
-    pub const STRING: u32 = 0x0000_0012;
+    pub(crate) const STRING: u32 = 0x0000_0012;
     /// `DEVPROP_TYPE_STRING_LIST` (`DEVPROP_TYPEMOD_LIST | DEVPROP_TYPE_STRING`).
-    pub const STRING_LIST: u32 = 0x0000_2012;
+    pub(crate) const STRING_LIST: u32 = 0x0000_2012;
 
     /// The `DEVPROP_TYPE_*` name of a type, or its number.
-    pub fn name(kind: u32) -> String {
+    pub(crate) fn name(kind: u32) -> String {
         match kind {
             0x0000_0000 => "DEVPROP_TYPE_EMPTY".into(),
             0x0000_0001 => "DEVPROP_TYPE_NULL".into(),
@@ -179,13 +181,14 @@ fn devprop_check(
 }
 
 /// A `DEVPROP_TYPE_UINT64` property (the adapter LUID).
-pub fn devprop_u64(kind: u32, bytes: &[u8]) -> Result<u64, String> {
+#[cfg(test)]
+pub(crate) fn devprop_u64(kind: u32, bytes: &[u8]) -> Result<u64, String> {
     devprop_check(kind, devprop_type::UINT64, bytes, Some(8))?;
     u64_le(bytes).ok_or_else(|| "UINT64 value is truncated".into())
 }
 
 /// A `DEVPROP_TYPE_UINT32` property (bus numbers, addresses).
-pub fn devprop_u32(kind: u32, bytes: &[u8]) -> Result<u32, String> {
+pub(crate) fn devprop_u32(kind: u32, bytes: &[u8]) -> Result<u32, String> {
     devprop_check(kind, devprop_type::UINT32, bytes, Some(4))?;
     u32_le(bytes).ok_or_else(|| "UINT32 value is truncated".into())
 }
@@ -193,7 +196,7 @@ pub fn devprop_u32(kind: u32, bytes: &[u8]) -> Result<u32, String> {
 /// `DEVPKEY_Device_Address`: `None` for `0xFFFFFFFF`, which means "no address". Microsoft Learn
 /// documents the property as `DEVPROP_TYPE_INT32` and `devpkey.h` as `DEVPROP_TYPE_UINT32`:
 /// both are accepted (4 bytes either way, read as the same bits).
-pub fn devprop_address(kind: u32, bytes: &[u8]) -> Result<Option<u32>, String> {
+pub(crate) fn devprop_address(kind: u32, bytes: &[u8]) -> Result<Option<u32>, String> {
     let expected = if kind == devprop_type::INT32 {
         devprop_type::INT32
     } else {
@@ -205,36 +208,36 @@ pub fn devprop_address(kind: u32, bytes: &[u8]) -> Result<Option<u32>, String> {
 }
 
 /// The `DEVPKEY_Device_Address` value of a device without an address.
-pub const NO_ADDRESS: u32 = 0xFFFF_FFFF;
+pub(crate) const NO_ADDRESS: u32 = 0xFFFF_FFFF;
 
 /// A `DEVPROP_TYPE_STRING` property; `None` when empty.
-pub fn devprop_string(kind: u32, bytes: &[u8]) -> Result<Option<String>, String> {
+pub(crate) fn devprop_string(kind: u32, bytes: &[u8]) -> Result<Option<String>, String> {
     devprop_check(kind, devprop_type::STRING, bytes, None)?;
     let s = utf16_to_string(&u16s_from_bytes(bytes));
     Ok(Some(s).filter(|s| !s.is_empty()))
 }
 
 /// A `DEVPROP_TYPE_STRING_LIST` property (location paths).
-pub fn devprop_string_list(kind: u32, bytes: &[u8]) -> Result<Vec<String>, String> {
+pub(crate) fn devprop_string_list(kind: u32, bytes: &[u8]) -> Result<Vec<String>, String> {
     devprop_check(kind, devprop_type::STRING_LIST, bytes, None)?;
     Ok(parse_multi_sz(&u16s_from_bytes(bytes)))
 }
 
 /// The device node status as the snapshot records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DevNodeStatus {
+pub(crate) struct DevNodeStatus {
     /// The problem number as returned (meaningful only with `DN_HAS_PROBLEM`).
-    pub problem_code: u32,
+    pub(crate) problem_code: u32,
     /// The `DN_*` flags, when the call succeeded.
-    pub status_flags: Option<u32>,
+    pub(crate) status_flags: Option<u32>,
     /// Why the call failed.
-    pub status_error: Option<String>,
+    pub(crate) status_error: Option<String>,
 }
 
 /// What `CM_Get_DevNode_Status` returned: its `CONFIGRET` and out values. A failed call records
 /// the error and no flags or problem (whatever the out values hold), so the device is never taken
 /// for healthy.
-pub fn devnode_status(configret: u32, flags: u32, problem: u32) -> DevNodeStatus {
+pub(crate) fn devnode_status(configret: u32, flags: u32, problem: u32) -> DevNodeStatus {
     if configret != 0 {
         return DevNodeStatus {
             problem_code: 0,
@@ -253,7 +256,7 @@ pub fn devnode_status(configret: u32, flags: u32, problem: u32) -> DevNodeStatus
 
 /// The outcome of reading one DXCore adapter property.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PropertyRead<T> {
+pub(crate) enum PropertyRead<T> {
     /// The value.
     Value(T),
     /// `IsPropertySupported` said no; nothing was read.
@@ -264,7 +267,7 @@ pub enum PropertyRead<T> {
 
 impl<T> PropertyRead<T> {
     /// Records an unsupported property or a failure on the adapter, and gives the value if any.
-    pub fn record(
+    pub(crate) fn record(
         self,
         property: AdapterProperty,
         unsupported: &mut Vec<AdapterProperty>,
@@ -287,7 +290,7 @@ impl<T> PropertyRead<T> {
 }
 
 /// A DXCore `bool` property (1 byte, as `IsHardware` is) from its recorded bytes.
-pub fn dxcore_bool(bytes: &[u8]) -> Result<bool, String> {
+pub(crate) fn dxcore_bool(bytes: &[u8]) -> Result<bool, String> {
     match bytes {
         [b] => Ok(*b != 0),
         other => Err(format!(
@@ -304,7 +307,7 @@ pub fn u64_le(bytes: &[u8]) -> Option<u64> {
 }
 
 /// A `u32` from exactly 4 little-endian bytes (a `DEVPROP_TYPE_UINT32` property buffer).
-pub fn u32_le(bytes: &[u8]) -> Option<u32> {
+pub(crate) fn u32_le(bytes: &[u8]) -> Option<u32> {
     let b: [u8; 4] = bytes.try_into().ok()?;
     Some(u32::from_le_bytes(b))
 }
@@ -313,7 +316,7 @@ pub fn u32_le(bytes: &[u8]) -> Option<u32> {
 /// ([`devprop_u32`]) and `DEVPKEY_Device_Address` ([`devprop_address`]; `None` also for "no
 /// address"); `None` unless the node is a PCI device (instance ID `PCI\...`, where the address is
 /// `(device << 16) | function`) and both are known.
-pub fn pci_location(
+pub(crate) fn pci_location(
     instance_id: &str,
     bus_number: Option<u32>,
     address: Option<u32>,
@@ -349,30 +352,31 @@ pub fn luid_from_i64(luid: i64) -> (u32, i32) {
 }
 
 /// `D3DDDI_QUERYREGISTRY_INFO` layout: the union holding the output starts at byte 544.
-pub mod query_registry {
+pub(crate) mod query_registry {
     /// Offset of `QueryType`.
-    pub const QUERY_TYPE: usize = 0;
+    #[cfg(test)]
+    pub(crate) const QUERY_TYPE: usize = 0;
     /// Offset of `OutputValueSize`.
-    pub const OUTPUT_VALUE_SIZE: usize = 536;
+    pub(crate) const OUTPUT_VALUE_SIZE: usize = 536;
     /// Offset of `Status`.
-    pub const STATUS: usize = 540;
+    pub(crate) const STATUS: usize = 540;
     /// Offset of the output union.
-    pub const OUTPUT: usize = 544;
+    pub(crate) const OUTPUT: usize = 544;
     /// `sizeof(D3DDDI_QUERYREGISTRY_INFO)`.
-    pub const SIZE: usize = 552;
+    pub(crate) const SIZE: usize = 552;
     /// `D3DDDI_QUERYREGISTRY_DRIVERSTOREPATH`.
-    pub const DRIVER_STORE_PATH: u32 = 2;
+    pub(crate) const DRIVER_STORE_PATH: u32 = 2;
     /// `D3DDDI_QUERYREGISTRY_STATUS_SUCCESS`.
-    pub const SUCCESS: u32 = 0;
+    pub(crate) const SUCCESS: u32 = 0;
     /// `D3DDDI_QUERYREGISTRY_STATUS_BUFFER_OVERFLOW`.
-    pub const BUFFER_OVERFLOW: u32 = 1;
+    pub(crate) const BUFFER_OVERFLOW: u32 = 1;
     /// `D3DDDI_QUERYREGISTRY_STATUS_FAIL`.
-    pub const FAIL: u32 = 2;
+    pub(crate) const FAIL: u32 = 2;
 }
 
 /// A zeroed `D3DDDI_QUERYREGISTRY_INFO` asking for the driver store path, with `extra` bytes of
 /// room for the output string beyond the struct. 8-byte aligned storage.
-pub fn driver_store_query(extra: usize) -> Vec<u64> {
+pub(crate) fn driver_store_query(extra: usize) -> Vec<u64> {
     let bytes = query_registry::SIZE + extra;
     let mut buf = vec![0u64; bytes.div_ceil(8)];
     buf[0] = u64::from(query_registry::DRIVER_STORE_PATH); // QueryType (low half), QueryFlags 0
@@ -424,7 +428,7 @@ pub fn parse_query_registry(bytes: &[u8]) -> QueryRegistry {
 }
 
 /// The query JSON for `HcsGetServiceProperties`.
-pub const HCS_BASIC_QUERY: &str = r#"{"PropertyTypes":["Basic"]}"#;
+pub(crate) const HCS_BASIC_QUERY: &str = r#"{"PropertyTypes":["Basic"]}"#;
 
 /// The highest minor version per major from an `HcsGetServiceProperties` `Basic` answer, e.g.
 /// `["2.5"]`.
@@ -458,17 +462,17 @@ pub fn hcs_schema_versions(json: &str) -> Result<Vec<String>, String> {
 }
 
 /// The `SystemQuery` for `HcsEnumerateComputeSystems`: containers only.
-pub const HCS_CONTAINERS_QUERY: &str = r#"{"Types":["Container"]}"#;
+pub(crate) const HCS_CONTAINERS_QUERY: &str = r#"{"Types":["Container"]}"#;
 
 /// The `System_PropertyQuery` for `HcsGetComputeSystemProperties`: the process list.
-pub const HCS_PROCESS_LIST_QUERY: &str = r#"{"PropertyTypes":["ProcessList"]}"#;
+pub(crate) const HCS_PROCESS_LIST_QUERY: &str = r#"{"PropertyTypes":["ProcessList"]}"#;
 
 /// The IDs of the running containers in an `HcsEnumerateComputeSystems` answer (an array of
 /// compute system summaries: `Id`, `SystemType`, `State`, `Owner`, …). Virtual machines, and
 /// containers in another state than `Running`, are left out (HCS may ignore the query's filter);
 /// a summary without a `State` counts as running, one without an `Id` is skipped (it cannot be
 /// queried, and the others still can). `null` is no compute system.
-pub fn hcs_running_containers(json: &str) -> Result<Vec<String>, String> {
+pub(crate) fn hcs_running_containers(json: &str) -> Result<Vec<String>, String> {
     let value: serde_json::Value = serde_json::from_str(json)
         .map_err(|e| format!("HCS listed its compute systems in invalid JSON: {e}"))?;
     let systems = match &value {
@@ -503,7 +507,7 @@ pub fn hcs_running_containers(json: &str) -> Result<Vec<String>, String> {
 /// `Properties` document whose `ProcessList` holds `ProcessDetails`: `ProcessId`, `ImageName`,
 /// …), in the order listed, without duplicates. For a process-isolated container these are host
 /// process IDs, as in the GPU counters' `pid_…` instance names.
-pub fn hcs_process_ids(json: &str) -> Result<Vec<u32>, String> {
+pub(crate) fn hcs_process_ids(json: &str) -> Result<Vec<u32>, String> {
     let value: serde_json::Value = serde_json::from_str(json)
         .map_err(|e| format!("HCS answered the ProcessList query with invalid JSON: {e}"))?;
     let list = match value.get("ProcessList") {
@@ -558,29 +562,29 @@ pub fn os_build(
 }
 
 /// PDH status codes (`pdhmsg.h`) that dxdp tells apart.
-pub mod pdh_status {
+pub(crate) mod pdh_status {
     /// `PDH_CSTATUS_VALID_DATA`: the value is usable.
-    pub const VALID_DATA: u32 = 0x0000_0000;
+    pub(crate) const VALID_DATA: u32 = 0x0000_0000;
     /// `PDH_CSTATUS_NEW_DATA`: the value is usable (and new).
-    pub const NEW_DATA: u32 = 0x0000_0001;
+    pub(crate) const NEW_DATA: u32 = 0x0000_0001;
     /// `PDH_CSTATUS_NO_INSTANCE`: the (wildcard) counter has no instance now.
-    pub const NO_INSTANCE: u32 = 0x8000_07D1;
+    pub(crate) const NO_INSTANCE: u32 = 0x8000_07D1;
     /// `PDH_MORE_DATA`: the buffer is too small (the size was asked for).
-    pub const MORE_DATA: u32 = 0x8000_07D2;
+    pub(crate) const MORE_DATA: u32 = 0x8000_07D2;
     /// `PDH_NO_DATA`: no data for the counter or the query (no instance to collect).
-    pub const NO_DATA: u32 = 0x8000_07D5;
+    pub(crate) const NO_DATA: u32 = 0x8000_07D5;
     /// `PDH_CSTATUS_NO_OBJECT`: the counter set does not exist on this machine.
-    pub const NO_OBJECT: u32 = 0xC000_0BB8;
+    pub(crate) const NO_OBJECT: u32 = 0xC000_0BB8;
     /// `PDH_CSTATUS_NO_COUNTER`: the counter does not exist in its set.
-    pub const NO_COUNTER: u32 = 0xC000_0BB9;
+    pub(crate) const NO_COUNTER: u32 = 0xC000_0BB9;
     /// `PDH_CSTATUS_INVALID_DATA`: the counter has no valid value (a wildcard counter whose set
     /// has no instance yet answers this too).
-    pub const INVALID_DATA: u32 = 0xC000_0BBA;
+    pub(crate) const INVALID_DATA: u32 = 0xC000_0BBA;
 }
 
 /// A PDH call's failure as text: the call, the status in hex and, where the status means the GPU
 /// counters do not exist, where they come from.
-pub fn pdh_error(api: &str, code: u32) -> String {
+pub(crate) fn pdh_error(api: &str, code: u32) -> String {
     let hint = match code {
         pdh_status::NO_OBJECT | pdh_status::NO_COUNTER => {
             " (the GPU performance counters do not exist here: they come with Windows 10 1709 / Server 2019 and a WDDM 2.4 or later driver)"
@@ -593,7 +597,7 @@ pub fn pdh_error(api: &str, code: u32) -> String {
 /// What the status of `PdhGetRawCounterArrayW` (asked for the size, with no buffer) means for a
 /// wildcard counter.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PdhArrayStatus {
+pub(crate) enum PdhArrayStatus {
     /// Items to read (`PDH_MORE_DATA`: read them into a buffer of the size given).
     Items,
     /// No instance: an empty set, not an error. `ERROR_SUCCESS` with no buffer, `PDH_NO_DATA`,
@@ -605,7 +609,7 @@ pub enum PdhArrayStatus {
 }
 
 /// Decides what a `PdhGetRawCounterArrayW` status means (see [`PdhArrayStatus`]).
-pub fn pdh_array_status(code: u32) -> PdhArrayStatus {
+pub(crate) fn pdh_array_status(code: u32) -> PdhArrayStatus {
     match code {
         pdh_status::MORE_DATA => PdhArrayStatus::Items,
         pdh_status::VALID_DATA
@@ -619,7 +623,7 @@ pub fn pdh_array_status(code: u32) -> PdhArrayStatus {
 /// What the status of `PdhCollectQueryDataWithTime` means: `Ok` when the counters can be read
 /// (`ERROR_SUCCESS`, or `PDH_NO_DATA`: no counter of the query has an instance now, so every set
 /// reads empty), else the error.
-pub fn pdh_collect_status(code: u32) -> Result<(), String> {
+pub(crate) fn pdh_collect_status(code: u32) -> Result<(), String> {
     match code {
         pdh_status::VALID_DATA | pdh_status::NO_DATA => Ok(()),
         other => Err(pdh_error("PdhCollectQueryDataWithTime", other)),
@@ -629,32 +633,33 @@ pub fn pdh_collect_status(code: u32) -> Result<(), String> {
 /// One item of a `PdhGetRawCounterArrayW` answer: the instance, the item's `CStatus`, its raw
 /// `TimeStamp` (a FILETIME) and `FirstValue`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PdhRawItem {
+pub(crate) struct PdhRawItem {
     /// The instance name.
-    pub instance: String,
+    pub(crate) instance: String,
     /// `PDH_RAW_COUNTER::CStatus`.
-    pub status: u32,
+    pub(crate) status: u32,
     /// `PDH_RAW_COUNTER::TimeStamp`, 100 ns units since 1601.
-    pub time_stamp: u64,
+    pub(crate) time_stamp: u64,
     /// `PDH_RAW_COUNTER::FirstValue`.
-    pub value: i64,
+    pub(crate) value: i64,
 }
 
 /// One counter's answer: the status of `PdhGetRawCounterArrayW` and, when it had items, the
 /// items (the status of the read of the items is [`pdh_status::VALID_DATA`] or the failure).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PdhCounterAnswer {
+pub(crate) struct PdhCounterAnswer {
     /// The status of the first call (asked for the size).
-    pub status: u32,
+    pub(crate) status: u32,
     /// The status of the second call (the items), when there was one.
-    pub read_status: u32,
+    pub(crate) read_status: u32,
     /// The items read.
-    pub items: Vec<PdhRawItem>,
+    pub(crate) items: Vec<PdhRawItem>,
 }
 
 impl PdhCounterAnswer {
     /// A counter whose set has instances: `PDH_MORE_DATA`, then the items.
-    pub fn items(items: Vec<PdhRawItem>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn items(items: Vec<PdhRawItem>) -> Self {
         PdhCounterAnswer {
             status: pdh_status::MORE_DATA,
             read_status: pdh_status::VALID_DATA,
@@ -663,7 +668,7 @@ impl PdhCounterAnswer {
     }
 
     /// A counter that answered `status` when asked for its size (nothing read after it).
-    pub fn status(status: u32) -> Self {
+    pub(crate) fn status(status: u32) -> Self {
         PdhCounterAnswer {
             status,
             read_status: pdh_status::VALID_DATA,
@@ -677,18 +682,18 @@ impl PdhCounterAnswer {
 /// Process Memory(*)\Dedicated Usage`, `Shared Usage`, `\GPU Adapter Memory(*)\Dedicated Usage`,
 /// `Shared Usage`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PdhAnswer {
+pub(crate) struct PdhAnswer {
     /// The status of `PdhCollectQueryDataWithTime`.
-    pub collect_status: u32,
+    pub(crate) collect_status: u32,
     /// Its time stamp (a FILETIME; 0 when it gave none).
-    pub collect_time: i64,
+    pub(crate) collect_time: i64,
     /// The five counters' answers.
-    pub counters: Vec<PdhCounterAnswer>,
+    pub(crate) counters: Vec<PdhCounterAnswer>,
 }
 
 /// The usable items of one counter: those whose status is `PDH_CSTATUS_VALID_DATA` or
 /// `NEW_DATA`; an empty set is empty, a failed read is the error.
-pub fn pdh_counter_values(answer: &PdhCounterAnswer) -> Result<Vec<&PdhRawItem>, String> {
+pub(crate) fn pdh_counter_values(answer: &PdhCounterAnswer) -> Result<Vec<&PdhRawItem>, String> {
     match pdh_array_status(answer.status) {
         PdhArrayStatus::Empty => return Ok(Vec::new()),
         PdhArrayStatus::Failed(e) => return Err(e),
@@ -714,7 +719,7 @@ pub fn pdh_counter_values(answer: &PdhCounterAnswer) -> Result<Vec<&PdhRawItem>,
 /// time: a sample with no time and no item restarts the utilisation window rather than invent a
 /// time), else no sample at all. Never the wall clock around the call, which includes however
 /// long the call took. Empty sets are empty; any other failure is the error.
-pub fn pdh_sample(
+pub(crate) fn pdh_sample(
     answer: &PdhAnswer,
     previous: Option<u64>,
 ) -> Result<Option<dxdp_core::telemetry::CounterSample>, String> {
@@ -768,7 +773,7 @@ pub fn pdh_sample(
 /// One memory counter per instance from the `Dedicated Usage` and `Shared Usage` values of a
 /// counter set (an instance missing from one list has 0 there), in the order instances first
 /// appear.
-pub fn memory_counters(
+pub(crate) fn memory_counters(
     dedicated: &[(String, u64)],
     shared: &[(String, u64)],
 ) -> Vec<dxdp_core::telemetry::MemoryCounter> {
@@ -936,11 +941,12 @@ mod tests {
     mod pdh_answers {
         use super::super::{pdh_status as st, PdhAnswer, PdhCounterAnswer, PdhRawItem};
 
-        pub const T0: i64 = 134_086_400_000_000_000;
-        pub const ENGINE: &str = "pid_4242_luid_0x00000000_0x0000D1A6_phys_0_eng_0_engtype_3D";
-        pub const ADAPTER: &str = "luid_0x00000000_0x0000D1A6_phys_0";
+        pub(crate) const T0: i64 = 134_086_400_000_000_000;
+        pub(crate) const ENGINE: &str =
+            "pid_4242_luid_0x00000000_0x0000D1A6_phys_0_eng_0_engtype_3D";
+        pub(crate) const ADAPTER: &str = "luid_0x00000000_0x0000D1A6_phys_0";
 
-        pub fn item(instance: &str, status: u32, time_stamp: i64, value: i64) -> PdhRawItem {
+        pub(crate) fn item(instance: &str, status: u32, time_stamp: i64, value: i64) -> PdhRawItem {
             PdhRawItem {
                 instance: instance.into(),
                 status,
@@ -951,7 +957,7 @@ mod tests {
 
         /// An idle node: no process uses the GPU, so `GPU Engine` and `GPU Process Memory` have
         /// no instance (three ways PDH says so), and the adapter's memory counters read.
-        pub fn idle(collect_time: i64) -> PdhAnswer {
+        pub(crate) fn idle(collect_time: i64) -> PdhAnswer {
             PdhAnswer {
                 collect_status: st::VALID_DATA,
                 collect_time,
@@ -966,7 +972,7 @@ mod tests {
         }
 
         /// One process on the 3D engine: `running` (100 ns units) at `time`.
-        pub fn busy(time: i64, running: i64) -> PdhAnswer {
+        pub(crate) fn busy(time: i64, running: i64) -> PdhAnswer {
             PdhAnswer {
                 collect_status: st::VALID_DATA,
                 collect_time: time,

@@ -25,11 +25,11 @@ use super::top::Figures;
 use super::{OutputArgs, OutputFormat};
 
 /// The variable that makes `audit` check the container it runs in.
-pub const LUIDS_VAR: &str = "DXDP_ADAPTER_LUIDS";
+pub(crate) const LUIDS_VAR: &str = "DXDP_ADAPTER_LUIDS";
 
 /// Arguments of `dxdp audit`.
 #[derive(Debug, Args)]
-pub struct AuditArgs {
+pub(crate) struct AuditArgs {
     /// Audit from a running daemon's /metrics at HOST:PORT (its metrics.address, e.g.
     /// 127.0.0.1:9466) instead of sampling the GPUs here.
     #[arg(long, value_name = "HOST:PORT")]
@@ -48,7 +48,7 @@ pub struct AuditArgs {
 }
 
 /// Runs the audit and prints it; the exit code is the verdict's.
-pub fn run(
+pub(crate) fn run(
     args: &AuditArgs,
     config: Config,
     source: Arc<dyn HostFactsSource>,

@@ -12,18 +12,18 @@ use dxdp::cluster::Cluster;
 /// Arguments of `dxdp cleanup`.
 #[derive(Debug, Args)]
 #[group(required = true, multiple = false)]
-pub struct CleanupArgs {
+pub(crate) struct CleanupArgs {
     /// The node to clean (repeat for more nodes).
     #[arg(long = "node", value_name = "NAME")]
-    pub nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
     /// Every node dxdp left something on (needs list on nodes).
     #[arg(long)]
-    pub all: bool,
+    pub(crate) all: bool,
 }
 
 /// Cleans each node in turn; exit code 0 when all are clean, 1 when one could not be (or the
 /// nodes could not be listed).
-pub fn run(args: &CleanupArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: &CleanupArgs) -> anyhow::Result<ExitCode> {
     let runtime = super::runtime()?;
     let first = args.nodes.first().map_or("(all nodes)", String::as_str);
     let cluster = match runtime.block_on(Cluster::connect(Some(first))) {

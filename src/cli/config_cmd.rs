@@ -15,7 +15,7 @@ use dxdp_core::devices::Resource;
 
 /// `dxdp config` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum ConfigCommand {
+pub(crate) enum ConfigCommand {
     /// Print the effective configuration and where each value came from.
     Show {
         /// Output: text, or one document {"apiVersion", "kind": "Configuration", "file",
@@ -40,7 +40,11 @@ pub enum ConfigCommand {
 }
 
 /// Runs a `config` subcommand.
-pub fn run(cmd: &ConfigCommand, config: &Resolved, inputs: &Inputs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(
+    cmd: &ConfigCommand,
+    config: &Resolved,
+    inputs: &Inputs,
+) -> anyhow::Result<ExitCode> {
     match cmd {
         ConfigCommand::Show { output } => {
             // A file that does not exist is not shown as if it were read.
@@ -165,7 +169,7 @@ fn looks_like_reference(text: &str) -> bool {
 
 /// Which reference plugin a file belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ReferencePlugin {
+pub(crate) enum ReferencePlugin {
     /// The WDDM plugin (WDDM_DEVICE_PLUGIN_CONFIG_FILE): directx.microsoft.com/display.
     Wddm,
     /// The MCDM plugin (MCDM_DEVICE_PLUGIN_CONFIG_FILE): directx.microsoft.com/compute.

@@ -22,7 +22,7 @@ use dxdp_core::quote::clean;
 
 /// Arguments of `dxdp demo`.
 #[derive(Debug, Args)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Advertise each physical device this many times [default: 1].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
     replicas: Option<u32>,
@@ -39,7 +39,7 @@ impl DemoArgs {
 }
 
 /// Runs the demo and prints it to stdout.
-pub fn run(
+pub(crate) fn run(
     args: &DemoArgs,
     config: Config,
     source: Arc<dyn HostFactsSource>,

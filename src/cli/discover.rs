@@ -13,7 +13,7 @@ use dxdp_core::pipeline;
 
 /// Arguments of `dxdp discover`.
 #[derive(Debug, Args)]
-pub struct DiscoverArgs {
+pub(crate) struct DiscoverArgs {
     /// Output: text, or one document `{"apiVersion", "kind": "Discovery", "devices",
     /// "excluded", "warnings", "inContainer"}` as JSON or YAML (schema:
     /// docs/schemas/Discovery.schema.json).
@@ -27,7 +27,7 @@ pub struct DiscoverArgs {
 }
 
 /// Runs the pipeline and prints the result to stdout.
-pub fn run(
+pub(crate) fn run(
     args: &DiscoverArgs,
     config: &Config,
     source: &dyn HostFactsSource,

@@ -18,7 +18,7 @@ use super::ResourceArg;
 
 /// Arguments of `dxdp doctor`.
 #[derive(Debug, Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     #[command(flatten)]
     output: super::OutputArgs,
     /// The kubelet's device-plugin directory [default: as for `dxdp plugin`].
@@ -97,7 +97,7 @@ fn kubelet(
 }
 
 /// Runs the checks; exits 1 when any check fails.
-pub fn run(
+pub(crate) fn run(
     args: &DoctorArgs,
     config: &Config,
     source: &dyn HostFactsSource,

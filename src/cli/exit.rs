@@ -13,17 +13,17 @@
 use std::process::ExitCode;
 
 /// An error, or a check that failed.
-pub const FAILED: u8 = 1;
+pub(crate) const FAILED: u8 = 1;
 /// A usage error (clap exits with this code on its own; a bad log level too).
-pub const USAGE: u8 = 2;
+pub(crate) const USAGE: u8 = 2;
 /// A check could not tell.
-pub const COULD_NOT_TELL: u8 = 3;
+pub(crate) const COULD_NOT_TELL: u8 = 3;
 
 /// The text appended to the long help of every command: its exit codes.
-pub const HELP: &str = "Exit codes: 0 success, 1 error, 2 usage error.";
+pub(crate) const HELP: &str = "Exit codes: 0 success, 1 error, 2 usage error.";
 
 /// `code` as an [`ExitCode`].
-pub fn code(code: u8) -> ExitCode {
+pub(crate) fn code(code: u8) -> ExitCode {
     ExitCode::from(code)
 }
 

@@ -11,7 +11,7 @@ use dxdp::tools::hcs;
 
 /// Arguments of `dxdp hcs`.
 #[derive(Debug, Args)]
-pub struct HcsArgs {
+pub(crate) struct HcsArgs {
     #[command(flatten)]
     output: super::OutputArgs,
     #[command(flatten)]
@@ -20,7 +20,7 @@ pub struct HcsArgs {
 
 /// Prints the report and what the configured assignment does here; exits 0 when it works,
 /// 1 otherwise.
-pub fn run(
+pub(crate) fn run(
     args: &HcsArgs,
     config: &Resolved,
     source: &dyn HostFactsSource,

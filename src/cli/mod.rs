@@ -86,7 +86,7 @@ struct GlobalArgs {
 
 /// The output format of a command with machine output (`-o/--output`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     /// For people (the default).
     #[default]
     Text,
@@ -99,19 +99,19 @@ pub enum OutputFormat {
 /// `-o/--output json|yaml|text` (with `--json` kept as an alias of `-o json`), shared by every
 /// command with machine output.
 #[derive(Debug, Clone, Default, Args)]
-pub struct OutputArgs {
+pub(crate) struct OutputArgs {
     /// Output format: text (for people), json or yaml (one document with apiVersion and kind;
     /// its JSON Schema is in docs/schemas/).
     #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
-    pub output: Option<OutputFormat>,
+    pub(crate) output: Option<OutputFormat>,
     /// Same as `-o json`.
     #[arg(long, conflicts_with = "output")]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 impl OutputArgs {
     /// The format asked for.
-    pub fn format(&self) -> OutputFormat {
+    pub(crate) fn format(&self) -> OutputFormat {
         match (self.output, self.json) {
             (Some(f), _) => f,
             (None, true) => OutputFormat::Json,
@@ -120,13 +120,13 @@ impl OutputArgs {
     }
 
     /// Whether the output is a document (JSON or YAML) rather than text for people.
-    pub fn is_document(&self) -> bool {
+    pub(crate) fn is_document(&self) -> bool {
         self.format() != OutputFormat::Text
     }
 
     /// `doc` in the format asked for: JSON (as `--json` always wrote it) or YAML; text is the
     /// caller's business (this gives JSON then).
-    pub fn document<T: serde::Serialize>(&self, doc: &T) -> anyhow::Result<String> {
+    pub(crate) fn document<T: serde::Serialize>(&self, doc: &T) -> anyhow::Result<String> {
         match self.format() {
             OutputFormat::Yaml => dxdp::output::to_yaml(doc),
             OutputFormat::Json | OutputFormat::Text => Ok(dxdp::output::to_json(doc)),
@@ -160,7 +160,7 @@ impl From<ResourceArg> for Resource {
 
 /// An assignment mode on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum AssignmentArg {
+pub(crate) enum AssignmentArg {
     /// vpci-location-path://<path>: one device (HCS schema 2.2+)
     LocationPath,
     /// class/5B45201D-...: every display adapter of the node
@@ -367,7 +367,7 @@ fn read(inputs: &Inputs) -> Result<Resolved, String> {
 
 /// Parses arguments, runs the command and turns errors into a message and exit code 1 (3, "could
 /// not tell", for the checks: see [`exit`]).
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
     let error_code = exit::code(cli.command.error_code());
     if matches!(cli.command, Command::Plugin(_)) {

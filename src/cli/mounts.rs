@@ -17,7 +17,7 @@ use dxdp_core::pipeline;
 
 /// Arguments of `dxdp mounts`.
 #[derive(Debug, Args)]
-pub struct MountsArgs {
+pub(crate) struct MountsArgs {
     /// Select every device.
     #[arg(long)]
     all: bool,
@@ -123,7 +123,7 @@ impl MountsArgs {
 }
 
 /// Selects devices and prints (or runs) the flags.
-pub fn run(
+pub(crate) fn run(
     args: &MountsArgs,
     config: &Config,
     source: &dyn HostFactsSource,

@@ -19,7 +19,7 @@ use dxdp::shutdown;
 
 /// Arguments of `dxdp plugin`.
 #[derive(Debug, Args)]
-pub struct PluginArgs {
+pub(crate) struct PluginArgs {
     /// The kubelet's device-plugin directory [default: %SystemDrive%\var\lib\kubelet\device-plugins
     /// on Windows, as the kubelet computes it; /var/lib/kubelet/device-plugins elsewhere].
     #[arg(long, env = "DXDP_KUBELET_DIR", value_name = "DIR")]
@@ -92,7 +92,7 @@ impl PluginArgs {
 /// CTRL_SHUTDOWN_EVENT, which hcsshim sends to stop a HostProcess container), reloading the
 /// configuration when its files change and on SIGHUP. Once the daemon has removed its sockets, a console
 /// handler waiting for cleanup is released (see [`dxdp::shutdown`]).
-pub fn run(
+pub(crate) fn run(
     args: &PluginArgs,
     config: Resolved,
     inputs: Inputs,

@@ -16,7 +16,7 @@ use dxdp_core::telemetry::{ContainerProcesses, TelemetryFacts};
 
 /// Arguments of `dxdp snapshot`.
 #[derive(Debug, Args)]
-pub struct SnapshotArgs {
+pub(crate) struct SnapshotArgs {
     /// Write to this file instead of stdout. As everywhere else, `-o json` and `-o yaml` (a bare
     /// format name) choose the format and write to stdout.
     #[arg(short, long, value_name = "FILE|FORMAT")]
@@ -193,7 +193,7 @@ fn record_faults(facts: &mut dxdp_core::facts::HostFacts, since: std::time::Dura
 }
 
 /// Collects the facts and writes them.
-pub fn run(
+pub(crate) fn run(
     args: &SnapshotArgs,
     config: &Config,
     source: &dyn HostFactsSource,

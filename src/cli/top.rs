@@ -28,7 +28,7 @@ use super::OutputFormat;
 
 /// Arguments of `dxdp top`.
 #[derive(Debug, Args)]
-pub struct TopArgs {
+pub(crate) struct TopArgs {
     /// Read the figures from a running daemon's /metrics at HOST:PORT (its metrics.address,
     /// e.g. 127.0.0.1:9466) instead of sampling the GPUs here.
     #[arg(long, value_name = "HOST:PORT")]
@@ -148,7 +148,7 @@ impl Figures {
 }
 
 /// Prints the figures once, or every `--interval` with `--watch`.
-pub fn run(
+pub(crate) fn run(
     args: &TopArgs,
     config: Config,
     source: Arc<dyn HostFactsSource>,

@@ -22,7 +22,7 @@ use super::{OutputArgs, OutputFormat};
 
 /// Arguments of `dxdp validate`.
 #[derive(Debug, Args)]
-pub struct ValidateArgs {
+pub(crate) struct ValidateArgs {
     /// The time limit of each check, in seconds (a hung driver DLL gives `timed-out`).
     #[arg(long, value_name = "SECONDS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -52,7 +52,7 @@ pub struct ValidateArgs {
 
 /// An API named on the command line.
 #[derive(Debug, Clone, Copy)]
-pub struct ApiName(Api);
+pub(crate) struct ApiName(Api);
 
 fn parse_api(s: &str) -> Result<ApiName, String> {
     Api::from_name(s.trim()).map(ApiName).ok_or_else(|| {
@@ -62,7 +62,10 @@ fn parse_api(s: &str) -> Result<ApiName, String> {
 }
 
 /// Runs the checks and prints them; the exit code is the verdict's.
-pub fn run(args: &ValidateArgs, source: Arc<dyn HostFactsSource>) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(
+    args: &ValidateArgs,
+    source: Arc<dyn HostFactsSource>,
+) -> anyhow::Result<ExitCode> {
     if source.is_simulated() {
         super::notice(&format!("simulated host: using {}", source.describe()));
     }

@@ -11,17 +11,17 @@ use super::{Cluster, FIELD_MANAGER, VALIDATION_FIELD_MANAGER};
 use crate::util::errors::chain;
 
 /// The node condition types dxdp sets.
-pub const CONDITION_TYPES: [&str; 2] = ["DirectXGPUHealthy", "DirectXGPUIsolation"];
+pub(crate) const CONDITION_TYPES: [&str; 2] = ["DirectXGPUHealthy", "DirectXGPUIsolation"];
 
 /// What a cleanup took off one node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Removed {
     /// Label keys removed.
-    pub labels: Vec<String>,
+    pub(crate) labels: Vec<String>,
     /// Whether the isolation taint was removed.
-    pub taint: bool,
+    pub(crate) taint: bool,
     /// Condition types removed.
-    pub conditions: Vec<String>,
+    pub(crate) conditions: Vec<String>,
 }
 
 impl Removed {
@@ -59,7 +59,7 @@ fn dxdp_conditions(node: &Node) -> Vec<NodeCondition> {
 
 /// Whether dxdp left anything on `node`: labels its field manager applied, its taint, or one of
 /// its conditions.
-pub fn has_dxdp_state(node: &Node) -> bool {
+pub(crate) fn has_dxdp_state(node: &Node) -> bool {
     let labels = node
         .metadata
         .managed_fields
@@ -93,7 +93,7 @@ impl Cluster {
         }
     }
 
-    /// The names of every node dxdp left something on ([`has_dxdp_state`]), sorted.
+    /// The names of every node dxdp left something on (`has_dxdp_state`), sorted.
     pub async fn nodes_with_dxdp_state(&self) -> Result<Vec<String>, String> {
         let list = tokio::time::timeout(self.timeout, self.api.list(&ListParams::default()))
             .await

@@ -1,12 +1,12 @@
 //! The Kubernetes Events dxdp creates (isolation violations, unhealthy GPUs, failed validation):
-//! one builder, so that every Event is named, sourced and bounded the same way ([`warning`]),
-//! one limiter ([`EventGate`]: deduplication and a rate limit), one way to create an Event and
+//! one builder, so that every Event is named, sourced and bounded the same way (`warning`),
+//! one limiter (`EventGate`: deduplication and a rate limit), one way to create an Event and
 //! tell a refusal to drop from a failure to retry (`Cluster::post_event`), and one sender of a
-//! feature's Events that ties them together and counts every outcome ([`EventSender`]).
+//! feature's Events that ties them together and counts every outcome (`EventSender`).
 //!
 //! dxdp only creates Events (it never reads or updates one): each is a new object named as
 //! client-go names them (`<object>.<time in hex>`, within the 253 characters of a name), a
-//! `Warning` from the component `dxdp` on this node, its message cut at [`MESSAGE_MAX`] bytes.
+//! `Warning` from the component `dxdp` on this node, its message cut at `MESSAGE_MAX` bytes.
 //! dxdp needs `create` on events and nothing else, so repeats are counted in its metrics rather
 //! than in the Event's `count`. An Event the API server refuses (4xx other than 409 and 429) is
 //! dropped rather than retried, so that it holds back no other.
@@ -27,10 +27,10 @@ use crate::util::retry::{random, Backoff};
 
 /// The longest message dxdp writes into an Event or a node condition, in bytes (cut at a
 /// character boundary).
-pub const MESSAGE_MAX: usize = 1024;
+pub(crate) const MESSAGE_MAX: usize = 1024;
 
 /// `message` cut to at most [`MESSAGE_MAX`] bytes, at a character boundary.
-pub fn bounded(mut message: String) -> String {
+pub(crate) fn bounded(mut message: String) -> String {
     if message.len() > MESSAGE_MAX {
         let mut end = MESSAGE_MAX;
         while !message.is_char_boundary(end) {
@@ -43,23 +43,23 @@ pub fn bounded(mut message: String) -> String {
 
 /// What one Warning Event says, and about what.
 #[derive(Debug, Clone)]
-pub struct Warning {
+pub(crate) struct Warning {
     /// The namespace the Event is created in.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The object it is about.
-    pub involved: ObjectReference,
+    pub(crate) involved: ObjectReference,
     /// Another object it concerns (the node, a Job), if any.
-    pub related: Option<ObjectReference>,
+    pub(crate) related: Option<ObjectReference>,
     /// The reason (`GPUIsolationViolation`, `GPUUnhealthy`, `GPUValidationFailed`).
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
     /// The action (`UseUnallocatedGPU`, `ReportDeviceHealth`, `Validate`).
-    pub action: &'static str,
+    pub(crate) action: &'static str,
     /// The message (cut to [`MESSAGE_MAX`]).
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// The Warning Event `w` reported by dxdp on `node` at `now` (a new object each time).
-pub fn warning(w: Warning, node: &str, now: Time) -> Event {
+pub(crate) fn warning(w: Warning, node: &str, now: Time) -> Event {
     let nanos = now.0.as_nanosecond();
     let suffix = format!(".{:x}", nanos.max(0));
     let mut prefix = w.involved.name.clone().unwrap_or_default();
@@ -90,7 +90,7 @@ pub fn warning(w: Warning, node: &str, now: Time) -> Event {
 }
 
 /// A reference to the pod container `container` of `namespace/pod`.
-pub fn container_ref(namespace: &str, pod: &str, container: &str) -> ObjectReference {
+pub(crate) fn container_ref(namespace: &str, pod: &str, container: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
@@ -102,7 +102,7 @@ pub fn container_ref(namespace: &str, pod: &str, container: &str) -> ObjectRefer
 }
 
 /// A reference to the Node `node`.
-pub fn node_ref(node: &str) -> ObjectReference {
+pub(crate) fn node_ref(node: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Node".into()),
@@ -134,7 +134,7 @@ pub const EVENT_LIMITS: EventLimits = EventLimits {
 /// (what makes two Events the same: a violation's pod container and GPU, an Unhealthy device's
 /// holder and reason, a failed validation's checks).
 #[derive(Debug)]
-pub struct EventGate<K> {
+pub(crate) struct EventGate<K> {
     limits: EventLimits,
     tokens: u32,
     /// When the last token was added (or the bucket was last full).
@@ -145,7 +145,7 @@ pub struct EventGate<K> {
 
 impl<K: std::hash::Hash + Eq> EventGate<K> {
     /// A full bucket at `now`.
-    pub fn new(limits: EventLimits, now: Instant) -> Self {
+    pub(crate) fn new(limits: EventLimits, now: Instant) -> Self {
         EventGate {
             limits,
             tokens: limits.burst,
@@ -173,14 +173,14 @@ impl<K: std::hash::Hash + Eq> EventGate<K> {
     }
 
     /// Whether an Event for `key` was sent within the deduplication window before `now`.
-    pub fn is_duplicate(&self, key: &K, now: Instant) -> bool {
+    pub(crate) fn is_duplicate(&self, key: &K, now: Instant) -> bool {
         self.sent
             .get(key)
             .is_some_and(|t| now.saturating_duration_since(*t) < self.limits.dedup)
     }
 
     /// Takes one Event from the bucket; false when it is empty.
-    pub fn take(&mut self, now: Instant) -> bool {
+    pub(crate) fn take(&mut self, now: Instant) -> bool {
         self.refill(now);
         if self.tokens == 0 {
             return false;
@@ -190,12 +190,12 @@ impl<K: std::hash::Hash + Eq> EventGate<K> {
     }
 
     /// When the next Event may be sent (after an empty [`EventGate::take`]).
-    pub fn next_token(&self) -> Instant {
+    pub(crate) fn next_token(&self) -> Instant {
         self.refilled + self.limits.every
     }
 
     /// Records that an Event for `key` was sent at `now`, and forgets keys whose window ended.
-    pub fn sent(&mut self, key: K, now: Instant) {
+    pub(crate) fn sent(&mut self, key: K, now: Instant) {
         let dedup = self.limits.dedup;
         self.sent
             .retain(|_, t| now.saturating_duration_since(*t) < dedup);
@@ -205,11 +205,11 @@ impl<K: std::hash::Hash + Eq> EventGate<K> {
 
 /// What grants `create` on the Events about pods (isolation and `GPUUnhealthy`), or turns them
 /// off ([`Voice::grant`]).
-pub const POD_EVENTS_GRANT: &str = "the chart does with isolation.events or health.events true; or turn these Events off with isolation.events or health.events: false";
+pub(crate) const POD_EVENTS_GRANT: &str = "the chart does with isolation.events or health.events true; or turn these Events off with isolation.events or health.events: false";
 
 /// Why an Event could not be created.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EventError {
+pub(crate) enum EventError {
     /// Worth another try with backoff (the API server or the network, a conflict, throttling).
     Retry(String),
     /// The API server refused this Event (4xx other than 409 and 429): it is dropped, so that it
@@ -219,7 +219,7 @@ pub enum EventError {
 
 /// Classifies the API server's refusal of an Event in `namespace` (`code`, Status `message`);
 /// `grant` says what grants `create` on events for these Events (or turns them off).
-pub fn event_refusal(code: u16, message: &str, namespace: &str, grant: &str) -> EventError {
+pub(crate) fn event_refusal(code: u16, message: &str, namespace: &str, grant: &str) -> EventError {
     match code {
         409 | 429 => EventError::Retry(format!(
             "cannot create an Event in namespace {namespace}: {message} ({code})"
@@ -272,16 +272,16 @@ impl Cluster {
 
 /// How a feature's Events are named in the log.
 #[derive(Debug, Clone, Copy)]
-pub struct Voice {
+pub(crate) struct Voice {
     /// What fails when an Event cannot be created (`cannot report a GPU isolation violation as
     /// an Event`).
-    pub failing: &'static str,
+    pub(crate) failing: &'static str,
     /// The Events, when they are created again after failures (`Events about GPU isolation
     /// violations`).
-    pub resumed: &'static str,
+    pub(crate) resumed: &'static str,
     /// What grants `create` on events for them, or turns them off, said when the API server
     /// forbids one (`the chart does with validation.enabled`).
-    pub grant: &'static str,
+    pub(crate) grant: &'static str,
 }
 
 /// One feature's Events, from what lasts now (by key `K`, each with its value `V`) to Events on
@@ -293,7 +293,7 @@ pub struct Voice {
 /// (counted `error`, said once per kind of refusal) so that it holds back no other; a failure
 /// stops sending until a backoff delay has passed (counted `error`, said once per distinct
 /// error).
-pub struct EventSender<K, V> {
+pub(crate) struct EventSender<K, V> {
     cluster: Cluster,
     /// The Event for a value on a node at a time.
     event: fn(&V, &str, Time) -> Event,
@@ -331,7 +331,7 @@ impl<K, V> std::fmt::Debug for EventSender<K, V> {
 impl<K: Ord + Hash + Clone, V: Clone> EventSender<K, V> {
     /// A sender of the Events `event` makes, through `cluster`, limited by `limits`, retried
     /// with `backoff`, outcomes counted by `count` and named in the log by `voice`.
-    pub fn new(
+    pub(crate) fn new(
         cluster: Cluster,
         limits: EventLimits,
         backoff: Backoff,
@@ -359,7 +359,12 @@ impl<K: Ord + Hash + Clone, V: Clone> EventSender<K, V> {
     /// Takes what lasts at `now` (`current`, by key), with the feature's Events `on` or off:
     /// new keys are queued or counted, queued Events take the latest value of their key, and
     /// those of keys that ended (all of them when the Events are off) are forgotten.
-    pub fn update(&mut self, current: impl IntoIterator<Item = (K, V)>, on: bool, now: Instant) {
+    pub(crate) fn update(
+        &mut self,
+        current: impl IntoIterator<Item = (K, V)>,
+        on: bool,
+        now: Instant,
+    ) {
         let current: Vec<(K, V)> = current.into_iter().collect();
         let keys: BTreeSet<K> = current.iter().map(|(k, _)| k.clone()).collect();
         self.pending.retain(|k, _| keys.contains(k));
@@ -387,14 +392,14 @@ impl<K: Ord + Hash + Clone, V: Clone> EventSender<K, V> {
     /// Takes a one-off occurrence (a failed validation run; `None`: none) as a new key of
     /// [`update`](EventSender::update), even when it occurred before (once its deduplication
     /// window has passed); it replaces what was still queued, which is never sent late.
-    pub fn occurred(&mut self, occurrence: Option<(K, V)>, on: bool, now: Instant) {
+    pub(crate) fn occurred(&mut self, occurrence: Option<(K, V)>, on: bool, now: Instant) {
         self.update(None, on, now);
         self.update(occurrence, on, now);
     }
 
     /// Sends the queued Events as far as the rate limit and the backoff allow. Returns when to
     /// send again (the next token, or the retry after a failure); `None` when nothing waits.
-    pub async fn send(&mut self) -> Option<Instant> {
+    pub(crate) async fn send(&mut self) -> Option<Instant> {
         if self.retry_at.is_some_and(|t| Instant::now() < t) {
             return self.retry_at;
         }

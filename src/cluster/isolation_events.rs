@@ -1,5 +1,5 @@
 //! GPU isolation violations as Events on the pod (`isolation.events`): a Warning Event
-//! [`EVENT_REASON`] on the pod container when a violation starts ([`report_events`], following
+//! `EVENT_REASON` on the pod container when a violation starts ([`report_events`], following
 //! the violations the telemetry task publishes, `telemetry::audit`, through the daemon's
 //! wiring).
 //!
@@ -27,10 +27,10 @@ use crate::util::task::Task;
 use dxdp_core::telemetry::isolation::{Active, Violation};
 
 /// The reason of the Events.
-pub const EVENT_REASON: &str = "GPUIsolationViolation";
+pub(crate) const EVENT_REASON: &str = "GPUIsolationViolation";
 
 /// The Event for a violation on `node` at `now` (a new object each time: dxdp only creates).
-pub fn event(v: &Violation, node: &str, now: Time) -> Event {
+pub(crate) fn event(v: &Violation, node: &str, now: Time) -> Event {
     warning(
         Warning {
             namespace: v.pod.namespace.clone(),

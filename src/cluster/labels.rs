@@ -16,7 +16,7 @@ use dxdp_core::devices::{PerResource, Resource};
 use dxdp_core::labels::{node_labels, LabelSettings};
 
 /// The labels for an inventory (empty when labels are off in its configuration).
-pub fn desired(inventory: &Inventory) -> BTreeMap<String, String> {
+pub(crate) fn desired(inventory: &Inventory) -> BTreeMap<String, String> {
     let config: &Config = &inventory.config;
     if !config.node_labels.enabled {
         return BTreeMap::new();

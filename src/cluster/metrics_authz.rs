@@ -3,9 +3,9 @@
 //! (authentication.k8s.io/v1), and the user it names with a SubjectAccessReview
 //! (authorization.k8s.io/v1) for `get` on the non-resource URL of the request (`/metrics`).
 //!
-//! Decisions are cached per token and path for a short time ([`ALLOWED_TTL`], [`DENIED_TTL`]),
-//! at most [`CACHE_ENTRIES`] of them, keyed by a SHA-256 digest (the token itself is never
-//! kept). An API server that cannot be asked (unreachable, slow past [`CALL_TIMEOUT`], an
+//! Decisions are cached per token and path for a short time (`ALLOWED_TTL`, `DENIED_TTL`),
+//! at most `CACHE_ENTRIES` of them, keyed by a SHA-256 digest (the token itself is never
+//! kept). An API server that cannot be asked (unreachable, slow past `CALL_TIMEOUT`, an
 //! error answer) is never cached and makes the request answer `503`: the endpoint never opens
 //! because the API server is down.
 //!
@@ -26,17 +26,17 @@ use crate::observe::access::{Authorize, Decision, DecisionFuture};
 use crate::util::errors::chain;
 
 /// How long an allowed token and path is remembered.
-pub const ALLOWED_TTL: Duration = Duration::from_secs(60);
+pub(crate) const ALLOWED_TTL: Duration = Duration::from_secs(60);
 
 /// How long a refused (invalid or not permitted) token and path is remembered.
-pub const DENIED_TTL: Duration = Duration::from_secs(10);
+pub(crate) const DENIED_TTL: Duration = Duration::from_secs(10);
 
 /// The most decisions remembered (a full cache is emptied).
-pub const CACHE_ENTRIES: usize = 1024;
+pub(crate) const CACHE_ENTRIES: usize = 1024;
 
 /// How long one review call may take: under Prometheus' default scrape timeout, so the scrape
 /// gets a `503` saying why rather than a timeout.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Checks `/metrics` requests with the API server.
 pub struct KubernetesAuthorizer {
@@ -54,7 +54,7 @@ impl std::fmt::Debug for KubernetesAuthorizer {
 
 impl KubernetesAuthorizer {
     /// Connects with the standard credentials (the pod's service account, else `KUBECONFIG`).
-    pub async fn connect() -> Result<Self, super::Off> {
+    pub(crate) async fn connect() -> Result<Self, super::Off> {
         let config = super::credentials().await?;
         Self::with_config(config)
     }

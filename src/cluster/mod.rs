@@ -2,7 +2,7 @@
 //! (in-cluster service account or `KUBECONFIG`, rustls), reading the Node, and applying dxdp's
 //! labels to it with server-side apply.
 //!
-//! - [`labels`]: keeps the Node's labels in step with the devices and the configuration;
+//! - `labels`: keeps the Node's labels in step with the devices and the configuration;
 //! - [`node`]: follows the Node (its labels select a named configuration);
 //! - [`events`]: what every Event dxdp creates shares (the Warning builder, the deduplication
 //!   and rate limit, creating one and classifying a refusal, the one sender of a feature's
@@ -24,7 +24,7 @@
 pub mod cleanup;
 pub mod events;
 pub mod isolation_events;
-pub mod labels;
+pub(crate) mod labels;
 pub mod metrics_authz;
 pub mod node;
 pub mod taint;
@@ -46,7 +46,7 @@ use crate::util::retry::Backoff;
 
 /// The field manager of dxdp's server-side applies: the labels it sets are owned by it, so a
 /// label it stops setting is removed and labels it never set are untouched.
-pub const FIELD_MANAGER: &str = "dxdp";
+pub(crate) const FIELD_MANAGER: &str = "dxdp";
 
 /// The field manager of the validation's labels: separate from dxdp's other labels, so that the
 /// two sets never remove each other's keys.
@@ -109,19 +109,19 @@ pub enum Off {
 #[error("{what} node {node}: {reason}")]
 pub struct ApiError {
     /// What was attempted (`get`, `apply labels to`, `watch`).
-    pub what: &'static str,
+    pub(crate) what: &'static str,
     /// The node.
-    pub node: String,
+    pub(crate) node: String,
     /// The error and its causes, each once.
-    pub reason: String,
+    pub(crate) reason: String,
     /// The HTTP status the API server answered with, when it answered (`None`: no answer, a
     /// timeout, a connection or decoding error). Code decides on this, never on `reason`.
-    pub status: Option<u16>,
+    pub(crate) status: Option<u16>,
 }
 
 /// How long one API call (not a watch) may take before it counts as failed and is retried:
 /// a half-open connection must not stall labels or the configuration selection for ever.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// This node's object on the API server.
 #[derive(Clone)]
@@ -173,12 +173,6 @@ impl Cluster {
         self.client.clone()
     }
 
-    /// The same client with another per-call timeout.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
     /// Runs one API call within the call timeout.
     pub(crate) async fn call<T>(
         &self,
@@ -200,7 +194,7 @@ impl Cluster {
     }
 
     /// The node's name.
-    pub fn node(&self) -> &str {
+    pub(crate) fn node(&self) -> &str {
         &self.node
     }
 
@@ -216,7 +210,7 @@ impl Cluster {
     }
 
     /// Applies `labels` as dxdp's complete set (server-side apply, field manager
-    /// [`FIELD_MANAGER`], forced): keys dxdp applied before and not now are removed.
+    /// `FIELD_MANAGER`, forced): keys dxdp applied before and not now are removed.
     pub async fn apply_labels(
         &self,
         labels: &BTreeMap<String, String>,
@@ -324,7 +318,7 @@ impl CredentialSource {
 /// `%CONTAINER_SANDBOX_MOUNT_POINT%` rather than at `C:\var\run\secrets\...` (where the
 /// standard in-cluster configuration looks), as a kubeconfig document. `None` outside such a
 /// container or without a token there.
-pub fn sandbox_kubeconfig(
+pub(crate) fn sandbox_kubeconfig(
     env: impl Fn(&str) -> Option<String>,
     exists: impl Fn(&str) -> bool,
 ) -> Option<serde_json::Value> {
@@ -355,7 +349,7 @@ pub fn sandbox_kubeconfig(
 }
 
 /// The server-side apply body for `labels` on `node`.
-pub fn apply_body(node: &str, labels: &BTreeMap<String, String>) -> serde_json::Value {
+pub(crate) fn apply_body(node: &str, labels: &BTreeMap<String, String>) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "Node",

@@ -3,10 +3,10 @@
 //! publishes, `telemetry::audit`, through the daemon's wiring).
 //!
 //! A read-modify-write of `spec.taints` with a JSON merge patch conditional on the Node's
-//! `resourceVersion` ([`Cluster::set_isolation_taint`]: the taints are one list on the API
+//! `resourceVersion` (`Cluster::set_isolation_taint`: the taints are one list on the API
 //! server, so a patch without the condition could drop a taint someone else added meanwhile). At
 //! start the node is reconciled once the first audit is known (at the latest after
-//! [`TAINT_START_GRACE`]): a taint an earlier run left is removed when no violation is known,
+//! `TAINT_START_GRACE`): a taint an earlier run left is removed when no violation is known,
 //! also with `policy: audit`. Once on, the taint stays at least [`TAINT_MIN_HOLD`] (with `policy:
 //! taint`); the Node is read again whenever a violation starts.
 //!
@@ -39,12 +39,12 @@ pub const TAINT_KEY: &str = "directx.microsoft.com/isolation-violation";
 
 /// The taint's effect: new pods that do not tolerate it are not scheduled on the node; pods
 /// running there keep running.
-pub const TAINT_EFFECT: &str = "NoSchedule";
+pub(crate) const TAINT_EFFECT: &str = "NoSchedule";
 
 impl Cluster {
     /// Puts dxdp's taint on the node (`on`) or takes every taint with its key off. Returns
     /// whether the node changed.
-    pub async fn set_isolation_taint(&self, on: bool) -> Result<bool, String> {
+    pub(crate) async fn set_isolation_taint(&self, on: bool) -> Result<bool, String> {
         const CONFLICTS: u32 = 3;
         for _ in 0..CONFLICTS {
             let node = self.get_node().await.map_err(|e| e.to_string())?;
@@ -113,7 +113,7 @@ impl Cluster {
 
 /// How long the taint waits for the first audit after a start before it counts as "no
 /// violation known" (the telemetry sampler takes its first sample 2 s after the start).
-pub const TAINT_START_GRACE: Duration = Duration::from_secs(60);
+pub(crate) const TAINT_START_GRACE: Duration = Duration::from_secs(60);
 
 /// How long the taint stays at least once this run added it (or found it needed), so that use
 /// that is brief but frequent does not open and close the node every sample.

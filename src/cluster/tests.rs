@@ -28,6 +28,14 @@ const WAIT: Duration = Duration::from_secs(20);
 
 const SELECTOR: &str = "directx.microsoft.com/device-plugin.config";
 
+impl Cluster {
+    /// The same client with another per-call timeout.
+    fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
 fn fixture(name: &str) -> dxdp_core::facts::HostFacts {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")

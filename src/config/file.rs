@@ -2,7 +2,7 @@
 //! configurations), and the reference plugin's per-plugin files (`WDDM_DEVICE_PLUGIN_CONFIG_FILE`,
 //! `MCDM_DEVICE_PLUGIN_CONFIG_FILE`). Strict: unknown keys, wrong types and out-of-range values
 //! are errors with the file, line and column ([`super::parse`]); the checked scalar values are in
-//! [`super::values`], the JSON Schema in [`super::schema`].
+//! [`super::values`], the JSON Schema in `super::schema`.
 
 use std::collections::BTreeMap;
 
@@ -23,11 +23,11 @@ use super::values::{
 /// One runtime file in `runtimeFiles.additional` or the reference's `additionalMounts`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, try_from = "RawEntry")]
-pub struct FileEntry {
+pub(crate) struct FileEntry {
     /// Relative to the driver store.
-    pub source: String,
+    pub(crate) source: String,
     /// Bare file name in the target directory; the source's file name when absent.
-    pub destination: Option<String>,
+    pub(crate) destination: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -60,41 +60,41 @@ impl TryFrom<RawEntry> for FileEntry {
 /// Additional runtime files of one vendor.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct VendorFiles {
+pub(crate) struct VendorFiles {
     /// Files for `C:\Windows\System32`.
     #[serde(default)]
-    pub system32: Vec<FileEntry>,
+    pub(crate) system32: Vec<FileEntry>,
     /// Files for `C:\Windows\SysWOW64`.
     #[serde(default)]
-    pub syswow64: Vec<FileEntry>,
+    pub(crate) syswow64: Vec<FileEntry>,
 }
 
 /// `resources.display` / `resources.compute`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ResourceFile {
+pub(crate) struct ResourceFile {
     /// Serve this resource.
-    pub enabled: Option<bool>,
+    pub(crate) enabled: Option<bool>,
     /// The resource name.
-    pub name: Option<ResourceName>,
+    pub(crate) name: Option<ResourceName>,
     /// IDs per physical device.
-    pub replicas: Option<Replicas>,
+    pub(crate) replicas: Option<Replicas>,
     /// Extra resource names advertising the same devices.
-    pub aliases: Option<Vec<ResourceName>>,
+    pub(crate) aliases: Option<Vec<ResourceName>>,
     /// Advertise integrated adapters of this resource (overrides `devices.includeIntegrated`).
-    pub include_integrated: Option<bool>,
+    pub(crate) include_integrated: Option<bool>,
     /// Advertise detachable adapters of this resource (overrides `devices.includeDetachable`).
-    pub include_detachable: Option<bool>,
+    pub(crate) include_detachable: Option<bool>,
     /// `spread` or `pack`: how preferred allocations pick physical devices.
     #[serde(default)]
     #[schemars(schema_with = "super::schema::allocation_policy")]
-    pub allocation_policy: Option<AllocationPolicy>,
+    pub(crate) allocation_policy: Option<AllocationPolicy>,
     /// `warn` or `fail`: what Allocate does with a request for several IDs.
     #[serde(default)]
     #[schemars(schema_with = "super::schema::multi_device")]
-    pub multi_device: Option<MultiDevice>,
+    pub(crate) multi_device: Option<MultiDevice>,
     /// Set `CUDA_VISIBLE_DEVICES` for NVIDIA devices.
-    pub cuda_visible_devices: Option<bool>,
+    pub(crate) cuda_visible_devices: Option<bool>,
 }
 
 /// `resources`. Every name it serves (each enabled resource's name and aliases) must be unique:
@@ -102,11 +102,11 @@ pub struct ResourceFile {
 /// devices would vanish.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(try_from = "RawResources")]
-pub struct ResourcesFile {
+pub(crate) struct ResourcesFile {
     /// `directx.microsoft.com/display` settings.
-    pub display: ResourceFile,
+    pub(crate) display: ResourceFile,
     /// `directx.microsoft.com/compute` settings.
-    pub compute: ResourceFile,
+    pub(crate) compute: ResourceFile,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -152,71 +152,71 @@ impl TryFrom<RawResources> for ResourcesFile {
 /// `devices`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct DevicesFile {
+pub(crate) struct DevicesFile {
     /// Advertise integrated adapters.
-    pub include_integrated: Option<bool>,
+    pub(crate) include_integrated: Option<bool>,
     /// Advertise detachable adapters.
-    pub include_detachable: Option<bool>,
+    pub(crate) include_detachable: Option<bool>,
     /// Keep only devices matching one of these.
     #[serde(default)]
     #[schemars(schema_with = "super::schema::selectors")]
-    pub include: Option<Vec<DeviceSelector>>,
+    pub(crate) include: Option<Vec<DeviceSelector>>,
     /// Leave out devices matching one of these.
     #[serde(default)]
     #[schemars(schema_with = "super::schema::selectors")]
-    pub exclude: Option<Vec<DeviceSelector>>,
+    pub(crate) exclude: Option<Vec<DeviceSelector>>,
 }
 
 /// `health`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HealthFile {
+pub(crate) struct HealthFile {
     /// Check device health at all.
-    pub enabled: Option<bool>,
+    pub(crate) enabled: Option<bool>,
     /// Problem codes that do not make a device Unhealthy.
-    pub ignore_problem_codes: Option<Vec<u32>>,
+    pub(crate) ignore_problem_codes: Option<Vec<u32>>,
     /// Per-signal actions (`health.signals.<name>`; see `config::health`).
-    pub signals: Option<super::health::SignalsFile>,
+    pub(crate) signals: Option<super::health::SignalsFile>,
     /// Signals ignored altogether.
-    pub ignore: Option<Vec<super::health::SignalName>>,
+    pub(crate) ignore: Option<Vec<super::health::SignalName>>,
     /// `GPUUnhealthy` Events on the pods holding an Unhealthy device (see `config::health`).
-    pub events: Option<bool>,
+    pub(crate) events: Option<bool>,
     /// The `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions (see `config::health`).
-    pub node_conditions: Option<bool>,
+    pub(crate) node_conditions: Option<bool>,
 }
 
 /// `runtimeFiles`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RuntimeFilesFile {
+pub(crate) struct RuntimeFilesFile {
     /// Mount runtime files at all.
-    pub enabled: Option<bool>,
+    pub(crate) enabled: Option<bool>,
     /// Destination names never mounted.
-    pub exclude: Option<Vec<String>>,
+    pub(crate) exclude: Option<Vec<String>>,
     /// Extra files per vendor (name or PCI vendor ID).
-    pub additional: Option<BTreeMap<VendorKey, VendorFiles>>,
+    pub(crate) additional: Option<BTreeMap<VendorKey, VendorFiles>>,
 }
 
 /// `metrics`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct MetricsFile {
+pub(crate) struct MetricsFile {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     #[serde(default)]
     #[schemars(schema_with = "super::schema::socket_address")]
-    pub address: Option<MetricsAddress>,
+    pub(crate) address: Option<MetricsAddress>,
     /// Where `/healthz` and `/readyz` alone are also served, on a listener of their own that
     /// metrics clients cannot starve (e.g. 127.0.0.1:9467 for the kubelet's probes).
     #[serde(default)]
     #[schemars(schema_with = "super::schema::socket_address")]
-    pub probe_address: Option<MetricsAddress>,
+    pub(crate) probe_address: Option<MetricsAddress>,
     /// A web configuration file in the Prometheus exporters' format (TLS, client certificates,
     /// basic authentication, headers) for `address`; empty: plain HTTP, no authentication.
-    pub web_config_file: Option<String>,
+    pub(crate) web_config_file: Option<String>,
     /// Who may read `/metrics`: `none` (anyone who reaches it, or the web configuration's
     /// users) or `kubernetes` (a bearer token with `get` on the non-resource URL `/metrics`,
     /// checked with TokenReview and SubjectAccessReview).
-    pub authorization: Option<MetricsAuthorization>,
+    pub(crate) authorization: Option<MetricsAuthorization>,
 }
 
 /// `metrics.authorization`.
@@ -244,7 +244,7 @@ impl MetricsAuthorization {
     }
 
     /// The name.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             MetricsAuthorization::None => "none",
             MetricsAuthorization::Kubernetes => "kubernetes",
@@ -255,7 +255,7 @@ impl MetricsAuthorization {
 /// Log format names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum LogFormatName {
+pub(crate) enum LogFormatName {
     /// Text.
     Text,
     /// JSON lines.
@@ -267,86 +267,86 @@ pub enum LogFormatName {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConfigFile {
     /// The format version: `v1` (absent: `v1`); an unknown version is refused.
-    pub version: Option<ConfigVersion>,
+    pub(crate) version: Option<ConfigVersion>,
     /// Per-resource settings.
     #[serde(default)]
-    pub resources: ResourcesFile,
+    pub(crate) resources: ResourcesFile,
     /// Device selection.
     #[serde(default)]
-    pub devices: DevicesFile,
+    pub(crate) devices: DevicesFile,
     /// Assignment mode.
     #[serde(default)]
     #[schemars(schema_with = "super::schema::assignment")]
-    pub assignment: Option<Assignment>,
+    pub(crate) assignment: Option<Assignment>,
     /// Runtime-file control.
     #[serde(default)]
-    pub runtime_files: RuntimeFilesFile,
+    pub(crate) runtime_files: RuntimeFilesFile,
     /// Health checks.
     #[serde(default)]
-    pub health: HealthFile,
+    pub(crate) health: HealthFile,
     /// Log level.
-    pub log_level: Option<LogLevelName>,
+    pub(crate) log_level: Option<LogLevelName>,
     /// Log format.
-    pub log_format: Option<LogFormatName>,
+    pub(crate) log_format: Option<LogFormatName>,
     /// The metrics and probes endpoint.
     #[serde(default)]
-    pub metrics: MetricsFile,
+    pub(crate) metrics: MetricsFile,
     /// Node labels.
     #[serde(default)]
-    pub node_labels: NodeLabelsFile,
+    pub(crate) node_labels: NodeLabelsFile,
     /// GPU telemetry.
     #[serde(default)]
-    pub telemetry: TelemetryFile,
+    pub(crate) telemetry: TelemetryFile,
     /// The GPU isolation audit.
     #[serde(default)]
-    pub isolation: IsolationFile,
+    pub(crate) isolation: IsolationFile,
     /// The in-cluster validation Jobs.
     #[serde(default)]
-    pub validation: super::validation::ValidationFile,
+    pub(crate) validation: super::validation::ValidationFile,
     /// Named configurations, one of which a node selects with its
     /// `<prefix>device-plugin.config` label.
-    pub configurations: Option<BTreeMap<ConfigName, NamedConfigFile>>,
+    pub(crate) configurations: Option<BTreeMap<ConfigName, NamedConfigFile>>,
 }
 
 /// `nodeLabels`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NodeLabelsFile {
+pub(crate) struct NodeLabelsFile {
     /// Keep the node's labels up to date.
-    pub enabled: Option<bool>,
+    pub(crate) enabled: Option<bool>,
     /// The label key prefix.
-    pub prefix: Option<LabelPrefix>,
+    pub(crate) prefix: Option<LabelPrefix>,
 }
 
 /// `telemetry`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TelemetryFile {
+pub(crate) struct TelemetryFile {
     /// Sample the GPUs (where a source exists).
-    pub enabled: Option<bool>,
+    pub(crate) enabled: Option<bool>,
     /// Time between samples.
-    pub interval: Option<Interval>,
+    pub(crate) interval: Option<Interval>,
     /// Where the kubelet serves PodResources (a socket file, or a `\\.\pipe\…` name).
-    pub pod_resources_endpoint: Option<String>,
+    pub(crate) pod_resources_endpoint: Option<String>,
     /// Where the container runtime serves its CRI API (`unix:///…`, `npipe:////./pipe/…`, a
     /// `\\.\pipe\…` name or a socket file); empty: containerd's.
-    pub cri_endpoint: Option<CriEndpoint>,
+    pub(crate) cri_endpoint: Option<CriEndpoint>,
     /// Pod label keys copied into `dxdp_pod_info` as `label_<key>`: regular expressions
     /// matched against the whole key (e.g. `team`, `app\.kubernetes\.io/.*`); empty: none.
-    pub pod_labels: Option<Vec<PodLabelPattern>>,
+    pub(crate) pod_labels: Option<Vec<PodLabelPattern>>,
     /// Add the pod's UID to `dxdp_pod_info` as `uid`.
-    pub pod_uid: Option<bool>,
+    pub(crate) pod_uid: Option<bool>,
 }
 
 /// `isolation`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct IsolationFile {
+pub(crate) struct IsolationFile {
     /// What dxdp does while a container uses a GPU it was not allocated: `audit` (report it) or
     /// `taint` (also put a NoSchedule taint on the node).
-    pub policy: Option<IsolationPolicy>,
+    pub(crate) policy: Option<IsolationPolicy>,
     /// Report violations as Kubernetes Events on the pod (needs create on events).
-    pub events: Option<bool>,
+    pub(crate) events: Option<bool>,
 }
 
 /// What dxdp does while a GPU isolation violation lasts.
@@ -362,7 +362,7 @@ pub enum IsolationPolicy {
 
 impl IsolationPolicy {
     /// `audit` or `taint`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             IsolationPolicy::Audit => "audit",
             IsolationPolicy::Taint => "taint",
@@ -370,7 +370,7 @@ impl IsolationPolicy {
     }
 
     /// Parses `audit` or `taint`; says what is allowed otherwise.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         match text.trim().to_ascii_lowercase().as_str() {
             "audit" => Ok(IsolationPolicy::Audit),
             "taint" => Ok(IsolationPolicy::Taint),
@@ -387,23 +387,23 @@ impl IsolationPolicy {
 /// allowed at the top level.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NamedConfigFile {
+pub(crate) struct NamedConfigFile {
     /// Per-resource settings.
     #[serde(default)]
-    pub resources: ResourcesFile,
+    pub(crate) resources: ResourcesFile,
     /// Device selection.
     #[serde(default)]
-    pub devices: DevicesFile,
+    pub(crate) devices: DevicesFile,
     /// Assignment mode.
     #[serde(default)]
     #[schemars(schema_with = "super::schema::assignment")]
-    pub assignment: Option<Assignment>,
+    pub(crate) assignment: Option<Assignment>,
     /// Runtime-file control.
     #[serde(default)]
-    pub runtime_files: RuntimeFilesFile,
+    pub(crate) runtime_files: RuntimeFilesFile,
     /// Health checks.
     #[serde(default)]
-    pub health: HealthFile,
+    pub(crate) health: HealthFile,
 }
 
 impl From<&NamedConfigFile> for ConfigFile {
@@ -424,15 +424,15 @@ impl From<&NamedConfigFile> for ConfigFile {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReferenceFile {
     /// Replicas of the plugin's resource (0 means 1, as in the reference plugin).
-    pub multitenancy: Option<Multitenancy>,
+    pub(crate) multitenancy: Option<Multitenancy>,
     /// Include integrated adapters.
-    pub include_integrated: Option<bool>,
+    pub(crate) include_integrated: Option<bool>,
     /// Include detachable adapters.
-    pub include_detachable: Option<bool>,
+    pub(crate) include_detachable: Option<bool>,
     /// Extra System32 files keyed by vendor.
-    pub additional_mounts: Option<BTreeMap<VendorKey, Vec<FileEntry>>>,
+    pub(crate) additional_mounts: Option<BTreeMap<VendorKey, Vec<FileEntry>>>,
     /// Extra SysWOW64 files keyed by vendor.
-    pub additional_mounts_wow64: Option<BTreeMap<VendorKey, Vec<FileEntry>>>,
+    pub(crate) additional_mounts_wow64: Option<BTreeMap<VendorKey, Vec<FileEntry>>>,
 }
 
 /// The JSON Schema of dxdp's configuration file (`dxdp config schema`), generated from the

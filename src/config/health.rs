@@ -51,7 +51,7 @@ fn known() -> String {
 /// A signal's name (`tdr`, `problem_code`, ...), checked against the catalogue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 #[serde(try_from = "String")]
-pub struct SignalName(pub Reason);
+pub(crate) struct SignalName(pub(crate) Reason);
 
 impl TryFrom<String> for SignalName {
     type Error = String;
@@ -85,7 +85,7 @@ impl JsonSchema for SignalName {
 /// A duration of a health policy: `90s`, `15m`, `2h` or a number of seconds, from 1 s to 7 days.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "DurationText")]
-pub struct HealthDuration(pub Duration);
+pub(crate) struct HealthDuration(pub(crate) Duration);
 
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -127,7 +127,7 @@ impl JsonSchema for HealthDuration {
 }
 
 /// Parses `90s`, `15m`, `2h` or `90` (seconds), from 1 s to 7 days.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let (number, unit) = if let Some(n) = t.strip_suffix('s') {
         (n, 1)
@@ -155,7 +155,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// An action's name in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum ActionName {
+pub(crate) enum ActionName {
     /// Unhealthy for `for` after the signal triggers (event signals).
     UnhealthyFor,
     /// Unhealthy until the condition clears, or until dxdp restarts (event signals).
@@ -169,21 +169,21 @@ pub enum ActionName {
 /// `health.signals.<name>` as written.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SignalFile {
+pub(crate) struct SignalFile {
     /// What the signal does.
-    pub action: ActionName,
+    pub(crate) action: ActionName,
     /// How long the device stays Unhealthy (`unhealthy_for` only).
     #[serde(rename = "for")]
-    pub for_: Option<HealthDuration>,
+    pub(crate) for_: Option<HealthDuration>,
     /// Occurrences within `window` that trigger the action (event signals; default 1).
-    pub count: Option<u32>,
+    pub(crate) count: Option<u32>,
     /// The window `count` is counted in (needed when `count` is above 1).
-    pub window: Option<HealthDuration>,
+    pub(crate) window: Option<HealthDuration>,
 }
 
 impl SignalFile {
     /// The policy this entry gives `signal`, or why it cannot be one.
-    pub fn policy(&self, signal: Reason) -> Result<SignalPolicy, String> {
+    pub(crate) fn policy(&self, signal: Reason) -> Result<SignalPolicy, String> {
         let name = signal.as_str();
         let action = match (self.action, self.for_) {
             (ActionName::UnhealthyFor, Some(d)) => Action::UnhealthyFor(d.0),
@@ -233,7 +233,7 @@ impl SignalFile {
 /// `health.signals`: every entry checked while the file is read (the message names the entry).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "BTreeMap<SignalName, SignalFile>")]
-pub struct SignalsFile(pub BTreeMap<Reason, SignalPolicy>);
+pub(crate) struct SignalsFile(pub(crate) BTreeMap<Reason, SignalPolicy>);
 
 impl TryFrom<BTreeMap<SignalName, SignalFile>> for SignalsFile {
     type Error = String;
@@ -276,7 +276,7 @@ fn duration_text(d: Duration) -> String {
 }
 
 /// `health.signals` as `config show` prints it: every signal's policy in force.
-pub fn show_signals(p: &HealthPolicy) -> Value {
+pub(crate) fn show_signals(p: &HealthPolicy) -> Value {
     let mut out = serde_json::Map::new();
     for r in Reason::ALL.into_iter().skip(1) {
         let s = p.of(r);
@@ -294,7 +294,7 @@ pub fn show_signals(p: &HealthPolicy) -> Value {
 }
 
 /// `health.ignore` as `config show` prints it.
-pub fn show_ignore(p: &HealthPolicy) -> Value {
+pub(crate) fn show_ignore(p: &HealthPolicy) -> Value {
     json!(p.ignore.iter().map(|r| r.as_str()).collect::<Vec<_>>())
 }
 

@@ -31,7 +31,7 @@ pub enum ResourceKey {
 
 impl ResourceKey {
     /// Every resource key, in `config show` order.
-    pub const ALL: [ResourceKey; 9] = [
+    pub(crate) const ALL: [ResourceKey; 9] = [
         ResourceKey::Enabled,
         ResourceKey::Name,
         ResourceKey::Replicas,
@@ -44,7 +44,7 @@ impl ResourceKey {
     ];
 
     /// The key as written in the file.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ResourceKey::Enabled => "enabled",
             ResourceKey::Name => "name",

@@ -10,14 +10,14 @@
 //! Reloading on file changes is the daemon's job (`plugin::reload`).
 
 pub mod file;
-pub mod health;
+pub(crate) mod health;
 pub mod keys;
 mod layers;
-pub mod origin;
+pub(crate) mod origin;
 pub mod parse;
-pub mod schema;
+pub(crate) mod schema;
 mod show;
-pub mod validation;
+pub(crate) mod validation;
 pub mod values;
 
 use keys::{Key, ResourceKey};
@@ -45,11 +45,11 @@ pub struct ResourceSettings {
     /// The resource name registered with the kubelet.
     pub name: String,
     /// IDs per physical device.
-    pub replicas: u32,
+    pub(crate) replicas: u32,
     /// Extra resource names advertising the same devices.
     pub aliases: Vec<String>,
     /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices`.
-    pub policy: ResourcePolicy,
+    pub(crate) policy: ResourcePolicy,
 }
 
 /// The effective configuration's values: what the daemon serves, and all it compares (where a
@@ -101,7 +101,7 @@ pub struct Resolved {
     /// Which named configuration is in force, and why.
     pub selection: Selection,
     /// Where each key's value came from (`default`, `file <path>`, `env NAME`, `flag --x`).
-    pub origins: BTreeMap<Key, Origin>,
+    pub(crate) origins: BTreeMap<Key, Origin>,
     /// What an operator must be told about how the configuration was built (a reference-plugin
     /// default file read, `*_MULTITENANCY=0` taken as 1, a dxdp variable overriding a reference
     /// variable): logged at start and shown by `config show`.
@@ -164,9 +164,9 @@ const NO_SELECTION: &str = "default: no configuration selected";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Telemetry {
     /// Sample (when a telemetry source exists on the host).
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// Time between samples.
-    pub interval: std::time::Duration,
+    pub(crate) interval: std::time::Duration,
     /// Where the kubelet serves PodResources, parsed when the configuration was read; `None`:
     /// the kubelet's default for this OS.
     pub pod_resources_endpoint: Option<Endpoint>,
@@ -181,7 +181,7 @@ pub struct Telemetry {
 
 impl Telemetry {
     /// Whether `dxdp_pod_info` is exported (`telemetry.podLabels` or `telemetry.podUid` set).
-    pub fn pod_info(&self) -> bool {
+    pub(crate) fn pod_info(&self) -> bool {
         self.pod_uid || !self.pod_labels.patterns().is_empty()
     }
 }
@@ -208,12 +208,12 @@ impl PodLabels {
     }
 
     /// The patterns as written.
-    pub fn patterns(&self) -> &[String] {
+    pub(crate) fn patterns(&self) -> &[String] {
         &self.patterns
     }
 
     /// Whether `key` matches a pattern.
-    pub fn allows(&self, key: &str) -> bool {
+    pub(crate) fn allows(&self, key: &str) -> bool {
         self.compiled.iter().any(|r| r.is_match(key))
     }
 }
@@ -262,14 +262,14 @@ impl Default for Isolation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeLabels {
     /// Keep them up to date (needs `NODE_NAME` and Kubernetes credentials too).
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// The key prefix, e.g. `directx.microsoft.com/`.
-    pub prefix: String,
+    pub(crate) prefix: String,
 }
 
 impl NodeLabels {
     /// The label that selects a named configuration: `<prefix>device-plugin.config`.
-    pub fn selector_key(&self) -> String {
+    pub(crate) fn selector_key(&self) -> String {
         format!("{}{}", self.prefix, dxdp_core::labels::CONFIG_SELECTOR)
     }
 }
@@ -283,14 +283,14 @@ pub struct Selection {
     /// Why this one, e.g. `node label directx.microsoft.com/device-plugin.config on node n1`.
     pub reason: String,
     /// What asked for it (the daemon acts on this, never on `reason`'s words).
-    pub by: SelectedBy,
+    pub(crate) by: SelectedBy,
     /// Set when a name was asked for that the file does not have (the default is used).
     pub warning: Option<String>,
 }
 
 /// What selected the named configuration in force.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum SelectedBy {
+pub(crate) enum SelectedBy {
     /// Nothing asked for one (or the one asked for is unknown): the top level alone.
     #[default]
     Default,
@@ -305,7 +305,7 @@ pub enum SelectedBy {
 
 impl SelectedBy {
     /// Whether the node's label selected it.
-    pub fn is_node_label(self) -> bool {
+    pub(crate) fn is_node_label(self) -> bool {
         self == SelectedBy::NodeLabel
     }
 }
@@ -314,12 +314,12 @@ impl SelectedBy {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeInfo {
     /// `metadata.name`.
-    pub name: String,
+    pub(crate) name: String,
     /// `metadata.labels`.
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     /// `status.allocatable` (resource name to quantity): what the kubelet reports the node can
     /// allocate, read by `/readyz`.
-    pub allocatable: BTreeMap<String, String>,
+    pub(crate) allocatable: BTreeMap<String, String>,
 }
 
 impl Default for Config {
@@ -398,7 +398,7 @@ impl Config {
     }
 
     /// Replicas of a resource (1 when unknown).
-    pub fn replicas(&self, r: Resource) -> u32 {
+    pub(crate) fn replicas(&self, r: Resource) -> u32 {
         self.resources.get(&r).map(|s| s.replicas).unwrap_or(1)
     }
 }
@@ -548,11 +548,11 @@ pub fn resolve_in_sandbox(
 
 /// The largest configuration file read (docs/configuration.md): 4 MiB, hundreds of times any
 /// real configuration; reading stops past it.
-pub const MAX_FILE_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_FILE_BYTES: u64 = 4 << 20;
 
 /// Reads a configuration file once it has settled: a regular file only (a FIFO, socket or
 /// device is an error naming what it is, never a read that blocks), at most
-/// [`MAX_FILE_BYTES`]. Blocks while a writer is at work (never on an async worker).
+/// `MAX_FILE_BYTES`. Blocks while a writer is at work (never on an async worker).
 pub fn read_file(path: &Path) -> Result<String, ConfigError> {
     read_settled(path).map_err(|e| ConfigError::Read {
         path: path.display().to_string(),
@@ -604,7 +604,7 @@ pub struct Inputs {
 
 impl Inputs {
     /// The files whose changes trigger a reload.
-    pub fn watched_files(&self) -> Vec<PathBuf> {
+    pub(crate) fn watched_files(&self) -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = self.file.iter().map(|(p, _)| p.clone()).collect();
         files.extend(reference_files(&self.env).into_iter().map(|(_, _, p, _)| p));
         files

@@ -72,7 +72,7 @@ pub enum Overridden {
 
 impl Origin {
     /// The plain origin of a variable.
-    pub fn env(name: impl Into<String>) -> Origin {
+    pub(crate) fn env(name: impl Into<String>) -> Origin {
         Origin::Env {
             name: name.into(),
             overrides: Vec::new(),
@@ -80,7 +80,7 @@ impl Origin {
     }
 
     /// The top level of dxdp's file at `path`.
-    pub fn file(path: impl Into<PathBuf>) -> Origin {
+    pub(crate) fn file(path: impl Into<PathBuf>) -> Origin {
         Origin::File {
             path: path.into(),
             part: FilePart::TopLevel,
@@ -93,12 +93,12 @@ impl Origin {
     }
 
     /// Whether a file set the value.
-    pub fn is_file(&self) -> bool {
+    pub(crate) fn is_file(&self) -> bool {
         matches!(self, Origin::File { .. })
     }
 
     /// The variable that set the value, when one did.
-    pub fn variable(&self) -> Option<&str> {
+    pub(crate) fn variable(&self) -> Option<&str> {
         match self {
             Origin::Env { name, .. } => Some(name),
             _ => None,
@@ -107,13 +107,13 @@ impl Origin {
 
     /// The reference plugin's variable that set the value, when one did
     /// (`WDDM_DEVICE_PLUGIN_*`, `MCDM_DEVICE_PLUGIN_*`).
-    pub fn reference_variable(&self) -> Option<&str> {
+    pub(crate) fn reference_variable(&self) -> Option<&str> {
         self.variable().filter(|v| is_reference_variable(v))
     }
 }
 
 /// Whether `name` is one of the reference plugin's variables.
-pub fn is_reference_variable(name: &str) -> bool {
+pub(crate) fn is_reference_variable(name: &str) -> bool {
     name.starts_with("WDDM_DEVICE_PLUGIN_") || name.starts_with("MCDM_DEVICE_PLUGIN_")
 }
 

@@ -8,11 +8,11 @@ use dxdp_core::quote::quote;
 #[error("{origin}{}: {message}", location.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
 pub struct FileError {
     /// The file.
-    pub origin: String,
+    pub(crate) origin: String,
     /// Line and column.
-    pub location: Option<(u64, u64)>,
+    pub(crate) location: Option<(u64, u64)>,
     /// What is wrong and what is allowed.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// What is at `line:column` of `text`, for "got …" in errors: a quoted scalar (bounded), or

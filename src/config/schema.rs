@@ -41,7 +41,7 @@ pub(super) fn socket_address(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// The pattern of `socket_address`.
-pub const SOCKET_ADDRESS_PATTERN: &str = concat!(
+pub(crate) const SOCKET_ADDRESS_PATTERN: &str = concat!(
     r"^\s*$|^\s*(",
     r"((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
     r"|\[[0-9A-Fa-f:.]{2,45}(%[0-9]{1,10})?\]",

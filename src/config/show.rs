@@ -22,33 +22,12 @@ impl Resolved {
         out
     }
 
-    /// The effective values with their origins as JSON: `{key: {"value", "origin"}}`, values
-    /// typed (booleans, numbers, lists, objects).
-    pub fn show_json(&self) -> serde_json::Map<String, serde_json::Value> {
-        self.entries()
-            .into_iter()
-            .map(|(key, value, origin)| {
-                let entry = serde_json::json!({"value": value, "origin": origin});
-                (key.to_string(), entry)
-            })
-            .collect()
-    }
-
     /// Every key in [`Key::all`] order with its typed value and its origin.
     pub fn entries(&self) -> Vec<(Key, serde_json::Value, &Origin)> {
         Key::all()
             .into_iter()
             .map(|key| (key, self.value(key), self.origin_of(key)))
             .collect()
-    }
-
-    /// Where the value of the key named `key` came from, as `config show` prints it (`default`
-    /// for a name that is no key).
-    pub fn origin(&self, key: &str) -> String {
-        Key::parse(key).map_or_else(
-            || Origin::Default.to_string(),
-            |k| self.origin_of(k).to_string(),
-        )
     }
 
     /// Where a key's value came from.

@@ -6,6 +6,29 @@ use std::io::Write;
 
 use dxdp_core::policy::{AllocationPolicy, MultiDevice};
 
+impl Resolved {
+    /// The effective values with their origins as JSON: `{key: {"value", "origin"}}`, values
+    /// typed (booleans, numbers, lists, objects).
+    fn show_json(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.entries()
+            .into_iter()
+            .map(|(key, value, origin)| {
+                let entry = serde_json::json!({"value": value, "origin": origin});
+                (key.to_string(), entry)
+            })
+            .collect()
+    }
+
+    /// Where the value of the key named `key` came from, as `config show` prints it (`default`
+    /// for a name that is no key).
+    pub(crate) fn origin(&self, key: &str) -> String {
+        Key::parse(key).map_or_else(
+            || Origin::Default.to_string(),
+            |k| self.origin_of(k).to_string(),
+        )
+    }
+}
+
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
     let path = dir.path().join(name);
     let mut f = std::fs::File::create(&path).unwrap();

@@ -11,32 +11,32 @@ use serde::Deserialize;
 use dxdp_core::quote::quote;
 
 /// The default time between scheduled runs: a day.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 /// The default limit of one run: 20 minutes (the first pull of a Server Core image takes long).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20 * 60);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 /// The default host directory of the `dxdp.exe` copies.
-pub const DEFAULT_HOST_DIR: &str = r"C:\var\lib\dxdp\validation";
+pub(crate) const DEFAULT_HOST_DIR: &str = r"C:\var\lib\dxdp\validation";
 
 /// `validation` as written in the file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ValidationFile {
+pub(crate) struct ValidationFile {
     /// Run validation Jobs on this node (needs the API server and RBAC for Jobs).
-    pub enabled: Option<bool>,
+    pub(crate) enabled: Option<bool>,
     /// Time between scheduled runs (also after registration and after a driver change).
-    pub interval: Option<IntervalText>,
+    pub(crate) interval: Option<IntervalText>,
     /// How long one run may take before it is `unknown` (the Job's deadline).
-    pub timeout: Option<TimeoutText>,
+    pub(crate) timeout: Option<TimeoutText>,
     /// The image of the validation pod; empty: Server Core matching the host's build.
-    pub image: Option<ImageText>,
+    pub(crate) image: Option<ImageText>,
     /// The host directory where the daemon places its dxdp.exe for the Job (mounted read-only).
-    pub host_dir: Option<HostDirText>,
+    pub(crate) host_dir: Option<HostDirText>,
 }
 
 /// `validation.image`, checked: `None` when empty.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
-pub struct ImageText(pub Option<String>);
+pub(crate) struct ImageText(pub(crate) Option<String>);
 
 impl JsonSchema for ImageText {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -62,7 +62,7 @@ impl TryFrom<String> for ImageText {
 /// `validation.hostDir`, checked: an absolute path (the default when empty).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
-pub struct HostDirText(pub String);
+pub(crate) struct HostDirText(pub(crate) String);
 
 impl JsonSchema for HostDirText {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -89,15 +89,15 @@ impl TryFrom<String> for HostDirText {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Validation {
     /// Run validation Jobs.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// Time between scheduled runs.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// The limit of one run.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// The image; `None`: `mcr.microsoft.com/windows/servercore:<ltsc>` matching the host.
-    pub image: Option<String>,
+    pub(crate) image: Option<String>,
     /// Where the daemon places its `dxdp.exe`.
-    pub host_dir: String,
+    pub(crate) host_dir: String,
 }
 
 impl Default for Validation {
@@ -113,7 +113,7 @@ impl Default for Validation {
 }
 
 /// Parses `90s`, `15m`, `2h`, `1d` or a number of seconds within `min..=max`.
-pub fn parse_duration(text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
     let t = text.trim();
     let (number, unit) = match t.char_indices().last() {
         Some((i, 's')) => (&t[..i], 1),
@@ -140,7 +140,7 @@ pub fn parse_duration(text: &str, min: Duration, max: Duration) -> Result<Durati
 }
 
 /// `1d`, `12h`, `30m`, `90s`: how the configuration writes a duration.
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let s = d.as_secs();
     if s > 0 && s.is_multiple_of(86400) {
         format!("{}d", s / 86400)
@@ -174,16 +174,16 @@ macro_rules! bounded_duration {
         #[doc = concat!("`validation.", $what, "`: a duration within its bounds.")]
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
         #[serde(try_from = "RawDuration")]
-        pub struct $name(pub Duration);
+        pub(crate) struct $name(pub(crate) Duration);
 
         impl $name {
             /// The shortest allowed.
-            pub const MIN: Duration = $min;
+            pub(crate) const MIN: Duration = $min;
             /// The longest allowed.
-            pub const MAX: Duration = $max;
+            pub(crate) const MAX: Duration = $max;
 
             /// Parses the text form.
-            pub fn parse(text: &str) -> Result<Self, String> {
+            pub(crate) fn parse(text: &str) -> Result<Self, String> {
                 parse_duration(text, Self::MIN, Self::MAX)
                     .map($name)
                     .map_err(|e| format!("validation.{}: {e}", $what))

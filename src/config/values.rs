@@ -12,7 +12,7 @@ use dxdp_core::quote::quote;
 /// A replica count, 1 to [`MAX_REPLICAS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "u64")]
-pub struct Replicas(pub u32);
+pub(crate) struct Replicas(pub(crate) u32);
 
 impl TryFrom<u64> for Replicas {
     type Error = String;
@@ -38,7 +38,7 @@ impl JsonSchema for Replicas {
 
 impl Replicas {
     /// Checks the range and says what is allowed.
-    pub fn check(n: u64) -> Result<Replicas, String> {
+    pub(crate) fn check(n: u64) -> Result<Replicas, String> {
         if (1..=u64::from(MAX_REPLICAS)).contains(&n) {
             Ok(Replicas(n as u32))
         } else {
@@ -53,7 +53,7 @@ impl Replicas {
 /// plugin enforces a minimum of 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(try_from = "u64")]
-pub struct Multitenancy(pub u32);
+pub(crate) struct Multitenancy(pub(crate) u32);
 
 impl TryFrom<u64> for Multitenancy {
     type Error = String;
@@ -69,7 +69,7 @@ impl TryFrom<u64> for Multitenancy {
 
 impl Multitenancy {
     /// The replicas it means: 0 is 1.
-    pub fn replicas(self) -> u32 {
+    pub(crate) fn replicas(self) -> u32 {
         self.0.max(1)
     }
 }
@@ -77,7 +77,7 @@ impl Multitenancy {
 /// An extended resource name (`domain/name`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
-pub struct ResourceName(pub String);
+pub(crate) struct ResourceName(pub(crate) String);
 
 impl TryFrom<String> for ResourceName {
     type Error = String;
@@ -89,7 +89,7 @@ impl TryFrom<String> for ResourceName {
 
 impl ResourceName {
     /// Checks the Kubernetes extended-resource-name rules that matter here.
-    pub fn check(s: &str) -> Result<(), String> {
+    pub(crate) fn check(s: &str) -> Result<(), String> {
         let ok_part = |p: &str| {
             !p.is_empty()
                 && p.len() <= 63
@@ -126,7 +126,7 @@ impl TryFrom<String> for LogLevelName {
 /// A vendor as a map key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
-pub struct VendorKey(pub u32);
+pub(crate) struct VendorKey(pub(crate) u32);
 
 impl TryFrom<String> for VendorKey {
     type Error = String;
@@ -180,7 +180,7 @@ impl TryFrom<String> for PodLabelPattern {
 
 impl PodLabelPattern {
     /// `pattern` anchored at both ends (it must match the whole label key), compiled.
-    pub fn compile(pattern: &str) -> Result<regex::Regex, String> {
+    pub(crate) fn compile(pattern: &str) -> Result<regex::Regex, String> {
         if pattern.is_empty() {
             return Err("telemetry.podLabels: an empty pattern matches no label key: remove it, or write .* for every label".into());
         }
@@ -200,7 +200,7 @@ impl PodLabelPattern {
 /// socket or named pipe).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
-pub struct CriEndpoint(pub String);
+pub(crate) struct CriEndpoint(pub(crate) String);
 
 impl TryFrom<String> for CriEndpoint {
     type Error = String;
@@ -212,7 +212,7 @@ impl TryFrom<String> for CriEndpoint {
 
 impl CriEndpoint {
     /// The endpoint it names, parsed once (`None`: empty, containerd's default).
-    pub fn address(&self) -> Result<Option<CriAddress>, String> {
+    pub(crate) fn address(&self) -> Result<Option<CriAddress>, String> {
         CriAddress::parse(&self.0)
     }
 
@@ -221,7 +221,7 @@ impl CriEndpoint {
     /// `npipe:////./pipe/NAME` (or `npipe://./pipe/NAME`) → `\\.\pipe\NAME`; a `\\.\pipe\NAME`
     /// or `//./pipe/NAME` name and a socket file path are taken as they are. Empty: `None` (the
     /// default). Another scheme, or a pipe on another machine, is an error saying what to use.
-    pub fn parse(text: &str) -> Result<Option<String>, String> {
+    pub(crate) fn parse(text: &str) -> Result<Option<String>, String> {
         let t = text.trim();
         if t.is_empty() {
             return Ok(None);
@@ -272,14 +272,14 @@ impl CriEndpoint {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CriAddress {
     /// As written, trimmed (`npipe:////./pipe/containerd-containerd`).
-    pub written: String,
+    pub(crate) written: String,
     /// The socket path or pipe name (`\\.\pipe\containerd-containerd`).
-    pub address: String,
+    pub(crate) address: String,
 }
 
 impl CriAddress {
     /// `text` checked by [`CriEndpoint::parse`]; `None` when empty (containerd's default).
-    pub fn parse(text: &str) -> Result<Option<CriAddress>, String> {
+    pub(crate) fn parse(text: &str) -> Result<Option<CriAddress>, String> {
         Ok(CriEndpoint::parse(text)?.map(|address| CriAddress {
             written: text.trim().to_string(),
             address,
@@ -290,7 +290,7 @@ impl CriAddress {
 /// A sampling interval: `10s`, `1m`, `500ms` or a number of seconds, from 1 s to 1 h.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "IntervalText")]
-pub struct Interval(pub std::time::Duration);
+pub(crate) struct Interval(pub(crate) std::time::Duration);
 
 impl JsonSchema for Interval {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -334,12 +334,12 @@ impl TryFrom<IntervalText> for Interval {
 
 impl Interval {
     /// The shortest interval.
-    pub const MIN: std::time::Duration = std::time::Duration::from_secs(1);
+    pub(crate) const MIN: std::time::Duration = std::time::Duration::from_secs(1);
     /// The longest interval.
-    pub const MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+    pub(crate) const MAX: std::time::Duration = std::time::Duration::from_secs(3600);
 
     /// Parses `10s`, `1m`, `1500ms` or `10` (seconds); says what is allowed otherwise.
-    pub fn parse(text: &str) -> Result<std::time::Duration, String> {
+    pub(crate) fn parse(text: &str) -> Result<std::time::Duration, String> {
         let t = text.trim();
         let (number, unit_ms) = if let Some(n) = t.strip_suffix("ms") {
             (n, 1)
@@ -368,7 +368,7 @@ impl Interval {
 /// A label key prefix, checked as a DNS subdomain followed by `/`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
-pub struct LabelPrefix(pub String);
+pub(crate) struct LabelPrefix(pub(crate) String);
 
 impl TryFrom<String> for LabelPrefix {
     type Error = String;
@@ -382,7 +382,7 @@ impl TryFrom<String> for LabelPrefix {
 /// label).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
-pub struct ConfigName(pub String);
+pub(crate) struct ConfigName(pub(crate) String);
 
 impl TryFrom<String> for ConfigName {
     type Error = String;
@@ -404,7 +404,7 @@ impl TryFrom<String> for ConfigName {
 /// which versions this dxdp reads, so that a later incompatible format never is misread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
-pub enum ConfigVersion {
+pub(crate) enum ConfigVersion {
     /// `v1`.
     #[default]
     V1,
@@ -412,10 +412,10 @@ pub enum ConfigVersion {
 
 impl ConfigVersion {
     /// Every version this dxdp reads.
-    pub const ALL: [ConfigVersion; 1] = [ConfigVersion::V1];
+    pub(crate) const ALL: [ConfigVersion; 1] = [ConfigVersion::V1];
 
     /// How the file writes it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ConfigVersion::V1 => "v1",
         }

@@ -321,9 +321,9 @@ impl Daemon {
 
 /// How long the runtime's blocking threads (a host read hung in the OS) may hold up the
 /// process's exit once the daemon has stopped: [`stop_runtime`].
-pub const RUNTIME_STOP_LIMIT: Duration = Duration::from_secs(2);
+pub(crate) const RUNTIME_STOP_LIMIT: Duration = Duration::from_secs(2);
 
-/// Shuts `runtime` down once the daemon has returned, waiting at most [`RUNTIME_STOP_LIMIT`]
+/// Shuts `runtime` down once the daemon has returned, waiting at most `RUNTIME_STOP_LIMIT`
 /// for its blocking threads (dropping a runtime waits for them without limit, so one read hung
 /// in the OS would keep a stopped process alive until it is killed).
 pub fn stop_runtime(runtime: tokio::runtime::Runtime) {

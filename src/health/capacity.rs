@@ -12,7 +12,7 @@
 //!   counts as shown;
 //! - without the API server (no `NODE_NAME` or credentials) the capacity is not checked:
 //!   `/readyz` keeps its meaning (registered and watched) and says so in its body; the same
-//!   when the Node could not be read within [`FIRST_READ_GRACE`] of the start (logged once).
+//!   when the Node could not be read within `FIRST_READ_GRACE` of the start (logged once).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,7 +27,7 @@ use crate::util::task::Task;
 use dxdp_core::devices::HealthState;
 
 /// How long readiness waits for a first read of the Node before it stops checking capacity.
-pub const FIRST_READ_GRACE: Duration = Duration::from_secs(120);
+pub(crate) const FIRST_READ_GRACE: Duration = Duration::from_secs(120);
 
 /// Why the capacity is not checked without an API server client (`/readyz` says it).
 pub const NO_CLIENT: &str =
@@ -44,7 +44,7 @@ fn shows(quantity: &str) -> bool {
 
 /// Why the Node does not show the capacity of `inventory` yet: one sentence per served name
 /// that has healthy devices and that `allocatable` does not show (empty: it shows them all).
-pub fn gaps(inventory: &Inventory, allocatable: &BTreeMap<String, String>) -> Vec<String> {
+pub(crate) fn gaps(inventory: &Inventory, allocatable: &BTreeMap<String, String>) -> Vec<String> {
     let mut out = Vec::new();
     for (r, name) in inventory.config.endpoints() {
         let healthy = inventory
@@ -78,7 +78,7 @@ pub struct CapacityGate {
     pub inventory: InventoryRx,
     /// Where the verdict goes.
     pub readiness: Readiness,
-    /// How long to wait for a first read of the Node ([`FIRST_READ_GRACE`]).
+    /// How long to wait for a first read of the Node (`FIRST_READ_GRACE`).
     pub first_read_grace: Duration,
 }
 

@@ -2,10 +2,10 @@
 //! (drain controllers, autoscalers, alerts on `kube_node_status_condition`) look, next to Node
 //! Problem Detector's:
 //!
-//! - [`HEALTHY`] `DirectXGPUHealthy`: `False` while any served device is Unhealthy (reason: the
+//! - `HEALTHY` `DirectXGPUHealthy`: `False` while any served device is Unhealthy (reason: the
 //!   health reason, `MultipleReasons` when they differ; the message names every device and
 //!   why), `True` otherwise, `Unknown` with `health.enabled: false`;
-//! - [`ISOLATION`] `DirectXGPUIsolation`: `False` while a GPU isolation violation lasts (from
+//! - `ISOLATION` `DirectXGPUIsolation`: `False` while a GPU isolation violation lasts (from
 //!   the isolation tracker's channel), `True` when none does, `Unknown` until the first audit
 //!   and with `telemetry.enabled: false` (no audit runs).
 //!
@@ -14,7 +14,7 @@
 //! writers' conditions are never sent, so nothing is overwritten and no `resourceVersion` race
 //! is lost. The Node is read before each write: a condition is only written when its status,
 //! reason or message differ, `lastTransitionTime` is kept while the status stays. Every
-//! [`RESYNC`] the Node is read again, so a condition removed by hand comes back.
+//! `RESYNC` the Node is read again, so a condition removed by hand comes back.
 //!
 //! Turned off (at start or by a reload), dxdp removes its two conditions (a strategic
 //! `$patch: delete` per type) if the Node has them; `dxdp cleanup` removes them at uninstall.
@@ -43,29 +43,29 @@ use dxdp_core::health::reason::Reason;
 use dxdp_core::telemetry::isolation::Active;
 
 /// The condition of device health.
-pub const HEALTHY: &str = CONDITION_TYPES[0];
+pub(crate) const HEALTHY: &str = CONDITION_TYPES[0];
 
 /// The condition of the GPU isolation audit.
-pub const ISOLATION: &str = CONDITION_TYPES[1];
+pub(crate) const ISOLATION: &str = CONDITION_TYPES[1];
 
 /// How often the Node is read again while the conditions are on.
-pub const RESYNC: Duration = Duration::from_secs(300);
+pub(crate) const RESYNC: Duration = Duration::from_secs(300);
 
 /// A condition as dxdp wants it (without times).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     /// `DirectXGPUHealthy` or `DirectXGPUIsolation`.
-    pub type_: &'static str,
+    pub(crate) type_: &'static str,
     /// `True`, `False` or `Unknown`.
-    pub status: &'static str,
+    pub(crate) status: &'static str,
     /// A CamelCase reason.
-    pub reason: String,
+    pub(crate) reason: String,
     /// For people.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// The CamelCase condition reason of a health reason (`problem_code` -> `ProblemCode`).
-pub fn camel(reason: Reason) -> String {
+pub(crate) fn camel(reason: Reason) -> String {
     match reason {
         Reason::Tdr => "TDR".into(),
         other => other
@@ -87,7 +87,7 @@ fn cut(message: String) -> String {
 
 /// `DirectXGPUHealthy` for `inventory`: its served devices (enabled resources). `Unknown` with
 /// `health.enabled: false` (every device is then advertised Healthy unchecked).
-pub fn healthy(inventory: &Inventory) -> Wanted {
+pub(crate) fn healthy(inventory: &Inventory) -> Wanted {
     if !inventory.config.pipeline.health.enabled {
         return Wanted {
             type_: HEALTHY,
@@ -143,7 +143,7 @@ pub fn healthy(inventory: &Inventory) -> Wanted {
 
 /// `DirectXGPUIsolation` for the violations that last (`None`: no audit yet); `Unknown` when
 /// telemetry, which the audit judges, is off (`audit_on` false).
-pub fn isolation(active: &Active, audit_on: bool) -> Wanted {
+pub(crate) fn isolation(active: &Active, audit_on: bool) -> Wanted {
     if !audit_on {
         return Wanted {
             type_: ISOLATION,
@@ -191,7 +191,7 @@ pub fn isolation(active: &Active, audit_on: bool) -> Wanted {
 
 /// The condition to write for `want`, given the Node's current one of that type: its
 /// `lastTransitionTime` is kept while the status stays. `None` when nothing would change.
-pub fn to_write(
+pub(crate) fn to_write(
     want: &Wanted,
     current: Option<&NodeCondition>,
     now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
@@ -227,7 +227,10 @@ impl Cluster {
 
     /// Writes `wanted` into the node's conditions where they differ (one strategic merge patch
     /// of `nodes/status`). Returns the types written.
-    pub async fn set_conditions(&self, wanted: &[Wanted]) -> Result<Vec<&'static str>, String> {
+    pub(crate) async fn set_conditions(
+        &self,
+        wanted: &[Wanted],
+    ) -> Result<Vec<&'static str>, String> {
         let current = self.node_conditions().await?;
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::now(),
@@ -251,7 +254,7 @@ impl Cluster {
 
     /// Removes dxdp's conditions from the node if it has them (a strategic `$patch: delete`
     /// per type). Returns the types removed.
-    pub async fn drop_conditions(&self) -> Result<Vec<&'static str>, String> {
+    pub(crate) async fn drop_conditions(&self) -> Result<Vec<&'static str>, String> {
         let current = self.node_conditions().await?;
         let present: Vec<&'static str> = CONDITION_TYPES
             .into_iter()
@@ -313,7 +316,7 @@ pub struct NodeConditions {
     pub metrics: HealthMetrics,
     /// Retries of failed calls.
     pub backoff: Backoff,
-    /// How often the Node is read again ([`RESYNC`]).
+    /// How often the Node is read again (`RESYNC`).
     pub resync: Duration,
 }
 

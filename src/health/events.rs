@@ -1,10 +1,10 @@
-//! Device health on the pods (`health.events`): a Warning Event [`EVENT_REASON`] on each pod
+//! Device health on the pods (`health.events`): a Warning Event `EVENT_REASON` on each pod
 //! container that holds an Unhealthy device, naming the device, the reason and since when
 //! ([`HealthEvents`]).
 //!
 //! Which pod container holds which device comes from the kubelet's PodResources `List` (replica
 //! IDs resolve to their physical device), asked whenever the served devices change while one is
-//! Unhealthy, and again every [`RELIST`] while one stays Unhealthy. One Event per start of
+//! Unhealthy, and again every `RELIST` while one stays Unhealthy. One Event per start of
 //! (pod container, device, reason): a device that stays Unhealthy gets no second Event, a new
 //! reason does. Sent, deduplicated and rate-limited exactly like the isolation Events (the same
 //! [`EventSender`] and [`EVENT_LIMITS`](crate::cluster::events::EVENT_LIMITS)): no second Event for the
@@ -41,30 +41,30 @@ use dxdp_core::health::reason::Reason;
 use dxdp_core::telemetry::{PodAllocation, PodRef};
 
 /// The reason of the Events.
-pub const EVENT_REASON: &str = "GPUUnhealthy";
+pub(crate) const EVENT_REASON: &str = "GPUUnhealthy";
 
 /// How often PodResources is asked again while a device stays Unhealthy (a pod the kubelet had
 /// admitted but not yet listed is found then).
-pub const RELIST: Duration = Duration::from_secs(60);
+pub(crate) const RELIST: Duration = Duration::from_secs(60);
 
 /// How long one PodResources `List` may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A served device that is Unhealthy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sick {
+pub(crate) struct Sick {
     /// The device ID (without replica suffix).
-    pub device: String,
+    pub(crate) device: String,
     /// The adapter's description (`NVIDIA Tesla T4`).
-    pub description: String,
+    pub(crate) description: String,
     /// Why.
-    pub reason: Reason,
+    pub(crate) reason: Reason,
     /// The reason's sentence, when there is one.
-    pub detail: Option<String>,
+    pub(crate) detail: Option<String>,
 }
 
 /// Every served device (its resource enabled) that is Unhealthy, in inventory order.
-pub fn unhealthy_served(inventory: &Inventory) -> Vec<Sick> {
+pub(crate) fn unhealthy_served(inventory: &Inventory) -> Vec<Sick> {
     let served: BTreeSet<_> = inventory
         .config
         .endpoints()
@@ -87,23 +87,23 @@ pub fn unhealthy_served(inventory: &Inventory) -> Vec<Sick> {
 
 /// One pod container holding an Unhealthy device, and since when the device is Unhealthy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
+pub(crate) struct Report {
     /// The pod container.
-    pub pod: PodRef,
+    pub(crate) pod: PodRef,
     /// The resource name it was allocated under (`directx.microsoft.com/display`).
-    pub resource: String,
+    pub(crate) resource: String,
     /// The device.
-    pub device: Sick,
+    pub(crate) device: Sick,
     /// Since when the device is Unhealthy with this reason (ms since the epoch), as dxdp saw it.
-    pub since_ms: u64,
+    pub(crate) since_ms: u64,
 }
 
 /// What identifies a report: the pod container, the device and the reason.
-pub type ReportKey = (PodRef, String, Reason);
+pub(crate) type ReportKey = (PodRef, String, Reason);
 
 impl Report {
     /// Its key for deduplication.
-    pub fn key(&self) -> ReportKey {
+    pub(crate) fn key(&self) -> ReportKey {
         (
             self.pod.clone(),
             self.device.device.clone(),
@@ -114,7 +114,7 @@ impl Report {
 
 /// The pod containers of `allocations` (PodResources' answer) holding a device of `sick`, one
 /// report per (container, device), sorted by key. `since` gives each device's start (ms).
-pub fn holders(
+pub(crate) fn holders(
     inventory: &Inventory,
     allocations: &[PodAllocation],
     sick: &[Sick],
@@ -147,7 +147,7 @@ pub fn holders(
 }
 
 /// The Event for `r` on `node` at `now` (a new object each time: dxdp only creates).
-pub fn event(r: &Report, node: &str, now: Time) -> Event {
+pub(crate) fn event(r: &Report, node: &str, now: Time) -> Event {
     let why = match &r.device.detail {
         Some(d) => format!("{}: {d}", r.device.reason),
         None => r.device.reason.to_string(),
@@ -182,7 +182,7 @@ const VOICE: Voice = Voice {
 };
 
 /// Milliseconds since the Unix epoch now.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     crate::inventory::now_ms()
 }
 

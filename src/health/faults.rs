@@ -32,7 +32,7 @@ use dxdp_core::health::feed::{self, FaultLog, Offer, Pacer, PUBLISH_INTERVAL_MS}
 use dxdp_core::health::HealthPolicy;
 
 /// The task's name (logs, metrics, `/healthz`).
-pub const TASK: &str = "event-log";
+pub(crate) const TASK: &str = "event-log";
 
 /// How often records older than the lookback are forgotten.
 const EXPIRE_EVERY: Duration = Duration::from_secs(60);
@@ -42,7 +42,7 @@ const DROPPED_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// The live fault events kept, and how to wake the inventory refresher for them.
 #[derive(Default)]
-pub struct LiveFaults {
+pub(crate) struct LiveFaults {
     log: Mutex<FaultLog>,
     wake: Mutex<Option<Wake>>,
     /// Set when there was something to show before the refresher registered its wake.
@@ -51,7 +51,7 @@ pub struct LiveFaults {
 
 impl LiveFaults {
     /// Nothing kept yet.
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(LiveFaults::default())
     }
 
@@ -61,7 +61,7 @@ impl LiveFaults {
     }
 
     /// Offers one rendered record ([`FaultLog::offer`]).
-    pub fn offer(&self, xml: String, oldest_ms: u64) -> Offer {
+    pub(crate) fn offer(&self, xml: String, oldest_ms: u64) -> Offer {
         self.log
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -69,17 +69,11 @@ impl LiveFaults {
     }
 
     /// Forgets records before `oldest_ms`.
-    pub fn expire(&self, oldest_ms: u64) -> usize {
+    pub(crate) fn expire(&self, oldest_ms: u64) -> usize {
         self.log
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .expire(oldest_ms)
-    }
-
-    /// How many records are kept, and their bytes.
-    pub fn size(&self) -> (usize, usize) {
-        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        (log.len(), log.bytes())
     }
 
     /// Wakes the refresher (a rebuild with the kept records).
@@ -98,7 +92,7 @@ impl LiveFaults {
 /// A rebuild for new events alone does not read the host again: when the source has no files
 /// and has not said it changed (a DXCore notification, the health poll), the facts of its last
 /// read are reused, so a flood never turns into a DXCore enumeration a second.
-pub struct WithLiveFaults {
+pub(crate) struct WithLiveFaults {
     inner: Arc<dyn HostFactsSource>,
     live: Arc<LiveFaults>,
     last: Mutex<Option<HostFacts>>,
@@ -107,7 +101,7 @@ pub struct WithLiveFaults {
 
 impl WithLiveFaults {
     /// `inner`'s facts with the events of `live`.
-    pub fn new(inner: Arc<dyn HostFactsSource>, live: Arc<LiveFaults>) -> Self {
+    pub(crate) fn new(inner: Arc<dyn HostFactsSource>, live: Arc<LiveFaults>) -> Self {
         WithLiveFaults {
             inner,
             live,
@@ -192,7 +186,7 @@ impl HostFactsSource for WithLiveFaults {
 /// that follows `log` for them: subscribes with the query of the health policy in `config`
 /// (again when the policy changes it), counts into `metrics`, retries a failed subscription
 /// after `backoff` (`backoff.timeout` limits one subscribe call).
-pub fn live_faults(
+pub(crate) fn live_faults(
     source: Arc<dyn HostFactsSource>,
     log: Arc<dyn EventLog>,
     config: watch::Receiver<Arc<Config>>,

@@ -7,10 +7,10 @@
 //!
 //! For `dxdp_pod_info` (opt-in), `RuntimeService/ListPodSandbox` answers each ready pod
 //! sandbox's pod (namespace, name, UID) and the pod's labels, which the kubelet copies onto the
-//! sandbox ([`list_sandboxes`], pure part [`sandboxes`]).
+//! sandbox (`list_sandboxes`, pure part `sandboxes`).
 //!
 //! The calls are local (a socket or named pipe on the node), needs no API server and no RBAC.
-//! [`list_pods`] calls it once, with a timeout; [`pods`] is the pure part, tested with recorded
+//! [`list_pods`] calls it once, with a timeout; `pods` is the pure part, tested with recorded
 //! answers. The generated types are in [`v1`] (from `proto/cri_runtime_v1.proto`, the subset of
 //! the published `k8s.io/cri-api` `runtime/v1/api.proto` that dxdp uses).
 
@@ -37,9 +37,9 @@ use v1::{
 };
 
 /// containerd's CRI endpoint on Windows (`npipe:////./pipe/containerd-containerd`).
-pub const WINDOWS_PIPE: &str = r"\\.\pipe\containerd-containerd";
+pub(crate) const WINDOWS_PIPE: &str = r"\\.\pipe\containerd-containerd";
 /// containerd's CRI endpoint on Linux (`unix:///run/containerd/containerd.sock`).
-pub const LINUX_SOCKET: &str = "/run/containerd/containerd.sock";
+pub(crate) const LINUX_SOCKET: &str = "/run/containerd/containerd.sock";
 
 /// The kubelet's label with the pod's namespace.
 pub const LABEL_NAMESPACE: &str = "io.kubernetes.pod.namespace";
@@ -49,14 +49,14 @@ pub const LABEL_POD: &str = "io.kubernetes.pod.name";
 pub const LABEL_CONTAINER: &str = "io.kubernetes.container.name";
 
 /// The kubelet's label with the pod's UID.
-pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
+pub(crate) const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
 
 /// The most bytes of a `ListContainers` answer accepted (a node with hundreds of containers stays
 /// far below).
 const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 
 /// containerd's endpoint on this OS.
-pub fn default_endpoint() -> Endpoint {
+pub(crate) fn default_endpoint() -> Endpoint {
     if cfg!(windows) {
         Endpoint::Pipe(WINDOWS_PIPE.to_string())
     } else {
@@ -98,7 +98,7 @@ pub enum CriError {
 }
 
 /// The request dxdp sends: the running containers.
-pub fn request() -> ListContainersRequest {
+pub(crate) fn request() -> ListContainersRequest {
     ListContainersRequest {
         filter: Some(ContainerFilter {
             state: Some(ContainerStateValue {
@@ -112,7 +112,7 @@ pub fn request() -> ListContainersRequest {
 /// The pod container of every running container in `answer`, by container ID. A container that
 /// is not running (a runtime may ignore the filter) or lacks one of the kubelet's labels (not
 /// created by the kubelet) is left out.
-pub fn pods(answer: &ListContainersResponse) -> HashMap<String, PodRef> {
+pub(crate) fn pods(answer: &ListContainersResponse) -> HashMap<String, PodRef> {
     let mut out = HashMap::with_capacity(answer.containers.len());
     for c in &answer.containers {
         if c.state != ContainerState::ContainerRunning as i32 || c.id.is_empty() {
@@ -197,15 +197,15 @@ fn call_error(call: &'static str, endpoint: &str, s: &tonic::Status) -> CriError
 
 /// A pod as its ready sandbox names it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PodSandboxInfo {
+pub(crate) struct PodSandboxInfo {
     /// The pod's UID.
-    pub uid: String,
+    pub(crate) uid: String,
     /// The pod's labels (without the kubelet's `io.kubernetes.pod.*` ones, which name the pod).
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 /// The request for `dxdp_pod_info`: the ready pod sandboxes.
-pub fn sandbox_request() -> ListPodSandboxRequest {
+pub(crate) fn sandbox_request() -> ListPodSandboxRequest {
     ListPodSandboxRequest {
         filter: Some(PodSandboxFilter {
             state: Some(PodSandboxStateValue {
@@ -219,7 +219,9 @@ pub fn sandbox_request() -> ListPodSandboxRequest {
 /// Each pod of a ready sandbox in `answer`, by (namespace, name). A sandbox that is not ready
 /// (a runtime may ignore the filter) or has no namespace or name is left out; of two ready
 /// sandboxes of one pod name (a pod deleted and created again), the newer one counts.
-pub fn sandboxes(answer: &ListPodSandboxResponse) -> HashMap<(String, String), PodSandboxInfo> {
+pub(crate) fn sandboxes(
+    answer: &ListPodSandboxResponse,
+) -> HashMap<(String, String), PodSandboxInfo> {
     let mut newest: HashMap<(String, String), (i64, PodSandboxInfo)> = HashMap::new();
     for s in &answer.items {
         let Some(m) = &s.metadata else { continue };
@@ -251,7 +253,7 @@ pub fn sandboxes(answer: &ListPodSandboxResponse) -> HashMap<(String, String), P
 
 /// Calls `ListPodSandbox` at `endpoint` and returns the pod of every ready sandbox (see
 /// [`sandboxes`]), waiting at most `timeout`.
-pub async fn list_sandboxes(
+pub(crate) async fn list_sandboxes(
     endpoint: &Endpoint,
     timeout: Duration,
 ) -> Result<HashMap<(String, String), PodSandboxInfo>, CriError> {

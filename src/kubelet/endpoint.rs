@@ -9,7 +9,7 @@ use crate::transport::Endpoint;
 use crate::transport::{self, Transport};
 
 /// A gRPC channel to `endpoint`.
-pub async fn connect(
+pub(crate) async fn connect(
     endpoint: &Endpoint,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     match endpoint {
@@ -48,16 +48,16 @@ mod pipe {
     use tokio::net::windows::named_pipe::{ClientOptions, NamedPipeClient};
     use tonic::transport::{Channel, Endpoint};
 
-    pub use super::pipe_server::serve;
+    pub(crate) use super::pipe_server::serve;
 
     /// `ERROR_PIPE_BUSY`: every instance of the pipe is in use; another comes shortly.
-    pub const ERROR_PIPE_BUSY: i32 = 231;
+    pub(crate) const ERROR_PIPE_BUSY: i32 = 231;
     /// How often, and how far apart, a busy pipe is tried again (1 s in all).
     const BUSY_RETRIES: u32 = 20;
     const BUSY_PAUSE: Duration = Duration::from_millis(50);
 
     /// A gRPC channel over the named pipe `name`.
-    pub async fn channel(name: &str) -> Result<Channel, tonic::transport::Error> {
+    pub(crate) async fn channel(name: &str) -> Result<Channel, tonic::transport::Error> {
         let name = name.to_string();
         Endpoint::from_static("http://localhost")
             .connect_timeout(Duration::from_secs(5))
@@ -69,7 +69,7 @@ mod pipe {
     }
 
     /// Opens the named pipe `name`, trying again while every instance is busy (1 s in all).
-    pub async fn open(name: &str) -> io::Result<NamedPipeClient> {
+    pub(crate) async fn open(name: &str) -> io::Result<NamedPipeClient> {
         let mut tries = 0;
         loop {
             match ClientOptions::new().open(name) {
@@ -98,7 +98,7 @@ mod pipe_server {
     use crate::transport;
 
     /// A connected instance of a named pipe.
-    pub struct PipeConn(NamedPipeServer);
+    pub(crate) struct PipeConn(NamedPipeServer);
 
     impl AsyncRead for PipeConn {
         fn poll_read(
@@ -136,7 +136,7 @@ mod pipe_server {
 
     /// Serves `router` on the named pipe `name`: one instance waits for a client at a time, and
     /// the next is created as soon as one connects.
-    pub fn serve(
+    pub(crate) fn serve(
         name: &str,
         router: tonic::transport::server::Router,
     ) -> io::Result<transport::Served> {
@@ -176,7 +176,7 @@ mod pipe {
     use tonic::transport::{Channel, Endpoint};
 
     /// Named pipes exist only on Windows.
-    pub fn serve(
+    pub(crate) fn serve(
         name: &str,
         _: tonic::transport::server::Router,
     ) -> std::io::Result<crate::transport::Served> {
@@ -187,7 +187,7 @@ mod pipe {
     }
 
     /// Named pipes exist only on Windows: connecting fails (with tonic's connection error).
-    pub async fn channel(name: &str) -> Result<Channel, tonic::transport::Error> {
+    pub(crate) async fn channel(name: &str) -> Result<Channel, tonic::transport::Error> {
         let name = name.to_string();
         Endpoint::from_static("http://localhost")
             .connect_with_connector(tower::service_fn(move |_| {
@@ -213,7 +213,7 @@ pub(crate) mod testing {
     /// Where a node-local API is served in a test, as on a node: a socket file `name` in `dir`
     /// on Unix, a named pipe unique to this process and moment on Windows (whose name ends in
     /// `name`).
-    pub fn local(dir: &Path, name: &str) -> Endpoint {
+    pub(crate) fn local(dir: &Path, name: &str) -> Endpoint {
         if cfg!(windows) {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

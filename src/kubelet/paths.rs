@@ -10,9 +10,9 @@
 use std::path::{Path, PathBuf};
 
 /// The device-plugin directory below the system drive on Windows.
-pub const WINDOWS_SUFFIX: &str = r"\var\lib\kubelet\device-plugins";
+pub(crate) const WINDOWS_SUFFIX: &str = r"\var\lib\kubelet\device-plugins";
 /// The device-plugin directory on Linux and other Unix systems.
-pub const UNIX_DIR: &str = "/var/lib/kubelet/device-plugins";
+pub(crate) const UNIX_DIR: &str = "/var/lib/kubelet/device-plugins";
 
 /// A device-plugin directory and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

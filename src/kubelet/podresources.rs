@@ -20,7 +20,7 @@ use super::v1::{
 use crate::util::errors::chain;
 
 /// The kubelet's PodResources named pipe on Windows.
-pub const WINDOWS_PIPE: &str = r"\\.\pipe\kubelet-pod-resources";
+pub(crate) const WINDOWS_PIPE: &str = r"\\.\pipe\kubelet-pod-resources";
 
 /// The most bytes of a `List` answer accepted (a node with hundreds of pods stays far below).
 const MAX_MESSAGE: usize = 16 * 1024 * 1024;
@@ -31,7 +31,7 @@ impl Endpoint {
     /// The kubelet's endpoint on this OS, for its device-plugin directory `kubelet_dir`
     /// (`<root>/device-plugins`): the named pipe on Windows, `<root>/pod-resources/kubelet.sock`
     /// elsewhere.
-    pub fn default_for(kubelet_dir: &Path) -> Endpoint {
+    pub(crate) fn default_for(kubelet_dir: &Path) -> Endpoint {
         if cfg!(windows) {
             Endpoint::Pipe(WINDOWS_PIPE.to_string())
         } else {
@@ -41,7 +41,7 @@ impl Endpoint {
 }
 
 /// `<root>/pod-resources/kubelet.sock` for the device-plugin directory `<root>/device-plugins`.
-pub fn socket_beside(kubelet_dir: &Path) -> PathBuf {
+pub(crate) fn socket_beside(kubelet_dir: &Path) -> PathBuf {
     kubelet_dir
         .parent()
         .unwrap_or(kubelet_dir)
@@ -111,7 +111,7 @@ pub async fn list(
 }
 
 /// Every container's devices in a `List` answer, one entry per (container, resource).
-pub fn allocations(answer: &ListPodResourcesResponse) -> Vec<PodAllocation> {
+pub(crate) fn allocations(answer: &ListPodResourcesResponse) -> Vec<PodAllocation> {
     let mut out = Vec::new();
     for pod in &answer.pod_resources {
         for container in &pod.containers {

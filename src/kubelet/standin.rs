@@ -24,8 +24,8 @@ use super::v1beta1::device_plugin_client::DevicePluginClient;
 use super::v1beta1::registration_server::{Registration, RegistrationServer};
 use super::v1beta1::{
     AllocateRequest, AllocateResponse, ContainerAllocateRequest,
-    ContainerPreferredAllocationRequest, Device, DevicePluginOptions, Empty,
-    PreferredAllocationRequest, RegisterRequest,
+    ContainerPreferredAllocationRequest, Device, Empty, PreferredAllocationRequest,
+    RegisterRequest,
 };
 use super::{API_VERSION, KUBELET_SOCKET};
 use crate::transport::{self, Transport};
@@ -37,9 +37,7 @@ pub struct PluginView {
     /// The plugin's socket file name.
     pub endpoint: String,
     /// Its registration: an index into [`StandinView::registrations`].
-    pub registration: usize,
-    /// The options the plugin returned.
-    pub options: DevicePluginOptions,
+    pub(crate) registration: usize,
     /// The latest device list, once one arrived.
     pub devices: Option<Vec<Device>>,
     /// How many ListAndWatch messages arrived.
@@ -122,12 +120,12 @@ struct Shared {
 /// kubelet's `PluginDisconnected` (keyed by the resource name, so it concerns the newest
 /// registration of the name).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Disconnects {
+pub(crate) struct Disconnects {
     /// How long after the stream ended the kubelet handles it (its goroutine may run late).
-    pub late: Duration,
+    pub(crate) late: Duration,
     /// Whether it also closes the newest registration's stream and forgets its client, as a
     /// kubelet does whose handler disconnects the current client of the name.
-    pub drop_newest: bool,
+    pub(crate) drop_newest: bool,
 }
 
 impl Shared {
@@ -183,10 +181,8 @@ impl Registration for RegistrationService {
             Status::unavailable(format!("cannot dial plugin at {}: {e}", path.display()))
         })?;
         let mut client = DevicePluginClient::new(channel);
-        let options = client
-            .get_device_plugin_options(Empty {})
-            .await?
-            .into_inner();
+        // Asked for, as the kubelet does; nothing here depends on them.
+        client.get_device_plugin_options(Empty {}).await?;
         let mut stream = client.list_and_watch(Empty {}).await?.into_inner();
         let resource = req.resource_name.clone();
         let endpoint = req.endpoint.clone();
@@ -198,7 +194,6 @@ impl Registration for RegistrationService {
             PluginView {
                 endpoint: endpoint.clone(),
                 registration,
-                options,
                 devices: None,
                 updates: 0,
                 list_sizes: Vec::new(),
@@ -326,7 +321,8 @@ impl KubeletStandin {
     }
 
     /// Handles the ends of replaced registrations' streams as `disconnects` says from now on.
-    pub fn set_disconnects(&self, disconnects: Disconnects) {
+    #[cfg(test)]
+    pub(crate) fn set_disconnects(&self, disconnects: Disconnects) {
         lock(&self.shared).disconnects = disconnects;
     }
 

@@ -33,7 +33,7 @@ pub enum Decision {
 }
 
 /// A future an [`Authorize`] returns.
-pub type DecisionFuture<'a> = Pin<Box<dyn Future<Output = Decision> + Send + 'a>>;
+pub(crate) type DecisionFuture<'a> = Pin<Box<dyn Future<Output = Decision> + Send + 'a>>;
 
 /// Checks a bearer token's right to `verb` the non-resource URL `path`.
 pub trait Authorize: Send + Sync + std::fmt::Debug {
@@ -48,7 +48,7 @@ pub trait Authorize: Send + Sync + std::fmt::Debug {
 
 /// Why a request was refused (`dxdp_metrics_requests_denied_total{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Denied {
+pub(crate) enum Denied {
     /// 401: no or wrong credentials.
     Unauthenticated,
     /// 403: valid credentials without the right.
@@ -59,14 +59,14 @@ pub enum Denied {
 
 impl Denied {
     /// Every reason.
-    pub const ALL: [Denied; 3] = [
+    pub(crate) const ALL: [Denied; 3] = [
         Denied::Unauthenticated,
         Denied::Forbidden,
         Denied::Unavailable,
     ];
 
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Denied::Unauthenticated => "unauthenticated",
             Denied::Forbidden => "forbidden",
@@ -95,7 +95,7 @@ pub struct AccessMetrics {
 
 impl AccessMetrics {
     /// Registers them in `registry`, every series at 0.
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let denied = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "dxdp_metrics_requests_denied",
@@ -130,7 +130,7 @@ impl AccessMetrics {
     }
 
     /// A request was refused.
-    pub fn denied(&self, why: Denied) {
+    pub(crate) fn denied(&self, why: Denied) {
         self.denied
             .get_or_create(&ReasonLabel {
                 reason: why.as_str().into(),
@@ -139,7 +139,7 @@ impl AccessMetrics {
     }
 
     /// The endpoint's guard could not be set up (it refuses `/metrics` until it can).
-    pub fn guard_failed(&self) {
+    pub(crate) fn guard_failed(&self) {
         self.guard_failures.inc();
     }
 
@@ -171,7 +171,7 @@ pub struct Access {
 
 /// The outcome of [`Access::check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Serve it.
     Allowed,
     /// Refuse it, saying this.
@@ -181,7 +181,7 @@ pub enum Verdict {
 impl Access {
     /// Refuses every request but the probes with `503`, saying `why` (a guard the
     /// configuration asks for that could not be set up).
-    pub fn refusing(why: impl Into<Arc<str>>) -> Self {
+    pub(crate) fn refusing(why: impl Into<Arc<str>>) -> Self {
         Access {
             refusing: Some(why.into()),
             ..Access::default()
@@ -189,20 +189,20 @@ impl Access {
     }
 
     /// No web configuration and no authorizer: every request is served as before.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.web.is_none() && self.authorizer.is_none() && self.refusing.is_none()
     }
 
     /// Whether a request must show credentials (basic authentication or a bearer token), or is
     /// refused whatever it shows.
-    pub fn needs_credentials(&self, web: Option<&WebConfig>) -> bool {
+    pub(crate) fn needs_credentials(&self, web: Option<&WebConfig>) -> bool {
         self.refusing.is_some()
             || self.authorizer.is_some()
             || web.is_some_and(WebConfig::has_users)
     }
 
     /// Whether the request with `authorization` (the header's value) may `verb` `path`.
-    pub async fn check(
+    pub(crate) async fn check(
         &self,
         web: Option<Arc<WebConfig>>,
         authorization: Option<&[u8]>,

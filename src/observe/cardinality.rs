@@ -17,18 +17,18 @@ use dxdp_core::telemetry::PodRef;
 
 /// The most pod containers with per-pod series (`dxdp_gpu_allocation`, `dxdp_container_*`)
 /// per node. The host's row (`pod=""`) is not a pod container and is always kept.
-pub const MAX_POD_CONTAINERS: usize = 256;
+pub(crate) const MAX_POD_CONTAINERS: usize = 256;
 
 /// The most `dxdp_isolation_violations` series per node.
-pub const MAX_VIOLATIONS: usize = 64;
+pub(crate) const MAX_VIOLATIONS: usize = 64;
 
 /// Whether a cap was logged already (per cap, per process).
 #[derive(Debug, Default)]
-pub struct LoggedOnce(AtomicBool);
+pub(crate) struct LoggedOnce(AtomicBool);
 
 impl LoggedOnce {
     /// Logs `what` the first time only.
-    pub fn warn(&self, what: impl FnOnce() -> String) {
+    pub(crate) fn warn(&self, what: impl FnOnce() -> String) {
         if !self.0.swap(true, Ordering::SeqCst) {
             tracing::warn!("{}", what());
         }
@@ -41,7 +41,7 @@ fn is_pod(p: &PodRef) -> bool {
 
 /// `view` with the per-pod entries of at most `max` pod containers (the first in sorted
 /// order), and how many pod containers were left out; `None` when nothing is left out.
-pub fn cap_pods(view: &TelemetryView, max: usize) -> Option<(TelemetryView, usize)> {
+pub(crate) fn cap_pods(view: &TelemetryView, max: usize) -> Option<(TelemetryView, usize)> {
     let all: BTreeSet<&PodRef> = view
         .devices
         .iter()

@@ -20,17 +20,17 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 /// The `device` label of fault events that matched no device.
-pub const UNMATCHED: &str = "unmatched";
+pub(crate) const UNMATCHED: &str = "unmatched";
 
 /// One device's health as the gauge shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceHealth {
     /// The device ID (as the kubelet knows it, without replica suffix).
-    pub device: String,
+    pub(crate) device: String,
     /// The served resource name, or `none` when the device is not served.
-    pub resource: String,
+    pub(crate) resource: String,
     /// The reason's stable name (`healthy`, `problem_code`, ...).
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -70,7 +70,7 @@ pub enum ConditionResult {
 
 impl ConditionResult {
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ConditionResult::Set => "set",
             ConditionResult::Removed => "removed",
@@ -132,7 +132,7 @@ impl Collector for CurrentCollector {
 
 impl HealthMetrics {
     /// Registers the health metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let faults = Family::<FaultLabels, Counter>::default();
         registry.register(
             "dxdp_gpu_faults",
@@ -189,7 +189,7 @@ impl HealthMetrics {
     }
 
     /// Counts one `GPUUnhealthy` Event outcome.
-    pub fn event(&self, result: super::event_metrics::EventResult) {
+    pub(crate) fn event(&self, result: super::event_metrics::EventResult) {
         self.events
             .get_or_create(&super::telemetry_metrics::result(result.as_str()))
             .inc();
@@ -203,7 +203,7 @@ impl HealthMetrics {
     }
 
     /// Counts one write of the node condition `condition`.
-    pub fn condition(&self, condition: &str, result: ConditionResult) {
+    pub(crate) fn condition(&self, condition: &str, result: ConditionResult) {
         self.conditions
             .get_or_create(&ConditionLabels {
                 condition: condition.to_string(),
@@ -213,12 +213,12 @@ impl HealthMetrics {
     }
 
     /// Whether dxdp follows the event log now.
-    pub fn eventlog_subscribed(&self, on: bool) {
+    pub(crate) fn eventlog_subscribed(&self, on: bool) {
         self.eventlog.subscribed.set(i64::from(on));
     }
 
     /// Counts an error of the event-log feed at `stage` (`subscribe`, `delivery`, `record`).
-    pub fn eventlog_error(&self, stage: &str) {
+    pub(crate) fn eventlog_error(&self, stage: &str) {
         self.eventlog
             .errors
             .get_or_create(&StageLabel {
@@ -238,7 +238,7 @@ impl HealthMetrics {
     }
 
     /// Counts `n` records dropped by the feed's full queue.
-    pub fn eventlog_dropped(&self, n: u64) {
+    pub(crate) fn eventlog_dropped(&self, n: u64) {
         self.eventlog.dropped.inc_by(n);
     }
 
@@ -265,22 +265,12 @@ impl HealthMetrics {
     }
 
     /// Counts one fault event of `kind` on `device` ([`UNMATCHED`] when it matched none).
-    pub fn fault(&self, device: &str, kind: &str) {
+    pub(crate) fn fault(&self, device: &str, kind: &str) {
         self.faults
             .get_or_create(&FaultLabels {
                 device: device.to_string(),
                 kind: kind.to_string(),
             })
             .inc();
-    }
-
-    /// How many faults of `kind` were counted on `device` (for tests).
-    pub fn faults(&self, device: &str, kind: &str) -> u64 {
-        self.faults
-            .get_or_create(&FaultLabels {
-                device: device.to_string(),
-                kind: kind.to_string(),
-            })
-            .get()
     }
 }

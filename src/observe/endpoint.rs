@@ -17,20 +17,20 @@ use super::Observe;
 use crate::util::task::Task;
 
 /// How often a metrics endpoint whose guard could not be set up tries again.
-pub const GUARD_RETRY: Duration = Duration::from_secs(10);
+pub(crate) const GUARD_RETRY: Duration = Duration::from_secs(10);
 
 /// What guards `/metrics`, as the configuration asks.
 #[derive(Clone, Debug, Default)]
-pub struct Guard {
+pub(crate) struct Guard {
     /// The web configuration file (`metrics.webConfigFile`): TLS, client certificates, basic
     /// authentication.
-    pub web_config_file: Option<PathBuf>,
+    pub(crate) web_config_file: Option<PathBuf>,
     /// With `metrics.authorization: kubernetes`: the token reviewer, or why it could not be
     /// built. `None`: no bearer tokens are checked.
-    pub authorizer: Option<Result<Arc<dyn Authorize>, String>>,
+    pub(crate) authorizer: Option<Result<Arc<dyn Authorize>, String>>,
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `address` ([`super::http::serve_forever`]: an
+/// Serves `/metrics`, `/healthz` and `/readyz` on `address` ([`super::http::serve_guarded_forever`]: an
 /// address that cannot be bound is logged once per distinct error and retried in the
 /// background; device serving never waits for it), guarded by `guard`, and says it stopped
 /// listening when it ends. A guard that cannot be set up is tried again every `retry` while

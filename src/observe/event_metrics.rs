@@ -24,7 +24,7 @@ pub enum EventResult {
 
 impl EventResult {
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EventResult::Sent => "sent",
             EventResult::Error => "error",
@@ -35,7 +35,7 @@ impl EventResult {
     }
 
     /// Every result (their series are created at start, at 0).
-    pub const ALL: [EventResult; 5] = [
+    pub(crate) const ALL: [EventResult; 5] = [
         EventResult::Sent,
         EventResult::Error,
         EventResult::Deduplicated,

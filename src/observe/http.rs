@@ -1,20 +1,20 @@
 //! The HTTP/1.1 servers of `--metrics-address`: `/metrics` (OpenMetrics text), `/healthz` and
-//! `/readyz`, and of `--probe-address`: `/healthz` and `/readyz` alone ([`Endpoints`]); GET and
+//! `/readyz`, and of `--probe-address`: `/healthz` and `/readyz` alone (`Endpoints`); GET and
 //! HEAD only, everything else 404 (unknown path) or 405 (other method).
 //!
 //! The probe listener exists so that metrics clients cannot starve the kubelet's probes: with
 //! one listener, 128 connections that send nothing held every connection slot and `/healthz`
-//! timed out until the kubelet restarted dxdp. It has its own [`MAX_PROBE_CONNECTIONS`] and a
-//! short [`PROBE_HEADER_TIMEOUT`]; bound to 127.0.0.1 (as the chart does) only the node itself
+//! timed out until the kubelet restarted dxdp. It has its own `MAX_PROBE_CONNECTIONS` and a
+//! short `PROBE_HEADER_TIMEOUT`; bound to 127.0.0.1 (as the chart does) only the node itself
 //! reaches it.
 //!
-//! It is optional and must never cost the node its GPUs: [`serve_forever`] binds, and when the
+//! It is optional and must never cost the node its GPUs: `serve_forever_for` binds, and when the
 //! address is taken logs once per distinct error and retries in the background with a capped
-//! backoff. At most [`MAX_CONNECTIONS`] connections are served at once: a connection beyond that
+//! backoff. At most `MAX_CONNECTIONS` connections are served at once: a connection beyond that
 //! is not accepted until one ends (it waits in the kernel's backlog, costing the process no
 //! memory and no descriptor), and connections accepted near the cap are closed after one answer
 //! so that waiting ones get their turn. An accept error (out of descriptors, `EMFILE`) backs off
-//! ([`ACCEPT_BACKOFF_FIRST`] doubling to [`ACCEPT_BACKOFF_MAX`]) instead of spinning.
+//! (`ACCEPT_BACKOFF_FIRST` doubling to `ACCEPT_BACKOFF_MAX`) instead of spinning.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -46,17 +46,17 @@ const TEXT: &str = "text/plain; charset=utf-8";
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a probe client may take to send a request's headers (the kubelet sends its at once).
-pub const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The most connections served at once (a scrape and the probes need a handful).
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 
 /// The most connections the probe listener serves at once (the kubelet opens one per probe).
-pub const MAX_PROBE_CONNECTIONS: usize = 16;
+pub(crate) const MAX_PROBE_CONNECTIONS: usize = 16;
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoints {
+pub(crate) enum Endpoints {
     /// `/metrics`, `/healthz` and `/readyz` (`metrics.address`).
     All,
     /// `/healthz` and `/readyz` (`metrics.probeAddress`).
@@ -73,16 +73,16 @@ impl Endpoints {
 }
 
 /// The pause after a failed accept, doubling with each further failure.
-pub const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
+pub(crate) const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
 
 /// The longest pause after failed accepts.
-pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub(crate) const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The pause after a failed bind, doubling with each further failure.
-pub const BIND_BACKOFF_FIRST: Duration = Duration::from_millis(500);
+pub(crate) const BIND_BACKOFF_FIRST: Duration = Duration::from_millis(500);
 
 /// The longest pause between binds.
-pub const BIND_BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub(crate) const BIND_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Pauses between binds that failed.
 const BIND_BACKOFF: Backoff = Backoff::pauses(BIND_BACKOFF_FIRST, BIND_BACKOFF_MAX);
@@ -95,11 +95,11 @@ const ACCEPT_BACKOFF: Backoff = Backoff::pauses(ACCEPT_BACKOFF_FIRST, ACCEPT_BAC
 #[error("cannot serve {} on {address}: {error}; choose a free address and port with {} (HOST:PORT, e.g. {}), or unset it to turn the endpoint off", .endpoints.what(), setting(*.endpoints), example(*.endpoints))]
 pub struct BindError {
     /// The address asked for.
-    pub address: SocketAddr,
+    pub(crate) address: SocketAddr,
     /// What the OS said.
-    pub error: std::io::Error,
+    pub(crate) error: std::io::Error,
     /// What it was to serve.
-    pub endpoints: Endpoints,
+    pub(crate) endpoints: Endpoints,
 }
 
 fn setting(endpoints: Endpoints) -> &'static str {
@@ -116,9 +116,9 @@ fn example(endpoints: Endpoints) -> &'static str {
     }
 }
 
-/// What the server has done, for logs, tests and benches.
+/// What the server has done: counted here, read by the unit tests.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     accepted: AtomicU64,
     accept_errors: AtomicU64,
     open: AtomicU64,
@@ -128,47 +128,6 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Connections accepted so far.
-    pub fn accepted(&self) -> u64 {
-        self.accepted.load(Ordering::SeqCst)
-    }
-
-    /// Failed accepts so far.
-    pub fn accept_errors(&self) -> u64 {
-        self.accept_errors.load(Ordering::SeqCst)
-    }
-
-    /// Connections being served now.
-    pub fn open(&self) -> u64 {
-        self.open.load(Ordering::SeqCst)
-    }
-
-    /// The most connections ever served at once.
-    pub fn most_open(&self) -> u64 {
-        self.most_open.load(Ordering::SeqCst)
-    }
-
-    /// Failed binds so far (of [`serve_forever`]).
-    pub fn binds_failed(&self) -> u64 {
-        self.binds_failed.load(Ordering::SeqCst)
-    }
-
-    /// Waits until `done(self)` holds, woken by every change of the counters; false after
-    /// `timeout`.
-    pub async fn wait_for(&self, timeout: Duration, done: impl Fn(&Stats) -> bool) -> bool {
-        tokio::time::timeout(timeout, async {
-            loop {
-                let changed = self.changed.notified();
-                if done(self) {
-                    return;
-                }
-                changed.await;
-            }
-        })
-        .await
-        .is_ok()
-    }
-
     fn bump(&self, counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::SeqCst);
         self.changed.notify_waiters();
@@ -204,7 +163,10 @@ pub async fn bind(address: SocketAddr) -> Result<Server, BindError> {
 }
 
 /// Listens on `address` for `endpoints`, with their connection limit.
-pub async fn bind_for(address: SocketAddr, endpoints: Endpoints) -> Result<Server, BindError> {
+pub(crate) async fn bind_for(
+    address: SocketAddr,
+    endpoints: Endpoints,
+) -> Result<Server, BindError> {
     let err = |error| BindError {
         address,
         error,
@@ -225,26 +187,13 @@ pub async fn bind_for(address: SocketAddr, endpoints: Endpoints) -> Result<Serve
     })
 }
 
-/// Serves `observe` on `address` for as long as the future runs, never failing: when the bind
-/// fails it logs the error (once per distinct error, with what to do), retries with a backoff of
-/// [`BIND_BACKOFF_FIRST`] doubling to [`BIND_BACKOFF_MAX`], and serves once bound.
-/// `observe.listening()` says where it listens. Never returns; drop (abort) it to stop.
-pub async fn serve_forever(address: SocketAddr, observe: Observe) {
-    serve_forever_with(address, observe, Arc::default()).await
-}
-
-/// [`serve_forever`] counting into `stats`.
-pub async fn serve_forever_with(address: SocketAddr, observe: Observe, stats: Arc<Stats>) {
-    serve_forever_for(address, Endpoints::All, observe, stats, Access::default()).await
-}
-
-/// [`serve_forever`] guarded by `access` (TLS, basic authentication, Kubernetes authorization).
-pub async fn serve_guarded_forever(address: SocketAddr, observe: Observe, access: Access) {
+/// [`serve_forever_for`] guarded by `access` (TLS, basic authentication, Kubernetes authorization).
+pub(crate) async fn serve_guarded_forever(address: SocketAddr, observe: Observe, access: Access) {
     serve_forever_for(address, Endpoints::All, observe, Arc::default(), access).await
 }
 
-/// [`serve_forever`] for the probes alone (`metrics.probeAddress`), with their own connections.
-pub async fn serve_probes_forever(address: SocketAddr, observe: Observe) {
+/// [`serve_forever_for`] for the probes alone (`metrics.probeAddress`), with their own connections.
+pub(crate) async fn serve_probes_forever(address: SocketAddr, observe: Observe) {
     serve_forever_for(
         address,
         Endpoints::Probes,
@@ -255,6 +204,10 @@ pub async fn serve_probes_forever(address: SocketAddr, observe: Observe) {
     .await
 }
 
+/// Serves `observe`'s `endpoints` on `address` for as long as the future runs, never failing:
+/// when the bind fails it logs the error (once per distinct error, with what to do), retries with
+/// a backoff of [`BIND_BACKOFF_FIRST`] doubling to [`BIND_BACKOFF_MAX`], and serves once bound.
+/// `observe.listening()` says where it listens. Never returns; drop (abort) it to stop.
 async fn serve_forever_for(
     address: SocketAddr,
     endpoints: Endpoints,
@@ -322,27 +275,14 @@ impl Server {
         self.address
     }
 
-    /// The same server serving at most `limit` connections at once (at least 1).
-    pub fn with_connection_limit(self, limit: usize) -> Self {
-        Server {
-            limit: limit.max(1),
-            ..self
-        }
-    }
-
     /// The same server counting into `stats`.
-    pub fn with_stats(self, stats: Arc<Stats>) -> Self {
+    pub(crate) fn with_stats(self, stats: Arc<Stats>) -> Self {
         Server { stats, ..self }
     }
 
     /// The same server guarded by `access`.
     pub fn with_access(self, access: Access) -> Self {
         Server { access, ..self }
-    }
-
-    /// What it has done so far.
-    pub fn stats(&self) -> Arc<Stats> {
-        self.stats.clone()
     }
 
     /// Serves `observe` until the returned future is dropped (aborting the task that runs it
@@ -576,18 +516,8 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     response
 }
 
-/// The answer to one request.
-pub async fn respond(req: &Request<Incoming>, observe: &Observe) -> Response<Full<Bytes>> {
-    answer(req.method(), req.uri().path(), observe).await
-}
-
-/// The answer to `method` on `path`.
-pub async fn answer(method: &Method, path: &str, observe: &Observe) -> Response<Full<Bytes>> {
-    answer_for(method, path, observe, Endpoints::All).await
-}
-
 /// The answer to `method` on `path` of a listener serving `endpoints`.
-pub async fn answer_for(
+pub(crate) async fn answer_for(
     method: &Method,
     path: &str,
     observe: &Observe,
@@ -645,6 +575,70 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const WAIT: Duration = Duration::from_secs(10);
+
+    /// What the server has done, read by the tests (the server only counts).
+    impl Stats {
+        /// Connections accepted so far.
+        fn accepted(&self) -> u64 {
+            self.accepted.load(Ordering::SeqCst)
+        }
+
+        /// Failed accepts so far.
+        fn accept_errors(&self) -> u64 {
+            self.accept_errors.load(Ordering::SeqCst)
+        }
+
+        /// Connections being served now.
+        fn open(&self) -> u64 {
+            self.open.load(Ordering::SeqCst)
+        }
+
+        /// The most connections ever served at once.
+        fn most_open(&self) -> u64 {
+            self.most_open.load(Ordering::SeqCst)
+        }
+
+        /// Failed binds so far.
+        fn binds_failed(&self) -> u64 {
+            self.binds_failed.load(Ordering::SeqCst)
+        }
+
+        /// Waits until `done(self)` holds, woken by every change of the counters; false after
+        /// `timeout`.
+        async fn wait_for(&self, timeout: Duration, done: impl Fn(&Stats) -> bool) -> bool {
+            tokio::time::timeout(timeout, async {
+                loop {
+                    let changed = self.changed.notified();
+                    if done(self) {
+                        return;
+                    }
+                    changed.await;
+                }
+            })
+            .await
+            .is_ok()
+        }
+    }
+
+    impl Server {
+        /// The same server serving at most `limit` connections at once (at least 1).
+        fn with_connection_limit(self, limit: usize) -> Self {
+            Server {
+                limit: limit.max(1),
+                ..self
+            }
+        }
+
+        /// What it has done so far.
+        fn stats(&self) -> Arc<Stats> {
+            self.stats.clone()
+        }
+    }
+
+    /// Serves everything on `address` counting into `stats`.
+    async fn serve_forever_with(address: SocketAddr, observe: Observe, stats: Arc<Stats>) {
+        serve_forever_for(address, Endpoints::All, observe, stats, Access::default()).await
+    }
 
     /// Sends a request for an unknown path and reads the status line of the answer.
     async fn ask(stream: &mut tokio::net::TcpStream) -> String {

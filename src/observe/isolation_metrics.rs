@@ -33,7 +33,7 @@ pub enum TaintResult {
 
 impl TaintResult {
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TaintResult::Added => "added",
             TaintResult::Removed => "removed",
@@ -67,7 +67,7 @@ struct ActiveCollector {
 
 impl IsolationMetrics {
     /// Registers the isolation metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         // Not registered as a counter: OpenMetrics would name its family
         // `dxdp_isolation_violations`, the gauge's name; the collector writes it.
         let started = Counter::default();
@@ -127,7 +127,7 @@ impl IsolationMetrics {
     /// Sets the violations that last now.
     /// At most [`super::cardinality::MAX_VIOLATIONS`] are exported; the number left out is
     /// `dxdp_isolation_violations_over_limit`.
-    pub fn set_active(&self, violations: Arc<Vec<Violation>>) {
+    pub(crate) fn set_active(&self, violations: Arc<Vec<Violation>>) {
         let cap = super::cardinality::MAX_VIOLATIONS;
         let left_out = violations.len().saturating_sub(cap);
         let violations = if left_out > 0 {
@@ -141,30 +141,30 @@ impl IsolationMetrics {
     }
 
     /// Counts violations that started.
-    pub fn started(&self, n: u64) {
+    pub(crate) fn started(&self, n: u64) {
         self.started.inc_by(n);
     }
 
     /// Sets the processes dxdp cannot place.
-    pub fn unplaced(&self, processes: u64) {
+    pub(crate) fn unplaced(&self, processes: u64) {
         self.unplaced
             .set(i64::try_from(processes).unwrap_or(i64::MAX));
     }
 
     /// Counts one Event outcome.
-    pub fn event(&self, result: EventResult) {
+    pub(crate) fn event(&self, result: EventResult) {
         self.events.get_or_create(&label(result.as_str())).inc();
     }
 
     /// Counts one taint outcome.
-    pub fn taint_change(&self, result: TaintResult) {
+    pub(crate) fn taint_change(&self, result: TaintResult) {
         self.taint_changes
             .get_or_create(&label(result.as_str()))
             .inc();
     }
 
     /// Sets whether dxdp's taint is on the node.
-    pub fn tainted(&self, on: bool) {
+    pub(crate) fn tainted(&self, on: bool) {
         self.tainted.set(i64::from(on));
     }
 

@@ -18,11 +18,11 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 /// The content type of [`Metrics::encode`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Upper bounds (seconds) of the Allocate duration buckets: Allocate is pure computation over
 /// the inventory, normally well under a millisecond; the top buckets catch a starved process.
-pub const ALLOCATE_BUCKETS: [f64; 12] = [
+pub(crate) const ALLOCATE_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 
@@ -61,7 +61,7 @@ fn allocate_histogram() -> Histogram {
 
 /// What a configuration reload did (`dxdp_config_reloads_total{result}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReloadResult {
+pub(crate) enum ReloadResult {
     /// A changed, valid configuration was published.
     Applied,
     /// The files were re-read after a change event and nothing effective changed.
@@ -72,7 +72,7 @@ pub enum ReloadResult {
 
 impl ReloadResult {
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ReloadResult::Applied => "applied",
             ReloadResult::Unchanged => "unchanged",
@@ -104,15 +104,15 @@ impl prometheus_client::encoding::EncodeMetric for LogLinesDropped {
 
 /// The devices of one served name, for the device gauges.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceCounts {
+pub(crate) struct DeviceCounts {
     /// The served resource name.
-    pub resource: String,
+    pub(crate) resource: String,
     /// Healthy physical devices.
-    pub healthy: u64,
+    pub(crate) healthy: u64,
     /// Unhealthy physical devices.
-    pub unhealthy: u64,
+    pub(crate) unhealthy: u64,
     /// Devices the kubelet sees (physical devices times replicas).
-    pub advertised: u64,
+    pub(crate) advertised: u64,
 }
 
 struct Inner {
@@ -281,7 +281,7 @@ impl Metrics {
         }
     }
 
-    /// The OpenMetrics text of every metric (serve it as [`CONTENT_TYPE`]).
+    /// The OpenMetrics text of every metric (serve it as `CONTENT_TYPE`).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -292,7 +292,7 @@ impl Metrics {
     /// The recorder for Allocate calls of one served name. Resolve it once per service: its
     /// record method then touches only the metrics' own atomics (and the histogram's
     /// uncontended lock), never the label maps.
-    pub fn allocate_recorder(&self, resource: &str) -> AllocateRecorder {
+    pub(crate) fn allocate_recorder(&self, resource: &str) -> AllocateRecorder {
         let result = |r: &str| ResultLabels {
             resource: resource.to_string(),
             result: r.to_string(),
@@ -311,7 +311,7 @@ impl Metrics {
 
     /// Creates the per-resource counters of a served name at 0 (Allocate results and
     /// registrations), so that they exist before the first event.
-    pub fn init_resource(&self, resource: &str) {
+    pub(crate) fn init_resource(&self, resource: &str) {
         let _ = self.allocate_recorder(resource);
         for result in ["ok", "error"] {
             drop(self.inner.registrations.get_or_create(&ResultLabels {
@@ -322,7 +322,7 @@ impl Metrics {
     }
 
     /// Counts one Register call.
-    pub fn registration(&self, resource: &str, ok: bool) {
+    pub(crate) fn registration(&self, resource: &str, ok: bool) {
         self.inner
             .registrations
             .get_or_create(&ResultLabels {
@@ -334,7 +334,7 @@ impl Metrics {
 
     /// Sets `dxdp_kubelet_registered` for every served name (1 for those in `registered`) and
     /// drops the names no longer served.
-    pub fn set_registered(&self, served: &[String], registered: &[String]) {
+    pub(crate) fn set_registered(&self, served: &[String], registered: &[String]) {
         for name in served {
             self.inner
                 .registered
@@ -348,7 +348,7 @@ impl Metrics {
 
     /// Sets the device gauges to `counts` (one entry per served name) and drops the names no
     /// longer served.
-    pub fn set_devices(&self, counts: &[DeviceCounts]) {
+    pub(crate) fn set_devices(&self, counts: &[DeviceCounts]) {
         for c in counts {
             for (health, n) in [("Healthy", c.healthy), ("Unhealthy", c.unhealthy)] {
                 self.inner
@@ -397,12 +397,12 @@ impl Metrics {
     }
 
     /// The in-cluster validation's metrics.
-    pub fn validation(&self) -> &super::validation::ValidationMetrics {
+    pub(crate) fn validation(&self) -> &super::validation::ValidationMetrics {
         &self.inner.validation
     }
 
     /// Counts one reload of the host facts.
-    pub fn host_refresh(&self, ok: bool) {
+    pub(crate) fn host_refresh(&self, ok: bool) {
         self.inner
             .host_refreshes
             .get_or_create(&outcome(if ok { "ok" } else { "error" }))
@@ -410,12 +410,12 @@ impl Metrics {
     }
 
     /// Creates the series of `task` (at 0 restarts).
-    pub fn init_task(&self, task: &str) {
+    pub(crate) fn init_task(&self, task: &str) {
         drop(self.inner.task_restarts.get_or_create(&task_label(task)));
     }
 
     /// Sets whether `task` runs.
-    pub fn set_task_up(&self, task: &str, up: bool) {
+    pub(crate) fn set_task_up(&self, task: &str, up: bool) {
         self.inner
             .task_up
             .get_or_create(&task_label(task))
@@ -423,7 +423,7 @@ impl Metrics {
     }
 
     /// Counts one unexpected end of `task`.
-    pub fn task_restart(&self, task: &str) {
+    pub(crate) fn task_restart(&self, task: &str) {
         self.inner
             .task_restarts
             .get_or_create(&task_label(task))
@@ -431,7 +431,7 @@ impl Metrics {
     }
 
     /// Counts one configuration reload.
-    pub fn config_reload(&self, result: ReloadResult) {
+    pub(crate) fn config_reload(&self, result: ReloadResult) {
         self.inner
             .config_reloads
             .get_or_create(&outcome(result.as_str()))
@@ -472,7 +472,7 @@ fn gone(known: &Mutex<BTreeSet<String>>, served: &[String]) -> Vec<String> {
 
 /// Records Allocate calls of one served name.
 #[derive(Debug, Clone)]
-pub struct AllocateRecorder {
+pub(crate) struct AllocateRecorder {
     ok: Counter,
     error: Counter,
     duration: Histogram,
@@ -480,7 +480,7 @@ pub struct AllocateRecorder {
 
 impl AllocateRecorder {
     /// Counts one answered Allocate call and its duration.
-    pub fn record(&self, ok: bool, elapsed: Duration) {
+    pub(crate) fn record(&self, ok: bool, elapsed: Duration) {
         if ok {
             self.ok.inc();
         } else {

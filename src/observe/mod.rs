@@ -1,7 +1,7 @@
 //! Observability of the daemon: Prometheus metrics ([`metrics`], GPU telemetry in
-//! [`telemetry_metrics`], the GPU isolation audit in [`isolation_metrics`], the outcome of
+//! `telemetry_metrics`, the GPU isolation audit in [`isolation_metrics`], the outcome of
 //! Events in [`event_metrics`]), what `/healthz` and `/readyz` answer ([`state`]), the HTTP
-//! server that serves them ([`http`]) and the endpoint task with its guard ([`endpoint`]).
+//! server that serves them ([`http`]) and the endpoint task with its guard (`endpoint`).
 //!
 //! One [`Observe`] handle is made per daemon and passed to it through
 //! [`crate::plugin::PluginConfig`]; the daemon's parts record into it, the server reads it. It
@@ -9,17 +9,17 @@
 //! when no server is listening.
 
 pub mod access;
-pub mod cardinality;
+pub(crate) mod cardinality;
 pub mod device_health;
-pub mod endpoint;
+pub(crate) mod endpoint;
 pub mod event_metrics;
 pub mod http;
 pub mod isolation_metrics;
 pub mod metrics;
-pub mod podinfo;
+pub(crate) mod podinfo;
 pub mod state;
-pub mod telemetry_metrics;
-pub mod validation;
+pub(crate) mod telemetry_metrics;
+pub(crate) mod validation;
 pub mod web;
 
 use std::net::SocketAddr;
@@ -102,13 +102,13 @@ impl Observe {
     }
 
     /// A device-plugin server of `name` could not listen.
-    pub fn server_not_listening(&self, name: &str, why: String) {
+    pub(crate) fn server_not_listening(&self, name: &str, why: String) {
         self.readiness.server_not_listening(name, why);
         self.sync_registered();
     }
 
     /// The device-plugin server `generation` of `name` stopped.
-    pub fn server_stopped(&self, name: &str, generation: u64) {
+    pub(crate) fn server_stopped(&self, name: &str, generation: u64) {
         self.readiness.server_stopped(name, generation);
         self.sync_registered();
     }
@@ -128,14 +128,14 @@ impl Observe {
     }
 
     /// The supervised task `name` runs.
-    pub fn task_up(&self, name: &str) {
+    pub(crate) fn task_up(&self, name: &str) {
         self.metrics.set_task_up(name, true);
         self.health.task_up(name);
     }
 
     /// The supervised task `name` stopped for `reason` and waits to be restarted; a required
     /// one fails `/healthz` meanwhile.
-    pub fn task_down(&self, name: &str, required: bool, reason: &str) {
+    pub(crate) fn task_down(&self, name: &str, required: bool, reason: &str) {
         self.metrics.set_task_up(name, false);
         if required {
             self.health.task_down(name, reason);

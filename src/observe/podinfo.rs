@@ -13,20 +13,20 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodInfo {
     /// The pod's namespace.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The pod's name.
-    pub pod: String,
+    pub(crate) pod: String,
     /// The pod's UID (`telemetry.podUid`); `None`: no `uid` label.
-    pub uid: Option<String>,
+    pub(crate) uid: Option<String>,
     /// The `label_…` labels: Prometheus label names and the pod's values, in sorted order.
-    pub labels: Vec<(String, String)>,
+    pub(crate) labels: Vec<(String, String)>,
 }
 
 /// The Prometheus label name of a pod label key, as kube-state-metrics writes it: `label_`
 /// followed by the key with every character other than `[a-zA-Z0-9_]` replaced by `_`
 /// (`app.kubernetes.io/name` → `label_app_kubernetes_io_name`). The prefix makes it a valid
 /// name (`[a-zA-Z_][a-zA-Z0-9_]*`) even for a key starting with a digit.
-pub fn label_name(key: &str) -> String {
+pub(crate) fn label_name(key: &str) -> String {
     let mut out = String::with_capacity(6 + key.len());
     out.push_str("label_");
     out.extend(key.chars().map(|c| {
@@ -42,7 +42,7 @@ pub fn label_name(key: &str) -> String {
 /// The `label_…` labels of a pod with `labels`: the keys `allows` accepts, by [`label_name`],
 /// in sorted order. When two keys give the same name, the first key in sorted order keeps it and
 /// the other is left out; the second value is how many were left out so.
-pub fn select_labels(
+pub(crate) fn select_labels(
     labels: &BTreeMap<String, String>,
     allows: impl Fn(&str) -> bool,
 ) -> (Vec<(String, String)>, usize) {

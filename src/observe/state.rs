@@ -120,7 +120,7 @@ impl Readiness {
     }
 
     /// Wakes after every change of the readiness (to wait for it without polling).
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
+    pub(crate) fn changes(&self) -> tokio::sync::watch::Receiver<()> {
         self.changed.subscribe()
     }
 
@@ -165,7 +165,7 @@ impl Readiness {
     }
 
     /// What `/readyz` adds to `ok` (why the Node's capacity is not checked), if anything.
-    pub fn note(&self) -> Option<String> {
+    pub(crate) fn note(&self) -> Option<String> {
         match &self.lock().capacity {
             Capacity::NotChecked(why) => Some(why.clone()),
             _ => None,
@@ -181,7 +181,7 @@ impl Readiness {
     }
 
     /// The served names and those of them registered with the current kubelet.
-    pub fn registered(&self) -> (Vec<String>, Vec<String>) {
+    pub(crate) fn registered(&self) -> (Vec<String>, Vec<String>) {
         let s = self.lock();
         let registered = s
             .wanted
@@ -199,38 +199,38 @@ impl Readiness {
     }
 
     /// Sets the phase.
-    pub fn set_phase(&self, phase: Phase) {
+    pub(crate) fn set_phase(&self, phase: Phase) {
         self.change().phase = phase;
     }
 
     /// Sets the served names (forgetting servers of other names).
-    pub fn set_wanted(&self, names: Vec<String>) {
+    pub(crate) fn set_wanted(&self, names: Vec<String>) {
         let mut s = self.change();
         s.servers.retain(|n, _| names.contains(n));
         s.wanted = names;
     }
 
     /// `kubelet.sock` does not exist (`Some`) or does (`None`).
-    pub fn set_kubelet_missing(&self, socket: Option<&Path>) {
+    pub(crate) fn set_kubelet_missing(&self, socket: Option<&Path>) {
         self.change().kubelet_missing = socket.map(|p| p.display().to_string());
     }
 
     /// A server of `name` with `generation` listens and registers.
-    pub fn server_started(&self, name: &str, generation: u64) {
+    pub(crate) fn server_started(&self, name: &str, generation: u64) {
         self.change()
             .servers
             .insert(name.to_string(), (generation, Standing::Registering));
     }
 
     /// A server of `name` could not listen.
-    pub fn server_not_listening(&self, name: &str, why: String) {
+    pub(crate) fn server_not_listening(&self, name: &str, why: String) {
         self.change()
             .servers
             .insert(name.to_string(), (0, Standing::NotListening(why)));
     }
 
     /// The server of `name` with `generation` stopped.
-    pub fn server_stopped(&self, name: &str, generation: u64) {
+    pub(crate) fn server_stopped(&self, name: &str, generation: u64) {
         let mut s = self.change();
         if s.servers.get(name).is_some_and(|(g, _)| *g == generation) {
             s.servers.remove(name);
@@ -239,7 +239,7 @@ impl Readiness {
 
     /// The kubelet opened (`true`) or closed every (`false`) `ListAndWatch` stream of the server
     /// `generation` of `name`, which it registered.
-    pub fn watching(&self, name: &str, generation: u64, watching: bool) {
+    pub(crate) fn watching(&self, name: &str, generation: u64, watching: bool) {
         let mut s = self.change();
         if let Some((g, standing)) = s.servers.get_mut(name) {
             if *g == generation && matches!(standing, Standing::Registered | Standing::Watched) {
@@ -254,7 +254,12 @@ impl Readiness {
 
     /// A Register call of the server `generation` of `name` ended with `result`. Returns whether
     /// it concerned the current server (a late report of a replaced server changes nothing).
-    pub fn registration(&self, name: &str, generation: u64, result: Result<(), String>) -> bool {
+    pub(crate) fn registration(
+        &self,
+        name: &str,
+        generation: u64,
+        result: Result<(), String>,
+    ) -> bool {
         let mut s = self.change();
         match s.servers.get_mut(name) {
             Some((g, standing)) if *g == generation => {
@@ -270,10 +275,10 @@ impl Readiness {
 }
 
 /// A request to the supervisor to show it is alive: it answers on the sender.
-pub type Ping = oneshot::Sender<()>;
+pub(crate) type Ping = oneshot::Sender<()>;
 
 /// How long `/healthz` waits for the supervisor to answer.
-pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The start: since when, its deadline, and what it is doing.
 #[derive(Debug)]
@@ -320,7 +325,7 @@ impl Default for Health {
 
 impl Health {
     /// The pings to answer, for the supervisor (once: later calls get `None`).
-    pub fn take_pings(&self) -> Option<mpsc::Receiver<Ping>> {
+    pub(crate) fn take_pings(&self) -> Option<mpsc::Receiver<Ping>> {
         self.inner
             .receiver
             .lock()
@@ -329,12 +334,12 @@ impl Health {
     }
 
     /// The required task `name` is down for `reason` (until [`Health::task_up`]).
-    pub fn task_down(&self, name: &str, reason: &str) {
+    pub(crate) fn task_down(&self, name: &str, reason: &str) {
         self.down().insert(name.to_string(), reason.to_string());
     }
 
     /// The task `name` runs.
-    pub fn task_up(&self, name: &str) {
+    pub(crate) fn task_up(&self, name: &str) {
         self.down().remove(name);
     }
 
@@ -343,7 +348,7 @@ impl Health {
     }
 
     /// Why `/healthz` fails for a required task that is down (`None` while all run).
-    pub fn required_down(&self) -> Option<String> {
+    pub(crate) fn required_down(&self) -> Option<String> {
         let down = self.down();
         (!down.is_empty()).then(|| {
             down.iter()
@@ -355,7 +360,7 @@ impl Health {
 
     /// The daemon starts now and must be running within `deadline`: past it, while still
     /// starting, `/healthz` fails with what the start is doing.
-    pub fn start_deadline(&self, deadline: Duration) {
+    pub(crate) fn start_deadline(&self, deadline: Duration) {
         *self.start() = Some(Start {
             since: Instant::now(),
             deadline,
@@ -364,7 +369,7 @@ impl Health {
     }
 
     /// What the start is doing now (`reading host facts from host snapshot /x.yaml`).
-    pub fn start_step(&self, step: impl Into<String>) {
+    pub(crate) fn start_step(&self, step: impl Into<String>) {
         if let Some(s) = self.start().as_mut() {
             s.step = step.into();
         }
@@ -375,7 +380,7 @@ impl Health {
     }
 
     /// Why the start is late (`None` while within its deadline, or with no deadline).
-    pub fn start_overdue(&self) -> Option<String> {
+    pub(crate) fn start_overdue(&self) -> Option<String> {
         let start = self.start();
         let s = start.as_ref()?;
         let elapsed = s.since.elapsed();
@@ -391,7 +396,7 @@ impl Health {
 
     /// A blocking read `name` did not return within its time limit (`Some(why)`), or returned
     /// (`None`). While one has not returned, `/healthz` fails with why.
-    pub fn stalled(&self, name: &str, why: Option<String>) {
+    pub(crate) fn stalled(&self, name: &str, why: Option<String>) {
         let mut stalled = self.inner.stalled.lock().unwrap_or_else(|p| p.into_inner());
         match why {
             Some(why) => stalled.insert(name.to_string(), why),
@@ -400,13 +405,13 @@ impl Health {
     }
 
     /// Why `/healthz` fails for reads that have not returned (`None` while there are none).
-    pub fn stalled_reads(&self) -> Option<String> {
+    pub(crate) fn stalled_reads(&self) -> Option<String> {
         let stalled = self.inner.stalled.lock().unwrap_or_else(|p| p.into_inner());
         (!stalled.is_empty()).then(|| stalled.values().cloned().collect::<Vec<_>>().join("; "))
     }
 
     /// Sets the phase.
-    pub fn set_phase(&self, phase: Phase) {
+    pub(crate) fn set_phase(&self, phase: Phase) {
         let n = match phase {
             Phase::Starting => 0,
             Phase::Running => 1,
@@ -416,7 +421,7 @@ impl Health {
     }
 
     /// The phase.
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         match self.inner.phase.load(Ordering::Acquire) {
             0 => Phase::Starting,
             1 => Phase::Running,

@@ -22,7 +22,7 @@ use super::podinfo::PodInfo;
 
 /// Upper bounds (seconds) of the sample duration buckets: a sample reads a few thousand counter
 /// values and should take well under 10 ms.
-pub const SAMPLE_BUCKETS: [f64; 10] = [
+pub(crate) const SAMPLE_BUCKETS: [f64; 10] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0,
 ];
 
@@ -45,7 +45,7 @@ pub enum SampleResult {
 
 impl SampleResult {
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SampleResult::Ok => "ok",
             SampleResult::Error => "error",
@@ -82,7 +82,7 @@ struct ViewCollector {
 
 impl TelemetryMetrics {
     /// Registers the sampler's counters and the figures' collector in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let samples = Family::<ResultLabel, Counter>::default();
         registry.register(
             "dxdp_telemetry_samples",
@@ -199,7 +199,7 @@ impl TelemetryMetrics {
     }
 
     /// Counts one sample attempt and how long it took.
-    pub fn sample(&self, outcome: SampleResult, elapsed: Duration) {
+    pub(crate) fn sample(&self, outcome: SampleResult, elapsed: Duration) {
         self.samples.get_or_create(&result(outcome.as_str())).inc();
         self.duration.observe(elapsed.as_secs_f64());
     }
@@ -217,14 +217,14 @@ impl TelemetryMetrics {
     }
 
     /// Counts one CRI `ListContainers` call.
-    pub fn cri_call(&self, ok: bool) {
+    pub(crate) fn cri_call(&self, ok: bool) {
         self.cri
             .get_or_create(&result(if ok { "ok" } else { "error" }))
             .inc();
     }
 
     /// Counts one read of the containers' process lists (HCS): `ok`, `partial` or `error`.
-    pub fn hcs_call(&self, outcome: &str) {
+    pub(crate) fn hcs_call(&self, outcome: &str) {
         self.hcs.get_or_create(&result(outcome)).inc();
     }
 }

@@ -22,7 +22,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 /// The check names `dxdp validate` reports; others become `other` (bounded cardinality).
-pub const KNOWN_CHECKS: [&str; 10] = [
+pub(crate) const KNOWN_CHECKS: [&str; 10] = [
     "adapters",
     "d3d12",
     "runtime-files",
@@ -36,7 +36,7 @@ pub const KNOWN_CHECKS: [&str; 10] = [
 ];
 
 /// The verdicts of a run, as `result` values.
-pub const VERDICTS: [&str; 3] = ["pass", "fail", "unknown"];
+pub(crate) const VERDICTS: [&str; 3] = ["pass", "fail", "unknown"];
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResourceLabel {
@@ -56,7 +56,7 @@ struct ResultLabel {
 
 /// The validation part of the daemon's metrics. Clones share the same values.
 #[derive(Debug, Clone)]
-pub struct ValidationMetrics {
+pub(crate) struct ValidationMetrics {
     last_success: Family<ResourceLabel, Gauge>,
     checks: Arc<RwLock<BTreeMap<String, String>>>,
     runs: Family<ResultLabel, Counter>,
@@ -90,7 +90,7 @@ impl Collector for ChecksCollector {
 
 impl ValidationMetrics {
     /// Registers the validation metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let last_success = Family::<ResourceLabel, Gauge>::default();
         registry.register_with_unit(
             "dxdp_validation_last_success_timestamp",
@@ -116,7 +116,7 @@ impl ValidationMetrics {
     }
 
     /// Creates the run counters at 0 (when validation is on).
-    pub fn init(&self) {
+    pub(crate) fn init(&self) {
         for v in VERDICTS {
             drop(self.runs.get_or_create(&ResultLabel {
                 result: v.to_string(),
@@ -126,7 +126,7 @@ impl ValidationMetrics {
 
     /// Records one run: its verdict, each check's result (`(name, result)`), and for a pass the
     /// time `now` (Unix seconds) for every resource it validated.
-    pub fn record(
+    pub(crate) fn record(
         &self,
         verdict: &str,
         checks: &[(String, String)],
@@ -161,7 +161,8 @@ impl ValidationMetrics {
     }
 
     /// The last success time of `resource` (for tests; `None` before the first pass).
-    pub fn last_success(&self, resource: &str) -> Option<i64> {
+    #[cfg(test)]
+    pub(crate) fn last_success(&self, resource: &str) -> Option<i64> {
         let l = ResourceLabel {
             resource: resource.to_string(),
         };
@@ -169,7 +170,8 @@ impl ValidationMetrics {
     }
 
     /// The runs with `verdict` so far (for tests).
-    pub fn runs(&self, verdict: &str) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn runs(&self, verdict: &str) -> u64 {
         self.runs
             .get_or_create(&ResultLabel {
                 result: verdict.to_string(),
@@ -178,7 +180,8 @@ impl ValidationMetrics {
     }
 
     /// The last run's check results (for tests).
-    pub fn checks(&self) -> BTreeMap<String, String> {
+    #[cfg(test)]
+    pub(crate) fn checks(&self) -> BTreeMap<String, String> {
         self.checks
             .read()
             .unwrap_or_else(|p| p.into_inner())

@@ -5,7 +5,7 @@
 //!
 //! [`WebConfig::load`] reads and checks the file and every file it names; an invalid one is an
 //! error naming the file and the key ([`WebConfigError`]). [`Web`] holds the configuration in
-//! force and, before a connection is served, at most once per [`RECHECK`], looks whether the
+//! force and, before a connection is served, at most once per `RECHECK`, looks whether the
 //! web configuration file or a file it names changed (size, modification time, identity): a
 //! changed set is loaded again, so a rotated certificate (cert-manager writes the Secret, the
 //! kubelet swaps the volume's files) is used from the next connection on, without a restart. A
@@ -30,21 +30,21 @@ use crate::util::bounded::run_blocking;
 use crate::util::stable_read::{self, Stamp};
 
 /// How often, at most, the files are looked at again for a change.
-pub const RECHECK: Duration = Duration::from_secs(1);
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 
 /// The largest web configuration, certificate, key or CA file read.
-pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// How long a reload (reading a handful of small files) may take before the connection is
 /// served with the configuration in force.
-pub const RELOAD_LIMIT: Duration = Duration::from_secs(5);
+pub(crate) const RELOAD_LIMIT: Duration = Duration::from_secs(5);
 
 /// The most verified user and password pairs remembered (so that a scrape every few seconds
 /// does not pay bcrypt's cost each time); failed attempts are never remembered.
-pub const AUTH_CACHE: usize = 64;
+pub(crate) const AUTH_CACHE: usize = 64;
 
 /// The headers `http_server_config.headers` may set (as the exporters allow).
-pub const ALLOWED_HEADERS: [&str; 5] = [
+pub(crate) const ALLOWED_HEADERS: [&str; 5] = [
     "Strict-Transport-Security",
     "X-Content-Type-Options",
     "X-Frame-Options",
@@ -61,11 +61,11 @@ const DUMMY_HASH: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV
 #[error("web configuration {}: {key}: {message}", file.display())]
 pub struct WebConfigError {
     /// The web configuration file.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The key (`tls_server_config.cert_file`), or where in the file (`line 3 column 5`).
     pub key: String,
     /// What is wrong.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -101,7 +101,7 @@ struct HttpFile {
 
 /// Whether and how clients show certificates (`client_auth_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientAuth {
+pub(crate) enum ClientAuth {
     /// `NoClientCert` (the default): none asked for.
     None,
     /// `VerifyClientCertIfGiven`: a certificate is optional, and verified when given.
@@ -135,7 +135,7 @@ impl std::fmt::Debug for WebConfig {
 
 /// What the basic authentication of one request says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BasicAuth {
+pub(crate) enum BasicAuth {
     /// No `basic_auth_users`: not asked for.
     NotConfigured,
     /// The user and password match.
@@ -394,24 +394,24 @@ impl WebConfig {
     }
 
     /// Whether client certificates are verified.
-    pub fn client_auth(&self) -> ClientAuth {
+    pub(crate) fn client_auth(&self) -> ClientAuth {
         self.client_auth
     }
 
     /// Whether `basic_auth_users` is set.
-    pub fn has_users(&self) -> bool {
+    pub(crate) fn has_users(&self) -> bool {
         !self.users.is_empty()
     }
 
     /// The headers added to every answer.
-    pub fn headers(&self) -> &[(HeaderName, HeaderValue)] {
+    pub(crate) fn headers(&self) -> &[(HeaderName, HeaderValue)] {
         &self.headers
     }
 
     /// Checks an `Authorization` header value against `basic_auth_users`. Blocks for bcrypt's
     /// time (tens of milliseconds at cost 10) unless the pair passed before: call it off the
     /// async workers.
-    pub fn check_basic(&self, authorization: Option<&[u8]>) -> BasicAuth {
+    pub(crate) fn check_basic(&self, authorization: Option<&[u8]>) -> BasicAuth {
         if self.users.is_empty() {
             return BasicAuth::NotConfigured;
         }
@@ -616,12 +616,12 @@ impl Web {
     }
 
     /// The web configuration file.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The configuration in force, without looking at the files.
-    pub fn current(&self) -> Arc<WebConfig> {
+    pub(crate) fn current(&self) -> Arc<WebConfig> {
         self.state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -632,7 +632,7 @@ impl Web {
     /// The configuration to serve a new connection with: when [`RECHECK`] has passed since the
     /// files were last looked at and one of them changed, it is loaded again (off the async
     /// workers, within [`RELOAD_LIMIT`]).
-    pub async fn fresh(self: &Arc<Self>) -> Arc<WebConfig> {
+    pub(crate) async fn fresh(self: &Arc<Self>) -> Arc<WebConfig> {
         {
             let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if state.checked.elapsed() < RECHECK {
@@ -652,7 +652,7 @@ impl Web {
     }
 
     /// Loads the files again when one changed; returns the configuration in force.
-    pub fn reload_if_changed(&self) -> Arc<WebConfig> {
+    pub(crate) fn reload_if_changed(&self) -> Arc<WebConfig> {
         let current = self.current();
         if !current.changed() {
             return current;

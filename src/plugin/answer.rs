@@ -25,7 +25,9 @@ pub struct AllocateAnswer {
 #[cfg(test)]
 impl AllocateAnswer {
     /// The answer as the kubelet decodes it (the server itself never decodes it).
-    pub fn decoded(&self) -> Result<crate::kubelet::v1beta1::AllocateResponse, prost::DecodeError> {
+    pub(crate) fn decoded(
+        &self,
+    ) -> Result<crate::kubelet::v1beta1::AllocateResponse, prost::DecodeError> {
         crate::kubelet::v1beta1::AllocateResponse::decode(self.encode_to_vec().as_slice())
     }
 }

@@ -3,12 +3,12 @@
 //!
 //! The lock is keyed by what the directory *is*, not by how it is spelled, so that a symlink,
 //! `x/../K`, a bind mount or another case on Windows all take the same lock. It is two lock
-//! files, both taken, in one directory every instance on the host sees ([`lock_dir`]; never
+//! files, both taken, in one directory every instance on the host sees (`lock_dir`; never
 //! under the per-process `TMPDIR`):
 //!
 //! - `path-<hash>.lock`: the directory's canonical path (symlinks and `..` resolved; case-folded
 //!   on Windows). It also holds while the kubelet deletes and recreates the directory;
-//! - `id-<volume>-<file>.lock`: the directory's identity ([`crate::util::file_id`]: device and
+//! - `id-<volume>-<file>.lock`: the directory's identity (`crate::util::file_id`: device and
 //!   inode on Unix, volume serial number and file ID on Windows), which a bind mount (or any
 //!   other path to the same directory) shares.
 //!
@@ -40,14 +40,17 @@ use crate::util::file_id::{file_id, FileId};
 
 /// The held locks of one kubelet directory; released when dropped (or the process ends).
 #[derive(Debug)]
-pub struct DirLock {
+pub(crate) struct DirLock {
     _files: Vec<File>,
+    /// The lock files, for the tests.
+    #[cfg_attr(not(test), allow(dead_code))]
     paths: Vec<PathBuf>,
 }
 
 impl DirLock {
     /// The lock files: the path lock, then the identity lock.
-    pub fn paths(&self) -> &[PathBuf] {
+    #[cfg(test)]
+    fn paths(&self) -> &[PathBuf] {
         &self.paths
     }
 }
@@ -55,17 +58,17 @@ impl DirLock {
 /// Where lock files live on Unix when the system location is usable: `/run` is one per host
 /// (per mount namespace), cleared at boot, and not made private per service as `/tmp` can be.
 #[cfg(unix)]
-pub const SYSTEM_LOCK_DIR: &str = "/run/dxdp/locks";
+pub(crate) const SYSTEM_LOCK_DIR: &str = "/run/dxdp/locks";
 /// Where lock files live on Unix when [`SYSTEM_LOCK_DIR`] cannot be written (dxdp not run as
 /// root): a fixed path, shared by every process of the host that sees the same `/tmp`, whatever
 /// its `TMPDIR`.
 #[cfg(unix)]
-pub const FALLBACK_LOCK_DIR: &str = "/tmp/dxdp-locks";
+pub(crate) const FALLBACK_LOCK_DIR: &str = "/tmp/dxdp-locks";
 
 /// Where lock files live: on Windows `%ProgramData%\dxdp\locks`; on Unix [`SYSTEM_LOCK_DIR`]
 /// where it can be created and written, else [`FALLBACK_LOCK_DIR`]. Never under `TMPDIR`, which
 /// differs per process. (Tests pass another directory to [`lock`].)
-pub fn lock_dir() -> PathBuf {
+pub(crate) fn lock_dir() -> PathBuf {
     #[cfg(windows)]
     {
         let base = std::env::var_os("ProgramData")
@@ -98,14 +101,14 @@ pub fn lock_dir() -> PathBuf {
 
 /// What the lock of a kubelet directory is keyed by.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirKey {
+pub(crate) struct DirKey {
     /// The canonical path of the directory (of its nearest existing ancestor, joined with the
     /// rest when it does not exist).
-    pub canonical: PathBuf,
+    pub(crate) canonical: PathBuf,
     /// The identity of the directory, or of its nearest existing ancestor.
-    pub identity: FileId,
+    pub(crate) identity: FileId,
     /// The part of the path that does not exist yet (empty when the directory exists).
-    pub missing: PathBuf,
+    pub(crate) missing: PathBuf,
 }
 
 /// The nearest existing ancestor of `path` (or `path` itself) and the rest.
@@ -124,7 +127,7 @@ fn split_existing(path: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
 
 /// The key of `kubelet_dir` (see the module): its canonical path and identity, or those of its
 /// nearest existing ancestor and the rest.
-pub fn dir_key(kubelet_dir: &Path) -> std::io::Result<DirKey> {
+pub(crate) fn dir_key(kubelet_dir: &Path) -> std::io::Result<DirKey> {
     let mut path = std::path::absolute(kubelet_dir)?;
     // The rest of a missing path is applied lexically (nothing there can be a link yet); after
     // `..` climbs back into existing directories, resolve again (twice is a fixpoint: the second
@@ -175,7 +178,7 @@ fn path_hash(path: &Path) -> u64 {
 }
 
 /// The two lock files of a key in `locks`: the path lock and the identity lock.
-pub fn lock_files(locks: &Path, key: &DirKey) -> [PathBuf; 2] {
+pub(crate) fn lock_files(locks: &Path, key: &DirKey) -> [PathBuf; 2] {
     let path = locks.join(format!("path-{:016x}.lock", path_hash(&key.canonical)));
     let id = if key.missing.as_os_str().is_empty() {
         format!("id-{}.lock", key.identity)
@@ -186,7 +189,7 @@ pub fn lock_files(locks: &Path, key: &DirKey) -> [PathBuf; 2] {
 }
 
 /// The file beside a lock file that says who holds it (never locked, so always readable).
-pub fn holder_file(lock: &Path) -> PathBuf {
+pub(crate) fn holder_file(lock: &Path) -> PathBuf {
     let mut name = lock.as_os_str().to_os_string();
     name.push(".holder");
     PathBuf::from(name)
@@ -240,7 +243,7 @@ pub enum LockError {
 }
 
 /// Takes the locks of `kubelet_dir` (lock files in `locks`), or says who holds them.
-pub fn lock(locks: &Path, kubelet_dir: &Path) -> Result<DirLock, LockError> {
+pub(crate) fn lock(locks: &Path, kubelet_dir: &Path) -> Result<DirLock, LockError> {
     let fail = |lock: PathBuf, e: std::io::Error| LockError::Unusable {
         lock,
         reason: e.to_string(),
@@ -308,7 +311,7 @@ fn create_lock_dir(locks: &Path) -> std::io::Result<()> {
 }
 
 /// `dxdp-<resource name with / as ->-<nanoseconds>.sock`.
-pub fn socket_file_name(resource_name: &str, nanos: u128) -> String {
+pub(crate) fn socket_file_name(resource_name: &str, nanos: u128) -> String {
     format!("dxdp-{}-{nanos}.sock", socket_safe(resource_name))
 }
 
@@ -327,7 +330,7 @@ fn socket_safe(resource_name: &str) -> String {
 }
 
 /// A fresh socket file name for a resource name.
-pub fn socket_name(resource_name: &str) -> String {
+pub(crate) fn socket_name(resource_name: &str) -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -336,7 +339,7 @@ pub fn socket_name(resource_name: &str) -> String {
 }
 
 /// The resource part of a socket file name dxdp made (`None` for any other file).
-pub fn socket_resource(file_name: &str) -> Option<&str> {
+pub(crate) fn socket_resource(file_name: &str) -> Option<&str> {
     let rest = file_name.strip_prefix("dxdp-")?.strip_suffix(".sock")?;
     let (resource, nanos) = rest.rsplit_once('-')?;
     (!nanos.is_empty() && nanos.bytes().all(|b| b.is_ascii_digit())).then_some(resource)
@@ -345,7 +348,7 @@ pub fn socket_resource(file_name: &str) -> Option<&str> {
 /// Removes `dxdp-*.sock` files that no process answers on (left by a crashed run), and refuses
 /// to start when a live dxdp (one older than the directory lock) already serves one of
 /// `endpoints` in `dir`.
-pub async fn remove_stale_sockets(
+pub(crate) async fn remove_stale_sockets(
     transport: Transport,
     dir: &Path,
     endpoints: &[(Resource, String)],

@@ -32,18 +32,18 @@ use crate::util::file_id::{file_id, FileId};
 
 /// What happened to one entry of a watched directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirEvent {
+pub(crate) struct DirEvent {
     /// The directory.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// The entry's file name.
-    pub name: OsString,
+    pub(crate) name: OsString,
     /// Created, removed or otherwise changed.
-    pub change: Change,
+    pub(crate) change: Change,
 }
 
 /// The kind of change, as far as the daemon cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// Created empty (a writer may still be filling it).
     Created,
     /// Renamed into place: complete by construction (an atomic replace).
@@ -58,14 +58,14 @@ pub enum Change {
 
 impl Change {
     /// Whether the entry is known to be complete after this change.
-    pub fn completes(self) -> bool {
+    pub(crate) fn completes(self) -> bool {
         matches!(self, Change::Replaced | Change::Closed)
     }
 }
 
 /// Why a subscriber should check everything it watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recheck {
+pub(crate) enum Recheck {
     /// The safety tick: nothing seen, look anyway (cheap checks are enough).
     Tick,
     /// Events may have been lost (an inotify overflow, a watcher error): look at everything.
@@ -76,7 +76,7 @@ pub enum Recheck {
 
 /// What a subscriber is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Notice {
+pub(crate) enum Notice {
     /// Changes of entries of the subscribed directories, in order (a burst as one batch).
     Events(Vec<DirEvent>),
     /// Check everything.
@@ -222,7 +222,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The daemon's file watch. Clones share one watcher.
 #[derive(Debug, Clone)]
-pub struct FileWatch {
+pub(crate) struct FileWatch {
     shared: Arc<Shared>,
 }
 
@@ -235,7 +235,7 @@ impl Default for FileWatch {
 impl FileWatch {
     /// A watch on no directory yet. When the OS cannot watch files at all, says so once; the
     /// subscriptions then live on their safety ticks alone.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             watcher: Mutex::new(None),
@@ -259,7 +259,7 @@ impl FileWatch {
     /// check every `safety_tick`. Returns once every existing directory is watched (and the
     /// nearest existing ancestor of every missing one), so that nothing done after this call
     /// is missed.
-    pub fn subscribe(&self, dirs: &[PathBuf], safety_tick: Duration) -> Subscription {
+    pub(crate) fn subscribe(&self, dirs: &[PathBuf], safety_tick: Duration) -> Subscription {
         let (tx, rx) = mpsc::unbounded_channel();
         // The watcher reports absolute paths (notify joins a relative watch with the current
         // directory): a relative directory kept as given would never match its own events.
@@ -300,7 +300,7 @@ impl FileWatch {
     }
 
     /// Whether `dir` is watched now.
-    pub fn is_watching(&self, dir: &Path) -> bool {
+    pub(crate) fn is_watching(&self, dir: &Path) -> bool {
         matches!(
             lock(&self.shared.state).dirs.get(&absolute(dir)),
             Some(Some(_))
@@ -446,18 +446,11 @@ impl FileWatch {
             }
         }
     }
-
-    /// Hands every subscriber `result` as if the watcher had reported it (for tests of how
-    /// consumers handle overflows and errors).
-    #[doc(hidden)]
-    pub fn inject(&self, result: notify::Result<notify::Event>) {
-        lock(&self.shared.state).route(result);
-    }
 }
 
 /// One consumer's view of the [`FileWatch`]; unsubscribes when dropped.
 #[derive(Debug)]
-pub struct Subscription {
+pub(crate) struct Subscription {
     watch: FileWatch,
     id: u64,
     dirs: Vec<PathBuf>,
@@ -468,7 +461,7 @@ pub struct Subscription {
 impl Subscription {
     /// The next notice: a batch of entry changes, or a check (after a safety tick, a possible
     /// loss of events, or a directory watched again).
-    pub async fn next(&mut self) -> Notice {
+    pub(crate) async fn next(&mut self) -> Notice {
         loop {
             let first = tokio::select! {
                 item = self.rx.recv() => match item {
@@ -523,7 +516,7 @@ impl Subscription {
     }
 
     /// The subscribed directories that are not watched now (missing, or the OS refused).
-    pub fn unwatched(&self) -> Vec<PathBuf> {
+    pub(crate) fn unwatched(&self) -> Vec<PathBuf> {
         self.dirs
             .iter()
             .filter(|d| !self.watch.is_watching(d))
@@ -540,7 +533,7 @@ impl Drop for Subscription {
 
 /// The directory to watch for a file: its parent (the current directory for a bare name),
 /// absolute, as the watcher reports the paths of its events.
-pub fn parent_dir(file: &Path) -> PathBuf {
+pub(crate) fn parent_dir(file: &Path) -> PathBuf {
     match file.parent() {
         Some(p) if !p.as_os_str().is_empty() => absolute(p),
         _ => absolute(Path::new(".")),
@@ -549,12 +542,12 @@ pub fn parent_dir(file: &Path) -> PathBuf {
 
 /// `path` made absolute against the current directory (lexically: `.` dropped, symlinks and
 /// `..` kept, as the watcher keeps them); as given when the current directory is unknown.
-pub fn absolute(path: &Path) -> PathBuf {
+pub(crate) fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// The directories to watch for `files`, each once.
-pub fn parent_dirs(files: &[PathBuf]) -> Vec<PathBuf> {
+pub(crate) fn parent_dirs(files: &[PathBuf]) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = files.iter().map(|f| parent_dir(f)).collect();
     dirs.sort();
     dirs.dedup();
@@ -564,6 +557,14 @@ pub fn parent_dirs(files: &[PathBuf]) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl FileWatch {
+        /// Hands every subscriber `result` as if the watcher had reported it (for tests of how
+        /// consumers handle overflows and errors).
+        fn inject(&self, result: notify::Result<notify::Event>) {
+            lock(&self.shared.state).route(result);
+        }
+    }
 
     const HOUR: Duration = Duration::from_secs(3600);
 

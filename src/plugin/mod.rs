@@ -3,28 +3,28 @@
 //! tasks that end or panic.
 //!
 //! By job:
-//! - [`serve`]: serving's start, its supervised tasks and its main loop;
-//! - [`servers`]: one socket, gRPC server and registration per served name;
+//! - `serve`: serving's start, its supervised tasks and its main loop;
+//! - `servers`: one socket, gRPC server and registration per served name;
 //! - [`answer`]: the generated `v1beta1.DevicePlugin` server, with Allocate answers
 //!   pre-encoded;
-//! - [`file_watch`]: the one file-watch component (re-watch, rescan, safety tick);
+//! - `file_watch`: the one file-watch component (re-watch, rescan, safety tick);
 //! - [`claim`]: one daemon per kubelet directory (lock), socket names, stale sockets;
 //! - [`servable`]: whether a configuration can be served, at start and on reload;
 //! - [`refresher`]: the devices served (`crate::inventory`), refreshed on host events;
-//! - [`faults`]: live GPU fault events from the Windows event log, fed into the inventory;
-//! - [`reload`]: configuration hot reload;
-//! - [`register`]: `Register` calls with fast retry and backoff;
+//! - `faults`: live GPU fault events from the Windows event log, fed into the inventory;
+//! - `reload`: configuration hot reload;
+//! - `register`: `Register` calls with fast retry and backoff;
 //! - [`service`]: the gRPC service.
 
 pub mod answer;
 pub mod claim;
 pub mod file_watch;
 pub mod refresher;
-pub mod register;
-pub mod reload;
+pub(crate) mod register;
+pub(crate) mod reload;
 pub mod servable;
-pub mod serve;
-pub mod servers;
+pub(crate) mod serve;
+pub(crate) mod servers;
 pub mod service;
 
 use std::path::PathBuf;
@@ -40,23 +40,18 @@ use crate::transport::Transport;
 use crate::util::retry::Backoff;
 use servable::Unservable;
 
-/// The kubelet's device-plugin directory on this OS (on Windows from `%SystemDrive%`).
-pub fn default_kubelet_dir() -> PathBuf {
-    crate::kubelet::paths::default_dir().path
-}
-
 /// The configuration reload the daemon runs (and supervises): where the configuration comes
 /// from, and where new ones are published.
 #[derive(Debug, Clone)]
-pub struct Reload {
+pub(crate) struct Reload {
     /// The configuration's inputs (files, environment, flags, the node).
-    pub inputs: Inputs,
+    pub(crate) inputs: Inputs,
     /// Where new configurations are published (the daemon reads them from its `updates`).
-    pub tx: channel::Sender<Arc<Config>>,
+    pub(crate) tx: channel::Sender<Arc<Config>>,
     /// The node's labels, when the API server is followed (they select a named configuration).
-    pub node: Option<channel::Receiver<Option<NodeInfo>>>,
+    pub(crate) node: Option<channel::Receiver<Option<NodeInfo>>>,
     /// The notices of the configuration in force, logged at start: a reload logs new ones only.
-    pub logged: Vec<String>,
+    pub(crate) logged: Vec<String>,
 }
 
 /// How the daemon runs.
@@ -76,8 +71,8 @@ pub struct PluginConfig {
     /// `config.metrics_address` when set.
     pub observe: Observe,
     /// The file watch every part of the daemon shares.
-    pub file_watch: file_watch::FileWatch,
-    /// Where the lock of the kubelet directory is kept ([`claim::lock_dir`]).
+    pub(crate) file_watch: file_watch::FileWatch,
+    /// Where the lock of the kubelet directory is kept (`claim::lock_dir`).
     pub lock_dir: PathBuf,
     /// How the plugin's sockets are bound and `kubelet.sock` is dialled: AF_UNIX, always, for
     /// the `dxdp` binary; [`Transport::Loopback`] only for tests that run where AF_UNIX is
@@ -90,12 +85,12 @@ pub struct PluginConfig {
     /// may take: past it, while still starting, `/healthz` fails with what the start is doing.
     pub start_deadline: Duration,
     /// How often a metrics endpoint whose guard could not be set up tries again
-    /// ([`crate::observe::endpoint::GUARD_RETRY`]).
+    /// (`crate::observe::endpoint::GUARD_RETRY`).
     pub guard_retry: Duration,
 }
 
 /// The default safety poll.
-pub const DEFAULT_SAFETY_POLL: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SAFETY_POLL: Duration = Duration::from_secs(10);
 
 /// The default [`PluginConfig::read_limit`]: a host read takes milliseconds (a few seconds for
 /// a host scan on a busy Windows node); 30 s is a hung file system or driver.
@@ -104,7 +99,7 @@ pub const DEFAULT_READ_LIMIT: Duration = Duration::from_secs(30);
 /// The default [`PluginConfig::start_deadline`]: a start takes under a second; with the chart's
 /// liveness probe (every 30 s, 3 failures) a start hung for 60 s restarts the container about
 /// two minutes later.
-pub const DEFAULT_START_DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_START_DEADLINE: Duration = Duration::from_secs(60);
 
 impl PluginConfig {
     /// Defaults for `kubelet_dir`: both resources, one replica, a 10 s safety poll, registration

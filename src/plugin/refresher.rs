@@ -117,7 +117,7 @@ enum Read {
 
 /// The device gauges of an inventory: per served name (each enabled resource's name and
 /// aliases), its physical devices by health and the devices the kubelet sees.
-pub fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
+pub(crate) fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
     inventory
         .config
         .endpoints()
@@ -189,7 +189,7 @@ pub fn count_faults(inventory: &Inventory, seen: &mut BTreeSet<(u64, String)>, m
 /// Logs each device whose health differs between `old` and `new` (with `old` absent: every
 /// Unhealthy device, as at start), with the reason: a warning when a device becomes Unhealthy,
 /// an info line when it recovers or leaves.
-pub fn log_health(old: Option<&Inventory>, new: &Inventory) {
+pub(crate) fn log_health(old: Option<&Inventory>, new: &Inventory) {
     for d in &new.discovery.devices {
         let before = old
             .and_then(|o| o.discovery.device(&d.id))
@@ -261,7 +261,10 @@ const HOLDERS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Physical device ID to the pod holding it (`namespace/pod`), from PodResources' answer, for the
 /// devices of `previous`.
-pub fn holders(previous: &Inventory, allocations: &[PodAllocation]) -> BTreeMap<String, String> {
+pub(crate) fn holders(
+    previous: &Inventory,
+    allocations: &[PodAllocation],
+) -> BTreeMap<String, String> {
     let endpoints = previous.config.endpoints();
     let mut out = BTreeMap::new();
     for a in allocations {
@@ -325,32 +328,32 @@ async fn keep_held(
 }
 
 /// The name under which a host read that does not return is reported to `/healthz`.
-pub const STALL_NAME: &str = "host facts read";
+pub(crate) const STALL_NAME: &str = "host facts read";
 
 /// The task that keeps the inventory up to date until every receiver is gone (supervised: it is
 /// restarted from the last good facts in `facts` when it ends or panics). Every reload of the
 /// host facts is counted in `observe`'s metrics and given `read_limit`; one that does not
 /// return fails `/healthz` (as [`STALL_NAME`]) until it does, and no other starts meanwhile.
 #[derive(Clone)]
-pub struct Refresher {
+pub(crate) struct Refresher {
     /// Where the host facts come from.
-    pub source: Arc<dyn HostFactsSource>,
+    pub(crate) source: Arc<dyn HostFactsSource>,
     /// The last good facts.
-    pub facts: Arc<Mutex<HostFacts>>,
+    pub(crate) facts: Arc<Mutex<HostFacts>>,
     /// The notices already shown for the first inventory.
-    pub logged: Vec<String>,
+    pub(crate) logged: Vec<String>,
     /// The configuration in force.
-    pub config: watch::Receiver<Arc<Config>>,
+    pub(crate) config: watch::Receiver<Arc<Config>>,
     /// Where every inventory is published.
-    pub tx: watch::Sender<Arc<Inventory>>,
+    pub(crate) tx: watch::Sender<Arc<Inventory>>,
     /// The file watch (the directories of the source's files), with its safety tick.
-    pub watch: (FileWatch, Duration),
+    pub(crate) watch: (FileWatch, Duration),
     /// Metrics and `/healthz`.
-    pub observe: Observe,
+    pub(crate) observe: Observe,
     /// How long one read of the host facts may take.
-    pub read_limit: Duration,
+    pub(crate) read_limit: Duration,
     /// The kubelet's device-plugin directory (PodResources, for the holders of vanished devices).
-    pub kubelet_dir: PathBuf,
+    pub(crate) kubelet_dir: PathBuf,
 }
 
 impl Task for Refresher {

@@ -18,7 +18,7 @@ use crate::util::retry::{random, Backoff};
 
 /// Why a registration failed.
 #[derive(Debug, thiserror::Error)]
-pub enum RegisterError {
+pub(crate) enum RegisterError {
     /// The kubelet's socket could not be reached.
     #[error("cannot connect to the kubelet at {}: {}", path.display(), chain(error))]
     Connect {
@@ -36,7 +36,7 @@ pub enum RegisterError {
 }
 
 /// Registers `resource_name` served at `endpoint` (a file name in the kubelet's directory).
-pub async fn register(
+pub(crate) async fn register(
     transport: Transport,
     kubelet_sock: &Path,
     endpoint: &str,
@@ -72,16 +72,16 @@ pub async fn register(
 /// The pause between attempts while the kubelet's socket exists but nothing accepts on it yet
 /// (the kubelet is starting): short, so that registration follows within a few milliseconds of
 /// the kubelet listening.
-pub const FAST_RETRY: Duration = Duration::from_millis(10);
+pub(crate) const FAST_RETRY: Duration = Duration::from_millis(10);
 /// How long after the first attempt connection failures are retried every [`FAST_RETRY`];
 /// after that, and for every other failure, the backoff applies.
-pub const FAST_WINDOW: Duration = Duration::from_secs(2);
+pub(crate) const FAST_WINDOW: Duration = Duration::from_secs(2);
 
 /// Calls `attempt` until it succeeds and reports every outcome to `report` (the attempt's number
 /// from 1, its result, and the pause before the next attempt). While the kubelet cannot be
 /// connected to within [`FAST_WINDOW`] of the first attempt, the pause is [`FAST_RETRY`];
 /// otherwise it is [`Backoff::delay`], counted over the failures that were not fast retries.
-pub async fn until_registered<A, F>(
+pub(crate) async fn until_registered<A, F>(
     backoff: Backoff,
     mut attempt: A,
     mut report: impl FnMut(u32, &Result<(), RegisterError>, Option<Duration>),

@@ -30,11 +30,11 @@ use crate::util::task::Task;
 use dxdp_core::facts::OsFacts;
 
 /// The name under which a configuration read that does not return is reported to `/healthz`.
-pub const STALL_NAME: &str = "configuration read";
+pub(crate) const STALL_NAME: &str = "configuration read";
 
 /// What one reload attempt did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Published to the plugin.
     Applied,
     /// Read and valid, but the same as the running configuration.
@@ -47,7 +47,7 @@ pub enum Outcome {
 /// values on `tx` only when they differ (where they came from is not compared) and pass
 /// [`servable::check`] for `kubelet_dir` on a host with `os`. Returns the configuration read,
 /// unless rejected.
-pub fn reload_once(
+pub(crate) fn reload_once(
     inputs: &Inputs,
     tx: &watch::Sender<Arc<Config>>,
     kubelet_dir: &Path,
@@ -115,7 +115,7 @@ impl Task for ConfigReload {
 /// counted). New configurations are validated against the host of `inventory`. Each read is
 /// given `read_limit`; one that does not return fails `/healthz` (as [`STALL_NAME`]) until it
 /// does.
-pub async fn watch_counted(
+pub(crate) async fn watch_counted(
     reload: Reload,
     kubelet_dir: PathBuf,
     mut files_watch: Subscription,

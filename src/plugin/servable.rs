@@ -34,7 +34,7 @@ pub enum Unservable {
 /// Checks that `config` can be served from `kubelet_dir` on a host with `os`: something
 /// enabled, every name once, every socket path short enough, and an explicit `location-path`
 /// assignment only where HCS supports it (a host that reports no HCS schema is not judged).
-pub fn check(config: &Config, kubelet_dir: &Path, os: &OsFacts) -> Result<(), Unservable> {
+pub(crate) fn check(config: &Config, kubelet_dir: &Path, os: &OsFacts) -> Result<(), Unservable> {
     let endpoints = config.endpoints();
     if endpoints.is_empty() {
         return Err(Unservable::NoResources);

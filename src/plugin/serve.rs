@@ -38,9 +38,9 @@ use dxdp_core::facts::HostFacts;
 
 /// What the start found: the configuration to serve, with what the refresher and the servers
 /// go on from.
-pub struct Started {
+pub(crate) struct Started {
     /// The configuration served: the one asked for, or the top level it fell back to.
-    pub config: Arc<Config>,
+    pub(crate) config: Arc<Config>,
     facts: HostFacts,
     notices: Vec<String>,
     kubelet_dir: Subscription,
@@ -49,7 +49,7 @@ pub struct Started {
 /// Starts serving `first` (falling back to `fallback` when `first` cannot be served on this
 /// host): what it found and the first inventory, or `None` when `stop` completed before the
 /// first host read returned.
-pub async fn start(
+pub(crate) async fn start(
     settings: &PluginConfig,
     source: &Arc<dyn HostFactsSource>,
     first: Arc<Config>,
@@ -132,7 +132,7 @@ pub async fn start(
 /// Serving's supervised tasks: the refresher (required: it publishes every inventory on
 /// `inventory_tx`, for the servers and every other feature), the device gauges, and the
 /// configuration reload (required) when `reload` is given.
-pub fn tasks(
+pub(crate) fn tasks(
     started: &mut Started,
     settings: &PluginConfig,
     source: Arc<dyn HostFactsSource>,
@@ -170,7 +170,7 @@ pub fn tasks(
 /// Serves the device plugin until `stop` completes or a required task keeps failing: the
 /// device-plugin servers, configuration `updates` (each checked, and published on `config_tx`
 /// when taken), and the supervisor `tasks`. Then stops the servers and every task.
-pub async fn run(
+pub(crate) async fn run(
     settings: &PluginConfig,
     started: Started,
     tasks: &mut Tasks,

@@ -54,18 +54,18 @@ use dxdp_core::devices::Resource;
 /// The most calls one kubelet connection has in flight at once (HTTP/2
 /// `SETTINGS_MAX_CONCURRENT_STREAMS`; RFC 9113 recommends at least 100). The kubelet admits pods
 /// one at a time: only a burst from elsewhere meets it.
-pub const MAX_CONCURRENT_STREAMS: u32 = 100;
+pub(crate) const MAX_CONCURRENT_STREAMS: u32 = 100;
 
 /// How long a stopping server's streams get to end before its connections are closed.
-pub const STOP_GRACE: Duration = Duration::from_millis(500);
+pub(crate) const STOP_GRACE: Duration = Duration::from_millis(500);
 /// How long a stopping server's gRPC server gets, after its connections were closed, before it is
 /// aborted. With [`STOP_GRACE`] a server stops in at most one second, well inside the ~5 s
 /// Windows gives a HostProcess container's process after CTRL_SHUTDOWN_EVENT.
-pub const STOP_ABORT: Duration = Duration::from_millis(500);
+pub(crate) const STOP_ABORT: Duration = Duration::from_millis(500);
 
 /// How long a server started again waits, at most, for the earlier servers of its name to finish
 /// stopping before it registers: twice the longest stop ([`STOP_GRACE`] + [`STOP_ABORT`]).
-pub const PREDECESSOR_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const PREDECESSOR_WAIT: Duration = Duration::from_secs(2);
 
 /// What tells one `kubelet.sock` from its successor: the file's identity ([`FileId`]: device and
 /// inode on Unix, volume serial number and file ID on Windows) and its modification time (to the
@@ -176,13 +176,13 @@ impl Host for OsHost {
 
 /// A server's gRPC task or registration ended while the server was meant to run.
 #[derive(Debug)]
-pub struct Ended {
+pub(crate) struct Ended {
     /// The served name.
-    pub name: String,
+    pub(crate) name: String,
     /// The server's generation.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// Why.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// Where servers report that they ended: at most one report per served name, the newest
@@ -211,12 +211,12 @@ impl EndedSlots {
 
 /// The reports of servers that ended (see [`Servers::on_ended`]).
 #[derive(Debug)]
-pub struct EndedRx(Arc<EndedSlots>);
+pub(crate) struct EndedRx(Arc<EndedSlots>);
 
 impl EndedRx {
     /// The next report, once there is one (cancel-safe: a report is taken only when returned).
     /// Never `None` while the [`Servers`] lives.
-    pub async fn recv(&mut self) -> Option<Ended> {
+    pub(crate) async fn recv(&mut self) -> Option<Ended> {
         loop {
             if let Some(ended) = self.try_recv() {
                 return Some(ended);
@@ -227,7 +227,7 @@ impl EndedRx {
     }
 
     /// The next report, if there is one now.
-    pub fn try_recv(&mut self) -> Option<Ended> {
+    pub(crate) fn try_recv(&mut self) -> Option<Ended> {
         self.0
             .by_name
             .lock()
@@ -249,16 +249,16 @@ impl EndedRx {
 
 /// One device-plugin server: for one served name, its socket, its gRPC server task and its
 /// registration with the kubelet.
-pub struct Server {
+pub(crate) struct Server {
     resource: Resource,
     /// The socket.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     generation: u64,
     stop: channel::Sender<bool>,
     close: channel::Sender<bool>,
     monitor: JoinHandle<()>,
     /// The gRPC server task (aborting it is how tests simulate a crash).
-    pub grpc: AbortHandle,
+    pub(crate) grpc: AbortHandle,
     registrar: AbortHandle,
     /// When it started (tests age it).
     pub(super) started: Instant,
@@ -266,10 +266,10 @@ pub struct Server {
 
 /// A server that ends sooner than this after its start is restarted by the next full check, not
 /// at once.
-pub const RAPID_END: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const RAPID_END: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Keeps one [`Server`] running per wanted name.
-pub struct Servers {
+pub(crate) struct Servers {
     kubelet_dir: PathBuf,
     kubelet_sock: PathBuf,
     host: Arc<dyn Host>,
@@ -277,7 +277,7 @@ pub struct Servers {
     inventory: InventoryRx,
     wanted: Vec<(Resource, String)>,
     /// The running servers by served name.
-    pub running: BTreeMap<String, Server>,
+    pub(crate) running: BTreeMap<String, Server>,
     kubelet: Option<KubeletId>,
     waiting_announced: bool,
     generations: u64,
@@ -288,13 +288,13 @@ pub struct Servers {
     stopping: BTreeMap<String, channel::Receiver<()>>,
     ended_tx: Arc<EndedSlots>,
     /// Where servers report that they ended.
-    pub ended_rx: EndedRx,
+    pub(crate) ended_rx: EndedRx,
     observe: Observe,
 }
 
 impl Servers {
     /// No servers yet; `wanted` are the names to serve.
-    pub fn new(
+    pub(crate) fn new(
         kubelet_dir: &Path,
         transport: Transport,
         backoff: Backoff,
@@ -342,14 +342,9 @@ impl Servers {
         }
     }
 
-    /// The names served now.
-    pub fn wanted(&self) -> &[(Resource, String)] {
-        &self.wanted
-    }
-
     /// Brings the servers in line with the wanted names, the sockets and `kubelet.sock`: the
     /// whole state is compared, so it is also the fallback for missed events.
-    pub fn check(&mut self) {
+    pub(crate) fn check(&mut self) {
         let now = self.host.kubelet(&self.kubelet_sock);
         if now != self.kubelet {
             // Another kubelet (or none): it has no clients of the servers stopped so far.
@@ -403,7 +398,7 @@ impl Servers {
     /// Acts on changes in the kubelet directory. One cause restarts a server once: a new
     /// `kubelet.sock` is handled first (it restarts every server), and a removed socket then
     /// restarts its server only if that server was not restarted already.
-    pub fn on_dir_events(&mut self, events: &[DirEvent]) {
+    pub(crate) fn on_dir_events(&mut self, events: &[DirEvent]) {
         let is_kubelet = |e: &&DirEvent| e.name.as_os_str() == std::ffi::OsStr::new(KUBELET_SOCKET);
         let kubelet = events.iter().any(|e| is_kubelet(&e));
         let removed: Vec<(String, PathBuf)> = self
@@ -448,7 +443,7 @@ impl Servers {
     /// that ended within [`RAPID_END`] of its start is not restarted at once but by the next
     /// full check (the safety poll, or the next kubelet event), so that a server failing at every
     /// start cannot spin.
-    pub fn on_ended(&mut self, ended: Ended) {
+    pub(crate) fn on_ended(&mut self, ended: Ended) {
         let Some(server) = self
             .running
             .get(&ended.name)
@@ -472,7 +467,7 @@ impl Servers {
     }
 
     /// Serves the names of a new (validated) configuration.
-    pub fn reconfigure(&mut self, wanted: Vec<(Resource, String)>) {
+    pub(crate) fn reconfigure(&mut self, wanted: Vec<(Resource, String)>) {
         if wanted == self.wanted {
             return;
         }
@@ -651,7 +646,7 @@ impl Servers {
     }
 
     /// Stops every server and waits until their gRPC servers ended.
-    pub async fn stop_all(&mut self) {
+    pub(crate) async fn stop_all(&mut self) {
         let running = std::mem::take(&mut self.running);
         let stopping: Vec<_> = running
             .into_iter()
@@ -696,15 +691,15 @@ async fn predecessors_finished(name: String, predecessors: Option<channel::Recei
 /// moment the kubelet first watches it: by then the end of the old server's stream has reached the
 /// kubelet however late it handles it, and the list makes the devices healthy again if that
 /// end marked them unhealthy.
-pub const RESEND_AFTER: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(5)];
+pub(crate) const RESEND_AFTER: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(5)];
 
 /// How long the kubelet gets, after accepting a registration, to open its `ListAndWatch`
 /// stream before the server registers again.
-pub const WATCH_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const WATCH_WAIT: Duration = Duration::from_secs(30);
 
 /// The pause before a server whose streams the kubelet closed (while `kubelet.sock` stayed)
 /// registers again: the kubelet finishes dropping the registration first.
-pub const REWATCH_PAUSE: Duration = Duration::from_secs(1);
+pub(crate) const REWATCH_PAUSE: Duration = Duration::from_secs(1);
 
 /// What a server's registration task follows of its streams.
 struct Watch {

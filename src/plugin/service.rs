@@ -32,7 +32,7 @@ use dxdp_core::quote;
 
 /// Serves one resource (under one of its names) from the shared inventory.
 #[derive(Debug, Clone)]
-pub struct ResourceService {
+pub(crate) struct ResourceService {
     resource: Resource,
     name: String,
     inventory: InventoryRx,
@@ -46,16 +46,16 @@ pub struct ResourceService {
 /// task watches it, to tell when the kubelet stopped watching), and a request to send the
 /// current list again on each of them, changed or not.
 #[derive(Debug, Clone)]
-pub struct Streams {
+pub(crate) struct Streams {
     /// The number of open streams.
-    pub open: Arc<watch::Sender<usize>>,
+    pub(crate) open: Arc<watch::Sender<usize>>,
     /// Each change asks every open stream to send the current list again.
-    pub resend: watch::Receiver<u64>,
+    pub(crate) resend: watch::Receiver<u64>,
 }
 
 impl Streams {
     /// No stream open yet; `resend` asks for the list again.
-    pub fn new(resend: watch::Receiver<u64>) -> Self {
+    pub(crate) fn new(resend: watch::Receiver<u64>) -> Self {
         Streams {
             open: Arc::new(watch::Sender::new(0)),
             resend,
@@ -191,7 +191,7 @@ fn container_response(edits: allocation::ContainerEdits) -> ContainerAllocateRes
 impl ResourceService {
     /// A service for `resource` registered as `name`; streams end when `stopping` turns true and
     /// are counted in `streams`; Allocate calls are counted and timed in `allocations`.
-    pub fn new(
+    pub(crate) fn new(
         resource: Resource,
         name: String,
         inventory: InventoryRx,
@@ -211,7 +211,7 @@ impl ResourceService {
 }
 
 /// The plugin's options: no PreStartContainer; preferred allocations.
-pub fn options() -> DevicePluginOptions {
+pub(crate) fn options() -> DevicePluginOptions {
     DevicePluginOptions {
         pre_start_required: false,
         get_preferred_allocation_available: true,

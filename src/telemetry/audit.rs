@@ -5,7 +5,7 @@
 //! on a channel for the Kubernetes side: Events on the pod (`cluster::isolation_events`), the node
 //! taint (`cluster::taint`) and the node condition (`health::conditions`).
 //!
-//! A violation lasts from the first sample that shows it until [`CLEAN_TO_END`] judged samples
+//! A violation lasts from the first sample that shows it until `CLEAN_TO_END` judged samples
 //! in a row do not (so that use that is brief but frequent does not flap). Nothing is judged
 //! unless every attribution source (the kubelet's PodResources, the containers' process lists,
 //! CRI) answered in that same sample: with an old answer a new pod would look unallocated and a
@@ -33,7 +33,7 @@ use crate::output::{AuditDoc, AuditScope, AuditVerdict};
 use dxdp_core::telemetry::isolation::Active;
 
 /// The sending side of [`Active`], shared by the restarts of the telemetry task.
-pub type ActiveTx = Arc<watch::Sender<Active>>;
+pub(crate) type ActiveTx = Arc<watch::Sender<Active>>;
 
 /// What one audit changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,12 +45,12 @@ pub struct Changes {
 }
 
 /// How many judged samples in a row must not show a violation for it to end.
-pub const CLEAN_TO_END: u32 = 3;
+pub(crate) const CLEAN_TO_END: u32 = 3;
 
 /// The shortest time without a judged sample after which every violation ends.
-pub const STALE_MIN: Duration = Duration::from_secs(300);
+pub(crate) const STALE_MIN: Duration = Duration::from_secs(300);
 
-/// How long violations stand without a judged sample: `max(`[`STALE_MIN`]`, 10 × interval)`.
+/// How long violations stand without a judged sample: `max(``STALE_MIN``, 10 × interval)`.
 pub fn stale_after(interval: Duration) -> Duration {
     STALE_MIN.max(interval.saturating_mul(10))
 }
@@ -134,7 +134,7 @@ impl Tracker {
 
     /// When the violations that last end for want of a judged sample (see [`stale_after`]);
     /// `None` when none lasts.
-    pub fn stale_at(&self, limit: Duration) -> Option<Instant> {
+    pub(crate) fn stale_at(&self, limit: Duration) -> Option<Instant> {
         (!self.current.is_empty()).then(|| self.judged + limit)
     }
 

@@ -9,14 +9,14 @@
 //! - [`top`]: the table `dxdp top` prints, and the figures read back from a daemon's `/metrics`;
 //! - [`audit`]: the isolation audit's tracker (starts and ends of violations, logged once,
 //!   counted and published for the Kubernetes side) and `dxdp audit`'s table;
-//! - [`podinfo`]: the `dxdp_pod_info` series (opt-in pod UID and labels, from CRI).
+//! - `podinfo`: the `dxdp_pod_info` series (opt-in pod UID and labels, from CRI).
 //!
 //! The computation itself is pure and lives in `dxdp_core::telemetry`. The daemon starts the
 //! feature from [`tasks`]: the sampler, and with the API server the isolation audit's Events
 //! (`cluster::isolation_events`) and node taint (`cluster::taint`).
 
 pub mod audit;
-pub mod podinfo;
+pub(crate) mod podinfo;
 pub mod sampler;
 pub mod top;
 

@@ -13,7 +13,7 @@ use crate::observe::podinfo::{select_labels, PodInfo};
 
 /// The `dxdp_pod_info` series of the pods of `view` and the number of pod labels left out for a
 /// name collision; `None` when `telemetry.podLabels` and `telemetry.podUid` are both unset.
-pub fn pod_info(
+pub(crate) fn pod_info(
     view: &TelemetryView,
     sandboxes: &HashMap<(String, String), PodSandboxInfo>,
     telemetry: &Telemetry,

@@ -8,7 +8,7 @@
 //! (stale figures would mislead). A PodResources, CRI or HCS failure keeps the last answer, is
 //! counted (`dxdp_telemetry_{pod_resources,cri,hcs}_calls_total{result}`), warned about once
 //! per outage and backs off the same way. Device serving never waits for any of it. In the daemon,
-//! the isolation audit is fed after every successful sample ([`run_with`]).
+//! the isolation audit is fed after every successful sample (`run_with`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -36,20 +36,20 @@ use crate::transport::Endpoint;
 use crate::util::bounded::{Lane, Overdue};
 
 /// How long one read of the counters (or of the host facts) may take.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one PodResources `List` call may take.
-pub const POD_RESOURCES_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const POD_RESOURCES_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one CRI `ListContainers` call may take.
 pub const CRI_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the device list is rebuilt from the host facts (it changes rarely; the plugin
 /// itself reacts to device events).
-pub const DEVICES_REFRESH: Duration = Duration::from_secs(60);
+pub(crate) const DEVICES_REFRESH: Duration = Duration::from_secs(60);
 /// How long the sampler waits before its first sample, so that the daemon's own start (reading
 /// the host facts, registering with the kubelet) comes first and its errors are reported once,
 /// by the daemon.
-pub const START_DELAY: Duration = Duration::from_secs(2);
+pub(crate) const START_DELAY: Duration = Duration::from_secs(2);
 /// The longest delay between retries of a failing source.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// Where the sampler gets its devices.
 #[derive(Clone)]
@@ -58,7 +58,7 @@ pub enum Devices {
     /// disturb the daemon's device watching (on Windows, a collection replaces the DXCore session
     /// and resets the health poll).
     Daemon(InventoryRx),
-    /// Host facts collected by the sampler itself, every [`DEVICES_REFRESH`] (for `dxdp top`, a
+    /// Host facts collected by the sampler itself, every `DEVICES_REFRESH` (for `dxdp top`, a
     /// process of its own).
     Host(Arc<dyn HostFactsSource>),
 }
@@ -157,7 +157,7 @@ impl Retry {
 
 /// The delay before retry number `failures` (1 for the first): 1 s doubled per earlier failure,
 /// at least `floor`, at most [`MAX_BACKOFF`].
-pub fn backoff(failures: u32, floor: Duration) -> Duration {
+pub(crate) fn backoff(failures: u32, floor: Duration) -> Duration {
     crate::util::retry::Backoff::pauses(Duration::from_secs(1), MAX_BACKOFF)
         .base(failures)
         .max(floor)
@@ -524,7 +524,7 @@ pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
 /// [`run`], feeding the isolation audit's `tracker` after every successful sample (and telling
 /// it when telemetry is off); when no sample could be judged for
 /// [`stale_after`](super::audit::stale_after) the interval, its violations end.
-pub async fn run_with(
+pub(crate) async fn run_with(
     sampler: Sampler,
     mut tracker: Option<Tracker>,
     cancel: impl Future<Output = ()>,

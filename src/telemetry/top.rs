@@ -12,7 +12,7 @@ use dxdp_core::telemetry::compute::{
 use dxdp_core::telemetry::PodRef;
 
 /// How long reading `/metrics` may take.
-pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most bytes of a `/metrics` answer read.
 const MAX_SCRAPE: u64 = 64 * 1024 * 1024;
 
@@ -199,7 +199,7 @@ pub fn parse_endpoint(endpoint: &str) -> Result<(String, String), String> {
     Ok((address.to_string(), path.to_string()))
 }
 
-/// Reads `/metrics` from a running daemon (plain HTTP/1.0 GET, [`SCRAPE_TIMEOUT`]).
+/// Reads `/metrics` from a running daemon (plain HTTP/1.0 GET, `SCRAPE_TIMEOUT`).
 pub async fn fetch(endpoint: &str) -> Result<String, String> {
     let (address, path) = parse_endpoint(endpoint)?;
     let get = async {

@@ -67,7 +67,7 @@ fn build_number(build: &str) -> Option<u64> {
 }
 
 /// `major.minor` from `containerd --version` output or a bare version.
-pub fn containerd_release(text: &str) -> Option<(u64, u64)> {
+pub(crate) fn containerd_release(text: &str) -> Option<(u64, u64)> {
     text.split_whitespace().find_map(|token| {
         let t = token.strip_prefix('v').unwrap_or(token);
         let mut parts = t.split('.');
@@ -137,7 +137,7 @@ fn assignment_check(os: &OsFacts, configured: Assignment) -> Check {
 
 /// The oldest kubelet dxdp works with: older kubelets dial device plugins with the socket path
 /// as the HTTP/2 `:authority`, which the Rust HTTP/2 stack (h2) rejects, so registration fails.
-pub const MIN_KUBELET: (u64, u64) = (1, 26);
+pub(crate) const MIN_KUBELET: (u64, u64) = (1, 26);
 
 /// The kubelet version check, or nothing when the version is unknown.
 fn kubelet_check(kubelet: Option<&(String, String)>) -> Option<Check> {
@@ -448,7 +448,7 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
 }
 
 /// The widest check name that keeps its detail on the same line in [`text`].
-pub const NAME_WIDTH: usize = 48;
+pub(crate) const NAME_WIDTH: usize = 48;
 
 /// The checks for people: status, name and detail in aligned columns, remedies below, and a
 /// summary.

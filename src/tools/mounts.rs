@@ -11,7 +11,7 @@ use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::Device;
 
 /// The display-adapter device interface class that Docker and the older plugins assign.
-pub const DISPLAY_CLASS_GUID: &str = "5B45201D-F2F2-4F3B-85BB-30FF1F953599";
+pub(crate) const DISPLAY_CLASS_GUID: &str = "5B45201D-F2F2-4F3B-85BB-30FF1F953599";
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

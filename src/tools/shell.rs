@@ -36,7 +36,7 @@ fn plain(arg: &str, shell: Shell) -> bool {
 }
 
 /// `arg` as one word for `shell`.
-pub fn quote(arg: &str, shell: Shell) -> String {
+pub(crate) fn quote(arg: &str, shell: Shell) -> String {
     if plain(arg, shell) {
         return arg.to_string();
     }

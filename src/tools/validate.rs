@@ -22,15 +22,15 @@ use dxdp_core::validation::{
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Hints {
     /// `DXDP_ADAPTER_LUIDS`.
-    pub luids: Option<String>,
+    pub(crate) luids: Option<String>,
     /// `DXDP_DEVICE_IDS`.
-    pub device_ids: Option<String>,
+    pub(crate) device_ids: Option<String>,
     /// `DXDP_LOCATION_PATHS`.
-    pub location_paths: Option<String>,
+    pub(crate) location_paths: Option<String>,
     /// `DXDP_VENDOR`.
-    pub vendor: Option<String>,
+    pub(crate) vendor: Option<String>,
     /// `DXDP_RUNTIME_FILES`.
-    pub runtime_files: Option<String>,
+    pub(crate) runtime_files: Option<String>,
 }
 
 impl Hints {

@@ -1,9 +1,9 @@
 //! Blocking work with a time limit: the one way the daemon reads host files and host facts
 //! (the host snapshot, the Windows host scan, the configuration files).
 //!
-//! [`run_blocking`] runs a blocking closure on tokio's blocking threads ([`run_thread`] on a
+//! `run_blocking` runs a blocking closure on tokio's blocking threads ([`run_thread`] on a
 //! thread of its own, before the async runtime exists) and waits for it at most a given time; past it the caller gets [`Overdue::TimedOut`], naming what timed out,
-//! and goes on (the thread cannot be stopped: it is left to finish on its own). [`Lane`] is the
+//! and goes on (the thread cannot be stopped: it is left to finish on its own). `Lane` is the
 //! same for a caller that reads the same thing again and again (the refresher, the
 //! configuration reload): while an earlier call that timed out has still not returned, it starts
 //! no second one ([`Overdue::StillRunning`]), so a hung file system or driver costs one thread,
@@ -56,7 +56,7 @@ fn secs(d: Duration) -> String {
 /// Runs `f` on a blocking thread and waits at most `limit` for it. `what` names the work in the
 /// error (`reading host snapshot /x.yaml`). Past the limit the thread is left running and its
 /// result dropped.
-pub async fn run_blocking<T, F>(limit: Duration, what: &str, f: F) -> Result<T, Overdue>
+pub(crate) async fn run_blocking<T, F>(limit: Duration, what: &str, f: F) -> Result<T, Overdue>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -79,7 +79,7 @@ async fn wait<T>(handle: &mut JoinHandle<T>, limit: Duration, what: &str) -> Res
     }
 }
 
-/// [`run_blocking`] for code that has no async runtime yet (the configuration read before the
+/// `run_blocking` for code that has no async runtime yet (the configuration read before the
 /// daemon starts): `f` runs on a thread of its own, left running past `limit`.
 pub fn run_thread<T, F>(limit: Duration, what: &str, f: F) -> Result<T, Overdue>
 where
@@ -114,7 +114,7 @@ where
 /// Blocking calls of one kind, one at a time, each with a time limit (see the module
 /// documentation).
 #[derive(Debug)]
-pub struct Lane<T> {
+pub(crate) struct Lane<T> {
     what: String,
     limit: Duration,
     /// The call that timed out and has not returned yet.
@@ -123,7 +123,7 @@ pub struct Lane<T> {
 
 impl<T: Send + 'static> Lane<T> {
     /// Calls described by `what`, each given `limit`.
-    pub fn new(what: impl Into<String>, limit: Duration) -> Self {
+    pub(crate) fn new(what: impl Into<String>, limit: Duration) -> Self {
         Lane {
             what: what.into(),
             limit,
@@ -132,12 +132,12 @@ impl<T: Send + 'static> Lane<T> {
     }
 
     /// What the calls do.
-    pub fn what(&self) -> &str {
+    pub(crate) fn what(&self) -> &str {
         &self.what
     }
 
     /// Runs `f` as [`run_blocking`] does, unless an earlier call that timed out still runs.
-    pub async fn run<F>(&mut self, f: F) -> Result<T, Overdue>
+    pub(crate) async fn run<F>(&mut self, f: F) -> Result<T, Overdue>
     where
         F: FnOnce() -> T + Send + 'static,
     {
@@ -159,13 +159,13 @@ impl<T: Send + 'static> Lane<T> {
     }
 
     /// Whether a call that timed out has still not returned.
-    pub fn is_stuck(&self) -> bool {
+    pub(crate) fn is_stuck(&self) -> bool {
         self.stuck.as_ref().is_some_and(|h| !h.is_finished())
     }
 
     /// Waits until the call that timed out returns (its result is dropped: it may be stale);
     /// never returns while there is none. Cancel-safe.
-    pub async fn unstuck(&mut self) {
+    pub(crate) async fn unstuck(&mut self) {
         match &mut self.stuck {
             Some(handle) => {
                 let _ = handle.await;

@@ -9,11 +9,11 @@ use std::path::Path;
 
 /// The identity of a file or directory (see the module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FileId {
+pub(crate) struct FileId {
     /// The device (`st_dev`) on Unix, the volume serial number on Windows.
-    pub volume: u64,
+    pub(crate) volume: u64,
     /// The inode on Unix, the file ID on Windows (128 bits on ReFS, 64 on NTFS).
-    pub file: u128,
+    pub(crate) file: u128,
 }
 
 impl std::fmt::Display for FileId {
@@ -24,7 +24,7 @@ impl std::fmt::Display for FileId {
 }
 
 /// The identity of what `path` names (symbolic links followed).
-pub fn file_id(path: &Path) -> io::Result<FileId> {
+pub(crate) fn file_id(path: &Path) -> io::Result<FileId> {
     imp::file_id(path)
 }
 
@@ -32,7 +32,7 @@ pub fn file_id(path: &Path) -> io::Result<FileId> {
 impl FileId {
     /// The identity of the file `meta` describes (e.g. of an open handle: no window between
     /// opening and asking). Unix only: on Windows the standard metadata does not carry it.
-    pub fn of_metadata(meta: &std::fs::Metadata) -> FileId {
+    pub(crate) fn of_metadata(meta: &std::fs::Metadata) -> FileId {
         use std::os::unix::fs::MetadataExt;
         FileId {
             volume: meta.dev(),
@@ -47,7 +47,7 @@ mod imp {
     use std::io;
     use std::path::Path;
 
-    pub fn file_id(path: &Path) -> io::Result<FileId> {
+    pub(crate) fn file_id(path: &Path) -> io::Result<FileId> {
         Ok(FileId::of_metadata(&std::fs::metadata(path)?))
     }
 }
@@ -76,7 +76,7 @@ mod imp {
     /// handle shares everything (a directory being watched or deleted is not disturbed) and is
     /// closed at once; `FILE_FLAG_BACKUP_SEMANTICS` opens directories. A reparse point that
     /// cannot be followed (an AF_UNIX socket) is opened itself, as `std::fs::metadata` does.
-    pub fn file_id(path: &Path) -> io::Result<FileId> {
+    pub(crate) fn file_id(path: &Path) -> io::Result<FileId> {
         let open = |flags: u32| {
             std::fs::OpenOptions::new()
                 .access_mode(FILE_READ_ATTRIBUTES.0)
@@ -129,7 +129,7 @@ mod imp {
     use std::io;
     use std::path::Path;
 
-    pub fn file_id(_path: &Path) -> io::Result<FileId> {
+    pub(crate) fn file_id(_path: &Path) -> io::Result<FileId> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "file identities are known on Unix and Windows only",

@@ -4,8 +4,8 @@
 //! service account token) appear at their `mountPath` on containerd 1.7 and later, but under the
 //! container's sandbox mount point (`%CONTAINER_SANDBOX_MOUNT_POINT%\<mountPath without the
 //! drive>`) on containerd 1.6. The one owner of that variable and of the path mapping: the
-//! configuration looks its files up with [`resolve`], the cluster client the service account with
-//! [`under_sandbox`]. Outside a HostProcess container the variable is unset and paths are used
+//! configuration looks its files up with `resolve`, the cluster client the service account with
+//! `under_sandbox`. Outside a HostProcess container the variable is unset and paths are used
 //! as given.
 
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ pub const SANDBOX_VAR: &str = "CONTAINER_SANDBOX_MOUNT_POINT";
 
 /// `path` under the sandbox mount point: the drive (`C:`) and leading separators are dropped
 /// and the rest is joined to `sandbox` with the sandbox's separator. `None` for an empty rest.
-pub fn under_sandbox(sandbox: &str, path: &str) -> Option<String> {
+pub(crate) fn under_sandbox(sandbox: &str, path: &str) -> Option<String> {
     let rest = match path.as_bytes() {
         [d, b':', ..] if d.is_ascii_alphabetic() => &path[2..],
         _ => path,
@@ -35,7 +35,11 @@ pub fn under_sandbox(sandbox: &str, path: &str) -> Option<String> {
 
 /// `path` if it exists or there is no sandbox; else the same path under the sandbox mount
 /// point when that exists; else `path` (so errors name the path the user gave).
-pub fn resolve(path: &Path, sandbox: Option<&str>, exists: impl Fn(&Path) -> bool) -> PathBuf {
+pub(crate) fn resolve(
+    path: &Path,
+    sandbox: Option<&str>,
+    exists: impl Fn(&Path) -> bool,
+) -> PathBuf {
     let Some(sandbox) = sandbox.filter(|s| !s.is_empty()) else {
         return path.to_path_buf();
     };
@@ -56,10 +60,10 @@ pub(crate) mod testing {
     use std::path::Path;
 
     /// The sandbox mount point of the tests.
-    pub const SANDBOX: &str = r"C:\C\0f3a";
+    pub(crate) const SANDBOX: &str = r"C:\C\0f3a";
 
     /// Whether a path is one of `files`.
-    pub fn fs(files: &[&str]) -> impl Fn(&Path) -> bool {
+    pub(crate) fn fs(files: &[&str]) -> impl Fn(&Path) -> bool {
         let set: BTreeSet<String> = files.iter().map(|s| s.to_string()).collect();
         move |p: &Path| set.contains(p.to_string_lossy().as_ref())
     }

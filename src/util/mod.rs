@@ -6,8 +6,8 @@
 //! Nothing here knows of the kubelet, the cluster or the configuration.
 
 pub mod bounded;
-pub mod errors;
-pub mod file_id;
+pub(crate) mod errors;
+pub(crate) mod file_id;
 pub mod host_process;
 pub mod retry;
 pub mod stable_read;
@@ -15,7 +15,7 @@ pub mod task;
 
 /// Waits until `at`, or for ever without one: an optional deadline as one branch of a
 /// `tokio::select!` (a retry, a planned step, the end of a grace period).
-pub async fn sleep_until(at: Option<tokio::time::Instant>) {
+pub(crate) async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,

@@ -19,7 +19,7 @@ pub struct Backoff {
 impl Backoff {
     /// Delays from `initial` doubling to `max`, for a loop that only pauses between tries (its
     /// `timeout` is `max`, and unused).
-    pub const fn pauses(initial: Duration, max: Duration) -> Backoff {
+    pub(crate) const fn pauses(initial: Duration, max: Duration) -> Backoff {
         Backoff {
             initial,
             max,
@@ -29,7 +29,7 @@ impl Backoff {
 
     /// The base delay before retry number `failures` (1 for the first retry): `initial`
     /// doubled per earlier failure, at most `max`.
-    pub fn base(&self, failures: u32) -> Duration {
+    pub(crate) fn base(&self, failures: u32) -> Duration {
         let doublings = failures.saturating_sub(1).min(31);
         self.initial.saturating_mul(1u32 << doublings).min(self.max)
     }
@@ -37,7 +37,7 @@ impl Backoff {
     /// The delay actually slept: uniformly between half the base delay and the base delay
     /// ("equal jitter"), so that many nodes restarted together do not retry in lockstep.
     /// `random` is any 64-bit value.
-    pub fn delay(&self, failures: u32, random: u64) -> Duration {
+    pub(crate) fn delay(&self, failures: u32, random: u64) -> Duration {
         let base = self.base(failures);
         let half = base / 2;
         let span = (base - half).as_nanos() as u64;
@@ -47,7 +47,7 @@ impl Backoff {
 }
 
 /// A random 64-bit value from the standard library's per-process random keys.
-pub fn random() -> u64 {
+pub(crate) fn random() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(0x5eed);
     h.finish()

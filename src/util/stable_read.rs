@@ -28,21 +28,21 @@ use std::time::{Duration, SystemTime};
 
 /// How patient a read is with a file that keeps changing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Settle {
+pub(crate) struct Settle {
     /// The longest pause between two reads (the first pause is [`FIRST_PAUSE`], doubling up
     /// to this).
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// The most reads before giving up.
-    pub max_reads: u32,
+    pub(crate) max_reads: u32,
 }
 
 /// The pause before the first re-read of a file that changed while it was read.
-pub const FIRST_PAUSE: Duration = Duration::from_millis(1);
+pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(1);
 
 impl Settle {
     /// The default for snapshot and configuration files: pauses of 1 ms doubling up to 100 ms,
     /// up to 20 reads (about 1.6 s of pauses in all).
-    pub const DEFAULT: Settle = Settle {
+    pub(crate) const DEFAULT: Settle = Settle {
         interval: Duration::from_millis(100),
         max_reads: 20,
     };
@@ -62,7 +62,7 @@ impl Default for Settle {
 
 /// Why a file could not be read in a settled state.
 #[derive(Debug, thiserror::Error)]
-pub enum StableReadError {
+pub(crate) enum StableReadError {
     /// The file cannot be read.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -178,7 +178,7 @@ fn handle_kind(file: &File) -> Option<&'static str> {
 /// plain open forever) and `O_NOCTTY`, checked with `fstat` on the handle; on Windows checked
 /// with `GetFileType` and the handle's metadata. A FIFO, socket, device or directory is
 /// [`StableReadError::NotRegular`] naming what it is.
-pub fn open_regular(path: &Path) -> Result<File, StableReadError> {
+pub(crate) fn open_regular(path: &Path) -> Result<File, StableReadError> {
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
@@ -242,7 +242,7 @@ fn utf8(bytes: Vec<u8>) -> Result<String, StableReadError> {
 /// Reads `path` once as UTF-8 text, when it is a regular file of at most `max_bytes` bytes
 /// (see [`open_regular`]), without the settle check: for a file known to be complete (renamed
 /// into place, or closed after writing).
-pub fn read_once(path: &Path, max_bytes: u64) -> Result<String, StableReadError> {
+pub(crate) fn read_once(path: &Path, max_bytes: u64) -> Result<String, StableReadError> {
     let mut file = open_regular(path)?;
     let len = file.metadata()?.len();
     utf8(read_bounded(&mut file, len, max_bytes)?)
@@ -250,7 +250,7 @@ pub fn read_once(path: &Path, max_bytes: u64) -> Result<String, StableReadError>
 
 /// What identifies one version of a file's content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
+pub(crate) struct Stamp {
     len: u64,
     modified: Option<SystemTime>,
     #[cfg(unix)]
@@ -261,7 +261,7 @@ pub struct Stamp {
 
 impl Stamp {
     /// The stamp of `path` now.
-    pub fn of(path: &Path) -> std::io::Result<Stamp> {
+    pub(crate) fn of(path: &Path) -> std::io::Result<Stamp> {
         Ok(Stamp::from_metadata(&std::fs::metadata(path)?))
     }
 
@@ -315,7 +315,7 @@ fn sample(path: &Path, max_bytes: u64) -> Result<Sample, StableReadError> {
 /// `settle.max_reads` reads, one that is not a regular file ([`open_regular`]) and one larger
 /// than `max_bytes` (never read past the limit). Blocks the calling thread (only while it
 /// pauses, and only when the file is being written).
-pub fn read_settled(
+pub(crate) fn read_settled(
     path: &Path,
     settle: Settle,
     max_bytes: u64,

@@ -16,7 +16,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The name of the executable in each version directory (what the Job runs).
-pub const EXE_NAME: &str = "dxdp.exe";
+pub(crate) const EXE_NAME: &str = "dxdp.exe";
 
 /// The prefix of the version directories.
 const PREFIX: &str = "dxdp-";
@@ -24,7 +24,7 @@ const PREFIX: &str = "dxdp-";
 const TEMP_PREFIX: &str = ".dxdp-";
 
 /// FNV-1a, 64 bits: a content hash that is the same in every build and on every platform.
-pub fn content_hash(bytes: &[u8]) -> u64 {
+pub(crate) fn content_hash(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);
@@ -34,7 +34,7 @@ pub fn content_hash(bytes: &[u8]) -> u64 {
 }
 
 /// The version directory's name for an executable of `version` with `content`.
-pub fn version_dir_name(version: &str, content: &[u8]) -> String {
+pub(crate) fn version_dir_name(version: &str, content: &[u8]) -> String {
     let version: String = version
         .chars()
         .map(|c| {
@@ -51,7 +51,7 @@ pub fn version_dir_name(version: &str, content: &[u8]) -> String {
 /// Which entries of the host directory to remove: version and temporary directories whose names
 /// are not in `keep` (the current version and those running Jobs mount). Other files are never
 /// touched.
-pub fn stale(entries: &[String], keep: &BTreeSet<String>) -> Vec<String> {
+pub(crate) fn stale(entries: &[String], keep: &BTreeSet<String>) -> Vec<String> {
     let mut out: Vec<String> = entries
         .iter()
         .filter(|e| e.starts_with(PREFIX) || e.starts_with(TEMP_PREFIX))
@@ -63,7 +63,7 @@ pub fn stale(entries: &[String], keep: &BTreeSet<String>) -> Vec<String> {
 }
 
 /// The last component of a path written with `\` or `/` (the directory a Job's hostPath names).
-pub fn last_component(path: &str) -> &str {
+pub(crate) fn last_component(path: &str) -> &str {
     path.trim_end_matches(['\\', '/'])
         .rsplit(['\\', '/'])
         .next()
@@ -73,21 +73,21 @@ pub fn last_component(path: &str) -> &str {
 /// Why the executable could not be placed.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot place dxdp.exe for the validation Job in {dir}: {what}: {source} (check validation.hostDir; the daemon runs as SYSTEM on the host)")]
-pub struct PlaceError {
+pub(crate) struct PlaceError {
     /// The host directory.
-    pub dir: String,
+    pub(crate) dir: String,
     /// The step that failed.
-    pub what: &'static str,
+    pub(crate) what: &'static str,
     /// The error.
     #[source]
-    pub source: std::io::Error,
+    pub(crate) source: std::io::Error,
 }
 
 /// Puts `content` (the running executable) into its version directory under `host_dir` unless
 /// it is there already with that content, and returns the version directory. An existing copy
 /// is never written to; a version directory with other content (a copy cut short) is removed
 /// and placed again.
-pub fn place(host_dir: &Path, version: &str, content: &[u8]) -> Result<PathBuf, PlaceError> {
+pub(crate) fn place(host_dir: &Path, version: &str, content: &[u8]) -> Result<PathBuf, PlaceError> {
     let err = |what: &'static str| {
         let dir = host_dir.display().to_string();
         move |source| PlaceError { dir, what, source }
@@ -140,7 +140,7 @@ pub fn place(host_dir: &Path, version: &str, content: &[u8]) -> Result<PathBuf, 
 
 /// Removes the stale entries of `host_dir` (see [`stale`]); returns those that could not be
 /// removed, with why (on Windows: a Job still runs that copy; tried again next time).
-pub fn prune(host_dir: &Path, keep: &BTreeSet<String>) -> Vec<(String, String)> {
+pub(crate) fn prune(host_dir: &Path, keep: &BTreeSet<String>) -> Vec<(String, String)> {
     let Ok(read) = std::fs::read_dir(host_dir) else {
         return Vec::new();
     };

@@ -22,50 +22,50 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use dxdp_core::validation::{parse_summary_line, Outcome, Summary, Verdict};
 
 /// The node label with the last validation's verdict (`true`, `false`; absent when unknown).
-pub const VALIDATED_LABEL: &str = "directx.microsoft.com/validated";
+pub(crate) const VALIDATED_LABEL: &str = "directx.microsoft.com/validated";
 
 /// The label on validation Jobs and their pods naming the component.
-pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+pub(crate) const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 /// Its value.
-pub const COMPONENT: &str = "dxdp-validation";
+pub(crate) const COMPONENT: &str = "dxdp-validation";
 /// The label on validation Jobs naming their node (label-safe).
-pub const NODE_LABEL: &str = "directx.microsoft.com/validation-node";
+pub(crate) const NODE_LABEL: &str = "directx.microsoft.com/validation-node";
 
 /// Where `dxdp.exe` is mounted in the validation container.
-pub const CONTAINER_DIR: &str = r"C:\dxdp";
+pub(crate) const CONTAINER_DIR: &str = r"C:\dxdp";
 /// Where the container writes its summary: the pod's termination message (`/dev/termination-log`
 /// is `C:\dev\termination-log` in a Windows container).
-pub const SUMMARY_FILE: &str = r"C:\dev\termination-log";
+pub(crate) const SUMMARY_FILE: &str = r"C:\dev\termination-log";
 
 /// The node label `directx.microsoft.com/api.<name>.validated` of a check that passed.
-pub fn api_label(name: &str) -> String {
+pub(crate) fn api_label(name: &str) -> String {
     format!("directx.microsoft.com/api.{name}.validated")
 }
 
 /// What a validation Job is made of.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobSpec {
+pub(crate) struct JobSpec {
     /// The node (`NODE_NAME`).
-    pub node: String,
+    pub(crate) node: String,
     /// The daemon's namespace: the Job lives there.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The image (a Windows base image that has DirectX, matching the host's build).
-    pub image: String,
+    pub(crate) image: String,
     /// The host directory where the daemon places its `dxdp.exe`.
-    pub host_dir: String,
+    pub(crate) host_dir: String,
     /// The served resource names; the pod requests one device of each.
-    pub resources: Vec<String>,
+    pub(crate) resources: Vec<String>,
     /// `dxdp validate --timeout` (each check's limit).
-    pub check_timeout: Duration,
+    pub(crate) check_timeout: Duration,
     /// The Job's deadline (`activeDeadlineSeconds`).
-    pub deadline: Duration,
+    pub(crate) deadline: Duration,
     /// A number that makes the name unique (the run's Unix time).
-    pub run: u64,
+    pub(crate) run: u64,
 }
 
 /// A label value from any text: at most 63 characters of `[A-Za-z0-9._-]`, starting and ending
 /// alphanumeric.
-pub fn label_value(text: &str) -> String {
+pub(crate) fn label_value(text: &str) -> String {
     let mut s: String = text
         .chars()
         .map(|c| {
@@ -87,7 +87,7 @@ pub fn label_value(text: &str) -> String {
 }
 
 /// The Job's name: `dxdp-validate-<node>-<run>`, a DNS label (at most 63 characters, lower case).
-pub fn job_name(node: &str, run: u64) -> String {
+pub(crate) fn job_name(node: &str, run: u64) -> String {
     let suffix = format!("-{run}");
     let prefix = "dxdp-validate-";
     let room = 63 - prefix.len() - suffix.len();
@@ -101,7 +101,7 @@ pub fn job_name(node: &str, run: u64) -> String {
 }
 
 /// The Job (batch/v1) for `spec`.
-pub fn job(spec: &JobSpec) -> Job {
+pub(crate) fn job(spec: &JobSpec) -> Job {
     let labels = BTreeMap::from([
         ("app.kubernetes.io/name".to_string(), "dxdp".to_string()),
         (COMPONENT_LABEL.to_string(), COMPONENT.to_string()),
@@ -206,7 +206,7 @@ fn unknown(reason: impl Into<String>) -> Option<JobResult> {
 /// result, or `None` while it is still running within its limit. Past the limit it is always
 /// a result (`unknown`, with the pod's state as the reason): a Job never keeps the daemon
 /// waiting.
-pub fn judge(
+pub(crate) fn judge(
     job: &Job,
     pod: Option<&Pod>,
     elapsed: Duration,
@@ -304,7 +304,7 @@ pub fn judge(
 /// The node labels of a result: `Some(value)` to set, `None` to remove. `validated` is `true`
 /// or `false`, and removed when unknown (the node is neither); `api.<name>.validated=true` for
 /// each API check that passed (`d3d12` among them), removed for every other known API.
-pub fn labels(result: &JobResult, apis: &[&str]) -> BTreeMap<String, Option<String>> {
+pub(crate) fn labels(result: &JobResult, apis: &[&str]) -> BTreeMap<String, Option<String>> {
     let mut out = BTreeMap::new();
     out.insert(
         VALIDATED_LABEL.to_string(),
@@ -326,13 +326,13 @@ pub fn labels(result: &JobResult, apis: &[&str]) -> BTreeMap<String, Option<Stri
 }
 
 /// The API checks that give `api.<name>.validated` labels.
-pub const LABELLED_APIS: [&str; 8] = [
+pub(crate) const LABELLED_APIS: [&str; 8] = [
     "d3d12", "cuda", "nvml", "opencl", "vulkan", "nvenc", "amf", "vpl",
 ];
 
 /// Which finished validation Jobs to delete: all but the newest `keep` (by creation time), and
 /// never one still running. `jobs` are `(name, creation time in RFC 3339, finished)`.
-pub fn old_jobs(jobs: &[(String, String, bool)], keep: usize) -> Vec<String> {
+pub(crate) fn old_jobs(jobs: &[(String, String, bool)], keep: usize) -> Vec<String> {
     let mut done: Vec<&(String, String, bool)> = jobs.iter().filter(|j| j.2).collect();
     // RFC 3339 times of one server sort as text.
     done.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));

@@ -18,7 +18,7 @@ use crate::cluster::{ApiError, Cluster, VALIDATION_FIELD_MANAGER};
 use dxdp_core::validation::Verdict;
 
 /// Creates the Job of `spec` and waits for its result, at most `limit` (polling every `poll`).
-pub async fn run_once(
+pub(crate) async fn run_once(
     cluster: &Cluster,
     spec: &JobSpec,
     limit: Duration,

@@ -48,31 +48,31 @@ use dxdp_core::validation::Verdict;
 
 /// The environment variable naming the daemon's namespace (the chart sets it from
 /// `metadata.namespace`): the validation Jobs live there.
-pub const NAMESPACE_VAR: &str = "POD_NAMESPACE";
+pub(crate) const NAMESPACE_VAR: &str = "POD_NAMESPACE";
 
 /// The reason of the Event on a failed validation.
-pub const EVENT_REASON: &str = "GPUValidationFailed";
+pub(crate) const EVENT_REASON: &str = "GPUValidationFailed";
 
 /// The time constants of the task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// How often a running Job and its pod are read.
-    pub poll: Duration,
+    pub(crate) poll: Duration,
     /// How long the devices must stay unchanged before a run (a driver update changes them in
     /// several steps).
-    pub settle: Duration,
+    pub(crate) settle: Duration,
     /// When a run gave `unknown`, the next one after this long (at most the interval).
-    pub retry_unknown: Duration,
+    pub(crate) retry_unknown: Duration,
     /// Finished Jobs kept for inspection (the newest).
-    pub keep_jobs: usize,
+    pub(crate) keep_jobs: usize,
     /// The limit of placing `dxdp.exe` on the host.
-    pub place_limit: Duration,
+    pub(crate) place_limit: Duration,
     /// The Events' rate limit.
-    pub events: EventLimits,
+    pub(crate) events: EventLimits,
 }
 
 /// The daemon's timing.
-pub const TIMING: Timing = Timing {
+pub(crate) const TIMING: Timing = Timing {
     poll: Duration::from_secs(5),
     settle: Duration::from_secs(30),
     retry_unknown: Duration::from_secs(30 * 60),
@@ -87,30 +87,30 @@ pub const TIMING: Timing = Timing {
 
 /// What the task needs.
 #[derive(Clone)]
-pub struct ValidationTask {
+pub(crate) struct ValidationTask {
     /// The API server client of this node.
-    pub cluster: Cluster,
+    pub(crate) cluster: Cluster,
     /// The daemon's namespace (`POD_NAMESPACE`); `None`: the task says so once and idles.
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// The served inventory.
-    pub inventory: InventoryRx,
+    pub(crate) inventory: InventoryRx,
     /// The configuration in force.
-    pub config: watch::Receiver<Arc<Config>>,
+    pub(crate) config: watch::Receiver<Arc<Config>>,
     /// Whether every served resource is registered and watched.
-    pub readiness: Readiness,
+    pub(crate) readiness: Readiness,
     /// The metrics.
-    pub metrics: ValidationMetrics,
+    pub(crate) metrics: ValidationMetrics,
     /// The executable to place on the host (the running `dxdp.exe`).
-    pub exe: PathBuf,
+    pub(crate) exe: PathBuf,
     /// Its version (part of the copy's directory name).
-    pub version: String,
+    pub(crate) version: String,
     /// Retries of label applies.
-    pub backoff: Backoff,
+    pub(crate) backoff: Backoff,
     /// The time constants.
-    pub timing: Timing,
+    pub(crate) timing: Timing,
     /// Counts the runs done (published and cleaned up), for whoever waits on them (tests);
     /// `None`: not counted.
-    pub done: Option<Arc<watch::Sender<u64>>>,
+    pub(crate) done: Option<Arc<watch::Sender<u64>>>,
 }
 
 impl std::fmt::Debug for ValidationTask {
@@ -124,16 +124,16 @@ impl std::fmt::Debug for ValidationTask {
 
 /// What a run validates, and what identifies the devices it validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// The served resource names with at least one healthy device (one of each is requested).
-    pub resources: Vec<String>,
+    pub(crate) resources: Vec<String>,
     /// The served devices and their driver versions (`resource/id/driver`), sorted: a change
     /// of it (a driver update, a device added or gone) triggers a run.
-    pub fingerprint: Vec<String>,
+    pub(crate) fingerprint: Vec<String>,
 }
 
 /// The plan for `inventory`: `None` when no served resource has a healthy device.
-pub fn plan(inventory: &Inventory) -> Option<Plan> {
+pub(crate) fn plan(inventory: &Inventory) -> Option<Plan> {
     let config = &inventory.config;
     let mut resources = Vec::new();
     let mut fingerprint = Vec::new();
@@ -162,7 +162,7 @@ pub fn plan(inventory: &Inventory) -> Option<Plan> {
 /// The image for a host of Windows `build` (`10.0.20348.1547`): Server Core of the matching
 /// LTSC release, the one base image whose build matches the host (process isolation needs it)
 /// and that has the DirectX runtime. Unknown builds get ltsc2022, and the reason says so.
-pub fn default_image(build: Option<&str>) -> (String, Option<String>) {
+pub(crate) fn default_image(build: Option<&str>) -> (String, Option<String>) {
     let number = build
         .and_then(|b| b.split('.').nth(2))
         .and_then(|n| n.parse::<u32>().ok());
@@ -187,12 +187,12 @@ pub fn default_image(build: Option<&str>) -> (String, Option<String>) {
 
 /// `dxdp validate --timeout` (each check's limit) for a run limited to `limit`: a quarter of
 /// it, from 30 s to 120 s.
-pub fn check_timeout(limit: Duration) -> Duration {
+pub(crate) fn check_timeout(limit: Duration) -> Duration {
     (limit / 4).clamp(Duration::from_secs(30), Duration::from_secs(120))
 }
 
 /// Why a run is due now, or `None`.
-pub fn due(
+pub(crate) fn due(
     last: Option<&[String]>,
     fingerprint: &[String],
     next: Option<Instant>,
@@ -208,13 +208,13 @@ pub fn due(
 
 /// A failed run, as its Event tells it.
 #[derive(Debug, Clone)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The namespace of the Job (and of the Event).
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The Job's name.
-    pub job: String,
+    pub(crate) job: String,
     /// What the run gave.
-    pub result: JobResult,
+    pub(crate) result: JobResult,
 }
 
 /// How the validation's Events are named in the log.
@@ -225,7 +225,7 @@ const VOICE: Voice = Voice {
 };
 
 /// The Event about the node for a failed run.
-pub fn event(f: &Failure, node: &str, now: Time) -> Event {
+pub(crate) fn event(f: &Failure, node: &str, now: Time) -> Event {
     let (namespace, job, result) = (&f.namespace, &f.job, &f.result);
     let failed = result
         .summary
@@ -264,19 +264,19 @@ pub fn event(f: &Failure, node: &str, now: Time) -> Event {
 
 /// One of this node's validation Jobs as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listed {
+pub(crate) struct Listed {
     /// Its name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its creation time (RFC 3339).
-    pub created: String,
+    pub(crate) created: String,
     /// It completed or failed.
-    pub finished: bool,
+    pub(crate) finished: bool,
     /// The host directory it mounts (the `dxdp.exe` copy it runs).
-    pub host_dir: Option<String>,
+    pub(crate) host_dir: Option<String>,
 }
 
 /// A Job of the list answer.
-pub fn listed(job: &Job) -> Listed {
+pub(crate) fn listed(job: &Job) -> Listed {
     let spec = job.spec.as_ref().and_then(|s| s.template.spec.as_ref());
     let conditions = job.status.as_ref().and_then(|s| s.conditions.as_ref());
     Listed {

@@ -301,6 +301,7 @@ const FOREIGN_COMMANDS: &[&str] = &[
     "RUSTDOCFLAGS=",
     "DXDP_SOAK_SECS=",
     "DXDP_UPDATE_SCHEMAS=",
+    "DXDP_UPDATE_EXPORTED=",
     ".ci/",
     "deploy/check.py",
 ];

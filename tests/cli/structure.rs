@@ -393,3 +393,296 @@ fn no_re_export_gives_an_item_a_second_path() {
     }
     assert!(aliases.is_empty(), "re-export aliases: {aliases:#?}");
 }
+
+/// What a block opened on a line is, for [`exported`].
+#[derive(Clone, PartialEq)]
+enum Block {
+    /// An inline `pub mod`: its items are exported under its path.
+    Module(String),
+    /// An inherent `impl Type`: its `pub` associated items are `Type::item`.
+    Impl(String),
+    /// A `pub struct Type { … }`: its `pub` fields are `Type.field`.
+    Fields(String),
+    /// Anything else (function bodies, trait impls, private modules, macros): nothing exported.
+    Opaque,
+}
+
+/// The name after `keyword ` in `rest` (`fn run(` → `run`).
+fn ident(rest: &str) -> String {
+    rest.trim_start()
+        .trim_start_matches("r#")
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The type an inherent impl line is for (`impl<T> Foo<T> {` → `Foo`), `None` for a trait impl.
+fn impl_type(line: &str) -> Option<String> {
+    let rest = line.strip_prefix("impl")?;
+    if line.contains(" for ") || !(rest.starts_with(' ') || rest.starts_with('<')) {
+        return None;
+    }
+    // Skip the impl's own generics.
+    let mut depth = 0;
+    let mut start = 0;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            ' ' if depth == 0 => {
+                start = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let name = ident(&rest[start..]);
+    (!name.is_empty()).then_some(name)
+}
+
+/// The items of one module file (`text`, module path `path`) the crate exports, appended to
+/// `out`; `pub mod` children are read from `dir`. With `only`, a private module: just the items
+/// its parent re-exports (`pub use child::Item`), under the parent's path.
+fn exported_in(
+    text: &str,
+    dir: &Path,
+    path: &str,
+    only: Option<&BTreeSet<String>>,
+    out: &mut BTreeSet<String>,
+) {
+    let lines = code(text);
+    let mut stack: Vec<(usize, Block)> = Vec::new();
+    let mut reexported: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut private_mods = BTreeSet::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        i += 1;
+        let t = line.trim_start();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let indent = line.len() - t.len();
+        while stack.last().is_some_and(|(n, _)| *n >= indent) {
+            stack.pop();
+        }
+        let opens = t.ends_with('{');
+        // The module the line is in (`None` inside a function, a trait impl, a private
+        // module…), and the type whose member it is, if it is directly in an impl or struct.
+        let (outer, last) = match stack.last() {
+            Some((_, Block::Impl(ty) | Block::Fields(ty))) => {
+                (&stack[..stack.len() - 1], Some(ty.clone()))
+            }
+            _ => (&stack[..], None),
+        };
+        let module = outer
+            .iter()
+            .try_fold(path.to_string(), |p, (_, b)| match b {
+                Block::Module(m) => Some(format!("{p}::{m}")),
+                _ => None,
+            });
+        let member_of = last;
+        let wanted = |name: &str| only.is_none_or(|o| o.contains(name));
+        let mut block = Block::Opaque;
+        if let (Some(module), None) = (&module, &member_of) {
+            if let Some(rest) = t.strip_prefix("pub use ") {
+                // A re-export, as written (joined over lines).
+                let mut text = rest.to_string();
+                while !text.trim_end().ends_with(';') && i < lines.len() {
+                    text.push_str(lines[i].trim());
+                    i += 1;
+                }
+                let text = text.trim_end().trim_end_matches(';').replace(",}", "}");
+                if only.is_none() {
+                    out.insert(format!("{module}: pub use {text}"));
+                    // `pub use child::{A, B}` from a private child: its items are exported here.
+                    if let Some((child, names)) = text.split_once("::") {
+                        let names = names.trim_matches(|c| c == '{' || c == '}');
+                        reexported
+                            .entry(child.to_string())
+                            .or_default()
+                            .extend(names.split(',').map(|n| n.trim().to_string()));
+                    }
+                }
+            } else if let Some(rest) = t.strip_prefix("mod ") {
+                private_mods.insert(ident(rest));
+            } else if let Some(rest) = t.strip_prefix("pub ") {
+                let words: Vec<&str> = rest.split_whitespace().collect();
+                // Qualifiers before the keyword (`pub const fn`, `pub async unsafe fn`).
+                let mut k = 0;
+                while k + 1 < words.len()
+                    && (matches!(words[k], "async" | "unsafe" | "extern" | "\"C\"")
+                        || (words[k] == "const"
+                            && matches!(words[k + 1], "fn" | "unsafe" | "async")))
+                {
+                    k += 1;
+                }
+                let kind = words.get(k).copied().unwrap_or("");
+                let after = words.get(k + 1..).unwrap_or_default().join(" ");
+                let after = after.as_str();
+                let name = ident(after);
+                if wanted(&name) {
+                    out.insert(format!("{module}::{name} ({kind})"));
+                }
+                match kind {
+                    "mod" if opens => block = Block::Module(name),
+                    "mod" if only.is_none() => {
+                        let file = [
+                            dir.join(format!("{name}.rs")),
+                            dir.join(&name).join("mod.rs"),
+                        ]
+                        .into_iter()
+                        .find(|f| f.exists())
+                        .unwrap_or_else(|| panic!("no file for module {module}::{name}"));
+                        let text = std::fs::read_to_string(&file).unwrap();
+                        exported_in(
+                            &text,
+                            &dir.join(&name),
+                            &format!("{module}::{name}"),
+                            None,
+                            out,
+                        );
+                    }
+                    "struct" if opens && wanted(&name) => block = Block::Fields(name),
+                    "struct" if wanted(&name) => {
+                        // Public tuple fields: `pub struct X(pub T);`.
+                        let fields = after.split_once('(').map_or("", |(_, f)| f);
+                        for (n, field) in fields.split(',').enumerate() {
+                            if field.trim_start().starts_with("pub ") {
+                                out.insert(format!("{module}::{name}.{n} (field)"));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            } else if let Some(ty) = impl_type(t) {
+                if opens && wanted(&ty) {
+                    block = Block::Impl(ty);
+                }
+            }
+        } else if let (Some(module), Some(ty)) = (&module, &member_of) {
+            let field = matches!(stack.last(), Some((_, Block::Fields(_))));
+            if let Some(rest) = t.strip_prefix("pub ") {
+                if field {
+                    let name = ident(rest);
+                    out.insert(format!("{module}::{ty}.{name} (field)"));
+                } else {
+                    let kind = rest
+                        .split_whitespace()
+                        .find(|w| matches!(*w, "fn" | "const" | "type"))
+                        .unwrap_or("fn");
+                    let after = rest.split_once(&format!("{kind} ")).map_or("", |(_, a)| a);
+                    out.insert(format!("{module}::{ty}::{} ({kind})", ident(after)));
+                }
+            }
+        }
+        if opens {
+            stack.push((indent, block));
+        }
+    }
+    for (child, names) in reexported {
+        if !private_mods.contains(&child) {
+            continue;
+        }
+        let file = [
+            dir.join(format!("{child}.rs")),
+            dir.join(&child).join("mod.rs"),
+        ]
+        .into_iter()
+        .find(|f| f.exists());
+        if let Some(file) = file {
+            let text = std::fs::read_to_string(&file).unwrap();
+            exported_in(&text, &dir.join(&child), path, Some(&names), out);
+        }
+    }
+}
+
+/// Every item the `dxdp` library exports, by path: `pub` items of public modules, `pub`
+/// associated items of their inherent impls, `pub` fields, `pub use` re-exports (with the items
+/// they lift out of private modules). Read from the source, whatever the target (so items under
+/// `cfg(windows)` count too); what macros declare is not seen.
+fn exported(src: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let text = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    exported_in(&text, src, "dxdp", None, &mut out);
+    out
+}
+
+/// The library exports only what the `dxdp` binary, the integration tests, the benchmarks and
+/// the fuzz crate need; everything else is `pub(crate)` (the compiler then finds dead code).
+/// The list is `tests/cli/exported.txt`.
+#[test]
+fn the_library_exports_only_the_listed_items() {
+    let listed_file = root().join("tests/cli/exported.txt");
+    let found = exported(&root().join("src"));
+    if std::env::var_os("DXDP_UPDATE_EXPORTED").is_some_and(|v| v == "1") {
+        let text: String = found.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&listed_file, text).unwrap();
+        return;
+    }
+    let listed: BTreeSet<String> = std::fs::read_to_string(&listed_file)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let added: Vec<&String> = found.difference(&listed).collect();
+    let removed: Vec<&String> = listed.difference(&found).collect();
+    assert!(
+        added.is_empty() && removed.is_empty(),
+        "the library's exported items changed.\n\
+         exported now, not listed: {added:#?}\n\
+         listed, no longer exported: {removed:#?}\n\
+         New items should be pub(crate) unless the binary, a test, a benchmark or the fuzz crate \
+         needs them (python3 /work/notes/private.py finds the least). To accept the change, run \
+         `DXDP_UPDATE_EXPORTED=1 cargo test --test cli structure::` and review the diff of \
+         tests/cli/exported.txt."
+    );
+}
+
+/// The walk on a small crate: public modules, impls, fields, tuple fields and re-exports out of
+/// a private module count; private modules, trait impls, function bodies and `pub(crate)` do not.
+#[test]
+fn the_export_walk_reads_a_small_crate() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir(src.join("a")).unwrap();
+    std::fs::write(
+        src.join("lib.rs"),
+        "pub mod a;\nmod hidden;\npub use hidden::{Lifted, Other};\npub(crate) fn no() {}\n\
+         pub fn yes() {\n    pub struct InBody;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("a/mod.rs"),
+        "pub struct S {\n    pub x: u32,\n    y: u32,\n}\n\
+         impl S {\n    pub fn new() -> Self {\n        todo!()\n    }\n    fn private() {}\n}\n\
+         impl Clone for S {\n    fn clone(&self) -> Self {\n        todo!()\n    }\n}\n\
+         pub struct T(pub u8, u8);\npub mod inner {\n    pub const C: u8 = 1;\n}\n\
+         #[cfg(test)]\nmod tests {\n    pub fn helper() {}\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("hidden.rs"),
+        "pub struct Lifted;\nimpl Lifted {\n    pub fn go(&self) {}\n}\npub struct NotLifted;\n\
+         pub(crate) struct Other;\n",
+    )
+    .unwrap();
+    let found: Vec<String> = exported(src).into_iter().collect();
+    assert_eq!(
+        found,
+        [
+            "dxdp: pub use hidden::{Lifted, Other}",
+            "dxdp::Lifted (struct)",
+            "dxdp::Lifted::go (fn)",
+            "dxdp::a (mod)",
+            "dxdp::a::S (struct)",
+            "dxdp::a::S.x (field)",
+            "dxdp::a::S::new (fn)",
+            "dxdp::a::T (struct)",
+            "dxdp::a::T.0 (field)",
+            "dxdp::a::inner (mod)",
+            "dxdp::a::inner::C (const)",
+            "dxdp::yes (fn)",
+        ]
+    );
+}

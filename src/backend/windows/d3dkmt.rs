@@ -17,7 +17,7 @@ use crate::backend::winparse::{self, query_registry, QueryRegistry};
 use dxdp_core::facts::PciLocation;
 
 /// An open D3DKMT adapter handle, closed on drop.
-pub struct Adapter(u32);
+pub(crate) struct Adapter(u32);
 
 impl Drop for Adapter {
     fn drop(&mut self) {
@@ -28,7 +28,7 @@ impl Drop for Adapter {
 
 impl Adapter {
     /// Opens the adapter with this LUID.
-    pub fn open(luid: i64) -> Result<Adapter, WinError> {
+    pub(crate) fn open(luid: i64) -> Result<Adapter, WinError> {
         let (low, high) = winparse::luid_from_i64(luid);
         let mut open = D3DKMT_OPENADAPTERFROMLUID {
             AdapterLuid: LUID {
@@ -47,7 +47,7 @@ impl Adapter {
 }
 
 /// The adapter's PCI bus, device and function as the graphics kernel reports them.
-pub fn adapter_address(adapter: &Adapter) -> Result<PciLocation, WinError> {
+pub(crate) fn adapter_address(adapter: &Adapter) -> Result<PciLocation, WinError> {
     let mut address = D3DKMT_ADAPTERADDRESS::default();
     let mut query = D3DKMT_QUERYADAPTERINFO {
         hAdapter: adapter.0,
@@ -71,7 +71,7 @@ pub fn adapter_address(adapter: &Adapter) -> Result<PciLocation, WinError> {
 }
 
 /// The driver store path as reported (`\SystemRoot\System32\DriverStore\FileRepository\...`).
-pub fn driver_store_path(adapter: &Adapter) -> Result<String, WinError> {
+pub(crate) fn driver_store_path(adapter: &Adapter) -> Result<String, WinError> {
     let mut extra = 520usize;
     for _ in 0..6 {
         let mut buf = winparse::driver_store_query(extra);

@@ -21,9 +21,9 @@ use crate::backend::winparse::{self, wide};
 use dxdp_core::facts::PnpFacts;
 
 /// Display adapters (WDDM).
-pub const DISPLAY_CLASS: &str = "{4d36e968-e325-11ce-bfc1-08002be10318}";
+pub(crate) const DISPLAY_CLASS: &str = "{4d36e968-e325-11ce-bfc1-08002be10318}";
 /// Compute accelerators (MCDM).
-pub const COMPUTE_ACCELERATOR_CLASS: &str = "{f01a9d53-3ff6-48d2-9f97-c8a7004be10c}";
+pub(crate) const COMPUTE_ACCELERATOR_CLASS: &str = "{f01a9d53-3ff6-48d2-9f97-c8a7004be10c}";
 
 /// `DEVPKEY_Gpu_Luid`: the adapter LUID on the device node (documented drivers: UINT64).
 const DEVPKEY_GPU_LUID: DEVPROPKEY = DEVPROPKEY {
@@ -232,18 +232,18 @@ fn node(instance_id: &str) -> Result<PnpFacts, WinError> {
 
 /// The device nodes of the DirectX classes, and what could not be read.
 #[derive(Default)]
-pub struct Enumeration {
+pub(crate) struct Enumeration {
     /// Every present device node of the two classes, each with its own read errors.
-    pub nodes: Vec<PnpFacts>,
+    pub(crate) nodes: Vec<PnpFacts>,
     /// Device lists that could not be read: any adapter without a node may be missing from them.
-    pub list_errors: Vec<String>,
+    pub(crate) list_errors: Vec<String>,
     /// Device nodes that could not be located, so they belong to no known adapter.
-    pub unmatched_errors: Vec<String>,
+    pub(crate) unmatched_errors: Vec<String>,
 }
 
 /// The device nodes, and what could not be read (never fails as a whole). Errors stay with the
 /// node they concern; only list failures concern every unmatched adapter.
-pub fn enumerate() -> Enumeration {
+pub(crate) fn enumerate() -> Enumeration {
     let mut out = Enumeration::default();
     for class in [DISPLAY_CLASS, COMPUTE_ACCELERATOR_CLASS] {
         let ids = match device_ids(class) {

@@ -69,19 +69,19 @@ unsafe extern "system" fn on_change(
 }
 
 /// Makes DXCore notifications call `wake`.
-pub fn set_wake(wake: Wake) {
+pub(crate) fn set_wake(wake: Wake) {
     *WAKE.lock().unwrap_or_else(|p| p.into_inner()) = Some(wake);
 }
 
 /// Whether DXCore reported a change since the last call.
-pub fn take_changed() -> bool {
+pub(crate) fn take_changed() -> bool {
     CHANGED.swap(false, Ordering::SeqCst)
 }
 
 type CreateFactory = unsafe extern "system" fn(*const GUID, *mut *mut c_void) -> HRESULT;
 
 /// The DXCore objects of one enumeration, kept alive for their notifications.
-pub struct Session {
+pub(crate) struct Session {
     factory: IDXCoreAdapterFactory,
     lists: Vec<IDXCoreAdapterList>,
     adapters: Vec<IDXCoreAdapter>,
@@ -95,7 +95,7 @@ unsafe impl Send for Session {}
 
 impl Session {
     /// Whether any adapter list went stale (the slow-poll fallback for missed notifications).
-    pub fn any_stale(&self) -> bool {
+    pub(crate) fn any_stale(&self) -> bool {
         // SAFETY: live COM objects.
         self.lists.iter().any(|l| unsafe { l.IsStale() })
     }
@@ -280,7 +280,7 @@ fn create_factory(library: &Library) -> Result<IDXCoreAdapterFactory, WinError> 
 /// released before returning: the daemon's session (its notifications and health poll) is not
 /// touched. An adapter whose property is unsupported or unreadable is left out (its shared total
 /// is then unknown), with a debug log.
-pub fn shared_memory_limits() -> Result<Vec<SharedMemoryLimit>, WinError> {
+pub(crate) fn shared_memory_limits() -> Result<Vec<SharedMemoryLimit>, WinError> {
     let library = Library::load("dxcore.dll")?;
     let factory = create_factory(&library)?;
     let mut out = Vec::new();
@@ -327,7 +327,7 @@ pub fn shared_memory_limits() -> Result<Vec<SharedMemoryLimit>, WinError> {
 
 /// Enumerates every valid adapter of every attribute list, deduplicated by LUID, and registers
 /// for change notifications.
-pub fn enumerate() -> Result<(Vec<AdapterFacts>, Session), WinError> {
+pub(crate) fn enumerate() -> Result<(Vec<AdapterFacts>, Session), WinError> {
     let library = Library::load("dxcore.dll")?;
     let factory = create_factory(&library)?;
     let mut session = Session {

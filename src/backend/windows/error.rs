@@ -4,16 +4,16 @@ use std::fmt;
 
 /// A failed Windows API call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WinError {
+pub(crate) struct WinError {
     /// The API, e.g. `CM_Get_DevNode_PropertyW(DEVPKEY_Device_LocationPaths)`.
-    pub api: String,
+    pub(crate) api: String,
     /// The status, e.g. `HRESULT 0x887A0004`, `CONFIGRET 26`, `NTSTATUS 0xC0000001`.
-    pub status: String,
+    pub(crate) status: String,
 }
 
 impl WinError {
     /// An error from an `HRESULT`.
-    pub fn hresult(api: impl Into<String>, error: &windows::core::Error) -> Self {
+    pub(crate) fn hresult(api: impl Into<String>, error: &windows::core::Error) -> Self {
         WinError {
             api: api.into(),
             status: format!(
@@ -25,7 +25,7 @@ impl WinError {
     }
 
     /// An error from a `CONFIGRET`.
-    pub fn configret(api: impl Into<String>, code: u32) -> Self {
+    pub(crate) fn configret(api: impl Into<String>, code: u32) -> Self {
         WinError {
             api: api.into(),
             status: format!("CONFIGRET {code}"),
@@ -33,7 +33,7 @@ impl WinError {
     }
 
     /// An error from an `NTSTATUS`.
-    pub fn ntstatus(api: impl Into<String>, code: i32) -> Self {
+    pub(crate) fn ntstatus(api: impl Into<String>, code: i32) -> Self {
         WinError {
             api: api.into(),
             status: format!("NTSTATUS 0x{:08X}", code as u32),
@@ -41,7 +41,7 @@ impl WinError {
     }
 
     /// An error from a Win32 error code.
-    pub fn win32(api: impl Into<String>, code: u32) -> Self {
+    pub(crate) fn win32(api: impl Into<String>, code: u32) -> Self {
         WinError {
             api: api.into(),
             status: format!("Win32 error {code}"),
@@ -49,7 +49,7 @@ impl WinError {
     }
 
     /// Any other failure.
-    pub fn other(api: impl Into<String>, status: impl Into<String>) -> Self {
+    pub(crate) fn other(api: impl Into<String>, status: impl Into<String>) -> Self {
         WinError {
             api: api.into(),
             status: status.into(),

@@ -121,7 +121,7 @@ impl Drop for Subscribed {
 }
 
 /// The Windows event log of this machine.
-pub struct WindowsEventLog;
+pub(crate) struct WindowsEventLog;
 
 impl EventLog for WindowsEventLog {
     fn describe(&self) -> String {

@@ -27,7 +27,7 @@ use crate::backend::winparse::{self, wide};
 type HcsGetServiceProperties = unsafe extern "system" fn(PCWSTR, *mut PWSTR) -> HRESULT;
 
 /// The supported HCS schema versions (highest minor per major), e.g. `["2.5"]`.
-pub fn schema_versions() -> Result<Vec<String>, WinError> {
+pub(crate) fn schema_versions() -> Result<Vec<String>, WinError> {
     let lib = Library::load("computecore.dll")?;
     let symbol = lib.symbol(c"HcsGetServiceProperties")?;
     // SAFETY: the export has this signature (computecore.h), and `lib` outlives the call.
@@ -72,10 +72,10 @@ const GENERIC_ALL: u32 = 0x1000_0000;
 /// `HCS_E_OPERATION_TIMEOUT`.
 const HCS_E_OPERATION_TIMEOUT: u32 = 0x8037_0118;
 /// The longest wait for one HCS operation.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest a whole listing (every container's processes) may take; below the sampler's own
 /// 30 s limit, so that a slow HCS is reported by dxdp, not left running behind it.
-pub const LIST_DEADLINE: Duration = Duration::from_secs(20);
+pub(crate) const LIST_DEADLINE: Duration = Duration::from_secs(20);
 
 /// Transmutes an export to its signature.
 ///
@@ -87,7 +87,7 @@ unsafe fn cast<T: Copy>(f: unsafe extern "system" fn() -> isize) -> T {
 }
 
 /// The HCS functions dxdp calls to list containers and their processes.
-pub struct Hcs {
+pub(crate) struct Hcs {
     create_operation: CreateOperation,
     close_operation: CloseOperation,
     enumerate: EnumerateComputeSystems,
@@ -134,7 +134,7 @@ fn budget(deadline: Instant) -> Option<Duration> {
 impl Hcs {
     /// Loads `computecore.dll` and its functions. Fails, naming the DLL or function, where HCS
     /// is absent (no Containers feature, Wine) or too old.
-    pub fn load() -> Result<Self, WinError> {
+    pub(crate) fn load() -> Result<Self, WinError> {
         let library = Library::load("computecore.dll")?;
         // SAFETY: the signatures are those of computecore.h.
         unsafe {
@@ -197,7 +197,7 @@ impl Hcs {
     }
 
     /// The IDs of the running containers, waiting at most `timeout`.
-    pub fn running_containers(&self, timeout: Duration) -> Result<Vec<String>, WinError> {
+    pub(crate) fn running_containers(&self, timeout: Duration) -> Result<Vec<String>, WinError> {
         let api = "HcsEnumerateComputeSystems";
         let op = self.operation()?;
         let query = wide(winparse::HCS_CONTAINERS_QUERY);
@@ -214,7 +214,7 @@ impl Hcs {
     }
 
     /// The process IDs of the container `id`, waiting at most `timeout` for each call.
-    pub fn process_ids(&self, id: &str, timeout: Duration) -> Result<Vec<u32>, WinError> {
+    pub(crate) fn process_ids(&self, id: &str, timeout: Duration) -> Result<Vec<u32>, WinError> {
         let api = format!("HcsGetComputeSystemProperties({id}, ProcessList)");
         let wide_id = wide(id);
         let mut handle: Handle = std::ptr::null_mut();
@@ -247,7 +247,7 @@ impl Hcs {
     /// Every running container with its process IDs, within [`LIST_DEADLINE`]. A container that
     /// cannot be queried (it may have stopped since the enumeration) is listed as unreadable,
     /// with why; when none of several can be, the first error is returned.
-    pub fn containers(&self) -> Result<ContainerListing, WinError> {
+    pub(crate) fn containers(&self) -> Result<ContainerListing, WinError> {
         let deadline = Instant::now() + LIST_DEADLINE;
         let late = || {
             WinError::other(
@@ -280,13 +280,13 @@ impl Hcs {
 }
 
 /// The containers' process lists from HCS.
-pub struct HcsContainers {
+pub(crate) struct HcsContainers {
     hcs: Hcs,
 }
 
 impl HcsContainers {
     /// Loads HCS. Fails where it is absent, saying so.
-    pub fn open() -> Result<Self, WinError> {
+    pub(crate) fn open() -> Result<Self, WinError> {
         Hcs::load()
             .map(|hcs| HcsContainers { hcs })
             .map_err(|e| WinError {

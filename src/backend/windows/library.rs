@@ -14,7 +14,7 @@ use crate::backend::winparse::wide;
 
 /// A loaded DLL, freed on drop.
 #[derive(Debug)]
-pub struct Library {
+pub(crate) struct Library {
     name: &'static str,
     module: HMODULE,
 }
@@ -26,7 +26,7 @@ unsafe impl Sync for Library {}
 
 impl Library {
     /// Loads `name` from System32 only.
-    pub fn load(name: &'static str) -> Result<Self, WinError> {
+    pub(crate) fn load(name: &'static str) -> Result<Self, WinError> {
         let wide_name = wide(name);
         // SAFETY: the name is NUL-terminated UTF-16 that outlives the call.
         let module = unsafe {
@@ -41,7 +41,10 @@ impl Library {
     }
 
     /// The address of an exported function.
-    pub fn symbol(&self, symbol: &CStr) -> Result<unsafe extern "system" fn() -> isize, WinError> {
+    pub(crate) fn symbol(
+        &self,
+        symbol: &CStr,
+    ) -> Result<unsafe extern "system" fn() -> isize, WinError> {
         // SAFETY: the module is loaded and the name is NUL-terminated.
         unsafe { GetProcAddress(self.module, PCSTR(symbol.as_ptr().cast())) }.ok_or_else(|| {
             WinError::other(

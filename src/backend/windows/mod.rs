@@ -11,14 +11,14 @@ mod d3dkmt;
 mod devnodes;
 mod dxcore;
 mod error;
-pub mod eventlog;
-pub mod hcs;
+pub(crate) mod eventlog;
+pub(crate) mod hcs;
 mod library;
 mod os;
-pub mod pdh;
-pub mod probe;
+pub(crate) mod pdh;
+pub(crate) mod probe;
 mod registry;
-pub mod telemetry;
+pub(crate) mod telemetry;
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -31,7 +31,7 @@ use dxdp_core::facts::{AdapterProperty, HostFacts, RegistryKey};
 use dxdp_core::pipeline::matching::AdapterMatch;
 use dxdp_core::pipeline::runtime_files::{CLASS_ROOT, SUBKEYS};
 
-pub use error::WinError;
+pub(crate) use error::WinError;
 
 /// Facts are re-read at least this often, for changes DXCore does not notify (problem codes,
 /// driver updates finishing).
@@ -39,7 +39,7 @@ const HEALTH_POLL: Duration = Duration::from_secs(10);
 
 /// The facts of the Windows machine dxdp runs on.
 #[derive(Default)]
-pub struct WindowsHost {
+pub(crate) struct WindowsHost {
     session: Mutex<Option<dxcore::Session>>,
     /// When the last load was attempted, successful or not (so a failing host is retried at
     /// the health-poll pace, not on every safety tick).
@@ -77,7 +77,7 @@ fn log_matches(facts: &HostFacts, matches: &[AdapterMatch]) {
 
 impl WindowsHost {
     /// A backend that has not enumerated anything yet.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         WindowsHost::default()
     }
 }

@@ -27,7 +27,7 @@ fn number(name: &str) -> Option<u64> {
 }
 
 /// Reads the OS facts; what cannot be read is left out, HCS problems are logged.
-pub fn read() -> OsFacts {
+pub(crate) fn read() -> OsFacts {
     let build = winparse::os_build(
         number("CurrentMajorVersionNumber"),
         number("CurrentMinorVersionNumber"),

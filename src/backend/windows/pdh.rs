@@ -79,7 +79,7 @@ impl Drop for Query {
 }
 
 /// The GPU counters of this machine.
-pub struct PdhSource {
+pub(crate) struct PdhSource {
     query: Mutex<Query>,
 }
 
@@ -102,7 +102,7 @@ impl PdhSource {
     /// Loads `pdh.dll`, opens a query with the GPU counters and reads them once (the first read of
     /// a query gives no values). Fails, naming the call and status, where the counters do not
     /// exist.
-    pub fn open() -> Result<Self, String> {
+    pub(crate) fn open() -> Result<Self, String> {
         let library = Library::load("pdh.dll").map_err(|e| e.to_string())?;
         let symbol = |name: &std::ffi::CStr| library.symbol(name).map_err(|e| e.to_string());
         // SAFETY: the signatures are those of pdh.h.

@@ -95,13 +95,13 @@ fn err_text(e: &windows::core::Error) -> String {
 }
 
 /// The System32 directory (`%SystemRoot%\System32`), where containers get the runtime files.
-pub fn system_dir() -> std::path::PathBuf {
+pub(crate) fn system_dir() -> std::path::PathBuf {
     let root = std::env::var_os("SystemRoot").unwrap_or_else(|| r"C:\Windows".into());
     Path::new(&root).join("System32")
 }
 
 /// Loads a DLL (absolute path) with its dependencies: `Err` is the loader's error.
-pub fn load_dll(path: &Path) -> Result<(), String> {
+pub(crate) fn load_dll(path: &Path) -> Result<(), String> {
     Dll::load_path(path).map(|_| ())
 }
 
@@ -129,7 +129,7 @@ fn factory() -> Result<IDXGIFactory1, String> {
 }
 
 /// An adapter DXGI lists: LUID (as `DXDP_ADAPTER_LUIDS` writes it), description, software.
-pub type DxgiAdapter = (i64, String, bool);
+pub(crate) type DxgiAdapter = (i64, String, bool);
 
 fn adapters_of(factory: &IDXGIFactory1) -> Result<Vec<(DxgiAdapter, IDXGIAdapter1)>, String> {
     let mut out = Vec::new();
@@ -157,7 +157,7 @@ fn adapters_of(factory: &IDXGIFactory1) -> Result<Vec<(DxgiAdapter, IDXGIAdapter
 }
 
 /// The adapters DXGI lists in this process.
-pub fn dxgi_adapters() -> Result<Vec<DxgiAdapter>, String> {
+pub(crate) fn dxgi_adapters() -> Result<Vec<DxgiAdapter>, String> {
     let f = factory()?;
     Ok(adapters_of(&f)?.into_iter().map(|(a, _)| a).collect())
 }
@@ -227,7 +227,7 @@ fn wait(fence: &ID3D12Fence, value: u64, limit: Duration) -> Result<(), String> 
 /// Uploads `len` bytes to a buffer on the adapter with `luid`, copies them into GPU memory and
 /// back on a compute queue (CopyBufferRegion), and compares them; `levels` are the feature
 /// levels to try in order. `Err` means D3D12 could not be tried here at all (no DXGI).
-pub fn d3d12_round_trip(
+pub(crate) fn d3d12_round_trip(
     luid: i64,
     levels: &[u32],
     len: usize,
@@ -451,7 +451,7 @@ fn failed(call: &str, code: i64) -> ApiAnswer {
 }
 
 /// Probes `api` through the DLL in `dir` (System32 in a container).
-pub fn vendor_api(api: Api, dir: &Path) -> ApiAnswer {
+pub(crate) fn vendor_api(api: Api, dir: &Path) -> ApiAnswer {
     let path = dir.join(api.dll());
     if !path.is_file() {
         return ApiAnswer::NotShipped;

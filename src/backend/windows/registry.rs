@@ -38,7 +38,7 @@ fn open(root: HKEY, path: &str) -> Result<Option<Key>, WinError> {
 }
 
 /// Every value of `root\path`, or `None` when the key does not exist.
-pub fn read_values(root: HKEY, path: &str) -> Result<Option<Vec<RegistryValue>>, WinError> {
+pub(crate) fn read_values(root: HKEY, path: &str) -> Result<Option<Vec<RegistryValue>>, WinError> {
     let Some(key) = open(root, path)? else {
         return Ok(None);
     };
@@ -112,7 +112,7 @@ pub fn read_values(root: HKEY, path: &str) -> Result<Option<Vec<RegistryValue>>,
 }
 
 /// One value of `root\path`, or `None` when the key or value does not exist.
-pub fn read_value(root: HKEY, path: &str, name: &str) -> Result<Option<RegData>, WinError> {
+pub(crate) fn read_value(root: HKEY, path: &str, name: &str) -> Result<Option<RegData>, WinError> {
     let Some(key) = open(root, path)? else {
         return Ok(None);
     };

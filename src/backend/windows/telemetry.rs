@@ -13,7 +13,7 @@ use super::pdh::PdhSource;
 use crate::backend::counters::CounterSource;
 
 /// How often the shared memory totals are read again.
-pub const SHARED_REFRESH: Duration = Duration::from_secs(60);
+pub(crate) const SHARED_REFRESH: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 struct Shared {
@@ -23,14 +23,14 @@ struct Shared {
 }
 
 /// The GPU counters and shared memory totals of this machine.
-pub struct NodeCounters {
+pub(crate) struct NodeCounters {
     pdh: PdhSource,
     shared: Mutex<Shared>,
 }
 
 impl NodeCounters {
     /// Opens the GPU counters (see [`PdhSource::open`]); fails where they do not exist.
-    pub fn open() -> Result<Self, String> {
+    pub(crate) fn open() -> Result<Self, String> {
         Ok(NodeCounters {
             pdh: PdhSource::open()?,
             shared: Mutex::default(),
