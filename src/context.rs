@@ -14,25 +14,25 @@ use crate::observe::Observe;
 
 /// The running daemon's shared state, built once by the composition root.
 #[derive(Debug, Clone)]
-pub struct Context {
+pub(crate) struct Context {
     /// The configuration in force: only what passed the serving check (at start and on every
     /// update); a rejected configuration never reaches a feature.
-    pub config: watch::Receiver<Arc<Config>>,
+    pub(crate) config: watch::Receiver<Arc<Config>>,
     /// The inventory served (devices and the configuration they were made with).
-    pub inventory: InventoryRx,
+    pub(crate) inventory: InventoryRx,
     /// Metrics, health and readiness.
-    pub observe: Observe,
+    pub(crate) observe: Observe,
     /// The API server client, when there is one (built once: the node's labels, the cluster
     /// features and the metrics authorizer all use it).
-    pub cluster: Option<Cluster>,
+    pub(crate) cluster: Option<Cluster>,
     /// Whether an API server client was asked for (`dxdp plugin`), so that a feature without
     /// one says why; `false` when the daemon runs without one by choice (`dxdp demo`, tests).
-    pub cluster_asked: bool,
+    pub(crate) cluster_asked: bool,
     /// The node's labels, followed when there is an API server client.
-    pub node: Option<watch::Receiver<Option<NodeInfo>>>,
+    pub(crate) node: Option<watch::Receiver<Option<NodeInfo>>>,
     /// The kubelet's device-plugin directory.
-    pub kubelet_dir: PathBuf,
+    pub(crate) kubelet_dir: PathBuf,
     /// The variables that are inputs of the daemon (`NODE_NAME`, `POD_NAMESPACE`), as the
     /// configuration's environment has them.
-    pub env: crate::config::Env,
+    pub(crate) env: crate::config::Env,
 }

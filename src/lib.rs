@@ -11,7 +11,7 @@
 //! - `supervisor`: the task supervisor every long-lived task of the daemon runs under.
 //! - [`plugin`]: device serving (device-plugin servers, file watch, gRPC service, registration,
 //!   kubelet restarts).
-//! - [`context`]: what every feature of the running daemon reads, built once by the daemon.
+//! - `context`: what every feature of the running daemon reads, built once by the daemon.
 //! - [`health`]: device health on the cluster side (live fault events, `GPUUnhealthy` Events,
 //!   node conditions, readiness on the Node's capacity).
 //! - [`validation`]: the in-cluster validation Jobs.
@@ -33,7 +33,7 @@
 pub mod backend;
 pub mod cluster;
 pub mod config;
-pub mod context;
+pub(crate) mod context;
 pub mod daemon;
 pub mod health;
 pub mod inventory;

@@ -76,7 +76,7 @@ impl std::fmt::Debug for TaskSpec {
 
 impl TaskSpec {
     /// `task`, started from a clone of it on every (re)start.
-    pub fn task(name: &'static str, role: Role, task: impl Task) -> Self {
+    pub(crate) fn task(name: &'static str, role: Role, task: impl Task) -> Self {
         TaskSpec::new(name, role, move || task.clone().run())
     }
 

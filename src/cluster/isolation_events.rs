@@ -1,5 +1,5 @@
 //! GPU isolation violations as Events on the pod (`isolation.events`): a Warning Event
-//! `EVENT_REASON` on the pod container when a violation starts ([`report_events`], following
+//! `EVENT_REASON` on the pod container when a violation starts ([`ReportEvents`], following
 //! the violations the telemetry task publishes, `telemetry::audit`, through the daemon's
 //! wiring).
 //!

@@ -47,11 +47,11 @@ fn node_has(node: &NodeInfo, want: &BTreeMap<String, String>) -> bool {
 /// An apply that fails, or whose answer does not show the labels (a webhook or policy rewrote
 /// them), is retried with backoff.
 #[derive(Clone)]
-pub struct KeepLabels {
-    pub cluster: Cluster,
-    pub inventory: InventoryRx,
-    pub node: watch::Receiver<Option<NodeInfo>>,
-    pub backoff: Backoff,
+pub(crate) struct KeepLabels {
+    pub(crate) cluster: Cluster,
+    pub(crate) inventory: InventoryRx,
+    pub(crate) node: watch::Receiver<Option<NodeInfo>>,
+    pub(crate) backoff: Backoff,
 }
 
 impl Task for KeepLabels {

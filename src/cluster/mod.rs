@@ -10,7 +10,7 @@
 //! - [`isolation_events`]: `GPUIsolationViolation` Events on the pod using a GPU it was not
 //!   allocated (`isolation.events`);
 //! - [`taint`]: the node taint of `isolation.policy: taint` while a violation lasts;
-//! - [`cleanup`]: takes dxdp's labels, taint and conditions off a node (`dxdp cleanup`);
+//! - `cleanup`: takes dxdp's labels, taint and conditions off a node (`dxdp cleanup`);
 //! - [`metrics_authz`]: TokenReview and SubjectAccessReview of `/metrics` requests
 //!   (`metrics.authorization: kubernetes`; unlike the rest, required once asked for);
 //!
@@ -21,7 +21,7 @@
 //! as before and says once why the cluster features are off. API errors are retried with
 //! backoff and never stop the daemon.
 
-pub mod cleanup;
+pub(crate) mod cleanup;
 pub mod events;
 pub mod isolation_events;
 pub(crate) mod labels;
@@ -50,14 +50,14 @@ pub(crate) const FIELD_MANAGER: &str = "dxdp";
 
 /// The field manager of the validation's labels: separate from dxdp's other labels, so that the
 /// two sets never remove each other's keys.
-pub const VALIDATION_FIELD_MANAGER: &str = "dxdp-validation";
+pub(crate) const VALIDATION_FIELD_MANAGER: &str = "dxdp-validation";
 
 /// The environment variable naming this node (the chart sets it from `spec.nodeName`).
 pub const NODE_NAME_VAR: &str = "NODE_NAME";
 
 /// Retries of API server calls (node labels, following the node, Events, taint, conditions,
 /// validation labels): 1 s doubling to 60 s, with jitter.
-pub const API_BACKOFF: Backoff = Backoff {
+pub(crate) const API_BACKOFF: Backoff = Backoff {
     initial: Duration::from_secs(1),
     max: Duration::from_secs(60),
     timeout: Duration::from_secs(30),
@@ -66,7 +66,7 @@ pub const API_BACKOFF: Backoff = Backoff {
 /// The node labels and the node watch (optional tasks): the Node's labels follow the served
 /// inventory, and `node` follows the Node's labels (re-read every `safety_poll` when watching
 /// is forbidden).
-pub fn node_tasks(
+pub(crate) fn node_tasks(
     cluster: &Cluster,
     inventory: &InventoryRx,
     node: watch::Sender<Option<NodeInfo>>,
@@ -220,7 +220,7 @@ impl Cluster {
 
     /// Applies `labels` as field manager `manager` (forced): the labels `manager` applied before
     /// and no longer sets are removed, everyone else's are left alone.
-    pub async fn apply_labels_as(
+    pub(crate) async fn apply_labels_as(
         &self,
         manager: &str,
         labels: &BTreeMap<String, String>,

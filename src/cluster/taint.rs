@@ -1,5 +1,5 @@
 //! The node taint of `isolation.policy: taint`: [`TAINT_KEY`]`:NoSchedule` on the node while any
-//! GPU isolation violation lasts ([`keep_taint`], following the violations the telemetry task
+//! GPU isolation violation lasts ([`KeepTaint`], following the violations the telemetry task
 //! publishes, `telemetry::audit`, through the daemon's wiring).
 //!
 //! A read-modify-write of `spec.taints` with a JSON merge patch conditional on the Node's

@@ -13,18 +13,18 @@
 //!    endpoints (they answer from the first moment; a guard that cannot be set up answers
 //!    `503` with the reason, the devices are served as usual);
 //! 3. on Windows the live GPU fault events from the event log, fed into device health
-//!    ([`health::live_faults`]);
-//! 4. device serving's start ([`plugin::serve::start`]): the first host read and the check that
+//!    (`health::live_faults`);
+//! 4. device serving's start (`plugin::serve::start`): the first host read and the check that
 //!    the configuration can be served (with the top-level fallback);
-//! 5. the [`Context`]: the validated configuration channel and the inventory channel, which
+//! 5. the `Context`: the validated configuration channel and the inventory channel, which
 //!    every feature reads (no task copies one channel into another);
-//! 6. each feature's tasks, from its entry point: serving ([`plugin::serve::tasks`]: refresher,
+//! 6. each feature's tasks, from its entry point: serving (`plugin::serve::tasks`: refresher,
 //!    device gauges, configuration reload), the node labels and the node watch
-//!    ([`cluster::node_tasks`]), GPU telemetry and the isolation audit ([`telemetry::tasks`]:
-//!    Events, taint), device health on the cluster side ([`health::tasks`]: Events, node
+//!    (`cluster::node_tasks`), GPU telemetry and the isolation audit (`telemetry::tasks`:
+//!    Events, taint), device health on the cluster side (`health::tasks`: Events, node
 //!    conditions, `/readyz` on the Node's capacity), the in-cluster validation Jobs
-//!    ([`validation::tasks`]);
-//! 7. serving's main loop ([`plugin::serve::run`]) with the supervisor, until the stop.
+//!    (`validation::tasks`);
+//! 7. serving's main loop (`plugin::serve::run`) with the supervisor, until the stop.
 
 use std::future::Future;
 use std::path::PathBuf;

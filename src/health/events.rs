@@ -7,7 +7,7 @@
 //! Unhealthy, and again every `RELIST` while one stays Unhealthy. One Event per start of
 //! (pod container, device, reason): a device that stays Unhealthy gets no second Event, a new
 //! reason does. Sent, deduplicated and rate-limited exactly like the isolation Events (the same
-//! [`EventSender`] and [`EVENT_LIMITS`](crate::cluster::events::EVENT_LIMITS)): no second Event for the
+//! `EventSender` and [`EVENT_LIMITS`](crate::cluster::events::EVENT_LIMITS)): no second Event for the
 //! same key within the window, a burst then one a minute, a held-back Event sent later if the
 //! device is still Unhealthy and held. `health.events: false` sends none (counted `disabled`); every outcome is counted in
 //! `dxdp_health_events_total{result}`. API and PodResources failures are logged once per

@@ -56,7 +56,7 @@ impl LiveFaults {
     }
 
     /// The kept records, oldest first.
-    pub fn records(&self) -> Vec<LogRecord> {
+    pub(crate) fn records(&self) -> Vec<LogRecord> {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).records()
     }
 
@@ -239,12 +239,12 @@ async fn subscribe(
 
 /// Follows `log` for fault events until the task is stopped (see the module documentation).
 #[derive(Clone)]
-pub struct FollowLog {
-    pub live: Arc<LiveFaults>,
-    pub log: Arc<dyn EventLog>,
-    pub config: watch::Receiver<Arc<Config>>,
-    pub metrics: Metrics,
-    pub backoff: Backoff,
+pub(crate) struct FollowLog {
+    pub(crate) live: Arc<LiveFaults>,
+    pub(crate) log: Arc<dyn EventLog>,
+    pub(crate) config: watch::Receiver<Arc<Config>>,
+    pub(crate) metrics: Metrics,
+    pub(crate) backoff: Backoff,
 }
 
 impl Task for FollowLog {

@@ -4,8 +4,8 @@
 //! configuration) are pure and live in `dxdp_core::health`; serving applies them to the devices
 //! the kubelet sees (`plugin::refresher`). This feature adds:
 //!
-//! - [`faults`]: the live GPU fault events of the Windows event log, fed into the host facts
-//!   ([`live_faults`], wrapped around the host-facts source before serving starts);
+//! - `faults`: the live GPU fault events of the Windows event log, fed into the host facts
+//!   (`live_faults`, wrapped around the host-facts source before serving starts);
 //! - [`events`]: `GPUUnhealthy` Events on the pods holding an Unhealthy device (`health.events`);
 //! - [`conditions`]: the `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions
 //!   (`health.nodeConditions`);
@@ -13,12 +13,12 @@
 //!
 //! Its metrics are `observe::device_health`'s (serving records there too); its configuration
 //! section is `config::health`. Every task is optional; without an API server client device
-//! health is logged and counted only, said once ([`tasks`]).
+//! health is logged and counted only, said once (`tasks`).
 
 pub mod capacity;
 pub mod conditions;
 pub mod events;
-pub mod faults;
+pub(crate) mod faults;
 
 use std::sync::Arc;
 
@@ -37,7 +37,7 @@ use dxdp_core::telemetry::isolation::Active;
 /// the log is pushed onto `specs`). `log` is `None` for a source that brings its own recorded
 /// faults (a host snapshot, the sample host), and an error (said once) where there is no event
 /// log to follow.
-pub fn live_faults(
+pub(crate) fn live_faults(
     source: Arc<dyn HostFactsSource>,
     log: Option<Result<Arc<dyn EventLog>, String>>,
     config: watch::Receiver<Arc<Config>>,
@@ -62,7 +62,7 @@ pub fn live_faults(
 /// The `GPUUnhealthy` Events, the node conditions and the readiness capacity gate (optional
 /// tasks, with the API server and the Node watch); without them, says once what device health
 /// cannot do and tells `/readyz` that the Node's capacity is not checked.
-pub fn tasks(ctx: &Context, active: &watch::Sender<Active>) -> Vec<TaskSpec> {
+pub(crate) fn tasks(ctx: &Context, active: &watch::Sender<Active>) -> Vec<TaskSpec> {
     let (Some(cluster), Some(node)) = (&ctx.cluster, &ctx.node) else {
         // Without a client by choice (`dxdp demo`, tests) there is nothing to say.
         if ctx.cluster_asked {

@@ -36,15 +36,15 @@ pub(crate) struct Guard {
 /// listening when it ends. A guard that cannot be set up is tried again every `retry` while
 /// `/metrics` answers `503` with the reason.
 #[derive(Clone, Debug)]
-pub struct MetricsEndpoint {
+pub(crate) struct MetricsEndpoint {
     /// Where it listens (`metrics.address`).
-    pub address: SocketAddr,
+    pub(crate) address: SocketAddr,
     /// What it serves.
-    pub observe: Observe,
+    pub(crate) observe: Observe,
     /// What guards `/metrics`.
-    pub guard: Guard,
+    pub(crate) guard: Guard,
     /// How often a guard that could not be set up is tried again ([`GUARD_RETRY`]).
-    pub retry: Duration,
+    pub(crate) retry: Duration,
 }
 
 impl Task for MetricsEndpoint {
@@ -90,11 +90,11 @@ impl Task for MetricsEndpoint {
 /// Serves `/healthz` and `/readyz` alone on `address` (`metrics.probeAddress`), with their own
 /// connections ([`super::http::serve_probes_forever`]).
 #[derive(Clone, Debug)]
-pub struct ProbeEndpoint {
+pub(crate) struct ProbeEndpoint {
     /// Where it listens.
-    pub address: SocketAddr,
+    pub(crate) address: SocketAddr,
     /// What it serves.
-    pub observe: Observe,
+    pub(crate) observe: Observe,
 }
 
 impl Task for ProbeEndpoint {

@@ -18,7 +18,7 @@
 
 pub mod answer;
 pub mod claim;
-pub mod file_watch;
+pub(crate) mod file_watch;
 pub mod refresher;
 pub(crate) mod register;
 pub(crate) mod reload;

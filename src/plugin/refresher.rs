@@ -228,11 +228,11 @@ pub(crate) fn log_health(old: Option<&Inventory>, new: &Inventory) {
 /// Keeps the device gauges of `metrics` equal to the current inventory until the inventory's
 /// sender is gone: per-resource counts, every device's health reason, and the fault events.
 #[derive(Clone, Debug)]
-pub struct DeviceGauges {
+pub(crate) struct DeviceGauges {
     /// The served inventory.
-    pub inventory: InventoryRx,
+    pub(crate) inventory: InventoryRx,
     /// Where the gauges are.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
 }
 
 impl Task for DeviceGauges {

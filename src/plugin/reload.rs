@@ -70,23 +70,23 @@ pub(crate) fn reload_once(
 /// The configuration reload as a task: subscribes to the file watch for `dirs` (re-checked every
 /// `safety_poll`) on every start, then [`watch_counted`].
 #[derive(Clone, Debug)]
-pub struct ConfigReload {
+pub(crate) struct ConfigReload {
     /// The inputs, the channel the configurations are published on, the node's labels.
-    pub reload: Reload,
+    pub(crate) reload: Reload,
     /// The kubelet's directory (the lock's place).
-    pub kubelet_dir: PathBuf,
+    pub(crate) kubelet_dir: PathBuf,
     /// The daemon's one file watch.
-    pub watch: FileWatch,
+    pub(crate) watch: FileWatch,
     /// The directories of the configuration's files.
-    pub dirs: Vec<PathBuf>,
+    pub(crate) dirs: Vec<PathBuf>,
     /// The safety re-check interval.
-    pub safety_poll: Duration,
+    pub(crate) safety_poll: Duration,
     /// Metrics and health.
-    pub observe: Observe,
+    pub(crate) observe: Observe,
     /// The served inventory (new configurations are validated on its host).
-    pub inventory: InventoryRx,
+    pub(crate) inventory: InventoryRx,
     /// The limit of one read.
-    pub read_limit: Duration,
+    pub(crate) read_limit: Duration,
 }
 
 impl Task for ConfigReload {

@@ -12,7 +12,7 @@
 //! - `podinfo`: the `dxdp_pod_info` series (opt-in pod UID and labels, from CRI).
 //!
 //! The computation itself is pure and lives in `dxdp_core::telemetry`. The daemon starts the
-//! feature from [`tasks`]: the sampler, and with the API server the isolation audit's Events
+//! feature from `tasks`: the sampler, and with the API server the isolation audit's Events
 //! (`cluster::isolation_events`) and node taint (`cluster::taint`).
 
 pub mod audit;
@@ -36,7 +36,7 @@ use audit::{ActiveTx, Tracker};
 /// Events and the node taint; returns them with the channel of the isolation violations the
 /// telemetry finds. Without telemetry none can be known, which the channel says at once (the
 /// node taint needs to hear it).
-pub fn tasks(ctx: &Context, host_snapshot: Option<PathBuf>) -> (Vec<TaskSpec>, ActiveTx) {
+pub(crate) fn tasks(ctx: &Context, host_snapshot: Option<PathBuf>) -> (Vec<TaskSpec>, ActiveTx) {
     let mut specs = Vec::new();
     let task = Telemetry {
         inventory: ctx.inventory.clone(),

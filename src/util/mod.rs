@@ -1,8 +1,8 @@
 //! Small utilities shared across the layers: retry backoff ([`retry`]), error text
-//! ([`errors`]), reading files that may be mid-write ([`stable_read`]), blocking work with a
-//! time limit ([`bounded`]), what a file or directory is whatever it is called ([`file_id`]) and
+//! (`errors`), reading files that may be mid-write (`stable_read`), blocking work with a
+//! time limit ([`bounded`]), what a file or directory is whatever it is called (`file_id`) and
 //! where a HostProcess container's volumes are ([`host_process`]), the one shape of a
-//! long-lived task ([`task`]) and an optional deadline ([`sleep_until`]).
+//! long-lived task ([`task`]) and an optional deadline (`sleep_until`).
 //! Nothing here knows of the kubelet, the cluster or the configuration.
 
 pub mod bounded;
@@ -10,7 +10,7 @@ pub(crate) mod errors;
 pub(crate) mod file_id;
 pub mod host_process;
 pub mod retry;
-pub mod stable_read;
+pub(crate) mod stable_read;
 pub mod task;
 
 /// Waits until `at`, or for ever without one: an optional deadline as one branch of a

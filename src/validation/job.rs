@@ -6,7 +6,7 @@
 //! and which old Jobs to delete.
 //!
 //! The daemon's task that creates, waits for and cleans up the Jobs is
-//! [`super::task`] (docs/validation.md, "In the cluster").
+//! `super::task` (docs/validation.md, "In the cluster").
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -7,17 +7,17 @@
 //!
 //! - [`job`]: the Job's manifest, what its Job and pod status mean, the node labels of a result,
 //!   which old Jobs to delete;
-//! - [`exe`]: the daemon's own `dxdp.exe`, placed on the host for the Job to mount;
+//! - `exe`: the daemon's own `dxdp.exe`, placed on the host for the Job to mount;
 //! - [`run`]: running one Job and publishing its result as node labels;
-//! - [`task`]: the daemon's task that decides when, runs one Job at a time and reports (labels,
+//! - `task`: the daemon's task that decides when, runs one Job at a time and reports (labels,
 //!   metrics, a Node Event on failure).
 //!
 //! Its metrics are `observe::validation`'s; its configuration section is `config::validation`.
 
-pub mod exe;
+pub(crate) mod exe;
 pub mod job;
 pub mod run;
-pub mod task;
+pub(crate) mod task;
 
 use crate::cluster::API_BACKOFF;
 use crate::context::Context;
@@ -25,7 +25,7 @@ use crate::supervisor::{Role, TaskSpec};
 
 /// The validation task (optional; it does nothing while `validation.enabled` is off), or, with
 /// no API server client, none (said once when validation is enabled).
-pub fn tasks(ctx: &Context) -> Vec<TaskSpec> {
+pub(crate) fn tasks(ctx: &Context) -> Vec<TaskSpec> {
     let Some(cluster) = &ctx.cluster else {
         if ctx.config.borrow().validation.enabled {
             tracing::warn!("validation.enabled is true, but dxdp has no API server client (no NODE_NAME or credentials, see above; the chart needs nodeApi.enabled): no validation Jobs");

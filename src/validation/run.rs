@@ -1,10 +1,10 @@
 //! Running one validation Job and publishing its result: create the Job
-//! ([`job::job`](super::job::job)), follow it and its pod until
-//! [`job::judge`](super::job::judge) gives a result (always, at the latest at its
+//! (`job::job`), follow it and its pod until
+//! `job::judge` gives a result (always, at the latest at its
 //! limit), and apply the result's node labels under their own field manager. Every API call has
 //! the cluster's call timeout; an API error is a result too (`unknown`, with the error).
 //!
-//! The daemon runs it from [`super::task`] (`validation.enabled`).
+//! The daemon runs it from `super::task` (`validation.enabled`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -75,7 +75,7 @@ pub(crate) async fn run_once(
 }
 
 /// Applies the labels of `result` to the node (server-side apply, field manager
-/// [`VALIDATION_FIELD_MANAGER`], forced): labels it no longer sets are removed.
+/// `VALIDATION_FIELD_MANAGER`, forced): labels it no longer sets are removed.
 pub async fn publish_labels(cluster: &Cluster, result: &JobResult) -> Result<(), ApiError> {
     let set: BTreeMap<String, String> = labels(result, &LABELLED_APIS)
         .into_iter()
