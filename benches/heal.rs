@@ -29,12 +29,17 @@ use common::{env_number, percentile, replace, sample_host_dir, COMPUTE, DISPLAY}
 fn report(what: &str, target: &str, mut latencies: Vec<Duration>) {
     latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let over = |limit: f64| latencies.iter().filter(|&&d| ms(d) > limit).count();
     println!(
-        "{what} ({} runs): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (target {target})",
+        "{what} ({} runs): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms; over 2 / 6 / 10 ms: {} / {} / {} (target {target})",
         latencies.len(),
         ms(percentile(&latencies, 0.50)),
+        ms(percentile(&latencies, 0.90)),
         ms(percentile(&latencies, 0.99)),
         ms(latencies[latencies.len() - 1]),
+        over(2.0),
+        over(6.0),
+        over(10.0),
     );
 }
 
