@@ -50,18 +50,7 @@ fn spawn(dir: &Path, snapshot: &Path) -> tokio::process::Child {
 }
 
 fn spawn_with(dir: &Path, snapshot: &Path, extra: &[&str]) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
-        .args(["plugin", "--log-level", "warn", "--kubelet-dir"])
-        .arg(dir)
-        .arg("--host-snapshot")
-        .arg(snapshot)
-        .args(extra)
-        .env_clear()
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("dxdp plugin")
+    common::spawn_plugin(dir, snapshot, extra)
 }
 
 fn both_listed(v: &StandinView) -> bool {

@@ -246,7 +246,7 @@ pub(crate) fn incoming(
     listener: Listener,
     close: tokio::sync::watch::Receiver<bool>,
     accept_errors: Arc<AtomicU64>,
-) -> impl tokio_stream::Stream<Item = io::Result<Closable<Coalescing<Conn>>>> + Send + 'static {
+) -> impl tokio_stream::Stream<Item = io::Result<Closable<Conn>>> + Send + 'static {
     let listener = Arc::new(listener);
     accept_loop(
         move || {
@@ -263,7 +263,7 @@ pub(crate) fn accept_loop<C, A, F>(
     mut accept: A,
     close: tokio::sync::watch::Receiver<bool>,
     accept_errors: Arc<AtomicU64>,
-) -> impl tokio_stream::Stream<Item = io::Result<Closable<Coalescing<C>>>> + Send + 'static
+) -> impl tokio_stream::Stream<Item = io::Result<Closable<C>>> + Send + 'static
 where
     C: Send + 'static,
     A: FnMut() -> F + Send + 'static,
@@ -280,7 +280,7 @@ where
                     }
                     failures = 0;
                     last_error = None;
-                    yield Ok(Closable::new(Coalescing::new(conn), close.clone()));
+                    yield Ok(Closable::new(conn, close.clone()));
                 }
                 Err(e) => {
                     accept_errors.fetch_add(1, Ordering::Relaxed);
@@ -367,137 +367,6 @@ impl Served {
 /// The pause after `failures` failed `accept` calls in a row (1 for the first).
 pub(crate) fn accept_backoff(failures: u32) -> Duration {
     crate::util::retry::Backoff::pauses(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX).base(failures)
-}
-
-/// How many unwritten bytes a [`Coalescing`] connection keeps before it writes them out.
-pub(crate) const COALESCE_LIMIT: usize = 64 * 1024;
-
-/// A flush with more unwritten bytes than this yields once first: h2 chains (does not copy)
-/// DATA payloads over 256 bytes, and only then may frames be waiting behind the payload.
-pub(crate) const YIELD_ABOVE: usize = 256;
-
-/// A server connection whose writes reach the socket at the next flush, as one write.
-///
-/// h2 writes a DATA payload over 256 bytes (an `Allocate` answer) straight from the response,
-/// and buffers no further frame until that payload has reached the socket: without this, the
-/// answer and its trailers leave in two writes and the client wakes twice. Here every write
-/// is copied into a buffer (up to [`COALESCE_LIMIT`]), and the first flush of more than
-/// [`YIELD_ABOVE`] bytes yields once (the task is woken at once, so nothing waits), which lets the connection task
-/// queue the frames that are ready in the same pass (the trailers) before the buffer goes out
-/// in one write at the next flush.
-pub(crate) struct Coalescing<C> {
-    inner: C,
-    buf: Vec<u8>,
-    /// Bytes of `buf` already written.
-    written: usize,
-    /// Whether the current flush already yielded once.
-    yielded: bool,
-}
-
-impl<C> Coalescing<C> {
-    /// Wraps `inner`.
-    pub(crate) fn new(inner: C) -> Self {
-        Coalescing {
-            inner,
-            buf: Vec::new(),
-            written: 0,
-            yielded: false,
-        }
-    }
-
-    fn pending(&self) -> usize {
-        self.buf.len() - self.written
-    }
-}
-
-impl<C: AsyncWrite + Unpin> Coalescing<C> {
-    /// Writes out the buffer.
-    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.written < self.buf.len() {
-            let n = std::task::ready!(
-                Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.written..])
-            )?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.written += n;
-        }
-        self.buf.clear();
-        self.written = 0;
-        if self.buf.capacity() > COALESCE_LIMIT {
-            self.buf.shrink_to(COALESCE_LIMIT);
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<C: AsyncRead + Unpin> AsyncRead for Coalescing<C> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<C: AsyncWrite + Unpin> AsyncWrite for Coalescing<C> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let len: usize = bufs.iter().map(|b| b.len()).sum();
-        if this.pending() + len > COALESCE_LIMIT {
-            std::task::ready!(this.poll_drain(cx))?;
-            if len > COALESCE_LIMIT {
-                return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-            }
-        }
-        for b in bufs {
-            this.buf.extend_from_slice(b);
-        }
-        Poll::Ready(Ok(len))
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.pending() > YIELD_ABOVE && !this.yielded {
-            this.yielded = true;
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        std::task::ready!(this.poll_drain(cx))?;
-        this.yielded = false;
-        Pin::new(&mut this.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        std::task::ready!(this.poll_drain(cx))?;
-        Pin::new(&mut this.inner).poll_shutdown(cx)
-    }
-}
-
-impl<C: Connected> Connected for Coalescing<C> {
-    type ConnectInfo = C::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
-    }
 }
 
 /// A connection that fails its reads and writes once its `close` signal turns true.
@@ -867,101 +736,6 @@ mod tests {
         let err = check_socket_path(&long).unwrap_err().to_string();
         assert!(err.contains("108") || err.contains("107"), "{err}");
         assert!(err.contains("--kubelet-dir"));
-    }
-
-    /// A writer that records each write it is given.
-    #[derive(Default)]
-    struct Recorder {
-        writes: Vec<usize>,
-        flushes: usize,
-    }
-
-    impl AsyncWrite for Recorder {
-        fn poll_write(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            self.writes.push(buf.len());
-            Poll::Ready(Ok(buf.len()))
-        }
-
-        fn poll_flush(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            self.flushes += 1;
-            Poll::Ready(Ok(()))
-        }
-
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-    }
-
-    #[test]
-    fn an_answer_and_its_trailers_leave_in_one_write() {
-        let (waker, wakes) = futures_test_waker();
-        let mut cx = Context::from_waker(&waker);
-        let mut c = Coalescing::new(Recorder::default());
-        let mut pin = Pin::new(&mut c);
-        // Headers and a 2,600-byte DATA frame, written as h2 writes a chained payload.
-        let headers = [0u8; 40];
-        let data = [1u8; 2600];
-        let w = pin.as_mut().poll_write_vectored(
-            &mut cx,
-            &[io::IoSlice::new(&headers), io::IoSlice::new(&data)],
-        );
-        assert!(matches!(w, Poll::Ready(Ok(2640))));
-        // h2 flushes before it buffers the trailers: the first flush yields, waking the task.
-        assert!(pin.as_mut().poll_flush(&mut cx).is_pending());
-        assert_eq!(wakes.load(Ordering::SeqCst), 1);
-        assert!(pin.inner.writes.is_empty());
-        // The trailers (a 10-byte HEADERS frame), then the flush that sends everything.
-        assert!(matches!(
-            pin.as_mut().poll_write(&mut cx, &[2u8; 10]),
-            Poll::Ready(Ok(10))
-        ));
-        assert!(matches!(
-            pin.as_mut().poll_flush(&mut cx),
-            Poll::Ready(Ok(()))
-        ));
-        assert_eq!(pin.inner.writes, vec![2650]);
-        assert_eq!(pin.inner.flushes, 1);
-        // A small answer (a no-op's 38 bytes) is sent at its first flush, without a yield.
-        assert!(matches!(
-            pin.as_mut().poll_write(&mut cx, &[3u8; 38]),
-            Poll::Ready(Ok(38))
-        ));
-        assert!(matches!(
-            pin.as_mut().poll_flush(&mut cx),
-            Poll::Ready(Ok(()))
-        ));
-        assert_eq!(pin.inner.writes, vec![2650, 38]);
-        assert_eq!(wakes.load(Ordering::SeqCst), 1);
-        // More than the buffer holds goes out at once, after what was buffered.
-        assert!(matches!(
-            pin.as_mut().poll_write(&mut cx, &[4u8; 100]),
-            Poll::Ready(Ok(100))
-        ));
-        let big = vec![5u8; COALESCE_LIMIT + 1];
-        assert!(matches!(
-            pin.as_mut().poll_write(&mut cx, &big),
-            Poll::Ready(Ok(n)) if n == COALESCE_LIMIT + 1
-        ));
-        assert_eq!(pin.inner.writes, vec![2650, 38, 100, COALESCE_LIMIT + 1]);
-    }
-
-    /// A waker that counts its wakes.
-    fn futures_test_waker() -> (std::task::Waker, Arc<AtomicU64>) {
-        struct Count(Arc<AtomicU64>);
-        impl std::task::Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-            fn wake_by_ref(self: &Arc<Self>) {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        let wakes = Arc::new(AtomicU64::new(0));
-        (Arc::new(Count(wakes.clone())).into(), wakes)
     }
 
     #[tokio::test(start_paused = true)]

@@ -112,3 +112,31 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("tokio runtime")
 }
+
+/// Starts the `dxdp plugin` binary (the release build, or `DXDP_BENCH_BIN`) on `dir` with the
+/// host snapshot `snapshot`, at log level `warn`, with an empty environment but for
+/// `MALLOC_ARENA_MAX` and `GLIBC_TUNABLES` when the bench has them (to compare allocator
+/// settings); `extra` arguments come last.
+pub fn spawn_plugin(dir: &Path, snapshot: &Path, extra: &[&str]) -> tokio::process::Child {
+    let bin =
+        std::env::var_os("DXDP_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_dxdp").into());
+    let mut command = tokio::process::Command::new(bin);
+    command
+        .args(["plugin", "--log-level", "warn", "--kubelet-dir"])
+        .arg(dir)
+        .arg("--host-snapshot")
+        .arg(snapshot)
+        .args(extra)
+        .env_clear();
+    for name in ["MALLOC_ARENA_MAX", "GLIBC_TUNABLES"] {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("dxdp plugin")
+}

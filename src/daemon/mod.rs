@@ -26,6 +26,9 @@
 //!    (`validation::tasks`);
 //! 7. serving's main loop (`plugin::serve::run`) with the supervisor, until the stop.
 
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod trim;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -301,6 +304,12 @@ impl Daemon {
         specs.extend(telemetry);
         specs.extend(health::tasks(&ctx, &active));
         specs.extend(validation::tasks(&ctx));
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        specs.push(TaskSpec::task(
+            "memory-trim",
+            Role::Optional,
+            trim::GiveBackMemory,
+        ));
         for spec in specs {
             tasks.spawn(spec);
         }
