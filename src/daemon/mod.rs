@@ -238,12 +238,8 @@ impl Daemon {
         // 3. Live GPU fault events from the Windows event log (display-driver resets), fed into
         // the devices' health (docs/health.md); a host snapshot brings its own recorded `faults`.
         let mut specs = Vec::new();
-        let log = match event_log {
-            Some(log) => Some(Ok(log)),
-            None if source.is_simulated() => None,
-            None => Some(crate::backend::native_event_log()),
-        };
-        let source = health::live_faults(source, log, config_rx.clone(), &observe, &mut specs);
+        let source =
+            health::live_faults(source, event_log, config_rx.clone(), &observe, &mut specs);
 
         // 4. Device serving's start: the first host read, the configuration checked on it.
         let started = serve::start(&plugin, &source, first.clone(), fallback, stop.as_mut());

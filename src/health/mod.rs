@@ -34,29 +34,31 @@ use crate::supervisor::{Role, TaskSpec};
 use dxdp_core::telemetry::isolation::Active;
 
 /// Wraps `source` so that its facts carry the live fault events of `log` (the task that follows
-/// the log is pushed onto `specs`). `log` is `None` for a source that brings its own recorded
-/// faults (a host snapshot, the sample host), and an error (said once) where there is no event
-/// log to follow.
+/// the log is pushed onto `specs`). Without `log`, the machine's own event log is followed
+/// (Windows' `wevtapi.dll`; where there is none, that is said once), and none for a source that
+/// brings its own recorded faults (a host snapshot, the sample host).
 pub(crate) fn live_faults(
     source: Arc<dyn HostFactsSource>,
-    log: Option<Result<Arc<dyn EventLog>, String>>,
+    log: Option<Arc<dyn EventLog>>,
     config: watch::Receiver<Arc<Config>>,
     observe: &crate::observe::Observe,
     specs: &mut Vec<TaskSpec>,
 ) -> Arc<dyn HostFactsSource> {
-    match log {
-        None => source,
-        Some(Ok(log)) => {
-            let (wrapped, task) =
-                faults::live_faults(source, log, config, observe.metrics.clone(), API_BACKOFF);
-            specs.push(task);
-            wrapped
-        }
-        Some(Err(why)) => {
-            tracing::info!("live GPU fault events are off: {why}");
-            source
-        }
-    }
+    let log = match log {
+        Some(log) => log,
+        None if source.is_simulated() => return source,
+        None => match crate::backend::native_event_log() {
+            Ok(log) => log,
+            Err(why) => {
+                tracing::info!("live GPU fault events are off: {why}");
+                return source;
+            }
+        },
+    };
+    let (wrapped, task) =
+        faults::live_faults(source, log, config, observe.metrics.clone(), API_BACKOFF);
+    specs.push(task);
+    wrapped
 }
 
 /// The `GPUUnhealthy` Events, the node conditions and the readiness capacity gate (optional
