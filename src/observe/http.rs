@@ -1,6 +1,7 @@
 //! The HTTP/1.1 servers of `--metrics-address`: `/metrics` (OpenMetrics text), `/healthz` and
 //! `/readyz`, and of `--probe-address`: `/healthz` and `/readyz` alone (`Endpoints`); GET and
-//! HEAD only, everything else 404 (unknown path) or 405 (other method).
+//! HEAD only, everything else 404 (unknown path) or 405 (other method). The paths are axum
+//! routes (`routes`); hyper serves each connection, and the accept loop here caps connections.
 //!
 //! The probe listener exists so that metrics clients cannot starve the kubelet's probes: with
 //! one listener, 128 connections that send nothing held every connection slot and `/healthz`
@@ -14,7 +15,9 @@
 //! is not accepted until one ends (it waits in the kernel's backlog, costing the process no
 //! memory and no descriptor), and connections accepted near the cap are closed after one answer
 //! so that waiting ones get their turn. An accept error (out of descriptors, `EMFILE`) backs off
-//! (`ACCEPT_BACKOFF_FIRST` doubling to `ACCEPT_BACKOFF_MAX`) instead of spinning.
+//! (`ACCEPT_BACKOFF_FIRST` doubling to `ACCEPT_BACKOFF_MAX`) instead of spinning. The cap is on
+//! connections, not requests: tower's `ConcurrencyLimit` bounds requests in flight, which would
+//! leave idle connections accepted and holding memory and a descriptor each.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,16 +26,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
+use tower::ServiceExt;
 
 use super::access::{Access, Denied, Verdict};
 use super::state::PING_TIMEOUT;
@@ -310,6 +317,7 @@ async fn accept_loop<L: Accept>(
     observe: Observe,
     access: Access,
 ) {
+    let router = routes(endpoints, observe.clone());
     let permits = Arc::new(Semaphore::new(limit));
     let mut connections = JoinSet::new();
     let mut accepts_failed = 0u32;
@@ -337,7 +345,7 @@ async fn accept_loop<L: Accept>(
                 // Near the cap, a connection is closed after one answer, so that the waiting
                 // ones get their turn rather than queue behind kept-alive clients.
                 let keep_alive = permits.available_permits() >= limit / 4;
-                let observe = observe.clone();
+                let answers = (router.clone(), observe.clone());
                 let stats = stats.clone();
                 let access = access.clone();
                 connections.spawn(async move {
@@ -353,7 +361,7 @@ async fn accept_loop<L: Accept>(
                             {
                                 Ok(Ok(stream)) => {
                                     let guard = Guard { access, web };
-                                    serve_connection(stream, observe, keep_alive, endpoints, guard)
+                                    serve_connection(stream, answers, keep_alive, endpoints, guard)
                                         .await
                                 }
                                 Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
@@ -364,7 +372,7 @@ async fn accept_loop<L: Accept>(
                         }
                         None => {
                             let guard = Guard { access, web };
-                            serve_connection(stream, observe, keep_alive, endpoints, guard).await
+                            serve_connection(stream, answers, keep_alive, endpoints, guard).await
                         }
                     }
                     stats.closed();
@@ -403,15 +411,14 @@ struct Guard {
 
 async fn serve_connection(
     stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    observe: Observe,
+    (router, observe): (Router, Observe),
     keep_alive: bool,
     endpoints: Endpoints,
     guard: Guard,
 ) {
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let observe = observe.clone();
-        let guard = guard.clone();
-        async move { Ok::<_, Infallible>(guarded_answer(&req, &observe, endpoints, &guard).await) }
+        let (router, observe, guard) = (router.clone(), observe.clone(), guard.clone());
+        async move { Ok::<_, Infallible>(guarded_answer(req, router, &observe, &guard).await) }
     });
     let header_timeout = match endpoints {
         Endpoints::All => HEADER_TIMEOUT,
@@ -433,16 +440,22 @@ async fn serve_connection(
 /// everything else needs what the listener's access rules ask for. The web configuration's
 /// headers are added to every answer.
 async fn guarded_answer(
-    req: &Request<Incoming>,
+    req: Request<Incoming>,
+    router: Router,
     observe: &Observe,
-    endpoints: Endpoints,
     guard: &Guard,
-) -> Response<Full<Bytes>> {
-    let path = req.uri().path();
+) -> Response {
+    let answer = |req| async move {
+        match router.oneshot(req).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    };
     let mut response =
         if guard.access.is_open() || !guard.access.needs_credentials(guard.web.as_deref()) {
-            answer_for(req.method(), path, observe, endpoints).await
+            answer(req).await
         } else {
+            let path = req.uri().path();
             let probe = matches!(path, "/healthz" | "/readyz");
             let authorization = req
                 .headers()
@@ -462,9 +475,9 @@ async fn guarded_answer(
                     .await
             };
             match verdict {
-                Verdict::Allowed => answer_for(req.method(), path, observe, endpoints).await,
+                Verdict::Allowed => answer(req).await,
                 Verdict::Denied(..) if probe => {
-                    let full = answer_for(req.method(), path, observe, endpoints).await;
+                    let full = answer(req).await;
                     let word = if full.status() == StatusCode::OK {
                         "ok\n"
                     } else {
@@ -507,64 +520,64 @@ async fn guarded_answer(
     response
 }
 
-fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(body.into()));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(TEXT));
-    response
+fn text(status: StatusCode, body: impl Into<Body>) -> Response {
+    (status, [(CONTENT_TYPE, TEXT)], body.into()).into_response()
 }
 
-/// The answer to `method` on `path` of a listener serving `endpoints`.
-pub(crate) async fn answer_for(
-    method: &Method,
-    path: &str,
-    observe: &Observe,
-    endpoints: Endpoints,
-) -> Response<Full<Bytes>> {
-    let known = match endpoints {
-        Endpoints::All => matches!(path, "/metrics" | "/healthz" | "/readyz"),
-        Endpoints::Probes => matches!(path, "/healthz" | "/readyz"),
-    };
-    if !known {
-        return text(
-            StatusCode::NOT_FOUND,
-            match endpoints {
-                Endpoints::All => "not found: dxdp serves /metrics, /healthz and /readyz\n",
-                Endpoints::Probes => "not found: this is dxdp's probe endpoint, serving /healthz and /readyz (/metrics is on metrics.address)\n",
-            },
-        );
+/// The routes of a listener serving `endpoints`: GET (and HEAD, answered without a body) on each
+/// path, 405 with `Allow: GET, HEAD` for other methods, 404 with what is served elsewhere.
+pub(crate) fn routes(endpoints: Endpoints, observe: Observe) -> Router {
+    let probes = Router::new()
+        .route("/healthz", get(healthz).fallback(method_not_allowed))
+        .route("/readyz", get(readyz).fallback(method_not_allowed));
+    match endpoints {
+        Endpoints::All => probes
+            .route("/metrics", get(metrics).fallback(method_not_allowed))
+            .fallback(|| async {
+                text(
+                    StatusCode::NOT_FOUND,
+                    "not found: dxdp serves /metrics, /healthz and /readyz\n",
+                )
+            }),
+        Endpoints::Probes => probes.fallback(|| async {
+            text(StatusCode::NOT_FOUND, "not found: this is dxdp's probe endpoint, serving /healthz and /readyz (/metrics is on metrics.address)\n")
+        }),
     }
-    if method != Method::GET && method != Method::HEAD {
-        let mut r = text(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method not allowed: use GET or HEAD\n",
-        );
-        r.headers_mut()
-            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return r;
+    .with_state(observe)
+}
+
+async fn method_not_allowed() -> Response {
+    let mut r = text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed: use GET or HEAD\n",
+    );
+    r.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+    r
+}
+
+async fn metrics(State(observe): State<Observe>) -> Response {
+    (
+        [(CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        observe.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn healthz(State(observe): State<Observe>) -> Response {
+    match observe.health.check(PING_TIMEOUT).await {
+        Ok(what) => text(StatusCode::OK, format!("{what}\n")),
+        Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }
-    match path {
-        "/metrics" => {
-            let mut r = text(StatusCode::OK, observe.metrics.encode());
-            r.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static(metrics::CONTENT_TYPE),
-            );
-            r
-        }
-        "/healthz" => match observe.health.check(PING_TIMEOUT).await {
-            Ok(what) => text(StatusCode::OK, format!("{what}\n")),
-            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+}
+
+async fn readyz(State(observe): State<Observe>) -> Response {
+    match observe.readiness.check() {
+        Ok(()) => match observe.readiness.note() {
+            Some(note) => text(StatusCode::OK, format!("ok ({note})\n")),
+            None => text(StatusCode::OK, "ok\n"),
         },
-        _ => match observe.readiness.check() {
-            Ok(()) => match observe.readiness.note() {
-                Some(note) => text(StatusCode::OK, format!("ok ({note})\n")),
-                None => text(StatusCode::OK, "ok\n"),
-            },
-            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
-        },
+        Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }
 }
 
@@ -799,7 +812,10 @@ mod tests {
         // Metrics are not served there.
         let mut other = tokio::net::TcpStream::connect(probe_address).await.unwrap();
         assert_eq!(ask(&mut other).await, "HTTP/1.1 404 Not Found");
-        let r = answer_for(&Method::GET, "/metrics", &Observe::new(), Endpoints::Probes).await;
+        let r = routes(Endpoints::Probes, Observe::new())
+            .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::NOT_FOUND);
         for t in tasks {
             t.abort();
