@@ -445,12 +445,7 @@ async fn guarded_answer(
     observe: &Observe,
     guard: &Guard,
 ) -> Response {
-    let answer = |req| async move {
-        match router.oneshot(req).await {
-            Ok(response) => response,
-            Err(never) => match never {},
-        }
-    };
+    let answer = |req| async move { router.oneshot(req).await.unwrap_or_else(|e| match e {}) };
     let mut response =
         if guard.access.is_open() || !guard.access.needs_credentials(guard.web.as_deref()) {
             answer(req).await
