@@ -521,7 +521,7 @@ fn text(status: StatusCode, body: impl Into<Body>) -> Response {
 
 /// The routes of a listener serving `endpoints`: GET (and HEAD, answered without a body) on each
 /// path, 405 with `Allow: GET, HEAD` for other methods, 404 with what is served elsewhere.
-pub(crate) fn routes(endpoints: Endpoints, observe: Observe) -> Router {
+fn routes(endpoints: Endpoints, observe: Observe) -> Router {
     let probes = Router::new()
         .route("/healthz", get(healthz).fallback(method_not_allowed))
         .route("/readyz", get(readyz).fallback(method_not_allowed));
