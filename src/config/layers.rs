@@ -315,6 +315,16 @@ enum Switch {
     Detachable,
 }
 
+impl Switch {
+    /// Its key of a resource.
+    fn key(self) -> ResourceKey {
+        match self {
+            Switch::Integrated => ResourceKey::IncludeIntegrated,
+            Switch::Detachable => ResourceKey::IncludeDetachable,
+        }
+    }
+}
+
 /// Sets an include switch for one resource (`Some`) or both (`None`), recording the origin.
 fn set_include(
     c: &mut Resolved,
@@ -323,15 +333,9 @@ fn set_include(
     value: bool,
     origin: &Origin,
 ) {
-    let (flags, key) = match switch {
-        Switch::Integrated => (
-            &mut c.pipeline.include_integrated,
-            ResourceKey::IncludeIntegrated,
-        ),
-        Switch::Detachable => (
-            &mut c.pipeline.include_detachable,
-            ResourceKey::IncludeDetachable,
-        ),
+    let flags = match switch {
+        Switch::Integrated => &mut c.pipeline.include_integrated,
+        Switch::Detachable => &mut c.pipeline.include_detachable,
     };
     let targets: &[Resource] = match &r {
         Some(r) => std::slice::from_ref(r),
@@ -341,7 +345,7 @@ fn set_include(
         *flags.get_mut(r) = value;
     }
     for &r in targets {
-        c.set_origin(Key::Resource(r, key), origin);
+        c.set_origin(Key::Resource(r, switch.key()), origin);
     }
 }
 
@@ -451,12 +455,10 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
     }
     if let Some(v) = env.get("DXDP_RESOURCES") {
         let wanted = parse_resources(v).map_err(invalid("DXDP_RESOURCES", v))?;
+        let origin = Origin::env("DXDP_RESOURCES");
         for r in Resource::ALL {
             c.resource(r).enabled = wanted.contains(&r);
-            c.set_origin(
-                Key::Resource(r, ResourceKey::Enabled),
-                &Origin::env("DXDP_RESOURCES"),
-            );
+            c.set_origin(Key::Resource(r, ResourceKey::Enabled), &origin);
         }
     }
     for (name, switch) in [
@@ -471,10 +473,7 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
                     Switch::Detachable => &c.pipeline.include_detachable,
                 };
                 let before = flags.get(r).to_string();
-                let key = match switch {
-                    Switch::Integrated => Key::Resource(r, ResourceKey::IncludeIntegrated),
-                    Switch::Detachable => Key::Resource(r, ResourceKey::IncludeDetachable),
-                };
+                let key = Key::Resource(r, switch.key());
                 let origin = over_reference(c, key, name, v, &before, env);
                 set_include(c, Some(r), switch, value, &origin);
             }
@@ -539,40 +538,26 @@ pub fn parse_resources(text: &str) -> Result<Vec<Resource>, String> {
 
 pub(super) fn apply_flags(c: &mut Resolved, f: &Flags) {
     if let Some(list) = &f.resources {
+        let flag = Origin::Flag("--resources");
         for r in Resource::ALL {
             c.resource(r).enabled = list.contains(&r);
-            c.set_origin(
-                Key::Resource(r, ResourceKey::Enabled),
-                &Origin::Flag("--resources"),
-            );
+            c.set_origin(Key::Resource(r, ResourceKey::Enabled), &flag);
         }
     }
     if let Some(n) = f.replicas {
+        let flag = Origin::Flag("--replicas");
         for r in Resource::ALL {
             c.resource(r).replicas = n;
-            c.set_origin(
-                Key::Resource(r, ResourceKey::Replicas),
-                &Origin::Flag("--replicas"),
-            );
+            c.set_origin(Key::Resource(r, ResourceKey::Replicas), &flag);
         }
     }
     if f.include_integrated {
-        set_include(
-            c,
-            None,
-            Switch::Integrated,
-            true,
-            &Origin::Flag("--include-integrated"),
-        );
+        let flag = Origin::Flag("--include-integrated");
+        set_include(c, None, Switch::Integrated, true, &flag);
     }
     if f.include_detachable {
-        set_include(
-            c,
-            None,
-            Switch::Detachable,
-            true,
-            &Origin::Flag("--include-detachable"),
-        );
+        let flag = Origin::Flag("--include-detachable");
+        set_include(c, None, Switch::Detachable, true, &flag);
     }
     set_given! { c;
         f.assignment => c.assignment, Key::Assignment, &Origin::Flag("--assignment");
