@@ -16,6 +16,9 @@ use dxdp_core::health::reason::Reason;
 use dxdp_core::health::{Action, HealthPolicy, SignalPolicy};
 use dxdp_core::quote::quote;
 
+use super::schema::inline_schema;
+use super::values::DurationText;
+
 /// `health.events` and `health.nodeConditions`: what dxdp tells the cluster about device health
 /// (docs/health.md#where-it-shows). Both need the API server (`NODE_NAME` and credentials);
 /// both apply at once on a reload.
@@ -87,44 +90,21 @@ impl JsonSchema for SignalName {
 #[serde(try_from = "DurationText")]
 pub(crate) struct HealthDuration(pub(crate) Duration);
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum DurationText {
-    Seconds(u64),
-    Text(String),
-}
-
 impl TryFrom<DurationText> for HealthDuration {
     type Error = String;
 
     fn try_from(v: DurationText) -> Result<Self, Self::Error> {
-        let text = match v {
-            DurationText::Seconds(n) => n.to_string(),
-            DurationText::Text(s) => s,
-        };
-        parse_duration(&text).map(HealthDuration)
+        parse_duration(&v.text()).map(HealthDuration)
     }
 }
 
-impl JsonSchema for HealthDuration {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "HealthDuration".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "description": "a duration: 90s, 15m, 2h or a number of seconds, from 1 s to 7 days",
-            "anyOf": [
-                {"type": "integer", "minimum": 1, "maximum": 604800},
-                {"type": "string", "pattern": "^[0-9]+(s|m|h)?$"}
-            ]
-        })
-    }
-}
+inline_schema!(HealthDuration, {
+    "description": "a duration: 90s, 15m, 2h or a number of seconds, from 1 s to 7 days",
+    "anyOf": [
+        {"type": "integer", "minimum": 1, "maximum": 604800},
+        {"type": "string", "pattern": "^[0-9]+(s|m|h)?$"}
+    ]
+});
 
 /// Parses `90s`, `15m`, `2h` or `90` (seconds), from 1 s to 7 days.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {

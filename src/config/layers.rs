@@ -6,7 +6,8 @@ use dxdp_core::pipeline::runtime_files::AdditionalFile;
 
 use super::file::{self, ConfigFile, FileEntry, LogFormatName, ReferenceFile};
 use super::origin::{Origin, Overridden};
-use super::values::{LogLevelName, Replicas, ResourceName, VendorKey};
+use super::validation;
+use super::values::{CriAddress, Interval, LogLevelName, MetricsAddress, Replicas, VendorKey};
 use super::{ConfigError, Env, Flags, Key, Resolved, ResourceKey};
 use crate::logging::LogFormat;
 use dxdp_core::assignment::Assignment;
@@ -49,12 +50,45 @@ fn invalid<'a>(name: &'a str, value: &'a str) -> impl Fn(String) -> ConfigError 
     }
 }
 
-fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
+/// A variable's boolean: true, 1, yes, on; false, 0, no, off or empty.
+fn bool_value(value: &str) -> Result<bool, String> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(invalid(name, value)("use true or false".into())),
+        _ => Err("use true or false".into()),
     }
+}
+
+/// `metrics.webConfigFile` as written: a path, `None` when empty.
+fn web_config_path(text: &str) -> Option<std::path::PathBuf> {
+    (!text.trim().is_empty()).then(|| std::path::PathBuf::from(text.trim()))
+}
+
+/// Sets the keys a layer gives: each row `value => place, key, origin;` whose `value` is `Some`
+/// sets the configuration's `place` to it and records `origin` as the origin of `key`. With the
+/// origin written once (`c, origin; value => place, key;`) it is every row's.
+macro_rules! set_given {
+    ($c:ident, $origin:expr; $($value:expr => $place:expr, $key:expr;)*) => {
+        set_given! { $c; $($value => $place, $key, $origin;)* }
+    };
+    ($c:ident; $($value:expr => $place:expr, $key:expr, $origin:expr;)*) => {
+        $(if let Some(v) = $value {
+            $place = v;
+            $c.set_origin($key, $origin);
+        })*
+    };
+}
+
+/// Sets the keys dxdp's variables give: each row `name, parse => place, key;` whose variable
+/// `name` is set sets the configuration's `place` to its value as `parse` reads it (an error
+/// names the variable and the value) and records the variable as the origin of `key`.
+macro_rules! set_from_env {
+    ($c:ident, $env:ident; $($name:literal, $parse:expr => $place:expr, $key:expr;)*) => {
+        $(if let Some(v) = $env.get($name) {
+            $place = ($parse)(v.as_str()).map_err(invalid($name, v))?;
+            $c.set_origin($key, &Origin::env($name));
+        })*
+    };
 }
 
 fn parse_replicas(name: &str, value: &str) -> Result<u32, ConfigError> {
@@ -170,23 +204,20 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
         (Resource::Display, &f.resources.display),
         (Resource::Compute, &f.resources.compute),
     ] {
-        if let Some(v) = rf.enabled {
-            c.resource(r).enabled = v;
-            c.set_origin(Key::Resource(r, ResourceKey::Enabled), origin);
+        let key = |k| Key::Resource(r, k);
+        set_given! { c, origin;
+            rf.enabled => c.resource(r).enabled, key(ResourceKey::Enabled);
+            rf.name.as_ref().map(|n| n.0.clone()) => c.resource(r).name, key(ResourceKey::Name);
+            rf.replicas.map(|n| n.0) => c.resource(r).replicas, key(ResourceKey::Replicas);
+            rf.aliases.as_ref().map(|a| a.iter().map(|a| a.0.clone()).collect())
+                => c.resource(r).aliases, key(ResourceKey::Aliases);
+            // `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` are set by the file only.
+            rf.allocation_policy
+                => c.resource(r).policy.allocation, key(ResourceKey::AllocationPolicy);
+            rf.multi_device => c.resource(r).policy.multi_device, key(ResourceKey::MultiDevice);
+            rf.cuda_visible_devices
+                => c.resource(r).policy.cuda_visible_devices, key(ResourceKey::CudaVisibleDevices);
         }
-        if let Some(ResourceName(v)) = &rf.name {
-            c.resource(r).name = v.clone();
-            c.set_origin(Key::Resource(r, ResourceKey::Name), origin);
-        }
-        if let Some(v) = rf.replicas {
-            c.resource(r).replicas = v.0;
-            c.set_origin(Key::Resource(r, ResourceKey::Replicas), origin);
-        }
-        if let Some(v) = &rf.aliases {
-            c.resource(r).aliases = v.iter().map(|a| a.0.clone()).collect();
-            c.set_origin(Key::Resource(r, ResourceKey::Aliases), origin);
-        }
-        apply_policy(c, r, rf, origin);
     }
     let d = &f.devices;
     if let Some(v) = d.include_integrated {
@@ -207,42 +238,20 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
             set_include(c, Some(r), Switch::Detachable, v, origin);
         }
     }
-    if let Some(v) = &d.include {
-        c.pipeline.include = v.clone();
-        c.set_origin(Key::DevicesInclude, origin);
-    }
-    if let Some(v) = &d.exclude {
-        c.pipeline.exclude = v.clone();
-        c.set_origin(Key::DevicesExclude, origin);
-    }
-    if let Some(v) = f.assignment {
-        c.assignment = v;
-        c.set_origin(Key::Assignment, origin);
-    }
-    if let Some(v) = f.health.enabled {
-        c.pipeline.health.enabled = v;
-        c.set_origin(Key::HealthEnabled, origin);
-    }
-    if let Some(v) = &f.health.ignore_problem_codes {
-        c.pipeline.health.ignore_problem_codes = v.clone();
-        c.set_origin(Key::HealthIgnoreProblemCodes, origin);
-    }
-    if let Some(v) = &f.health.signals {
-        c.pipeline.health.policy.signals = v.0.clone();
-        c.set_origin(Key::HealthSignals, origin);
-    }
-    if let Some(v) = &f.health.ignore {
-        c.pipeline.health.policy.ignore = v.iter().map(|n| n.0).collect();
-        c.set_origin(Key::HealthIgnore, origin);
-    }
-    let rt = &f.runtime_files;
-    if let Some(v) = rt.enabled {
-        c.pipeline.runtime_files = v;
-        c.set_origin(Key::RuntimeFilesEnabled, origin);
-    }
-    if let Some(v) = &rt.exclude {
-        c.pipeline.runtime_exclude = v.clone();
-        c.set_origin(Key::RuntimeFilesExclude, origin);
+    let (health, rt, metrics, telemetry) = (&f.health, &f.runtime_files, &f.metrics, &f.telemetry);
+    set_given! { c, origin;
+        d.include.clone() => c.pipeline.include, Key::DevicesInclude;
+        d.exclude.clone() => c.pipeline.exclude, Key::DevicesExclude;
+        f.assignment => c.assignment, Key::Assignment;
+        health.enabled => c.pipeline.health.enabled, Key::HealthEnabled;
+        health.ignore_problem_codes.clone()
+            => c.pipeline.health.ignore_problem_codes, Key::HealthIgnoreProblemCodes;
+        health.signals.as_ref().map(|s| s.0.clone())
+            => c.pipeline.health.policy.signals, Key::HealthSignals;
+        health.ignore.as_ref().map(|i| i.iter().map(|n| n.0).collect())
+            => c.pipeline.health.policy.ignore, Key::HealthIgnore;
+        rt.enabled => c.pipeline.runtime_files, Key::RuntimeFilesEnabled;
+        rt.exclude.clone() => c.pipeline.runtime_exclude, Key::RuntimeFilesExclude;
     }
     if let Some(map) = &rt.additional {
         for (vendor, files) in map {
@@ -259,101 +268,43 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
         }
         c.set_origin(Key::RuntimeFilesAdditional, origin);
     }
-    if let Some(v) = &f.log_level {
-        c.log_level = v.clone();
-        c.set_origin(Key::LogLevel, origin);
-    }
-    if let Some(v) = f.node_labels.enabled {
-        c.node_labels.enabled = v;
-        c.set_origin(Key::NodeLabelsEnabled, origin);
-    }
-    if let Some(v) = &f.node_labels.prefix {
-        c.node_labels.prefix = v.0.clone();
-        c.set_origin(Key::NodeLabelsPrefix, origin);
-    }
-    if let Some(v) = f.log_format {
-        c.log_format = match v {
-            LogFormatName::Text => LogFormat::Text,
-            LogFormatName::Json => LogFormat::Json,
-        };
-        c.set_origin(Key::LogFormat, origin);
-    }
-    if let Some(v) = f.metrics.address {
-        c.metrics_address = v.0;
-        c.set_origin(Key::MetricsAddress, origin);
-    }
-    if let Some(v) = f.metrics.probe_address {
-        c.probe_address = v.0;
-        c.set_origin(Key::ProbeAddress, origin);
-    }
-    if let Some(v) = &f.metrics.web_config_file {
-        c.web_config_file = (!v.trim().is_empty()).then(|| std::path::PathBuf::from(v.trim()));
-        c.set_origin(Key::WebConfigFile, origin);
-    }
-    if let Some(v) = f.metrics.authorization {
-        c.metrics_authorization = v;
-        c.set_origin(Key::MetricsAuthorization, origin);
-    }
-    if let Some(v) = f.telemetry.enabled {
-        c.telemetry.enabled = v;
-        c.set_origin(Key::TelemetryEnabled, origin);
-    }
-    if let Some(v) = f.telemetry.interval {
-        c.telemetry.interval = v.0;
-        c.set_origin(Key::TelemetryInterval, origin);
-    }
-    if let Some(v) = &f.telemetry.pod_resources_endpoint {
-        c.telemetry.pod_resources_endpoint = local_endpoint(v);
-        c.set_origin(Key::TelemetryPodResourcesEndpoint, origin);
-    }
-    if let Some(v) = &f.telemetry.cri_endpoint {
+    let log_format = f.log_format.map(|v| match v {
+        LogFormatName::Text => LogFormat::Text,
+        LogFormatName::Json => LogFormat::Json,
+    });
+    let validation = &f.validation;
+    set_given! { c, origin;
+        f.log_level.clone() => c.log_level, Key::LogLevel;
+        f.node_labels.enabled => c.node_labels.enabled, Key::NodeLabelsEnabled;
+        f.node_labels.prefix.as_ref().map(|p| p.0.clone())
+            => c.node_labels.prefix, Key::NodeLabelsPrefix;
+        log_format => c.log_format, Key::LogFormat;
+        metrics.address.map(|a| a.0) => c.metrics_address, Key::MetricsAddress;
+        metrics.probe_address.map(|a| a.0) => c.probe_address, Key::ProbeAddress;
+        metrics.web_config_file.as_deref().map(web_config_path)
+            => c.web_config_file, Key::WebConfigFile;
+        metrics.authorization => c.metrics_authorization, Key::MetricsAuthorization;
+        telemetry.enabled => c.telemetry.enabled, Key::TelemetryEnabled;
+        telemetry.interval.map(|i| i.0) => c.telemetry.interval, Key::TelemetryInterval;
+        telemetry.pod_resources_endpoint.as_deref().map(local_endpoint)
+            => c.telemetry.pod_resources_endpoint, Key::TelemetryPodResourcesEndpoint;
         // Checked when the file was read: an error here cannot happen, and would mean the default.
-        c.telemetry.cri_endpoint = v.address().ok().flatten();
-        c.set_origin(Key::TelemetryCriEndpoint, origin);
-    }
-    if let Some(v) = &f.telemetry.pod_labels {
+        telemetry.cri_endpoint.as_ref().map(|e| e.address().ok().flatten())
+            => c.telemetry.cri_endpoint, Key::TelemetryCriEndpoint;
         // Each pattern was compiled when the file was read; this cannot fail.
-        if let Ok(labels) = super::PodLabels::new(v) {
-            c.telemetry.pod_labels = labels;
-            c.set_origin(Key::TelemetryPodLabels, origin);
-        }
-    }
-    if let Some(v) = f.telemetry.pod_uid {
-        c.telemetry.pod_uid = v;
-        c.set_origin(Key::TelemetryPodUid, origin);
-    }
-    if let Some(v) = f.isolation.policy {
-        c.isolation.policy = v;
-        c.set_origin(Key::IsolationPolicy, origin);
-    }
-    if let Some(v) = f.isolation.events {
-        c.isolation.events = v;
-        c.set_origin(Key::IsolationEvents, origin);
-    }
-    if let Some(v) = f.health.events {
-        c.health_reports.events = v;
-        c.set_origin(Key::HealthEvents, origin);
-    }
-    if let Some(v) = f.health.node_conditions {
-        c.health_reports.node_conditions = v;
-        c.set_origin(Key::HealthNodeConditions, origin);
-    }
-    apply_validation_file(c, &f.validation, origin);
-}
-
-/// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices` of one resource (file only).
-fn apply_policy(c: &mut Resolved, r: Resource, rf: &file::ResourceFile, origin: &Origin) {
-    if let Some(v) = rf.allocation_policy {
-        c.resource(r).policy.allocation = v;
-        c.set_origin(Key::Resource(r, ResourceKey::AllocationPolicy), origin);
-    }
-    if let Some(v) = rf.multi_device {
-        c.resource(r).policy.multi_device = v;
-        c.set_origin(Key::Resource(r, ResourceKey::MultiDevice), origin);
-    }
-    if let Some(v) = rf.cuda_visible_devices {
-        c.resource(r).policy.cuda_visible_devices = v;
-        c.set_origin(Key::Resource(r, ResourceKey::CudaVisibleDevices), origin);
+        telemetry.pod_labels.as_ref().and_then(|p| super::PodLabels::new(p).ok())
+            => c.telemetry.pod_labels, Key::TelemetryPodLabels;
+        telemetry.pod_uid => c.telemetry.pod_uid, Key::TelemetryPodUid;
+        f.isolation.policy => c.isolation.policy, Key::IsolationPolicy;
+        f.isolation.events => c.isolation.events, Key::IsolationEvents;
+        health.events => c.health_reports.events, Key::HealthEvents;
+        health.node_conditions => c.health_reports.node_conditions, Key::HealthNodeConditions;
+        validation.enabled => c.validation.enabled, Key::ValidationEnabled;
+        validation.interval.map(|i| i.0) => c.validation.interval, Key::ValidationInterval;
+        validation.timeout.map(|t| t.0) => c.validation.timeout, Key::ValidationTimeout;
+        validation.image.as_ref().map(|i| i.0.clone()) => c.validation.image, Key::ValidationImage;
+        validation.host_dir.as_ref().map(|h| h.0.clone())
+            => c.validation.host_dir, Key::ValidationHostDir;
     }
 }
 
@@ -364,6 +315,16 @@ enum Switch {
     Detachable,
 }
 
+impl Switch {
+    /// Its key of a resource.
+    fn key(self) -> ResourceKey {
+        match self {
+            Switch::Integrated => ResourceKey::IncludeIntegrated,
+            Switch::Detachable => ResourceKey::IncludeDetachable,
+        }
+    }
+}
+
 /// Sets an include switch for one resource (`Some`) or both (`None`), recording the origin.
 fn set_include(
     c: &mut Resolved,
@@ -372,15 +333,9 @@ fn set_include(
     value: bool,
     origin: &Origin,
 ) {
-    let (flags, key) = match switch {
-        Switch::Integrated => (
-            &mut c.pipeline.include_integrated,
-            ResourceKey::IncludeIntegrated,
-        ),
-        Switch::Detachable => (
-            &mut c.pipeline.include_detachable,
-            ResourceKey::IncludeDetachable,
-        ),
+    let flags = match switch {
+        Switch::Integrated => &mut c.pipeline.include_integrated,
+        Switch::Detachable => &mut c.pipeline.include_detachable,
     };
     let targets: &[Resource] = match &r {
         Some(r) => std::slice::from_ref(r),
@@ -390,7 +345,7 @@ fn set_include(
         *flags.get_mut(r) = value;
     }
     for &r in targets {
-        c.set_origin(Key::Resource(r, key), origin);
+        c.set_origin(Key::Resource(r, switch.key()), origin);
     }
 }
 
@@ -483,7 +438,7 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
         ] {
             let name = format!("{prefix}_DEVICE_PLUGIN_{suffix}");
             if let Some(v) = env.get(&name) {
-                let value = parse_bool(&name, v)?;
+                let value = bool_value(v).map_err(invalid(&name, v))?;
                 set_include(c, Some(r), switch, value, &Origin::env(&name));
             }
         }
@@ -500,12 +455,10 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
     }
     if let Some(v) = env.get("DXDP_RESOURCES") {
         let wanted = parse_resources(v).map_err(invalid("DXDP_RESOURCES", v))?;
+        let origin = Origin::env("DXDP_RESOURCES");
         for r in Resource::ALL {
             c.resource(r).enabled = wanted.contains(&r);
-            c.set_origin(
-                Key::Resource(r, ResourceKey::Enabled),
-                &Origin::env("DXDP_RESOURCES"),
-            );
+            c.set_origin(Key::Resource(r, ResourceKey::Enabled), &origin);
         }
     }
     for (name, switch) in [
@@ -513,115 +466,56 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
         ("DXDP_INCLUDE_DETACHABLE", Switch::Detachable),
     ] {
         if let Some(v) = env.get(name) {
-            let value = parse_bool(name, v)?;
+            let value = bool_value(v).map_err(invalid(name, v))?;
             for r in Resource::ALL {
                 let flags = match switch {
                     Switch::Integrated => &c.pipeline.include_integrated,
                     Switch::Detachable => &c.pipeline.include_detachable,
                 };
                 let before = flags.get(r).to_string();
-                let key = match switch {
-                    Switch::Integrated => Key::Resource(r, ResourceKey::IncludeIntegrated),
-                    Switch::Detachable => Key::Resource(r, ResourceKey::IncludeDetachable),
-                };
+                let key = Key::Resource(r, switch.key());
                 let origin = over_reference(c, key, name, v, &before, env);
                 set_include(c, Some(r), switch, value, &origin);
             }
         }
     }
-    if let Some(v) = env.get("DXDP_ASSIGNMENT") {
-        c.assignment = Assignment::parse(v).ok_or_else(|| {
-            invalid("DXDP_ASSIGNMENT", v)("use location-path, class-guid or auto".into())
-        })?;
-        c.set_origin(Key::Assignment, &Origin::env("DXDP_ASSIGNMENT"));
+    set_from_env! { c, env;
+        "DXDP_ASSIGNMENT",
+            |v| Assignment::parse(v).ok_or("use location-path, class-guid or auto".into())
+            => c.assignment, Key::Assignment;
+        "DXDP_NODE_LABELS", bool_value => c.node_labels.enabled, Key::NodeLabelsEnabled;
+        "DXDP_NODE_LABEL_PREFIX", |v| dxdp_core::labels::check_prefix(v).map(|()| v.to_string())
+            => c.node_labels.prefix, Key::NodeLabelsPrefix;
+        "DXDP_LOG_LEVEL", |v: &str| LogLevelName::try_from(v.to_string())
+            => c.log_level, Key::LogLevel;
+        "DXDP_LOG_FORMAT", str::parse => c.log_format, Key::LogFormat;
+        "DXDP_METRICS_ADDRESS", MetricsAddress::parse => c.metrics_address, Key::MetricsAddress;
+        "DXDP_PROBE_ADDRESS", MetricsAddress::parse => c.probe_address, Key::ProbeAddress;
+        "DXDP_WEB_CONFIG_FILE", |v| Ok(web_config_path(v)) => c.web_config_file, Key::WebConfigFile;
+        "DXDP_METRICS_AUTHORIZATION", file::MetricsAuthorization::parse
+            => c.metrics_authorization, Key::MetricsAuthorization;
+        "DXDP_TELEMETRY", bool_value => c.telemetry.enabled, Key::TelemetryEnabled;
+        "DXDP_TELEMETRY_INTERVAL", Interval::parse => c.telemetry.interval, Key::TelemetryInterval;
+        "DXDP_POD_RESOURCES_ENDPOINT", |v| Ok(local_endpoint(v))
+            => c.telemetry.pod_resources_endpoint, Key::TelemetryPodResourcesEndpoint;
+        "DXDP_CRI_ENDPOINT", CriAddress::parse
+            => c.telemetry.cri_endpoint, Key::TelemetryCriEndpoint;
+        "DXDP_ISOLATION_POLICY", file::IsolationPolicy::parse
+            => c.isolation.policy, Key::IsolationPolicy;
+        "DXDP_ISOLATION_EVENTS", bool_value => c.isolation.events, Key::IsolationEvents;
+        "DXDP_HEALTH_EVENTS", bool_value => c.health_reports.events, Key::HealthEvents;
+        "DXDP_NODE_CONDITIONS", bool_value
+            => c.health_reports.node_conditions, Key::HealthNodeConditions;
+        "DXDP_VALIDATION", bool_value => c.validation.enabled, Key::ValidationEnabled;
+        "DXDP_VALIDATION_INTERVAL", |v| validation::IntervalText::parse(v).map(|i| i.0)
+            => c.validation.interval, Key::ValidationInterval;
+        "DXDP_VALIDATION_TIMEOUT", |v| validation::TimeoutText::parse(v).map(|t| t.0)
+            => c.validation.timeout, Key::ValidationTimeout;
+        "DXDP_VALIDATION_IMAGE", validation::check_image
+            => c.validation.image, Key::ValidationImage;
+        "DXDP_VALIDATION_HOST_DIR", validation::check_host_dir
+            => c.validation.host_dir, Key::ValidationHostDir;
     }
-    if let Some(v) = env.get("DXDP_NODE_LABELS") {
-        c.node_labels.enabled = parse_bool("DXDP_NODE_LABELS", v)?;
-        c.set_origin(Key::NodeLabelsEnabled, &Origin::env("DXDP_NODE_LABELS"));
-    }
-    if let Some(v) = env.get("DXDP_NODE_LABEL_PREFIX") {
-        dxdp_core::labels::check_prefix(v).map_err(invalid("DXDP_NODE_LABEL_PREFIX", v))?;
-        c.node_labels.prefix = v.clone();
-        c.set_origin(
-            Key::NodeLabelsPrefix,
-            &Origin::env("DXDP_NODE_LABEL_PREFIX"),
-        );
-    }
-    if let Some(v) = env.get("DXDP_LOG_LEVEL") {
-        c.log_level = LogLevelName::try_from(v.clone()).map_err(invalid("DXDP_LOG_LEVEL", v))?;
-        c.set_origin(Key::LogLevel, &Origin::env("DXDP_LOG_LEVEL"));
-    }
-    if let Some(v) = env.get("DXDP_LOG_FORMAT") {
-        c.log_format = v.parse().map_err(invalid("DXDP_LOG_FORMAT", v))?;
-        c.set_origin(Key::LogFormat, &Origin::env("DXDP_LOG_FORMAT"));
-    }
-    if let Some(v) = env.get("DXDP_METRICS_ADDRESS") {
-        c.metrics_address =
-            super::values::MetricsAddress::parse(v).map_err(invalid("DXDP_METRICS_ADDRESS", v))?;
-        c.set_origin(Key::MetricsAddress, &Origin::env("DXDP_METRICS_ADDRESS"));
-    }
-    if let Some(v) = env.get("DXDP_PROBE_ADDRESS") {
-        c.probe_address =
-            super::values::MetricsAddress::parse(v).map_err(invalid("DXDP_PROBE_ADDRESS", v))?;
-        c.set_origin(Key::ProbeAddress, &Origin::env("DXDP_PROBE_ADDRESS"));
-    }
-    if let Some(v) = env.get("DXDP_WEB_CONFIG_FILE") {
-        c.web_config_file = (!v.trim().is_empty()).then(|| std::path::PathBuf::from(v.trim()));
-        c.set_origin(Key::WebConfigFile, &Origin::env("DXDP_WEB_CONFIG_FILE"));
-    }
-    if let Some(v) = env.get("DXDP_METRICS_AUTHORIZATION") {
-        c.metrics_authorization = file::MetricsAuthorization::parse(v)
-            .map_err(invalid("DXDP_METRICS_AUTHORIZATION", v))?;
-        c.set_origin(
-            Key::MetricsAuthorization,
-            &Origin::env("DXDP_METRICS_AUTHORIZATION"),
-        );
-    }
-    if let Some(v) = env.get("DXDP_TELEMETRY") {
-        c.telemetry.enabled = parse_bool("DXDP_TELEMETRY", v)?;
-        c.set_origin(Key::TelemetryEnabled, &Origin::env("DXDP_TELEMETRY"));
-    }
-    if let Some(v) = env.get("DXDP_TELEMETRY_INTERVAL") {
-        c.telemetry.interval =
-            super::values::Interval::parse(v).map_err(invalid("DXDP_TELEMETRY_INTERVAL", v))?;
-        c.set_origin(
-            Key::TelemetryInterval,
-            &Origin::env("DXDP_TELEMETRY_INTERVAL"),
-        );
-    }
-    if let Some(v) = env.get("DXDP_POD_RESOURCES_ENDPOINT") {
-        c.telemetry.pod_resources_endpoint = local_endpoint(v);
-        c.set_origin(
-            Key::TelemetryPodResourcesEndpoint,
-            &Origin::env("DXDP_POD_RESOURCES_ENDPOINT"),
-        );
-    }
-    if let Some(v) = env.get("DXDP_CRI_ENDPOINT") {
-        c.telemetry.cri_endpoint =
-            super::values::CriAddress::parse(v).map_err(invalid("DXDP_CRI_ENDPOINT", v))?;
-        c.set_origin(Key::TelemetryCriEndpoint, &Origin::env("DXDP_CRI_ENDPOINT"));
-    }
-    if let Some(v) = env.get("DXDP_ISOLATION_POLICY") {
-        c.isolation.policy =
-            file::IsolationPolicy::parse(v).map_err(invalid("DXDP_ISOLATION_POLICY", v))?;
-        c.set_origin(Key::IsolationPolicy, &Origin::env("DXDP_ISOLATION_POLICY"));
-    }
-    if let Some(v) = env.get("DXDP_ISOLATION_EVENTS") {
-        c.isolation.events = parse_bool("DXDP_ISOLATION_EVENTS", v)?;
-        c.set_origin(Key::IsolationEvents, &Origin::env("DXDP_ISOLATION_EVENTS"));
-    }
-    if let Some(v) = env.get("DXDP_HEALTH_EVENTS") {
-        c.health_reports.events = parse_bool("DXDP_HEALTH_EVENTS", v)?;
-        c.set_origin(Key::HealthEvents, &Origin::env("DXDP_HEALTH_EVENTS"));
-    }
-    if let Some(v) = env.get("DXDP_NODE_CONDITIONS") {
-        c.health_reports.node_conditions = parse_bool("DXDP_NODE_CONDITIONS", v)?;
-        c.set_origin(
-            Key::HealthNodeConditions,
-            &Origin::env("DXDP_NODE_CONDITIONS"),
-        );
-    }
-    apply_validation_env(c, env, parse_bool)?;
     Ok(())
 }
 
@@ -644,139 +538,37 @@ pub fn parse_resources(text: &str) -> Result<Vec<Resource>, String> {
 
 pub(super) fn apply_flags(c: &mut Resolved, f: &Flags) {
     if let Some(list) = &f.resources {
+        let flag = Origin::Flag("--resources");
         for r in Resource::ALL {
             c.resource(r).enabled = list.contains(&r);
-            c.set_origin(
-                Key::Resource(r, ResourceKey::Enabled),
-                &Origin::Flag("--resources"),
-            );
+            c.set_origin(Key::Resource(r, ResourceKey::Enabled), &flag);
         }
     }
     if let Some(n) = f.replicas {
+        let flag = Origin::Flag("--replicas");
         for r in Resource::ALL {
             c.resource(r).replicas = n;
-            c.set_origin(
-                Key::Resource(r, ResourceKey::Replicas),
-                &Origin::Flag("--replicas"),
-            );
+            c.set_origin(Key::Resource(r, ResourceKey::Replicas), &flag);
         }
     }
     if f.include_integrated {
-        set_include(
-            c,
-            None,
-            Switch::Integrated,
-            true,
-            &Origin::Flag("--include-integrated"),
-        );
+        let flag = Origin::Flag("--include-integrated");
+        set_include(c, None, Switch::Integrated, true, &flag);
     }
     if f.include_detachable {
-        set_include(
-            c,
-            None,
-            Switch::Detachable,
-            true,
-            &Origin::Flag("--include-detachable"),
-        );
+        let flag = Origin::Flag("--include-detachable");
+        set_include(c, None, Switch::Detachable, true, &flag);
     }
-    if let Some(a) = f.assignment {
-        c.assignment = a;
-        c.set_origin(Key::Assignment, &Origin::Flag("--assignment"));
+    set_given! { c;
+        f.assignment => c.assignment, Key::Assignment, &Origin::Flag("--assignment");
+        f.log_level.clone() => c.log_level, Key::LogLevel, &Origin::Flag("--log-level");
+        f.log_format => c.log_format, Key::LogFormat, &Origin::Flag("--log-format");
+        f.metrics_address
+            => c.metrics_address, Key::MetricsAddress, &Origin::Flag("--metrics-address");
+        f.probe_address => c.probe_address, Key::ProbeAddress, &Origin::Flag("--probe-address");
+        f.web_config_file.clone()
+            => c.web_config_file, Key::WebConfigFile, &Origin::Flag("--web-config-file");
+        f.metrics_authorization => c.metrics_authorization, Key::MetricsAuthorization,
+            &Origin::Flag("--metrics-authorization");
     }
-    if let Some(v) = &f.log_level {
-        c.log_level = v.clone();
-        c.set_origin(Key::LogLevel, &Origin::Flag("--log-level"));
-    }
-    if let Some(v) = f.log_format {
-        c.log_format = v;
-        c.set_origin(Key::LogFormat, &Origin::Flag("--log-format"));
-    }
-    if let Some(v) = f.metrics_address {
-        c.metrics_address = v;
-        c.set_origin(Key::MetricsAddress, &Origin::Flag("--metrics-address"));
-    }
-    if let Some(v) = f.probe_address {
-        c.probe_address = v;
-        c.set_origin(Key::ProbeAddress, &Origin::Flag("--probe-address"));
-    }
-    if let Some(v) = &f.web_config_file {
-        c.web_config_file = v.clone();
-        c.set_origin(Key::WebConfigFile, &Origin::Flag("--web-config-file"));
-    }
-    if let Some(v) = f.metrics_authorization {
-        c.metrics_authorization = v;
-        c.set_origin(
-            Key::MetricsAuthorization,
-            &Origin::Flag("--metrics-authorization"),
-        );
-    }
-}
-
-/// Applies `validation` of a file.
-fn apply_validation_file(c: &mut Resolved, f: &super::validation::ValidationFile, origin: &Origin) {
-    if let Some(v) = f.enabled {
-        c.validation.enabled = v;
-        c.set_origin(Key::ValidationEnabled, origin);
-    }
-    if let Some(v) = f.interval {
-        c.validation.interval = v.0;
-        c.set_origin(Key::ValidationInterval, origin);
-    }
-    if let Some(v) = f.timeout {
-        c.validation.timeout = v.0;
-        c.set_origin(Key::ValidationTimeout, origin);
-    }
-    if let Some(v) = &f.image {
-        c.validation.image = v.0.clone();
-        c.set_origin(Key::ValidationImage, origin);
-    }
-    if let Some(v) = &f.host_dir {
-        c.validation.host_dir = v.0.clone();
-        c.set_origin(Key::ValidationHostDir, origin);
-    }
-}
-
-/// Applies the variables `DXDP_VALIDATION`, `DXDP_VALIDATION_INTERVAL`,
-/// `DXDP_VALIDATION_TIMEOUT`, `DXDP_VALIDATION_IMAGE` and `DXDP_VALIDATION_HOST_DIR`.
-fn apply_validation_env(
-    c: &mut Resolved,
-    env: &Env,
-    parse_bool: fn(&str, &str) -> Result<bool, ConfigError>,
-) -> Result<(), ConfigError> {
-    if let Some(v) = env.get("DXDP_VALIDATION") {
-        c.validation.enabled = parse_bool("DXDP_VALIDATION", v)?;
-        c.set_origin(Key::ValidationEnabled, &Origin::env("DXDP_VALIDATION"));
-    }
-    if let Some(v) = env.get("DXDP_VALIDATION_INTERVAL") {
-        c.validation.interval = super::validation::IntervalText::parse(v)
-            .map_err(invalid("DXDP_VALIDATION_INTERVAL", v))?
-            .0;
-        c.set_origin(
-            Key::ValidationInterval,
-            &Origin::env("DXDP_VALIDATION_INTERVAL"),
-        );
-    }
-    if let Some(v) = env.get("DXDP_VALIDATION_TIMEOUT") {
-        c.validation.timeout = super::validation::TimeoutText::parse(v)
-            .map_err(invalid("DXDP_VALIDATION_TIMEOUT", v))?
-            .0;
-        c.set_origin(
-            Key::ValidationTimeout,
-            &Origin::env("DXDP_VALIDATION_TIMEOUT"),
-        );
-    }
-    if let Some(v) = env.get("DXDP_VALIDATION_IMAGE") {
-        c.validation.image =
-            super::validation::check_image(v).map_err(invalid("DXDP_VALIDATION_IMAGE", v))?;
-        c.set_origin(Key::ValidationImage, &Origin::env("DXDP_VALIDATION_IMAGE"));
-    }
-    if let Some(v) = env.get("DXDP_VALIDATION_HOST_DIR") {
-        c.validation.host_dir =
-            super::validation::check_host_dir(v).map_err(invalid("DXDP_VALIDATION_HOST_DIR", v))?;
-        c.set_origin(
-            Key::ValidationHostDir,
-            &Origin::env("DXDP_VALIDATION_HOST_DIR"),
-        );
-    }
-    Ok(())
 }

@@ -52,6 +52,19 @@ pub struct ResourceSettings {
     pub(crate) policy: ResourcePolicy,
 }
 
+impl ResourceSettings {
+    /// The defaults of `r`: served under its default name, one ID per device.
+    fn default_for(r: Resource) -> Self {
+        ResourceSettings {
+            enabled: true,
+            name: r.default_resource_name().to_string(),
+            replicas: 1,
+            aliases: Vec::new(),
+            policy: ResourcePolicy::default(),
+        }
+    }
+}
+
 /// The effective configuration's values: what the daemon serves, and all it compares (where a
 /// value came from is in [`Resolved`], never compared: the same values reached another way
 /// change nothing that is served).
@@ -327,18 +340,7 @@ impl Default for Config {
         Config {
             resources: Resource::ALL
                 .iter()
-                .map(|&r| {
-                    (
-                        r,
-                        ResourceSettings {
-                            enabled: true,
-                            name: r.default_resource_name().to_string(),
-                            replicas: 1,
-                            aliases: Vec::new(),
-                            policy: ResourcePolicy::default(),
-                        },
-                    )
-                })
+                .map(|&r| (r, ResourceSettings::default_for(r)))
                 .collect(),
             pipeline: PipelineConfig::default(),
             assignment: Assignment::Auto,
@@ -362,13 +364,9 @@ impl Default for Config {
 
 impl Config {
     fn resource(&mut self, r: Resource) -> &mut ResourceSettings {
-        self.resources.entry(r).or_insert_with(|| ResourceSettings {
-            enabled: true,
-            name: r.default_resource_name().to_string(),
-            replicas: 1,
-            aliases: Vec::new(),
-            policy: ResourcePolicy::default(),
-        })
+        self.resources
+            .entry(r)
+            .or_insert_with(|| ResourceSettings::default_for(r))
     }
 
     /// The enabled resources with every name they are advertised under (name first).

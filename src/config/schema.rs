@@ -7,6 +7,27 @@ use serde_json::Value;
 use dxdp_core::assignment::Assignment;
 use dxdp_core::policy::{AllocationPolicy, MultiDevice};
 
+/// Implements `JsonSchema` for the checked value type `$ty` as the inline schema `$schema` (the
+/// object `json_schema!` takes).
+macro_rules! inline_schema {
+    ($ty:ident, $schema:tt) => {
+        impl schemars::JsonSchema for $ty {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($ty).into()
+            }
+
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!($schema)
+            }
+        }
+    };
+}
+pub(super) use inline_schema;
+
 // Schemas of the core crate's types, and tidying.
 fn one_of_or_null(names: Vec<&str>) -> Schema {
     let mut names: Vec<Value> = names.into_iter().map(Value::from).collect();

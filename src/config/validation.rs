@@ -10,6 +10,9 @@ use serde::Deserialize;
 
 use dxdp_core::quote::quote;
 
+use super::schema::inline_schema;
+use super::values::DurationText;
+
 /// The default time between scheduled runs: a day.
 pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 /// The default limit of one run: 20 minutes (the first pull of a Server Core image takes long).
@@ -38,19 +41,7 @@ pub(crate) struct ValidationFile {
 #[serde(try_from = "String")]
 pub(crate) struct ImageText(pub(crate) Option<String>);
 
-impl JsonSchema for ImageText {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "ImageText".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({"description": "the validation pod's image; empty: mcr.microsoft.com/windows/servercore matching the host's build", "type": "string"})
-    }
-}
+inline_schema!(ImageText, {"description": "the validation pod's image; empty: mcr.microsoft.com/windows/servercore matching the host's build", "type": "string"});
 
 impl TryFrom<String> for ImageText {
     type Error = String;
@@ -64,19 +55,7 @@ impl TryFrom<String> for ImageText {
 #[serde(try_from = "String")]
 pub(crate) struct HostDirText(pub(crate) String);
 
-impl JsonSchema for HostDirText {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "HostDirText".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({"description": "an absolute host directory; empty: C:\\var\\lib\\dxdp\\validation", "type": "string"})
-    }
-}
+inline_schema!(HostDirText, {"description": "an absolute host directory; empty: C:\\var\\lib\\dxdp\\validation", "type": "string"});
 
 impl TryFrom<String> for HostDirText {
     type Error = String;
@@ -153,27 +132,11 @@ pub(crate) fn format_duration(d: Duration) -> String {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawDuration {
-    Seconds(u64),
-    Text(String),
-}
-
-impl RawDuration {
-    fn text(self) -> String {
-        match self {
-            RawDuration::Seconds(n) => n.to_string(),
-            RawDuration::Text(s) => s,
-        }
-    }
-}
-
 macro_rules! bounded_duration {
     ($name:ident, $min:expr, $max:expr, $what:literal, $schema:literal) => {
         #[doc = concat!("`validation.", $what, "`: a duration within its bounds.")]
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-        #[serde(try_from = "RawDuration")]
+        #[serde(try_from = "DurationText")]
         pub(crate) struct $name(pub(crate) Duration);
 
         impl $name {
@@ -190,32 +153,20 @@ macro_rules! bounded_duration {
             }
         }
 
-        impl TryFrom<RawDuration> for $name {
+        impl TryFrom<DurationText> for $name {
             type Error = String;
-            fn try_from(v: RawDuration) -> Result<Self, Self::Error> {
+            fn try_from(v: DurationText) -> Result<Self, Self::Error> {
                 $name::parse(&v.text())
             }
         }
 
-        impl JsonSchema for $name {
-            fn schema_name() -> std::borrow::Cow<'static, str> {
-                stringify!($name).into()
-            }
-
-            fn inline_schema() -> bool {
-                true
-            }
-
-            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                schemars::json_schema!({
-                    "description": $schema,
-                    "anyOf": [
-                        {"type": "integer", "minimum": Self::MIN.as_secs(), "maximum": Self::MAX.as_secs()},
-                        {"type": "string", "pattern": "^[0-9]+(s|m|h|d)?$"}
-                    ]
-                })
-            }
-        }
+        inline_schema!($name, {
+            "description": $schema,
+            "anyOf": [
+                {"type": "integer", "minimum": $name::MIN.as_secs(), "maximum": $name::MAX.as_secs()},
+                {"type": "string", "pattern": "^[0-9]+(s|m|h|d)?$"}
+            ]
+        });
     };
 }
 

@@ -9,6 +9,8 @@ use dxdp_core::allocation::MAX_REPLICAS;
 use dxdp_core::pipeline::filter::VendorSpec;
 use dxdp_core::quote::quote;
 
+use super::schema::inline_schema;
+
 /// A replica count, 1 to [`MAX_REPLICAS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "u64")]
@@ -22,19 +24,7 @@ impl TryFrom<u64> for Replicas {
     }
 }
 
-impl JsonSchema for Replicas {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Replicas".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({"type": "integer", "minimum": 1, "maximum": MAX_REPLICAS})
-    }
-}
+inline_schema!(Replicas, {"type": "integer", "minimum": 1, "maximum": MAX_REPLICAS});
 
 impl Replicas {
     /// Checks the range and says what is allowed.
@@ -289,46 +279,40 @@ impl CriAddress {
 
 /// A sampling interval: `10s`, `1m`, `500ms` or a number of seconds, from 1 s to 1 h.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "IntervalText")]
+#[serde(try_from = "DurationText")]
 pub(crate) struct Interval(pub(crate) std::time::Duration);
 
-impl JsonSchema for Interval {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Interval".into()
-    }
+inline_schema!(Interval, {
+    "description": "a sampling interval: 10s, 1m, 1500ms or a number of seconds, from 1 s to 1 h",
+    "anyOf": [
+        {"type": "integer", "minimum": 1, "maximum": 3600},
+        {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)?$"}
+    ]
+});
 
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "description": "a sampling interval: 10s, 1m, 1500ms or a number of seconds, from 1 s to 1 h",
-            "anyOf": [
-                {"type": "integer", "minimum": 1, "maximum": 3600},
-                {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)?$"}
-            ]
-        })
-    }
-}
-
-/// What an interval may be written as.
+/// What a duration may be written as: a number of seconds or a text with its unit.
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum IntervalText {
+pub(crate) enum DurationText {
     Seconds(u64),
     Text(String),
 }
 
-impl TryFrom<IntervalText> for Interval {
+impl DurationText {
+    /// As text: a number of seconds is written without a unit.
+    pub(crate) fn text(self) -> String {
+        match self {
+            DurationText::Seconds(n) => n.to_string(),
+            DurationText::Text(s) => s,
+        }
+    }
+}
+
+impl TryFrom<DurationText> for Interval {
     type Error = String;
 
-    fn try_from(v: IntervalText) -> Result<Self, Self::Error> {
-        match v {
-            IntervalText::Seconds(n) => Interval::parse(&n.to_string()),
-            IntervalText::Text(s) => Interval::parse(&s),
-        }
-        .map(Interval)
+    fn try_from(v: DurationText) -> Result<Self, Self::Error> {
+        Interval::parse(&v.text()).map(Interval)
     }
 }
 
@@ -439,20 +423,8 @@ impl TryFrom<String> for ConfigVersion {
     }
 }
 
-impl JsonSchema for ConfigVersion {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "ConfigVersion".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "description": "the configuration file's format version: v1 (also what a file without version is)",
-            "type": "string",
-            "enum": ["v1"]
-        })
-    }
-}
+inline_schema!(ConfigVersion, {
+    "description": "the configuration file's format version: v1 (also what a file without version is)",
+    "type": "string",
+    "enum": ["v1"]
+});

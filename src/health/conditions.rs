@@ -97,18 +97,7 @@ pub(crate) fn healthy(inventory: &Inventory) -> Wanted {
         };
     }
     let sick = super::events::unhealthy_served(inventory);
-    let served: std::collections::BTreeSet<_> = inventory
-        .config
-        .endpoints()
-        .into_iter()
-        .map(|(r, _)| r)
-        .collect();
-    let total = inventory
-        .discovery
-        .devices
-        .iter()
-        .filter(|d| d.resource.is_some_and(|r| served.contains(&r)))
-        .count();
+    let total = super::events::served_devices(inventory).count();
     if sick.is_empty() {
         return Wanted {
             type_: HEALTHY,

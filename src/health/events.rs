@@ -63,19 +63,24 @@ pub(crate) struct Sick {
     pub(crate) detail: Option<String>,
 }
 
-/// Every served device (its resource enabled) that is Unhealthy, in inventory order.
-pub(crate) fn unhealthy_served(inventory: &Inventory) -> Vec<Sick> {
+/// Every served device (its resource enabled), in inventory order.
+pub(crate) fn served_devices(
+    inventory: &Inventory,
+) -> impl Iterator<Item = &dxdp_core::devices::Device> {
     let served: BTreeSet<_> = inventory
         .config
         .endpoints()
         .into_iter()
         .map(|(r, _)| r)
         .collect();
-    inventory
-        .discovery
-        .devices
-        .iter()
-        .filter(|d| !d.health.is_healthy() && d.resource.is_some_and(|r| served.contains(&r)))
+    (inventory.discovery.devices.iter())
+        .filter(move |d| d.resource.is_some_and(|r| served.contains(&r)))
+}
+
+/// Every served device (its resource enabled) that is Unhealthy, in inventory order.
+pub(crate) fn unhealthy_served(inventory: &Inventory) -> Vec<Sick> {
+    served_devices(inventory)
+        .filter(|d| !d.health.is_healthy())
         .map(|d| Sick {
             device: d.id.clone(),
             description: d.description.clone(),

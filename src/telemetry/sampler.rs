@@ -145,13 +145,18 @@ impl Retry {
         recovered
     }
 
-    /// Records a failure; the delay before the next try (see [`backoff`]).
-    fn failed(&mut self, floor: Duration) -> Duration {
+    /// Records a failure, `error`, of the source of `what`, and logs it: at warn for the first of
+    /// an outage (what is kept, when it is tried again: see [`backoff`]), at debug after.
+    fn failed(&mut self, floor: Duration, error: &str, what: &str) {
         self.failures += 1;
         self.fresh = false;
         let delay = backoff(self.failures, floor);
         self.next_try = Some(Instant::now() + delay);
-        delay
+        if self.failures == 1 {
+            tracing::warn!("{error}; {what} keeps the last answer, retrying in {delay:?} and backing off (device serving is not affected)");
+        } else {
+            tracing::debug!(failures = self.failures, "{error}");
+        }
     }
 }
 
@@ -307,13 +312,10 @@ impl Sampler {
             }
             Err(e) => {
                 self.metrics.pod_resources_call(false);
-                let delay = state.pod_retry.failed(config.telemetry.interval);
-                outage(
-                    state.pod_retry.failures,
-                    &e.to_string(),
-                    "pod attribution",
-                    delay,
-                );
+                let floor = config.telemetry.interval;
+                state
+                    .pod_retry
+                    .failed(floor, &e.to_string(), "pod attribution");
             }
         }
     }
@@ -332,13 +334,10 @@ impl Sampler {
             }
             Err(e) => {
                 self.metrics.cri_call(false);
-                let delay = state.cri_retry.failed(config.telemetry.interval);
-                outage(
-                    state.cri_retry.failures,
-                    &e.to_string(),
-                    "which pod each container is",
-                    delay,
-                );
+                let floor = config.telemetry.interval;
+                state
+                    .cri_retry
+                    .failed(floor, &e.to_string(), "which pod each container is");
             }
         }
     }
@@ -360,12 +359,11 @@ impl Sampler {
             }
             Err(e) => {
                 self.metrics.cri_call(false);
-                let delay = state.sandbox_retry.failed(config.telemetry.interval);
-                outage(
-                    state.sandbox_retry.failures,
+                let floor = config.telemetry.interval;
+                state.sandbox_retry.failed(
+                    floor,
                     &e.to_string(),
                     "dxdp_pod_info (the pods' UIDs and labels)",
-                    delay,
                 );
             }
         }
@@ -400,15 +398,14 @@ impl Sampler {
             }
             Err((_, why)) => {
                 self.metrics.hcs_call("error");
-                let delay = state.containers_retry.failed(config.telemetry.interval);
-                outage(
-                    state.containers_retry.failures,
+                let floor = config.telemetry.interval;
+                state.containers_retry.failed(
+                    floor,
                     &format!(
                         "cannot read the containers' process lists from {}: {why}",
                         lister.describe()
                     ),
                     "which processes each container has",
-                    delay,
                 );
             }
         }
@@ -429,16 +426,6 @@ fn merge_listing(
         }
     }
     out
-}
-
-/// Logs a failure of an attribution source: at warn for the first of an outage (what is kept,
-/// when it is tried again), at debug after.
-fn outage(failures: u32, error: &str, what: &str, delay: Duration) {
-    if failures == 1 {
-        tracing::warn!("{error}; {what} keeps the last answer, retrying in {delay:?} and backing off (device serving is not affected)");
-    } else {
-        tracing::debug!(failures, "{error}");
-    }
 }
 
 /// The CRI endpoint for `telemetry.criEndpoint` (`configured`, parsed when the configuration
