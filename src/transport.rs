@@ -508,13 +508,9 @@ pub(crate) mod imp {
     use std::io;
     use std::os::windows::io::{AsRawSocket, AsSocket, BorrowedSocket};
     use std::path::Path;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
 
     use async_io::Async;
-    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
     use tokio_util::compat::{Compat, FuturesAsyncReadCompatExt};
-    use tonic::transport::server::Connected;
 
     /// `uds_windows::UnixListener` lacks `AsSocket`, which `async-io` needs.
     #[derive(Debug)]
@@ -529,7 +525,7 @@ pub(crate) mod imp {
 
     /// `uds_windows::UnixStream` with the `IoSafe` marker `async-io` needs for owned I/O.
     #[derive(Debug)]
-    struct SocketStream(uds_windows::UnixStream);
+    pub struct SocketStream(uds_windows::UnixStream);
 
     // SAFETY: `SocketStream` never closes or replaces its socket while borrowed; it is only read,
     // written and dropped, which is what `IoSafe` requires.
@@ -557,50 +553,12 @@ pub(crate) mod imp {
         }
     }
 
-    /// An accepted or connected AF_UNIX stream with tokio's I/O traits.
-    #[derive(Debug)]
-    pub struct Conn(Compat<Async<SocketStream>>);
+    /// An accepted or connected AF_UNIX stream with tokio's I/O traits (through the `futures`
+    /// ones `async-io` gives).
+    pub type Conn = Compat<Async<SocketStream>>;
 
-    impl Conn {
-        fn new(stream: uds_windows::UnixStream) -> io::Result<Self> {
-            Ok(Conn(FuturesAsyncReadCompatExt::compat(Async::new(
-                SocketStream(stream),
-            )?)))
-        }
-    }
-
-    impl AsyncRead for Conn {
-        fn poll_read(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &mut ReadBuf<'_>,
-        ) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.0).poll_read(cx, buf)
-        }
-    }
-
-    impl AsyncWrite for Conn {
-        fn poll_write(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            Pin::new(&mut self.0).poll_write(cx, buf)
-        }
-
-        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.0).poll_flush(cx)
-        }
-
-        fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.0).poll_shutdown(cx)
-        }
-    }
-
-    impl Connected for Conn {
-        type ConnectInfo = ();
-
-        fn connect_info(&self) -> Self::ConnectInfo {}
+    fn conn(stream: uds_windows::UnixStream) -> io::Result<Conn> {
+        Ok(Async::new(SocketStream(stream))?.compat())
     }
 
     /// A listening socket.
@@ -617,7 +575,7 @@ pub(crate) mod imp {
         /// The next accepted connection.
         pub(crate) async fn accept(&self) -> io::Result<Conn> {
             let (stream, _) = self.0.read_with(|l| l.0.accept()).await?;
-            Conn::new(stream)
+            conn(stream)
         }
     }
 
@@ -627,7 +585,7 @@ pub(crate) mod imp {
         let stream = tokio::task::spawn_blocking(move || uds_windows::UnixStream::connect(path))
             .await
             .map_err(io::Error::other)??;
-        Conn::new(stream)
+        conn(stream)
     }
 }
 
