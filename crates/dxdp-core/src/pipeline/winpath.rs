@@ -107,7 +107,12 @@ pub fn compare_key(path: &str) -> String {
         } else {
             last_sep = false;
         }
-        out.extend(ch.to_lowercase());
+        // ASCII (nearly every path) without the Unicode tables: the same lower case.
+        if ch.is_ascii() {
+            out.push(ch.to_ascii_lowercase());
+        } else {
+            out.extend(ch.to_lowercase());
+        }
     }
     while out.ends_with('\\') && out.len() > 1 {
         out.pop();
@@ -374,6 +379,11 @@ mod tests {
     fn compare_keys_fold_case_and_separators() {
         assert_eq!(compare_key(r"C:\A//b\"), compare_key(r"c:\a\B"));
         assert_ne!(compare_key(r"C:\a\b"), compare_key(r"C:\a\c"));
+        // Letters beyond ASCII fold too (Unicode lower case).
+        assert_eq!(
+            compare_key(r"C:/Pilotes//ÉCRAN\Ärger\"),
+            r"c:\pilotes\écran\ärger"
+        );
     }
 
     #[test]
