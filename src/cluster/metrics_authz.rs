@@ -60,6 +60,7 @@ impl KubernetesAuthorizer {
     }
 
     /// Talks to the API server at `url` without credentials (a test stand-in).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn at_url(url: &str) -> Result<Self, super::Off> {
         let uri: http::Uri = url
             .parse()
@@ -105,6 +106,7 @@ impl KubernetesAuthorizer {
     }
 
     /// The same authorizer with another per-call timeout.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

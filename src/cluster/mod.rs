@@ -151,6 +151,7 @@ impl Cluster {
 
     /// A client for the API server at `url` without credentials (a local stand-in or
     /// `kubectl proxy`).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn at_url(url: &str, node: &str) -> Result<Cluster, Off> {
         let uri: http::Uri = url
             .parse()

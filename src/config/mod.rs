@@ -383,6 +383,7 @@ impl Config {
     }
 
     /// This configuration with `n` replicas for every resource.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn with_replicas(mut self, n: u32) -> Self {
         for r in Resource::ALL {
             self.resource(r).replicas = n;

@@ -134,6 +134,7 @@ impl Daemon {
     /// it, a configuration the node's label selected falls back to the top level of its inputs
     /// (the configuration at start, resolved without the node); any other configuration that
     /// cannot be served is an error at start.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn fallback(mut self, top: Config) -> Self {
         self.fallback = Some(top);
         self
@@ -142,6 +143,7 @@ impl Daemon {
     /// Follows GPU fault events in `log`, whatever the host facts' source. Without it the
     /// machine's own event log is followed (Windows' `wevtapi.dll`; none elsewhere), and none
     /// for host snapshots and the sample host, which bring their recorded faults.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn event_log(mut self, log: Arc<dyn EventLog>) -> Self {
         self.event_log = Some(log);
         self

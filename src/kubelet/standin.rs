@@ -327,6 +327,7 @@ impl KubeletStandin {
     }
 
     /// Makes `Register` fail with `reason` (or accept again with `None`).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn refuse_registrations(&self, reason: Option<&str>) {
         lock(&self.shared).refuse = reason.map(str::to_string);
     }
