@@ -196,6 +196,7 @@ impl HealthMetrics {
     }
 
     /// How many `GPUUnhealthy` Events had `result` so far.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn events(&self, result: super::event_metrics::EventResult) -> u64 {
         self.events
             .get_or_create(&super::telemetry_metrics::result(result.as_str()))
@@ -228,6 +229,7 @@ impl HealthMetrics {
     }
 
     /// How many writes of `condition` had `result` so far.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn conditions(&self, condition: &str, result: ConditionResult) -> u64 {
         self.conditions
             .get_or_create(&ConditionLabels {
@@ -243,7 +245,8 @@ impl HealthMetrics {
     }
 
     /// The event-log feed's errors at `stage`, its dropped records and whether it is
-    /// subscribed (for tests).
+    /// subscribed.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn eventlog(&self, stage: &str) -> (u64, u64, bool) {
         let errors = self
             .eventlog

@@ -168,12 +168,14 @@ impl IsolationMetrics {
         self.tainted.set(i64::from(on));
     }
 
-    /// How many Events had `result` so far (for tests and `dxdp audit`).
+    /// How many Events had `result` so far.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn events(&self, result: EventResult) -> u64 {
         self.events.get_or_create(&label(result.as_str())).get()
     }
 
     /// How many taint changes had `result` so far.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn taint_changes(&self, result: TaintResult) -> u64 {
         self.taint_changes
             .get_or_create(&label(result.as_str()))
@@ -181,11 +183,13 @@ impl IsolationMetrics {
     }
 
     /// Whether dxdp's taint is on the node, as dxdp last wrote or read it.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn node_tainted(&self) -> bool {
         self.tainted.get() == 1
     }
 
     /// How many violations started so far.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn violations_started(&self) -> u64 {
         self.started.get()
     }
