@@ -121,8 +121,12 @@ case "${1:-}" in
     linux_dxdp="${LINUX_DXDP:-target/debug/dxdp}"
     [ -x "$linux_dxdp" ] || cargo build --bin dxdp
     for fixture in tests/fixtures/*.yaml; do
-      want=$("$linux_dxdp" discover --json --host-snapshot "$fixture" 2>/dev/null)
-      got=$(/usr/lib/wine/wine64 "$exe_dir/dxdp.exe" discover --json --host-snapshot "Z:$(realpath "$fixture" | tr / '\\')" 2>/dev/null | tr -d '\r')
+      # Each failure says which binary and fixture (an assignment that fails ends the script under
+      # set -e without a word).
+      want=$("$linux_dxdp" discover --json --host-snapshot "$fixture" 2>/dev/null) ||
+        { echo "the Linux dxdp failed on $fixture (exit $?)" >&2; exit 1; }
+      got=$(/usr/lib/wine/wine64 "$exe_dir/dxdp.exe" discover --json --host-snapshot "Z:$(realpath "$fixture" | tr / '\\')" 2>"$CARGO_TARGET_DIR/exe-wine.err" | tr -d '\r') ||
+        { echo "dxdp.exe under Wine failed on $fixture (exit $?):" >&2; tail -20 "$CARGO_TARGET_DIR/exe-wine.err" >&2; exit 1; }
       if [ -z "$want" ] || [ "$want" != "$got" ]; then
         echo "dxdp.exe under Wine differs from Linux for $fixture" >&2
         diff <(echo "$want") <(echo "$got") | head -20 >&2
