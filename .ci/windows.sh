@@ -118,13 +118,16 @@ case "${1:-}" in
     /usr/bin/cargo build "${build_std[@]}" --bin dxdp
     exe_dir="$CARGO_TARGET_DIR/$target/debug"
     cp "$deps/bcryptprimitives.dll" "$exe_dir/"
+    # The Linux binary that `cargo test` or `cargo build` (rustup's toolchain) left: building it
+    # here would use Debian's rustc and CARGO_TARGET_DIR, which are the Windows build's.
     linux_dxdp="${LINUX_DXDP:-target/debug/dxdp}"
-    [ -x "$linux_dxdp" ] || cargo build --bin dxdp
+    [ -x "$linux_dxdp" ] ||
+      { echo "no Linux dxdp at $linux_dxdp: run cargo build first, or set LINUX_DXDP" >&2; exit 1; }
     for fixture in tests/fixtures/*.yaml; do
       # Each failure says which binary and fixture (an assignment that fails ends the script under
       # set -e without a word).
-      want=$("$linux_dxdp" discover --json --host-snapshot "$fixture" 2>/dev/null) ||
-        { echo "the Linux dxdp failed on $fixture (exit $?)" >&2; exit 1; }
+      want=$("$linux_dxdp" discover --json --host-snapshot "$fixture" 2>"$CARGO_TARGET_DIR/exe-linux.err") ||
+        { echo "the Linux dxdp failed on $fixture (exit $?):" >&2; tail -20 "$CARGO_TARGET_DIR/exe-linux.err" >&2; exit 1; }
       got=$(/usr/lib/wine/wine64 "$exe_dir/dxdp.exe" discover --json --host-snapshot "Z:$(realpath "$fixture" | tr / '\\')" 2>"$CARGO_TARGET_DIR/exe-wine.err" | tr -d '\r') ||
         { echo "dxdp.exe under Wine failed on $fixture (exit $?):" >&2; tail -20 "$CARGO_TARGET_DIR/exe-wine.err" >&2; exit 1; }
       if [ -z "$want" ] || [ "$want" != "$got" ]; then

@@ -1127,6 +1127,15 @@ fn telemetry_keys_follow_the_precedence_and_intervals_are_checked() {
     for (text, part) in [
         ("telemetry: {interval: 0s}\n", "from 1s to 1h"),
         ("telemetry: {intervall: 10s}\n", "unknown key `intervall`"),
+        // Not a whole number nor a text: what to write, not the Rust type's name.
+        (
+            "telemetry: {interval: 0.5}\n",
+            "a duration: a whole number of seconds, or a number with its unit such as 500ms, 90s, 15m or 1h",
+        ),
+        (
+            "validation: {timeout: true}\n",
+            "a duration: a whole number of seconds, or a number with its unit such as 500ms, 90s, 15m or 1h",
+        ),
         (
             "telemetry: {enabled: maybe}\n",
             "expected true or false, got",

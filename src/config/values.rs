@@ -290,9 +290,14 @@ inline_schema!(Interval, {
     ]
 });
 
-/// What a duration may be written as: a number of seconds or a text with its unit.
+/// What a duration may be written as: a number of seconds or a text with its unit. Anything
+/// else (`0.5`, `-5`, `true`, a list) is refused with what to write instead, not with serde's
+/// name of this type.
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "a duration: a whole number of seconds, or a number with its unit such as 500ms, 90s, 15m or 1h"
+)]
 pub(crate) enum DurationText {
     Seconds(u64),
     Text(String),

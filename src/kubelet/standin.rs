@@ -280,7 +280,7 @@ impl KubeletStandin {
     }
 
     /// [`KubeletStandin::start`], refusing every `Register` with `refuse` from the first one
-    /// on (until [`KubeletStandin::refuse_registrations`] changes it).
+    /// on (until `refuse_registrations`, a test-support switch, changes it).
     pub async fn start_refusing(
         transport: Transport,
         dir: &Path,
