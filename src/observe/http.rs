@@ -761,6 +761,103 @@ mod tests {
         task.abort();
     }
 
+    /// What each listener's routes answer, written out: GET and HEAD on its paths (HEAD with the
+    /// length of the body it leaves out), 405 with `Allow: GET, HEAD` for other methods, its own
+    /// 404 elsewhere, every answer plain text.
+    #[tokio::test]
+    async fn the_routes_answer_methods_and_paths_as_documented() {
+        async fn ask(
+            endpoints: Endpoints,
+            method: &str,
+            path: &str,
+        ) -> (u16, Option<String>, Option<String>, Option<String>, String) {
+            let r = routes(endpoints, Observe::new())
+                .oneshot(
+                    Request::builder()
+                        .method(method)
+                        .uri(path)
+                        .body(Body::empty())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let header = |name| {
+                r.headers()
+                    .get(name)
+                    .map(|v: &HeaderValue| v.to_str().unwrap().to_string())
+            };
+            let (allow, kind, length) = (
+                header(ALLOW),
+                header(CONTENT_TYPE),
+                header(hyper::header::CONTENT_LENGTH),
+            );
+            let status = r.status().as_u16();
+            let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+            (
+                status,
+                allow,
+                kind,
+                length,
+                String::from_utf8_lossy(&body).into_owned(),
+            )
+        }
+        let plain = Some("text/plain; charset=utf-8".to_string());
+        let not_allowed = "method not allowed: use GET or HEAD\n";
+        for (endpoints, path) in [
+            (Endpoints::All, "/metrics"),
+            (Endpoints::All, "/readyz"),
+            (Endpoints::Probes, "/healthz"),
+        ] {
+            assert_eq!(
+                ask(endpoints, "POST", path).await,
+                (
+                    405,
+                    Some("GET, HEAD".to_string()),
+                    plain.clone(),
+                    Some(not_allowed.len().to_string()),
+                    not_allowed.to_string()
+                ),
+                "POST {path}"
+            );
+        }
+        // A fresh Observe has no plugin yet: /readyz says so with 503, and HEAD gives the same
+        // status and length without the body.
+        let (status, _, kind, length, body) = ask(Endpoints::All, "GET", "/readyz").await;
+        assert_eq!((status, kind.clone()), (503, plain.clone()));
+        assert_eq!(length, Some(body.len().to_string()));
+        assert_eq!(
+            ask(Endpoints::All, "HEAD", "/readyz").await,
+            (503, None, kind, length, String::new())
+        );
+        let all = "not found: dxdp serves /metrics, /healthz and /readyz\n";
+        assert_eq!(
+            ask(Endpoints::All, "GET", "/metrics/").await,
+            (
+                404,
+                None,
+                plain.clone(),
+                Some(all.len().to_string()),
+                all.to_string()
+            )
+        );
+        let probes = "not found: this is dxdp's probe endpoint, serving /healthz and /readyz (/metrics is on metrics.address)\n";
+        assert_eq!(
+            ask(Endpoints::Probes, "GET", "/metrics").await,
+            (
+                404,
+                None,
+                plain,
+                Some(probes.len().to_string()),
+                probes.to_string()
+            )
+        );
+        let (status, _, kind, _, _) = ask(Endpoints::All, "GET", "/metrics").await;
+        assert_eq!(
+            (status, kind.as_deref()),
+            (200, Some(metrics::CONTENT_TYPE))
+        );
+    }
+
     /// The probe listener's cap is its own: a metrics listener whose every connection is held
     /// by clients that send nothing leaves the probes answering (issue 36: 128 idle
     /// connections made `/healthz` time out).
