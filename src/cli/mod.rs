@@ -430,7 +430,11 @@ pub(crate) fn main() -> ExitCode {
             // The log lines that led here first, then the error.
             logging::flush();
             fatal(format, &format!("{e:#}"), true);
-            error_code
+            if e.is::<exit::UsageError>() {
+                exit::code(exit::USAGE)
+            } else {
+                error_code
+            }
         }
     }
 }
