@@ -18,7 +18,9 @@ Checks:
   * config.yaml holds the chart's configuration values (no variable overrides it), conflicting
     values are refused, the metrics address pattern agrees with `dxdp config check`;
   * the cleanup pre-delete hook, NOTES.txt (smoke test first), the packaged chart's README links
-    (deploy/package_chart.py), deploy/drivers/*.yaml and scripts/build-image.sh (stand-in docker).
+    (deploy/package_chart.py), deploy/drivers/*.yaml, deploy/preflight.yaml (`dxdp doctor` on a
+    named node) and scripts/build-image.sh (stand-in docker: a build per Windows build and one
+    manifest list by os.version; the release runs the same script).
   * the alerting rules: `promtool test rules deploy/prometheus/alerts-test.yaml`, every alert
     tested there, the chart's PrometheusRule equal to files/alerts.rules.yaml and accepted by
     `promtool check rules`, every runbook_url a section of docs/alerts.md.
@@ -1029,20 +1031,34 @@ def example_checks():
 
 
 def build_image_checks():
-    """scripts/build-image.sh, with a stand-in `docker` on PATH: one buildx command for
-    windows/amd64 with deploy/image/Dockerfile, pushed, from a context holding every file the
-    Dockerfile copies (dxdp.exe and its verified SHA-256)."""
+    """scripts/build-image.sh, with a stand-in `docker` on PATH: one buildx build per Windows build
+    (windows/amd64, deploy/image/Dockerfile, no attestation manifests, pushed) from a context
+    holding every file the Dockerfile copies (dxdp.exe and its verified SHA-256), then one manifest
+    list of those images by os.version; the release runs the same script."""
+    dockerfile = os.path.join(ROOT, "deploy", "image", "Dockerfile")
     with tempfile.TemporaryDirectory() as tmp:
         bin_dir = os.path.join(tmp, "bin")
         os.mkdir(bin_dir)
         record = os.path.join(tmp, "record")
         docker = os.path.join(bin_dir, "docker")
+        # Each call: a line "CALL", its arguments one a line; for a build, the context's files and
+        # the SHA-256 check, and a metadata file with a digest made of the call's number.
         with open(docker, "w") as f:
             f.write("#!/bin/sh\n"
-                    f"printf '%s\\n' \"$@\" > {record}\n"
-                    "context=$(eval echo \\${$#})\n"
-                    f"ls \"$context\" >> {record}\n"
-                    f"(cd \"$context\" && sha256sum -c dxdp.exe.sha256) >> {record} 2>&1\n")
+                    f"echo CALL >> {record}\n"
+                    f"printf '%s\\n' \"$@\" >> {record}\n"
+                    f"n=$(grep -c '^CALL$' {record})\n"
+                    "if [ \"$1 $2\" = 'buildx build' ]; then\n"
+                    "  context=$(eval echo \\${$#})\n"
+                    f"  ls \"$context\" >> {record}\n"
+                    f"  (cd \"$context\" && sha256sum -c dxdp.exe.sha256) >> {record} 2>&1\n"
+                    "  while [ $# -gt 0 ]; do\n"
+                    "    if [ \"$1\" = --metadata-file ]; then\n"
+                    "      printf '{\\n  \"containerimage.digest\": \"sha256:%064d\"\\n}\\n' \"$n\" > \"$2\"\n"
+                    "    fi\n"
+                    "    shift\n"
+                    "  done\n"
+                    "fi\n")
         os.chmod(docker, 0o755)
         exe = os.path.join(tmp, "dxdp.exe")
         with open(exe, "wb") as f:
@@ -1050,17 +1066,108 @@ def build_image_checks():
         env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
         p = subprocess.run([os.path.join(ROOT, "scripts", "build-image.sh"), "registry.example.com/dxdp:0.0.0", exe],
                            capture_output=True, text=True, env=env)
-        lines = open(record).read().split("\n") if os.path.exists(record) else []
+        calls = open(record).read().split("CALL\n")[1:] if os.path.exists(record) else []
+        refused = subprocess.run([os.path.join(ROOT, "scripts", "build-image.sh"), "registry.example.com/dxdp", exe],
+                                 capture_output=True, text=True, env=env)
+    calls = [c.rstrip("\n").split("\n") for c in calls]
+    builds = [c for c in calls if c[:2] == ["buildx", "build"]]
+    creates = [c for c in calls if c[:3] == ["buildx", "imagetools", "create"]]
     copied = set()
-    for line in open(os.path.join(ROOT, "deploy", "image", "Dockerfile")):
+    default_base = None
+    for line in open(dockerfile):
         if line.startswith("COPY "):
             copied.update(w for w in line.split()[1:-1] if not w.startswith("--"))
-    want = ["buildx", "build", "--platform", "windows/amd64", "-f", os.path.join(ROOT, "deploy", "image", "Dockerfile"),
-            "-t", "registry.example.com/dxdp:0.0.0", "--push"]
-    check("scripts/build-image.sh runs one buildx build for windows/amd64, pushed",
-          p.returncode == 0 and lines[:len(want)] == want, f"exit {p.returncode}: {p.stderr.strip()[:200]} {lines[:12]}")
-    check(f"scripts/build-image.sh's context holds what the Dockerfile copies ({', '.join(sorted(copied))})",
-          copied and copied <= set(lines) and "dxdp.exe: OK" in lines, str(lines))
+        if line.startswith("ARG BASE_IMAGE="):
+            default_base = line.strip().split("=", 1)[1]
+    check("scripts/build-image.sh exits 0 and builds the builds, then the manifest list",
+          p.returncode == 0 and len(builds) == 3 and len(creates) == 1 and calls[-1] is creates[0],
+          f"exit {p.returncode}: {p.stderr.strip()[:200]} {[c[:3] for c in calls]}")
+    want_flags = ["--platform", "windows/amd64", "--provenance=false", "--sbom=false", "-f", dockerfile, "--push"]
+    names, build_args, digests = [], [], []
+    for i, b in enumerate(builds, 1):
+        missing = [w for w in want_flags if w not in b]
+        check(f"build-image.sh build {i}: windows/amd64, no attestations, the Dockerfile, pushed",
+              not missing, f"missing {missing}: {b[:16]}")
+        check(f"build-image.sh build {i}: the context holds what the Dockerfile copies ({', '.join(sorted(copied))})",
+              copied and copied <= set(b) and "dxdp.exe: OK" in b, str(b))
+        tag = b[b.index("-t") + 1] if "-t" in b else ""
+        names.append(tag)
+        build_args.append({a.split("=", 1)[0]: a.split("=", 1)[1] for j, a in enumerate(b)
+                           if j and b[j - 1] == "--build-arg" and "=" in a})
+        digests.append(f"sha256:{calls.index(b) + 1:064d}")
+    check("build-image.sh pushes <image>-ltsc2025, -ltsc2022 and -any",
+          names == ["registry.example.com/dxdp:0.0.0-ltsc2025", "registry.example.com/dxdp:0.0.0-ltsc2022",
+                    "registry.example.com/dxdp:0.0.0-any"], str(names))
+    check("build-image.sh: the 2025 and other-build images use the Dockerfile's base, 2022 keeps v1.0.0",
+          [a.get("BASE_IMAGE") for a in build_args] == [
+              default_base, "mcr.microsoft.com/oss/kubernetes/windows-host-process-containers-base-image:v1.0.0",
+              default_base]
+          and default_base == "mcr.microsoft.com/oss/v2/kubernetes/windows-host-process-containers-base-image:2.0.0"
+          and [a.get("WINDOWS_BUILD") for a in build_args] == ["10.0.26100", "10.0.20348", "any"],
+          f"{build_args} (Dockerfile: {default_base})")
+    create = creates[0] if creates else []
+    descriptors = []
+    for a in create[3:]:
+        if a.startswith("{"):
+            import json
+            descriptors.append(json.loads(a))
+    windows = {"architecture": "amd64", "os": "windows"}
+    check("build-image.sh's manifest list: the pushed images by os.version (26100, 20348, then none)",
+          "-t" in create and create[create.index("-t") + 1] == "registry.example.com/dxdp:0.0.0"
+          and descriptors == [
+              {"digest": digests[0], "platform": {**windows, "os.version": "10.0.26100"}},
+              {"digest": digests[1], "platform": {**windows, "os.version": "10.0.20348"}},
+              {"digest": digests[2], "platform": windows}] if len(digests) == 3 else False, str(create))
+    check("build-image.sh refuses an image without a tag", refused.returncode == 2 and "no tag" in refused.stderr,
+          f"exit {refused.returncode}: {refused.stderr.strip()[:200]}")
+    release = open(os.path.join(ROOT, ".github", "workflows", "release.yml")).read()
+    check("the release builds the image with scripts/build-image.sh (the same builds and flags)",
+          "scripts/build-image.sh" in release and "docker buildx build" not in release)
+
+
+PREFLIGHT = os.path.join(ROOT, "deploy", "preflight.yaml")
+
+
+def preflight_checks():
+    """deploy/preflight.yaml: a valid Pod running `dxdp doctor` once from the dxdp image, as
+    HostProcess (SYSTEM, host network) on a named Windows node, without an API token, with the
+    placeholders the manifests use."""
+    rel = os.path.relpath(PREFLIGHT, ROOT)
+    objs = docs(open(PREFLIGHT).read())
+    validate(rel, objs)
+    pods = find(objs, "Pod")
+    if not check(f"{rel}: one Pod and nothing else", len(pods) == 1 and len(objs) == 1, str([o.get("kind") for o in objs])):
+        return
+    pod = pods[0]
+    spec = pod["spec"]
+    win = spec.get("securityContext", {}).get("windowsOptions", {})
+    c = spec.get("containers", [{}])
+    problems = []
+    if pod["metadata"].get("namespace") != NAMESPACE:
+        problems.append(f"namespace {pod['metadata'].get('namespace')} (HostProcess needs the labelled {NAMESPACE})")
+    if win.get("hostProcess") is not True or win.get("runAsUserName") != "NT AUTHORITY\\SYSTEM" \
+            or spec.get("hostNetwork") is not True:
+        problems.append(f"not HostProcess as SYSTEM with hostNetwork: {win}")
+    if spec.get("nodeName") != "REPLACE_WITH_NODE_NAME":
+        problems.append(f"nodeName {spec.get('nodeName')!r} is not the placeholder")
+    sel = spec.get("nodeSelector", {})
+    if sel.get("kubernetes.io/os") != "windows" or "node.kubernetes.io/windows-build" in sel:
+        problems.append(f"nodeSelector {sel}")
+    if spec.get("restartPolicy") != "Never":
+        problems.append("restartPolicy is not Never")
+    if spec.get("automountServiceAccountToken") is not False:
+        problems.append("mounts an API token it does not need")
+    if len(c) != 1 or c[0].get("args") != ["doctor"] or c[0].get("command"):
+        problems.append(f"does not run the image's dxdp.exe with `doctor`: {c}")
+    if len(c) == 1 and c[0].get("image") != "REPLACE_WITH_YOUR_REGISTRY/dxdp:0.1.0":
+        problems.append(f"image {c[0].get('image')!r} is not the manifests' placeholder")
+    if {"operator": "Exists"} not in spec.get("tolerations", []):
+        problems.append("does not tolerate every taint")
+    check(f"{rel}: `dxdp doctor` once, HostProcess on the named Windows node, placeholders", not problems,
+          "; ".join(problems))
+    manifest = open(os.path.join(MANIFESTS, "default.yaml")).read()
+    check(f"{rel}: the image placeholder is the plain manifests'",
+          'image: "REPLACE_WITH_YOUR_REGISTRY/dxdp:0.1.0"' in manifest)
 
 
 DRIVERS = os.path.join(ROOT, "deploy", "drivers")
@@ -1209,6 +1316,7 @@ def main():
     manifest_checks(args.update)
     example_checks()
     driver_checks()
+    preflight_checks()
     build_image_checks()
     alert_checks()
     pod_info_checks()
