@@ -387,7 +387,7 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     metrics = {**defaults["metrics"], **values.get("metrics", {})}
     authz = metrics.get("authorization") == "kubernetes"
     rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
-            and not is_hook(o) and not is_validation_rbac(o)]
+            and not is_hook(o) and not is_validation_rbac(o) and not is_scraper(o)]
     if by_env:
         check(f"{label}: DXDP_METRICS_AUTHORIZATION=kubernetes exactly with metrics.authorization=kubernetes",
               env.get("DXDP_METRICS_AUTHORIZATION") == ("kubernetes" if authz and metrics["enabled"] else None),
@@ -415,8 +415,10 @@ def assert_node_api(label, objs, values, defaults, pod, c):
           str(node_name))
     check(f"{label}: service account token mounted", pod.get("automountServiceAccountToken") is True)
     for sa in find(objs, "ServiceAccount"):
-        check(f"{label}: the ServiceAccount allows its token", sa.get("automountServiceAccountToken") is not False)
-    roles, bindings = find(objs, "ClusterRole"), find(objs, "ClusterRoleBinding")
+        if not is_scraper(sa):
+            check(f"{label}: the ServiceAccount allows its token", sa.get("automountServiceAccountToken") is not False)
+    roles = [r for r in find(objs, "ClusterRole") if r not in readers]
+    bindings = [b for b in find(objs, "ClusterRoleBinding") if not is_scraper(b)]
     check(f"{label}: only a ClusterRole and its binding", len(roles) == 1 and len(bindings) == 1 and len(rbac) == 2,
           str([o["kind"] for o in rbac]))
     if roles:
@@ -454,6 +456,12 @@ VALIDATION_RULES = [
 ]
 VALIDATION_VARIABLES = {"interval": "DXDP_VALIDATION_INTERVAL", "timeout": "DXDP_VALIDATION_TIMEOUT",
                         "image": "DXDP_VALIDATION_IMAGE", "hostDir": "DXDP_VALIDATION_HOST_DIR"}
+
+
+def is_scraper(o):
+    """The identity the ServiceMonitor scrapes with (metrics.authorization=kubernetes)."""
+    return o.get("kind") in ("ServiceAccount", "Secret", "ClusterRoleBinding") and \
+        o["metadata"]["name"].endswith(("-metrics-scraper", "-metrics-scraper-token"))
 
 
 def is_validation_rbac(o):
@@ -583,9 +591,41 @@ def assert_service_monitor(label, objs, metrics, pod_labels):
     check(f"{label}: the ServiceMonitor labels each target with its node",
           {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
           in ep.get("relabelings", []), str(ep.get("relabelings")))
-    if metrics.get("authorization") == "kubernetes":
-        check(f"{label}: with metrics.authorization=kubernetes Prometheus sends a bearer token",
-              bool(ep.get("bearerTokenFile") or ep.get("authorization") or ep.get("bearerTokenSecret")), str(ep))
+    check(f"{label}: the ServiceMonitor does not use the deprecated bearerTokenFile",
+          "bearerTokenFile" not in ep or "bearerTokenFile" in metrics["serviceMonitor"].get("endpoint", {}), str(ep))
+    own = metrics["serviceMonitor"].get("endpoint", {})
+    own_auth = any(own.get(k) for k in ("authorization", "bearerTokenFile", "bearerTokenSecret", "basicAuth", "oauth2"))
+    token_secret = {"name": "", "key": "token", **(metrics["serviceMonitor"].get("tokenSecret") or {})}
+    scraper = [o for o in objs if is_scraper(o)]
+    if metrics.get("authorization") == "kubernetes" and not own_auth:
+        want_secret = token_secret["name"] or f"{sm['metadata']['name']}-metrics-scraper-token"
+        want_key = (token_secret["key"] or "token") if token_secret["name"] else "token"
+        check(f"{label}: with metrics.authorization=kubernetes Prometheus sends a bearer token from a Secret",
+              ep.get("authorization") == {"type": "Bearer", "credentials": {"name": want_secret, "key": want_key}},
+              str(ep.get("authorization")))
+        if token_secret["name"]:
+            check(f"{label}: with tokenSecret.name the chart creates no scraper identity", not scraper,
+                  str([o["kind"] for o in scraper]))
+        else:
+            sas = [o for o in scraper if o["kind"] == "ServiceAccount"]
+            secrets = [o for o in scraper if o["kind"] == "Secret"]
+            bindings = [o for o in scraper if o["kind"] == "ClusterRoleBinding"]
+            readers = [o["metadata"]["name"] for o in find(objs, "ClusterRole")
+                       if o["metadata"]["name"].endswith("-metrics-reader")]
+            ok_ = (len(sas) == 1 and len(secrets) == 1 and len(bindings) == 1 and len(scraper) == 3
+                   and secrets[0]["metadata"]["name"] == want_secret
+                   and secrets[0].get("type") == "kubernetes.io/service-account-token"
+                   and secrets[0]["metadata"].get("annotations", {}).get("kubernetes.io/service-account.name")
+                   == sas[0]["metadata"]["name"]
+                   and bindings[0]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                                  "name": readers[0] if readers else None}
+                   and bindings[0].get("subjects") == [{"kind": "ServiceAccount", "name": sas[0]["metadata"]["name"],
+                                                        "namespace": NAMESPACE}])
+            check(f"{label}: the scraper service account, its token Secret and its metrics-reader binding", ok_,
+                  str([(o["kind"], o["metadata"]["name"]) for o in scraper]))
+    else:
+        check(f"{label}: no scraper identity unless the chart sends the token", not scraper,
+              str([o["kind"] for o in scraper]))
     for k, v in metrics["serviceMonitor"].get("endpoint", {}).items():
         check(f"{label}: ServiceMonitor endpoint field {k}", ep.get(k) == v, str(ep.get(k)))
     for k, v in metrics["serviceMonitor"].get("labels", {}).items():
@@ -695,8 +735,37 @@ def chart_checks():
     selector = pinned.get("spec", {}).get("template", {}).get("spec", {}).get("nodeSelector", {})
     check("chart accepts a Windows build pin in nodeSelector",
           selector.get("node.kubernetes.io/windows-build") == "10.0.20348", f"exit {code}: {err.strip()[:300]}")
+    service_monitor_token_checks()
     address_checks()
     docs_examples_checks()
+
+
+def service_monitor_token_checks():
+    """metrics.authorization=kubernetes with the ServiceMonitor: the token Prometheus sends comes
+    from a Secret through the endpoint's `authorization` (the chart's own scraper identity by
+    default, or metrics.serviceMonitor.tokenSecret, or the endpoint's own authorization)."""
+    monitor = {"enabled": True, "interval": "30s", "labels": {}, "endpoint": {}}
+    cases = [
+        ("the chart's scraper identity", {}),
+        ("an existing token Secret", {"tokenSecret": {"name": "prometheus-token", "key": "jwt"}}),
+        ("the endpoint's own authorization",
+         {"endpoint": {"authorization": {"type": "Bearer", "credentials": {"name": "mine", "key": "t"}}}}),
+    ]
+    for name, extra in cases:
+        values = {"metrics": {"authorization": "kubernetes", "serviceMonitor": {**monitor, **extra}}}
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            yaml.safe_dump(values, f)
+            path = f.name
+        try:
+            code, out, err = template(path, extra=IMAGE)
+        finally:
+            os.unlink(path)
+        label = f"chart metrics.authorization=kubernetes with {name}"
+        if not check(f"{label}: helm template", code == 0, err.strip()[:300]):
+            continue
+        objs = docs(out)
+        assert_daemonset(label, objs, values)
+        validate(label, objs)
 
 
 # (address, whether dxdp accepts it): the chart's config schema must agree with the daemon.
