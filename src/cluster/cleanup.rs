@@ -270,7 +270,7 @@ impl Cluster {
         }
     }
 
-    /// The names of the validation Jobs in `namespace` ([`VALIDATION_JOBS`]), of the nodes in
+    /// The names of the validation Jobs in `namespace` (`VALIDATION_JOBS`), of the nodes in
     /// `nodes` only when given (the node a Job's pod is bound to), sorted. Needs `list` on jobs
     /// there.
     pub async fn validation_jobs_to_clean(
@@ -344,7 +344,7 @@ impl Cluster {
         )
     }
 
-    /// What [`Cluster::cleanup`] would take off the node now ([`planned`]), changing nothing.
+    /// What [`Cluster::cleanup`] would take off the node now (`planned`), changing nothing.
     pub async fn cleanup_plan(&self) -> Result<Removed, String> {
         let node = self.get_node().await.map_err(|e| e.to_string())?;
         Ok(planned(&node))
