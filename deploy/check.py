@@ -508,9 +508,19 @@ CLEANUP_RULES = [
 ]
 
 
+def cleanup_namespaced_rules(daemonset):
+    """The hook's Role in the release namespace: this DaemonSet only, and the validation Jobs."""
+    return [
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": [daemonset],
+         "verbs": ["get", "delete"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "delete"]},
+    ]
+
+
 def assert_cleanup_hook(label, objs, values, defaults, ds):
-    """With cleanup.enabled: a pre-delete hook Job running `dxdp cleanup --all` as HostProcess on
-    the DaemonSet's nodes with the DaemonSet's image, bound to a role with exactly what cleanup
+    """With cleanup.enabled: a pre-delete hook Job running `dxdp cleanup --all --namespace NS
+    --daemonset NAME` as HostProcess on the DaemonSet's nodes with the DaemonSet's image, bound to
+    roles with exactly what cleanup
     needs, created before the Job. Without: no hook at all."""
     cleanup = {**defaults["cleanup"], **values.get("cleanup", {})}
     hooks = [o for o in objs if is_hook(o)]
@@ -533,9 +543,14 @@ def assert_cleanup_hook(label, objs, values, defaults, ds):
     pod = spec["template"]["spec"]
     dpod = ds["spec"]["template"]["spec"]
     c = pod["containers"][0]
-    check(f"{label}: the cleanup Job runs `dxdp cleanup --all` with the DaemonSet's image",
-          c.get("args") == ["cleanup", "--all"] and c.get("image") == dpod["containers"][0]["image"],
+    ds_name = ds["metadata"]["name"]
+    want_args = ["cleanup", "--all", "--namespace", NAMESPACE, "--daemonset", ds_name,
+                 "--wait", str(cleanup["waitSeconds"])]
+    check(f"{label}: the cleanup Job stops the DaemonSet {ds_name} first, then runs `dxdp cleanup --all`, with the DaemonSet's image",
+          c.get("args") == want_args and c.get("image") == dpod["containers"][0]["image"],
           f"{c.get('args')} {c.get('image')}")
+    check(f"{label}: the cleanup Job waits for the DaemonSet's pods less long than its own deadline",
+          cleanup["waitSeconds"] < cleanup["activeDeadlineSeconds"], str(cleanup))
     check(f"{label}: the cleanup Job is HostProcess on the DaemonSet's nodes",
           pod.get("securityContext", {}).get("windowsOptions", {}).get("hostProcess") is True
           and pod.get("hostNetwork") is True
@@ -557,6 +572,17 @@ def assert_cleanup_hook(label, objs, values, defaults, ds):
           and bindings[0].get("subjects") == [{"kind": "ServiceAccount", "name": pod.get("serviceAccountName"),
                                                "namespace": NAMESPACE}],
           str(bindings))
+    nroles = [r for r in find(objs, "Role", hooks=True) if is_hook(r)]
+    nbindings = [b for b in find(objs, "RoleBinding", hooks=True) if is_hook(b)]
+    check(f"{label}: the cleanup Role grants get/delete on the DaemonSet {ds_name} only and list/delete on jobs, in {NAMESPACE}",
+          len(nroles) == 1 and nroles[0].get("rules") == cleanup_namespaced_rules(ds_name)
+          and nroles[0]["metadata"].get("namespace") == NAMESPACE, str([r.get("rules") for r in nroles]))
+    check(f"{label}: the cleanup RoleBinding binds that Role to the Job's service account",
+          len(nbindings) == 1 and nroles and nbindings[0]["roleRef"] == {
+              "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": nroles[0]["metadata"]["name"]}
+          and nbindings[0].get("subjects") == [{"kind": "ServiceAccount", "name": pod.get("serviceAccountName"),
+                                                "namespace": NAMESPACE}],
+          str(nbindings))
 
 
 def assert_service_monitor(label, objs, metrics, pod_labels):

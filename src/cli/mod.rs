@@ -249,10 +249,11 @@ enum Command {
         after_help = "Exit codes: 0 clean, 1 violations, 2 usage error, 3 could not tell (why is printed)."
     )]
     Audit(audit::AuditArgs),
-    /// Remove what dxdp put on nodes (its labels, the isolation taint, its node conditions), after
-    /// an uninstall or a crash: exit code 0 done, 1 a node could not be cleaned.
+    /// Remove what dxdp put on nodes (its labels, the isolation taint, its node conditions), and
+    /// with its namespace its DaemonSet (first) and validation Jobs, for an uninstall or after a
+    /// crash: exit code 0 done, 1 a part could not be done.
     #[command(
-        after_help = "Exit codes: 0 every node clean, 1 a node could not be cleaned (or the nodes could not be listed), 2 usage error."
+        after_help = "Exit codes: 0 everything clean (or, with --dry-run, read), 1 a node, the DaemonSet or the Jobs could not be cleaned (or the nodes could not be listed), 2 usage error."
     )]
     Cleanup(cleanup::CleanupArgs),
     /// Check, inside a container given GPUs, that they and their APIs work (D3D12, runtime
