@@ -230,7 +230,7 @@ fn read_file(flag: &str, path: &Path, limit: u64, holds: &str) -> Result<String,
     match stable_read::read_once(path, limit) {
         Ok(text) => Ok(text.strip_prefix('\u{feff}').unwrap_or(&text).to_string()),
         Err(StableReadError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => fail(format!(
-            "{flag} {}: not UTF-8 text (Windows PowerShell's `>` and Out-File write UTF-16): write it with Set-Content -Encoding ascii, or `kubectl get secret … -o jsonpath=… | base64 -d > FILE` elsewhere",
+            "{flag} {}: not UTF-8 text (Windows PowerShell 5's `>` and Out-File write UTF-16): write the file with Set-Content -Encoding ascii",
             path.display()
         )),
         Err(e) => fail(format!(
