@@ -6,6 +6,7 @@ mod config_cmd;
 mod demo;
 mod discover;
 mod doctor;
+mod endpoint;
 mod exit;
 mod hcs;
 mod mounts;
