@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use dxdp_core::facts::LogRecord;
-pub use dxdp_core::health::feed::Bookmark;
+pub(crate) use dxdp_core::health::feed::Bookmark;
 use dxdp_core::health::{feed, HealthPolicy, MAX_JUDGED_FAULTS};
 
 /// What a subscription delivers.
@@ -106,7 +106,7 @@ impl Queue {
     }
 
     /// The error the subscription reported, if any (once).
-    pub fn take_failure(&self) -> Option<String> {
+    pub(crate) fn take_failure(&self) -> Option<String> {
         self.failed.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 

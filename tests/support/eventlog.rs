@@ -10,7 +10,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use dxdp::backend::eventlog::{Bookmark, Delivery, EventLog, Queue, Subscription};
+use dxdp::backend::eventlog::{Delivery, EventLog, Queue, Subscription};
+use dxdp_core::health::feed::Bookmark;
 
 /// What subscribing to a stopped service answers (what `EvtSubscribe` says when the Event Log
 /// service is not there).
