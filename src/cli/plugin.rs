@@ -103,8 +103,7 @@ fn kubelet_dir(args: &PluginArgs, inputs: &Inputs) -> paths::KubeletDir {
 
 /// Reads the configuration of `inputs` on a thread of its own, like every command, or, when its
 /// file is rejected, the last configuration this node served, kept on the host
-/// ([`KeptConfig::resolve_or_kept`]). Without a place to keep it (a Unix machine where
-/// `/var/lib/dxdp` cannot be made), as every command.
+/// ([`KeptConfig::resolve_or_kept`]). Off Windows, where nothing is kept, as every command.
 pub(super) fn read(
     args: &PluginArgs,
     inputs: &Inputs,

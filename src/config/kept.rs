@@ -39,7 +39,7 @@ impl KeptConfig {
     }
 
     /// Where it is kept.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 

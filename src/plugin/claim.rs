@@ -112,8 +112,8 @@ pub(crate) struct DirKey {
 }
 
 /// Where the daemon keeps what must outlive it on the host (the last-served configuration):
-/// `%ProgramData%\dxdp` on Windows, beside the locks; elsewhere [`SYSTEM_STATE_DIR`] where it can
-/// be created, else nowhere (nothing is kept).
+/// `%ProgramData%\dxdp` on Windows, beside the locks. Nowhere elsewhere: there `dxdp plugin`
+/// serves host snapshots (tests, demos), and its runs must not leave files on the machine.
 fn state_dir() -> Option<PathBuf> {
     #[cfg(windows)]
     {
@@ -121,26 +121,20 @@ fn state_dir() -> Option<PathBuf> {
     }
     #[cfg(not(windows))]
     {
-        let system = Path::new(SYSTEM_STATE_DIR);
-        std::fs::create_dir_all(system)
-            .is_ok()
-            .then(|| system.to_path_buf())
+        None
     }
 }
-
-/// Where the daemon keeps what must outlive it on Unix (when it can create it).
-#[cfg(not(windows))]
-pub(crate) const SYSTEM_STATE_DIR: &str = "/var/lib/dxdp";
 
 /// Where the last configuration the daemon of `kubelet_dir` served is kept on the host
 /// (`crate::config::kept`): `last-served-config-<hash>.yaml` in the state directory, named
 /// after the kubelet directory's canonical path like its lock (one per node: one per kubelet
-/// directory). `None` where no state directory can be made.
+/// directory). `None` off Windows: nothing is kept there.
 pub fn kept_config_path(kubelet_dir: &Path) -> Option<PathBuf> {
+    let dir = state_dir()?;
     let key = dir_key(kubelet_dir)
         .map(|k| k.canonical)
         .unwrap_or_else(|_| kubelet_dir.to_path_buf());
-    Some(state_dir()?.join(format!("last-served-config-{:016x}.yaml", path_hash(&key))))
+    Some(dir.join(format!("last-served-config-{:016x}.yaml", path_hash(&key))))
 }
 
 /// The nearest existing ancestor of `path` (or `path` itself) and the rest.

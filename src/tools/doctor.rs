@@ -40,7 +40,7 @@ pub struct Probes {
     /// The kubelet version and where it came from (`None`: unknown, and the check is skipped).
     pub kubelet: Option<(String, String)>,
     /// The configured parts that read the kubelet's PodResources API, which Windows kubelets
-    /// serve from 1.27 ([`MIN_KUBELET_POD_RESOURCES`]): `telemetry.enabled`, `health.events`.
+    /// serve from 1.27: `telemetry.enabled`, `health.events`.
     pub pod_resources_users: Vec<String>,
     /// The resources the plugin would serve.
     pub resources: Vec<Resource>,
