@@ -345,7 +345,7 @@ impl Daemon {
                 node: ctx.node.clone(),
                 logged,
                 kept,
-                fallback: rejected,
+                fallback: Arc::new(std::sync::Mutex::new(rejected)),
             }),
             _ => None,
         };

@@ -56,8 +56,9 @@ pub(crate) struct Reload {
     /// nothing is kept).
     pub(crate) kept: Option<crate::config::kept::KeptConfig>,
     /// Why the configuration was rejected at start, while the last-served one kept on the
-    /// host is served instead (`/readyz` fails until a configuration read is served).
-    pub(crate) fallback: Option<String>,
+    /// host is served instead (`/readyz` fails until a configuration read is served). Shared by
+    /// the task's restarts: cleared once.
+    pub(crate) fallback: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 /// How the daemon runs.

@@ -129,15 +129,16 @@ pub(crate) async fn watch_counted(
         mut node,
         mut logged,
         kept,
-        mut fallback,
+        fallback,
     } = reload;
+    let fallback_now = || fallback.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let metrics = observe.metrics.clone();
     let files = inputs.watched_files();
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let watched = Files::new(&files);
     let mut lane = Lane::new(inputs.reading(), read_limit);
     // The rejection at start, while the last-served configuration is served: said then.
-    let mut last_rejection: Option<String> = fallback.clone();
+    let mut last_rejection: Option<String> = fallback_now();
     // A failure to keep the served configuration on the host, said once.
     let mut keep_error: Option<String> = None;
     // Set while a file is being written in place: when to read it anyway.
@@ -259,7 +260,8 @@ pub(crate) async fn watch_counted(
             }
         };
         if !matches!(outcome, Outcome::Rejected(_)) {
-            if let Some(why) = fallback.take() {
+            let ended = fallback.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(why) = ended {
                 observe.readiness.set_config_fallback(None);
                 metrics.set_config_fallback(false);
                 tracing::info!(
@@ -322,7 +324,7 @@ pub(crate) async fn watch_counted(
                     metrics.config_reload(ReloadResult::Rejected);
                 }
                 if last_rejection.as_deref() != Some(why.as_str()) {
-                    match (&kept, &fallback) {
+                    match (&kept, fallback_now()) {
                         (Some(k), None) => tracing::error!(
                             "configuration rejected; keeping the running configuration: {why}. A restart now would serve the last configuration this node served (kept at {}) and fail /readyz until the configuration is fixed: fix it (`dxdp config check`)",
                             k.path().display()
@@ -359,7 +361,7 @@ pub(crate) async fn watch_counted(
 /// What is logged when the configuration served cannot be kept at `path` on the host.
 pub(crate) fn keep_failed(path: &Path, e: &std::io::Error) -> String {
     format!(
-        "cannot keep the configuration served at {}: {e}; if the configuration is rejected at a later start, there is no last-served configuration to serve instead and dxdp will not start",
+        "cannot keep the configuration it serves at {}: {e}; if the configuration is rejected at a later start, there is no last-served configuration to serve instead and dxdp will not start",
         path.display()
     )
 }
@@ -611,7 +613,7 @@ mod tests {
             node: None,
             logged: Vec::new(),
             kept: None,
-            fallback: None,
+            fallback: Arc::default(),
         };
         let task = watch_counted(
             reload,
