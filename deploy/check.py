@@ -18,7 +18,9 @@ Checks:
   * config.yaml holds the chart's configuration values (no variable overrides it), conflicting
     values are refused, the metrics address pattern agrees with `dxdp config check`;
   * the cleanup pre-delete hook, NOTES.txt (smoke test first), the packaged chart's README links
-    (deploy/package_chart.py), deploy/drivers/*.yaml and scripts/build-image.sh (stand-in docker).
+    (deploy/package_chart.py), deploy/drivers/*.yaml, deploy/preflight.yaml (`dxdp doctor` on a
+    named node) and scripts/build-image.sh (stand-in docker: a build per Windows build and one
+    manifest list by os.version; the release runs the same script).
   * the alerting rules: `promtool test rules deploy/prometheus/alerts-test.yaml`, every alert
     tested there, the chart's PrometheusRule equal to files/alerts.rules.yaml and accepted by
     `promtool check rules`, every runbook_url a section of docs/alerts.md.
@@ -385,7 +387,7 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     metrics = {**defaults["metrics"], **values.get("metrics", {})}
     authz = metrics.get("authorization") == "kubernetes"
     rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
-            and not is_hook(o) and not is_validation_rbac(o)]
+            and not is_hook(o) and not is_validation_rbac(o) and not is_scraper(o)]
     if by_env:
         check(f"{label}: DXDP_METRICS_AUTHORIZATION=kubernetes exactly with metrics.authorization=kubernetes",
               env.get("DXDP_METRICS_AUTHORIZATION") == ("kubernetes" if authz and metrics["enabled"] else None),
@@ -413,8 +415,10 @@ def assert_node_api(label, objs, values, defaults, pod, c):
           str(node_name))
     check(f"{label}: service account token mounted", pod.get("automountServiceAccountToken") is True)
     for sa in find(objs, "ServiceAccount"):
-        check(f"{label}: the ServiceAccount allows its token", sa.get("automountServiceAccountToken") is not False)
-    roles, bindings = find(objs, "ClusterRole"), find(objs, "ClusterRoleBinding")
+        if not is_scraper(sa):
+            check(f"{label}: the ServiceAccount allows its token", sa.get("automountServiceAccountToken") is not False)
+    roles = [r for r in find(objs, "ClusterRole") if r not in readers]
+    bindings = [b for b in find(objs, "ClusterRoleBinding") if not is_scraper(b)]
     check(f"{label}: only a ClusterRole and its binding", len(roles) == 1 and len(bindings) == 1 and len(rbac) == 2,
           str([o["kind"] for o in rbac]))
     if roles:
@@ -452,6 +456,12 @@ VALIDATION_RULES = [
 ]
 VALIDATION_VARIABLES = {"interval": "DXDP_VALIDATION_INTERVAL", "timeout": "DXDP_VALIDATION_TIMEOUT",
                         "image": "DXDP_VALIDATION_IMAGE", "hostDir": "DXDP_VALIDATION_HOST_DIR"}
+
+
+def is_scraper(o):
+    """The identity the ServiceMonitor scrapes with (metrics.authorization=kubernetes)."""
+    return o.get("kind") in ("ServiceAccount", "Secret", "ClusterRoleBinding") and \
+        o["metadata"]["name"].endswith(("-metrics-scraper", "-metrics-scraper-token"))
 
 
 def is_validation_rbac(o):
@@ -498,9 +508,19 @@ CLEANUP_RULES = [
 ]
 
 
+def cleanup_namespaced_rules(daemonset):
+    """The hook's Role in the release namespace: this DaemonSet only, and the validation Jobs."""
+    return [
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": [daemonset],
+         "verbs": ["get", "delete"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "delete"]},
+    ]
+
+
 def assert_cleanup_hook(label, objs, values, defaults, ds):
-    """With cleanup.enabled: a pre-delete hook Job running `dxdp cleanup --all` as HostProcess on
-    the DaemonSet's nodes with the DaemonSet's image, bound to a role with exactly what cleanup
+    """With cleanup.enabled: a pre-delete hook Job running `dxdp cleanup --all --namespace NS
+    --daemonset NAME` as HostProcess on the DaemonSet's nodes with the DaemonSet's image, bound to
+    roles with exactly what cleanup
     needs, created before the Job. Without: no hook at all."""
     cleanup = {**defaults["cleanup"], **values.get("cleanup", {})}
     hooks = [o for o in objs if is_hook(o)]
@@ -523,9 +543,14 @@ def assert_cleanup_hook(label, objs, values, defaults, ds):
     pod = spec["template"]["spec"]
     dpod = ds["spec"]["template"]["spec"]
     c = pod["containers"][0]
-    check(f"{label}: the cleanup Job runs `dxdp cleanup --all` with the DaemonSet's image",
-          c.get("args") == ["cleanup", "--all"] and c.get("image") == dpod["containers"][0]["image"],
+    ds_name = ds["metadata"]["name"]
+    want_args = ["cleanup", "--all", "--namespace", NAMESPACE, "--daemonset", ds_name,
+                 "--wait", str(cleanup["waitSeconds"])]
+    check(f"{label}: the cleanup Job stops the DaemonSet {ds_name} first, then runs `dxdp cleanup --all`, with the DaemonSet's image",
+          c.get("args") == want_args and c.get("image") == dpod["containers"][0]["image"],
           f"{c.get('args')} {c.get('image')}")
+    check(f"{label}: the cleanup Job waits for the DaemonSet's pods less long than its own deadline",
+          cleanup["waitSeconds"] < cleanup["activeDeadlineSeconds"], str(cleanup))
     check(f"{label}: the cleanup Job is HostProcess on the DaemonSet's nodes",
           pod.get("securityContext", {}).get("windowsOptions", {}).get("hostProcess") is True
           and pod.get("hostNetwork") is True
@@ -547,6 +572,17 @@ def assert_cleanup_hook(label, objs, values, defaults, ds):
           and bindings[0].get("subjects") == [{"kind": "ServiceAccount", "name": pod.get("serviceAccountName"),
                                                "namespace": NAMESPACE}],
           str(bindings))
+    nroles = [r for r in find(objs, "Role", hooks=True) if is_hook(r)]
+    nbindings = [b for b in find(objs, "RoleBinding", hooks=True) if is_hook(b)]
+    check(f"{label}: the cleanup Role grants get/delete on the DaemonSet {ds_name} only and list/delete on jobs, in {NAMESPACE}",
+          len(nroles) == 1 and nroles[0].get("rules") == cleanup_namespaced_rules(ds_name)
+          and nroles[0]["metadata"].get("namespace") == NAMESPACE, str([r.get("rules") for r in nroles]))
+    check(f"{label}: the cleanup RoleBinding binds that Role to the Job's service account",
+          len(nbindings) == 1 and nroles and nbindings[0]["roleRef"] == {
+              "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": nroles[0]["metadata"]["name"]}
+          and nbindings[0].get("subjects") == [{"kind": "ServiceAccount", "name": pod.get("serviceAccountName"),
+                                                "namespace": NAMESPACE}],
+          str(nbindings))
 
 
 def assert_service_monitor(label, objs, metrics, pod_labels):
@@ -581,9 +617,41 @@ def assert_service_monitor(label, objs, metrics, pod_labels):
     check(f"{label}: the ServiceMonitor labels each target with its node",
           {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
           in ep.get("relabelings", []), str(ep.get("relabelings")))
-    if metrics.get("authorization") == "kubernetes":
-        check(f"{label}: with metrics.authorization=kubernetes Prometheus sends a bearer token",
-              bool(ep.get("bearerTokenFile") or ep.get("authorization") or ep.get("bearerTokenSecret")), str(ep))
+    check(f"{label}: the ServiceMonitor does not use the deprecated bearerTokenFile",
+          "bearerTokenFile" not in ep or "bearerTokenFile" in metrics["serviceMonitor"].get("endpoint", {}), str(ep))
+    own = metrics["serviceMonitor"].get("endpoint", {})
+    own_auth = any(own.get(k) for k in ("authorization", "bearerTokenFile", "bearerTokenSecret", "basicAuth", "oauth2"))
+    token_secret = {"name": "", "key": "token", **(metrics["serviceMonitor"].get("tokenSecret") or {})}
+    scraper = [o for o in objs if is_scraper(o)]
+    if metrics.get("authorization") == "kubernetes" and not own_auth:
+        want_secret = token_secret["name"] or f"{sm['metadata']['name']}-metrics-scraper-token"
+        want_key = (token_secret["key"] or "token") if token_secret["name"] else "token"
+        check(f"{label}: with metrics.authorization=kubernetes Prometheus sends a bearer token from a Secret",
+              ep.get("authorization") == {"type": "Bearer", "credentials": {"name": want_secret, "key": want_key}},
+              str(ep.get("authorization")))
+        if token_secret["name"]:
+            check(f"{label}: with tokenSecret.name the chart creates no scraper identity", not scraper,
+                  str([o["kind"] for o in scraper]))
+        else:
+            sas = [o for o in scraper if o["kind"] == "ServiceAccount"]
+            secrets = [o for o in scraper if o["kind"] == "Secret"]
+            bindings = [o for o in scraper if o["kind"] == "ClusterRoleBinding"]
+            readers = [o["metadata"]["name"] for o in find(objs, "ClusterRole")
+                       if o["metadata"]["name"].endswith("-metrics-reader")]
+            ok_ = (len(sas) == 1 and len(secrets) == 1 and len(bindings) == 1 and len(scraper) == 3
+                   and secrets[0]["metadata"]["name"] == want_secret
+                   and secrets[0].get("type") == "kubernetes.io/service-account-token"
+                   and secrets[0]["metadata"].get("annotations", {}).get("kubernetes.io/service-account.name")
+                   == sas[0]["metadata"]["name"]
+                   and bindings[0]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                                  "name": readers[0] if readers else None}
+                   and bindings[0].get("subjects") == [{"kind": "ServiceAccount", "name": sas[0]["metadata"]["name"],
+                                                        "namespace": NAMESPACE}])
+            check(f"{label}: the scraper service account, its token Secret and its metrics-reader binding", ok_,
+                  str([(o["kind"], o["metadata"]["name"]) for o in scraper]))
+    else:
+        check(f"{label}: no scraper identity unless the chart sends the token", not scraper,
+              str([o["kind"] for o in scraper]))
     for k, v in metrics["serviceMonitor"].get("endpoint", {}).items():
         check(f"{label}: ServiceMonitor endpoint field {k}", ep.get(k) == v, str(ep.get(k)))
     for k, v in metrics["serviceMonitor"].get("labels", {}).items():
@@ -693,8 +761,37 @@ def chart_checks():
     selector = pinned.get("spec", {}).get("template", {}).get("spec", {}).get("nodeSelector", {})
     check("chart accepts a Windows build pin in nodeSelector",
           selector.get("node.kubernetes.io/windows-build") == "10.0.20348", f"exit {code}: {err.strip()[:300]}")
+    service_monitor_token_checks()
     address_checks()
     docs_examples_checks()
+
+
+def service_monitor_token_checks():
+    """metrics.authorization=kubernetes with the ServiceMonitor: the token Prometheus sends comes
+    from a Secret through the endpoint's `authorization` (the chart's own scraper identity by
+    default, or metrics.serviceMonitor.tokenSecret, or the endpoint's own authorization)."""
+    monitor = {"enabled": True, "interval": "30s", "labels": {}, "endpoint": {}}
+    cases = [
+        ("the chart's scraper identity", {}),
+        ("an existing token Secret", {"tokenSecret": {"name": "prometheus-token", "key": "jwt"}}),
+        ("the endpoint's own authorization",
+         {"endpoint": {"authorization": {"type": "Bearer", "credentials": {"name": "mine", "key": "t"}}}}),
+    ]
+    for name, extra in cases:
+        values = {"metrics": {"authorization": "kubernetes", "serviceMonitor": {**monitor, **extra}}}
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            yaml.safe_dump(values, f)
+            path = f.name
+        try:
+            code, out, err = template(path, extra=IMAGE)
+        finally:
+            os.unlink(path)
+        label = f"chart metrics.authorization=kubernetes with {name}"
+        if not check(f"{label}: helm template", code == 0, err.strip()[:300]):
+            continue
+        objs = docs(out)
+        assert_daemonset(label, objs, values)
+        validate(label, objs)
 
 
 # (address, whether dxdp accepts it): the chart's config schema must agree with the daemon.
@@ -1029,20 +1126,34 @@ def example_checks():
 
 
 def build_image_checks():
-    """scripts/build-image.sh, with a stand-in `docker` on PATH: one buildx command for
-    windows/amd64 with deploy/image/Dockerfile, pushed, from a context holding every file the
-    Dockerfile copies (dxdp.exe and its verified SHA-256)."""
+    """scripts/build-image.sh, with a stand-in `docker` on PATH: one buildx build per Windows build
+    (windows/amd64, deploy/image/Dockerfile, no attestation manifests, pushed) from a context
+    holding every file the Dockerfile copies (dxdp.exe and its verified SHA-256), then one manifest
+    list of those images by os.version; the release runs the same script."""
+    dockerfile = os.path.join(ROOT, "deploy", "image", "Dockerfile")
     with tempfile.TemporaryDirectory() as tmp:
         bin_dir = os.path.join(tmp, "bin")
         os.mkdir(bin_dir)
         record = os.path.join(tmp, "record")
         docker = os.path.join(bin_dir, "docker")
+        # Each call: a line "CALL", its arguments one a line; for a build, the context's files and
+        # the SHA-256 check, and a metadata file with a digest made of the call's number.
         with open(docker, "w") as f:
             f.write("#!/bin/sh\n"
-                    f"printf '%s\\n' \"$@\" > {record}\n"
-                    "context=$(eval echo \\${$#})\n"
-                    f"ls \"$context\" >> {record}\n"
-                    f"(cd \"$context\" && sha256sum -c dxdp.exe.sha256) >> {record} 2>&1\n")
+                    f"echo CALL >> {record}\n"
+                    f"printf '%s\\n' \"$@\" >> {record}\n"
+                    f"n=$(grep -c '^CALL$' {record})\n"
+                    "if [ \"$1 $2\" = 'buildx build' ]; then\n"
+                    "  context=$(eval echo \\${$#})\n"
+                    f"  ls \"$context\" >> {record}\n"
+                    f"  (cd \"$context\" && sha256sum -c dxdp.exe.sha256) >> {record} 2>&1\n"
+                    "  while [ $# -gt 0 ]; do\n"
+                    "    if [ \"$1\" = --metadata-file ]; then\n"
+                    "      printf '{\\n  \"containerimage.digest\": \"sha256:%064d\"\\n}\\n' \"$n\" > \"$2\"\n"
+                    "    fi\n"
+                    "    shift\n"
+                    "  done\n"
+                    "fi\n")
         os.chmod(docker, 0o755)
         exe = os.path.join(tmp, "dxdp.exe")
         with open(exe, "wb") as f:
@@ -1050,17 +1161,108 @@ def build_image_checks():
         env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
         p = subprocess.run([os.path.join(ROOT, "scripts", "build-image.sh"), "registry.example.com/dxdp:0.0.0", exe],
                            capture_output=True, text=True, env=env)
-        lines = open(record).read().split("\n") if os.path.exists(record) else []
+        calls = open(record).read().split("CALL\n")[1:] if os.path.exists(record) else []
+        refused = subprocess.run([os.path.join(ROOT, "scripts", "build-image.sh"), "registry.example.com/dxdp", exe],
+                                 capture_output=True, text=True, env=env)
+    calls = [c.rstrip("\n").split("\n") for c in calls]
+    builds = [c for c in calls if c[:2] == ["buildx", "build"]]
+    creates = [c for c in calls if c[:3] == ["buildx", "imagetools", "create"]]
     copied = set()
-    for line in open(os.path.join(ROOT, "deploy", "image", "Dockerfile")):
+    default_base = None
+    for line in open(dockerfile):
         if line.startswith("COPY "):
             copied.update(w for w in line.split()[1:-1] if not w.startswith("--"))
-    want = ["buildx", "build", "--platform", "windows/amd64", "-f", os.path.join(ROOT, "deploy", "image", "Dockerfile"),
-            "-t", "registry.example.com/dxdp:0.0.0", "--push"]
-    check("scripts/build-image.sh runs one buildx build for windows/amd64, pushed",
-          p.returncode == 0 and lines[:len(want)] == want, f"exit {p.returncode}: {p.stderr.strip()[:200]} {lines[:12]}")
-    check(f"scripts/build-image.sh's context holds what the Dockerfile copies ({', '.join(sorted(copied))})",
-          copied and copied <= set(lines) and "dxdp.exe: OK" in lines, str(lines))
+        if line.startswith("ARG BASE_IMAGE="):
+            default_base = line.strip().split("=", 1)[1]
+    check("scripts/build-image.sh exits 0 and builds the builds, then the manifest list",
+          p.returncode == 0 and len(builds) == 3 and len(creates) == 1 and calls[-1] is creates[0],
+          f"exit {p.returncode}: {p.stderr.strip()[:200]} {[c[:3] for c in calls]}")
+    want_flags = ["--platform", "windows/amd64", "--provenance=false", "--sbom=false", "-f", dockerfile, "--push"]
+    names, build_args, digests = [], [], []
+    for i, b in enumerate(builds, 1):
+        missing = [w for w in want_flags if w not in b]
+        check(f"build-image.sh build {i}: windows/amd64, no attestations, the Dockerfile, pushed",
+              not missing, f"missing {missing}: {b[:16]}")
+        check(f"build-image.sh build {i}: the context holds what the Dockerfile copies ({', '.join(sorted(copied))})",
+              copied and copied <= set(b) and "dxdp.exe: OK" in b, str(b))
+        tag = b[b.index("-t") + 1] if "-t" in b else ""
+        names.append(tag)
+        build_args.append({a.split("=", 1)[0]: a.split("=", 1)[1] for j, a in enumerate(b)
+                           if j and b[j - 1] == "--build-arg" and "=" in a})
+        digests.append(f"sha256:{calls.index(b) + 1:064d}")
+    check("build-image.sh pushes <image>-ltsc2025, -ltsc2022 and -any",
+          names == ["registry.example.com/dxdp:0.0.0-ltsc2025", "registry.example.com/dxdp:0.0.0-ltsc2022",
+                    "registry.example.com/dxdp:0.0.0-any"], str(names))
+    check("build-image.sh: the 2025 and other-build images use the Dockerfile's base, 2022 keeps v1.0.0",
+          [a.get("BASE_IMAGE") for a in build_args] == [
+              default_base, "mcr.microsoft.com/oss/kubernetes/windows-host-process-containers-base-image:v1.0.0",
+              default_base]
+          and default_base == "mcr.microsoft.com/oss/v2/kubernetes/windows-host-process-containers-base-image:2.0.0"
+          and [a.get("WINDOWS_BUILD") for a in build_args] == ["10.0.26100", "10.0.20348", "any"],
+          f"{build_args} (Dockerfile: {default_base})")
+    create = creates[0] if creates else []
+    descriptors = []
+    for a in create[3:]:
+        if a.startswith("{"):
+            import json
+            descriptors.append(json.loads(a))
+    windows = {"architecture": "amd64", "os": "windows"}
+    check("build-image.sh's manifest list: the pushed images by os.version (26100, 20348, then none)",
+          "-t" in create and create[create.index("-t") + 1] == "registry.example.com/dxdp:0.0.0"
+          and descriptors == [
+              {"digest": digests[0], "platform": {**windows, "os.version": "10.0.26100"}},
+              {"digest": digests[1], "platform": {**windows, "os.version": "10.0.20348"}},
+              {"digest": digests[2], "platform": windows}] if len(digests) == 3 else False, str(create))
+    check("build-image.sh refuses an image without a tag", refused.returncode == 2 and "no tag" in refused.stderr,
+          f"exit {refused.returncode}: {refused.stderr.strip()[:200]}")
+    release = open(os.path.join(ROOT, ".github", "workflows", "release.yml")).read()
+    check("the release builds the image with scripts/build-image.sh (the same builds and flags)",
+          "scripts/build-image.sh" in release and "docker buildx build" not in release)
+
+
+PREFLIGHT = os.path.join(ROOT, "deploy", "preflight.yaml")
+
+
+def preflight_checks():
+    """deploy/preflight.yaml: a valid Pod running `dxdp doctor` once from the dxdp image, as
+    HostProcess (SYSTEM, host network) on a named Windows node, without an API token, with the
+    placeholders the manifests use."""
+    rel = os.path.relpath(PREFLIGHT, ROOT)
+    objs = docs(open(PREFLIGHT).read())
+    validate(rel, objs)
+    pods = find(objs, "Pod")
+    if not check(f"{rel}: one Pod and nothing else", len(pods) == 1 and len(objs) == 1, str([o.get("kind") for o in objs])):
+        return
+    pod = pods[0]
+    spec = pod["spec"]
+    win = spec.get("securityContext", {}).get("windowsOptions", {})
+    c = spec.get("containers", [{}])
+    problems = []
+    if pod["metadata"].get("namespace") != NAMESPACE:
+        problems.append(f"namespace {pod['metadata'].get('namespace')} (HostProcess needs the labelled {NAMESPACE})")
+    if win.get("hostProcess") is not True or win.get("runAsUserName") != "NT AUTHORITY\\SYSTEM" \
+            or spec.get("hostNetwork") is not True:
+        problems.append(f"not HostProcess as SYSTEM with hostNetwork: {win}")
+    if spec.get("nodeName") != "REPLACE_WITH_NODE_NAME":
+        problems.append(f"nodeName {spec.get('nodeName')!r} is not the placeholder")
+    sel = spec.get("nodeSelector", {})
+    if sel.get("kubernetes.io/os") != "windows" or "node.kubernetes.io/windows-build" in sel:
+        problems.append(f"nodeSelector {sel}")
+    if spec.get("restartPolicy") != "Never":
+        problems.append("restartPolicy is not Never")
+    if spec.get("automountServiceAccountToken") is not False:
+        problems.append("mounts an API token it does not need")
+    if len(c) != 1 or c[0].get("args") != ["doctor"] or c[0].get("command"):
+        problems.append(f"does not run the image's dxdp.exe with `doctor`: {c}")
+    if len(c) == 1 and c[0].get("image") != "REPLACE_WITH_YOUR_REGISTRY/dxdp:0.1.0":
+        problems.append(f"image {c[0].get('image')!r} is not the manifests' placeholder")
+    if {"operator": "Exists"} not in spec.get("tolerations", []):
+        problems.append("does not tolerate every taint")
+    check(f"{rel}: `dxdp doctor` once, HostProcess on the named Windows node, placeholders", not problems,
+          "; ".join(problems))
+    manifest = open(os.path.join(MANIFESTS, "default.yaml")).read()
+    check(f"{rel}: the image placeholder is the plain manifests'",
+          'image: "REPLACE_WITH_YOUR_REGISTRY/dxdp:0.1.0"' in manifest)
 
 
 DRIVERS = os.path.join(ROOT, "deploy", "drivers")
@@ -1209,6 +1411,7 @@ def main():
     manifest_checks(args.update)
     example_checks()
     driver_checks()
+    preflight_checks()
     build_image_checks()
     alert_checks()
     pod_info_checks()

@@ -5,15 +5,39 @@
 #
 #   scripts/build-image.sh myregistry.example.com/dxdp:0.1.0 [path/to/dxdp.exe]
 #
+# It builds deploy/image/Dockerfile once per entry of BUILDS below, pushes each as <image>-<name>,
+# and then pushes <image> itself: one manifest list naming each of them by `os.version`, so that
+# containerd on a node picks the one for the node's Windows build (docs/install.md#the-image).
+# .github/workflows/release.yml runs this script on a tag: the release and a build of your own
+# are the same images, built with the same flags.
+#
 # The exe defaults to the release build for Windows: target/x86_64-pc-windows-gnu/release/dxdp.exe
 # (cargo build --release --target x86_64-pc-windows-gnu), else target/release/dxdp.exe (a native
 # build on Windows). See docs/install.md#the-image.
 set -eu
+
+# One line per image: name (the tag suffix), os.version of the manifest list entry ("-" for the
+# entry without one, which containerd picks on a build that no other entry matches), base image.
+# - ltsc2025: Microsoft's base rebuilt with valid registry hives, which build 26100 needs
+#   (deploy/image/Dockerfile says why).
+# - ltsc2022: the base Windows Server 2022 nodes have run HostProcess images from since 2022.
+# - any: the rebuilt base again, for every other build.
+BUILDS='ltsc2025 10.0.26100 mcr.microsoft.com/oss/v2/kubernetes/windows-host-process-containers-base-image:2.0.0
+ltsc2022 10.0.20348 mcr.microsoft.com/oss/kubernetes/windows-host-process-containers-base-image:v1.0.0
+any - mcr.microsoft.com/oss/v2/kubernetes/windows-host-process-containers-base-image:2.0.0'
+
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
   echo "usage: $0 REGISTRY/dxdp:TAG [path/to/dxdp.exe]" >&2
   exit 2
 fi
 image=$1
+case $image in
+  *@*) echo "error: $image is a digest: give REGISTRY/dxdp:TAG" >&2; exit 2 ;;
+esac
+case ${image##*/} in
+  *:?*) ;;
+  *) echo "error: $image has no tag: give REGISTRY/dxdp:TAG (each Windows build's image is pushed as TAG-<name>)" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 exe=${2:-}
 if [ -z "$exe" ]; then
@@ -27,7 +51,37 @@ if [ -z "$exe" ] || [ ! -f "$exe" ]; then
 fi
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
-cp "$exe" "$context/dxdp.exe"
-(cd "$context" && sha256sum dxdp.exe > dxdp.exe.sha256)
-echo "building $image from $exe"
-docker buildx build --platform windows/amd64 -f "$root/deploy/image/Dockerfile" -t "$image" --push "$context"
+mkdir "$context/image"
+cp "$exe" "$context/image/dxdp.exe"
+(cd "$context/image" && sha256sum dxdp.exe > dxdp.exe.sha256)
+
+# The descriptors of the pushed images (digest and platform), for the manifest list.
+set --
+while read -r name osversion base; do
+  label=$osversion
+  [ "$osversion" != "-" ] || label=any
+  echo "building $image-$name (os.version $label, from $base) with $exe"
+  # No attestation manifests (--provenance=false --sbom=false): each pushed image is exactly the
+  # Dockerfile's, a plain image manifest (with them BuildKit pushes a manifest list of its own,
+  # from which HostProcess images have failed to pull on older containerd patch releases).
+  docker buildx build --platform windows/amd64 --provenance=false --sbom=false \
+    --build-arg "BASE_IMAGE=$base" --build-arg "WINDOWS_BUILD=$label" \
+    -f "$root/deploy/image/Dockerfile" -t "$image-$name" \
+    --metadata-file "$context/$name.json" --push "$context/image" </dev/null
+  digest=$(sed -n 's/.*"containerimage.digest": *"\(sha256:[0-9a-f]*\)".*/\1/p' "$context/$name.json" | head -n 1)
+  if [ -z "$digest" ]; then
+    echo "error: buildx wrote no containerimage.digest for $image-$name into its metadata file" >&2
+    exit 1
+  fi
+  if [ "$osversion" = "-" ]; then
+    set -- "$@" "{\"digest\":\"$digest\",\"platform\":{\"architecture\":\"amd64\",\"os\":\"windows\"}}"
+  else
+    set -- "$@" "{\"digest\":\"$digest\",\"platform\":{\"architecture\":\"amd64\",\"os\":\"windows\",\"os.version\":\"$osversion\"}}"
+  fi
+done <<BUILDS_END
+$BUILDS
+BUILDS_END
+echo "pushing $image: one manifest list of the $# images above, by os.version"
+# Each source is the descriptor of an image pushed above to the same repository; imagetools
+# takes its media type and size from the registry and the platform (os.version) from here.
+docker buildx imagetools create -t "$image" "$@"

@@ -20,10 +20,15 @@
     (examples/device-discovery/display.yaml) pinned to this node by its Kubernetes node name;
     and writes everything into one folder and one .zip.
 
-    Nothing is installed or changed on the node, except that the plugin registers with the
-    kubelet for -PluginSeconds. If dxdp sockets are already in the kubelet directory (a dxdp
-    DaemonSet serves this node, or a crashed run left them), the plugin step is skipped unless
-    -Force is given.
+    Nothing is installed, and no Windows setting, service, driver or registry value is changed;
+    the bundle is written to -OutputDir. Two steps touch the node's Kubernetes state: the plugin
+    step registers dxdp with the kubelet for -PluginSeconds (the node advertises the DirectX
+    resources meanwhile, and shows them without allocatable devices after the stop until the
+    kubelet drops them), and the Job step creates a Job in kubectl's current namespace, deletes
+    it without waiting, and leaves the Job's image in the node's image store.
+    -PluginSeconds 0 -SkipJob leaves only the bundle. If dxdp sockets are already in the kubelet
+    directory (a dxdp DaemonSet serves this node, or a crashed run left them), the plugin step is
+    skipped unless -Force is given.
 
     scripts/field-compare.py compares each dxdp fact in the bundle with what Windows said (the
     device nodes, the driver store folders, the CopyToVm* value data, and the assumption behind
@@ -472,6 +477,9 @@ if ($SkipJob) {
 
 # --- The bundle --------------------------------------------------------------------------------
 $zip = "$bundle.zip"
-Write-Summary 'compare with: python3 scripts/field-compare.py <this bundle folder or .zip>'
+# The command that runs on this node: Windows has no python3 command (python.org's installer
+# brings the py launcher and python.exe).
+Write-Summary ('compare with (Python 3.8+): py -3 "{0}" "{1}"  (or python instead of py -3; python3 on Linux and macOS)' -f `
+    (Join-Path $PSScriptRoot 'field-compare.py'), $zip)
 Compress-Archive -Path (Join-Path $bundle '*') -DestinationPath $zip -Force
 Write-Summary "bundle written: $zip"

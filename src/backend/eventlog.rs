@@ -4,6 +4,11 @@
 //! The rest of dxdp sees only the [`EventLog`] trait; on Windows it is `EvtSubscribe` /
 //! `EvtQuery` with `EvtRender` (the thin shim in `backend::windows::eventlog`), elsewhere
 //! there is none. What is asked for and what is kept is pure ([`dxdp_core::health::feed`]).
+//!
+//! A subscription can die: the log reports an error ([`Queue::fail`]), or its service restarts
+//! and the subscription silently delivers nothing more ([`EventLog::instance`] changes). The
+//! daemon's task (`health::faults`) notices either and subscribes again after the
+//! [`Bookmark`] of what was delivered.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +18,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use dxdp_core::facts::LogRecord;
+pub use dxdp_core::health::feed::Bookmark;
 use dxdp_core::health::{feed, HealthPolicy, MAX_JUDGED_FAULTS};
 
 /// What a subscription delivers.
@@ -20,8 +26,8 @@ use dxdp_core::health::{feed, HealthPolicy, MAX_JUDGED_FAULTS};
 pub enum Delivery {
     /// A record, as `EvtRender(EvtRenderEventXml)` returned it.
     Event(String),
-    /// The subscription reported an error (a Win32 error code, or a record that could not be
-    /// rendered); the sentence names the call and code.
+    /// A delivered record could not be rendered; the sentence names the call and code. The
+    /// subscription goes on (an error of the subscription itself is [`Queue::fail`]).
     Error(String),
 }
 
@@ -41,6 +47,8 @@ pub struct Queue {
     max_bytes: usize,
     items: Mutex<(VecDeque<Delivery>, usize)>,
     dropped: AtomicU64,
+    /// The first error the subscription reported (it delivers nothing more).
+    failed: Mutex<Option<String>>,
     ready: Notify,
 }
 
@@ -58,6 +66,7 @@ impl Queue {
             max_bytes,
             items: Mutex::new((VecDeque::new(), 0)),
             dropped: AtomicU64::new(0),
+            failed: Mutex::new(None),
             ready: Notify::new(),
         })
     }
@@ -82,6 +91,23 @@ impl Queue {
         drop(items);
         self.ready.notify_one();
         true
+    }
+
+    /// The subscription reported an error (`EvtSubscribeActionError`): it is treated as dead and
+    /// made again. Kept outside the bounds, so a full queue cannot lose it; the first error is
+    /// kept until [`Queue::take_failure`]. Callable from any thread.
+    pub fn fail(&self, why: String) {
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if failed.is_none() {
+            *failed = Some(why);
+        }
+        drop(failed);
+        self.ready.notify_one();
+    }
+
+    /// The error the subscription reported, if any (once).
+    pub fn take_failure(&self) -> Option<String> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// Takes everything queued.
@@ -124,9 +150,24 @@ pub trait Subscription: Send {}
 pub trait EventLog: Send + Sync {
     /// A short description for logs (`the Windows event log`).
     fn describe(&self) -> String;
-    /// Starts delivering the records `query` (a structured XML query) selects, from the oldest
-    /// it selects on, into `queue`, until the returned subscription is dropped.
-    fn subscribe(&self, query: &str, queue: Arc<Queue>) -> Result<Box<dyn Subscription>, String>;
+    /// Starts delivering the records `query` (a structured XML query) selects into `queue`,
+    /// until the returned subscription is dropped: from the oldest it selects on, or with
+    /// `after`, those after the bookmark's record in each channel. An error of the running
+    /// subscription goes to [`Queue::fail`].
+    fn subscribe(
+        &self,
+        query: &str,
+        after: Option<&Bookmark>,
+        queue: Arc<Queue>,
+    ) -> Result<Box<dyn Subscription>, String>;
+    /// A cheap check of the service behind the log, asked before each subscription and then
+    /// every half minute: an ID of the running service that changes when it restarts (on
+    /// Windows the Event Log service's process ID), so a subscription that died silently with
+    /// the old service is noticed. `Ok(None)` where there is no such check; an error when the
+    /// service is not running or cannot be asked.
+    fn instance(&self) -> Result<Option<u64>, String> {
+        Ok(None)
+    }
     /// The records `query` selects now, oldest first, at most `limit` of the newest.
     fn query(&self, query: &str, limit: usize) -> Result<Vec<String>, String>;
 }
@@ -178,6 +219,22 @@ mod tests {
         q.drain();
         assert_eq!(q.bytes(), 0);
         assert!(q.push(Delivery::Event("e".into())));
+    }
+
+    #[test]
+    fn a_failure_is_kept_even_when_the_queue_is_full() {
+        let q = Queue::new(1, 1 << 20);
+        assert!(q.push(Delivery::Event("e0".into())));
+        assert!(!q.push(Delivery::Event("e1".into())));
+        q.fail("the event-log subscription failed: Win32 error 1726".into());
+        q.fail("a second error".into());
+        assert_eq!(
+            q.take_failure().as_deref(),
+            Some("the event-log subscription failed: Win32 error 1726"),
+            "the first one"
+        );
+        assert_eq!(q.take_failure(), None, "once");
+        assert_eq!(q.len(), 1);
     }
 
     #[tokio::test]

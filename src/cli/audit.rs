@@ -21,6 +21,7 @@ use dxdp::telemetry::audit::audit_text;
 use dxdp_core::assignment::Assignment;
 use dxdp_core::telemetry::isolation::{audit, container_check, held, parse_luids};
 
+use super::endpoint::EndpointArgs;
 use super::top::Figures;
 use super::{OutputArgs, OutputFormat};
 
@@ -30,10 +31,8 @@ pub(crate) const LUIDS_VAR: &str = "DXDP_ADAPTER_LUIDS";
 /// Arguments of `dxdp audit`.
 #[derive(Debug, Args)]
 pub(crate) struct AuditArgs {
-    /// Audit from a running daemon's /metrics at HOST:PORT (its metrics.address, e.g.
-    /// 127.0.0.1:9466) instead of sampling the GPUs here.
-    #[arg(long, value_name = "HOST:PORT")]
-    endpoint: Option<String>,
+    #[command(flatten)]
+    endpoint: EndpointArgs,
     /// Seconds between the two reads of the counters that a utilisation needs, when sampling
     /// here.
     #[arg(long, value_name = "SECONDS", default_value_t = 2,
@@ -95,12 +94,12 @@ fn on_node(
     host_snapshot: Option<PathBuf>,
 ) -> AuditDoc {
     let class_guid = config.assignment == Assignment::ClassGuid;
-    let mut figures = match Figures::new(args.endpoint.as_deref(), config, source, host_snapshot) {
+    let mut figures = match Figures::new(&args.endpoint, config, source, host_snapshot) {
         Ok(f) => f,
         Err(e) => return unknown(doc(AuditScope::Node, "none".into()), format!("{e:#}")),
     };
     let mut d = doc(AuditScope::Node, figures.describe());
-    if class_guid && args.endpoint.is_none() {
+    if class_guid && args.endpoint.endpoint.is_none() {
         d.notes.push("assignment is class-guid: every container that gets a GPU sees every GPU of the node on purpose, but the scheduler accounted it only the GPUs it requested; a violation is a pod using GPUs it did not request (docs/isolation.md)".into());
     }
     let read = super::runtime().and_then(|rt| {

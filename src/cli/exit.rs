@@ -22,6 +22,12 @@ pub(crate) const COULD_NOT_TELL: u8 = 3;
 /// The text appended to the long help of every command: its exit codes.
 pub(crate) const HELP: &str = "Exit codes: 0 success, 1 error, 2 usage error.";
 
+/// An error in how a command was asked (no device selected, a selector that is not one): the
+/// command exits with [`USAGE`], as for clap's own usage errors.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct UsageError(pub(crate) String);
+
 /// `code` as an [`ExitCode`].
 pub(crate) fn code(code: u8) -> ExitCode {
     ExitCode::from(code)

@@ -6,6 +6,7 @@ mod config_cmd;
 mod demo;
 mod discover;
 mod doctor;
+mod endpoint;
 mod exit;
 mod hcs;
 mod mounts;
@@ -249,10 +250,11 @@ enum Command {
         after_help = "Exit codes: 0 clean, 1 violations, 2 usage error, 3 could not tell (why is printed)."
     )]
     Audit(audit::AuditArgs),
-    /// Remove what dxdp put on nodes (its labels, the isolation taint, its node conditions), after
-    /// an uninstall or a crash: exit code 0 done, 1 a node could not be cleaned.
+    /// Remove what dxdp put on nodes (its labels, the isolation taint, its node conditions), and
+    /// with its namespace its DaemonSet (first) and validation Jobs, for an uninstall or after a
+    /// crash: exit code 0 done, 1 a part could not be done.
     #[command(
-        after_help = "Exit codes: 0 every node clean, 1 a node could not be cleaned (or the nodes could not be listed), 2 usage error."
+        after_help = "Exit codes: 0 everything clean (or, with --dry-run, read), 1 a node, the DaemonSet or the Jobs could not be cleaned (or the nodes could not be listed), 2 usage error."
     )]
     Cleanup(cleanup::CleanupArgs),
     /// Check, inside a container given GPUs, that they and their APIs work (D3D12, runtime
@@ -435,7 +437,11 @@ pub(crate) fn main() -> ExitCode {
             // The log lines that led here first, then the error.
             logging::flush();
             fatal(format, &format!("{e:#}"), true);
-            error_code
+            if e.is::<exit::UsageError>() {
+                exit::code(exit::USAGE)
+            } else {
+                error_code
+            }
         }
     }
 }

@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use dxdp::backend::HostFactsSource;
 use dxdp::config::Config;
 use dxdp::tools::mounts::{self, Format};
-use dxdp::tools::select::{self, Selector};
+use dxdp::tools::select::{self, SelectError, Selector};
 use dxdp::tools::shell::{self, Shell};
 use dxdp_core::devices::Resource;
 use dxdp_core::pipeline;
@@ -130,7 +130,13 @@ pub(crate) fn run(
 ) -> anyhow::Result<ExitCode> {
     let facts = super::load_facts(source)?;
     let discovery = pipeline::discover(&facts, &config.pipeline);
-    let devices = select::select(&discovery, &args.selectors())?;
+    let devices = match select::select(&discovery, &args.selectors()) {
+        Ok(devices) => devices,
+        Err(e @ (SelectError::Nothing | SelectError::Invalid(_))) => {
+            return Err(super::exit::UsageError(e.to_string()).into())
+        }
+        Err(e) => return Err(e.into()),
+    };
     let shell = match args.shell {
         Some(ShellArg::Sh) => Shell::Sh,
         Some(ShellArg::Powershell) => Shell::PowerShell,

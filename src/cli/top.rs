@@ -21,18 +21,18 @@ use dxdp::config::Config;
 use dxdp::kubelet::paths;
 use dxdp::observe::metrics::Metrics;
 use dxdp::telemetry::sampler::{self, Sampler, State};
+use dxdp::telemetry::scrape::Scraper;
 use dxdp::telemetry::top;
 use dxdp_core::telemetry::compute::TelemetryView;
 
+use super::endpoint::EndpointArgs;
 use super::OutputFormat;
 
 /// Arguments of `dxdp top`.
 #[derive(Debug, Args)]
 pub(crate) struct TopArgs {
-    /// Read the figures from a running daemon's /metrics at HOST:PORT (its metrics.address,
-    /// e.g. 127.0.0.1:9466) instead of sampling the GPUs here.
-    #[arg(long, value_name = "HOST:PORT")]
-    endpoint: Option<String>,
+    #[command(flatten)]
+    endpoint: EndpointArgs,
     /// Refresh every --interval seconds until Ctrl-C (in place on a terminal).
     #[arg(long)]
     watch: bool,
@@ -60,23 +60,26 @@ struct TopDocument<'a> {
 /// Where `top` and `audit` get their figures: a running daemon's `/metrics`, or samples taken
 /// here.
 pub(super) enum Figures {
-    Daemon(String),
+    Daemon(Box<Scraper>),
     Here(Box<Sampler>, Box<State>),
 }
 
 impl Figures {
-    /// The daemon's figures at `endpoint`, else a sampler of this host's counters (an error
-    /// when there is no source here).
+    /// The daemon's figures at `--endpoint` (its files read and checked now), else a sampler of
+    /// this host's counters (an error when there is no source here).
     pub(super) fn new(
-        endpoint: Option<&str>,
+        endpoint: &EndpointArgs,
         config: Config,
         source: Arc<dyn HostFactsSource>,
         host_snapshot: Option<PathBuf>,
     ) -> anyhow::Result<Figures> {
-        Ok(match endpoint {
+        Ok(match &endpoint.endpoint {
             Some(e) => {
-                top::parse_endpoint(e).map_err(anyhow::Error::msg)?;
-                Figures::Daemon(e.to_string())
+                let scraper = Scraper::new(e, &endpoint.options())?;
+                if let Some(warning) = scraper.exposure() {
+                    super::warning(&warning);
+                }
+                Figures::Daemon(Box::new(scraper))
             }
             None => {
                 if source.is_simulated() {
@@ -104,7 +107,9 @@ impl Figures {
     /// Where the figures come from, for people.
     pub(super) fn describe(&self) -> String {
         match self {
-            Figures::Daemon(endpoint) => format!("the daemon's /metrics at {endpoint}"),
+            Figures::Daemon(scraper) => {
+                format!("the daemon's /metrics at {}", scraper.url())
+            }
             Figures::Here(sampler, _) => sampler.source.describe(),
         }
     }
@@ -121,8 +126,8 @@ impl Figures {
         first: bool,
     ) -> anyhow::Result<(TelemetryView, bool)> {
         match self {
-            Figures::Daemon(endpoint) => {
-                let text = top::fetch(endpoint).await.map_err(anyhow::Error::msg)?;
+            Figures::Daemon(scraper) => {
+                let text = scraper.fetch().await?;
                 Ok((
                     top::view_from_metrics(&text),
                     top::allocations_known_in_metrics(&text),
@@ -154,7 +159,7 @@ pub(crate) fn run(
     source: Arc<dyn HostFactsSource>,
     host_snapshot: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let mut figures = Figures::new(args.endpoint.as_deref(), config, source, host_snapshot)?;
+    let mut figures = Figures::new(&args.endpoint, config, source, host_snapshot)?;
     let interval = Duration::from_secs(args.interval);
     let output = args.output.format();
     let watching = args.watch;

@@ -1,7 +1,9 @@
 //! Keeps dxdp's labels on its Node in step with the devices and the configuration: the complete
 //! set (from `dxdp_core::labels`) is applied whenever it changes, and again when the Node shows
-//! one of dxdp's labels with another value (someone edited it). Failed applies are retried with
-//! backoff; the daemon never stops for them.
+//! one of dxdp's labels with another value or without it (someone edited or removed it: pods
+//! select nodes by these labels, so they are kept true). A `dxdp cleanup` while dxdp runs is
+//! therefore undone at once; an uninstall stops the DaemonSet first (`super::cleanup`). Failed
+//! applies are retried with backoff; the daemon never stops for them.
 
 use std::collections::BTreeMap;
 
@@ -35,7 +37,8 @@ pub(crate) fn desired(inventory: &Inventory) -> BTreeMap<String, String> {
     node_labels(&inventory.discovery, &settings)
 }
 
-/// Whether the node shows every label of `want` with its value.
+/// Whether the node shows every label of `want` with its value (a label missing or changed:
+/// not).
 fn node_has(node: &NodeInfo, want: &BTreeMap<String, String>) -> bool {
     want.iter().all(|(k, v)| node.labels.get(k) == Some(v))
 }
@@ -43,7 +46,8 @@ fn node_has(node: &NodeInfo, want: &BTreeMap<String, String>) -> bool {
 /// Applies the labels of every inventory published on `inventory` until the inventory channel
 /// closes. The first inventory is always applied, also with labels off (the empty set removes
 /// the labels a previous run left); after that only a changed set is applied, or the same set
-/// again when the Node (as `node` reports it) shows one of dxdp's labels with another value.
+/// again when the Node (as `node` reports it) shows one of dxdp's labels with another value or
+/// not at all.
 /// An apply that fails, or whose answer does not show the labels (a webhook or policy rewrote
 /// them), is retried with backoff.
 #[derive(Clone)]

@@ -10,7 +10,8 @@
 //! - [`isolation_events`]: `GPUIsolationViolation` Events on the pod using a GPU it was not
 //!   allocated (`isolation.events`);
 //! - [`taint`]: the node taint of `isolation.policy: taint` while a violation lasts;
-//! - `cleanup`: takes dxdp's labels, taint and conditions off a node (`dxdp cleanup`);
+//! - `cleanup`: takes dxdp's labels, taint and conditions off a node, after stopping its
+//!   DaemonSet and deleting its validation Jobs (`dxdp cleanup`);
 //! - [`metrics_authz`]: TokenReview and SubjectAccessReview of `/metrics` requests
 //!   (`metrics.authorization: kubernetes`; unlike the rest, required once asked for);
 //!

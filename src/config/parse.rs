@@ -126,6 +126,17 @@ fn operator_words(message: &str, text: &str, location: Option<(u64, u64)>) -> St
     m.to_string()
 }
 
+/// The first line indented with a tab, as `(line, column)` of the tab: YAML indents with spaces
+/// only, and the parser's own message for it ("tabs disallowed within this context") comes after
+/// one that blames the line above.
+fn tab_indent(text: &str) -> Option<(u64, u64)> {
+    text.lines().enumerate().find_map(|(i, line)| {
+        let indent = &line[..line.len() - line.trim_start_matches([' ', '\t']).len()];
+        let column = indent.find('\t')?;
+        is_content(line).then_some((i as u64 + 1, column as u64 + 1))
+    })
+}
+
 /// Parses a YAML document of type `T`, with `origin` naming it in errors.
 pub fn parse<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result<T, FileError> {
     if text
@@ -142,6 +153,13 @@ pub fn parse<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result
     }
     let options = serde_saphyr::options! { with_snippet: false };
     serde_saphyr::from_str_with_options(text, options).map_err(|e| {
+        if let Some(location) = tab_indent(text) {
+            return FileError {
+                origin: origin.to_string(),
+                location: Some(location),
+                message: "this line is indented with a tab: YAML indents with spaces only (replace the tab with spaces)".into(),
+            };
+        }
         let location = e.location().map(|l| (l.line(), l.column()));
         let message = operator_words(&dxdp_core::snapshot::yaml_message(&e), text, location);
         FileError {
@@ -156,9 +174,10 @@ pub fn parse<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result
 pub const MAX_ERRORS: usize = 20;
 
 /// Parses like [`parse`], but on failure finds every error it can (up to `max`): the first error
-/// of each top-level key and of each key under it, each parsed alone with the other lines blanked
-/// (so lines and columns stay right), in file order. A file whose error needs two keys together
-/// (a key given twice) reports that one error.
+/// of each innermost key (a key whose value is a single value, a list or a flow mapping, at any
+/// depth), each parsed alone with the keys above it and the other lines blanked (so lines and
+/// columns stay right), in file order. A file whose error needs two keys together (a key given
+/// twice) or that is indented with a tab reports that one error.
 pub fn parse_all<T: serde::de::DeserializeOwned>(
     text: &str,
     origin: &str,
@@ -168,31 +187,28 @@ pub fn parse_all<T: serde::de::DeserializeOwned>(
         Ok(v) => return Ok(v),
         Err(e) => e,
     };
+    if tab_indent(text).is_some() {
+        return Err(vec![first]);
+    }
     let lines: Vec<&str> = text.lines().collect();
+    let mut parts = Vec::new();
+    leaves(&lines, 0, lines.len(), 0, &mut Vec::new(), &mut parts);
     let mut errors = Vec::new();
-    for (start, end) in entries(&lines, 0, lines.len(), 0) {
-        let children = entries(&lines, start + 1, end, child_indent(&lines, start + 1, end));
-        let parts: Vec<(usize, usize)> = if children.is_empty() {
-            vec![(start, end)]
-        } else {
-            children
-        };
-        for (s, e) in parts {
-            let masked: Vec<&str> = lines
-                .iter()
-                .enumerate()
-                .map(|(i, l)| {
-                    if i == start || (s..e).contains(&i) {
-                        *l
-                    } else {
-                        ""
-                    }
-                })
-                .collect();
-            if let Err(err) = parse::<T>(&masked.join("\n"), origin) {
-                if !errors.contains(&err) {
-                    errors.push(err);
+    for (above, s, e) in parts {
+        let masked: Vec<&str> = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                if above.contains(&i) || (s..e).contains(&i) {
+                    *l
+                } else {
+                    ""
                 }
+            })
+            .collect();
+        if let Err(err) = parse::<T>(&masked.join("\n"), origin) {
+            if !errors.contains(&err) {
+                errors.push(err);
             }
         }
     }
@@ -202,6 +218,33 @@ pub fn parse_all<T: serde::de::DeserializeOwned>(
     errors.sort_by_key(|e| e.location);
     errors.truncate(max);
     Err(errors)
+}
+
+/// The innermost mapping entries in `start..end` at `indent` spaces and below: `(the lines of the
+/// keys above it, first line, end)` each.
+fn leaves(
+    lines: &[&str],
+    start: usize,
+    end: usize,
+    indent: usize,
+    above: &mut Vec<usize>,
+    out: &mut Vec<(Vec<usize>, usize, usize)>,
+) {
+    for (s, e) in entries(lines, start, end, indent) {
+        let inner = child_indent(lines, s + 1, e);
+        let children = if inner > indent {
+            entries(lines, s + 1, e, inner)
+        } else {
+            Vec::new()
+        };
+        if children.is_empty() {
+            out.push((above.clone(), s, e));
+        } else {
+            above.push(s);
+            leaves(lines, s + 1, e, inner, above, out);
+            above.pop();
+        }
+    }
 }
 
 /// The indentation of the first content line in `start..end` (0 when there is none).

@@ -953,6 +953,28 @@ fn every_error_of_a_file_at_once() {
             "t:8:13: unknown value `guid`: use one of location-path, class-guid, auto",
         ]
     );
+    // Two errors in one block, three keys deep: both.
+    let nested =
+        "resources:\n  display:\n    replicas: 0\n    enabled: maybe\n  compute: {replicas: -1}\n";
+    let errors = parse::parse_all::<ConfigFile>(nested, "t", parse::MAX_ERRORS).unwrap_err();
+    let got: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [
+            "t:3:15: replicas must be from 1 to 64, got 0",
+            "t:4:14: expected true or false, got \"maybe\"",
+            "t:5:23: expected a whole number of at least 0, got \"-1\"",
+        ]
+    );
+    // A tab in the indentation: one error, on the tab's line, that says so.
+    let errors =
+        parse::parse_all::<ConfigFile>("resources:\n\tdisplay: {}\n", "t", parse::MAX_ERRORS)
+            .unwrap_err();
+    let got: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        ["t:2:1: this line is indented with a tab: YAML indents with spaces only (replace the tab with spaces)"]
+    );
     // Bounded.
     let many: String = (0..30).map(|i| format!("bad{i}: 1\n")).collect();
     let errors = parse::parse_all::<ConfigFile>(&many, "t", 5).unwrap_err();

@@ -10,6 +10,14 @@
 //! second ([`Pacer`]), on the refresher's own task; Allocate answers from the published
 //! inventory and never waits for any of it. When the event log cannot be followed the task
 //! says so once, counts it, and retries with backoff; device serving goes on.
+//!
+//! A subscription that dies heals: an error the subscription reports ([`Queue::fail`]) or a
+//! change of the log's service ([`EventLog::instance`], asked every [`CHECK_EVERY`]: a restart
+//! of the Windows Event Log service kills subscriptions, maybe silently) ends it;
+//! `dxdp_eventlog_subscribed` drops to 0, the loss is said once, and the task subscribes again
+//! with backoff, after the [`Bookmark`] of the records already delivered (no gap, nothing
+//! twice), saying the recovery once. The state machine (subscribed, lost, backing off,
+//! subscribed again) is all here, portable; the Windows shim only subscribes and reports.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +26,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::backend::eventlog::{Delivery, EventLog, Queue, Subscription};
+use crate::backend::eventlog::{Bookmark, Delivery, EventLog, Queue, Subscription};
 use crate::backend::{HostFactsSource, SourceError, Wake};
 use crate::config::Config;
 use crate::inventory::now_ms;
@@ -39,6 +47,11 @@ const EXPIRE_EVERY: Duration = Duration::from_secs(60);
 
 /// How often a flood's dropped records are said in the log (they are counted at once).
 const DROPPED_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// How often the log's service is checked while subscribed ([`EventLog::instance`]): a
+/// subscription that died silently with a restarted Event Log service is noticed within this
+/// (and what was logged meanwhile is read from the bookmark).
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(30);
 
 /// The live fault events kept, and how to wake the inventory refresher for them.
 #[derive(Default)]
@@ -61,11 +74,20 @@ impl LiveFaults {
     }
 
     /// Offers one rendered record ([`FaultLog::offer`]).
+    #[cfg(test)]
     pub(crate) fn offer(&self, xml: String, oldest_ms: u64) -> Offer {
         self.log
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .offer(xml, oldest_ms)
+    }
+
+    /// Offers one delivered record and moves `bookmark` on to it if it can be read.
+    fn offer_delivered(&self, xml: String, oldest_ms: u64, bookmark: &mut Bookmark) -> Offer {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .offer_noting(xml, oldest_ms, |r| bookmark.note(r))
     }
 
     /// Forgets records before `oldest_ms`.
@@ -201,6 +223,7 @@ pub(crate) fn live_faults(
         config,
         metrics,
         backoff,
+        check_every: CHECK_EVERY,
     };
     let task = TaskSpec::task(TASK, Role::Optional, follow);
     (wrapped, task)
@@ -219,15 +242,17 @@ fn wanted(config: &Config) -> Option<(Duration, String)> {
     (!feed::selects_nothing(&query)).then_some((lookback, query))
 }
 
-/// Subscribes on a blocking thread, within `limit`.
+/// Subscribes on a blocking thread, within `limit`, after `after` if given.
 async fn subscribe(
     log: &Arc<dyn EventLog>,
     query: &str,
+    after: Option<Bookmark>,
     queue: &Arc<Queue>,
     limit: Duration,
 ) -> Result<Box<dyn Subscription>, String> {
     let (log, query, queue) = (log.clone(), query.to_string(), queue.clone());
-    match run_blocking(limit, "EvtSubscribe", move || log.subscribe(&query, queue)).await {
+    let call = move || log.subscribe(&query, after.as_ref(), queue);
+    match run_blocking(limit, "EvtSubscribe", call).await {
         Ok(result) => result,
         Err(Overdue::Panicked { message, .. }) => {
             Err(format!("the subscribe call failed: {message}"))
@@ -235,6 +260,53 @@ async fn subscribe(
         // The thread's result, if it ever comes, is dropped (which ends that subscription).
         Err(_) => Err(format!("EvtSubscribe did not return within {limit:?}")),
     }
+}
+
+/// Asks the log's service which instance runs ([`EventLog::instance`]) on a blocking thread,
+/// within `limit`.
+async fn instance(log: &Arc<dyn EventLog>, limit: Duration) -> Result<Option<u64>, String> {
+    let log = log.clone();
+    match run_blocking(limit, "the Event Log service check", move || log.instance()).await {
+        Ok(result) => result,
+        Err(Overdue::Panicked { message, .. }) => {
+            Err(format!("the service check failed: {message}"))
+        }
+        Err(_) => Err(format!(
+            "the Event Log service check did not return within {limit:?}"
+        )),
+    }
+}
+
+/// Why a subscription ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ended {
+    /// The health policy asks for another query.
+    PolicyChanged,
+    /// The subscription died: it reported an error (`stage` `delivery`) or the log's service
+    /// restarted or stopped (`stage` `service`).
+    Lost { why: String, stage: &'static str },
+}
+
+/// What the service check says of a subscription made while `baseline` ran.
+fn judge_instance(baseline: &mut Option<u64>, now: Result<Option<u64>, String>) -> Option<String> {
+    match (*baseline, now) {
+        (Some(b), Ok(Some(n))) if n != b => Some(format!(
+            "the Event Log service restarted (process {b}, now {n}), which ends subscriptions"
+        )),
+        (Some(_), Err(e)) => Some(e),
+        // Not known when subscribing: checked from now on.
+        (None, Ok(Some(n))) => {
+            *baseline = Some(n);
+            None
+        }
+        _ => None,
+    }
+}
+
+/// An outage of the feed: since when, and how many subscribe attempts failed in it.
+struct Outage {
+    since: tokio::time::Instant,
+    attempts: u32,
 }
 
 /// Follows `log` for fault events until the task is stopped (see the module documentation).
@@ -245,6 +317,8 @@ pub(crate) struct FollowLog {
     pub(crate) config: watch::Receiver<Arc<Config>>,
     pub(crate) metrics: Metrics,
     pub(crate) backoff: Backoff,
+    /// How often the log's service is checked while subscribed ([`CHECK_EVERY`]).
+    pub(crate) check_every: Duration,
 }
 
 impl Task for FollowLog {
@@ -255,15 +329,23 @@ impl Task for FollowLog {
             mut config,
             metrics,
             backoff,
+            check_every,
         } = self;
         let health = metrics.device_health().clone();
+        // Consecutive failures (subscribe attempts, and subscriptions lost soon after they
+        // were made), for the backoff.
         let mut failures = 0u32;
-        let mut last_error: Option<String> = None;
+        let mut outage: Option<Outage> = None;
+        // Where the deliveries got to, and the query of the last subscription: a new
+        // subscription of the same query starts after the bookmark.
+        let mut bookmark = Bookmark::new();
+        let mut last_query: Option<String> = None;
         let mut config_open = true;
         loop {
             let current = config.borrow_and_update().clone();
             let Some((lookback, query)) = wanted(&current) else {
                 health.eventlog_subscribed(false);
+                outage = None;
                 tracing::info!("not following the event log: health is off or every event signal is ignored (health.enabled, health.ignore)");
                 if !config_open || config.changed().await.is_err() {
                     std::future::pending::<()>().await;
@@ -271,18 +353,42 @@ impl Task for FollowLog {
                 continue;
             };
             let queue = Queue::bounded();
-            let subscription = match subscribe(&log, &query, &queue, backoff.timeout).await {
+            // Asked before subscribing: a restart after this is seen as a change.
+            let baseline = match instance(&log, backoff.timeout).await {
+                Ok(known) => known,
+                Err(e) => {
+                    tracing::debug!("the event log's service cannot be checked now: {e}");
+                    None
+                }
+            };
+            let from = (last_query.as_deref() == Some(query.as_str()) && bookmark.covers(&query))
+                .then(|| bookmark.clone());
+            let resumed = from.is_some();
+            let subscription = match subscribe(&log, &query, from, &queue, backoff.timeout).await {
                 Ok(s) => s,
                 Err(e) => {
                     health.eventlog_subscribed(false);
                     health.eventlog_error("subscribe");
                     failures = failures.saturating_add(1);
-                    if last_error.as_deref() != Some(e.as_str()) {
-                        tracing::warn!(
-                            "cannot follow {} for GPU fault events ({e}): display-driver resets are not seen until it works; retrying with backoff. Check that the Windows Event Log service runs and that dxdp may read the System and Application logs (it does as SYSTEM in the chart's HostProcess pod). Problem codes, driver updates and removed adapters still count (docs/health.md)",
-                            log.describe()
-                        );
-                        last_error = Some(e);
+                    match &mut outage {
+                        Some(o) => {
+                            o.attempts = o.attempts.saturating_add(1);
+                            tracing::debug!(
+                                attempts = o.attempts,
+                                "subscribing to {} failed again: {e}",
+                                log.describe()
+                            );
+                        }
+                        None => {
+                            tracing::warn!(
+                                    "cannot follow {} for GPU fault events ({e}): display-driver resets are not seen until it works; retrying with backoff. Check that the Windows Event Log service runs and that dxdp may read the System and Application logs (it does as SYSTEM in the chart's HostProcess pod). Problem codes, driver updates and removed adapters still count (docs/health.md)",
+                                    log.describe()
+                                );
+                            outage = Some(Outage {
+                                since: tokio::time::Instant::now(),
+                                attempts: 1,
+                            });
+                        }
                     }
                     let delay = backoff.delay(failures, retry::random());
                     tokio::select! {
@@ -294,52 +400,126 @@ impl Task for FollowLog {
                     continue;
                 }
             };
-            failures = 0;
             health.eventlog_subscribed(true);
-            if last_error.take().is_some() {
-                tracing::info!("following {} for GPU fault events again", log.describe());
-            } else {
-                tracing::info!(
+            let up = tokio::time::Instant::now();
+            match outage.take() {
+                Some(o) => tracing::info!(
+                    down_s = o.since.elapsed().as_secs(),
+                    failed_attempts = o.attempts,
+                    "following {} for GPU fault events again: {}",
+                    log.describe(),
+                    if resumed {
+                        "records logged meanwhile are read from where it stopped, none twice"
+                    } else {
+                        "the lookback is read again; records already kept are not counted twice"
+                    }
+                ),
+                None => tracing::info!(
                     lookback_s = lookback.as_secs(),
                     "following {} for GPU fault events (Display 4101, WER LiveKernelEvent)",
                     log.describe()
-                );
+                ),
             }
-            let why = pump(
-                &live,
-                &queue,
+            last_query = Some(query.clone());
+            let ended = pump(
+                Pump {
+                    live: &live,
+                    queue: &queue,
+                    metrics: &metrics,
+                    lookback,
+                    query: &query,
+                    log: &log,
+                    check_every,
+                    limit: backoff.timeout,
+                },
                 &mut config,
                 &mut config_open,
-                &metrics,
-                lookback,
-                &query,
+                &mut bookmark,
+                baseline,
             )
             .await;
             drop(subscription);
             health.eventlog_subscribed(false);
-            tracing::info!("subscribing to {} again: {why}", log.describe());
+            match ended {
+                Ended::PolicyChanged => {
+                    failures = 0;
+                    tracing::info!(
+                        "subscribing to {} again: the health policy changed what is read",
+                        log.describe()
+                    );
+                }
+                Ended::Lost { why, stage } => {
+                    health.eventlog_error(stage);
+                    // A subscription that lived past the longest delay starts the backoff
+                    // over; one lost soon after it was made waits longer each time.
+                    failures = if up.elapsed() >= backoff.max {
+                        1
+                    } else {
+                        failures.saturating_add(1)
+                    };
+                    tracing::warn!(
+                        "lost the subscription to {} for GPU fault events ({why}): display-driver resets and LiveKernelEvents are not seen until it is made again (dxdp_eventlog_subscribed is 0 meanwhile); subscribing again with backoff, after the last record read, so nothing logged meanwhile is missed or counted twice",
+                        log.describe()
+                    );
+                    outage = Some(Outage {
+                        since: tokio::time::Instant::now(),
+                        attempts: 0,
+                    });
+                    let delay = backoff.delay(failures, retry::random());
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        changed = config.changed(), if config_open => {
+                            config_open = changed.is_ok();
+                        }
+                    }
+                }
+            }
         }
     }
 }
 
-/// Moves what the subscription delivers into `live` and wakes the refresher at most once per
-/// [`PUBLISH_INTERVAL_MS`], until the policy asks for another query (returns why).
+/// What [`pump`] works with.
+struct Pump<'a> {
+    live: &'a LiveFaults,
+    queue: &'a Queue,
+    metrics: &'a Metrics,
+    lookback: Duration,
+    query: &'a str,
+    log: &'a Arc<dyn EventLog>,
+    check_every: Duration,
+    limit: Duration,
+}
+
+/// Moves what the subscription delivers into `live` (noting each record in `bookmark`) and
+/// wakes the refresher at most once per [`PUBLISH_INTERVAL_MS`], until the policy asks for
+/// another query or the subscription dies: it reports an error, or the log's service is not
+/// the `baseline` instance any more (checked every `check_every`). Returns why it ended.
 async fn pump(
-    live: &LiveFaults,
-    queue: &Queue,
+    p: Pump<'_>,
     config: &mut watch::Receiver<Arc<Config>>,
     config_open: &mut bool,
-    metrics: &Metrics,
-    lookback: Duration,
-    query: &str,
-) -> &'static str {
+    bookmark: &mut Bookmark,
+    mut baseline: Option<u64>,
+) -> Ended {
+    let Pump {
+        live,
+        queue,
+        metrics,
+        lookback,
+        query,
+        log,
+        check_every,
+        limit,
+    } = p;
+    let mut check =
+        tokio::time::interval_at(tokio::time::Instant::now() + check_every, check_every);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let health = metrics.device_health();
     let lookback_ms = lookback.as_millis() as u64;
     let mut pacer = Pacer::new(PUBLISH_INTERVAL_MS);
     let mut expire = tokio::time::interval(EXPIRE_EVERY);
     expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut said_record: Option<String> = None;
-    let mut said_delivery: Option<String> = None;
     let mut dropped_said: Option<tokio::time::Instant> = None;
     let mut dropped_since_said = 0u64;
     loop {
@@ -358,7 +538,7 @@ async fn pump(
                 let oldest = now_ms().saturating_sub(lookback_ms);
                 for d in queue.drain() {
                     match d {
-                        Delivery::Event(xml) => match live.offer(xml, oldest) {
+                        Delivery::Event(xml) => match live.offer_delivered(xml, oldest, bookmark) {
                             Offer::Added => pacer.note(),
                             Offer::Unreadable(e) => {
                                 health.eventlog_error("record");
@@ -370,10 +550,10 @@ async fn pump(
                             Offer::Duplicate | Offer::NotAFault | Offer::TooOld => {}
                         },
                         Delivery::Error(e) => {
-                            health.eventlog_error("delivery");
-                            if said_delivery.as_deref() != Some(e.as_str()) {
-                                tracing::warn!("the event-log subscription reported an error: {e}; events may have been missed");
-                                said_delivery = Some(e);
+                            health.eventlog_error("record");
+                            if said_record.as_deref() != Some(e.as_str()) {
+                                tracing::warn!("an event-log record could not be rendered: {e}");
+                                said_record = Some(e);
                             }
                         }
                     }
@@ -391,8 +571,18 @@ async fn pump(
                         dropped_since_said = 0;
                     }
                 }
+                // What was delivered before the error is kept (and bookmarked) above.
+                if let Some(why) = queue.take_failure() {
+                    return Ended::Lost { why, stage: "delivery" };
+                }
                 // A flood's batch must not hold the runtime's thread for long.
                 tokio::task::yield_now().await;
+            }
+            _ = check.tick() => {
+                let now = instance(log, limit).await;
+                if let Some(why) = judge_instance(&mut baseline, now) {
+                    return Ended::Lost { why, stage: "service" };
+                }
             }
             _ = publish => {
                 pacer.published(now_ms());
@@ -408,7 +598,7 @@ async fn pump(
                 }
                 let current = config.borrow_and_update().clone();
                 if wanted(&current).map(|(_, q)| q).as_deref() != Some(query) {
-                    return "the health policy changed what is read";
+                    return Ended::PolicyChanged;
                 }
             }
         }
@@ -536,12 +726,15 @@ mod tests {
     }
 
     /// An event log whose subscription delivers `batch` at once (within the subscribe call,
-    /// as Windows delivers the backlog), or that cannot be subscribed to.
+    /// as Windows delivers the backlog), or that cannot be subscribed to; its service check
+    /// answers `instance`. Records the bookmark each subscription was asked to start after.
     struct Scripted {
         batch: Vec<Delivery>,
-        fail: Option<String>,
+        fail: Mutex<Option<String>>,
         subscribed: AtomicUsize,
         queue: Mutex<Option<Arc<Queue>>>,
+        instance: Mutex<Result<Option<u64>, String>>,
+        after: Mutex<Vec<Option<String>>>,
     }
 
     struct Nothing;
@@ -554,17 +747,24 @@ mod tests {
         fn subscribe(
             &self,
             _query: &str,
+            after: Option<&Bookmark>,
             queue: Arc<Queue>,
         ) -> Result<Box<dyn Subscription>, String> {
             self.subscribed.fetch_add(1, Ordering::SeqCst);
-            if let Some(e) = &self.fail {
-                return Err(e.clone());
+            self.after.lock().unwrap().push(after.map(|b| b.to_xml()));
+            if let Some(e) = self.fail.lock().unwrap().clone() {
+                return Err(e);
             }
-            for d in &self.batch {
-                queue.push(d.clone());
+            if after.is_none() {
+                for d in &self.batch {
+                    queue.push(d.clone());
+                }
             }
             *self.queue.lock().unwrap() = Some(queue);
             Ok(Box::new(Nothing))
+        }
+        fn instance(&self) -> Result<Option<u64>, String> {
+            self.instance.lock().unwrap().clone()
         }
         fn query(&self, _query: &str, _limit: usize) -> Result<Vec<String>, String> {
             Ok(Vec::new())
@@ -591,9 +791,11 @@ mod tests {
     fn scripted(batch: Vec<Delivery>, fail: Option<&str>) -> Arc<Scripted> {
         Arc::new(Scripted {
             batch,
-            fail: fail.map(String::from),
+            fail: Mutex::new(fail.map(String::from)),
             subscribed: AtomicUsize::new(0),
             queue: Mutex::new(None),
+            instance: Mutex::new(Ok(None)),
+            after: Mutex::new(Vec::new()),
         })
     }
 
@@ -622,7 +824,7 @@ mod tests {
             // Before the 20-minute lookback of the default policy.
             Delivery::Event(tdr(2, old)),
             Delivery::Event("<Event><System/></Event>".into()),
-            Delivery::Error("the event-log subscription failed: Win32 error 15011".into()),
+            Delivery::Error("EvtRender(EvtRenderEventXml) failed: Win32 error 15005".into()),
         ];
         let log = scripted(batch, None);
         let inner = Counting::new(false);
@@ -651,14 +853,16 @@ mod tests {
             ]
         );
         let h = metrics.device_health();
-        assert_eq!(h.eventlog("record"), (1, 0, true));
-        assert_eq!(h.eventlog("delivery").0, 1);
+        // The broken record, and the one that could not be rendered.
+        assert_eq!(h.eventlog("record"), (2, 0, true));
+        assert_eq!(h.eventlog("delivery").0, 0);
         assert_eq!(h.eventlog("subscribe").0, 0);
         let text = metrics.encode();
         for line in [
             "dxdp_eventlog_subscribed 1",
-            "dxdp_eventlog_errors_total{stage=\"record\"} 1",
-            "dxdp_eventlog_errors_total{stage=\"delivery\"} 1",
+            "dxdp_eventlog_errors_total{stage=\"record\"} 2",
+            "dxdp_eventlog_errors_total{stage=\"delivery\"} 0",
+            "dxdp_eventlog_errors_total{stage=\"service\"} 0",
             "dxdp_eventlog_errors_total{stage=\"subscribe\"} 0",
             "dxdp_eventlog_dropped_total 0",
         ] {
@@ -704,6 +908,165 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1200)).await;
         assert_eq!(woken.load(Ordering::SeqCst), 2, "nothing new: no rebuild");
         running.abort();
+    }
+
+    /// The recorded WER LiveKernelEvent 141 report (Application log, record 40211), logged at
+    /// `ms`.
+    fn wer(ms: u64) -> String {
+        include_str!("../../crates/dxdp-core/src/health/events/wer-1001-livekernelevent-141.xml")
+            .replace(
+                "2026-11-25T21:40:19.0412210Z",
+                &dxdp_core::health::eventlog::format_time(ms),
+            )
+    }
+
+    /// A log sink for one test.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    /// Issue 43: a subscription that dies (silently with its service, or with an error it
+    /// reports) is noticed, said once, made again with backoff after the bookmark, and the
+    /// recovery is said once; `dxdp_eventlog_subscribed` is 0 meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lost_subscription_heals_after_the_bookmark_and_is_said_once_each_way() {
+        use tracing::instrument::WithSubscriber;
+        let now = now_ms();
+        let log = scripted(
+            vec![
+                Delivery::Event(tdr(18_233, now - 60_000)),
+                Delivery::Event(wer(now - 50_000)),
+            ],
+            None,
+        );
+        *log.instance.lock().unwrap() = Ok(Some(100));
+        let metrics = Metrics::new();
+        let (_tx, config) = watch::channel(Arc::new(Config::default()));
+        let live = LiveFaults::new();
+        let follow = FollowLog {
+            live: live.clone(),
+            log: log.clone(),
+            config,
+            metrics: metrics.clone(),
+            backoff: FAST,
+            check_every: Duration::from_millis(20),
+        };
+        let lines = Lines::default();
+        let sink = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        let running = tokio::spawn(follow.run().with_subscriber(subscriber));
+        let h = metrics.device_health().clone();
+        until("subscribed", || {
+            h.eventlog("subscribe").2 && live.records().len() == 2
+        })
+        .await;
+        // The Event Log service stops: the subscription delivers nothing more, silently.
+        *log.fail.lock().unwrap() =
+            Some("EvtSubscribe failed: HRESULT 0x800706BA (The RPC server is unavailable.)".into());
+        *log.instance.lock().unwrap() =
+            Err("the Windows Event Log service (EventLog) is not running (state 1)".into());
+        until("lost", || h.eventlog("service").0 == 1).await;
+        assert!(!h.eventlog("subscribe").2, "0 while lost");
+        // Attempts while it is down fail, counted, not said again.
+        until("three failed attempts", || h.eventlog("subscribe").0 >= 3).await;
+        assert!(!h.eventlog("subscribe").2);
+        // It comes back (another process).
+        *log.fail.lock().unwrap() = None;
+        *log.instance.lock().unwrap() = Ok(Some(200));
+        until("subscribed again", || h.eventlog("subscribe").2).await;
+        let attempts = log.subscribed.load(Ordering::SeqCst);
+        let after = log.after.lock().unwrap().clone();
+        assert_eq!(after.len(), attempts);
+        assert_eq!(
+            after[0], None,
+            "the first from the oldest record of the lookback"
+        );
+        // Every later one after the two records delivered (the WER report the last).
+        let bookmark = "<BookmarkList><Bookmark Channel='Application' RecordId='40211' IsCurrent='true'/><Bookmark Channel='System' RecordId='18233'/></BookmarkList>";
+        for a in &after[1..] {
+            assert_eq!(a.as_deref(), Some(bookmark));
+        }
+        // A record delivered by the new subscription is kept; the old ones once.
+        let queue = log.queue.lock().unwrap().clone().unwrap();
+        assert!(queue.push(Delivery::Event(tdr(18_240, now - 1_000))));
+        until("the new record", || live.records().len() == 3).await;
+        // Now the subscription reports an error: lost again, made again after record 18240.
+        queue.fail("the event-log subscription failed: Win32 error 15011".into());
+        until("lost by its error", || h.eventlog("delivery").0 == 1).await;
+        until("made again", || {
+            log.subscribed.load(Ordering::SeqCst) > attempts && h.eventlog("subscribe").2
+        })
+        .await;
+        assert_eq!(
+            log.after.lock().unwrap().last().cloned().flatten().as_deref(),
+            Some("<BookmarkList><Bookmark Channel='Application' RecordId='40211'/><Bookmark Channel='System' RecordId='18240' IsCurrent='true'/></BookmarkList>")
+        );
+        assert_eq!(live.records().len(), 3);
+        running.abort();
+        let text = lines.text();
+        let count = |what: &str| text.lines().filter(|l| l.contains(what)).count();
+        assert_eq!(count(" WARN "), 2, "one warning per loss:\n{text}");
+        assert_eq!(
+            count("lost the subscription to the scripted event log for GPU fault events (the Windows Event Log service (EventLog) is not running (state 1)): display-driver resets and LiveKernelEvents are not seen until it is made again"),
+            1,
+            "{text}"
+        );
+        assert_eq!(
+            count("lost the subscription to the scripted event log for GPU fault events (the event-log subscription failed: Win32 error 15011)"),
+            1,
+            "{text}"
+        );
+        assert_eq!(
+            count("following the scripted event log for GPU fault events again: records logged meanwhile are read from where it stopped, none twice"),
+            2,
+            "{text}"
+        );
+        assert_eq!(
+            count("following the scripted event log for GPU fault events (Display 4101"),
+            1,
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_service_check_tells_a_restart_from_a_check_that_cannot_be_made() {
+        let mut known = Some(100);
+        assert_eq!(judge_instance(&mut known, Ok(Some(100))), None);
+        assert_eq!(judge_instance(&mut known, Ok(None)), None);
+        assert_eq!(
+            judge_instance(&mut known, Ok(Some(200))).as_deref(),
+            Some(
+                "the Event Log service restarted (process 100, now 200), which ends subscriptions"
+            )
+        );
+        assert_eq!(
+            judge_instance(&mut known, Err("stopped".into())).as_deref(),
+            Some("stopped")
+        );
+        // Not known when subscribing: nothing to compare, and the first answer is kept.
+        let mut unknown = None;
+        assert_eq!(judge_instance(&mut unknown, Err("no SCM".into())), None);
+        assert_eq!(judge_instance(&mut unknown, Ok(Some(7))), None);
+        assert_eq!(unknown, Some(7));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -161,12 +161,12 @@ impl HealthMetrics {
         let eventlog = EventLogMetrics::default();
         registry.register(
             "dxdp_eventlog_subscribed",
-            "1 while dxdp follows the Windows event log for GPU fault events (docs/health.md)",
+            "1 while dxdp follows the Windows event log for GPU fault events; 0 while it cannot, or lost its subscription and has not made it again (faults logged meanwhile are read when it does; docs/health.md)",
             eventlog.subscribed.clone(),
         );
         registry.register(
             "dxdp_eventlog_errors",
-            "Errors of the event-log feed (stage: subscribe, delivery, record)",
+            "Errors of the event-log feed (stage: subscribe, a failed subscribe attempt; delivery, an error the subscription reported, which ends it; service, the Event Log service restarted or stopped under a subscription; record, a record that could not be rendered or read)",
             eventlog.errors.clone(),
         );
         registry.register(
@@ -174,7 +174,7 @@ impl HealthMetrics {
             "Event-log records dropped because the feed's bounded queue was full (a flood)",
             eventlog.dropped.clone(),
         );
-        for stage in ["subscribe", "delivery", "record"] {
+        for stage in ["subscribe", "delivery", "service", "record"] {
             let _ = eventlog.errors.get_or_create(&StageLabel {
                 stage: stage.into(),
             });
@@ -218,7 +218,8 @@ impl HealthMetrics {
         self.eventlog.subscribed.set(i64::from(on));
     }
 
-    /// Counts an error of the event-log feed at `stage` (`subscribe`, `delivery`, `record`).
+    /// Counts an error of the event-log feed at `stage` (`subscribe`, `delivery`, `service`,
+    /// `record`).
     pub(crate) fn eventlog_error(&self, stage: &str) {
         self.eventlog
             .errors

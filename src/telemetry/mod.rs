@@ -7,6 +7,8 @@
 //! - [`sampler`]: the sampling task ([`sampler::run`]: runs until cancelled, never fails, retries
 //!   with backoff) and one sampling step for `dxdp top`;
 //! - [`top`]: the table `dxdp top` prints, and the figures read back from a daemon's `/metrics`;
+//! - [`scrape`]: reading a daemon's `/metrics` for `top` and `audit`, over HTTP or HTTPS, with
+//!   a CA, a client certificate, a bearer token or basic-auth credentials;
 //! - [`audit`]: the isolation audit's tracker (starts and ends of violations, logged once,
 //!   counted and published for the Kubernetes side) and `dxdp audit`'s table;
 //! - `podinfo`: the `dxdp_pod_info` series (opt-in pod UID and labels, from CRI).
@@ -18,6 +20,7 @@
 pub mod audit;
 pub(crate) mod podinfo;
 pub mod sampler;
+pub mod scrape;
 pub mod top;
 
 use std::path::PathBuf;

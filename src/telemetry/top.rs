@@ -1,20 +1,13 @@
 //! What `dxdp top` shows: the figures as a table for people, and the figures read back from a
-//! running daemon's `/metrics` (so that `top` and Prometheus see the same samples).
+//! running daemon's `/metrics` text (so that `top` and Prometheus see the same samples; the
+//! reading itself is [`super::scrape`]).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use dxdp_core::telemetry::compute::{
     ContainerTelemetry, DeviceTelemetry, Holder, Segments, TelemetryView,
 };
 use dxdp_core::telemetry::PodRef;
-
-/// How long reading `/metrics` may take.
-pub(crate) const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
-/// The most bytes of a `/metrics` answer read.
-const MAX_SCRAPE: u64 = 64 * 1024 * 1024;
 
 /// Label names and values.
 type Labels = Vec<(String, String)>;
@@ -176,63 +169,6 @@ pub fn allocations_known_in_metrics(text: &str) -> bool {
     current.unwrap_or(!(calls.0 == 0.0 && calls.1 > 0.0))
 }
 
-/// `http://HOST:PORT[/metrics]` or `HOST:PORT` as `(HOST:PORT, path)`.
-pub fn parse_endpoint(endpoint: &str) -> Result<(String, String), String> {
-    let rest = endpoint
-        .strip_prefix("http://")
-        .unwrap_or(endpoint)
-        .trim_end_matches('/');
-    if endpoint.starts_with("https://") {
-        return Err(format!(
-            "{endpoint}: dxdp serves /metrics over plain HTTP; use http://HOST:PORT"
-        ));
-    }
-    let (address, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/metrics"),
-    };
-    if address.is_empty() || !address.contains(':') {
-        return Err(format!(
-            "{endpoint} is not HOST:PORT: use the daemon's metrics.address, e.g. 127.0.0.1:9466"
-        ));
-    }
-    Ok((address.to_string(), path.to_string()))
-}
-
-/// Reads `/metrics` from a running daemon (plain HTTP/1.0 GET, `SCRAPE_TIMEOUT`).
-pub async fn fetch(endpoint: &str) -> Result<String, String> {
-    let (address, path) = parse_endpoint(endpoint)?;
-    let get = async {
-        let mut stream = tokio::net::TcpStream::connect(&address)
-            .await
-            .map_err(|e| format!("cannot connect to {address}: {e} (is `dxdp plugin` running with metrics.address {address}?)"))?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| format!("{address}: {e}"))?;
-        let mut answer = Vec::new();
-        stream
-            .take(MAX_SCRAPE)
-            .read_to_end(&mut answer)
-            .await
-            .map_err(|e| format!("{address}: {e}"))?;
-        Ok::<_, String>(answer)
-    };
-    let answer = tokio::time::timeout(SCRAPE_TIMEOUT, get)
-        .await
-        .map_err(|_| format!("{address} did not answer within {SCRAPE_TIMEOUT:?}"))??;
-    let text = String::from_utf8_lossy(&answer);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("{address}: not an HTTP answer"))?;
-    let status = head.lines().next().unwrap_or_default();
-    if !status.contains(" 200") {
-        return Err(format!("{endpoint}{path}: {status}"));
-    }
-    Ok(body.to_string())
-}
-
 /// A share as a whole percentage.
 fn percent(v: f64) -> String {
     format!("{:.0}%", (v * 100.0).clamp(0.0, 100.0))
@@ -389,24 +325,6 @@ dxdp_device_health{device=\"b\",resource=\"r\",reason=\"healthy\"} 1\n";
         assert!(sample_line("# TYPE x gauge").is_none());
         assert!(sample_line(r#"x{a="unterminated} 1"#).is_none());
         assert_eq!(sample_line("x 2.5").map(|s| s.2), Some(2.5));
-    }
-
-    #[test]
-    fn endpoints_are_host_and_port_with_an_optional_path() {
-        let table = [
-            ("127.0.0.1:9466", Ok(("127.0.0.1:9466", "/metrics"))),
-            ("http://10.0.0.5:9466/", Ok(("10.0.0.5:9466", "/metrics"))),
-            ("http://[::1]:9466/custom", Ok(("[::1]:9466", "/custom"))),
-            ("https://x:1", Err("plain HTTP")),
-            ("localhost", Err("not HOST:PORT")),
-        ];
-        for (text, want) in table {
-            match (parse_endpoint(text), want) {
-                (Ok((a, p)), Ok((wa, wp))) => assert_eq!((a.as_str(), p.as_str()), (wa, wp)),
-                (Err(e), Err(part)) => assert!(e.contains(part), "{e}"),
-                (got, want) => panic!("{text}: {got:?} vs {want:?}"),
-            }
-        }
     }
 
     #[test]

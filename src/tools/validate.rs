@@ -12,6 +12,7 @@ use crate::backend::HostFactsSource;
 use crate::output::{ApiVersion, ValidatedDevice, ValidationDoc, ValidationKind};
 use crate::util::bounded::{run_thread, Overdue};
 use dxdp_core::facts::Attribute;
+use dxdp_core::luid;
 use dxdp_core::telemetry::isolation::{container_check, parse_luids};
 use dxdp_core::validation::{
     feature_levels, is_loadable, judge_api, judge_d3d12, judge_runtime_files, parse_runtime_files,
@@ -193,7 +194,7 @@ pub fn run(
                 v.iter().map(|a| (a.luid, a.name.clone())).collect();
             let check = container_check(luids, &visible_pairs);
             let mut c = if !check.missing.is_empty() {
-                let names: Vec<String> = check.missing.iter().map(|a| a.luid.to_string()).collect();
+                let names: Vec<String> = check.missing.iter().map(|a| luid::label(a.luid)).collect();
                 CheckResult::new(
                     "adapters",
                     Outcome::Fail,
@@ -278,7 +279,7 @@ pub fn run(
                     .and_then(|a| a.graphics);
                 let levels = feature_levels(graphics);
                 let (p, luid, bytes, limit) = (probes.clone(), d.luid, plan.bytes, plan.timeout);
-                let what = format!("the D3D12 round trip on adapter {luid}");
+                let what = format!("the D3D12 round trip on adapter {}", luid::label(luid));
                 match run_thread(plan.timeout, &what, move || {
                     p.d3d12(luid, &levels, bytes, limit)
                 }) {
@@ -292,7 +293,7 @@ pub fn run(
                 }
             }
         };
-        c.device = Some(d.luid.to_string());
+        c.device = Some(luid::label(d.luid));
         c.seconds = start.elapsed().as_secs_f64();
         checks.push(c);
     }
@@ -390,7 +391,7 @@ pub fn text(doc: &ValidationDoc) -> String {
     ));
     out.push_str(&format!("Adapters from {}\n", doc.source));
     for d in &doc.devices {
-        let mut line = format!("  device LUID {}", d.luid);
+        let mut line = format!("  device LUID {}", luid::label(d.luid));
         if !d.model.is_empty() {
             line.push_str(&format!(" {}", d.model));
         }
@@ -506,6 +507,7 @@ mod tests {
 
     fn good() -> D3d12Answer {
         D3d12Answer {
+            enumerator: Some("DXCore".into()),
             adapter: Some("NVIDIA A10".into()),
             feature_level: Some(0xb000),
             failed_step: None,
@@ -555,7 +557,10 @@ mod tests {
             Some(r"PCI\VEN_10DE&DEV_2236\4&1")
         );
         assert_eq!(doc.devices[0].model, "NVIDIA A10");
-        assert_eq!(doc.checks[1].device.as_deref(), Some("42"));
+        assert_eq!(
+            doc.checks[1].device.as_deref(),
+            Some("0x00000000_0x0000002A")
+        );
     }
 
     #[test]
@@ -578,7 +583,7 @@ mod tests {
         );
         assert_eq!(
             doc.checks[0].detail,
-            "1 of 1 given adapter is not visible here (LUID 41)"
+            "1 of 1 given adapter is not visible here (LUID 0x00000000_0x00000029)"
         );
         assert_eq!(doc.checks[3].result, Outcome::TimedOut);
         assert!(

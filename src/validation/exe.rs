@@ -14,6 +14,7 @@
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The name of the executable in each version directory (what the Job runs).
 pub(crate) const EXE_NAME: &str = "dxdp.exe";
@@ -70,6 +71,41 @@ pub(crate) fn last_component(path: &str) -> &str {
         .unwrap_or_default()
 }
 
+/// How long a refused rename or removal is tried again. Antivirus (Microsoft Defender is on by
+/// default on Windows Server) holds a just-written executable open for a moment, and Windows
+/// meanwhile refuses to rename or remove the directory that holds it; rustup retries for the same
+/// reason. Well inside the time placing is given (`place_limit`, 60 s).
+const REFUSED_FOR: Duration = Duration::from_secs(20);
+
+/// Whether Windows refused `e` because a file is open: access denied (a pending scan or delete),
+/// a sharing or a lock violation (ERROR_SHARING_VIOLATION 32, ERROR_LOCK_VIOLATION 33).
+fn is_refused(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::PermissionDenied || matches!(e.raw_os_error(), Some(32 | 33))
+}
+
+/// Runs `op` until it succeeds, fails for another reason than [`is_refused`], or `limit` has
+/// passed, waiting 10 ms, 20 ms, 40 ms … (at most 1 s) between tries. Returns its last result and
+/// how many tries were refused.
+fn retry_refused<T>(
+    limit: Duration,
+    mut op: impl FnMut() -> std::io::Result<T>,
+) -> (std::io::Result<T>, u32) {
+    let start = Instant::now();
+    let mut wait = Duration::from_millis(10);
+    let mut refused = 0;
+    loop {
+        match op() {
+            Err(e) if is_refused(&e) && start.elapsed() + wait <= limit => {
+                refused += 1;
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+            Err(e) if is_refused(&e) => return (Err(e), refused + 1),
+            other => return (other, refused),
+        }
+    }
+}
+
 /// Why the executable could not be placed.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot place dxdp.exe for the validation Job in {dir}: {what}: {source} (check validation.hostDir; the daemon runs as SYSTEM on the host)")]
@@ -123,9 +159,17 @@ pub(crate) fn place(host_dir: &Path, version: &str, content: &[u8]) -> Result<Pa
     // A directory of this name with other content: remove it (nothing can run a broken copy
     // for long), then rename the new one into place.
     if target.exists() {
-        let _ = std::fs::remove_dir_all(&target);
+        let _ = retry_refused(REFUSED_FOR, || std::fs::remove_dir_all(&target));
     }
-    match std::fs::rename(&temp, &target) {
+    let (renamed, refused) = retry_refused(REFUSED_FOR, || std::fs::rename(&temp, &target));
+    if refused > 0 {
+        tracing::info!(
+            dir = %target.display(),
+            refused,
+            "renaming the copy of dxdp.exe into place was refused at first (antivirus scanning the new file?) and retried"
+        );
+    }
+    match renamed {
         Ok(()) => Ok(target),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&temp);
@@ -161,6 +205,80 @@ pub(crate) fn prune(host_dir: &Path, keep: &BTreeSet<String>) -> Vec<(String, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_step_is_tried_again_until_it_is_allowed() {
+        let mut calls = 0;
+        let (r, refused) = retry_refused(Duration::from_secs(5), || {
+            calls += 1;
+            match calls {
+                1 => Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied)),
+                2 => Err(std::io::Error::from_raw_os_error(32)),
+                _ => Ok("renamed"),
+            }
+        });
+        assert_eq!(r.unwrap(), "renamed");
+        assert_eq!((calls, refused), (3, 2));
+    }
+
+    #[test]
+    fn another_error_is_not_tried_again_and_a_refusal_stops_at_the_limit() {
+        let mut calls = 0;
+        let (r, refused) = retry_refused(Duration::from_secs(5), || -> std::io::Result<()> {
+            calls += 1;
+            Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+        });
+        assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        assert_eq!((calls, refused), (1, 0));
+        // No time left: the first refusal is the answer.
+        let mut calls = 0;
+        let (r, refused) = retry_refused(Duration::ZERO, || -> std::io::Result<()> {
+            calls += 1;
+            Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
+        });
+        assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::PermissionDenied);
+        assert_eq!((calls, refused), (1, 1));
+    }
+
+    /// Windows refuses to rename a directory while a file in it is open (what antivirus does to a
+    /// new executable); the rename goes through once the file is closed.
+    #[cfg(windows)]
+    #[test]
+    fn a_directory_whose_file_is_held_open_is_renamed_once_it_is_closed() {
+        use std::os::windows::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("from"), dir.path().join("to"));
+        std::fs::create_dir(&from).unwrap();
+        std::fs::write(from.join(EXE_NAME), b"MZ").unwrap();
+        // No sharing at all, as a scanner may open it.
+        let held = std::fs::OpenOptions::new()
+            .read(true)
+            .share_mode(0)
+            .open(from.join(EXE_NAME))
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            // Released after the first refusal, or at once where nothing refuses.
+            let _ = rx.recv_timeout(Duration::from_secs(5));
+            drop(held);
+        });
+        let mut tried = 0;
+        let (r, refused) = retry_refused(Duration::from_secs(10), || {
+            tried += 1;
+            let r = std::fs::rename(&from, &to);
+            if r.is_err() || tried > 1 {
+                let _ = tx.send(());
+            }
+            r
+        });
+        let _ = tx.send(());
+        holder.join().unwrap();
+        r.unwrap();
+        assert_eq!(std::fs::read(to.join(EXE_NAME)).unwrap(), b"MZ");
+        if refused == 0 {
+            eprintln!("skipped a_directory_whose_file_is_held_open_is_renamed_once_it_is_closed: this platform renamed the directory while its file was held open (Wine does; Windows refuses)");
+        }
+    }
 
     #[test]
     fn the_hash_is_fnv_1a() {

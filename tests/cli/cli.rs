@@ -369,18 +369,31 @@ fn mounts_selectors_combine_and_unknown_ones_are_named() {
         1
     );
     assert_eq!(count(&json(&["--luid", "55311"])), 1);
-    for (args, fragment) in [
-        (vec!["mounts"], "select devices with"),
-        (vec!["mounts", "--index", "5"], "--index 5"),
-        (vec!["mounts", "--vendor", "amd"], "--vendor amd"),
-        (vec!["mounts", "--luid", "0x1"], "--luid 0x1"),
+    // Nothing selected, or a selector that is not one: a usage error (2); a selector that
+    // matches no device: an error (1).
+    for (args, fragment, code) in [
+        (vec!["mounts"], "select devices with", 2),
+        (
+            vec!["mounts", "--luid", "zz"],
+            "--luid \"zz\" is not a LUID",
+            2,
+        ),
+        (
+            vec!["mounts", "--vendor", "acme"],
+            "is not a vendor name",
+            2,
+        ),
+        (vec!["mounts", "--index", "5"], "--index 5", 1),
+        (vec!["mounts", "--vendor", "amd"], "--vendor amd", 1),
+        (vec!["mounts", "--luid", "0x1"], "--luid 0x1", 1),
         (
             vec!["mounts", "--all", "--location-path", "PCIROOT(7)"],
             "--location-path PCIROOT(7)",
+            1,
         ),
     ] {
         let o = dxdp(&args);
-        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert_eq!(o.status.code(), Some(code), "{args:?}");
         assert!(stderr(&o).contains(fragment), "{args:?}: {}", stderr(&o));
         assert_no_panic(&o);
     }

@@ -127,7 +127,11 @@ fn help(path: &[&str]) -> (BTreeSet<String>, BTreeSet<String>) {
                     commands.insert(name.to_string());
                 }
             }
-            s if s.starts_with("Options:") || s.starts_with("Arguments:") => {
+            // Flags under a heading of their own (`top`'s and `audit`'s "Secured endpoint:").
+            s if s.starts_with("Options:")
+                || s.starts_with("Arguments:")
+                || s == "Secured endpoint:" =>
+            {
                 let spec = trimmed.split("  ").next().unwrap_or_default();
                 for word in spec.split([' ', ',']) {
                     if let Some(flag) = word.strip_prefix("--") {

@@ -18,5 +18,6 @@ mod cleanup;
 mod cluster;
 mod health_cluster;
 mod isolation;
+mod node_tools;
 mod prometheus;
 mod web;

@@ -519,3 +519,87 @@ async fn the_daemon_serves_when_the_event_log_cannot_be_followed() {
     running.stop().await.unwrap();
     kubelet.stop().await;
 }
+
+/// Waits until `f` holds of the stand-in log.
+async fn until_log(what: &str, f: impl Fn() -> bool) {
+    let ok = tokio::time::timeout(WAIT * 2, async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(ok.is_ok(), "timed out: {what}");
+}
+
+/// Issue 43: the Event Log service restarts under the daemon. The subscription reports an
+/// error; `dxdp_eventlog_subscribed` reads 0 while the service is down, and the daemon
+/// subscribes again after the bookmark of what it read once the service is back: a reset and
+/// two WER reports logged meanwhile are counted, nothing read before is counted twice, and a
+/// report logged again (a later state of it) is not a new fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_log_subscription_heals_after_the_service_restarts() {
+    use eventlog_support::{display_reset, live_kernel_event, ScriptedLog};
+    const A: &str = "0e7b1c55-3a52-4c1e-9a0d-5f1f2f0a6b21";
+    const B: &str = "5c2d9e41-0b7a-4f63-8e25-91ad4c6f3b08";
+    const C: &str = "9a4f3e21-7c6d-4b58-a0e1-2d3c4b5a6f70";
+    let dir = tempdir();
+    let kubelet = KubeletStandin::start(common::transport(), dir.path())
+        .await
+        .unwrap();
+    let now = dxdp::inventory::now_ms();
+    // The backlog: two resets and report A, the reset the last record read.
+    let log = ScriptedLog::delivering(vec![
+        display_reset(18_233, now - 240_000, "nvlddmkm"),
+        live_kernel_event(40_211, now - 200_000, 141, A),
+        display_reset(18_240, now - 120_000, "nvlddmkm"),
+    ]);
+    let config = config(dir.path());
+    let observe = config.observe.clone();
+    let running = spawn_with_event_log(config, log.clone());
+    both_registered(&kubelet).await;
+    let tdr = |n: u32| {
+        format!(
+            "dxdp_gpu_faults_total{{device=\"{}\",kind=\"tdr\"}} {n}",
+            SAMPLE_COMPUTE[0]
+        )
+    };
+    // A LiveKernelEvent names no device: of the sample host's three, it matches none.
+    let lke = |n: u32| {
+        format!("dxdp_gpu_faults_total{{device=\"unmatched\",kind=\"live_kernel_event\"}} {n}")
+    };
+    metric(&observe, &tdr(2)).await;
+    metric(&observe, &lke(1)).await;
+    metric(&observe, "dxdp_eventlog_subscribed 1").await;
+    // The service stops; the subscription says so.
+    log.stop_service(Some("the event-log subscription failed: Win32 error 1726"));
+    metric(&observe, "dxdp_eventlog_subscribed 0").await;
+    metric(&observe, "dxdp_eventlog_errors_total{stage=\"delivery\"} 1").await;
+    // While it is down: a reset, report A again (sent), report B.
+    assert!(!log.write(display_reset(18_251, now - 30_000, "nvlddmkm")));
+    assert!(!log.write(live_kernel_event(40_215, now - 25_000, 141, A)));
+    assert!(!log.write(live_kernel_event(40_220, now - 20_000, 117, B)));
+    // An attempt while down fails (0 all along), then the service is back.
+    let before = log.attempts();
+    until_log("an attempt while down", || log.attempts() > before).await;
+    metric(&observe, "dxdp_eventlog_subscribed 0").await;
+    assert!(observe.metrics.device_health().eventlog("subscribe").0 >= 1);
+    log.start_service();
+    metric(&observe, "dxdp_eventlog_subscribed 1").await;
+    // What was logged meanwhile is counted, each once: 2 + 1 resets, reports A and B.
+    metric(&observe, &tdr(3)).await;
+    metric(&observe, &lke(2)).await;
+    // The first subscription from the oldest record, the others after the last one read.
+    let bookmark = "<BookmarkList><Bookmark Channel='Application' RecordId='40211'/><Bookmark Channel='System' RecordId='18240' IsCurrent='true'/></BookmarkList>";
+    let afters = log.afters();
+    assert!(afters.len() >= 3, "{afters:?}");
+    assert_eq!(afters[0], None);
+    for a in &afters[1..] {
+        assert_eq!(a.as_deref(), Some(bookmark));
+    }
+    // Live again: report C arrives at once; the counts so far stayed.
+    assert!(log.write(live_kernel_event(40_230, dxdp::inventory::now_ms(), 141, C)));
+    metric(&observe, &lke(3)).await;
+    metric(&observe, &tdr(3)).await;
+    running.stop().await.unwrap();
+    kubelet.stop().await;
+}

@@ -684,6 +684,7 @@ mod top {
     use std::sync::Arc;
 
     use dxdp::observe::metrics::Metrics;
+    use dxdp::telemetry::scrape::{Options, Scraper};
     use dxdp::telemetry::top;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -735,15 +736,27 @@ web/render-1/app     {GPU0}  video_decode 25% 3d 20% copy 10%  2.0 GiB  1
             conn.write_all(answer.as_bytes()).await.unwrap();
             request
         });
-        let text = top::fetch(&address.to_string()).await.unwrap();
+        let plain = Options::default();
+        let text = Scraper::new(&address.to_string(), &plain)
+            .unwrap()
+            .fetch()
+            .await
+            .unwrap();
         let view = top::view_from_metrics(&text);
         assert_eq!(view.devices[0].device, "d");
-        assert!(server
-            .await
+        let request = server.await.unwrap();
+        assert!(
+            request.starts_with("GET /metrics HTTP/1.1\r\n"),
+            "{request}"
+        );
+        assert!(!request.to_ascii_lowercase().contains("authorization"));
+        let err = Scraper::new("127.0.0.1:1", &plain)
             .unwrap()
-            .starts_with("GET /metrics HTTP/1.0\r\n"));
-        let err = top::fetch("127.0.0.1:1").await.unwrap_err();
-        assert!(err.contains("cannot connect to 127.0.0.1:1"), "{err}");
+            .fetch()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("cannot connect to 127.0.0.1:1: "), "{err}");
     }
 
     #[test]

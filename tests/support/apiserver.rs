@@ -10,7 +10,9 @@
 //! SubjectAccessReview (`POST` of `tokenreviews` and `subjectaccessreviews`: known tokens and
 //! the non-resource URLs each user may use, set with [`ApiServerStandin::add_token`] and
 //! [`ApiServerStandin::allow`]), and for the validation Job: Jobs (create, get, list by labels, delete) and the
-//! pod list of a namespace (one pod the test sets). It records every request exactly as received
+//! pod list of a namespace (one pod the test sets), and DaemonSets (get, delete; a foreground
+//! delete keeps the object, marked, until the test says its pods are gone, as the garbage
+//! collector does: [`ApiServerStandin::daemonset_pods_gone`]). It records every request exactly as received
 //! so that tests can check content type,
 //! field manager and body, and it can fail requests on demand.
 //!
@@ -114,6 +116,8 @@ struct State {
     job_status: serde_json::Value,
     /// The pod listed for any Job (`GET /api/v1/namespaces/{ns}/pods`), if any.
     job_pod: Option<serde_json::Value>,
+    /// DaemonSets by `namespace/name`.
+    daemonsets: BTreeMap<String, serde_json::Value>,
 }
 
 struct Shared {
@@ -385,6 +389,48 @@ impl ApiServerStandin {
         self.shared.lock().job_pod = pod;
     }
 
+    /// Adds a Job as if a daemon had created it (listed and deleted like the ones created).
+    pub fn add_job(&self, job: serde_json::Value) {
+        self.shared.lock().jobs.push(job);
+    }
+
+    /// Adds the DaemonSet `namespace/name`.
+    pub fn add_daemonset(&self, namespace: &str, name: &str) {
+        let ds = serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}")},
+        });
+        self.shared
+            .lock()
+            .daemonsets
+            .insert(format!("{namespace}/{name}"), ds);
+    }
+
+    /// The DaemonSet `namespace/name` now, if there is one.
+    pub fn daemonset(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
+        self.shared
+            .lock()
+            .daemonsets
+            .get(&format!("{namespace}/{name}"))
+            .cloned()
+    }
+
+    /// What the garbage collector does once every pod of a DaemonSet deleted in the foreground
+    /// is gone: removes it. Panics when it is not being deleted.
+    pub fn daemonset_pods_gone(&self, namespace: &str, name: &str) {
+        let mut s = self.shared.lock();
+        let key = format!("{namespace}/{name}");
+        let deleting = s
+            .daemonsets
+            .get(&key)
+            .is_some_and(|d| d["metadata"]["deletionTimestamp"].is_string());
+        assert!(deleting, "{key} is not being deleted");
+        s.daemonsets.remove(&key);
+        drop(s);
+        self.shared.changed.notify_waiters();
+    }
+
     /// Answers every watch with 403 Forbidden, as RBAC without the `watch` verb does.
     pub fn forbid_watch(&self) {
         self.shared.lock().forbid_watch = true;
@@ -560,6 +606,8 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             && path.ends_with("/events")
         {
             Some(create_event(&mut s, &path, &body))
+        } else if path.starts_with("/apis/apps/v1/namespaces/") && path.contains("/daemonsets/") {
+            Some(daemonsets(&mut s, &method, &path, &q, &body))
         } else if path.starts_with("/apis/batch/v1/namespaces/") {
             Some(jobs(&mut s, &method, &path, &q, &body))
         } else if method == Method::GET
@@ -811,6 +859,58 @@ fn jobs(
             )
         }
         _ => status(StatusCode::NOT_FOUND, "not found"),
+    }
+}
+
+/// DaemonSets: get by name, delete (a foreground delete marks it with a `deletionTimestamp`
+/// and the `foregroundDeletion` finalizer and keeps it; any other removes it at once), 404 when
+/// there is none.
+fn daemonsets(
+    s: &mut State,
+    method: &Method,
+    path: &str,
+    q: &BTreeMap<String, String>,
+    body: &str,
+) -> Response<Body> {
+    let rest = path.trim_start_matches("/apis/apps/v1/namespaces/");
+    let Some((namespace, name)) = rest.split_once("/daemonsets/") else {
+        return status(StatusCode::NOT_FOUND, "not found");
+    };
+    let key = format!("{namespace}/{name}");
+    let not_found = || {
+        status(
+            StatusCode::NOT_FOUND,
+            &format!("daemonsets.apps \"{name}\" not found"),
+        )
+    };
+    match method.as_str() {
+        "GET" => match s.daemonsets.get(&key) {
+            Some(d) => full(StatusCode::OK, d),
+            None => not_found(),
+        },
+        "DELETE" => {
+            let policy = match propagation_policy(q, body) {
+                Ok(p) => p,
+                Err((code, message)) => return status(code, &message),
+            };
+            if policy.as_deref() == Some("Foreground") {
+                let Some(d) = s.daemonsets.get_mut(&key) else {
+                    return not_found();
+                };
+                d["metadata"]["deletionTimestamp"] = "2026-11-25T00:00:00Z".into();
+                d["metadata"]["finalizers"] = serde_json::json!(["foregroundDeletion"]);
+                full(StatusCode::OK, d)
+            } else {
+                match s.daemonsets.remove(&key) {
+                    Some(d) => full(StatusCode::OK, &d),
+                    None => not_found(),
+                }
+            }
+        }
+        _ => status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "not supported by the stand-in",
+        ),
     }
 }
 

@@ -1,32 +1,56 @@
-//! A stand-in for the Windows event log (`dxdp::backend::eventlog::EventLog`): a subscription
-//! that delivers a script of rendered records at once (as Windows delivers the backlog of a
-//! query), and records pushed later by the test; or one that cannot be subscribed to.
+//! A stand-in for the Windows event log (`dxdp::backend::eventlog::EventLog`): a log of
+//! rendered records (a script given at the start, and records written later by the test) whose
+//! subscription delivers the backlog at once (as Windows delivers it), or only the records
+//! after a bookmark (by channel and `EventRecordID`, read with dxdp's own parser, as
+//! `EvtSubscribeStartAfterBookmark` does), then each record written while it runs. Its service
+//! can stop (the subscription reports an error or goes silent, subscribing fails) and start
+//! again (another instance); or every subscription fails.
 
 #![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
 
-use dxdp::backend::eventlog::{Delivery, EventLog, Queue, Subscription};
+use dxdp::backend::eventlog::{Bookmark, Delivery, EventLog, Queue, Subscription};
+
+/// What subscribing to a stopped service answers (what `EvtSubscribe` says when the Event Log
+/// service is not there).
+pub const SERVICE_DOWN: &str =
+    "EvtSubscribe failed: HRESULT 0x800706BA (The RPC server is unavailable.)";
 
 /// The stand-in.
 pub struct ScriptedLog {
     script: Vec<String>,
     fail: Option<String>,
-    queue: Mutex<Option<Arc<Queue>>>,
-    attempts: Mutex<u32>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: Option<Arc<Queue>>,
+    attempts: u32,
+    /// Records written after the start, in order.
+    written: Vec<String>,
+    /// Set while the service is stopped.
+    down: bool,
+    /// The service's instance (changes when it starts again).
+    instance: u64,
+    /// The bookmark each subscription was asked to start after (its XML).
+    after: Vec<Option<String>>,
 }
 
 struct Subscribed;
 impl Subscription for Subscribed {}
 
 impl ScriptedLog {
-    /// Delivers `records` on each subscription.
+    /// Delivers `records` on each subscription from the oldest record.
     pub fn delivering(records: Vec<String>) -> Arc<Self> {
         Arc::new(ScriptedLog {
             script: records,
             fail: None,
-            queue: Mutex::new(None),
-            attempts: Mutex::new(0),
+            state: Mutex::new(State {
+                instance: 1,
+                ..State::default()
+            }),
         })
     }
 
@@ -35,22 +59,66 @@ impl ScriptedLog {
         Arc::new(ScriptedLog {
             script: Vec::new(),
             fail: Some(error.into()),
-            queue: Mutex::new(None),
-            attempts: Mutex::new(0),
+            state: Mutex::new(State::default()),
         })
     }
 
-    /// Delivers `xml` to the current subscription (false if there is none or it is full).
-    pub fn deliver(&self, xml: String) -> bool {
-        match self.queue.lock().unwrap().as_ref() {
-            Some(q) => q.push(Delivery::Event(xml)),
-            None => false,
+    /// Writes `xml` to the log and delivers it to the current subscription (false if there is
+    /// none, the service is stopped, or the queue is full: a later subscription delivers it).
+    pub fn write(&self, xml: String) -> bool {
+        let mut state = self.state.lock().unwrap();
+        state.written.push(xml.clone());
+        match (&state.queue, state.down) {
+            (Some(q), false) => q.push(Delivery::Event(xml)),
+            _ => false,
         }
+    }
+
+    /// [`ScriptedLog::write`].
+    pub fn deliver(&self, xml: String) -> bool {
+        self.write(xml)
+    }
+
+    /// The service stops: the current subscription reports `error` (the callback's error
+    /// action) or, with `None`, goes silent; subscribing fails ([`SERVICE_DOWN`]) until
+    /// [`ScriptedLog::start_service`].
+    pub fn stop_service(&self, error: Option<&str>) {
+        let mut state = self.state.lock().unwrap();
+        state.down = true;
+        if let (Some(q), Some(e)) = (state.queue.take(), error) {
+            q.fail(e.to_string());
+        }
+    }
+
+    /// The service starts again, as another instance.
+    pub fn start_service(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.down = false;
+        state.instance += 1;
     }
 
     /// How many subscriptions were asked for.
     pub fn attempts(&self) -> u32 {
-        *self.attempts.lock().unwrap()
+        self.state.lock().unwrap().attempts
+    }
+
+    /// The bookmark (its XML) each subscription was asked to start after, in order.
+    pub fn afters(&self) -> Vec<Option<String>> {
+        self.state.lock().unwrap().after.clone()
+    }
+}
+
+/// Whether `xml` comes after `bookmark`: a later `EventRecordID` than the bookmark's in its
+/// channel, or a channel the bookmark does not name. A record dxdp cannot read is not
+/// delivered after a bookmark.
+fn after(xml: &str, bookmark: &Bookmark) -> bool {
+    match dxdp_core::health::eventlog::parse(xml) {
+        Ok(r) => match (r.record_id, bookmark.position(&r.channel)) {
+            (Some(id), Some(at)) => id > at,
+            (_, None) => true,
+            (None, Some(_)) => false,
+        },
+        Err(_) => false,
     }
 }
 
@@ -59,15 +127,27 @@ impl EventLog for ScriptedLog {
         "the scripted event log".into()
     }
 
-    fn subscribe(&self, _query: &str, queue: Arc<Queue>) -> Result<Box<dyn Subscription>, String> {
-        *self.attempts.lock().unwrap() += 1;
+    fn subscribe(
+        &self,
+        _query: &str,
+        from: Option<&Bookmark>,
+        queue: Arc<Queue>,
+    ) -> Result<Box<dyn Subscription>, String> {
+        let mut state = self.state.lock().unwrap();
+        state.attempts += 1;
+        state.after.push(from.map(|b| b.to_xml()));
         if let Some(e) = &self.fail {
             return Err(e.clone());
         }
-        for xml in &self.script {
-            queue.push(Delivery::Event(xml.clone()));
+        if state.down {
+            return Err(SERVICE_DOWN.into());
         }
-        *self.queue.lock().unwrap() = Some(queue);
+        for xml in self.script.iter().chain(&state.written) {
+            if from.is_none_or(|b| after(xml, b)) {
+                queue.push(Delivery::Event(xml.clone()));
+            }
+        }
+        state.queue = Some(queue);
         Ok(Box::new(Subscribed))
     }
 
@@ -78,6 +158,14 @@ impl EventLog for ScriptedLog {
         let skip = self.script.len().saturating_sub(limit);
         Ok(self.script[skip..].to_vec())
     }
+
+    fn instance(&self) -> Result<Option<u64>, String> {
+        let state = self.state.lock().unwrap();
+        if self.fail.is_some() || state.down {
+            return Err("the Event Log service is not running".into());
+        }
+        Ok(Some(state.instance))
+    }
 }
 
 /// A `Display` 4101 record of `driver`, number `id`, logged at `ms` (since the epoch), as
@@ -85,6 +173,16 @@ impl EventLog for ScriptedLog {
 pub fn display_reset(id: u64, ms: u64, driver: &str) -> String {
     format!(
         "<Event xmlns='http://schemas.microsoft.com/win/2004/08/events/event'><System><Provider Name='Display'/><EventID Qualifiers='0'>4101</EventID><Version>0</Version><Level>3</Level><Task>0</Task><Opcode>0</Opcode><Keywords>0x80000000000000</Keywords><TimeCreated SystemTime='{}'/><EventRecordID>{id}</EventRecordID><Correlation/><Execution ProcessID='0' ThreadID='0'/><Channel>System</Channel><Computer>gpu-node-1</Computer><Security/></System><EventData><Data>{driver}</Data><Data></Data></EventData></Event>",
+        dxdp_core::health::eventlog::format_time(ms)
+    )
+}
+
+/// A WER 1001 record of a `LiveKernelEvent` `code` (141, 117) of report `report`, number `id`
+/// in the Application log, logged at `ms` (the layout of
+/// `crates/dxdp-core/src/health/events/wer-1001-livekernelevent-141.xml`).
+pub fn live_kernel_event(id: u64, ms: u64, code: u32, report: &str) -> String {
+    format!(
+        "<Event xmlns='http://schemas.microsoft.com/win/2004/08/events/event'><System><Provider Name='Windows Error Reporting'/><EventID Qualifiers='0'>1001</EventID><Version>0</Version><Level>4</Level><Task>0</Task><Opcode>0</Opcode><Keywords>0x80000000000000</Keywords><TimeCreated SystemTime='{}'/><EventRecordID>{id}</EventRecordID><Correlation/><Execution ProcessID='0' ThreadID='0'/><Channel>Application</Channel><Computer>gpu-node-1</Computer><Security/></System><EventData><Data>0</Data><Data>5</Data><Data>LiveKernelEvent</Data><Data>Not available</Data><Data>0</Data><Data>{code}</Data><Data>ffffc30b9a5f2010</Data><Data>fffff8034a3d9f10</Data><Data>0</Data><Data>3c8</Data><Data>10_0_20348</Data><Data>0_0</Data><Data>256_1</Data><Data></Data><Data></Data><Data></Data><Data></Data><Data></Data><Data>0</Data><Data>{report}</Data><Data>268435456</Data><Data></Data><Data>0</Data></EventData></Event>",
         dxdp_core::health::eventlog::format_time(ms)
     )
 }

@@ -293,8 +293,8 @@ pub struct Applied {
 /// 1,000 events a second that is the last 4 s, in which any `count` up to 4,096 is reached.
 pub const MAX_JUDGED_FAULTS: usize = 4096;
 
-/// The fault events among the host's recorded event-log records, and a sentence for each record
-/// that cannot be read.
+/// The fault events among the host's recorded event-log records (a WER report once, by its
+/// report ID), and a sentence for each record that cannot be read.
 pub fn recorded_faults(facts: &HostFacts) -> (Vec<GpuFault>, Vec<String>) {
     let mut events = Vec::new();
     let mut errors = Vec::new();
@@ -304,10 +304,18 @@ pub fn recorded_faults(facts: &HostFacts) -> (Vec<GpuFault>, Vec<String>) {
             "more than {MAX_JUDGED_FAULTS} event-log records are recorded: only the newest {MAX_JUDGED_FAULTS} are judged"
         ));
     }
+    // A WER report is one fault whatever how many of its states were recorded.
+    let mut reports = std::collections::HashSet::new();
     for (i, r) in facts.faults.iter().enumerate().skip(skip) {
-        match eventlog::fault_from_xml(&r.xml) {
-            Ok(Some(e)) => events.push(e),
-            Ok(None) => {}
+        match eventlog::parse(&r.xml) {
+            Ok(record) => {
+                if eventlog::report_id(&record).is_some_and(|id| !reports.insert(id)) {
+                    continue;
+                }
+                if let Some(e) = eventlog::fault(&record) {
+                    events.push(e);
+                }
+            }
             Err(e) => errors.push(format!("event-log record faults[{i}] is not read: {e}")),
         }
     }
@@ -605,6 +613,45 @@ mod tests {
         let a = apply_faults(&mut d, &events, &ignoring, t0 + 9 * M);
         assert!(a.hits.is_empty());
         assert!(d.devices.iter().all(|d| d.health.is_healthy()));
+    }
+
+    #[test]
+    fn a_recorded_live_kernel_event_report_counts_once_whatever_its_states() {
+        let record = |xml: &str| crate::facts::LogRecord { xml: xml.into() };
+        let facts = HostFacts {
+            faults: vec![
+                record(include_str!(
+                    "health/events/wer-1001-livekernelevent-141.xml"
+                )),
+                record(include_str!(
+                    "health/events/wer-1001-livekernelevent-141-sent.xml"
+                )),
+                record(include_str!(
+                    "health/events/wer-1001-livekernelevent-117.xml"
+                )),
+            ],
+            ..HostFacts::default()
+        };
+        let (events, errors) = recorded_faults(&facts);
+        assert!(errors.is_empty(), "{errors:?}");
+        // Three records, two reports: 141 at 21:40:19.041, 117 at 21:46:33.125.
+        let seen: Vec<(u64, &str)> = events
+            .iter()
+            .map(|e| (e.time_ms, e.detail.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    1_795_642_819_041,
+                    "Windows Error Reporting filed LiveKernelEvent 141 (VIDEO_ENGINE_TIMEOUT_DETECTED)"
+                ),
+                (
+                    1_795_643_193_125,
+                    "Windows Error Reporting filed LiveKernelEvent 117 (VIDEO_TDR_TIMEOUT_DETECTED)"
+                )
+            ]
+        );
     }
 
     #[test]

@@ -128,7 +128,8 @@ pub struct CheckResult {
     /// The check: `adapters`, `d3d12`, `runtime-files`, or an API (`cuda`, `nvml`, `opencl`,
     /// `vulkan`, `nvenc`, `amf`, `vpl`).
     pub name: String,
-    /// The adapter it ran on (LUID as `DXDP_ADAPTER_LUIDS` writes it), for per-device checks.
+    /// The adapter it ran on, for per-device checks: its LUID as every text of dxdp writes it
+    /// (`0x00000000_0x006B8B86`, [`crate::luid::label`]).
     pub device: Option<String>,
     /// The outcome.
     pub result: Outcome,
@@ -427,6 +428,8 @@ pub fn feature_levels(graphics: Option<bool>) -> Vec<u32> {
 /// What the D3D12 probe saw on one adapter.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct D3d12Answer {
+    /// Where the adapter was looked up: `DXCore`, or `DXGI (DXCore cannot be used here: …)`.
+    pub enumerator: Option<String>,
     /// The adapter's description, when it was found.
     pub adapter: Option<String>,
     /// The feature level the device was created at, when it was.
@@ -471,10 +474,14 @@ pub fn mismatches(want: &[u8], got: &[u8], limit: usize) -> Vec<usize> {
 /// Judges the D3D12 probe on the adapter with LUID `luid`.
 pub fn judge_d3d12(luid: i64, answer: &D3d12Answer) -> CheckResult {
     let mut c = CheckResult::new("d3d12", Outcome::Pass, String::new());
-    c.device = Some(luid.to_string());
+    c.device = Some(crate::luid::label(luid));
     let Some(adapter) = &answer.adapter else {
         c.result = Outcome::Fail;
-        c.detail = format!("no adapter with LUID {luid} is visible to DXGI in this container");
+        c.detail = format!(
+            "no adapter with LUID {} is visible to {} in this container",
+            crate::luid::label(luid),
+            answer.enumerator.as_deref().unwrap_or("DXCore or DXGI")
+        );
         return c.remedy(
             "the container did not get this GPU: see the adapters check and the pod's events",
         );
@@ -817,6 +824,7 @@ mod tests {
         assert_eq!(mismatches(&p, &got, 16), vec![100, 4000]);
         assert_eq!(mismatches(&p, &p[..4094], 16), vec![4094, 4095]);
         let ok = D3d12Answer {
+            enumerator: Some("DXCore".into()),
             adapter: Some("NVIDIA A10".into()),
             feature_level: Some(FEATURE_LEVEL_11_0),
             failed_step: None,
@@ -826,7 +834,7 @@ mod tests {
         };
         let r = judge_d3d12(7048070, &ok);
         assert_eq!(r.result, Outcome::Pass);
-        assert_eq!(r.device.as_deref(), Some("7048070"));
+        assert_eq!(r.device.as_deref(), Some("0x00000000_0x006B8B86"));
         assert_eq!(
             r.detail,
             "NVIDIA A10 at feature level 11_0: compute queue, 65536 bytes uploaded, copied on the GPU and read back identical in 2.5 ms"
@@ -849,6 +857,14 @@ mod tests {
         );
         let none = D3d12Answer::default();
         assert_eq!(judge_d3d12(5, &none).result, Outcome::Fail);
+        let unknown = D3d12Answer {
+            enumerator: Some("DXCore".into()),
+            ..D3d12Answer::default()
+        };
+        assert_eq!(
+            judge_d3d12(5, &unknown).detail,
+            "no adapter with LUID 0x00000000_0x00000005 is visible to DXCore in this container"
+        );
     }
 
     #[test]

@@ -275,6 +275,36 @@ fn create_factory(library: &Library) -> Result<IDXCoreAdapterFactory, WinError> 
     Ok(unsafe { IDXCoreAdapterFactory::from_raw(raw) })
 }
 
+/// The adapter with `luid` and its description, from the DXCore of `library` (`dxcore.dll`, which
+/// must outlive the adapter): the one enumeration that lists compute-only (MCDM) adapters, which
+/// DXGI leaves out. `None` when DXCore knows no adapter with that LUID.
+pub(crate) fn adapter_by_luid(
+    library: &Library,
+    luid: i64,
+) -> Result<Option<(IDXCoreAdapter, String)>, WinError> {
+    let factory = create_factory(library)?;
+    let id = LUID {
+        LowPart: luid as u32,
+        HighPart: (luid >> 32) as i32,
+    };
+    // SAFETY: live factory, a LUID that outlives the call.
+    match unsafe { factory.GetAdapterByLuid::<IDXCoreAdapter>(&id) } {
+        Ok(adapter) => {
+            let name = match description(&adapter) {
+                PropertyRead::Value(name) => name,
+                _ => String::new(),
+            };
+            Ok(Some((adapter, name)))
+        }
+        // DXCore answers E_INVALIDARG for a LUID it does not know.
+        Err(e) if e.code() == windows::Win32::Foundation::E_INVALIDARG => Ok(None),
+        Err(e) => Err(WinError::hresult(
+            "IDXCoreAdapterFactory::GetAdapterByLuid",
+            &e,
+        )),
+    }
+}
+
 /// Every adapter's DXCore `SharedSystemMemory` (the system memory the adapter may use, the
 /// total of its shared segment), by LUID, for GPU telemetry. Uses DXCore objects of its own,
 /// released before returning: the daemon's session (its notifications and health poll) is not

@@ -322,7 +322,7 @@ mod tests {
                 // Not an administrator: HCS refuses, and says which call failed.
                 Err(e) => {
                     assert!(e.contains("Hcs"), "{e}");
-                    eprintln!("skipped: HCS refused to list the containers: {e}");
+                    eprintln!("skipped the_containers_processes_are_listed_or_the_absence_of_hcs_is_said: HCS refused to list the containers (not an administrator): {e}");
                 }
             },
             Err(e) => {
@@ -331,7 +331,7 @@ mod tests {
                     e.contains("computecore.dll") && e.contains("HCS is missing"),
                     "{e}"
                 );
-                eprintln!("skipped: the containers' process lists need HCS: {e}");
+                eprintln!("skipped the_containers_processes_are_listed_or_the_absence_of_hcs_is_said: the containers' process lists need HCS: {e}");
             }
         }
     }

@@ -40,6 +40,26 @@ impl Library {
         Ok(Library { name, module })
     }
 
+    /// Loads a stand-in DLL from `path` in place of the system's `name` (tests under Wine, which
+    /// has no `dxcore.dll`).
+    #[cfg(test)]
+    pub(crate) fn load_standin(
+        path: &std::path::Path,
+        name: &'static str,
+    ) -> Result<Self, WinError> {
+        let wide_path = wide(&path.to_string_lossy());
+        // SAFETY: the path is NUL-terminated UTF-16 that outlives the call.
+        let module = unsafe {
+            LoadLibraryExW(
+                PCWSTR(wide_path.as_ptr()),
+                None,
+                windows::Win32::System::LibraryLoader::LOAD_LIBRARY_FLAGS(0),
+            )
+        }
+        .map_err(|e| WinError::hresult(format!("LoadLibraryExW({})", path.display()), &e))?;
+        Ok(Library { name, module })
+    }
+
     /// The address of an exported function.
     pub(crate) fn symbol(
         &self,

@@ -1,5 +1,5 @@
 //! `dxdp validate`'s probes, thin FFI: the adapters DXGI lists, a D3D12 round trip on one
-//! adapter, a DLL load with its dependencies, and the vendor APIs through their documented entry
+//! adapter (found through DXCore, DXGI where DXCore is missing), a DLL load with its dependencies, and the vendor APIs through their documented entry
 //! points. Every DLL is loaded at run time (`dxgi.dll` and `d3d12.dll` too), so dxdp starts
 //! where they are missing; vendor DLLs are never unloaded (an unload can hang or crash, and a
 //! probe that timed out may still be inside one). What the answers mean is judged in
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use windows::core::{Interface, GUID, HRESULT, PCSTR, PCWSTR};
 use windows::Win32::Foundation::HMODULE;
+use windows::Win32::Graphics::DXCore::IDXCoreAdapter;
 use windows::Win32::Graphics::Direct3D::D3D_FEATURE_LEVEL;
 use windows::Win32::Graphics::Direct3D12::{
     ID3D12CommandAllocator, ID3D12CommandList, ID3D12CommandQueue, ID3D12Device, ID3D12Fence,
@@ -32,6 +33,8 @@ use windows::Win32::System::LibraryLoader::{
     LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR, LOAD_LIBRARY_SEARCH_SYSTEM32,
 };
 
+use super::error::WinError;
+use super::library::Library;
 use crate::backend::winparse::{utf16_to_string, wide};
 use dxdp_core::validation::{
     amf_version, c_string, cuda_version, mismatches, nvenc_version, pattern, vulkan_version, Api,
@@ -224,21 +227,80 @@ fn wait(fence: &ID3D12Fence, value: u64, limit: Duration) -> Result<(), String> 
     }
 }
 
+/// An adapter for D3D12CreateDevice (which takes any adapter as IUnknown), with the DLL that
+/// made it: the DXCore adapter drops before its `dxcore.dll`.
+enum Adapter {
+    DxCore {
+        adapter: IDXCoreAdapter,
+        _dxcore: Library,
+    },
+    Dxgi(IDXGIAdapter1),
+}
+
+impl Adapter {
+    fn as_raw(&self) -> *mut c_void {
+        match self {
+            Adapter::DxCore { adapter, .. } => adapter.as_raw(),
+            Adapter::Dxgi(a) => a.as_raw(),
+        }
+    }
+}
+
+/// The adapter with `luid` and its description, and where it was looked up: in DXCore, which
+/// lists compute-only (MCDM) adapters that DXGI leaves out; in DXGI only where `dxcore` could not
+/// be loaded or used (Wine, Windows before build 18936). `Err` when neither can be used.
+fn find_adapter(
+    dxcore: Result<Library, WinError>,
+    luid: i64,
+) -> Result<(Option<(Adapter, String)>, String), String> {
+    let why = match dxcore {
+        Ok(library) => match super::dxcore::adapter_by_luid(&library, luid) {
+            Ok(Some((adapter, name))) => {
+                let adapter = Adapter::DxCore {
+                    adapter,
+                    _dxcore: library,
+                };
+                return Ok((Some((adapter, name)), "DXCore".into()));
+            }
+            // DXGI lists a subset of DXCore's adapters: it would not find it either.
+            Ok(None) => return Ok((None, "DXCore".into())),
+            Err(e) => e.to_string(),
+        },
+        Err(e) => e.to_string(),
+    };
+    let factory = factory()?;
+    let found = adapters_of(&factory)?
+        .into_iter()
+        .find(|((l, _, _), _)| *l == luid)
+        .map(|((_, name, _), adapter)| (Adapter::Dxgi(adapter), name));
+    Ok((found, format!("DXGI (DXCore cannot be used here: {why})")))
+}
+
 /// Uploads `len` bytes to a buffer on the adapter with `luid`, copies them into GPU memory and
 /// back on a compute queue (CopyBufferRegion), and compares them; `levels` are the feature
-/// levels to try in order. `Err` means D3D12 could not be tried here at all (no DXGI).
+/// levels to try in order. The device is created on the adapter DXCore gives for the LUID (DXGI
+/// only where DXCore is missing). `Err` means D3D12 could not be tried here at all.
 pub(crate) fn d3d12_round_trip(
     luid: i64,
     levels: &[u32],
     len: usize,
     gpu_limit: Duration,
 ) -> Result<D3d12Answer, String> {
+    round_trip_on(Library::load("dxcore.dll"), luid, levels, len, gpu_limit)
+}
+
+/// [`d3d12_round_trip`] with the DXCore of `dxcore`.
+fn round_trip_on(
+    dxcore: Result<Library, WinError>,
+    luid: i64,
+    levels: &[u32],
+    len: usize,
+    gpu_limit: Duration,
+) -> Result<D3d12Answer, String> {
     let mut answer = D3d12Answer::default();
-    let factory = factory()?;
-    let Some(((_, name, _), adapter)) = adapters_of(&factory)?
-        .into_iter()
-        .find(|((l, _, _), _)| *l == luid)
-    else {
+    let (found, enumerator) = find_adapter(dxcore, luid)?;
+    answer.enumerator = Some(enumerator);
+    let Some((adapter, name)) = found else {
         return Ok(answer);
     };
     answer.adapter = Some(name);
@@ -723,6 +785,85 @@ unsafe fn probe(api: Api, dll: &Dll) -> Result<ApiAnswer, ApiAnswer> {
                     needs_device: true,
                 })
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{round_trip_on, Library};
+    use crate::backend::windows::error::WinError;
+
+    /// The LUID tests/wine/dxcore-standin.c knows (0x00000007:0x0000D1CE).
+    const STANDIN_LUID: i64 = 0x0000_0007_0000_d1ce;
+
+    /// The dxcore.dll stand-in beside the test executable (.ci/windows.sh builds it), or why not.
+    fn standin(test: &str) -> Option<Library> {
+        let path = std::env::current_exe()
+            .ok()?
+            .with_file_name("dxcore-standin.dll");
+        match Library::load_standin(&path, "dxcore.dll") {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("skipped {test}: {} cannot be loaded ({e}); .ci/windows.sh builds it from tests/wine/dxcore-standin.c", path.display());
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn a_compute_only_adapter_is_found_through_dxcore_and_given_to_d3d12() {
+        let Some(dxcore) =
+            standin("a_compute_only_adapter_is_found_through_dxcore_and_given_to_d3d12")
+        else {
+            return;
+        };
+        let answer = round_trip_on(
+            Ok(dxcore),
+            STANDIN_LUID,
+            &[0xb000],
+            64,
+            Duration::from_secs(5),
+        )
+        .expect("DXCore is there: D3D12 can be tried");
+        assert_eq!(answer.enumerator.as_deref(), Some("DXCore"));
+        // The description comes from the stand-in's IDXCoreAdapter: DXGI lists no such adapter.
+        assert_eq!(
+            answer.adapter.as_deref(),
+            Some("dxdp stand-in compute-only adapter")
+        );
+        // The stand-in is no real adapter: D3D12CreateDevice, given it, refuses it.
+        let (step, _) = answer.failed_step.expect("the stand-in has no device");
+        assert_eq!(step, "D3D12CreateDevice");
+    }
+
+    #[test]
+    fn an_adapter_dxcore_does_not_know_is_not_looked_up_in_dxgi() {
+        let Some(dxcore) = standin("an_adapter_dxcore_does_not_know_is_not_looked_up_in_dxgi")
+        else {
+            return;
+        };
+        let answer = round_trip_on(Ok(dxcore), 0x1234, &[0xb000], 64, Duration::from_secs(5))
+            .expect("DXCore is there");
+        assert_eq!(answer.enumerator.as_deref(), Some("DXCore"));
+        assert_eq!(answer.adapter, None);
+    }
+
+    #[test]
+    fn without_dxcore_the_adapter_is_looked_up_in_dxgi_and_the_reason_is_kept() {
+        let missing = Err(WinError::other("LoadLibraryExW(dxcore.dll)", "not here"));
+        match round_trip_on(missing, 0x1234, &[0xb000], 64, Duration::from_secs(5)) {
+            Ok(answer) => {
+                assert_eq!(
+                    answer.enumerator.as_deref(),
+                    Some("DXGI (DXCore cannot be used here: LoadLibraryExW(dxcore.dll) failed: not here)")
+                );
+                assert_eq!(answer.adapter, None, "no adapter has LUID 0x1234");
+            }
+            // No DXGI either: D3D12 cannot be tried at all.
+            Err(e) => assert!(e.contains("DXGI") || e.contains("dxgi"), "{e}"),
         }
     }
 }

@@ -88,7 +88,9 @@ mod tests {
             Err(e) => {
                 let e = e.to_string();
                 assert!(e.contains("dxcore.dll") || e.contains("DXCore"), "{e}");
-                eprintln!("skipped: the shared memory totals need DXCore: {e}");
+                eprintln!(
+                    "skipped shared_memory_totals_are_read_or_their_absence_is_explained: the shared memory totals need DXCore: {e}"
+                );
             }
         }
     }

@@ -125,6 +125,32 @@ pub fn fault(record: &EventRecord) -> Option<GpuFault> {
     None
 }
 
+/// How far the report ID of a WER 1001 record lies after its event name (`LiveKernelEvent`):
+/// the event's insertion strings are fault bucket, bucket type, event name, response, cab ID,
+/// P1 to P10, attached files, store path, analysis symbol, rechecking for solution, report ID,
+/// report status (then, since Windows 8, hashed bucket and cab GUID): the report ID is the
+/// 20th, 17 after the event name (the 3rd). Source: Microsoft's description of event 1001,
+/// `WER_EL_BUCKET_LOG` ("Report Id: %20"), which also says the event is logged at every state
+/// change of a report, so one report shows as several records.
+const REPORT_ID_AFTER_NAME: usize = 17;
+
+/// The Windows Error Reporting report a WER 1001 `LiveKernelEvent` record belongs to: its
+/// report ID (a GUID), lowercase; `None` for any other record, or one whose report ID is
+/// empty. Every state change of one report logs another 1001 with the same report ID, so a
+/// report is counted once by it.
+pub fn report_id(record: &EventRecord) -> Option<String> {
+    if !(record
+        .provider
+        .eq_ignore_ascii_case("Windows Error Reporting")
+        && record.event_id == 1001)
+    {
+        return None;
+    }
+    let at = record.data.iter().position(|d| d == "LiveKernelEvent")?;
+    let id = record.data.get(at + REPORT_ID_AFTER_NAME)?.trim();
+    (!id.is_empty()).then(|| id.to_ascii_lowercase())
+}
+
 /// Parses and classifies one rendered event: `Ok(None)` for an event dxdp does not use.
 pub fn fault_from_xml(xml: &str) -> Result<Option<GpuFault>, String> {
     parse(xml).map(|r| fault(&r))
@@ -390,6 +416,29 @@ mod tests {
         assert_eq!(f.target, FaultTarget::Unknown);
         assert_eq!(f.time_ms, 1_795_642_819_041);
         assert!(f.detail.contains("VIDEO_ENGINE_TIMEOUT_DETECTED"));
+        // The report it belongs to: the 20th value ("Report Id: %20").
+        assert_eq!(
+            report_id(&r).as_deref(),
+            Some("0e7b1c55-3a52-4c1e-9a0d-5f1f2f0a6b21")
+        );
+        let sent = parse(include_str!("events/wer-1001-livekernelevent-141-sent.xml")).unwrap();
+        assert_eq!(sent.record_id, Some(40217));
+        assert_eq!(report_id(&sent), report_id(&r), "the same report, sent");
+        let other = parse(include_str!("events/wer-1001-livekernelevent-117.xml")).unwrap();
+        assert_eq!(
+            report_id(&other).as_deref(),
+            Some("5c2d9e41-0b7a-4f63-8e25-91ad4c6f3b08")
+        );
+        assert_eq!(
+            fault(&other).unwrap().detail,
+            "Windows Error Reporting filed LiveKernelEvent 117 (VIDEO_TDR_TIMEOUT_DETECTED)"
+        );
+        assert_eq!(report_id(&parse(TDR).unwrap()), None);
+        let no_id = WER_141.replace(
+            "<Data>0e7b1c55-3a52-4c1e-9a0d-5f1f2f0a6b21</Data>",
+            "<Data> </Data>",
+        );
+        assert_eq!(report_id(&parse(&no_id).unwrap()), None);
         // Other live kernel codes (a USB or network watchdog) are not GPU faults.
         let other = WER_141.replace("<Data>141</Data>", "<Data>144</Data>");
         assert_eq!(fault_from_xml(&other).unwrap(), None);

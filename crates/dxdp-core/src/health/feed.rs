@@ -1,13 +1,15 @@
 //! The live fault-event feed, pure: what dxdp asks the Windows event log for and how far back
 //! ([`query`], [`lookback`]), which records it keeps ([`FaultLog`]: fault events only, the newest
-//! [`MAX_JUDGED_FAULTS`], each once by channel and `EventRecordID`), and how often a flood may
-//! rebuild the inventory ([`Pacer`]: at most once per [`PUBLISH_INTERVAL_MS`]).
+//! [`MAX_JUDGED_FAULTS`], each once by channel and `EventRecordID`, a WER report once by its
+//! report ID), where a subscription got to ([`Bookmark`], to subscribe again after a failure
+//! with no gap and nothing twice), and how often a flood may rebuild the inventory ([`Pacer`]:
+//! at most once per [`PUBLISH_INTERVAL_MS`]).
 //!
 //! The subscription itself (`EvtSubscribe`) is the Windows backend's thin shim; the daemon's
 //! task moves what it delivers through these pieces. `dxdp snapshot` records with the same
 //! query and keeps what [`for_snapshot`] keeps, so a replay judges what the daemon would have.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
@@ -82,15 +84,134 @@ pub fn selects_nothing(query: &str) -> bool {
     !query.contains("<Select")
 }
 
-/// What tells two records apart: the channel and `EventRecordID`, or (a rendering without a
-/// record ID) the text itself.
+/// How many WER report IDs a [`FaultLog`] remembers after their records left it (expired or
+/// pushed out), so that a later state change of the same report is not a new fault: the newest
+/// 4,096 (a report ID is a 36-character GUID: at most about 400 KiB with the sets' overhead).
+pub const MAX_SEEN_REPORTS: usize = 4096;
+
+/// The channels the structured query `query` reads (its `Select Path` values), in order.
+pub fn channels(query: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut rest = query;
+    while let Some(at) = rest.find("<Select Path=\"") {
+        let after = &rest[at + 14..];
+        let Some(end) = after.find('"') else { break };
+        let channel = after[..end].to_string();
+        if !out.iter().any(|c| c.eq_ignore_ascii_case(&channel)) {
+            out.push(channel);
+        }
+        rest = &after[end..];
+    }
+    out
+}
+
+/// Where a subscription got to: the `EventRecordID` of the newest record delivered in each
+/// channel. Rendered as the event log's bookmark XML ([`Bookmark::to_xml`], the format of
+/// `[MS-EVEN6]` 2.2.14 that `EvtCreateBookmark` reads), a new subscription starts after it
+/// (`EvtSubscribeStartAfterBookmark`): records written while dxdp was not subscribed are
+/// delivered, and none already delivered comes again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bookmark {
+    /// Channel (as rendered, e.g. `System`) to the newest record ID delivered.
+    channels: BTreeMap<String, u64>,
+    /// The channel of the last record noted (`IsCurrent`).
+    current: Option<String>,
+}
+
+impl Bookmark {
+    /// Nothing delivered yet.
+    pub fn new() -> Self {
+        Bookmark::default()
+    }
+
+    /// Notes a delivered record (one without a channel or `EventRecordID` changes nothing).
+    pub fn note(&mut self, record: &eventlog::EventRecord) {
+        let (Some(id), false) = (record.record_id, record.channel.is_empty()) else {
+            return;
+        };
+        let key = self
+            .channels
+            .keys()
+            .find(|c| c.eq_ignore_ascii_case(&record.channel))
+            .cloned()
+            .unwrap_or_else(|| record.channel.clone());
+        let slot = self.channels.entry(key.clone()).or_insert(id);
+        *slot = (*slot).max(id);
+        self.current = Some(key);
+    }
+
+    /// The newest record ID delivered in `channel`.
+    pub fn position(&self, channel: &str) -> Option<u64> {
+        self.channels
+            .iter()
+            .find(|(c, _)| c.eq_ignore_ascii_case(channel))
+            .map(|(_, id)| *id)
+    }
+
+    /// Whether every channel `query` reads has a position: only then does a subscription after
+    /// the bookmark miss nothing (what Windows does with a channel a bookmark does not name is
+    /// not documented), so otherwise a new subscription reads the lookback again and the
+    /// [`FaultLog`] drops what it already holds.
+    pub fn covers(&self, query: &str) -> bool {
+        let wanted = channels(query);
+        !wanted.is_empty() && wanted.iter().all(|c| self.position(c).is_some())
+    }
+
+    /// Whether no record was noted.
+    pub fn is_empty(&self) -> bool {
+        self.channels.is_empty()
+    }
+
+    /// The bookmark as `EvtRender(EvtRenderBookmark)` writes it and `EvtCreateBookmark` reads
+    /// it: `<BookmarkList><Bookmark Channel='System' RecordId='18251' IsCurrent='true'/>…`.
+    pub fn to_xml(&self) -> String {
+        let mut out = String::from("<BookmarkList>");
+        for (channel, id) in &self.channels {
+            let current = if self.current.as_deref() == Some(channel.as_str()) {
+                " IsCurrent='true'"
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "<Bookmark Channel='{}' RecordId='{id}'{current}/>",
+                escape(channel)
+            ));
+        }
+        out.push_str("</BookmarkList>");
+        out
+    }
+}
+
+/// Escapes text for an XML attribute in single quotes.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\'' => out.push_str("&apos;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// What tells two records apart: the WER report a `LiveKernelEvent` belongs to (every state
+/// change of one report logs another record), else the channel and `EventRecordID`, or (a
+/// rendering without a record ID) the text itself.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Key {
+    Report(String),
     Record(String, u64),
     Text(u64),
 }
 
 fn key_of(record: &eventlog::EventRecord, xml: &str) -> Key {
+    if let Some(report) = eventlog::report_id(record) {
+        return Key::Report(report);
+    }
     match record.record_id {
         Some(id) => Key::Record(record.channel.to_ascii_lowercase(), id),
         None => {
@@ -106,7 +227,8 @@ fn key_of(record: &eventlog::EventRecord, xml: &str) -> Key {
 pub enum Offer {
     /// A new fault event, kept.
     Added,
-    /// The same record (channel and `EventRecordID`) is already kept.
+    /// The same record (channel and `EventRecordID`) is already kept, or the same WER report
+    /// (report ID) was already offered.
     Duplicate,
     /// A record that is no fault dxdp knows (another WER report, an unknown code).
     NotAFault,
@@ -118,8 +240,9 @@ pub enum Offer {
 }
 
 /// The fault events kept for judging: at most `capacity`, the newest by event time, each record
-/// once. Memory is bounded by `capacity` times the size of a record (a rendered 4101 record is
-/// about 700 bytes, a WER report about 1.5 KB).
+/// once, each WER report once (also after its record left, for the newest [`MAX_SEEN_REPORTS`]
+/// reports). Memory is bounded by `capacity` times the size of a record (a rendered 4101 record
+/// is about 700 bytes, a WER report about 1.5 KB) plus the remembered report IDs.
 #[derive(Debug, Clone)]
 pub struct FaultLog {
     capacity: usize,
@@ -128,6 +251,9 @@ pub struct FaultLog {
     keys: HashMap<Key, (u64, u64)>,
     arrivals: u64,
     bytes: usize,
+    /// WER report IDs offered, the oldest first, at most [`MAX_SEEN_REPORTS`].
+    reports: VecDeque<String>,
+    seen_reports: HashSet<String>,
 }
 
 impl Default for FaultLog {
@@ -145,12 +271,25 @@ impl FaultLog {
             keys: HashMap::new(),
             arrivals: 0,
             bytes: 0,
+            reports: VecDeque::new(),
+            seen_reports: HashSet::new(),
         }
     }
 
     /// Keeps `xml` if it is a fault event at or after `oldest_ms` (milliseconds since the
     /// epoch) not kept yet; when full, the oldest record makes room.
     pub fn offer(&mut self, xml: String, oldest_ms: u64) -> Offer {
+        self.offer_noting(xml, oldest_ms, |_| {})
+    }
+
+    /// [`FaultLog::offer`], calling `noted` with every record that could be read (fault or
+    /// not), e.g. to move a [`Bookmark`] on.
+    pub fn offer_noting(
+        &mut self,
+        xml: String,
+        oldest_ms: u64,
+        noted: impl FnOnce(&eventlog::EventRecord),
+    ) -> Offer {
         if xml.len() > MAX_RECORD_BYTES {
             return Offer::Unreadable(format!(
                 "a record of {} bytes is larger than the {} KiB dxdp reads",
@@ -162,13 +301,20 @@ impl FaultLog {
             Ok(r) => r,
             Err(e) => return Offer::Unreadable(e),
         };
+        noted(&record);
         if eventlog::fault(&record).is_none() {
             return Offer::NotAFault;
+        }
+        let key = key_of(&record, &xml);
+        if let Key::Report(report) = &key {
+            // A later state of a report already offered, kept or not.
+            if !self.remember_report(report) {
+                return Offer::Duplicate;
+            }
         }
         if record.time_ms < oldest_ms {
             return Offer::TooOld;
         }
-        let key = key_of(&record, &xml);
         if self.keys.contains_key(&key) {
             return Offer::Duplicate;
         }
@@ -187,6 +333,26 @@ impl FaultLog {
         self.keys.insert(key.clone(), slot);
         self.by_time.insert(slot, (key, xml));
         Offer::Added
+    }
+
+    /// Remembers `report`; false if it was already remembered.
+    fn remember_report(&mut self, report: &str) -> bool {
+        if self.seen_reports.contains(report) {
+            return false;
+        }
+        if self.reports.len() >= MAX_SEEN_REPORTS {
+            if let Some(old) = self.reports.pop_front() {
+                self.seen_reports.remove(&old);
+            }
+        }
+        self.reports.push_back(report.to_string());
+        self.seen_reports.insert(report.to_string());
+        true
+    }
+
+    /// How many WER report IDs are remembered.
+    pub fn reports_seen(&self) -> usize {
+        self.reports.len()
     }
 
     fn remove(&mut self, slot: (u64, u64)) {
@@ -501,6 +667,146 @@ mod tests {
             ]
         );
         assert_eq!(merge(&[], live.clone()), live);
+    }
+
+    /// The same WER report (`0e7b1c55-…`) logged again when it was sent, 43 s later, as a
+    /// new record (40217).
+    const WER_141_SENT: &str = include_str!("events/wer-1001-livekernelevent-141-sent.xml");
+    /// Another report (`5c2d9e41-…`, LiveKernelEvent 117, record 40230).
+    const WER_117: &str = include_str!("events/wer-1001-livekernelevent-117.xml");
+
+    #[test]
+    fn a_live_kernel_event_report_counts_once_whatever_its_states() {
+        // Three deliveries, two reports: two faults.
+        let (kept, skipped) = for_snapshot([
+            WER_141.to_string(),
+            WER_141_SENT.to_string(),
+            WER_117.to_string(),
+        ]);
+        assert_eq!(skipped, 0);
+        assert_eq!(
+            kept,
+            vec![
+                LogRecord {
+                    xml: WER_141.into()
+                },
+                LogRecord {
+                    xml: WER_117.into()
+                }
+            ]
+        );
+        let mut log = FaultLog::new(8);
+        assert_eq!(log.offer(WER_141.into(), 0), Offer::Added);
+        assert_eq!(log.offer(WER_141_SENT.into(), 0), Offer::Duplicate);
+        assert_eq!(log.offer(WER_117.into(), 0), Offer::Added);
+        assert_eq!(log.reports_seen(), 2);
+        // After the first record expired, the report's next state is still not a new fault.
+        assert_eq!(log.expire(u64::MAX), 2);
+        assert_eq!(log.offer(WER_141_SENT.into(), 0), Offer::Duplicate);
+        // Merged with a snapshot holding the first state: one record for the report.
+        let merged = merge(
+            &[LogRecord {
+                xml: WER_141.into(),
+            }],
+            vec![
+                LogRecord {
+                    xml: WER_141_SENT.into(),
+                },
+                LogRecord {
+                    xml: WER_117.into(),
+                },
+            ],
+        );
+        assert_eq!(
+            merged,
+            vec![
+                LogRecord {
+                    xml: WER_141.into()
+                },
+                LogRecord {
+                    xml: WER_117.into()
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn the_memory_of_reports_is_bounded() {
+        let report = |n: usize| {
+            WER_141.replace(
+                "0e7b1c55-3a52-4c1e-9a0d-5f1f2f0a6b21",
+                &format!("00000000-0000-0000-0000-{n:012}"),
+            )
+        };
+        let mut log = FaultLog::new(4);
+        for n in 0..MAX_SEEN_REPORTS + 1 {
+            // One time for all: once the log holds 4, the others are too old, but remembered.
+            let offered = log.offer(report(n), 0);
+            assert!(
+                matches!(offered, Offer::Added | Offer::TooOld),
+                "{n}: {offered:?}"
+            );
+        }
+        assert_eq!(log.reports_seen(), 4096);
+        assert_eq!(log.len(), 4);
+        // Report 0 was forgotten (the oldest), report 1 is still remembered.
+        assert_eq!(log.expire(u64::MAX), 4);
+        assert_eq!(log.offer(report(0), 0), Offer::Added);
+        assert_eq!(log.offer(report(2), 0), Offer::Duplicate);
+    }
+
+    #[test]
+    fn a_bookmark_holds_the_newest_record_of_each_channel() {
+        let q = query(Duration::from_secs(20 * 60), &HealthPolicy::default());
+        assert_eq!(channels(&q), ["System", "Application"]);
+        let mut b = Bookmark::new();
+        assert!(b.is_empty());
+        assert!(!b.covers(&q));
+        assert_eq!(b.to_xml(), "<BookmarkList></BookmarkList>");
+        b.note(&eventlog::parse(&tdr_at(18_240, 41, 0)).unwrap());
+        b.note(&eventlog::parse(&tdr_at(18_251, 42, 0)).unwrap());
+        // An older record delivered late does not move it back.
+        b.note(&eventlog::parse(&tdr_at(18_239, 40, 0)).unwrap());
+        assert_eq!(b.position("system"), Some(18_251));
+        assert!(!b.covers(&q), "nothing of the Application log yet");
+        b.note(&eventlog::parse(WER_141).unwrap());
+        assert!(b.covers(&q));
+        assert_eq!(
+            b.to_xml(),
+            "<BookmarkList><Bookmark Channel='Application' RecordId='40211' IsCurrent='true'/><Bookmark Channel='System' RecordId='18251'/></BookmarkList>"
+        );
+        // A query of the System log only is covered by it too.
+        let mut p = HealthPolicy::default();
+        p.ignore.insert(Reason::LiveKernelEvent);
+        let system = query(Duration::from_secs(60), &p);
+        assert_eq!(channels(&system), ["System"]);
+        let mut s = Bookmark::new();
+        s.note(&eventlog::parse(TDR).unwrap());
+        assert!(s.covers(&system));
+        // The record that could not be read moves nothing; one without a record ID neither.
+        let no_id = TDR.replace("<EventRecordID>18233</EventRecordID>", "");
+        s.note(&eventlog::parse(&no_id).unwrap());
+        assert_eq!(
+            s.to_xml(),
+            "<BookmarkList><Bookmark Channel='System' RecordId='18233' IsCurrent='true'/></BookmarkList>"
+        );
+        assert!(!s.covers("<QueryList><Query Id=\"0\"></Query></QueryList>"));
+    }
+
+    #[test]
+    fn offering_notes_every_record_it_could_read() {
+        let mut log = FaultLog::new(8);
+        let mut b = Bookmark::new();
+        assert_eq!(
+            log.offer_noting(SCM.into(), 0, |r| b.note(r)),
+            Offer::NotAFault
+        );
+        assert_eq!(log.offer_noting(TDR.into(), 0, |r| b.note(r)), Offer::Added);
+        assert_eq!(
+            log.offer_noting("<Event/>".into(), 0, |r| b.note(r)),
+            Offer::Unreadable("no <System> element".into())
+        );
+        assert_eq!(b.position("System"), Some(18_233));
     }
 
     #[test]
