@@ -139,6 +139,7 @@ pub(crate) fn run(
         ),
         resources,
         assignment: config.assignment,
+        pod_resources_users: pod_resources_users(config),
     };
     let checks = doctor::checks(&facts, &discovery, &probes);
     let text = if args.output.is_document() {
@@ -164,4 +165,17 @@ pub(crate) fn run(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The settings of `config` that read the kubelet's PodResources API: per-pod telemetry (and
+/// with it the isolation audit) and `GPUUnhealthy` Events on pods.
+fn pod_resources_users(config: &Config) -> Vec<String> {
+    let mut users = Vec::new();
+    if config.telemetry.enabled {
+        users.push("telemetry.enabled".to_string());
+    }
+    if config.health_reports.events {
+        users.push("health.events".to_string());
+    }
+    users
 }

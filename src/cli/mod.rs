@@ -378,7 +378,12 @@ pub(crate) fn main() -> ExitCode {
         let _ = dxdp::shutdown::install();
     }
     let inputs = inputs(&cli);
-    let config = match read(&inputs) {
+    // The daemon starts with the last configuration the node served when the file is rejected.
+    let read = match &cli.command {
+        Command::Plugin(args) => plugin::read(args, &inputs),
+        _ => read(&inputs).map(|c| (c, None)),
+    };
+    let (config, last_served) = match read {
         Ok(c) => c,
         Err(e) => {
             // The configuration (with logFormat) is what failed: the flag or environment
@@ -426,7 +431,7 @@ pub(crate) fn main() -> ExitCode {
         }
     }
     let format = config.log_format;
-    match run(cli, config, inputs) {
+    match run(cli, config, inputs, last_served) {
         Ok(code) => code,
         Err(e) => {
             // The log lines that led here first, then the error.
@@ -441,7 +446,12 @@ pub(crate) fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli, config: Resolved, inputs: Inputs) -> anyhow::Result<ExitCode> {
+fn run(
+    cli: Cli,
+    config: Resolved,
+    inputs: Inputs,
+    last_served: Option<plugin::LastServed>,
+) -> anyhow::Result<ExitCode> {
     if matches!(cli.command, Command::Plugin(_))
         && cli.global.host_snapshot.is_none()
         && !cfg!(windows)
@@ -468,7 +478,8 @@ fn run(cli: Cli, config: Resolved, inputs: Inputs) -> anyhow::Result<ExitCode> {
             snapshot::run(&args, &config, source.as_ref(), host_snapshot.as_deref())
         }
         Command::Plugin(args) => {
-            plugin::run(&args, config, inputs, source.into(), host_snapshot.clone())
+            let plugin_inputs = (config, inputs, last_served);
+            plugin::run(&args, plugin_inputs, source.into(), host_snapshot.clone())
         }
         Command::Demo(args) => demo::run(&args, config.config, source.into()),
         Command::Mounts(args) => mounts::run(&args, &config, source.as_ref()),

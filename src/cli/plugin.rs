@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use dxdp::backend::HostFactsSource;
+use dxdp::config::kept::KeptConfig;
 use dxdp::config::{file, values, Flags, Inputs, Resolved};
 use dxdp::daemon::{ClusterChoice, Daemon};
 use dxdp::kubelet::paths;
@@ -87,6 +88,40 @@ impl PluginArgs {
     }
 }
 
+/// Where the daemon keeps the configurations it serves, and why the configuration file was
+/// rejected at start when the kept one is served instead.
+pub(crate) type LastServed = (KeptConfig, Option<String>);
+
+/// The kubelet directory of `args` (the flag, else `DXDP_KUBELET_DIR` of the configuration's
+/// environment, else the OS default).
+fn kubelet_dir(args: &PluginArgs, inputs: &Inputs) -> paths::KubeletDir {
+    paths::resolve(
+        args.kubelet_dir.clone(),
+        inputs.env.get("DXDP_KUBELET_DIR").map(String::as_str),
+    )
+}
+
+/// Reads the configuration of `inputs` on a thread of its own, like every command, or, when its
+/// file is rejected, the last configuration this node served, kept on the host
+/// ([`KeptConfig::resolve_or_kept`]). Off Windows, where nothing is kept, as every command.
+pub(super) fn read(
+    args: &PluginArgs,
+    inputs: &Inputs,
+) -> Result<(Resolved, Option<LastServed>), String> {
+    let Some(path) = dxdp::plugin::claim::kept_config_path(&kubelet_dir(args, inputs).path) else {
+        return super::read(inputs).map(|c| (c, None));
+    };
+    let kept = KeptConfig::at(path);
+    let what = inputs.reading();
+    let (k, i) = (kept.clone(), inputs.clone());
+    let start =
+        dxdp::util::bounded::run_thread(dxdp::plugin::DEFAULT_READ_LIMIT, &what, move || {
+            k.resolve_or_kept(&i)
+        })
+        .map_err(|e| e.to_string())??;
+    Ok((start.resolved, Some((kept, start.rejected))))
+}
+
 /// Runs the daemon until a stop signal (SIGTERM, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, ...: see
 /// [`shutdown::STOP_SIGNALS`]; on Windows: Ctrl-C, Ctrl-Break, console close or
 /// CTRL_SHUTDOWN_EVENT, which hcsshim sends to stop a HostProcess container), reloading the
@@ -94,8 +129,7 @@ impl PluginArgs {
 /// handler waiting for cleanup is released (see [`dxdp::shutdown`]).
 pub(crate) fn run(
     args: &PluginArgs,
-    config: Resolved,
-    inputs: Inputs,
+    (config, inputs, last_served): (Resolved, Inputs, Option<LastServed>),
     source: Arc<dyn HostFactsSource>,
     host_snapshot: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
@@ -107,10 +141,7 @@ pub(crate) fn run(
     if source.is_simulated() {
         tracing::info!("simulated host: using {}", source.describe());
     }
-    let kubelet_dir = paths::resolve(
-        args.kubelet_dir.clone(),
-        inputs.env.get("DXDP_KUBELET_DIR").map(String::as_str),
-    );
+    let kubelet_dir = kubelet_dir(args, &inputs);
     let mut plugin_config = PluginConfig::new(kubelet_dir.path);
     plugin_config.config = config;
     plugin_config.safety_poll = Duration::from_secs(args.safety_poll);
@@ -131,10 +162,13 @@ pub(crate) fn run(
         "starting the dxdp device plugin"
     );
     let runtime = super::runtime()?;
-    let daemon = Daemon::new(plugin_config, source)
+    let mut daemon = Daemon::new(plugin_config, source)
         .reload(inputs)
         .cluster(ClusterChoice::FromEnvironment)
         .host_snapshot(host_snapshot);
+    if let Some((kept, rejected)) = last_served {
+        daemon = daemon.last_served(kept, rejected);
+    }
     // The stop and reload signals are handled from inside the runtime (the console handler on
     // Windows is installed earlier, by `cli::main`).
     let result = runtime.block_on(async move { daemon.run(shutdown::signal()).await });

@@ -17,7 +17,7 @@ use dxdp_core::quote::quote;
 
 use super::values::{
     ConfigName, ConfigVersion, CriEndpoint, Interval, LabelPrefix, LogLevelName, MetricsAddress,
-    Multitenancy, PodLabelPattern, Replicas, ResourceName, VendorKey,
+    Multitenancy, PodLabelPattern, PodResourcesEndpoint, Replicas, ResourceName, VendorKey,
 };
 
 /// One runtime file in `runtimeFiles.additional` or the reference's `additionalMounts`.
@@ -326,8 +326,9 @@ pub(crate) struct TelemetryFile {
     pub(crate) enabled: Option<bool>,
     /// Time between samples.
     pub(crate) interval: Option<Interval>,
-    /// Where the kubelet serves PodResources (a socket file, or a `\\.\pipe\…` name).
-    pub(crate) pod_resources_endpoint: Option<String>,
+    /// Where the kubelet serves PodResources (`npipe://\\.\pipe\…` as the kubelet writes it, a
+    /// `\\.\pipe\…` name, `unix:///…` or a socket file); empty: the kubelet's.
+    pub(crate) pod_resources_endpoint: Option<PodResourcesEndpoint>,
     /// Where the container runtime serves its CRI API (`unix:///…`, `npipe:////./pipe/…`, a
     /// `\\.\pipe\…` name or a socket file); empty: containerd's.
     pub(crate) cri_endpoint: Option<CriEndpoint>,

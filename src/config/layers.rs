@@ -7,7 +7,9 @@ use dxdp_core::pipeline::runtime_files::AdditionalFile;
 use super::file::{self, ConfigFile, FileEntry, LogFormatName, ReferenceFile};
 use super::origin::{Origin, Overridden};
 use super::validation;
-use super::values::{CriAddress, Interval, LogLevelName, MetricsAddress, Replicas, VendorKey};
+use super::values::{
+    CriAddress, Interval, LogLevelName, MetricsAddress, PodResourcesEndpoint, Replicas, VendorKey,
+};
 use super::{ConfigError, Env, Flags, Key, Resolved, ResourceKey};
 use crate::logging::LogFormat;
 use dxdp_core::assignment::Assignment;
@@ -33,12 +35,6 @@ pub fn process_env() -> Env {
                 || INPUT_VARS.contains(&k.as_str())
         })
         .collect()
-}
-
-/// `telemetry.podResourcesEndpoint` as written: a named pipe or a socket path (`None`: empty,
-/// the kubelet's default).
-fn local_endpoint(text: &str) -> Option<crate::transport::Endpoint> {
-    (!text.trim().is_empty()).then(|| crate::transport::Endpoint::parse(text))
 }
 
 /// The error of variable `name` set to `value`: `reason` says what is wrong and allowed.
@@ -286,7 +282,9 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
         metrics.authorization => c.metrics_authorization, Key::MetricsAuthorization;
         telemetry.enabled => c.telemetry.enabled, Key::TelemetryEnabled;
         telemetry.interval.map(|i| i.0) => c.telemetry.interval, Key::TelemetryInterval;
-        telemetry.pod_resources_endpoint.as_deref().map(local_endpoint)
+        // Checked when the file was read: an error here cannot happen, and would mean the default.
+        telemetry.pod_resources_endpoint.as_ref()
+            .map(|e| PodResourcesEndpoint::endpoint(&e.0).ok().flatten())
             => c.telemetry.pod_resources_endpoint, Key::TelemetryPodResourcesEndpoint;
         // Checked when the file was read: an error here cannot happen, and would mean the default.
         telemetry.cri_endpoint.as_ref().map(|e| e.address().ok().flatten())
@@ -496,7 +494,7 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
             => c.metrics_authorization, Key::MetricsAuthorization;
         "DXDP_TELEMETRY", bool_value => c.telemetry.enabled, Key::TelemetryEnabled;
         "DXDP_TELEMETRY_INTERVAL", Interval::parse => c.telemetry.interval, Key::TelemetryInterval;
-        "DXDP_POD_RESOURCES_ENDPOINT", |v| Ok(local_endpoint(v))
+        "DXDP_POD_RESOURCES_ENDPOINT", PodResourcesEndpoint::endpoint
             => c.telemetry.pod_resources_endpoint, Key::TelemetryPodResourcesEndpoint;
         "DXDP_CRI_ENDPOINT", CriAddress::parse
             => c.telemetry.cri_endpoint, Key::TelemetryCriEndpoint;

@@ -11,6 +11,7 @@
 
 pub mod file;
 pub(crate) mod health;
+pub mod kept;
 pub mod keys;
 mod layers;
 pub(crate) mod origin;
@@ -119,6 +120,9 @@ pub struct Resolved {
     /// default file read, `*_MULTITENANCY=0` taken as 1, a dxdp variable overriding a reference
     /// variable): logged at start and shown by `config show`.
     pub notices: Vec<String>,
+    /// The text of dxdp's configuration file as it was read (`None`: no file was read): what
+    /// the daemon keeps on the host once it serves it ([`kept`]).
+    pub(crate) source_text: Option<String>,
 }
 
 impl std::ops::Deref for Resolved {
@@ -160,6 +164,7 @@ impl Default for Resolved {
             },
             origins,
             notices: Vec::new(),
+            source_text: None,
         }
     }
 }
@@ -177,7 +182,7 @@ const NO_SELECTION: &str = "default: no configuration selected";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Telemetry {
     /// Sample (when a telemetry source exists on the host).
-    pub(crate) enabled: bool,
+    pub enabled: bool,
     /// Time between samples.
     pub(crate) interval: std::time::Duration,
     /// Where the kubelet serves PodResources, parsed when the configuration was read; `None`:
@@ -676,6 +681,7 @@ impl Inputs {
                     })?;
                     apply_file(&mut c, &f, &Origin::file(path));
                     named = Some((path, f.configurations.unwrap_or_default()));
+                    c.source_text = Some(text);
                 }
                 Ok(FileRead::Missing(e)) if *required => return Err(e),
                 Ok(FileRead::Missing(_)) => missing = Some(path),

@@ -139,8 +139,12 @@ fn tab_indent(text: &str) -> Option<(u64, u64)> {
 
 /// Parses a YAML document of type `T`, with `origin` naming it in errors.
 pub fn parse<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result<T, FileError> {
-    if text.trim().is_empty() {
-        // An empty file (e.g. an empty ConfigMap key) is an empty configuration.
+    if text
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+    {
+        // An empty file (e.g. an empty ConfigMap key), or one of comments alone, is an empty
+        // configuration.
         return serde_saphyr::from_str("{}").map_err(|e| FileError {
             origin: origin.to_string(),
             location: None,

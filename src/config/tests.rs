@@ -997,6 +997,80 @@ fn every_error_of_a_file_at_once() {
     );
 }
 
+/// Issue 43: the PodResources endpoint as the kubelet writes it on Windows (`npipe://` with the
+/// pipe's name in backslashes, kubelet's `LocalEndpoint`) or as containerd-style
+/// `npipe:////./pipe/…`, in the file and in `DXDP_POD_RESOURCES_ENDPOINT`.
+#[test]
+fn pod_resources_endpoints_take_the_kubelets_npipe_spelling() {
+    use crate::transport::Endpoint;
+    let pipe = |name: &str| Some(Endpoint::Pipe(name.to_string()));
+    // (text, the endpoint dxdp connects to, or part of the error)
+    let table: [(&str, Result<Option<Endpoint>, &str>); 10] = [
+        ("", Ok(None)),
+        (
+            r"npipe://\\.\pipe\kubelet-pod-resources",
+            Ok(pipe(r"\\.\pipe\kubelet-pod-resources")),
+        ),
+        (
+            "npipe:////./pipe/kubelet-pod-resources",
+            Ok(pipe(r"\\.\pipe\kubelet-pod-resources")),
+        ),
+        (
+            r"\\.\pipe\kubelet-pod-resources",
+            Ok(pipe(r"\\.\pipe\kubelet-pod-resources")),
+        ),
+        (
+            "unix:///var/lib/kubelet/pod-resources/kubelet.sock",
+            Ok(Some(Endpoint::Socket(
+                "/var/lib/kubelet/pod-resources/kubelet.sock".into(),
+            ))),
+        ),
+        (
+            "/run/pr.sock",
+            Ok(Some(Endpoint::Socket("/run/pr.sock".into()))),
+        ),
+        (
+            r"npipe://\\server\pipe\kubelet-pod-resources",
+            Err(r#"PodResources endpoint "npipe://\\\\server\\pipe\\kubelet-pod-resources" is not a named pipe on this machine"#),
+        ),
+        (
+            "tcp://127.0.0.1:10250",
+            Err("PodResources endpoint \"tcp://127.0.0.1:10250\" uses tcp://, which dxdp does not speak (the PodResources API is local)"),
+        ),
+        ("unix://", Err("has no absolute socket path")),
+        (
+            "https://x",
+            Err(r"e.g. npipe://\\.\pipe\kubelet-pod-resources (as the kubelet writes it on Windows)"),
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (text, want) in table {
+        let env = inputs(
+            None,
+            &[("DXDP_POD_RESOURCES_ENDPOINT", text)],
+            Flags::default(),
+        );
+        let yaml = format!("telemetry:\n  podResourcesEndpoint: '{text}'\n");
+        let file = inputs(
+            Some(write(&dir, "config.yaml", &yaml)),
+            &[],
+            Flags::default(),
+        );
+        for (how, got) in [("env", env.resolve()), ("file", file.resolve())] {
+            match (got, &want) {
+                (Ok(c), Ok(want)) => {
+                    assert_eq!(&c.telemetry.pod_resources_endpoint, want, "{how} {text}")
+                }
+                (Err(e), Err(part)) => {
+                    let e = e.to_string();
+                    assert!(e.contains(part), "{how} {text}: {e}")
+                }
+                (got, want) => panic!("{how} {text}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+}
+
 #[test]
 fn cri_endpoints_are_local_sockets_or_pipes() {
     // (text, the address dxdp connects to, or part of the error)

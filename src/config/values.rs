@@ -206,17 +206,78 @@ impl CriEndpoint {
         CriAddress::parse(&self.0)
     }
 
-    /// The local address of a CRI endpoint as the kubelet's `--container-runtime-endpoint`
-    /// writes it, in the form dxdp's clients take: `unix:///run/x.sock` → `/run/x.sock`,
-    /// `npipe:////./pipe/NAME` (or `npipe://./pipe/NAME`) → `\\.\pipe\NAME`; a `\\.\pipe\NAME`
-    /// or `//./pipe/NAME` name and a socket file path are taken as they are. Empty: `None` (the
-    /// default). Another scheme, or a pipe on another machine, is an error saying what to use.
+    /// [`LocalApi::address`] of a CRI endpoint, as the kubelet's
+    /// `--container-runtime-endpoint` writes it.
     pub(crate) fn parse(text: &str) -> Result<Option<String>, String> {
+        LocalApi::Cri.address(text)
+    }
+}
+
+/// Where the kubelet serves PodResources, as the user wrote it (validated: a local socket or
+/// named pipe, in any spelling [`LocalApi::address`] takes).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(try_from = "String")]
+pub(crate) struct PodResourcesEndpoint(pub(crate) String);
+
+impl TryFrom<String> for PodResourcesEndpoint {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        LocalApi::PodResources
+            .address(&s)
+            .map(|_| PodResourcesEndpoint(s.trim().to_string()))
+    }
+}
+
+impl PodResourcesEndpoint {
+    /// The endpoint it names (`None`: empty, the kubelet's default).
+    pub(crate) fn endpoint(text: &str) -> Result<Option<crate::transport::Endpoint>, String> {
+        Ok(LocalApi::PodResources
+            .address(text)?
+            .map(|a| crate::transport::Endpoint::parse(&a)))
+    }
+}
+
+/// The node-local APIs dxdp reaches at a configured endpoint, for their messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LocalApi {
+    /// The container runtime's CRI API (`telemetry.criEndpoint`).
+    Cri,
+    /// The kubelet's PodResources API (`telemetry.podResourcesEndpoint`).
+    PodResources,
+}
+
+impl LocalApi {
+    fn name(self) -> &'static str {
+        match self {
+            LocalApi::Cri => "CRI",
+            LocalApi::PodResources => "PodResources",
+        }
+    }
+
+    fn example(self) -> &'static str {
+        match self {
+            LocalApi::Cri => "npipe:////./pipe/containerd-containerd (containerd on Windows) or unix:///run/containerd/containerd.sock",
+            LocalApi::PodResources => "npipe://\\\\.\\pipe\\kubelet-pod-resources (as the kubelet writes it on Windows) or unix:///var/lib/kubelet/pod-resources/kubelet.sock",
+        }
+    }
+
+    /// The local address of an endpoint as the kubelet writes it (its
+    /// `--container-runtime-endpoint`, its PodResources endpoint), in the form dxdp's clients
+    /// take: `unix:///run/x.sock` → `/run/x.sock`; `npipe:////./pipe/NAME`,
+    /// `npipe://./pipe/NAME` and `npipe://\\.\pipe\NAME` → `\\.\pipe\NAME`; a `\\.\pipe\NAME` or
+    /// `//./pipe/NAME` name and a socket file path are taken as they are. Empty: `None` (the
+    /// default). Another scheme, or a pipe on another machine, is an error saying what to use.
+    pub(crate) fn address(self, text: &str) -> Result<Option<String>, String> {
         let t = text.trim();
         if t.is_empty() {
             return Ok(None);
         }
-        let usage = "use unix:///PATH, npipe:////./pipe/NAME, \\\\.\\pipe\\NAME or a socket file path, e.g. npipe:////./pipe/containerd-containerd (containerd on Windows) or unix:///run/containerd/containerd.sock";
+        let api = self.name();
+        let usage = format!(
+            "use unix:///PATH, npipe:////./pipe/NAME, \\\\.\\pipe\\NAME or a socket file path, e.g. {}",
+            self.example()
+        );
         let lower = t.to_ascii_lowercase();
         if lower.starts_with("unix://") {
             // unix:///run/x.sock and, on Windows, unix:///C:/x.sock.
@@ -227,7 +288,7 @@ impl CriEndpoint {
             };
             if path.is_empty() || !(path.starts_with('/') || path.get(1..2) == Some(":")) {
                 return Err(format!(
-                    "CRI endpoint {} has no absolute socket path: {usage}",
+                    "{api} endpoint {} has no absolute socket path: {usage}",
                     quote(t)
                 ));
             }
@@ -241,14 +302,14 @@ impl CriEndpoint {
                     Ok(Some(format!(r"\\.\pipe\{name}")))
                 }
                 _ => Err(format!(
-                    "CRI endpoint {} is not a named pipe on this machine: {usage}",
+                    "{api} endpoint {} is not a named pipe on this machine: {usage}",
                     quote(t)
                 )),
             };
         }
         if let Some((scheme, _)) = t.split_once("://") {
             return Err(format!(
-                "CRI endpoint {} uses {}://, which dxdp does not speak (the CRI API is local): {usage}",
+                "{api} endpoint {} uses {}://, which dxdp does not speak (the {api} API is local): {usage}",
                 quote(t),
                 scheme
             ));

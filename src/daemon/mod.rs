@@ -41,6 +41,7 @@ use crate::backend::HostFactsSource;
 use crate::cluster::metrics_authz::KubernetesAuthorizer;
 use crate::cluster::{self, Cluster};
 use crate::config::file::MetricsAuthorization;
+use crate::config::kept::KeptConfig;
 use crate::config::{Config, Inputs, Resolved};
 use crate::context::Context;
 use crate::observe::endpoint::{Guard, MetricsEndpoint, ProbeEndpoint};
@@ -73,6 +74,7 @@ pub struct Daemon {
     host_snapshot: Option<PathBuf>,
     fallback: Option<Config>,
     event_log: Option<Arc<dyn EventLog>>,
+    last_served: Option<(KeptConfig, Option<String>)>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -99,7 +101,19 @@ impl Daemon {
             host_snapshot: None,
             fallback: None,
             event_log: None,
+            last_served: None,
         }
+    }
+
+    /// Keeps every configuration it serves from the [`Daemon::reload`] inputs' file at `kept`
+    /// on the host. With `rejected` (why the configuration file was rejected at start: see
+    /// [`KeptConfig::resolve_or_kept`]), the configuration at start is the last-served one read
+    /// from there: `/readyz` fails with the reason, and `dxdp_config_fallback` is 1, until a
+    /// configuration read from the inputs is served. Without `rejected`, a configuration that
+    /// cannot be served on this host also falls back to the kept one.
+    pub fn last_served(mut self, kept: KeptConfig, rejected: Option<String>) -> Self {
+        self.last_served = Some((kept, rejected));
+        self
     }
 
     /// Takes every configuration sent on `updates` (validated, rejected whole when it cannot be
@@ -161,7 +175,12 @@ impl Daemon {
             host_snapshot,
             fallback,
             event_log,
+            last_served,
         } = self;
+        let (kept, mut rejected) = match last_served {
+            Some((kept, rejected)) => (Some(kept), rejected),
+            None => (None, None),
+        };
         let observe = plugin.observe.clone();
         // Says "stopped" to the probes however this function ends.
         let _stopped = StoppedOnDrop(observe.clone());
@@ -188,21 +207,37 @@ impl Daemon {
             let read = read_node(cluster).await;
             if let (Some(inputs), Some(read)) = (inputs.as_mut(), read) {
                 inputs.node = Some(read);
-                // The selection is logged once, below, with or without the API server.
-                config = resolve_within(inputs).await?;
+                // The selection is logged once, below, with or without the API server. From
+                // the kept file while it is served instead of the configuration file.
+                let kept_inputs = kept.as_ref().and_then(|k| k.inputs(inputs));
+                config = match (&rejected, kept_inputs) {
+                    (Some(_), Some(kept_inputs)) => resolve_within(&kept_inputs).await?,
+                    _ => resolve_within(inputs).await?,
+                };
             }
             let initial = inputs.as_ref().and_then(|i| i.node.clone());
             node = Some(watch::channel(initial));
         }
         // A named configuration the node's label selected falls back to the top level (the
-        // configuration at start, resolved without the node) when it cannot be served here.
+        // configuration at start, resolved without the node) when it cannot be served here;
+        // another configuration read from the file falls back to the last-served one kept on
+        // the host.
         let fallback = match fallback {
-            Some(top) => Some(top),
+            Some(top) => Some(serve::Fallback::TopLevel(top)),
             None if config.selection.name.is_some() && config.selection.by.is_node_label() => {
-                Some(plugin.config.config.clone())
+                Some(serve::Fallback::TopLevel(plugin.config.config.clone()))
             }
+            None if rejected.is_none() => match (&kept, &inputs) {
+                (Some(k), Some(i)) => last_served_config(k, i)
+                    .await
+                    .map(serve::Fallback::LastServed),
+                _ => None,
+            },
             None => None,
         };
+        let last_served_fallback = matches!(fallback, Some(serve::Fallback::LastServed(_)));
+        // What is served, to keep on the host once it is.
+        let served_text = (rejected.is_none()).then(|| config.clone());
         // How the configuration was built, and which named configuration applies and why.
         for n in &config.notices {
             tracing::warn!("{n}");
@@ -249,6 +284,36 @@ impl Daemon {
             tasks.shutdown().await;
             return Ok(());
         };
+        if last_served_fallback {
+            rejected = started.unservable.clone();
+        }
+        match (&kept, &rejected) {
+            (Some(k), Some(why)) => {
+                let files = inputs
+                    .as_ref()
+                    .and_then(|i| i.file.as_ref())
+                    .map(|(p, _)| p.display().to_string())
+                    .unwrap_or_default();
+                tracing::error!(
+                    "the configuration was rejected at start: {why}; serving the last configuration this node served, kept at {}, instead. /readyz fails until the configuration is fixed: fix {files} (`dxdp config check {files}` lists what is wrong); it is read again when it changes",
+                    k.path().display()
+                );
+                observe.readiness.set_config_fallback(Some(format!(
+                    "serving the last configuration this node served (kept at {}): the configuration was rejected at start: {why}; fix the configuration",
+                    k.path().display()
+                )));
+                observe.metrics.set_config_fallback(true);
+                observe.metrics.set_config_rejected(true);
+            }
+            (Some(k), None) => {
+                if let (Some(i), Some(served)) = (&inputs, &served_text) {
+                    if let Err(e) = keep(k, i, served).await {
+                        tracing::warn!("{}", plugin::reload::keep_failed(k.path(), &e));
+                    }
+                }
+            }
+            (None, _) => {}
+        }
         if !Arc::ptr_eq(&started.config, &first) {
             // The top level instead of the selected configuration: what the reload compares
             // against, and what is in force.
@@ -279,6 +344,8 @@ impl Daemon {
                 tx,
                 node: ctx.node.clone(),
                 logged,
+                kept,
+                fallback: Arc::new(std::sync::Mutex::new(rejected)),
             }),
             _ => None,
         };
@@ -422,6 +489,24 @@ async fn read_node(cluster: &Cluster) -> Option<crate::config::NodeInfo> {
             None
         }
     }
+}
+
+/// The last-served configuration kept by `kept`, resolved with `inputs` (the node's too), on
+/// a blocking thread with the read limit; `None` when nothing is kept or it cannot be read.
+async fn last_served_config(kept: &KeptConfig, inputs: &Inputs) -> Option<Config> {
+    let kept_inputs = kept.inputs(inputs)?;
+    resolve_within(&kept_inputs).await.ok().map(|r| r.config)
+}
+
+/// Keeps `served` (read from `inputs`) at `kept`, on a blocking thread with the read limit.
+async fn keep(kept: &KeptConfig, inputs: &Inputs, served: &Resolved) -> std::io::Result<()> {
+    let (kept, inputs, served) = (kept.clone(), inputs.clone(), served.clone());
+    let what = format!("writing {}", kept.path().display());
+    crate::util::bounded::run_blocking(plugin::DEFAULT_READ_LIMIT, &what, move || {
+        kept.keep(&inputs, &served).map(|_| ())
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 /// Resolves the configuration (reading its files) on a blocking thread with the read limit.

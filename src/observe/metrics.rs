@@ -125,6 +125,8 @@ struct Inner {
     registered: Family<ResourceLabel, Gauge>,
     host_refreshes: Family<OutcomeLabel, Counter>,
     config_reloads: Family<OutcomeLabel, Counter>,
+    config_rejected: Gauge,
+    config_fallback: Gauge,
     task_up: Family<TaskLabel, Gauge>,
     task_restarts: Family<TaskLabel, Counter>,
     /// The names `registered` has label sets for.
@@ -215,6 +217,18 @@ impl Metrics {
             "Configuration reloads, by result (applied, unchanged or rejected)",
             config_reloads.clone(),
         );
+        let config_rejected = Gauge::default();
+        registry.register(
+            "dxdp_config_rejected",
+            "1 while the configuration as it reads now is rejected (at start or by the last reload) and an earlier one is served, else 0",
+            config_rejected.clone(),
+        );
+        let config_fallback = Gauge::default();
+        registry.register(
+            "dxdp_config_fallback",
+            "1 while the daemon serves the last configuration this node served, kept on the host, because the configuration was rejected at start (/readyz fails meanwhile), else 0",
+            config_fallback.clone(),
+        );
         let task_up = Family::<TaskLabel, Gauge>::default();
         registry.register(
             "dxdp_task_up",
@@ -268,6 +282,8 @@ impl Metrics {
                 registered,
                 host_refreshes,
                 config_reloads,
+                config_rejected,
+                config_fallback,
                 task_up,
                 task_restarts,
                 registered_names: Mutex::default(),
@@ -430,6 +446,17 @@ impl Metrics {
             .inc();
     }
 
+    /// Sets whether the configuration as it reads now is rejected.
+    pub(crate) fn set_config_rejected(&self, rejected: bool) {
+        self.inner.config_rejected.set(i64::from(rejected));
+    }
+
+    /// Sets whether the last-served configuration kept on the host is served instead of the
+    /// configured one.
+    pub(crate) fn set_config_fallback(&self, fallback: bool) {
+        self.inner.config_fallback.set(i64::from(fallback));
+    }
+
     /// Counts one configuration reload.
     pub(crate) fn config_reload(&self, result: ReloadResult) {
         self.inner
@@ -515,6 +542,8 @@ mod tests {
             "dxdp_config_reloads_total{result=\"applied\"}",
             "dxdp_config_reloads_total{result=\"unchanged\"}",
             "dxdp_config_reloads_total{result=\"rejected\"}",
+            "dxdp_config_rejected",
+            "dxdp_config_fallback",
         ] {
             assert_eq!(
                 s.get(series).map(String::as_str),
@@ -540,6 +569,8 @@ mod tests {
             ("dxdp_kubelet_registered", "gauge"),
             ("dxdp_host_refreshes", "counter"),
             ("dxdp_config_reloads", "counter"),
+            ("dxdp_config_rejected", "gauge"),
+            ("dxdp_config_fallback", "gauge"),
             ("dxdp_build", "info"),
         ] {
             let line = format!("# TYPE {name} {kind}\n");

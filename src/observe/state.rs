@@ -71,6 +71,9 @@ struct State {
     wanted: Vec<String>,
     /// Each name's server generation (0 when it has none) and standing.
     servers: BTreeMap<String, (u64, Standing)>,
+    /// Why the daemon serves the last-served configuration kept on the host instead of the
+    /// configured one (rejected at start), until a valid one is read.
+    config_fallback: Option<String>,
 }
 
 /// Whether every served name is registered with the kubelet. Clones share the state.
@@ -133,6 +136,9 @@ impl Readiness {
             }
             Phase::Stopped => return Err("the device plugin stopped".into()),
             Phase::Running => {}
+        }
+        if let Some(why) = &s.config_fallback {
+            return Err(why.clone());
         }
         if let Some(sock) = &s.kubelet_missing {
             return Err(format!("waiting for the kubelet: {sock} does not exist"));
@@ -201,6 +207,15 @@ impl Readiness {
     /// Sets the phase.
     pub(crate) fn set_phase(&self, phase: Phase) {
         self.change().phase = phase;
+    }
+
+    /// The daemon serves the last-served configuration for this reason (`Some`: `/readyz` fails
+    /// with it), or the configured one (`None`).
+    pub(crate) fn set_config_fallback(&self, why: Option<String>) {
+        if self.lock().config_fallback == why {
+            return;
+        }
+        self.change().config_fallback = why;
     }
 
     /// Sets the served names (forgetting servers of other names).

@@ -111,6 +111,32 @@ pub(crate) struct DirKey {
     pub(crate) missing: PathBuf,
 }
 
+/// Where the daemon keeps what must outlive it on the host (the last-served configuration):
+/// `%ProgramData%\dxdp` on Windows, beside the locks. Nowhere elsewhere: there `dxdp plugin`
+/// serves host snapshots (tests, demos), and its runs must not leave files on the machine.
+fn state_dir() -> Option<PathBuf> {
+    #[cfg(windows)]
+    {
+        lock_dir().parent().map(Path::to_path_buf)
+    }
+    #[cfg(not(windows))]
+    {
+        None
+    }
+}
+
+/// Where the last configuration the daemon of `kubelet_dir` served is kept on the host
+/// (`crate::config::kept`): `last-served-config-<hash>.yaml` in the state directory, named
+/// after the kubelet directory's canonical path like its lock (one per node: one per kubelet
+/// directory). `None` off Windows: nothing is kept there.
+pub fn kept_config_path(kubelet_dir: &Path) -> Option<PathBuf> {
+    let dir = state_dir()?;
+    let key = dir_key(kubelet_dir)
+        .map(|k| k.canonical)
+        .unwrap_or_else(|_| kubelet_dir.to_path_buf());
+    Some(dir.join(format!("last-served-config-{:016x}.yaml", path_hash(&key))))
+}
+
 /// The nearest existing ancestor of `path` (or `path` itself) and the rest.
 fn split_existing(path: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
     for a in path.ancestors() {

@@ -52,6 +52,13 @@ pub(crate) struct Reload {
     pub(crate) node: Option<channel::Receiver<Option<NodeInfo>>>,
     /// The notices of the configuration in force, logged at start: a reload logs new ones only.
     pub(crate) logged: Vec<String>,
+    /// Where each configuration read from the inputs and served is kept on the host (none:
+    /// nothing is kept).
+    pub(crate) kept: Option<crate::config::kept::KeptConfig>,
+    /// Why the configuration was rejected at start, while the last-served one kept on the
+    /// host is served instead (`/readyz` fails until a configuration read is served). Shared by
+    /// the task's restarts: cleared once.
+    pub(crate) fallback: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 /// How the daemon runs.

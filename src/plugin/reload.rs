@@ -128,13 +128,19 @@ pub(crate) async fn watch_counted(
         tx,
         mut node,
         mut logged,
+        kept,
+        fallback,
     } = reload;
+    let fallback_now = || fallback.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let metrics = observe.metrics.clone();
     let files = inputs.watched_files();
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let watched = Files::new(&files);
     let mut lane = Lane::new(inputs.reading(), read_limit);
-    let mut last_rejection: Option<String> = None;
+    // The rejection at start, while the last-served configuration is served: said then.
+    let mut last_rejection: Option<String> = fallback_now();
+    // A failure to keep the served configuration on the host, said once.
+    let mut keep_error: Option<String> = None;
     // Set while a file is being written in place: when to read it anyway.
     let mut writing_until: Option<tokio::time::Instant> = None;
     // Set while a read that timed out has not returned: read again once it does.
@@ -218,8 +224,32 @@ pub(crate) async fn watch_counted(
         let (outcome, read) = {
             let (inputs, tx, dir) = (inputs.clone(), tx.clone(), kubelet_dir.clone());
             let os = inventory.borrow().os.clone();
-            match lane.run(move || reload_once(&inputs, &tx, &dir, &os)).await {
-                Ok(outcome) => outcome,
+            let kept = kept.clone();
+            let read = lane.run(move || {
+                let (outcome, read) = reload_once(&inputs, &tx, &dir, &os);
+                // What is served now, read from the files: kept on the host (written only
+                // when its text changed).
+                let keep = match (&outcome, &read, &kept) {
+                    (Outcome::Applied | Outcome::Unchanged, Some(r), Some(k)) => {
+                        Some(k.keep(&inputs, r).map_err(|e| (k.path().to_path_buf(), e)))
+                    }
+                    _ => None,
+                };
+                (outcome, read, keep)
+            });
+            match read.await {
+                Ok((outcome, read, keep)) => {
+                    match keep {
+                        Some(Err((path, e))) if keep_error.is_none() => {
+                            tracing::warn!("{}", keep_failed(&path, &e));
+                            keep_error = Some(e.to_string());
+                        }
+                        Some(Ok(_)) => keep_error = None,
+                        _ => {}
+                    }
+                    metrics.set_config_rejected(matches!(outcome, Outcome::Rejected(_)));
+                    (outcome, read)
+                }
                 Err(e) => {
                     if lane.is_stuck() && !stalled {
                         stalled = true;
@@ -229,6 +259,17 @@ pub(crate) async fn watch_counted(
                 }
             }
         };
+        if !matches!(outcome, Outcome::Rejected(_)) {
+            let ended = fallback.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(why) = ended {
+                observe.readiness.set_config_fallback(None);
+                metrics.set_config_fallback(false);
+                tracing::info!(
+                    files = ?names,
+                    "the configuration is valid again and served; it replaces the last-served configuration kept on the host (rejected at start: {why}); /readyz no longer fails for it"
+                );
+            }
+        }
         match outcome {
             Outcome::Applied => {
                 last_rejection = None;
@@ -283,9 +324,19 @@ pub(crate) async fn watch_counted(
                     metrics.config_reload(ReloadResult::Rejected);
                 }
                 if last_rejection.as_deref() != Some(why.as_str()) {
-                    tracing::error!(
-                        "configuration rejected; keeping the running configuration: {why}"
-                    );
+                    match (&kept, fallback_now()) {
+                        (Some(k), None) => tracing::error!(
+                            "configuration rejected; keeping the running configuration: {why}. A restart now would serve the last configuration this node served (kept at {}) and fail /readyz until the configuration is fixed: fix it (`dxdp config check`)",
+                            k.path().display()
+                        ),
+                        (Some(k), Some(_)) => tracing::error!(
+                            "configuration still rejected; serving the last configuration this node served (kept at {}), /readyz fails until it is fixed: {why}",
+                            k.path().display()
+                        ),
+                        (None, _) => tracing::error!(
+                            "configuration rejected; keeping the running configuration: {why}"
+                        ),
+                    }
                     last_rejection = Some(why);
                 }
             }
@@ -305,6 +356,14 @@ pub(crate) async fn watch_counted(
             logged = read.notices;
         }
     }
+}
+
+/// What is logged when the configuration served cannot be kept at `path` on the host.
+pub(crate) fn keep_failed(path: &Path, e: &std::io::Error) -> String {
+    format!(
+        "cannot keep the configuration it serves at {}: {e}; if the configuration is rejected at a later start, there is no last-served configuration to serve instead and dxdp will not start",
+        path.display()
+    )
 }
 
 fn address_text(a: Option<std::net::SocketAddr>) -> String {
@@ -553,6 +612,8 @@ mod tests {
             tx,
             node: None,
             logged: Vec::new(),
+            kept: None,
+            fallback: Arc::default(),
         };
         let task = watch_counted(
             reload,

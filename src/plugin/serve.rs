@@ -39,11 +39,30 @@ use dxdp_core::facts::HostFacts;
 /// What the start found: the configuration to serve, with what the refresher and the servers
 /// go on from.
 pub(crate) struct Started {
-    /// The configuration served: the one asked for, or the top level it fell back to.
+    /// The configuration served: the one asked for, or the [`Fallback`] it fell back to.
     pub(crate) config: Arc<Config>,
+    /// Why the configuration asked for was not served, when the fallback is.
+    pub(crate) unservable: Option<String>,
     facts: HostFacts,
     notices: Vec<String>,
     kubelet_dir: Subscription,
+}
+
+/// What is served when the configuration asked for cannot be served on this host.
+pub(crate) enum Fallback {
+    /// The top level of the configuration file, instead of the named configuration the node's
+    /// label selected.
+    TopLevel(Config),
+    /// The last configuration this node served, kept on the host.
+    LastServed(Config),
+}
+
+impl Fallback {
+    fn config(&self) -> &Config {
+        match self {
+            Fallback::TopLevel(c) | Fallback::LastServed(c) => c,
+        }
+    }
 }
 
 /// Starts serving `first` (falling back to `fallback` when `first` cannot be served on this
@@ -53,12 +72,26 @@ pub(crate) async fn start(
     settings: &PluginConfig,
     source: &Arc<dyn HostFactsSource>,
     first: Arc<Config>,
-    fallback: Option<Config>,
+    fallback: Option<Fallback>,
     stop: Pin<&mut impl Future<Output = ()>>,
 ) -> Result<Option<(Started, Inventory)>, PluginError> {
     let observe = &settings.observe;
-    // Names, sockets: what can be judged before the host is known.
-    servable::check(&first, &settings.kubelet_dir, &Default::default())?;
+    // Names, sockets: what can be judged before the host is known (the last-served
+    // configuration instead, when it can be served).
+    let mut unservable = None;
+    let mut fallback = fallback;
+    let mut first = first;
+    if let Err(e) = servable::check(&first, &settings.kubelet_dir, &Default::default()) {
+        match fallback.take() {
+            Some(Fallback::LastServed(c))
+                if servable::check(&c, &settings.kubelet_dir, &Default::default()).is_ok() =>
+            {
+                unservable = Some(e.to_string());
+                first = Arc::new(c);
+            }
+            _ => return Err(e.into()),
+        }
+    }
     // Watch before looking, so that nothing created from now on is missed.
     let kubelet_dir = settings.file_watch.subscribe(
         std::slice::from_ref(&settings.kubelet_dir),
@@ -91,12 +124,17 @@ pub(crate) async fn start(
     let mut config = first;
     if let Err(e) = servable::check(&config, &settings.kubelet_dir, &os) {
         match fallback {
-            Some(top) if servable::check(&top, &settings.kubelet_dir, &os).is_ok() => {
-                // The configuration's name and why it was selected are logged before the start.
-                tracing::error!(
-                    "the selected configuration cannot be served on this host: {e}; serving the top-level configuration instead (fix the configuration or the node's label)"
-                );
-                config = Arc::new(top);
+            Some(f) if servable::check(f.config(), &settings.kubelet_dir, &os).is_ok() => {
+                if let Fallback::TopLevel(_) = f {
+                    // The configuration's name and why it was selected are logged before the
+                    // start.
+                    tracing::error!(
+                        "the selected configuration cannot be served on this host: {e}; serving the top-level configuration instead (fix the configuration or the node's label)"
+                    );
+                }
+                // The last-served configuration is said by the daemon, with what to do.
+                unservable = Some(e.to_string());
+                config = Arc::new(f.config().clone());
             }
             _ => return Err(e.into()),
         }
@@ -122,6 +160,7 @@ pub(crate) async fn start(
     refresher::log_health(None, &inventory);
     let started = Started {
         config,
+        unservable,
         facts,
         notices,
         kubelet_dir,

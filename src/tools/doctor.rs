@@ -39,6 +39,9 @@ pub struct Probes {
     pub containerd: Option<(String, String)>,
     /// The kubelet version and where it came from (`None`: unknown, and the check is skipped).
     pub kubelet: Option<(String, String)>,
+    /// The configured parts that read the kubelet's PodResources API, which Windows kubelets
+    /// serve from 1.27: `telemetry.enabled`, `health.events`.
+    pub pod_resources_users: Vec<String>,
     /// The resources the plugin would serve.
     pub resources: Vec<Resource>,
     /// The configured assignment mode.
@@ -139,32 +142,63 @@ fn assignment_check(os: &OsFacts, configured: Assignment) -> Check {
 /// as the HTTP/2 `:authority`, which the Rust HTTP/2 stack (h2) rejects, so registration fails.
 pub(crate) const MIN_KUBELET: (u64, u64) = (1, 26);
 
-/// The kubelet version check, or nothing when the version is unknown.
-fn kubelet_check(kubelet: Option<&(String, String)>) -> Option<Check> {
-    const NAME: &str = "kubelet 1.26+";
+/// The oldest kubelet that serves PodResources on Windows (kubernetes#115133; before it the
+/// kubelet served no local endpoint on Windows): the minimum of a configuration that reads it.
+pub(crate) const MIN_KUBELET_POD_RESOURCES: (u64, u64) = (1, 27);
+
+/// The kubelet version check, or nothing when the version is unknown: FAIL below 1.26 (no
+/// registration), and below 1.27 when `pod_resources_users` (the configured parts reading
+/// PodResources) is not empty.
+fn kubelet_check(
+    kubelet: Option<&(String, String)>,
+    pod_resources_users: &[String],
+) -> Option<Check> {
+    let min = if pod_resources_users.is_empty() {
+        MIN_KUBELET
+    } else {
+        MIN_KUBELET_POD_RESOURCES
+    };
+    let name = format!("kubelet {}.{}+", min.0, min.1);
     let (version, source) = kubelet?;
+    let users = pod_resources_users.join(" and ");
     Some(match containerd_release(version) {
-        Some(v) if v >= MIN_KUBELET => check(
-            NAME,
+        Some(v) if v >= min => check(
+            &name,
             Status::Pass,
             format!("kubelet {}.{} ({source})", v.0, v.1),
             None,
         ),
-        Some(v) => check(
-            NAME,
-            Status::Warn,
+        Some(v) if v < MIN_KUBELET => check(
+            &name,
+            Status::Fail,
             format!(
                 "kubelet {}.{} ({source}) sends the plugin socket path as the HTTP/2 :authority, \
                  which dxdp's HTTP/2 stack rejects: registration will fail",
                 v.0, v.1
             ),
-            Some("upgrade the node to Kubernetes 1.26 or later (see docs/install.md)"),
+            Some(&format!(
+                "upgrade the node to Kubernetes {}.{} or later (see docs/install.md)",
+                min.0, min.1
+            )),
+        ),
+        Some(v) => check(
+            &name,
+            Status::Fail,
+            format!(
+                "kubelet {}.{} ({source}) serves no PodResources API on Windows (from 1.27), \
+                 which {users} read: they cannot tell which pod holds which GPU",
+                v.0, v.1
+            ),
+            Some("upgrade the node to Kubernetes 1.27 or later, or turn those settings off to serve devices only (see docs/configuration.md)"),
         ),
         None => check(
-            NAME,
+            &name,
             Status::Warn,
             format!("cannot read a version from {version:?} ({source})"),
-            Some("check `kubelet --version`; dxdp needs Kubernetes 1.26 or later"),
+            Some(&format!(
+                "check `kubelet --version`; dxdp needs Kubernetes {}.{} or later",
+                min.0, min.1
+            )),
         ),
     })
 }
@@ -256,7 +290,7 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
         },
     });
 
-    if let Some(c) = kubelet_check(probes.kubelet.as_ref()) {
+    if let Some(c) = kubelet_check(probes.kubelet.as_ref(), &probes.pod_resources_users) {
         out.push(c);
     }
 
@@ -537,18 +571,59 @@ mod tests {
 
     #[test]
     fn kubelet_versions() {
-        let probe = |v: &str| {
-            kubelet_check(Some(&(v.to_string(), "kubelet --version".to_string()))).map(|c| c.status)
+        let telemetry = ["telemetry.enabled".to_string()];
+        let probe = |v: &str, users: &[String]| {
+            kubelet_check(
+                Some(&(v.to_string(), "kubelet --version".to_string())),
+                users,
+            )
+            .map(|c| (c.name, c.status))
         };
-        assert_eq!(kubelet_check(None), None, "unknown: no check");
-        assert_eq!(probe("Kubernetes v1.26.0"), Some(Status::Pass));
-        assert_eq!(probe("Kubernetes v1.31.4-eks-1234"), Some(Status::Pass));
-        assert_eq!(probe("1.25.16"), Some(Status::Warn));
-        assert_eq!(probe("Kubernetes v1.24.7"), Some(Status::Warn));
-        assert_eq!(probe("garbage"), Some(Status::Warn));
-        let old = kubelet_check(Some(&("v1.25.3".into(), "from the host snapshot".into())));
-        let old = old.map(|c| c.detail).unwrap_or_default();
-        assert!(old.contains(":authority"), "{old}");
+        let (pass, fail, warn) = (Status::Pass, Status::Fail, Status::Warn);
+        let is = |name: &str, status| Some((name.to_string(), status));
+        assert_eq!(kubelet_check(None, &telemetry), None, "unknown: no check");
+        // A configuration reading PodResources needs 1.27 on Windows.
+        assert_eq!(
+            probe("Kubernetes v1.27.0", &telemetry),
+            is("kubelet 1.27+", pass)
+        );
+        assert_eq!(
+            probe("Kubernetes v1.31.4-eks-1234", &telemetry),
+            is("kubelet 1.27+", pass)
+        );
+        assert_eq!(
+            probe("Kubernetes v1.26.15", &telemetry),
+            is("kubelet 1.27+", fail)
+        );
+        assert_eq!(probe("1.25.16", &telemetry), is("kubelet 1.27+", fail));
+        assert_eq!(probe("garbage", &telemetry), is("kubelet 1.27+", warn));
+        // Device serving alone works from 1.26.
+        assert_eq!(probe("Kubernetes v1.26.0", &[]), is("kubelet 1.26+", pass));
+        assert_eq!(probe("1.25.16", &[]), is("kubelet 1.26+", fail));
+        assert_eq!(probe("Kubernetes v1.24.7", &[]), is("kubelet 1.26+", fail));
+        let old = kubelet_check(
+            Some(&("v1.25.3".into(), "from the host snapshot".into())),
+            &[],
+        );
+        assert_eq!(
+            old.map(|c| (c.detail, c.remedy)),
+            Some((
+                "kubelet 1.25 (from the host snapshot) sends the plugin socket path as the HTTP/2 :authority, which dxdp's HTTP/2 stack rejects: registration will fail".to_string(),
+                Some("upgrade the node to Kubernetes 1.26 or later (see docs/install.md)".to_string())
+            ))
+        );
+        let users = ["telemetry.enabled".to_string(), "health.events".to_string()];
+        let no_pod_resources = kubelet_check(
+            Some(&("v1.26.3".into(), "kubelet --version".into())),
+            &users,
+        );
+        assert_eq!(
+            no_pod_resources.map(|c| (c.detail, c.remedy)),
+            Some((
+                "kubelet 1.26 (kubelet --version) serves no PodResources API on Windows (from 1.27), which telemetry.enabled and health.events read: they cannot tell which pod holds which GPU".to_string(),
+                Some("upgrade the node to Kubernetes 1.27 or later, or turn those settings off to serve devices only (see docs/configuration.md)".to_string())
+            ))
+        );
     }
 
     #[test]

@@ -1405,3 +1405,190 @@ mod standin_behaviour {
         new.stop(Some(WAIT)).await;
     }
 }
+
+/// Starts `dxdp plugin`'s daemon on `inputs` as the command does: the configuration of the
+/// inputs, or when its file is rejected the last-served one `kept` on the host; `Err` (the
+/// message `dxdp plugin` ends with) when that is refused.
+fn spawn_plugin_keeping(
+    h: &mut Harness,
+    inputs: dxdp::config::Inputs,
+    kept: &dxdp::config::kept::KeptConfig,
+) -> Result<(), String> {
+    let start = kept.resolve_or_kept(&inputs)?;
+    let mut config = common::plugin_config(h.dir.path());
+    h.observe = config.observe.clone();
+    config.config = start.resolved;
+    let source = Arc::new(SnapshotFile::new(h.snapshot.clone()));
+    let (stop, stopped) = oneshot::channel::<()>();
+    h.stop = Some(stop);
+    let daemon = dxdp::daemon::Daemon::new(config, source)
+        .reload(inputs)
+        .last_served(kept.clone(), start.rejected);
+    h.daemon = Some(tokio::spawn(daemon.run(async {
+        let _ = stopped.await;
+    })));
+    Ok(())
+}
+
+/// Stops the daemon (the kubelet stand-in keeps running).
+async fn stop_daemon(h: &mut Harness) {
+    if let Some(stop) = h.stop.take() {
+        let _ = stop.send(());
+    }
+    if let Some(daemon) = h.daemon.take() {
+        tokio::time::timeout(WAIT, daemon)
+            .await
+            .expect("plugin stops")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Waits until `/readyz` answers `want`.
+async fn readiness(h: &Harness, want: Result<(), String>) {
+    until(&format!("/readyz {want:?}"), || {
+        h.observe.readiness.check() == want
+    })
+    .await;
+}
+
+/// Issue 43: a configuration file rejected at start does not stop the node's GPUs. The daemon
+/// keeps the configuration it serves on the host; started on a file that does not parse, it
+/// serves that last-served configuration, `/readyz` fails with the reason and
+/// `dxdp_config_fallback` is 1, until a valid file is read, which is served and kept. With
+/// nothing kept the start is refused as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_rejected_at_start_serves_the_last_served_one_until_it_is_fixed() {
+    let mut h = Harness::new(&load_facts("sample"));
+    h.start_kubelet().await;
+    let path = h.dir.path().join("config.yaml");
+    let kept_path = h.dir.path().join("state").join("last-served-config.yaml");
+    let kept = dxdp::config::kept::KeptConfig::at(kept_path.clone());
+    let inputs = dxdp::config::Inputs {
+        file: Some((path.clone(), true)),
+        ..Default::default()
+    };
+    // Nothing kept yet: a file that does not parse is refused, as before.
+    std::fs::write(&path, "resources: {display: {replicas: 3}\n").unwrap();
+    let refused = spawn_plugin_keeping(&mut h, inputs.clone(), &kept).unwrap_err();
+    assert_eq!(
+        refused,
+        inputs.resolve().unwrap_err().to_string(),
+        "the same refusal as without a kept configuration"
+    );
+    assert!(!kept_path.exists());
+
+    // A daemon serves 3 replicas, and keeps them on the host.
+    std::fs::write(&path, "resources: {display: {replicas: 3}}\n").unwrap();
+    spawn_plugin_keeping(&mut h, inputs.clone(), &kept).unwrap();
+    h.wait("3 replicas", |v| {
+        v.devices(DISPLAY).is_some_and(|d| d.len() == 6)
+    })
+    .await;
+    readiness(&h, Ok(())).await;
+    h.metric("dxdp_config_fallback 0").await;
+    h.metric("dxdp_config_rejected 0").await;
+    let kept_text = format!(
+        "# Written by dxdp: the configuration this node last served (from {}).\n\
+         # dxdp reads it only at start, when the configuration file is rejected, and replaces it\n\
+         # whenever it serves a configuration. Edit the configuration file, not this one.\n\
+         resources: {{display: {{replicas: 3}}}}\n",
+        path.display()
+    );
+    assert_eq!(std::fs::read_to_string(&kept_path).unwrap(), kept_text);
+    stop_daemon(&mut h).await;
+    let registrations = h.kubelet().view().registrations.len();
+
+    // A bad edit, then a restart: the last-served configuration (3 replicas) is served.
+    std::fs::write(&path, "resources: {display: {replicas: 3}\n").unwrap();
+    let rejected = inputs.resolve().unwrap_err().to_string();
+    assert!(
+        rejected.starts_with(&format!("{}:", path.display())),
+        "{rejected}"
+    );
+    spawn_plugin_keeping(&mut h, inputs.clone(), &kept).unwrap();
+    readiness(
+        &h,
+        Err(format!(
+            "serving the last configuration this node served (kept at {}): the configuration was rejected at start: {rejected}; fix the configuration",
+            kept_path.display()
+        )),
+    )
+    .await;
+    h.wait("3 replicas again, registered anew", |v| {
+        v.registrations.len() >= registrations + 2
+            && v.devices(DISPLAY).is_some_and(|d| d.len() == 6)
+    })
+    .await;
+    h.metric("dxdp_config_fallback 1").await;
+    h.metric("dxdp_config_rejected 1").await;
+    assert_eq!(
+        std::fs::read_to_string(&kept_path).unwrap(),
+        kept_text,
+        "the kept configuration is not rewritten from itself"
+    );
+
+    // The file fixed: it is served and kept, readiness returns.
+    replace(&path, "resources: {display: {replicas: 2}}\n");
+    h.wait("2 replicas", |v| {
+        v.devices(DISPLAY).is_some_and(|d| d.len() == 4)
+    })
+    .await;
+    readiness(&h, Ok(())).await;
+    h.metric("dxdp_config_fallback 0").await;
+    h.metric("dxdp_config_rejected 0").await;
+    until("the fixed file kept", || {
+        std::fs::read_to_string(&kept_path)
+            .is_ok_and(|t| t.ends_with("\nresources: {display: {replicas: 2}}\n"))
+    })
+    .await;
+    h.shutdown().await;
+}
+
+/// A configuration that reads but cannot be served on the host (nothing enabled) falls back to
+/// the last-served configuration the same way; with nothing kept the daemon refuses to start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_that_cannot_be_served_at_start_falls_back_to_the_kept_one() {
+    let mut h = Harness::new(&load_facts("sample"));
+    h.start_kubelet().await;
+    let path = h.dir.path().join("config.yaml");
+    let kept_path = h.dir.path().join("state").join("last-served-config.yaml");
+    let kept = dxdp::config::kept::KeptConfig::at(kept_path.clone());
+    let inputs = dxdp::config::Inputs {
+        file: Some((path.clone(), true)),
+        ..Default::default()
+    };
+    std::fs::write(
+        &path,
+        "resources: {display: {enabled: false}, compute: {enabled: false}}\n",
+    )
+    .unwrap();
+    // Nothing kept: the daemon stops with the reason, as before.
+    spawn_plugin_keeping(&mut h, inputs.clone(), &kept).unwrap();
+    let ended = tokio::time::timeout(WAIT, h.daemon.take().unwrap())
+        .await
+        .expect("the daemon ends")
+        .unwrap();
+    assert_eq!(
+        ended.map_err(|e| e.to_string()),
+        Err("no resources to serve: enable display, compute or both".to_string())
+    );
+    // Kept: served instead.
+    std::fs::create_dir_all(kept_path.parent().unwrap()).unwrap();
+    std::fs::write(&kept_path, "resources: {compute: {enabled: false}}\n").unwrap();
+    spawn_plugin_keeping(&mut h, inputs.clone(), &kept).unwrap();
+    readiness(
+        &h,
+        Err(format!(
+            "serving the last configuration this node served (kept at {}): the configuration was rejected at start: no resources to serve: enable display, compute or both; fix the configuration",
+            kept_path.display()
+        )),
+    )
+    .await;
+    h.wait("the display devices", |v| {
+        v.devices(DISPLAY).is_some_and(|d| d.len() == 2)
+    })
+    .await;
+    h.metric("dxdp_config_fallback 1").await;
+    h.shutdown().await;
+}
