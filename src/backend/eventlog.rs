@@ -163,8 +163,8 @@ pub trait EventLog: Send + Sync {
     /// A cheap check of the service behind the log, asked before each subscription and then
     /// every half minute: an ID of the running service that changes when it restarts (on
     /// Windows the Event Log service's process ID), so a subscription that died silently with
-    /// the old service is noticed. `Ok(None)` where there is no such check; an error when the
-    /// service is not running or cannot be asked.
+    /// the old service is noticed. `Ok(Some(0))` when the service is not running, `Ok(None)`
+    /// where there is no such check; an error only when it cannot be asked (which ends nothing).
     fn instance(&self) -> Result<Option<u64>, String> {
         Ok(None)
     }

@@ -73,8 +73,10 @@ impl KeptConfig {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir)?;
         }
+        // One name: one daemon per node writes here (it holds the node's lock), and a copy a
+        // crash left is written over, never piled up.
         let mut temp = self.path.as_os_str().to_os_string();
-        temp.push(format!(".{}.tmp", std::process::id()));
+        temp.push(".tmp");
         let temp = PathBuf::from(temp);
         let write = || -> std::io::Result<()> {
             use std::io::Write;

@@ -173,6 +173,9 @@ pub fn parse<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result
 /// How many errors `dxdp config check` reports of one file at most.
 pub const MAX_ERRORS: usize = 20;
 
+/// How many keys [`parse_all`] parses alone at most.
+const MAX_PARTS: usize = 200;
+
 /// Parses like [`parse`], but on failure finds every error it can (up to `max`): the first error
 /// of each innermost key (a key whose value is a single value, a list or a flow mapping, at any
 /// depth), each parsed alone with the keys above it and the other lines blanked (so lines and
@@ -193,8 +196,13 @@ pub fn parse_all<T: serde::de::DeserializeOwned>(
     let lines: Vec<&str> = text.lines().collect();
     let mut parts = Vec::new();
     leaves(&lines, 0, lines.len(), 0, &mut Vec::new(), &mut parts);
-    let mut errors = Vec::new();
-    for (above, s, e) in parts {
+    let mut errors = vec![first];
+    // Bounded work whatever the file (each part is a parse of the whole, mostly blank, text):
+    // the daemon counts a rejected file's errors on every read of it.
+    for (above, s, e) in parts.into_iter().take(MAX_PARTS) {
+        if errors.len() >= max {
+            break;
+        }
         let masked: Vec<&str> = lines
             .iter()
             .enumerate()
@@ -206,14 +214,17 @@ pub fn parse_all<T: serde::de::DeserializeOwned>(
                 }
             })
             .collect();
+        // Only an error in the part's own lines: one elsewhere comes from the keys blanked
+        // around it (a rule across two keys, an alias to an anchor in another part).
+        let own = |err: &FileError| {
+            err.location
+                .is_some_and(|(line, _)| (s..e).contains(&(line.saturating_sub(1) as usize)))
+        };
         if let Err(err) = parse::<T>(&masked.join("\n"), origin) {
-            if !errors.contains(&err) {
+            if own(&err) && !errors.contains(&err) {
                 errors.push(err);
             }
         }
-    }
-    if !errors.contains(&first) {
-        errors.insert(0, first);
     }
     errors.sort_by_key(|e| e.location);
     errors.truncate(max);

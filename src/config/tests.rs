@@ -975,6 +975,12 @@ fn every_error_of_a_file_at_once() {
         got,
         ["t:2:1: this line is indented with a tab: YAML indents with spaces only (replace the tab with spaces)"]
     );
+    // A rule across two keys of a valid block (a name used by the other resource) is not
+    // blamed on a key parsed alone: only the real error.
+    let across = "resources:\n  display:\n    name: directx.microsoft.com/compute\n  compute:\n    enabled: false\nlogLevel: [x]\n";
+    let errors = parse::parse_all::<ConfigFile>(across, "t", parse::MAX_ERRORS).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].to_string().starts_with("t:6:"), "{}", errors[0]);
     // Bounded.
     let many: String = (0..30).map(|i| format!("bad{i}: 1\n")).collect();
     let errors = parse::parse_all::<ConfigFile>(&many, "t", 5).unwrap_err();

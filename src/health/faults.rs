@@ -290,13 +290,20 @@ enum Ended {
 /// What the service check says of a subscription made while `baseline` ran.
 fn judge_instance(baseline: &mut Option<u64>, now: Result<Option<u64>, String>) -> Option<String> {
     match (*baseline, now) {
+        (Some(_), Ok(Some(0))) => {
+            Some("the Event Log service stopped, which ends subscriptions".into())
+        }
         (Some(b), Ok(Some(n))) if n != b => Some(format!(
             "the Event Log service restarted (process {b}, now {n}), which ends subscriptions"
         )),
-        (Some(_), Err(e)) => Some(e),
         // Not known when subscribing: checked from now on.
-        (None, Ok(Some(n))) => {
+        (None, Ok(Some(n))) if n != 0 => {
             *baseline = Some(n);
+            None
+        }
+        // A check that cannot be made now (slow, refused) says nothing of the subscription.
+        (_, Err(e)) => {
+            tracing::debug!("the event log's service cannot be checked now: {e}");
             None
         }
         _ => None,
@@ -982,8 +989,8 @@ mod tests {
         // The Event Log service stops: the subscription delivers nothing more, silently.
         *log.fail.lock().unwrap() =
             Some("EvtSubscribe failed: HRESULT 0x800706BA (The RPC server is unavailable.)".into());
-        *log.instance.lock().unwrap() =
-            Err("the Windows Event Log service (EventLog) is not running (state 1)".into());
+        // Not running: no process (what the Windows shim answers).
+        *log.instance.lock().unwrap() = Ok(Some(0));
         until("lost", || h.eventlog("service").0 == 1).await;
         assert!(!h.eventlog("subscribe").2, "0 while lost");
         // Attempts while it is down fail, counted, not said again.
@@ -1026,7 +1033,7 @@ mod tests {
         let count = |what: &str| text.lines().filter(|l| l.contains(what)).count();
         assert_eq!(count(" WARN "), 2, "one warning per loss:\n{text}");
         assert_eq!(
-            count("lost the subscription to the scripted event log for GPU fault events (the Windows Event Log service (EventLog) is not running (state 1)): display-driver resets and LiveKernelEvents are not seen until it is made again"),
+            count("lost the subscription to the scripted event log for GPU fault events (the Event Log service stopped, which ends subscriptions): display-driver resets and LiveKernelEvents are not seen until it is made again"),
             1,
             "{text}"
         );
@@ -1059,9 +1066,13 @@ mod tests {
             )
         );
         assert_eq!(
-            judge_instance(&mut known, Err("stopped".into())).as_deref(),
-            Some("stopped")
+            judge_instance(&mut known, Ok(Some(0))).as_deref(),
+            Some("the Event Log service stopped, which ends subscriptions")
         );
+        // A check that cannot be made ends nothing.
+        let mut known = Some(100);
+        assert_eq!(judge_instance(&mut known, Err("timed out".into())), None);
+        assert_eq!(known, Some(100));
         // Not known when subscribing: nothing to compare, and the first answer is kept.
         let mut unknown = None;
         assert_eq!(judge_instance(&mut unknown, Err("no SCM".into())), None);

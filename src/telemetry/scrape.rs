@@ -389,8 +389,9 @@ impl Scraper {
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .or_else(|e| fail(self.exchange_error(&e)))?;
-        // Driven on its own task; it ends once the answer is read and the sender dropped.
-        let driver = tokio::spawn(connection);
+        // Driven on its own task; it ends once the answer is read and the sender dropped, and is
+        // aborted when the time limit drops this exchange (a server that never answers).
+        let mut driver = AbortOnDrop(tokio::spawn(connection));
         let answer = async {
             let response = sender.send_request(request).await?;
             let status = response.status();
@@ -408,7 +409,7 @@ impl Scraper {
             Err(e) => {
                 // The connection's own error (a TLS alert, a reset) says more than the
                 // request's "canceled"; it has ended or is ending (within the time limit).
-                return match driver.await {
+                return match (&mut driver.0).await {
                     Ok(Err(cause)) => fail(self.exchange_error(&cause)),
                     _ => fail(self.exchange_error(&e)),
                 };
@@ -560,6 +561,15 @@ impl Scraper {
 }
 
 /// The TLS error in `error` or its causes.
+/// A task aborted when this is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 fn find_rustls<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
     let mut next = Some(error);
     while let Some(e) = next {

@@ -259,13 +259,12 @@ impl EventLog for WindowsEventLog {
 
     fn instance(&self) -> Result<Option<u64>, String> {
         let status = event_log_service().map_err(|e| e.to_string())?;
-        if status.dwCurrentState != SERVICE_RUNNING {
-            return Err(format!(
-                "the Windows Event Log service (EventLog) is not running (state {})",
-                status.dwCurrentState.0
-            ));
-        }
-        Ok(Some(u64::from(status.dwProcessId)))
+        // 0: not running (a stopped service has no process).
+        Ok(Some(if status.dwCurrentState == SERVICE_RUNNING {
+            u64::from(status.dwProcessId)
+        } else {
+            0
+        }))
     }
 
     fn query(&self, query: &str, limit: usize) -> Result<Vec<String>, String> {
