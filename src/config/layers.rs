@@ -8,11 +8,20 @@ use super::file::{self, ConfigFile, FileEntry, LogFormatName, ReferenceFile};
 use super::origin::{Origin, Overridden};
 use super::validation;
 use super::values::{
-    CriAddress, Interval, LogLevelName, MetricsAddress, PodResourcesEndpoint, Replicas, VendorKey,
+    CriAddress, Interval, LocalApi, LogLevelName, MetricsAddress, Replicas, VendorKey,
 };
 use super::{ConfigError, Env, Flags, Key, Resolved, ResourceKey};
 use crate::logging::LogFormat;
+use crate::transport::Endpoint;
 use dxdp_core::assignment::Assignment;
+
+/// The PodResources endpoint `text` names (`None`: empty, the kubelet's default). Here, not in
+/// `values` (which the fuzz crate compiles alone, without the transport).
+fn pod_resources_endpoint(text: &str) -> Result<Option<Endpoint>, String> {
+    Ok(LocalApi::PodResources
+        .address(text)?
+        .map(|a| Endpoint::parse(&a)))
+}
 
 /// The variables outside dxdp's own prefixes that are inputs too: the node (whose label selects
 /// a named configuration), the validation Jobs' namespace, and where a HostProcess container's
@@ -284,7 +293,7 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
         telemetry.interval.map(|i| i.0) => c.telemetry.interval, Key::TelemetryInterval;
         // Checked when the file was read: an error here cannot happen, and would mean the default.
         telemetry.pod_resources_endpoint.as_ref()
-            .map(|e| PodResourcesEndpoint::endpoint(&e.0).ok().flatten())
+            .map(|e| pod_resources_endpoint(&e.0).ok().flatten())
             => c.telemetry.pod_resources_endpoint, Key::TelemetryPodResourcesEndpoint;
         // Checked when the file was read: an error here cannot happen, and would mean the default.
         telemetry.cri_endpoint.as_ref().map(|e| e.address().ok().flatten())
@@ -494,7 +503,7 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
             => c.metrics_authorization, Key::MetricsAuthorization;
         "DXDP_TELEMETRY", bool_value => c.telemetry.enabled, Key::TelemetryEnabled;
         "DXDP_TELEMETRY_INTERVAL", Interval::parse => c.telemetry.interval, Key::TelemetryInterval;
-        "DXDP_POD_RESOURCES_ENDPOINT", PodResourcesEndpoint::endpoint
+        "DXDP_POD_RESOURCES_ENDPOINT", pod_resources_endpoint
             => c.telemetry.pod_resources_endpoint, Key::TelemetryPodResourcesEndpoint;
         "DXDP_CRI_ENDPOINT", CriAddress::parse
             => c.telemetry.cri_endpoint, Key::TelemetryCriEndpoint;

@@ -229,15 +229,6 @@ impl TryFrom<String> for PodResourcesEndpoint {
     }
 }
 
-impl PodResourcesEndpoint {
-    /// The endpoint it names (`None`: empty, the kubelet's default).
-    pub(crate) fn endpoint(text: &str) -> Result<Option<crate::transport::Endpoint>, String> {
-        Ok(LocalApi::PodResources
-            .address(text)?
-            .map(|a| crate::transport::Endpoint::parse(&a)))
-    }
-}
-
 /// The node-local APIs dxdp reaches at a configured endpoint, for their messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LocalApi {
