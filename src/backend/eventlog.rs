@@ -95,7 +95,7 @@ impl Queue {
 
     /// The subscription reported an error (`EvtSubscribeActionError`): it is treated as dead and
     /// made again. Kept outside the bounds, so a full queue cannot lose it; the first error is
-    /// kept until [`Queue::take_failure`]. Callable from any thread.
+    /// kept until `Queue::take_failure`. Callable from any thread.
     pub fn fail(&self, why: String) {
         let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
         if failed.is_none() {

@@ -4,7 +4,7 @@
 //! the server checked against a CA bundle, the system's trust store, or not at all when asked;
 //! a client certificate; a bearer token or basic-auth credentials, each read once from a file
 //! and never written anywhere. One HTTP/1.1 GET per read, no redirect followed, the whole
-//! exchange within [`SCRAPE_TIMEOUT`]. Errors name the URL or the file and say what to give.
+//! exchange within `SCRAPE_TIMEOUT` (5 s). Errors name the URL or the file and say what to give.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -332,7 +332,7 @@ impl Scraper {
         })
     }
 
-    /// Reads the metrics text (one GET, within [`SCRAPE_TIMEOUT`]).
+    /// Reads the metrics text (one GET, within `SCRAPE_TIMEOUT`).
     pub async fn fetch(&self) -> Result<String, ScrapeError> {
         let url = self.target.url();
         match tokio::time::timeout(SCRAPE_TIMEOUT, self.exchange()).await {
