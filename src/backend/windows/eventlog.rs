@@ -331,6 +331,18 @@ mod tests {
     use dxdp_core::health::feed;
     use dxdp_core::health::HealthPolicy;
 
+    /// Whether this runs under Wine (its ntdll exports `wine_get_version`).
+    fn under_wine() -> bool {
+        use windows::Win32::System::LibraryLoader::{GetModuleHandleW, GetProcAddress};
+        // SAFETY: ntdll is loaded in every process; both names are NUL-terminated literals.
+        unsafe {
+            GetModuleHandleW(windows::core::w!("ntdll.dll"))
+                .ok()
+                .and_then(|m| GetProcAddress(m, windows::core::s!("wine_get_version")))
+                .is_some()
+        }
+    }
+
     /// Under Wine `wevtapi.dll` is mostly stubs: subscribing and querying either work or fail
     /// with an error naming the call, never a panic, and a failed subscription leaves no queue
     /// behind.
@@ -346,6 +358,10 @@ mod tests {
             .unwrap(),
         );
         for from in [None, Some(&after)] {
+            if from.is_some() && under_wine() {
+                eprintln!("skipped subscribing_and_querying_fail_soft (its bookmark part): Wine's EvtCreateBookmark is an unimplemented stub that aborts the process; the native Windows jobs run it");
+                continue;
+            }
             match WindowsEventLog.subscribe(&q, from, queue.clone()) {
                 Ok(sub) => {
                     eprintln!("EvtSubscribe works here (bookmark: {})", from.is_some());
