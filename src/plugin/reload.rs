@@ -43,10 +43,11 @@ pub(crate) enum Outcome {
     Rejected(String),
 }
 
-/// Re-reads the configuration (a blocking read: call it off the async workers); publishes its
-/// values on `tx` only when they differ (where they came from is not compared) and pass
-/// [`servable::check`] for `kubelet_dir` on a host with `os`. Returns the configuration read,
-/// unless rejected.
+/// Re-reads the configuration (a blocking read: call it off the async workers) and judges it
+/// against what `tx` serves: `Applied` when its values differ (where they came from is not
+/// compared) and pass [`servable::check`] for `kubelet_dir` on a host with `os`. The caller
+/// publishes an applied one, after counting and logging it (so that whoever sees the new devices
+/// also finds the reload counted and logged). Returns the configuration read, unless rejected.
 pub(crate) fn reload_once(
     inputs: &Inputs,
     tx: &watch::Sender<Arc<Config>>,
@@ -63,7 +64,6 @@ pub(crate) fn reload_once(
     if let Err(e) = servable::check(&new, kubelet_dir, os) {
         return (Outcome::Rejected(e.to_string()), None);
     }
-    tx.send_replace(Arc::new(new.config.clone()));
     (Outcome::Applied, Some(new))
 }
 
@@ -282,6 +282,9 @@ pub(crate) async fn watch_counted(
                 if let Some(w) = &selection.warning {
                     tracing::warn!("{w}");
                 }
+                if let Some(r) = &read {
+                    tx.send_replace(Arc::new(r.config.clone()));
+                }
                 let after = tx.borrow().clone();
                 for (key, before, after) in [
                     (
@@ -373,6 +376,20 @@ fn address_text(a: Option<std::net::SocketAddr>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`super::reload_once`] and the publish of an applied configuration that the task does.
+    fn reload_once(
+        inputs: &Inputs,
+        tx: &watch::Sender<Arc<Config>>,
+        kubelet_dir: &Path,
+        os: &OsFacts,
+    ) -> (Outcome, Option<Resolved>) {
+        let (outcome, read) = super::reload_once(inputs, tx, kubelet_dir, os);
+        if let (Outcome::Applied, Some(r)) = (&outcome, &read) {
+            tx.send_replace(Arc::new(r.config.clone()));
+        }
+        (outcome, read)
+    }
 
     fn setup(text: &str) -> (tempfile::TempDir, Inputs, watch::Sender<Arc<Config>>) {
         let dir = tempfile::tempdir().unwrap();
