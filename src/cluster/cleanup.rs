@@ -75,12 +75,11 @@ impl Removed {
     }
 }
 
-/// What [`Cluster::cleanup`] would take off `node` (pure, for `--dry-run`): the labels dxdp's
-/// field managers own (as `managedFields` lists them), its taint, its conditions.
-pub(crate) fn planned(node: &Node) -> Removed {
-    let present = node.metadata.labels.clone().unwrap_or_default();
-    let mut labels: Vec<String> = node
-        .metadata
+/// The fields of `node` that dxdp's managers (the daemon's and validation's) wrote.
+fn dxdp_fields(
+    node: &Node,
+) -> impl Iterator<Item = &k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1> {
+    node.metadata
         .managed_fields
         .iter()
         .flatten()
@@ -91,6 +90,13 @@ pub(crate) fn planned(node: &Node) -> Removed {
             )
         })
         .filter_map(|m| m.fields_v1.as_ref())
+}
+
+/// What [`Cluster::cleanup`] would take off `node` (pure, for `--dry-run`): the labels dxdp's
+/// field managers own (as `managedFields` lists them), its taint, its conditions.
+pub(crate) fn planned(node: &Node) -> Removed {
+    let present = node.metadata.labels.clone().unwrap_or_default();
+    let mut labels: Vec<String> = dxdp_fields(node)
         .filter_map(|f| f.0.pointer("/f:metadata/f:labels")?.as_object().cloned())
         .flat_map(|owned| owned.into_iter().map(|(k, _)| k))
         .filter_map(|k| k.strip_prefix("f:").map(str::to_string))
@@ -162,19 +168,7 @@ fn dxdp_conditions(node: &Node) -> Vec<NodeCondition> {
 /// Whether dxdp left anything on `node`: labels its field manager applied, its taint, or one of
 /// its conditions.
 pub(crate) fn has_dxdp_state(node: &Node) -> bool {
-    let labels = node
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|m| {
-            matches!(
-                m.manager.as_deref(),
-                Some(FIELD_MANAGER | VALIDATION_FIELD_MANAGER)
-            )
-        })
-        .filter_map(|m| m.fields_v1.as_ref())
-        .any(|f| f.0.pointer("/f:metadata/f:labels").is_some());
+    let labels = dxdp_fields(node).any(|f| f.0.pointer("/f:metadata/f:labels").is_some());
     let taint = node
         .spec
         .as_ref()
