@@ -71,7 +71,10 @@ impl KeptConfig {
             return Ok(false);
         }
         if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)?;
+            crate::util::host_acl::create_protected_dir(
+                dir,
+                crate::util::host_acl::Readers::AdministratorsOnly,
+            )?;
         }
         // One name: one daemon per node writes here (it holds the node's lock), and a copy a
         // crash left is written over, never piled up.

@@ -557,11 +557,16 @@ pub(crate) const MAX_FILE_BYTES: u64 = 4 << 20;
 /// Reads a configuration file once it has settled: a regular file only (a FIFO, socket or
 /// device is an error naming what it is, never a read that blocks), at most
 /// `MAX_FILE_BYTES`. Blocks while a writer is at work (never on an async worker).
+/// On Windows the file must be owned by SYSTEM, Administrators or dxdp's own account
+/// (`crate::util::host_acl`): one another account placed is refused.
 pub fn read_file(path: &Path) -> Result<String, ConfigError> {
-    read_settled(path).map_err(|e| ConfigError::Read {
+    let refused = |reason: String| ConfigError::Read {
         path: path.display().to_string(),
-        reason: e.to_string(),
-    })
+        reason,
+    };
+    let text = read_settled(path).map_err(|e| refused(e.to_string()))?;
+    crate::util::host_acl::check_owner(path).map_err(|e| refused(e.to_string()))?;
+    Ok(text)
 }
 
 fn read_settled(path: &Path) -> Result<String, crate::util::stable_read::StableReadError> {
@@ -584,7 +589,13 @@ fn read_optional(path: &Path) -> Result<FileRead, ConfigError> {
         reason: e.to_string(),
     };
     match read_settled(path) {
-        Ok(text) => Ok(FileRead::Text(text)),
+        Ok(text) => {
+            crate::util::host_acl::check_owner(path).map_err(|e| ConfigError::Read {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+            Ok(FileRead::Text(text))
+        }
         Err(StableReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
             Ok(FileRead::Missing(error(StableReadError::Io(e))))
         }
@@ -711,6 +722,11 @@ impl Inputs {
         );
         apply_env(&mut c, &self.env)?;
         apply_flags(&mut c, &self.flags);
+        // The web configuration is a volume of the pod too (containerd 1.6: under the sandbox).
+        if let Some(path) = c.web_config_file.take() {
+            let sandbox = self.env.get(host_process::SANDBOX_VAR).map(String::as_str);
+            c.web_config_file = Some(host_process::resolve(&path, sandbox, |p| p.exists()));
+        }
         Ok(c)
     }
 

@@ -73,7 +73,12 @@ mod pipe {
         let mut tries = 0;
         loop {
             match ClientOptions::new().open(name) {
-                Ok(client) => return Ok(client),
+                Ok(client) => {
+                    use std::os::windows::io::AsRawHandle;
+                    crate::util::host_acl::check_pipe_server(client.as_raw_handle(), name)
+                        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+                    return Ok(client);
+                }
                 Err(e) if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && tries < BUSY_RETRIES => {
                     tries += 1;
                     tokio::time::sleep(BUSY_PAUSE).await;

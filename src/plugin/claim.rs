@@ -322,7 +322,21 @@ pub(crate) fn lock(locks: &Path, kubelet_dir: &Path) -> Result<DirLock, LockErro
 }
 
 /// Creates the lock directory; the shared fallback one world-writable with the sticky bit, as
+/// `/tmp` is, so that every user's daemon can lock there. On Windows `%ProgramData%\dxdp` and
+/// its lock directory are SYSTEM's and Administrators' alone (`host_acl`): a local user who
+/// could create the lock file could keep dxdp from starting.
+#[cfg(windows)]
+fn create_lock_dir(locks: &Path) -> std::io::Result<()> {
+    use crate::util::host_acl::{create_protected_dir, Readers};
+    if let Some(parent) = locks.parent().filter(|_| locks == lock_dir()) {
+        create_protected_dir(parent, Readers::AdministratorsOnly)?;
+    }
+    create_protected_dir(locks, Readers::AdministratorsOnly)
+}
+
+/// Creates the lock directory; the shared fallback one world-writable with the sticky bit, as
 /// `/tmp` is, so that every user's daemon can lock there.
+#[cfg(not(windows))]
 fn create_lock_dir(locks: &Path) -> std::io::Result<()> {
     if locks.is_dir() {
         return Ok(());

@@ -4,7 +4,7 @@
 //! service account token) appear at their `mountPath` on containerd 1.7 and later, but under the
 //! container's sandbox mount point (`%CONTAINER_SANDBOX_MOUNT_POINT%\<mountPath without the
 //! drive>`) on containerd 1.6. The one owner of that variable and of the path mapping: the
-//! configuration looks its files up with `resolve`, the cluster client the service account with
+//! configuration looks its files up with `resolve` (the pod's copy first), the cluster client the service account with
 //! `under_sandbox`. Outside a HostProcess container the variable is unset and paths are used
 //! as given.
 
@@ -33,8 +33,10 @@ pub(crate) fn under_sandbox(sandbox: &str, path: &str) -> Option<String> {
     ))
 }
 
-/// `path` if it exists or there is no sandbox; else the same path under the sandbox mount
-/// point when that exists; else `path` (so errors name the path the user gave).
+/// The pod's copy first: `path` under the sandbox mount point when there is a sandbox and the
+/// copy exists there; else `path` (so errors name the path the user gave). The pod's volume
+/// wins over a file at the same path on the host: on containerd 1.6 a file a local user
+/// planted at the host's `C:\etc\dxdp\config.yaml` would otherwise override the ConfigMap.
 pub(crate) fn resolve(
     path: &Path,
     sandbox: Option<&str>,
@@ -43,9 +45,6 @@ pub(crate) fn resolve(
     let Some(sandbox) = sandbox.filter(|s| !s.is_empty()) else {
         return path.to_path_buf();
     };
-    if exists(path) {
-        return path.to_path_buf();
-    }
     match under_sandbox(sandbox, &path.to_string_lossy()) {
         Some(candidate) if exists(Path::new(&candidate)) => PathBuf::from(candidate),
         _ => path.to_path_buf(),
@@ -112,11 +111,21 @@ mod tests {
     #[test]
     fn containerd_1_7_uses_the_mount_path() {
         let path = Path::new(r"C:\etc\dxdp\config.yaml");
+        let exists = fs(&[r"C:\etc\dxdp\config.yaml"]);
+        assert_eq!(resolve(path, Some(SANDBOX), exists), path);
+    }
+
+    #[test]
+    fn the_pods_copy_wins_over_a_file_planted_on_the_host() {
+        let path = Path::new(r"C:\etc\dxdp\config.yaml");
         let exists = fs(&[
             r"C:\etc\dxdp\config.yaml",
             r"C:\C\0f3a\etc\dxdp\config.yaml",
         ]);
-        assert_eq!(resolve(path, Some(SANDBOX), exists), path);
+        assert_eq!(
+            resolve(path, Some(SANDBOX), exists),
+            Path::new(r"C:\C\0f3a\etc\dxdp\config.yaml")
+        );
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! Small utilities shared across the layers: retry backoff ([`retry`]), error text
 //! (`errors`), reading files that may be mid-write (`stable_read`), blocking work with a
 //! time limit ([`bounded`]), what a file or directory is whatever it is called (`file_id`) and
-//! where a HostProcess container's volumes are ([`host_process`]), the one shape of a
+//! where a HostProcess container's volumes are ([`host_process`]), who may change the host files
+//! dxdp trusts (`host_acl`), the one shape of a
 //! long-lived task ([`task`]) and an optional deadline (`sleep_until`).
 //! Nothing here knows of the kubelet, the cluster or the configuration.
 
 pub mod bounded;
 pub(crate) mod errors;
 pub(crate) mod file_id;
+pub(crate) mod host_acl;
 pub mod host_process;
 pub mod retry;
 pub(crate) mod stable_read;

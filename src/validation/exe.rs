@@ -136,7 +136,10 @@ pub(crate) fn place(host_dir: &Path, version: &str, content: &[u8]) -> Result<Pa
             return Ok(target);
         }
     }
-    std::fs::create_dir_all(host_dir).map_err(err("create the directory"))?;
+    // Writable by SYSTEM and Administrators only (read and execute for the validation
+    // container): nobody else can plant a DLL beside dxdp.exe.
+    crate::util::host_acl::create_protected_dir(host_dir, crate::util::host_acl::Readers::Everyone)
+        .map_err(err("create the directory"))?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
