@@ -424,7 +424,10 @@ mod tests {
         assert_eq!(got, want, "{}", serde_json::to_string_pretty(&got).unwrap());
         let pod = &got["spec"]["template"]["spec"];
         assert_eq!(pod["automountServiceAccountToken"], false);
-        assert_eq!(pod["securityContext"]["windowsOptions"]["hostProcess"], false);
+        assert_eq!(
+            pod["securityContext"]["windowsOptions"]["hostProcess"],
+            false
+        );
     }
 
     #[test]
