@@ -21,11 +21,17 @@ Checks:
     (deploy/package_chart.py), deploy/drivers/*.yaml, deploy/preflight.yaml (`dxdp doctor` on a
     named node) and scripts/build-image.sh (stand-in docker: a build per Windows build and one
     manifest list by os.version; the release runs the same script).
+  * the admission policies (nodeApi.enforceOwnNode): rendered with the right match and binding
+    where Kubernetes 1.30+ can enforce them, refused below unless turned off (NOTES.txt warns),
+    and their CEL, evaluated by cel-python (not an API server) on written-out requests: dxdp's own
+    Node writes and its own validation Job (tests/fixtures/validation-job.json, the Rust unit
+    test's fixture) admitted, every other write denied;
   * the alerting rules: `promtool test rules deploy/prometheus/alerts-test.yaml`, every alert
     tested there, the chart's PrometheusRule equal to files/alerts.rules.yaml and accepted by
     `promtool check rules`, every runbook_url a section of docs/alerts.md.
 
-Needs: helm 3 ($HELM or on PATH), python3 with PyYAML and kubernetes-validate, promtool
+Needs: helm 3 ($HELM or on PATH), python3 with PyYAML, kubernetes-validate and cel-python (the
+admission policies' CEL; skipped visibly without it, except in CI), promtool
 (Debian's prometheus package; without it the alert checks are skipped, visibly, except in CI).
 """
 
@@ -48,9 +54,13 @@ VARIANTS = os.path.join(MANIFESTS, "variants")
 EXAMPLES = os.path.join(ROOT, "examples")
 RELEASE = "dxdp"
 NAMESPACE = "dxdp-system"
-# The oldest supported Kubernetes (HostProcess GA; older kubelets send the socket path as the
-# HTTP/2 :authority, which dxdp rejects) and the newest kubernetes-validate has schemas for.
-KUBE_VERSIONS = ["1.26.0", "1.37.0"]
+# The oldest Kubernetes the chart's defaults install on (1.30: ValidatingAdmissionPolicy v1 and
+# the node-name claim of service-account tokens, which nodeApi.enforceOwnNode needs) and the newest
+# kubernetes-validate has schemas for.
+KUBE_VERSIONS = ["1.30.0", "1.37.0"]
+# The oldest Kubernetes dxdp supports at all (HostProcess GA; older kubelets send the socket path
+# as the HTTP/2 :authority, which dxdp rejects): there only with nodeApi.enforceOwnNode=false.
+OLDEST_KUBE = "1.26.0"
 CONFIG_DIR = "C:\\etc\\dxdp"
 RESOURCES = ("directx.microsoft.com/display", "directx.microsoft.com/compute")
 
@@ -328,6 +338,7 @@ def assert_daemonset(label, objs, values):
     assert_node_api(label, objs, values, defaults, pod, c)
     assert_validation(label, objs, values, defaults, pod, c)
     assert_cleanup_hook(label, objs, values, defaults, ds)
+    assert_policies(label, objs, values, defaults, pod)
     for o in objs:
         if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE:
             fail(f"{label}: {o['kind']} in the release namespace", str(o["metadata"].get("namespace")))
@@ -336,7 +347,8 @@ def assert_daemonset(label, objs, values):
         ok(f"{label}: every object in the release namespace")
 
 
-CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
+CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding")
 
 # The variables the chart sets only with existingConfigMap (else it writes config.yaml).
 CHART_VARIABLES = ("DXDP_REPLICAS", "DXDP_LOG_LEVEL", "DXDP_LOG_FORMAT", "DXDP_METRICS_ADDRESS",
@@ -556,6 +568,11 @@ def assert_cleanup_hook(label, objs, values, defaults, ds):
           and pod.get("hostNetwork") is True
           and pod.get("nodeSelector") == dpod.get("nodeSelector")
           and pod.get("tolerations") == dpod.get("tolerations"), str(pod.get("nodeSelector")))
+    user = pod.get("securityContext", {}).get("windowsOptions", {}).get("runAsUserName")
+    check(f"{label}: the cleanup Job runs as cleanup.runAsUserName ({cleanup['runAsUserName']}); "
+          "Local service, not SYSTEM, by default",
+          user == cleanup["runAsUserName"] and defaults["cleanup"]["runAsUserName"] == "NT AUTHORITY\\Local service",
+          repr(user))
     check(f"{label}: the cleanup Job is bounded (activeDeadlineSeconds {cleanup['activeDeadlineSeconds']})",
           spec.get("activeDeadlineSeconds") == cleanup["activeDeadlineSeconds"] and pod.get("restartPolicy") == "Never")
     ds_selector = ds["spec"]["selector"]["matchLabels"]
@@ -583,6 +600,413 @@ def assert_cleanup_hook(label, objs, values, defaults, ds):
           and nbindings[0].get("subjects") == [{"kind": "ServiceAccount", "name": pod.get("serviceAccountName"),
                                                 "namespace": NAMESPACE}],
           str(nbindings))
+
+
+# ---------------------------------------------------------------------------------------------
+# The admission policies (nodeApi.enforceOwnNode): own-node-policy.yaml holds dxdp's token to its
+# own Node, validation-policy.yaml to its own validation Job shape. Their CEL is evaluated here
+# by cel-python (celpy), a CEL implementation outside the API server, on written-out requests:
+# what the API server itself would decide is not tested (no kube-apiserver is reachable from CI).
+
+POLICY_NODE = "-own-node"
+POLICY_JOB = "-validation-job"
+NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
+SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
+
+
+def policies_of(objs):
+    """{suffix: (policy, binding)} of the rendered admission policies."""
+    out = {}
+    for suffix in (POLICY_NODE, POLICY_JOB):
+        pol = [o for o in find(objs, "ValidatingAdmissionPolicy") if o["metadata"]["name"].endswith(suffix)]
+        bnd = [o for o in find(objs, "ValidatingAdmissionPolicyBinding") if o["metadata"]["name"].endswith(suffix)]
+        if pol or bnd:
+            out[suffix] = (pol, bnd)
+    return out
+
+
+def assert_policies(label, objs, values, defaults, pod):
+    """With nodeApi.enabled and nodeApi.enforceOwnNode (both on by default): the own-node policy
+    on nodes and nodes/status (CREATE, UPDATE, DELETE) for dxdp's service account, failing closed,
+    and its Deny binding; with validation on, the Job policy on jobs likewise. Otherwise none."""
+    node_api = {**defaults["nodeApi"], **values.get("nodeApi", {})}
+    validation = {**defaults["validation"], **values.get("validation", {})}
+    config = (values.get("config") or {}).get("validation") or {}
+    enforce = node_api["enabled"] and node_api["enforceOwnNode"]
+    want = {POLICY_NODE: enforce, POLICY_JOB: enforce and bool(validation["enabled"] or config.get("enabled"))}
+    got = policies_of(objs)
+    check(f"{label}: admission policies exactly {[k for k, v in want.items() if v]}",
+          sorted(got) == sorted(k for k, v in want.items() if v), str(sorted(got)))
+    user = f"system:serviceaccount:{NAMESPACE}:{pod.get('serviceAccountName')}"
+    rules = {POLICY_NODE: [{"apiGroups": [""], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
+                            "resources": ["nodes", "nodes/status"]}],
+             POLICY_JOB: [{"apiGroups": ["batch"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
+                           "resources": ["jobs"]}]}
+    for suffix, (pol, bnd) in got.items():
+        if not check(f"{label}: one policy{suffix} and one binding", len(pol) == 1 and len(bnd) == 1,
+                     f"{len(pol)} policies, {len(bnd)} bindings"):
+            continue
+        spec, bspec = pol[0]["spec"], bnd[0]["spec"]
+        conds = spec.get("matchConditions", [])
+        check(f"{label}: policy{suffix} fails closed and matches {rules[suffix][0]['resources']} of dxdp's service account only",
+              spec.get("failurePolicy") == "Fail"
+              and spec.get("matchConstraints", {}).get("resourceRules") == rules[suffix]
+              and len(conds) == 1 and conds[0]["expression"] == f'request.userInfo.username == "{user}"'
+              and "paramKind" not in spec,
+              f"{spec.get('matchConstraints')} {conds}")
+        check(f"{label}: binding{suffix} denies with policy{suffix}, for every object it matches",
+              bspec == {"policyName": pol[0]["metadata"]["name"], "validationActions": ["Deny"]}, str(bspec))
+
+
+def cel_program(env, expr, cache={}):
+    """A fresh program for `expr` (celpy's programs keep state between evaluations; the parsed
+    expression is kept)."""
+    if expr not in cache:
+        cache[expr] = env.compile(expr)
+    return env.program(cache[expr])
+
+
+def admit(policy, request, obj=None, old=None):
+    """What `policy` decides for a request, as the API server evaluates a ValidatingAdmissionPolicy
+    (matchConditions, then the variables in order, then every validation; an error denies with
+    failurePolicy Fail). Returns (admitted, [messages of the validations that denied])."""
+    import celpy
+    env = celpy.Environment()
+    cel = celpy.json_to_cel
+    act = {"request": cel(request), "object": cel(obj), "oldObject": cel(old)}
+    for c in policy["spec"].get("matchConditions", []):
+        try:
+            matched = bool(cel_program(env, c["expression"]).evaluate(act))
+        except celpy.CELEvalError as e:
+            return False, [f"matchCondition {c['name']}: error: {e}"]
+        if not matched:
+            return True, ["not matched"]
+    variables = celpy.celtypes.MapType({})
+    act["variables"] = variables
+    for v in policy["spec"].get("variables", []):
+        try:
+            value = cel_program(env, v["expression"]).evaluate(act)
+        except celpy.CELEvalError as e:  # an error is a value; a validation that uses it errs
+            value = e
+        variables[celpy.celtypes.StringType(v["name"])] = value
+    denied = []
+    for v in policy["spec"]["validations"]:
+        try:
+            result = cel_program(env, v["expression"]).evaluate(act)
+        except Exception as e:  # CELEvalError, or celpy's own TypeError on an error operand
+            denied.append(f"error: {str(e)[:200]}")
+            continue
+        if not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
+            denied.append(v.get("message", v["expression"]))
+    return not denied, denied
+
+
+def node_request(operation, claim=("gpu-node-1",), user=SERVICE_ACCOUNT, subresource=""):
+    extra = {NODE_NAME_CLAIM: list(claim), "authentication.kubernetes.io/pod-name": ["dxdp-abcde"]} if claim else {}
+    user_info = {"username": user, "uid": "u-1", "groups": ["system:serviceaccounts", "system:authenticated"]}
+    if extra:
+        user_info["extra"] = extra
+    return {"operation": operation, "name": "gpu-node-1", "subResource": subresource,
+            "resource": {"group": "", "version": "v1", "resource": "nodes"}, "userInfo": user_info}
+
+
+# A Windows GPU node as the API server holds it (trimmed), before dxdp writes.
+NODE = {
+    "apiVersion": "v1", "kind": "Node",
+    "metadata": {
+        "name": "gpu-node-1", "uid": "0b7e7c1e-1", "resourceVersion": "1001", "creationTimestamp": "2026-11-28T10:00:00Z",
+        "labels": {"kubernetes.io/os": "windows", "kubernetes.io/hostname": "gpu-node-1",
+                   "node.kubernetes.io/windows-build": "10.0.20348", "agentpool": "gpuwin",
+                   "directx.microsoft.com/display.count": "1",
+                   "directx.microsoft.com/device-plugin.config": "t4"},
+        "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+        "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1"}],
+    },
+    "spec": {"podCIDR": "10.244.3.0/24", "providerID": "azure:///x",
+             "taints": [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]},
+    "status": {
+        "capacity": {"cpu": "8", "directx.microsoft.com/display": "1"},
+        "allocatable": {"cpu": "8", "directx.microsoft.com/display": "1"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"},
+                       {"type": "DirectXGPUHealthy", "status": "True", "reason": "AllHealthy"}],
+        "nodeInfo": {"kubeletVersion": "v1.31.2", "operatingSystem": "windows"},
+    },
+}
+
+
+def edited(base, edit):
+    """A deep copy of `base` changed by `edit(copy)`, with what every write changes besides
+    (resourceVersion, managedFields)."""
+    import copy
+    o = copy.deepcopy(base)
+    edit(o)
+    if o is not None and base is not None:
+        o["metadata"]["resourceVersion"] = str(int(base["metadata"]["resourceVersion"]) + 1)
+        o["metadata"]["managedFields"] = base["metadata"]["managedFields"] + [{"manager": "dxdp", "operation": "Apply"}]
+    return o
+
+
+def set_label(k, v):
+    return lambda n: n["metadata"]["labels"].__setitem__(k, v)
+
+
+def drop_label(k):
+    return lambda n: n["metadata"]["labels"].pop(k)
+
+
+def add_taint(t):
+    return lambda n: n["spec"]["taints"].append(t)
+
+
+def set_condition(c):
+    def edit(n):
+        rest = [x for x in n["status"]["conditions"] if x["type"] != c["type"]]
+        n["status"]["conditions"] = rest + [c]
+    return edit
+
+
+ISOLATION_TAINT_ON = {"key": ISOLATION_TAINT, "effect": "NoSchedule"}
+
+# (case, request, edit of NODE or None (CREATE/DELETE), admitted)
+NODE_CASES = [
+    ("own node: dxdp changes its label", node_request("UPDATE"), set_label("directx.microsoft.com/display.count", "2"), True),
+    ("own node: dxdp adds its labels", node_request("UPDATE"),
+     lambda n: n["metadata"]["labels"].update({"directx.microsoft.com/memory": "16384", "directx.microsoft.com/api.cuda": "true"}), True),
+    ("own node: dxdp removes its label", node_request("UPDATE"), drop_label("directx.microsoft.com/display.count"), True),
+    ("own node: the validation labels", node_request("UPDATE"),
+     lambda n: n["metadata"]["labels"].update({"directx.microsoft.com/validated": "true",
+                                               "directx.microsoft.com/api.d3d12.validated": "true"}), True),
+    ("own node: dxdp's taint on", node_request("UPDATE"), add_taint(ISOLATION_TAINT_ON), True),
+    ("own node: dxdp's conditions", node_request("UPDATE", subresource="status"),
+     set_condition({"type": "DirectXGPUIsolation", "status": "False", "reason": "Violation"}), True),
+    ("own node: a no-op write", node_request("UPDATE"), lambda n: None, True),
+    ("another node", node_request("UPDATE", claim=("gpu-node-2",)), set_label("directx.microsoft.com/display.count", "2"), False),
+    ("a token without the node-name claim", node_request("UPDATE", claim=()),
+     set_label("directx.microsoft.com/display.count", "2"), False),
+    ("a claim with two values", node_request("UPDATE", claim=("gpu-node-1", "gpu-node-2")),
+     set_label("directx.microsoft.com/display.count", "2"), False),
+    ("another label added", node_request("UPDATE"), set_label("node-role.kubernetes.io/control-plane", ""), False),
+    ("another label changed", node_request("UPDATE"), set_label("agentpool", "other"), False),
+    ("another label removed", node_request("UPDATE"), drop_label("kubernetes.io/hostname"), False),
+    ("the configuration selector label (the operator's) changed", node_request("UPDATE"),
+     set_label("directx.microsoft.com/device-plugin.config", "other"), False),
+    ("an annotation added", node_request("UPDATE"),
+     lambda n: n["metadata"]["annotations"].__setitem__("x", "y"), False),
+    ("another taint added", node_request("UPDATE"), add_taint({"key": "evil", "effect": "NoExecute"}), False),
+    ("another taint removed", node_request("UPDATE"), lambda n: n["spec"].__setitem__("taints", []), False),
+    ("dxdp's taint key with NoExecute", node_request("UPDATE"),
+     add_taint({"key": ISOLATION_TAINT, "effect": "NoExecute"}), False),
+    ("spec.unschedulable", node_request("UPDATE"), lambda n: n["spec"].__setitem__("unschedulable", True), False),
+    ("spec.providerID changed", node_request("UPDATE"), lambda n: n["spec"].__setitem__("providerID", "x"), False),
+    ("another condition (Ready) changed", node_request("UPDATE", subresource="status"),
+     set_condition({"type": "Ready", "status": "False", "reason": "Evil"}), False),
+    ("status.allocatable changed", node_request("UPDATE", subresource="status"),
+     lambda n: n["status"]["allocatable"].__setitem__("nvidia.com/gpu", "8"), False),
+    ("creating a Node", node_request("CREATE"), None, False),
+    ("deleting a Node", node_request("DELETE"), None, False),
+]
+
+
+def job_request(operation, claim=("AKSWIN000001",), namespace=NAMESPACE):
+    user_info = {"username": SERVICE_ACCOUNT, "uid": "u-1"}
+    if claim:
+        user_info["extra"] = {NODE_NAME_CLAIM: list(claim)}
+    return {"operation": operation, "namespace": namespace,
+            "resource": {"group": "batch", "version": "v1", "resource": "jobs"}, "userInfo": user_info}
+
+
+# What the API server adds to a Job before validating admission (SetDefaults_PodSpec,
+# SetDefaults_Container, the Job's defaults and its generated selector labels).
+def job_as_admitted(job):
+    import copy
+    j = copy.deepcopy(job)
+    spec = j["spec"]
+    spec.update({"completions": 1, "parallelism": 1, "completionMode": "NonIndexed", "suspend": False,
+                 "podReplacementPolicy": "TerminatingOrFailed", "manualSelector": False,
+                 "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "c-1"}}})
+    spec["template"]["metadata"]["labels"].update({"batch.kubernetes.io/controller-uid": "c-1",
+                                                   "batch.kubernetes.io/job-name": j["metadata"]["name"],
+                                                   "controller-uid": "c-1", "job-name": j["metadata"]["name"]})
+    pod = spec["template"]["spec"]
+    pod.update({"dnsPolicy": "ClusterFirst", "schedulerName": "default-scheduler", "terminationGracePeriodSeconds": 30})
+    pod.setdefault("securityContext", {})
+    for c in pod["containers"]:
+        c.setdefault("terminationMessagePath", "/dev/termination-log")
+        c.setdefault("imagePullPolicy", "IfNotPresent")
+    return j
+
+
+JOB_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "validation-job.json")
+
+
+def job_cases(job):
+    """(case, request, object, oldObject, admitted) for the validation policy; `job` is dxdp's
+    own Job (the unit test's fixture) as admitted."""
+    import copy
+
+    def variant(edit):
+        j = copy.deepcopy(job)
+        edit(j)
+        return j
+
+    def pod(j):
+        return j["spec"]["template"]["spec"]
+
+    def container(j):
+        return pod(j)["containers"][0]
+
+    create = job_request("CREATE")
+    return [
+        ("dxdp's own Job (tests/fixtures/validation-job.json)", create, job, None, True),
+        ("another node's Job", job_request("CREATE", claim=("AKSWIN000002",)), job, None, False),
+        ("a token without the node-name claim", job_request("CREATE", claim=()), job, None, False),
+        ("another namespace", job_request("CREATE", namespace="kube-system"), job, None, False),
+        ("HostProcess (pod)", create, variant(lambda j: pod(j)["securityContext"]["windowsOptions"].update(
+            {"hostProcess": True})), None, False),
+        ("HostProcess (container)", create, variant(lambda j: container(j).__setitem__(
+            "securityContext", {"windowsOptions": {"hostProcess": True}})), None, False),
+        ("privileged", create, variant(lambda j: container(j).__setitem__("securityContext", {"privileged": True})),
+         None, False),
+        ("run as another user", create, variant(lambda j: pod(j)["securityContext"]["windowsOptions"].update(
+            {"runAsUserName": "NT AUTHORITY\\SYSTEM"})), None, False),
+        ("host network", create, variant(lambda j: pod(j).__setitem__("hostNetwork", True)), None, False),
+        ("another image", create, variant(lambda j: container(j).__setitem__("image", "evil.example.com/x:1")),
+         None, False),
+        ("another command", create, variant(lambda j: container(j).__setitem__("command", ["cmd.exe", "/c", "x"])),
+         None, False),
+        ("an extra volume (a Secret)", create, variant(lambda j: pod(j)["volumes"].append(
+            {"name": "s", "secret": {"secretName": "dxdp-web-config"}})), None, False),
+        ("another hostPath", create, variant(lambda j: pod(j)["volumes"][0]["hostPath"].__setitem__("path", "C:\\")),
+         None, False),
+        ("a writable mount", create, variant(lambda j: container(j)["volumeMounts"][0].__setitem__("readOnly", False)),
+         None, False),
+        ("a service-account token", create, variant(lambda j: pod(j).__setitem__("automountServiceAccountToken", True)),
+         None, False),
+        ("automountServiceAccountToken unset", create,
+         variant(lambda j: pod(j).pop("automountServiceAccountToken")), None, False),
+        ("a service account", create, variant(lambda j: pod(j).__setitem__("serviceAccountName", "dxdp")), None, False),
+        ("env from a Secret", create, variant(lambda j: container(j).__setitem__(
+            "envFrom", [{"secretRef": {"name": "dxdp-web-config"}}])), None, False),
+        ("an init container", create, variant(lambda j: pod(j).__setitem__(
+            "initContainers", [dict(container(j), name="init")])), None, False),
+        ("two containers", create, variant(lambda j: pod(j)["containers"].append(dict(container(j), name="b"))),
+         None, False),
+        ("an update", job_request("UPDATE"), job, job, False),
+        ("deleting its own node's Job", job_request("DELETE"), None, job, True),
+        ("deleting another node's Job", job_request("DELETE", claim=("AKSWIN000002",)), None, job, False),
+    ]
+
+
+def render_policies(*args):
+    code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, *args)
+    if code != 0:
+        return None, err
+    return {s: p[0][0] for s, p in policies_of(docs(out)).items() if p[0]}, None
+
+
+def policy_cel_checks():
+    """The rendered policies' CEL decides the written-out requests as intended (celpy)."""
+    try:
+        import celpy  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            fail("cel-python", "not installed (.ci/run installs it)")
+        else:
+            print("skipped the admission policies' CEL checks: cel-python is not installed (pip install cel-python==0.5.0)")
+        return
+    pols, err = render_policies("--set", "validation.enabled=true")
+    if not check("the chart renders both admission policies", pols and set(pols) == {POLICY_NODE, POLICY_JOB}, err or ""):
+        return
+    for case, request, edit, want in NODE_CASES:
+        old = NODE if request["operation"] != "CREATE" else None
+        obj = edited(NODE, edit) if request["operation"] == "UPDATE" else (NODE if request["operation"] == "CREATE" else None)
+        got, why = admit(pols[POLICY_NODE], request, obj, old)
+        check(f"own-node policy (celpy): {case}: {'admitted' if want else 'denied'}, by a validation, not an error",
+              got == want and not any(w.startswith("error:") for w in why), "; ".join(why))
+    other = dict(node_request("UPDATE"), userInfo={"username": "system:serviceaccount:kube-system:other"})
+    got, why = admit(pols[POLICY_NODE], other, edited(NODE, set_label("agentpool", "x")), NODE)
+    check("own-node policy (celpy): another identity is not matched (left to RBAC)", got and why == ["not matched"], str(why))
+    import json
+    with open(JOB_FIXTURE) as f:
+        job = job_as_admitted(json.load(f))
+    for case, request, obj, old, want in job_cases(job):
+        got, why = admit(pols[POLICY_JOB], request, obj, old)
+        check(f"validation Job policy (celpy): {case}: {'admitted' if want else 'denied'}, by a validation, not an error",
+              got == want and not any(w.startswith("error:") for w in why), "; ".join(why))
+    # Chart values the policies follow: the label prefix, the host directory, pinned images.
+    digest = "mcr.microsoft.com/windows/servercore@sha256:" + "a" * 64
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump({"nodeLabels": {"prefix": "example.com/gpu-"},
+                        "validation": {"enabled": True, "hostDir": "D:\\dxdp", "image": digest,
+                                       "allowedImages": [digest]}}, f)
+    try:
+        pols, err = render_policies("--values", f.name)
+    finally:
+        os.unlink(f.name)
+    if not check("the chart renders the policies with a label prefix, a host directory and a pinned image", pols, err or ""):
+        return
+    for case, edit, want in [("a label under nodeLabels.prefix", set_label("example.com/gpu-display.count", "1"), True),
+                             ("a directx.microsoft.com/ label other than the validation's",
+                              set_label("directx.microsoft.com/memory", "1"), False),
+                             ("the validation label", set_label("directx.microsoft.com/validated", "false"), True)]:
+        got, why = admit(pols[POLICY_NODE], node_request("UPDATE"), edited(NODE, edit), NODE)
+        check(f"own-node policy (celpy), prefix example.com/gpu-: {case}: {'admitted' if want else 'denied'}",
+              got == want, "; ".join(why))
+
+    def pinned(j):
+        j = json.loads(json.dumps(j))
+        j["spec"]["template"]["spec"]["containers"][0]["image"] = digest
+        j["spec"]["template"]["spec"]["volumes"][0]["hostPath"]["path"] = "D:\\dxdp"
+        return j
+    for case, obj, want in [("the pinned image from D:\\dxdp", pinned(job), True),
+                            ("the default tag, no longer allowed", dict(pinned(job), spec=job["spec"]), False)]:
+        got, why = admit(pols[POLICY_JOB], job_request("CREATE"), obj, None)
+        check(f"validation Job policy (celpy), pinned image and hostDir: {case}: {'admitted' if want else 'denied'}",
+              got == want, "; ".join(why))
+
+
+def policy_version_checks():
+    """Where the policies cannot be enforced the chart refuses, unless nodeApi.enforceOwnNode=false
+    says so (then NOTES.txt warns); a validation image outside the allowlist is refused."""
+    code, _, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, "--kube-version", "1.29.0")
+    check("chart refuses Kubernetes 1.29 with nodeApi.enforceOwnNode on, saying how to go on",
+          code != 0 and "needs ValidatingAdmissionPolicy" in err and "nodeApi.enforceOwnNode=false" in err,
+          f"exit {code}: {err.strip()[:300]}")
+    code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, "--kube-version", OLDEST_KUBE,
+                          "--set", "nodeApi.enforceOwnNode=false", "--set", "validation.enabled=true")
+    objs = docs(out) if code == 0 else []
+    check(f"chart installs on Kubernetes {OLDEST_KUBE} with nodeApi.enforceOwnNode=false, without policies",
+          code == 0 and not policies_of(objs), f"exit {code}: {err.strip()[:300]}")
+    if objs:
+        values = {"nodeApi": {"enforceOwnNode": False}, "validation": {"enabled": True}}
+        label = f"chart on Kubernetes {OLDEST_KUBE}, nodeApi.enforceOwnNode=false"
+        assert_daemonset(label, objs, values)
+        for version in (OLDEST_KUBE,):
+            errors = []
+            for o in objs:
+                try:
+                    kubernetes_validate.validate(o, version, strict=True)
+                except Exception as e:
+                    errors.append(f"{o.get('kind')}: {getattr(e, 'message', None) or e}")
+            check(f"{label}: valid Kubernetes {version} (strict)", not errors, "; ".join(errors[:3]))
+    # On a cluster Helm lists every served kind (v1/Namespace among them); `helm template
+    # --dry-run=server` does not read them, so --api-versions stands in for a cluster's discovery.
+    served = ["--api-versions", "v1/Namespace"]
+    code, _, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, *served)
+    check("chart refuses a cluster that does not serve ValidatingAdmissionPolicy, saying how to go on",
+          code != 0 and "does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy" in err
+          and "nodeApi.enforceOwnNode=false" in err, f"exit {code}: {err.strip()[:300]}")
+    code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, *served,
+                          "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")
+    check("chart renders the policies on a cluster that serves ValidatingAdmissionPolicy",
+          code == 0 and POLICY_NODE in policies_of(docs(out)), f"exit {code}: {err.strip()[:300]}")
+    code, _, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, "--set", "validation.enabled=true",
+                        "--set", "validation.image=registry.example.com/servercore:ltsc2022")
+    check("chart refuses a validation.image outside validation.allowedImages",
+          code != 0 and "is not in validation.allowedImages" in err, f"exit {code}: {err.strip()[:300]}")
+    code, _, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, "--set", "validation.enabled=true",
+                        "--set", "validation.allowedImages=null")
+    check("chart refuses an empty validation.allowedImages", code != 0, f"exit {code}: {err.strip()[:300]}")
 
 
 def assert_service_monitor(label, objs, metrics, pod_labels):
@@ -909,6 +1333,20 @@ def notes_checks():
     check("NOTES.txt offers the public-image smoke test (nvidia-smi) first",
           smoke != -1 and (build == -1 or smoke < build), out[:400])
     check("NOTES.txt says how uninstall cleans the nodes", "pre-delete hook" in out, out[-300:])
+    check("NOTES.txt is quiet about nodeApi.enforceOwnNode when it is on", "enforceOwnNode" not in out, out[:300])
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = os.path.join(tmp, "dxdp")
+        shutil.copytree(CHART, chart)
+        shutil.copy(os.path.join(chart, "templates", "NOTES.txt"), os.path.join(chart, "notes-copy.txt"))
+        with open(os.path.join(chart, "templates", "notes-rendered.yaml"), "w") as f:
+            f.write('notes: {{ tpl (.Files.Get "notes-copy.txt") . | toJson }}\n')
+        code, out, err = helm("template", RELEASE, chart, "--namespace", NAMESPACE, *IMAGE,
+                              "--set", "nodeApi.enforceOwnNode=false", "--set", "validation.enabled=true",
+                              "--show-only", "templates/notes-rendered.yaml")
+    out = (docs(out) or [{}])[0].get("notes", "") if code == 0 else ""
+    check("NOTES.txt warns when nodeApi.enforceOwnNode is false (every Node; Jobs with validation)",
+          "WARNING: nodeApi.enforceOwnNode is false" in out and "every Node" in out and "create any" in out,
+          f"exit {code}: {err.strip()[:200]} {out[:300]}")
 
 
 class FakeNamespaceApi:
@@ -940,8 +1378,19 @@ class FakeNamespaceApi:
                     return self.send(200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0"})
                 if path == "/api":
                     return self.send(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+                group = {"name": "admissionregistration.k8s.io",
+                         "versions": [{"groupVersion": "admissionregistration.k8s.io/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "admissionregistration.k8s.io/v1", "version": "v1"}}
                 if path == "/apis":
-                    return self.send(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+                    return self.send(200, {"kind": "APIGroupList", "apiVersion": "v1",
+                                           "groups": [group]})
+                if path == "/apis/admissionregistration.k8s.io/v1":
+                    return self.send(200, {"kind": "APIResourceList", "groupVersion": "admissionregistration.k8s.io/v1",
+                                           "resources": [
+                        {"name": "validatingadmissionpolicies", "singularName": "validatingadmissionpolicy",
+                         "namespaced": False, "kind": "ValidatingAdmissionPolicy", "verbs": ["get"]},
+                        {"name": "validatingadmissionpolicybindings", "singularName": "validatingadmissionpolicybinding",
+                         "namespaced": False, "kind": "ValidatingAdmissionPolicyBinding", "verbs": ["get"]}]})
                 if path == "/api/v1":
                     return self.send(200, {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
                         {"name": "namespaces", "singularName": "namespace", "namespaced": False,
@@ -996,6 +1445,8 @@ def cluster_lookup_checks():
               f"exit {code}: {err.strip()[:300]}")
         code, out, err = render(privileged)
         check("on a cluster: a namespace labelled privileged installs", code == 0, err.strip()[:300])
+        check("on a cluster: the own-node policy is rendered", code == 0 and POLICY_NODE in policies_of(docs(out)),
+              err.strip()[:300])
         code, out, err = render(None, "--set", "namespace.create=true")
         check("on a cluster: namespace.create=true renders the Namespace when none exists (helm template)",
               code == 0 and find(docs(out), "Namespace"), err.strip()[:300])
@@ -1415,6 +1866,8 @@ def main():
     build_image_checks()
     alert_checks()
     pod_info_checks()
+    policy_version_checks()
+    policy_cel_checks()
     print(f"\n{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{self as batch, Job};
 use k8s_openapi::api::core::v1::{
-    Container, HostPathVolumeSource, Pod, PodSpec, PodTemplateSpec, ResourceRequirements,
-    Toleration, Volume, VolumeMount,
+    Container, HostPathVolumeSource, Pod, PodSecurityContext, PodSpec, PodTemplateSpec,
+    ResourceRequirements, Toleration, Volume, VolumeMount, WindowsSecurityContextOptions,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -141,6 +141,17 @@ pub(crate) fn job(spec: &JobSpec) -> Job {
     let pod = PodSpec {
         node_name: Some(spec.node.clone()),
         restart_policy: Some("Never".into()),
+        // An ordinary (process-isolated) container, said explicitly, without an API token: the
+        // chart's admission policy refuses any other Job from dxdp's service account
+        // (deploy/helm/dxdp/templates/validation-policy.yaml).
+        automount_service_account_token: Some(false),
+        security_context: Some(PodSecurityContext {
+            windows_options: Some(WindowsSecurityContextOptions {
+                host_process: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         node_selector: Some([("kubernetes.io/os".into(), "windows".into())].into()),
         // The GPU node may carry taints (dxdp's own isolation taint among them): the Job must
         // run on this node whatever they are.
@@ -398,6 +409,25 @@ mod tests {
             r"C:\var\lib\dxdp\validation"
         );
         assert_eq!(j["metadata"]["labels"][NODE_LABEL], "AKSWIN000001");
+    }
+
+    /// The whole Job, as tests/fixtures/validation-job.json writes it out: deploy/check.py
+    /// evaluates the chart's admission policy (validation-policy.yaml) on the same file, so the
+    /// Job dxdp creates and the shape the policy admits cannot drift apart.
+    #[test]
+    fn the_job_is_the_shape_the_chart_s_admission_policy_admits() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/validation-job.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let want: Value = serde_json::from_str(&text).unwrap();
+        let got = serde_json::to_value(job(&spec())).unwrap();
+        assert_eq!(got, want, "{}", serde_json::to_string_pretty(&got).unwrap());
+        let pod = &got["spec"]["template"]["spec"];
+        assert_eq!(pod["automountServiceAccountToken"], false);
+        assert_eq!(
+            pod["securityContext"]["windowsOptions"]["hostProcess"],
+            false
+        );
     }
 
     #[test]

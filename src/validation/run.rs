@@ -36,8 +36,9 @@ pub(crate) async fn run_once(
             verdict: Verdict::Unknown,
             summary: None,
             reason: format!(
-                "cannot create the validation Job {ns}/{name}: {} (RBAC: create jobs in {ns})",
-                e.reason
+                "cannot create the validation Job {ns}/{name}: {} ({})",
+                e.reason,
+                create_refused_hint(e.status, ns)
             ),
         };
     }
@@ -87,10 +88,33 @@ pub async fn publish_labels(cluster: &Cluster, result: &JobResult) -> Result<(),
         .map(|_| ())
 }
 
+/// What to look at when the API server refused the Job: RBAC (403), or the chart's admission
+/// policy (422: a ValidatingAdmissionPolicy's denial is Invalid unless it says otherwise).
+fn create_refused_hint(status: Option<u16>, ns: &str) -> String {
+    match status {
+        Some(422) => "an admission policy refused the Job's shape: the chart's <release>-validation-job allows only validation.allowedImages, validation.hostDir and the node of the token's node-name claim; docs/validation.md#what-a-node-may-create".to_string(),
+        _ => format!("RBAC: create jobs in {ns}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::validation::job::VALIDATED_LABEL;
+
+    #[test]
+    fn a_refused_job_names_rbac_or_the_admission_policy() {
+        assert_eq!(
+            create_refused_hint(Some(403), "dxdp-system"),
+            "RBAC: create jobs in dxdp-system"
+        );
+        assert_eq!(
+            create_refused_hint(None, "dxdp-system"),
+            "RBAC: create jobs in dxdp-system"
+        );
+        assert!(create_refused_hint(Some(422), "dxdp-system")
+            .starts_with("an admission policy refused the Job's shape"));
+    }
 
     // The API server stand-in, as the cluster tests load it.
     use crate::cluster::tests::standin;
