@@ -1486,6 +1486,19 @@ def packaged_readme_checks():
         packaged = glob.glob(os.path.join(out, "dxdp-0.0.0.tgz"))
         check("deploy/package_chart.py packages the chart", p.returncode == 0 and packaged,
               (p.stdout + p.stderr).strip()[-300:])
+    # The release writes the image it pushed into the packaged values (image.repository, .digest).
+    digest = "sha256:" + "0123456789abcdef" * 4
+    values = open(os.path.join(CHART, "values.yaml")).read()
+    pinned = package_chart.pin_image(values, "ghcr.io/owner/dxdp", digest)
+    check("deploy/package_chart.py --image-digest pins the image in values.yaml (and changes nothing else)",
+          pinned == values.replace('\n  repository: ""\n', '\n  repository: "ghcr.io/owner/dxdp"\n', 1)
+          .replace('\n  digest: ""\n', f'\n  digest: "{digest}"\n', 1) and pinned != values)
+    try:
+        package_chart.pin_image(values, "ghcr.io/owner/dxdp", "sha256:abc")
+        refused = False
+    except ValueError as e:
+        refused = "not sha256:<64 hex digits>" in str(e)
+    check("deploy/package_chart.py refuses a digest that is not sha256:<64 hex>", refused)
 
 
 def manifest_checks(update):
@@ -1594,6 +1607,9 @@ def build_image_checks():
                     f"echo CALL >> {record}\n"
                     f"printf '%s\\n' \"$@\" >> {record}\n"
                     f"n=$(grep -c '^CALL$' {record})\n"
+                    "if [ \"$1 $2 $3\" = 'buildx imagetools inspect' ]; then\n"
+                    "  printf 'Name: %s\\nMediaType: application/vnd.oci.image.index.v1+json\\nDigest: sha256:%064d\\n' \"$4\" \"$n\"\n"
+                    "fi\n"
                     "if [ \"$1 $2\" = 'buildx build' ]; then\n"
                     "  context=$(eval echo \\${$#})\n"
                     f"  ls \"$context\" >> {record}\n"
@@ -1609,15 +1625,19 @@ def build_image_checks():
         exe = os.path.join(tmp, "dxdp.exe")
         with open(exe, "wb") as f:
             f.write(b"MZ not really an exe")
-        env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+        image_record = os.path.join(tmp, "image-record")
+        env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+               "DXDP_IMAGE_RECORD": image_record}
         p = subprocess.run([os.path.join(ROOT, "scripts", "build-image.sh"), "registry.example.com/dxdp:0.0.0", exe],
                            capture_output=True, text=True, env=env)
         calls = open(record).read().split("CALL\n")[1:] if os.path.exists(record) else []
+        pushed = open(image_record).read() if os.path.exists(image_record) else ""
         refused = subprocess.run([os.path.join(ROOT, "scripts", "build-image.sh"), "registry.example.com/dxdp", exe],
                                  capture_output=True, text=True, env=env)
     calls = [c.rstrip("\n").split("\n") for c in calls]
     builds = [c for c in calls if c[:2] == ["buildx", "build"]]
     creates = [c for c in calls if c[:3] == ["buildx", "imagetools", "create"]]
+    inspects = [c for c in calls if c[:3] == ["buildx", "imagetools", "inspect"]]
     copied = set()
     default_base = None
     for line in open(dockerfile):
@@ -1625,8 +1645,9 @@ def build_image_checks():
             copied.update(w for w in line.split()[1:-1] if not w.startswith("--"))
         if line.startswith("ARG BASE_IMAGE="):
             default_base = line.strip().split("=", 1)[1]
-    check("scripts/build-image.sh exits 0 and builds the builds, then the manifest list",
-          p.returncode == 0 and len(builds) == 3 and len(creates) == 1 and calls[-1] is creates[0],
+    check("scripts/build-image.sh exits 0 and builds the builds, then the manifest list, then reads its digest",
+          p.returncode == 0 and len(builds) == 3 and len(creates) == 1 and len(calls) >= 2
+          and calls[-2] is creates[0] and calls[-1] == ["buildx", "imagetools", "inspect", "registry.example.com/dxdp:0.0.0"],
           f"exit {p.returncode}: {p.stderr.strip()[:200]} {[c[:3] for c in calls]}")
     want_flags = ["--platform", "windows/amd64", "--provenance=false", "--sbom=false", "-f", dockerfile, "--push"]
     names, build_args, digests = [], [], []
@@ -1645,7 +1666,7 @@ def build_image_checks():
           names == ["registry.example.com/dxdp:0.0.0-ltsc2025", "registry.example.com/dxdp:0.0.0-ltsc2022",
                     "registry.example.com/dxdp:0.0.0-any"], str(names))
     check("build-image.sh: the 2025 and other-build images use the Dockerfile's base, 2022 keeps v1.0.0",
-          [a.get("BASE_IMAGE") for a in build_args] == [
+          [a.get("BASE_IMAGE", "").split("@")[0] for a in build_args] == [
               default_base, "mcr.microsoft.com/oss/kubernetes/windows-host-process-containers-base-image:v1.0.0",
               default_base]
           and default_base == "mcr.microsoft.com/oss/v2/kubernetes/windows-host-process-containers-base-image:2.0.0"
@@ -1664,6 +1685,26 @@ def build_image_checks():
               {"digest": digests[0], "platform": {**windows, "os.version": "10.0.26100"}},
               {"digest": digests[1], "platform": {**windows, "os.version": "10.0.20348"}},
               {"digest": digests[2], "platform": windows}] if len(digests) == 3 else False, str(create))
+    # Each base resolved by `imagetools inspect` just before its build: the stand-in's digest is
+    # the number of that call.
+    # Each base resolved once by `imagetools inspect`, before the builds: the stand-in's digest is
+    # the number of that call (1: the 2.0.0 base, 2: v1.0.0).
+    base_2 = "mcr.microsoft.com/oss/v2/kubernetes/windows-host-process-containers-base-image:2.0.0"
+    base_1 = "mcr.microsoft.com/oss/kubernetes/windows-host-process-containers-base-image:v1.0.0"
+    resolved = [f"{base_2}@sha256:{1:064d}", f"{base_1}@sha256:{2:064d}", f"{base_2}@sha256:{1:064d}"]
+    check("build-image.sh resolves each base once, before building",
+          [c[3] for c in inspects[:2]] == [base_2, base_1] and calls[:2] == inspects[:2],
+          str([c[:4] for c in calls[:3]]))
+    check("build-image.sh builds FROM each base by the digest imagetools reports",
+          [a.get("BASE_IMAGE") for a in build_args] == resolved,
+          f"{[a.get('BASE_IMAGE') for a in build_args]} vs {resolved}")
+    index_digest = f"sha256:{len(calls):064d}"
+    want_record = "".join(
+        f"entry\t{n}\t{v}\tregistry.example.com/dxdp:0.0.0-{n}@{d}\t{b}\n"
+        for n, v, d, b in zip(["ltsc2025", "ltsc2022", "any"], ["10.0.26100", "10.0.20348", "any"],
+                              digests, resolved)) + f"index\tregistry.example.com/dxdp:0.0.0@{index_digest}\n"
+    check("build-image.sh records every pushed image and base by digest (DXDP_IMAGE_RECORD)",
+          pushed == want_record, f"{pushed!r} vs {want_record!r}")
     check("build-image.sh refuses an image without a tag", refused.returncode == 2 and "no tag" in refused.stderr,
           f"exit {refused.returncode}: {refused.stderr.strip()[:200]}")
     release = open(os.path.join(ROOT, ".github", "workflows", "release.yml")).read()

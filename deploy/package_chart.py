@@ -8,6 +8,10 @@ records the repository in Chart.yaml (`home`, `sources`), and runs `helm package
 
     deploy/package_chart.py --repository OWNER/NAME --ref v1.2.3 --version 1.2.3 -d dist
 
+With --image-repository and --image-digest it also writes the image the release pushed into the
+packaged values.yaml (`image.repository`, `image.digest`), so that the chart installs exactly the
+image built and signed with it (a user's --set still overrides them).
+
 The release workflow (.github/workflows/release.yml) runs it; deploy/check.py checks the rewrite.
 """
 
@@ -40,6 +44,28 @@ def rewrite(text, base, chart_dir=CHART):
     return LINK.sub(absolute, text), links
 
 
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def pin_image(values, repository, digest):
+    """`values` (the chart's values.yaml) with the `image:` block's `repository` and `digest` set.
+    Refuses a digest that is not sha256:<64 hex> and a values file whose image block has no
+    empty `repository: ""` and `digest: ""` lines to fill."""
+    if not DIGEST.match(digest):
+        raise ValueError(f"--image-digest {digest!r} is not sha256:<64 hex digits>")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._/:-]*", repository):
+        raise ValueError(f"--image-repository {repository!r} is not a lower-case image repository")
+    block = re.search(r"^image:\n((?:[ #].*\n|\n)*)", values, flags=re.M)
+    if not block:
+        raise ValueError("values.yaml has no top-level image: block")
+    body = block.group(1)
+    new, n_repo = re.subn(r'^  repository: ""$', f'  repository: "{repository}"', body, count=1, flags=re.M)
+    new, n_digest = re.subn(r'^  digest: ""$', f'  digest: "{digest}"', new, count=1, flags=re.M)
+    if n_repo != 1 or n_digest != 1:
+        raise ValueError('values.yaml\'s image block has no empty repository: "" and digest: "" to fill')
+    return values[:block.start(1)] + new + values[block.end(1):]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repository", required=True, help="OWNER/NAME on GitHub")
@@ -47,7 +73,11 @@ def main():
     p.add_argument("--version", required=True, help="chart version and appVersion")
     p.add_argument("-d", "--destination", default="dist")
     p.add_argument("--helm", default=os.environ.get("HELM", "helm"))
+    p.add_argument("--image-repository", help="the image repository to write into values.yaml")
+    p.add_argument("--image-digest", help="the image's digest (sha256:...) to write into values.yaml")
     a = p.parse_args()
+    if bool(a.image_repository) != bool(a.image_digest):
+        p.error("--image-repository and --image-digest go together")
     url = f"https://github.com/{a.repository}"
     with tempfile.TemporaryDirectory() as tmp:
         chart = os.path.join(tmp, "dxdp")
@@ -59,6 +89,15 @@ def main():
         meta = open(chart_yaml, encoding="utf-8").read()
         meta = re.sub(r"^sources: \[\]$", f"home: {url}\nsources: [{url}]", meta, flags=re.M)
         open(chart_yaml, "w", encoding="utf-8").write(meta)
+        if a.image_digest:
+            values_yaml = os.path.join(chart, "values.yaml")
+            try:
+                values = pin_image(open(values_yaml, encoding="utf-8").read(), a.image_repository, a.image_digest)
+            except ValueError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            open(values_yaml, "w", encoding="utf-8").write(values)
+            print(f"values.yaml: image {a.image_repository}@{a.image_digest}")
         print(f"README: {len(links)} links made absolute under {url}/blob/{a.ref}")
         os.makedirs(a.destination, exist_ok=True)
         return subprocess.call([a.helm, "package", chart, "--version", a.version,

@@ -142,8 +142,8 @@ pub fn taint_want(
     min_hold: Duration,
 ) -> TaintWant {
     match (policy, violations) {
-        // The operator turned the policy off: at once.
-        (IsolationPolicy::Audit, _) => TaintWant::Off,
+        // The operator turned the policy off (or withdraws GPUs instead): at once.
+        (IsolationPolicy::Audit | IsolationPolicy::Withdraw, _) => TaintWant::Off,
         (IsolationPolicy::Taint, Some(n)) if n > 0 => TaintWant::On,
         (IsolationPolicy::Taint, None) if since_start < start_grace => {
             TaintWant::Wait(start_grace - since_start)

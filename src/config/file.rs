@@ -343,8 +343,9 @@ pub(crate) struct TelemetryFile {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct IsolationFile {
-    /// What dxdp does while a container uses a GPU it was not allocated: `audit` (report it) or
-    /// `taint` (also put a NoSchedule taint on the node).
+    /// What dxdp does while a container uses a GPU it was not allocated: `audit` (report it),
+    /// `withdraw` (also advertise that GPU Unhealthy) or `taint` (also put a NoSchedule taint on
+    /// the node).
     pub(crate) policy: Option<IsolationPolicy>,
     /// Report violations as Kubernetes Events on the pod (needs create on events).
     pub(crate) events: Option<bool>,
@@ -359,24 +360,29 @@ pub enum IsolationPolicy {
     Audit,
     /// Also taint the node NoSchedule while any violation lasts.
     Taint,
+    /// Also advertise each GPU used without allocation Unhealthy while the violation lasts (no
+    /// new pod is given it; the rest of the node stays open).
+    Withdraw,
 }
 
 impl IsolationPolicy {
-    /// `audit` or `taint`.
+    /// `audit`, `taint` or `withdraw`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             IsolationPolicy::Audit => "audit",
             IsolationPolicy::Taint => "taint",
+            IsolationPolicy::Withdraw => "withdraw",
         }
     }
 
-    /// Parses `audit` or `taint`; says what is allowed otherwise.
+    /// Parses `audit`, `taint` or `withdraw`; says what is allowed otherwise.
     pub(crate) fn parse(text: &str) -> Result<Self, String> {
         match text.trim().to_ascii_lowercase().as_str() {
             "audit" => Ok(IsolationPolicy::Audit),
             "taint" => Ok(IsolationPolicy::Taint),
+            "withdraw" => Ok(IsolationPolicy::Withdraw),
             _ => Err(format!(
-                "isolation policy {} is not audit or taint",
+                "isolation policy {} is not audit, withdraw or taint",
                 quote(text)
             )),
         }

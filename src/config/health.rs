@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use dxdp_core::health::reason::Reason;
-use dxdp_core::health::{Action, HealthPolicy, SignalPolicy};
+use dxdp_core::health::{Action, Ambiguous, HealthPolicy, SignalPolicy};
 use dxdp_core::quote::quote;
 
 use super::schema::inline_schema;
@@ -146,6 +146,17 @@ pub(crate) enum ActionName {
     Ignore,
 }
 
+/// `health.signals.<name>.ambiguous` as written: what an event does that cannot be told apart
+/// among several devices of its driver's vendor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum AmbiguousName {
+    /// Counted, logged and shown; no device is charged (the default).
+    EventOnly,
+    /// Charged to every device of the vendor (one tenant's resets can take them all).
+    AllOfVendor,
+}
+
 /// `health.signals.<name>` as written.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -159,6 +170,9 @@ pub(crate) struct SignalFile {
     pub(crate) count: Option<u32>,
     /// The window `count` is counted in (needed when `count` is above 1).
     pub(crate) window: Option<HealthDuration>,
+    /// What an event does that cannot be told apart among two or more devices of its driver's
+    /// vendor (event signals; default event_only).
+    pub(crate) ambiguous: Option<AmbiguousName>,
 }
 
 impl SignalFile {
@@ -192,6 +206,11 @@ impl SignalFile {
                     "health.signals.{name}: count and window are for event signals (tdr, live_kernel_event)"
                 ));
             }
+            if self.ambiguous.is_some() {
+                return Err(format!(
+                    "health.signals.{name}: ambiguous is for event signals (tdr, live_kernel_event); a condition is read per device"
+                ));
+            }
         }
         let count = self.count.unwrap_or(1);
         if count == 0 {
@@ -206,6 +225,10 @@ impl SignalFile {
             action,
             count,
             window: self.window.map(|w| w.0).unwrap_or_default(),
+            ambiguous: match self.ambiguous {
+                None | Some(AmbiguousName::EventOnly) => Ambiguous::EventOnly,
+                Some(AmbiguousName::AllOfVendor) => Ambiguous::AllOfVendor,
+            },
         })
     }
 }
@@ -268,6 +291,9 @@ pub(crate) fn show_signals(p: &HealthPolicy) -> Value {
             v["count"] = json!(s.count);
             v["window"] = json!(duration_text(s.window));
         }
+        if !r.is_condition() && s.action != Action::Ignore {
+            v["ambiguous"] = json!(s.ambiguous.as_str());
+        }
         out.insert(r.as_str().to_string(), v);
     }
     Value::Object(out)
@@ -299,6 +325,7 @@ mod tests {
             for_: for_.map(|s| HealthDuration(Duration::from_secs(s))),
             count,
             window: window.map(|s| HealthDuration(Duration::from_secs(s))),
+            ambiguous: None,
         };
         use ActionName::*;
         assert_eq!(
@@ -306,8 +333,21 @@ mod tests {
             Ok(SignalPolicy {
                 action: Action::UnhealthyFor(Duration::from_secs(900)),
                 count: 3,
-                window: Duration::from_secs(600)
+                window: Duration::from_secs(600),
+                ambiguous: Ambiguous::EventOnly,
             })
+        );
+        let mut all = e(UnhealthyFor, Some(600), Some(3), Some(600));
+        all.ambiguous = Some(AmbiguousName::AllOfVendor);
+        assert_eq!(
+            all.policy(Reason::Tdr).map(|p| p.ambiguous),
+            Ok(Ambiguous::AllOfVendor)
+        );
+        let mut condition = e(UnhealthyUntilCleared, None, None, None);
+        condition.ambiguous = Some(AmbiguousName::AllOfVendor);
+        assert_eq!(
+            condition.policy(Reason::ProblemCode),
+            Err("health.signals.problem_code: ambiguous is for event signals (tdr, live_kernel_event); a condition is read per device".into())
         );
         let table: [(SignalFile, Reason, &str); 6] = [
             (

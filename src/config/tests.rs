@@ -1301,7 +1301,7 @@ fn isolation_keys_follow_the_precedence_and_policies_are_checked() {
     .unwrap_err()
     .to_string();
     assert!(
-        err.contains("DXDP_ISOLATION_POLICY") && err.contains("not audit or taint"),
+        err.contains("DXDP_ISOLATION_POLICY") && err.contains("not audit, withdraw or taint"),
         "{err}"
     );
     for (text, part) in [
@@ -1563,13 +1563,13 @@ fn pod_labels_and_pod_uid_are_read_from_the_file_and_a_bad_pattern_is_refused() 
 #[test]
 fn health_signals_and_ignore_reach_the_policy_and_wrong_ones_are_refused_by_file_and_key() {
     use dxdp_core::health::reason::Reason;
-    use dxdp_core::health::{Action, SignalPolicy};
+    use dxdp_core::health::{Action, Ambiguous, SignalPolicy};
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let file = write(
         &dir,
         "config.yaml",
-        "health:\n  signals:\n    tdr: {action: unhealthy_for, for: 15m, count: 3, window: 10m}\n    driver_update: {action: event_only}\n  ignore: [live_kernel_event]\n",
+        "health:\n  signals:\n    tdr: {action: unhealthy_for, for: 15m, count: 3, window: 10m, ambiguous: all_of_vendor}\n    driver_update: {action: event_only}\n  ignore: [live_kernel_event]\n",
     );
     let c = inputs(Some(file.clone()), &[], Flags::default())
         .resolve()
@@ -1580,7 +1580,8 @@ fn health_signals_and_ignore_reach_the_policy_and_wrong_ones_are_refused_by_file
         SignalPolicy {
             action: Action::UnhealthyFor(Duration::from_secs(900)),
             count: 3,
-            window: Duration::from_secs(600)
+            window: Duration::from_secs(600),
+            ambiguous: Ambiguous::AllOfVendor,
         }
     );
     assert_eq!(p.of(Reason::DriverUpdate).action, Action::EventOnly);
@@ -1596,7 +1597,7 @@ fn health_signals_and_ignore_reach_the_policy_and_wrong_ones_are_refused_by_file
     let json = c.show_json();
     assert_eq!(
         json["health.signals"]["value"]["tdr"],
-        serde_json::json!({"action": "unhealthy_for", "for": "15m", "count": 3, "window": "10m"})
+        serde_json::json!({"action": "unhealthy_for", "for": "15m", "count": 3, "window": "10m", "ambiguous": "all_of_vendor"})
     );
     assert_eq!(
         json["health.ignore"]["value"],

@@ -349,6 +349,8 @@ impl Daemon {
             }),
             _ => None,
         };
+        // The audit's violations (isolation.policy: withdraw takes GPUs out of serving).
+        let (telemetry, active) = telemetry::tasks(&ctx, host_snapshot);
         specs.extend(serve::tasks(
             &mut started,
             &plugin,
@@ -356,6 +358,7 @@ impl Daemon {
             config_rx,
             inventory_tx,
             reload,
+            active.subscribe(),
         ));
         if let (Some(cluster), Some((node_tx, _))) = (&ctx.cluster, node) {
             specs.extend(cluster::node_tasks(
@@ -365,7 +368,6 @@ impl Daemon {
                 safety_poll,
             ));
         }
-        let (telemetry, active) = telemetry::tasks(&ctx, host_snapshot);
         specs.extend(telemetry);
         specs.extend(health::tasks(&ctx, &active));
         specs.extend(validation::tasks(&ctx));

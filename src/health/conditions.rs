@@ -436,6 +436,7 @@ mod tests {
         assert_eq!(camel(Reason::LiveKernelEvent), "LiveKernelEvent");
         assert_eq!(camel(Reason::Removed), "Removed");
         assert_eq!(camel(Reason::Tdr), "TDR");
+        assert_eq!(camel(Reason::IsolationViolation), "IsolationViolation");
     }
 
     #[test]

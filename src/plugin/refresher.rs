@@ -19,6 +19,7 @@ use tokio::sync::{watch, Notify};
 
 use super::file_watch::{parent_dirs, Change, DirEvent, FileWatch, Notice, Recheck};
 use crate::backend::HostFactsSource;
+use crate::config::file::IsolationPolicy;
 use crate::config::Config;
 use crate::kubelet::podresources;
 use crate::observe::device_health::{DeviceHealth, UNMATCHED};
@@ -30,6 +31,7 @@ use dxdp_core::allocation;
 use dxdp_core::devices::HealthState;
 use dxdp_core::facts::HostFacts;
 use dxdp_core::health::reason::Reason;
+use dxdp_core::telemetry::isolation::Active;
 use dxdp_core::telemetry::PodAllocation;
 
 use crate::inventory::{build, Inventory, InventoryRx};
@@ -166,6 +168,15 @@ pub fn device_health(inventory: &Inventory) -> Vec<DeviceHealth> {
         .collect()
 }
 
+/// Whether a device of `inventory` is withdrawn for an isolation violation.
+fn withdrawn_any(inventory: &Inventory) -> bool {
+    inventory
+        .discovery
+        .devices
+        .iter()
+        .any(|d| d.health.code == Reason::IsolationViolation)
+}
+
 /// The fault events of `inventory` not counted yet (by `seen`), counted into `metrics`; `seen`
 /// then holds the events still recorded (so that it stays as small as the host's record).
 pub fn count_faults(inventory: &Inventory, seen: &mut BTreeSet<(u64, String)>, metrics: &Metrics) {
@@ -176,6 +187,14 @@ pub fn count_faults(inventory: &Inventory, seen: &mut BTreeSet<(u64, String)>, m
             let kind = hit.event.signal.as_str();
             if hit.devices.is_empty() {
                 metrics.device_health().fault(UNMATCHED, kind);
+            }
+            if !hit.ambiguous.is_empty() {
+                tracing::info!(
+                    kind,
+                    event = %hit.event.detail,
+                    devices = %hit.ambiguous.join(","),
+                    "fault event charged to no device: it cannot say which of these it was (health.signals.{kind}.ambiguous: event_only; docs/health.md)"
+                );
             }
             for d in &hit.devices {
                 metrics.device_health().fault(d, kind);
@@ -354,6 +373,9 @@ pub(crate) struct Refresher {
     pub(crate) read_limit: Duration,
     /// The kubelet's device-plugin directory (PodResources, for the holders of vanished devices).
     pub(crate) kubelet_dir: PathBuf,
+    /// The GPU isolation violations that last (the audit's): with `isolation.policy: withdraw`
+    /// each GPU used without allocation is advertised Unhealthy while its violation lasts.
+    pub(crate) active: watch::Receiver<Active>,
 }
 
 impl Task for Refresher {
@@ -369,6 +391,7 @@ impl Task for Refresher {
             observe,
             read_limit,
             kubelet_dir,
+            mut active,
         } = self;
         let mut files_watch = watch.subscribe(&parent_dirs(&source.watched_files()), safety);
         let metrics = observe.metrics.clone();
@@ -392,6 +415,7 @@ impl Task for Refresher {
         let mut logged: BTreeSet<String> = logged.into_iter().collect();
         let mut last_error: Option<String> = None;
         let mut config_open = true;
+        let mut active_open = true;
         // Set while a file is being written in place: when to read it anyway.
         let mut writing_until: Option<tokio::time::Instant> = None;
         // A restarted refresher rebuilds at once (the configuration may have changed meanwhile).
@@ -439,6 +463,19 @@ impl Task for Refresher {
                         observe.health.stalled(STALL_NAME, None);
                         tracing::info!("{} returned; reading the host facts again", lane.what());
                         Some(Read::Careful)
+                    }
+                    changed = active.changed(), if active_open => {
+                        if changed.is_err() {
+                            active_open = false;
+                            continue;
+                        }
+                        // Violations change health only under withdraw, or when it was just
+                        // turned off with GPUs still withdrawn (the rebuild returns them).
+                        let withdrawing = config.borrow().isolation.policy == IsolationPolicy::Withdraw;
+                        if !withdrawing && !withdrawn_any(&tx.borrow()) {
+                            continue;
+                        }
+                        None
                     }
                     changed = config.changed(), if config_open => {
                         if changed.is_err() {
@@ -488,6 +525,12 @@ impl Task for Refresher {
             let current = facts.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let (mut inventory, notices) = build(&current, config.borrow_and_update().clone());
             log_new(notices, &mut logged);
+            if inventory.config.isolation.policy == IsolationPolicy::Withdraw {
+                let violations = active.borrow_and_update().clone();
+                if let Some(violations) = violations {
+                    dxdp_core::health::withdraw(&mut inventory.discovery, &violations);
+                }
+            }
             let previous = tx.borrow().clone();
             keep_held(&mut inventory, &previous, &kubelet_dir, &mut holders_error).await;
             let changed = tx.send_if_modified(|current| {

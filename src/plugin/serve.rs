@@ -178,6 +178,7 @@ pub(crate) fn tasks(
     config: channel::Receiver<Arc<Config>>,
     inventory_tx: channel::Sender<Arc<Inventory>>,
     reload: Option<Reload>,
+    active: channel::Receiver<dxdp_core::telemetry::isolation::Active>,
 ) -> Vec<TaskSpec> {
     let inventory_rx = inventory_tx.subscribe();
     let mut specs = Vec::new();
@@ -192,6 +193,7 @@ pub(crate) fn tasks(
             observe: settings.observe.clone(),
             read_limit: settings.read_limit,
             kubelet_dir: settings.kubelet_dir.clone(),
+            active,
         };
         specs.push(TaskSpec::task("refresher", Role::Required, refresher));
     }

@@ -301,6 +301,10 @@ const FOREIGN_COMMANDS: &[&str] = &[
     "nerdctl ",
     "kubectl ",
     "python3 ",
+    // docs/release.md: verifying a release.
+    "cosign ",
+    "gh ",
+    "sha256sum ",
     "HELM=",
     "RUSTDOCFLAGS=",
     "DXDP_SOAK_SECS=",

@@ -1357,6 +1357,116 @@ mod daemon {
     }
 }
 
+/// Issue 44 item 7: `isolation.policy: withdraw` takes only the GPUs a violation uses out of
+/// serving (advertised Unhealthy, so the kubelet gives them to no new pod), with no API server
+/// and no taint, and returns each when its violation ends.
+#[cfg(unix)]
+mod withdraw {
+    use super::*;
+
+    use dxdp::kubelet::standin::{KubeletStandin, StandinView};
+
+    const DISPLAY: &str = "directx.microsoft.com/display";
+
+    /// The health of every device of `view` for `DISPLAY`, by physical GPU (replicas included):
+    /// `(GPU0's, GPU1's)`, each sorted and deduplicated.
+    fn health(view: &StandinView) -> (Vec<String>, Vec<String>) {
+        let of = |gpu: &str| {
+            let mut h: Vec<String> = view
+                .devices(DISPLAY)
+                .unwrap_or_default()
+                .iter()
+                .filter(|d| d.id.starts_with(gpu))
+                .map(|d| d.health.clone())
+                .collect();
+            h.sort();
+            h.dedup();
+            h
+        };
+        (of(GPU0), of(GPU1))
+    }
+
+    fn want(gpu0: &str, gpu1: &str) -> (Vec<String>, Vec<String>) {
+        (vec![gpu0.to_string()], vec![gpu1.to_string()])
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_the_gpus_a_leak_uses_are_withdrawn_and_each_returns_when_its_leak_ends() {
+        if !common::af_unix("only_the_gpus_a_leak_uses_are_withdrawn") {
+            return;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("dxdp")
+            .tempdir_in("/tmp")
+            .unwrap();
+        // The binary speaks AF_UNIX only.
+        let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+            .await
+            .unwrap();
+        let snapshot = dir.path().join("node.yaml");
+        let leaking = std::fs::read_to_string(common::fixture_path("telemetry-leak")).unwrap();
+        std::fs::write(&snapshot, &leaking).unwrap();
+        // debug-0 stops using GPU 0 (its 256 MiB there go); detect-0 still computes on GPU 1.
+        let gpu0_free = leaking.replace(
+            "pid_4600_luid_0x00000000_0x006B8B86_phys_0, dedicated: 268435456",
+            "pid_4600_luid_0x00000000_0x006B8B86_phys_0, dedicated: 0",
+        );
+        assert_ne!(gpu0_free, leaking);
+        let ended_dir = tempfile::tempdir().unwrap();
+        let ended = std::fs::read_to_string(leak_ended(ended_dir.path())).unwrap();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            "telemetry:\n  interval: 1s\nisolation:\n  policy: withdraw\n",
+        )
+        .unwrap();
+        // No NODE_NAME, no KUBECONFIG: withdraw needs no API server.
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
+            .args(["plugin", "--kubelet-dir"])
+            .arg(dir.path())
+            .arg("--host-snapshot")
+            .arg(&snapshot)
+            .arg("--config")
+            .arg(&config)
+            .env_clear()
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // Both GPUs are used without allocation (debug-0 on GPU 0, detect-0 on GPU 1).
+        assert!(
+            kubelet
+                .wait_for(WAIT, |v| health(v) == want("Unhealthy", "Unhealthy"))
+                .await,
+            "{:?}",
+            health(&kubelet.view())
+        );
+        // GPU 0's leak ends (three clean samples): GPU 0 returns, GPU 1 stays withdrawn.
+        std::fs::write(&snapshot, &gpu0_free).unwrap();
+        assert!(
+            kubelet
+                .wait_for(WAIT, |v| health(v) == want("Healthy", "Unhealthy"))
+                .await,
+            "{:?}",
+            health(&kubelet.view())
+        );
+        // Every leak ends: both return.
+        std::fs::write(&snapshot, &ended).unwrap();
+        assert!(
+            kubelet
+                .wait_for(WAIT, |v| health(v) == want("Healthy", "Healthy"))
+                .await,
+            "{:?}",
+            health(&kubelet.view())
+        );
+        common::terminate(&mut child, WAIT).await;
+        let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap();
+        assert!(log.contains("isolation_violation"), "{log}");
+        kubelet.stop().await;
+    }
+}
+
 mod docs {
     use super::*;
 

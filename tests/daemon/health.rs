@@ -57,10 +57,49 @@ fn all(reason: Reason) -> Vec<(String, Reason)> {
     T4S.iter().map(|d| (d.to_string(), reason)).collect()
 }
 
+/// `tdr` as by default, but charged to every device of the vendor when event 4101 cannot tell
+/// them apart (`ambiguous: all_of_vendor`, what dxdp did before issue 44).
+const ALL_OF_VENDOR: &str = "health:\n  signals:\n    tdr: {action: unhealthy_for, for: 10m, count: 3, window: 10m, ambiguous: all_of_vendor}\n";
+
+/// Issue 44 item 7: the three `nvlddmkm` resets of a node with four T4s name no adapter, so by
+/// default they are charged to none of the four: counted (`device="unmatched"`), every T4 stays
+/// Healthy.
+#[test]
+fn resets_that_cannot_say_which_of_four_gpus_leave_all_four_healthy_by_default() {
+    let facts = common::facts("health/tdr-storm");
+    let (inv, _) = build_at(&facts, Arc::new(Config::default()), at(21, 55, 0, 0));
+    assert_eq!(reasons(&inv), all(Reason::Healthy));
+    assert_eq!(inv.next_health_change_ms, None);
+    // The three resets (21:40:12, 21:44:12, 21:49:12) may be about any of the four T4s.
+    let nvidia: Vec<&dxdp_core::health::Hit> = inv
+        .faults
+        .iter()
+        .filter(|h| h.event.detail.contains("nvlddmkm"))
+        .collect();
+    assert_eq!(nvidia.len(), 3);
+    for hit in nvidia {
+        assert!(hit.devices.is_empty());
+        assert_eq!(hit.ambiguous, T4S);
+    }
+    let metrics = Metrics::new();
+    let mut seen = BTreeSet::new();
+    count_faults(&inv, &mut seen, &metrics);
+    let m = common::metric_samples(&metrics.encode());
+    // Three nvlddmkm resets and the ContosoKmd reset.
+    assert_eq!(
+        m["dxdp_gpu_faults_total{device=\"unmatched\",kind=\"tdr\"}"],
+        "4"
+    );
+    for d in T4S {
+        let key = format!("dxdp_gpu_faults_total{{device=\"{d}\",kind=\"tdr\"}}");
+        assert!(!m.contains_key(&key), "{key}");
+    }
+}
+
 #[test]
 fn three_resets_within_ten_minutes_make_every_nvidia_device_unhealthy_for_ten_minutes() {
     let facts = common::facts("health/tdr-storm");
-    let config = Arc::new(Config::default());
+    let config = Arc::new(config(ALL_OF_VENDOR));
     // Before the third reset: two within the window, Healthy.
     let (inv, notices) = build_at(&facts, config.clone(), RESET_3 - 1);
     assert!(
@@ -89,19 +128,19 @@ fn an_operator_policy_overrides_and_ignores_signals() {
     let facts = common::facts("health/tdr-storm");
     // Until cleared: still Unhealthy a day later.
     let c = config(
-        "health:\n  signals:\n    tdr: {action: unhealthy_until_cleared, count: 3, window: 10m}\n",
+        "health:\n  signals:\n    tdr: {action: unhealthy_until_cleared, count: 3, window: 10m, ambiguous: all_of_vendor}\n",
     );
     let (inv, _) = build_at(&facts, Arc::new(c), RESET_3 + 86_400_000);
     assert_eq!(reasons(&inv), all(Reason::Tdr));
     assert_eq!(inv.next_health_change_ms, None);
     // Four resets needed: never Unhealthy.
     let c = config(
-        "health:\n  signals:\n    tdr: {action: unhealthy_for, for: 15m, count: 4, window: 10m}\n",
+        "health:\n  signals:\n    tdr: {action: unhealthy_for, for: 15m, count: 4, window: 10m, ambiguous: all_of_vendor}\n",
     );
     let (inv, _) = build_at(&facts, Arc::new(c), RESET_3);
     assert_eq!(reasons(&inv), all(Reason::Healthy));
     // Every reset, for 2 minutes: the first makes them Unhealthy from 21:40:12 to 21:42:12.
-    let c = config("health:\n  signals:\n    tdr: {action: unhealthy_for, for: 2m}\n");
+    let c = config("health:\n  signals:\n    tdr: {action: unhealthy_for, for: 2m, ambiguous: all_of_vendor}\n");
     let (inv, _) = build_at(&facts, Arc::new(c.clone()), at(21, 42, 12, 511));
     assert_eq!(reasons(&inv), all(Reason::Tdr));
     let (inv, _) = build_at(&facts, Arc::new(c), at(21, 42, 12, 512));
@@ -116,8 +155,9 @@ fn an_operator_policy_overrides_and_ignores_signals() {
 #[test]
 fn the_metrics_show_every_reason_and_count_each_fault_once() {
     let facts = common::facts("health/tdr-storm");
+    let c = Arc::new(config(ALL_OF_VENDOR));
     // After every event of the fixture (the last: ContosoKmd at 21:52:40), within the spell.
-    let (inv, _) = build_at(&facts, Arc::new(Config::default()), at(21, 55, 0, 0));
+    let (inv, _) = build_at(&facts, c.clone(), at(21, 55, 0, 0));
     let metrics = Metrics::new();
     metrics.device_health().set_current(device_health(&inv));
     let mut seen = BTreeSet::new();
@@ -151,7 +191,7 @@ fn the_metrics_show_every_reason_and_count_each_fault_once() {
         .collect();
     assert_eq!(health.len(), 4, "one series per device: {health:?}");
     // Healthy again later: the series says so.
-    let (inv, _) = build_at(&facts, Arc::new(Config::default()), at(22, 0, 0, 0));
+    let (inv, _) = build_at(&facts, c, at(22, 0, 0, 0));
     metrics.device_health().set_current(device_health(&inv));
     let m = common::metric_samples(&metrics.encode());
     assert_eq!(
@@ -166,7 +206,7 @@ fn a_record_that_cannot_be_read_is_a_notice_not_a_failure() {
     facts.faults.push(dxdp_core::facts::LogRecord {
         xml: "<Event><System></System></Event>".into(),
     });
-    let (inv, notices) = build_at(&facts, Arc::new(Config::default()), RESET_3);
+    let (inv, notices) = build_at(&facts, Arc::new(config(ALL_OF_VENDOR)), RESET_3);
     assert_eq!(reasons(&inv), all(Reason::Tdr));
     let about_events: Vec<&String> = notices
         .iter()
@@ -391,7 +431,8 @@ use crate::eventlog as eventlog_support;
 /// the recorded `EvtRender` output of `crates/dxdp-core/src/health/events/`, in the order the
 /// log returns them, with a duplicate and an event that is no fault) is written in `faults`,
 /// read back unchanged, and replayed: the one `nvlddmkm` reset (21:40:12.512) makes the four
-/// T4s Unhealthy for 15 minutes under `tdr: {action: unhealthy_for, for: 15m}`.
+/// T4s Unhealthy for 15 minutes under `tdr: {action: unhealthy_for, for: 15m, ambiguous:
+/// all_of_vendor}`.
 #[test]
 fn recorded_fault_events_replay_as_the_daemon_judges_them() {
     const DIR: &str = "crates/dxdp-core/src/health/events";
@@ -427,7 +468,7 @@ fn recorded_fault_events_replay_as_the_daemon_judges_them() {
     let replayed = dxdp_core::snapshot::parse(&text, "recorded.yaml").unwrap();
     assert_eq!(replayed, facts, "the snapshot round trip changes nothing");
     let c = Arc::new(config(
-        "health:\n  signals:\n    tdr: {action: unhealthy_for, for: 15m}\n",
+        "health:\n  signals:\n    tdr: {action: unhealthy_for, for: 15m, ambiguous: all_of_vendor}\n",
     ));
     let (inv, notices) = build_at(&replayed, c.clone(), at(21, 45, 0, 0));
     assert!(

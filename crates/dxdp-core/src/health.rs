@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::devices::{Device, Discovery, Health, HealthState};
 use crate::facts::HostFacts;
+use crate::telemetry::isolation::Violation;
 
 /// What a signal does to the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +46,31 @@ impl Action {
     }
 }
 
+/// What an event does that cannot be told apart among several devices: a driver reset (event
+/// 4101 names the driver's service, so its vendor) on a node with two or more devices of that
+/// vendor. An event that names nothing dxdp can match on a node with several devices is never
+/// charged to any of them, whatever this says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ambiguous {
+    /// Counted, logged and shown, charged to no device: one tenant's resets do not take every
+    /// GPU of the vendor from the others (the default).
+    #[default]
+    EventOnly,
+    /// Charged to every device of the vendor the driver belongs to (what dxdp did before: any
+    /// device of the driver may be the sick one, at the price of all of them).
+    AllOfVendor,
+}
+
+impl Ambiguous {
+    /// The configuration's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ambiguous::EventOnly => "event_only",
+            Ambiguous::AllOfVendor => "all_of_vendor",
+        }
+    }
+}
+
 /// A signal's action and how many occurrences within a window trigger it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SignalPolicy {
@@ -54,6 +80,8 @@ pub struct SignalPolicy {
     pub count: u32,
     /// The window `count` is counted in.
     pub window: Duration,
+    /// What an event that cannot be told apart among several devices of its vendor does.
+    pub ambiguous: Ambiguous,
 }
 
 impl SignalPolicy {
@@ -63,6 +91,7 @@ impl SignalPolicy {
             action,
             count: 1,
             window: Duration::ZERO,
+            ambiguous: Ambiguous::EventOnly,
         }
     }
 }
@@ -113,6 +142,7 @@ pub const CATALOGUE: [CatalogueEntry; 6] = [
             action: Action::UnhealthyFor(Duration::from_secs(10 * 60)),
             count: 3,
             window: Duration::from_secs(10 * 60),
+            ambiguous: Ambiguous::EventOnly,
         },
         why: "one reset the driver recovered from is usually the workload's own long GPU job (like NVIDIA's application XIDs); repeated resets mean a sick GPU or driver",
     },
@@ -198,27 +228,49 @@ pub fn driver_vendor(service: &str) -> Option<u32> {
     }
 }
 
-/// The devices an event applies to: a driver's service names its vendor, and every device of
-/// that vendor is hit (the event cannot tell two adapters of one driver apart). When nothing can
-/// be matched and the host has exactly one device, it is that one; otherwise the event is
-/// unmatched (an empty list): counted, logged, and applied to no device.
-pub fn matched_devices(event: &GpuFault, devices: &[Device]) -> Vec<String> {
+/// Which devices an event is charged to, and which it may be about.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Charge {
+    /// IDs of the devices the event counts against (their health may change).
+    pub devices: Vec<String>,
+    /// IDs of the devices the event may be about when it was charged to none of them (the two
+    /// or more devices of the driver's vendor, [`Ambiguous::EventOnly`]); empty otherwise.
+    pub ambiguous: Vec<String>,
+}
+
+/// The devices an event is charged to. A driver's service names its vendor: with one device of
+/// that vendor on the node, that device; with two or more the event cannot tell them apart
+/// (event 4101 names no adapter), so it is charged to none of them unless `ambiguous` is
+/// [`Ambiguous::AllOfVendor`] (then every one); with none, to no device. An event that names
+/// nothing dxdp can match (an unknown driver, a WER report) is charged to the node's only
+/// device when there is exactly one, otherwise to none.
+pub fn charge(event: &GpuFault, devices: &[Device], ambiguous: Ambiguous) -> Charge {
     if let FaultTarget::Driver(service) = &event.target {
         if let Some(vendor) = driver_vendor(service) {
-            let hit: Vec<String> = devices
+            let of_vendor: Vec<String> = devices
                 .iter()
                 .filter(|d| d.vendor_id == vendor)
                 .map(|d| d.id.clone())
                 .collect();
-            if !hit.is_empty() {
-                return hit;
-            }
+            return match (of_vendor.len(), ambiguous) {
+                (0 | 1, _) | (_, Ambiguous::AllOfVendor) => Charge {
+                    devices: of_vendor,
+                    ambiguous: Vec::new(),
+                },
+                (_, Ambiguous::EventOnly) => Charge {
+                    devices: Vec::new(),
+                    ambiguous: of_vendor,
+                },
+            };
         }
     }
-    if devices.len() == 1 {
-        return vec![devices[0].id.clone()];
+    match devices {
+        [only] => Charge {
+            devices: vec![only.id.clone()],
+            ambiguous: Vec::new(),
+        },
+        _ => Charge::default(),
     }
-    Vec::new()
 }
 
 /// When an event signal makes a device Unhealthy: from `since` until `until` (milliseconds
@@ -269,13 +321,15 @@ pub fn spell(times: &[u64], policy: SignalPolicy, now_ms: u64) -> Option<Spell> 
     current.filter(|s| s.until_ms.is_none_or(|u| now_ms < u))
 }
 
-/// A fault event and the devices it applies to (none: unmatched).
+/// A fault event and the devices it is charged to (none: unmatched or ambiguous).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hit {
     /// The event.
     pub event: GpuFault,
-    /// IDs of the devices it applies to; empty when it matched none.
+    /// IDs of the devices it is charged to; empty when it is charged to none.
     pub devices: Vec<String>,
+    /// IDs of the devices it may be about when it is charged to none of them ([`charge`]).
+    pub ambiguous: Vec<String>,
 }
 
 /// What applying fault events to a discovery did.
@@ -351,15 +405,16 @@ pub fn apply_faults(
         if policy.of(e.signal).action == Action::Ignore || e.time_ms > now_ms {
             continue;
         }
-        let hit = matched_devices(e, &discovery.devices);
-        for id in &hit {
+        let charged = charge(e, &discovery.devices, policy.of(e.signal).ambiguous);
+        for id in &charged.devices {
             let slot = times.entry((id.clone(), e.signal)).or_default();
             slot.0.push(e.time_ms);
             slot.1 = e.detail.clone();
         }
         applied.hits.push(Hit {
             event: e.clone(),
-            devices: hit,
+            devices: charged.devices,
+            ambiguous: charged.ambiguous,
         });
     }
     for ((id, signal), (ts, detail)) in &times {
@@ -427,6 +482,32 @@ pub fn keep_removed(
     kept
 }
 
+/// `isolation.policy: withdraw`: every device a pod container uses without having been
+/// allocated it (each violation's `used` GPU, a physical device ID) is Unhealthy
+/// (`isolation_violation`) while the violation lasts, so the kubelet allocates it to no new pod;
+/// the pods that hold it keep it. A device already Unhealthy keeps its own reason. Returns the
+/// IDs withdrawn, each once, in the order of `discovery`.
+pub fn withdraw(discovery: &mut Discovery, violations: &[Violation]) -> Vec<String> {
+    let mut withdrawn = Vec::new();
+    for d in discovery.devices.iter_mut() {
+        let users = violations.iter().filter(|v| v.used.device == d.id).count();
+        if users == 0 || !d.health.is_healthy() {
+            continue;
+        }
+        // The reason reaches the pods that hold the device (GPUUnhealthy Events, in their own
+        // namespace): it does not name the other tenant's pod; the log and the
+        // GPUIsolationViolation Event on the offending pod do.
+        d.health = Health::unhealthy(
+            Reason::IsolationViolation,
+            format!(
+                "withdrawn from allocation while {users} pod container(s) not allocated this GPU use it (isolation.policy: withdraw)"
+            ),
+        );
+        withdrawn.push(d.id.clone());
+    }
+    withdrawn
+}
+
 /// A device that is Healthy or not, and why, as logs and tools show it.
 pub fn describe(health: &Health) -> String {
     match (&health.state, &health.reason) {
@@ -475,6 +556,7 @@ mod tests {
             action: Action::UnhealthyFor(Duration::from_secs(15 * 60)),
             count: 3,
             window: Duration::from_secs(10 * 60),
+            ambiguous: Ambiguous::EventOnly,
         };
         // Events at 0, 4 and 9 minutes: the third is within 10 minutes of the first.
         let t = [0, 4 * M, 9 * M];
@@ -566,7 +648,7 @@ mod tests {
     }
 
     #[test]
-    fn repeated_resets_of_the_nvidia_driver_make_every_nvidia_device_unhealthy_for_a_while() {
+    fn repeated_resets_of_a_driver_with_several_devices_are_charged_to_none_by_default() {
         let mut d = sample();
         // The sample host: two A10s and an A100, all NVIDIA.
         let ids: Vec<String> = d.devices.iter().map(|d| d.id.clone()).collect();
@@ -580,7 +662,43 @@ mod tests {
             tdr(t0 + 9 * M, "ContosoKmd"),
         ];
         let policy = HealthPolicy::default();
-        // Two resets: counted, still healthy (default: 3 within 10 minutes).
+        assert_eq!(policy.of(Reason::Tdr).ambiguous, Ambiguous::EventOnly);
+        // Three resets in 9 minutes, but event 4101 cannot say which of the three GPUs reset:
+        // counted and shown, charged to none, every device stays Healthy.
+        let a = apply_faults(&mut d, &events, &policy, t0 + 9 * M);
+        assert_eq!(a.hits.len(), 4);
+        for hit in &a.hits[..3] {
+            assert_eq!(hit.devices, Vec::<String>::new());
+            assert_eq!(hit.ambiguous, ids);
+        }
+        assert_eq!(a.hits[3].devices, Vec::<String>::new(), "ContosoKmd");
+        assert_eq!(a.hits[3].ambiguous, Vec::<String>::new(), "ContosoKmd");
+        assert_eq!(a.next_change_ms, None);
+        assert!(d.devices.iter().all(|d| d.health.is_healthy()));
+    }
+
+    #[test]
+    fn all_of_vendor_makes_every_device_of_the_driver_unhealthy_for_a_while() {
+        let mut d = sample();
+        let ids: Vec<String> = d.devices.iter().map(|d| d.id.clone()).collect();
+        let t0 = 1_795_642_812_512;
+        let events = [
+            tdr(t0, "nvlddmkm"),
+            tdr(t0 + 4 * M, "nvlddmkm"),
+            tdr(t0 + 9 * M, "nvlddmkm"),
+            tdr(t0 + 9 * M, "ContosoKmd"),
+        ];
+        let mut policy = HealthPolicy::default();
+        policy.signals.insert(
+            Reason::Tdr,
+            SignalPolicy {
+                action: Action::UnhealthyFor(Duration::from_secs(10 * 60)),
+                count: 3,
+                window: Duration::from_secs(10 * 60),
+                ambiguous: Ambiguous::AllOfVendor,
+            },
+        );
+        // Two resets: counted, still healthy (3 within 10 minutes).
         let a = apply_faults(&mut d, &events, &policy, t0 + 5 * M);
         assert_eq!(a.hits.len(), 2, "the later events have not happened yet");
         assert!(d.devices.iter().all(|d| d.health.is_healthy()));
@@ -590,6 +708,7 @@ mod tests {
         let a = apply_faults(&mut d, &events, &policy, t0 + 9 * M);
         assert_eq!(a.hits.len(), 4);
         assert_eq!(a.hits[0].devices, ids);
+        assert_eq!(a.hits[0].ambiguous, Vec::<String>::new());
         assert_eq!(
             a.hits[3].devices,
             Vec::<String>::new(),
@@ -613,6 +732,54 @@ mod tests {
         let a = apply_faults(&mut d, &events, &ignoring, t0 + 9 * M);
         assert!(a.hits.is_empty());
         assert!(d.devices.iter().all(|d| d.health.is_healthy()));
+    }
+
+    #[test]
+    fn the_only_device_of_a_vendor_is_charged_with_its_drivers_resets() {
+        // The sample host with its second and third GPU made Intel: one NVIDIA, two Intel.
+        let mut d = sample();
+        d.devices[1].vendor_id = 0x8086;
+        d.devices[2].vendor_id = 0x8086;
+        let ids: Vec<String> = d.devices.iter().map(|d| d.id.clone()).collect();
+        let t0 = 1_795_642_812_512;
+        let reset = |driver: &str| tdr(t0, driver);
+        for ambiguous in [Ambiguous::EventOnly, Ambiguous::AllOfVendor] {
+            assert_eq!(
+                charge(&reset("nvlddmkm"), &d.devices, ambiguous),
+                Charge {
+                    devices: vec![ids[0].clone()],
+                    ambiguous: vec![]
+                }
+            );
+            // No AMD device: charged to none (not to some device of another vendor).
+            assert_eq!(
+                charge(&reset("amdkmdag"), &d.devices, ambiguous),
+                Charge::default()
+            );
+        }
+        assert_eq!(
+            charge(&reset("igdkmd64"), &d.devices, Ambiguous::EventOnly),
+            Charge {
+                devices: vec![],
+                ambiguous: vec![ids[1].clone(), ids[2].clone()]
+            }
+        );
+        assert_eq!(
+            charge(&reset("igdkmd64"), &d.devices, Ambiguous::AllOfVendor),
+            Charge {
+                devices: vec![ids[1].clone(), ids[2].clone()],
+                ambiguous: vec![]
+            }
+        );
+        // Three NVIDIA resets in 9 minutes, default policy: the NVIDIA GPU only.
+        let events = [
+            tdr(t0, "nvlddmkm"),
+            tdr(t0 + 4 * M, "nvlddmkm"),
+            tdr(t0 + 9 * M, "nvlddmkm"),
+        ];
+        apply_faults(&mut d, &events, &HealthPolicy::default(), t0 + 9 * M);
+        let health: Vec<Reason> = d.devices.iter().map(|d| d.health.code).collect();
+        assert_eq!(health, [Reason::Tdr, Reason::Healthy, Reason::Healthy]);
     }
 
     #[test]
@@ -663,12 +830,70 @@ mod tests {
             target: FaultTarget::Unknown,
             detail: String::new(),
         };
-        assert!(matched_devices(&e, &d.devices).is_empty());
+        for ambiguous in [Ambiguous::EventOnly, Ambiguous::AllOfVendor] {
+            assert_eq!(charge(&e, &d.devices, ambiguous), Charge::default());
+        }
         d.devices.truncate(1);
         assert_eq!(
-            matched_devices(&e, &d.devices),
-            vec![d.devices[0].id.clone()]
+            charge(&e, &d.devices, Ambiguous::EventOnly),
+            Charge {
+                devices: vec![d.devices[0].id.clone()],
+                ambiguous: vec![]
+            }
         );
+    }
+
+    #[test]
+    fn withdraw_marks_only_the_gpus_used_without_allocation() {
+        use crate::telemetry::isolation::{Adapter, ViolationKind};
+        use crate::telemetry::PodRef;
+        let mut d = sample();
+        let ids: Vec<String> = d.devices.iter().map(|d| d.id.clone()).collect();
+        let violation = |pod: &str, used: &str| Violation {
+            pod: PodRef {
+                namespace: "tenant-b".into(),
+                pod: pod.into(),
+                container: "main".into(),
+            },
+            used: Adapter {
+                device: used.into(),
+                luid: String::new(),
+                model: String::new(),
+            },
+            allocated: vec![],
+            processes: 1,
+            kind: ViolationKind::NoAllocation,
+        };
+        // Two containers use the second GPU, one the third; a device dxdp does not list is
+        // nothing to withdraw.
+        let violations = [
+            violation("a", &ids[1]),
+            violation("b", &ids[1]),
+            violation("c", &ids[2]),
+            violation("d", "pciroot-0-pci-ff00-0000000000000000"),
+        ];
+        // The third already Unhealthy for its own reason: it keeps it.
+        d.devices[2].health = Health::unhealthy(Reason::ProblemCode, "code 43");
+        assert_eq!(withdraw(&mut d, &violations), vec![ids[1].clone()]);
+        let codes: Vec<Reason> = d.devices.iter().map(|d| d.health.code).collect();
+        assert_eq!(
+            codes,
+            [
+                Reason::Healthy,
+                Reason::IsolationViolation,
+                Reason::ProblemCode
+            ]
+        );
+        assert_eq!(
+            d.devices[1].health.reason.as_deref(),
+            Some("withdrawn from allocation while 2 pod container(s) not allocated this GPU use it (isolation.policy: withdraw)")
+        );
+        assert_eq!(Reason::IsolationViolation.as_str(), "isolation_violation");
+        assert_eq!(Reason::signal_named("isolation_violation"), None);
+        // No violation: nothing changes.
+        let mut d = sample();
+        assert!(withdraw(&mut d, &[]).is_empty());
+        assert!(d.devices.iter().all(|d| d.health.is_healthy()));
     }
 
     #[test]

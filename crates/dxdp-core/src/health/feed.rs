@@ -524,6 +524,7 @@ mod tests {
                 action: Action::UnhealthyFor(Duration::from_secs(7 * 24 * 3600)),
                 count: 2,
                 window: Duration::from_secs(7 * 24 * 3600),
+                ambiguous: crate::health::Ambiguous::EventOnly,
             },
         );
         assert_eq!(lookback(&p), MAX_LOOKBACK);

@@ -29,10 +29,14 @@ pub enum Reason {
     /// Windows Error Reporting filed a live kernel report of a display timeout
     /// (`LiveKernelEvent` 117 or 141; Application log, `Windows Error Reporting` 1001).
     LiveKernelEvent,
+    /// A pod container uses the GPU without having been allocated it, and `isolation.policy` is
+    /// `withdraw`: no signal of the catalogue, so not in [`Reason::ALL`].
+    IsolationViolation,
 }
 
 impl Reason {
-    /// Every reason, `healthy` first.
+    /// Every reason a health signal gives, `healthy` first (the signals are the rest);
+    /// [`Reason::IsolationViolation`] comes from the isolation policy and is not among them.
     pub const ALL: [Reason; 7] = [
         Reason::Healthy,
         Reason::ProblemCode,
@@ -53,6 +57,7 @@ impl Reason {
             Reason::Removed => "removed",
             Reason::Tdr => "tdr",
             Reason::LiveKernelEvent => "live_kernel_event",
+            Reason::IsolationViolation => "isolation_violation",
         }
     }
 
