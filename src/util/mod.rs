@@ -23,3 +23,17 @@ pub(crate) async fn sleep_until(at: Option<tokio::time::Instant>) {
         None => std::future::pending().await,
     }
 }
+
+/// Whether the tests run under Wine (its ntdll exports `wine_get_version`): a test of something
+/// Wine lacks says so and skips only there.
+#[cfg(all(test, windows))]
+pub(crate) fn under_wine() -> bool {
+    use windows::Win32::System::LibraryLoader::{GetModuleHandleW, GetProcAddress};
+    // SAFETY: ntdll is loaded in every process; both names are NUL-terminated literals.
+    unsafe {
+        GetModuleHandleW(windows::core::w!("ntdll.dll"))
+            .ok()
+            .and_then(|m| GetProcAddress(m, windows::core::s!("wine_get_version")))
+            .is_some()
+    }
+}

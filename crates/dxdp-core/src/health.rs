@@ -28,7 +28,7 @@ pub enum Action {
     /// Unhealthy until the condition clears (condition signals) or the daemon restarts (event
     /// signals: the way NVIDIA's plugin treats an XID).
     UnhealthyUntilCleared,
-    /// Logged, counted and reported to the pods holding the device; health unchanged.
+    /// Logged and counted (`dxdp_gpu_faults_total`); health unchanged.
     EventOnly,
     /// Not even counted.
     Ignore,

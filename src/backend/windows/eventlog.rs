@@ -331,17 +331,7 @@ mod tests {
     use dxdp_core::health::feed;
     use dxdp_core::health::HealthPolicy;
 
-    /// Whether this runs under Wine (its ntdll exports `wine_get_version`).
-    fn under_wine() -> bool {
-        use windows::Win32::System::LibraryLoader::{GetModuleHandleW, GetProcAddress};
-        // SAFETY: ntdll is loaded in every process; both names are NUL-terminated literals.
-        unsafe {
-            GetModuleHandleW(windows::core::w!("ntdll.dll"))
-                .ok()
-                .and_then(|m| GetProcAddress(m, windows::core::s!("wine_get_version")))
-                .is_some()
-        }
-    }
+    use crate::util::under_wine;
 
     /// Under Wine `wevtapi.dll` is mostly stubs: subscribing and querying either work or fail
     /// with an error naming the call, never a panic, and a failed subscription leaves no queue
