@@ -125,6 +125,10 @@ node_wide_keys! {
     WebConfigFile => "metrics.webConfigFile",
     /// `metrics.authorization`.
     MetricsAuthorization => "metrics.authorization",
+    /// `metrics.tokenAudiences`.
+    MetricsTokenAudiences => "metrics.tokenAudiences",
+    /// `metrics.allowPlainHttpTokens`.
+    MetricsAllowPlainHttpTokens => "metrics.allowPlainHttpTokens",
     /// `telemetry.enabled`.
     TelemetryEnabled => "telemetry.enabled",
     /// `telemetry.interval`.
