@@ -212,12 +212,12 @@ impl KubernetesAuthorizer {
 
     /// The same authorizer asking for these token audiences (`metrics.tokenAudiences`; empty:
     /// the API server's own).
-    pub fn with_audiences(self, audiences: Vec<String>) -> Self {
+    pub(crate) fn with_audiences(self, audiences: Vec<String>) -> Self {
         self.set(|i| i.audiences = audiences)
     }
 
     /// The same authorizer counting in `metrics`.
-    pub fn with_metrics(self, metrics: ReviewMetrics) -> Self {
+    pub(crate) fn with_metrics(self, metrics: ReviewMetrics) -> Self {
         self.set(|i| i.metrics = metrics)
     }
 
@@ -229,8 +229,8 @@ impl KubernetesAuthorizer {
 
     /// The same authorizer starting at most `burst` reviews, then `per_second` (0: never
     /// again).
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn with_review_rate(self, per_second: f64, burst: u32) -> Self {
+    #[cfg(test)]
+    fn with_review_rate(self, per_second: f64, burst: u32) -> Self {
         self.set(|i| *lock(&i.bucket) = Bucket::new(per_second, burst))
     }
 }
@@ -455,7 +455,9 @@ pub(crate) fn token_shape(token: &str) -> Result<(), String> {
     let parts: Vec<&str> = token.split('.').collect();
     if parts.len() == 3
         && !parts.iter().all(|p| {
-            !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
     {
         return Err(
@@ -553,7 +555,10 @@ mod tests {
             Arc::new(fake)
         }
 
-        async fn answer(self: Arc<Self>, req: http::Request<kube::client::Body>) -> Result<http::Response<kube::client::Body>, BoxError> {
+        async fn answer(
+            self: Arc<Self>,
+            req: http::Request<kube::client::Body>,
+        ) -> Result<http::Response<kube::client::Body>, BoxError> {
             let path = req.uri().path().to_string();
             let body = req.into_body().collect().await?.to_bytes();
             let mut doc: serde_json::Value = serde_json::from_slice(&body)?;
@@ -565,10 +570,16 @@ mod tests {
                 )
                 .unwrap_or_default();
                 *lock(&self.asked_audiences) = doc.pointer("/spec/audiences").cloned();
-                let token = doc.pointer("/spec/token").and_then(|t| t.as_str()).unwrap_or_default();
-                let user = serde_json::json!({"username": "system:serviceaccount:monitoring:prometheus"});
+                let token = doc
+                    .pointer("/spec/token")
+                    .and_then(|t| t.as_str())
+                    .unwrap_or_default();
+                let user =
+                    serde_json::json!({"username": "system:serviceaccount:monitoring:prometheus"});
                 doc["status"] = match self.tokens.get(token) {
-                    None => serde_json::json!({"authenticated": false, "error": "invalid bearer token"}),
+                    None => {
+                        serde_json::json!({"authenticated": false, "error": "invalid bearer token"})
+                    }
                     Some(None) => serde_json::json!({"authenticated": true, "user": user}),
                     Some(Some(own)) => {
                         let both: Vec<&String> = if wanted.is_empty() {
@@ -637,7 +648,10 @@ mod tests {
         assert_eq!(fake.access_reviews.load(Ordering::SeqCst), 1);
         assert_eq!(metrics.get(ReviewResult::Asked), 1);
         // Cached now: asked again, nothing is sent.
-        assert_eq!(authorizer.authorize(Some(JWT), "get", "/metrics").await, Decision::Allowed);
+        assert_eq!(
+            authorizer.authorize(Some(JWT), "get", "/metrics").await,
+            Decision::Allowed
+        );
         assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 1);
     }
 
@@ -648,11 +662,17 @@ mod tests {
         let (authorizer, metrics) = fake.authorizer();
         let a = Arc::clone(&authorizer);
         let first = tokio::spawn(async move { a.authorize(Some(JWT), "get", "/metrics").await });
-        until("the first review", || fake.token_reviews.load(Ordering::SeqCst) == 1).await;
+        until("the first review", || {
+            fake.token_reviews.load(Ordering::SeqCst) == 1
+        })
+        .await;
         first.abort();
         assert!(first.await.unwrap_err().is_cancelled());
         fake.gate.add_permits(1);
-        assert_eq!(authorizer.authorize(Some(JWT), "get", "/metrics").await, Decision::Allowed);
+        assert_eq!(
+            authorizer.authorize(Some(JWT), "get", "/metrics").await,
+            Decision::Allowed
+        );
         assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 1);
         assert_eq!(metrics.get(ReviewResult::Asked), 1);
     }
@@ -694,7 +714,9 @@ mod tests {
         for i in 0..20 {
             let token = format!("{JWT}{i}");
             match authorizer.authorize(Some(&token), "get", "/metrics").await {
-                Decision::Unauthenticated(why) => assert!(why.contains("invalid bearer token"), "{why}"),
+                Decision::Unauthenticated(why) => {
+                    assert!(why.contains("invalid bearer token"), "{why}")
+                }
                 Decision::Unavailable(why) => {
                     assert!(why.contains("too many new bearer tokens"), "{why}");
                     limited += 1;
@@ -740,10 +762,23 @@ mod tests {
         let authorizer = Arc::into_inner(authorizer)
             .unwrap()
             .with_audiences(vec!["dxdp".into()]);
-        assert_eq!(authorizer.authorize(Some("for-dxdp"), "get", "/metrics").await, Decision::Allowed);
-        assert_eq!(*lock(&fake.asked_audiences), Some(serde_json::json!(["dxdp"])));
-        match authorizer.authorize(Some("for-vault"), "get", "/metrics").await {
-            Decision::Unauthenticated(why) => assert!(why.contains("token audiences are invalid"), "{why}"),
+        assert_eq!(
+            authorizer
+                .authorize(Some("for-dxdp"), "get", "/metrics")
+                .await,
+            Decision::Allowed
+        );
+        assert_eq!(
+            *lock(&fake.asked_audiences),
+            Some(serde_json::json!(["dxdp"]))
+        );
+        match authorizer
+            .authorize(Some("for-vault"), "get", "/metrics")
+            .await
+        {
+            Decision::Unauthenticated(why) => {
+                assert!(why.contains("token audiences are invalid"), "{why}")
+            }
             other => panic!("{other:?}"),
         }
         match authorizer.authorize(Some("unaware"), "get", "/metrics").await {
@@ -757,7 +792,12 @@ mod tests {
     async fn without_audiences_none_are_asked_for() {
         let fake = Fake::open(&[("unaware", None)]);
         let (authorizer, _) = fake.authorizer();
-        assert_eq!(authorizer.authorize(Some("unaware"), "get", "/metrics").await, Decision::Allowed);
+        assert_eq!(
+            authorizer
+                .authorize(Some("unaware"), "get", "/metrics")
+                .await,
+            Decision::Allowed
+        );
         assert_eq!(*lock(&fake.asked_audiences), None);
     }
 
@@ -765,7 +805,10 @@ mod tests {
     fn audience_answers_are_checked() {
         let dxdp = ["dxdp".to_string()];
         assert_eq!(audience_check(&[], None), Ok(()));
-        assert_eq!(audience_check(&dxdp, Some(&["a".into(), "dxdp".into()])), Ok(()));
+        assert_eq!(
+            audience_check(&dxdp, Some(&["a".into(), "dxdp".into()])),
+            Ok(())
+        );
         assert_eq!(
             audience_check(&dxdp, Some(&["https://kubernetes.default.svc".into()])),
             Err("the bearer token is meant for https://kubernetes.default.svc, not for dxdp (metrics.tokenAudiences: dxdp): use a token requested for one of them".into())
@@ -790,7 +833,9 @@ mod tests {
             token_shape(&"a".repeat(MAX_TOKEN_BYTES + 1)),
             Err("the bearer token is longer than 8192 bytes: not a Kubernetes token".into())
         );
-        for bad in ["", "=", "a b", "a=b", "a\u{0}", "tökén", "a,b", "x.y.z+", "x..z", ".y.z"] {
+        for bad in [
+            "", "=", "a b", "a=b", "a\u{0}", "tökén", "a,b", "x.y.z+", "x..z", ".y.z",
+        ] {
             assert!(token_shape(bad).is_err(), "{bad:?}");
         }
     }

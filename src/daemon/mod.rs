@@ -425,17 +425,15 @@ async fn endpoint_tasks(
     let mut specs = Vec::new();
     if let Some(address) = config.metrics_address {
         let authorizer = match config.metrics_authorization {
-            MetricsAuthorization::Kubernetes => {
-                Some(
-                    KubernetesAuthorizer::for_daemon(
-                        client,
-                        asked,
-                        &config.metrics_token_audiences,
-                        observe.metrics.reviews(),
-                    )
-                    .await,
+            MetricsAuthorization::Kubernetes => Some(
+                KubernetesAuthorizer::for_daemon(
+                    client,
+                    asked,
+                    &config.metrics_token_audiences,
+                    observe.metrics.reviews(),
                 )
-            }
+                .await,
+            ),
             MetricsAuthorization::None => None,
         };
         let guard = Guard {

@@ -137,7 +137,11 @@ async fn access(guard: &Guard, observe: &Observe) -> Result<Access, String> {
                 "metrics.authorization: kubernetes and the web configuration's basic_auth_users both ask for the Authorization header: use one of them".into(),
             );
         }
-        if !guard.allow_plain_http_tokens && !access.web.as_ref().is_some_and(|w| w.current().tls().is_some()) {
+        let tls = access
+            .web
+            .as_ref()
+            .is_some_and(|w| w.current().tls().is_some());
+        if !tls && !guard.allow_plain_http_tokens {
             return Err("metrics.authorization: kubernetes over plain HTTP: bearer tokens could be read and replayed on the way; configure TLS (tls_server_config in metrics.webConfigFile) or set metrics.allowPlainHttpTokens: true".into());
         }
         access.authorizer = Some(authorizer);

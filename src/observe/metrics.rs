@@ -406,7 +406,7 @@ impl Metrics {
     }
 
     /// The token reviews' metrics (`metrics.authorization: kubernetes`).
-    pub fn reviews(&self) -> &super::review_metrics::ReviewMetrics {
+    pub(crate) fn reviews(&self) -> &super::review_metrics::ReviewMetrics {
         &self.inner.reviews
     }
 

@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 
 /// What became of a bearer token that no cached decision answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReviewResult {
+pub(crate) enum ReviewResult {
     /// A TokenReview (and, for a valid token, a SubjectAccessReview) was sent.
     Asked,
     /// The same token's review was in flight: its answer was awaited, nothing more sent.
@@ -49,7 +49,7 @@ struct ResultLabel {
 
 /// The token reviews' counters (a default value counts without being registered).
 #[derive(Debug, Clone, Default)]
-pub struct ReviewMetrics {
+pub(crate) struct ReviewMetrics {
     reviews: Family<ResultLabel, Counter>,
 }
 
@@ -80,7 +80,8 @@ impl ReviewMetrics {
     }
 
     /// How many of `result` were counted.
-    pub fn get(&self, result: ReviewResult) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn get(&self, result: ReviewResult) -> u64 {
         self.reviews
             .get_or_create(&ResultLabel {
                 result: result.as_str().into(),
