@@ -14,15 +14,15 @@
 //!
 //! Whoever reaches the port cannot make dxdp flood the API server (each review is a call that
 //! every dxdp on every node shares the API server's limits with):
-//! - a bearer token that is not token-shaped ([`token_shape`]) or longer than
-//!   [`MAX_TOKEN_BYTES`] is refused (`401`) without asking;
+//! - a bearer token that is not token-shaped (`token_shape`) or longer than
+//!   `MAX_TOKEN_BYTES` (8 KiB) is refused (`401`) without asking;
 //! - one review per token and path is in flight at a time: concurrent requests with the same
 //!   token wait for its answer (the review runs on its own task, so a client that goes away
 //!   wastes nothing and its answer is cached for the next);
-//! - new reviews are limited by a token bucket ([`REVIEWS_PER_SECOND`], [`REVIEW_BURST`]);
-//!   past it a request is answered `503` locally ("retry later") without asking. Cached
-//!   decisions are not charged: a scraper whose token was reviewed is not slowed by a flood
-//!   of new tokens until its entry expires.
+//! - new reviews are limited by a token bucket (`REVIEWS_PER_SECOND`, `REVIEW_BURST`: 5 a
+//!   second, bursts of 10); past it a request is answered `503` locally ("retry later")
+//!   without asking. Cached decisions are not charged: a scraper whose token was reviewed is
+//!   not slowed by a flood of new tokens until its entry expires.
 //!
 //! The daemon's service account needs `create` on `tokenreviews` and `subjectaccessreviews`
 //! (the chart grants it with `metrics.authorization: kubernetes`).
