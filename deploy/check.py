@@ -184,12 +184,16 @@ def chart_keys(values, defaults):
     m, p, n, i = merged["metrics"], merged["probes"], merged["nodeLabels"], merged["isolation"]
     h = merged["health"]
     v = merged["validation"]
+    # metrics.bindAddress: hostIP: each node's own IP, passed by DXDP_METRICS_ADDRESS, not written.
+    on_host_ip = m["enabled"] and str(m["bindAddress"]) == "hostIP"
+    authz = m["enabled"] and m.get("authorization") == "kubernetes"
     return [
         ("replicas", "resources.display.replicas", merged["replicas"]),
         ("replicas", "resources.compute.replicas", merged["replicas"]),
         ("logLevel", "logLevel", merged["logLevel"] or None),
         ("logFormat", "logFormat", merged["logFormat"] or None),
-        ("metrics", "metrics.address", socket_address(m["bindAddress"], m["port"]) if m["enabled"] else ""),
+        ("metrics", "metrics.address",
+         None if on_host_ip else socket_address(m["bindAddress"], m["port"]) if m["enabled"] else ""),
         ("probes", "metrics.probeAddress", socket_address(p["bindAddress"], p["port"]) if p["enabled"] else ""),
         ("nodeLabels.enabled", "nodeLabels.enabled", None if n["enabled"] else False),
         ("nodeLabels.prefix", "nodeLabels.prefix", n["prefix"] or None),
@@ -201,7 +205,11 @@ def chart_keys(values, defaults):
          "C:\\etc\\dxdp-web\\web-config.yml"
          if m["enabled"] and (m.get("existingWebConfigSecret") or m.get("webConfig")) else None),
         ("metrics.authorization", "metrics.authorization",
-         "kubernetes" if m["enabled"] and m.get("authorization") == "kubernetes" else None),
+         "kubernetes" if authz else None),
+        ("metrics.tokenAudiences", "metrics.tokenAudiences",
+         list(m.get("tokenAudiences") or []) if authz and m.get("tokenAudiences") else None),
+        ("metrics.allowPlainHttpTokens", "metrics.allowPlainHttpTokens",
+         True if m["enabled"] and m.get("allowPlainHttpTokens") else None),
         ("validation.enabled", "validation.enabled", True if v["enabled"] else None),
     ] + [(f"validation.{k}", f"validation.{k}", v[k] or None) for k in ("interval", "timeout", "image", "hostDir")]
 
@@ -240,6 +248,13 @@ def validate(label, objs):
                 path = "/".join(str(p) for p in getattr(e, "path", []) or [])
                 errors.append(f"{name} {path}: {msg}".strip())
         check(f"{label}: valid Kubernetes {version} (strict)", not errors, "; ".join(errors[:3]))
+
+
+def metrics_on_host_ip(values):
+    """Whether the chart listens on each node's own IP (metrics.bindAddress: hostIP)."""
+    defaults = load_values(os.path.join(CHART, "values.yaml"))
+    m = {**defaults["metrics"], **values.get("metrics", {})}
+    return bool(m["enabled"]) and str(m["bindAddress"]) == "hostIP"
 
 
 def assert_daemonset(label, objs, values):
@@ -288,7 +303,9 @@ def assert_daemonset(label, objs, values):
         want = expected_config(values, load_values(os.path.join(CHART, "values.yaml")))
         check(f"{label}: config.yaml is the config value with the chart's configuration keys written in",
               yaml.safe_load(text or "") == want, f"{text!r} != {want!r}")
-        variables = sorted(k for k in env if k in CHART_VARIABLES)
+        on_host_ip = metrics_on_host_ip(values)
+        variables = sorted(k for k in env if k in CHART_VARIABLES
+                           and not (on_host_ip and k == "DXDP_METRICS_ADDRESS"))
         check(f"{label}: no variable overrides config.yaml", not variables, str(variables))
         dxdp = dxdp_binary()
         if dxdp:
@@ -311,9 +328,28 @@ def assert_daemonset(label, objs, values):
         port = metrics["port"]
         ports = {p["name"]: p for p in c.get("ports", [])}
         check(f"{label}: metrics port {port}", ports.get("metrics", {}).get("containerPort") == port, str(ports))
+        if metrics_on_host_ip(values):
+            items = c.get("env", [])
+            names = [e["name"] for e in items]
+            host = next((e for e in items if e["name"] == "HOST_IP"), {})
+            check(f"{label}: HOST_IP is the node's own IP (status.hostIP)",
+                  host.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.hostIP", str(host))
+            check(f"{label}: /metrics on the node's own IP: DXDP_METRICS_ADDRESS=$(HOST_IP):{port}, after HOST_IP",
+                  env.get("DXDP_METRICS_ADDRESS") == f"$(HOST_IP):{port}" and "HOST_IP" in names
+                  and names.index("HOST_IP") < names.index("DXDP_METRICS_ADDRESS"), str(names))
+        else:
+            check(f"{label}: no HOST_IP unless metrics.bindAddress is hostIP", "HOST_IP" not in env, str(env))
+            if by_env:
+                check(f"{label}: DXDP_METRICS_ADDRESS on port {port}",
+                      (env.get("DXDP_METRICS_ADDRESS") or "").endswith(f":{port}"), str(env))
         if by_env:
-            check(f"{label}: DXDP_METRICS_ADDRESS on port {port}",
-                  (env.get("DXDP_METRICS_ADDRESS") or "").endswith(f":{port}"), str(env))
+            authz = metrics.get("authorization") == "kubernetes"
+            audiences = ",".join(metrics.get("tokenAudiences") or []) if authz else ""
+            check(f"{label}: DXDP_METRICS_TOKEN_AUDIENCES is metrics.tokenAudiences",
+                  env.get("DXDP_METRICS_TOKEN_AUDIENCES") == (audiences or None), str(env))
+            check(f"{label}: DXDP_METRICS_ALLOW_PLAIN_HTTP_TOKENS with metrics.allowPlainHttpTokens",
+                  env.get("DXDP_METRICS_ALLOW_PLAIN_HTTP_TOKENS")
+                  == ("true" if metrics.get("allowPlainHttpTokens") else None), str(env))
     if probes:
         probe = {**defaults["probes"], **values.get("probes", {})}
         address, port = str(probe["bindAddress"]), probe["port"]
@@ -354,7 +390,8 @@ CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingA
 CHART_VARIABLES = ("DXDP_REPLICAS", "DXDP_LOG_LEVEL", "DXDP_LOG_FORMAT", "DXDP_METRICS_ADDRESS",
                    "DXDP_PROBE_ADDRESS", "DXDP_NODE_LABELS", "DXDP_NODE_LABEL_PREFIX",
                    "DXDP_ISOLATION_POLICY", "DXDP_ISOLATION_EVENTS", "DXDP_WEB_CONFIG_FILE",
-                   "DXDP_METRICS_AUTHORIZATION", "DXDP_HEALTH_EVENTS", "DXDP_NODE_CONDITIONS",
+                   "DXDP_METRICS_AUTHORIZATION", "DXDP_METRICS_TOKEN_AUDIENCES",
+                   "DXDP_METRICS_ALLOW_PLAIN_HTTP_TOKENS", "DXDP_HEALTH_EVENTS", "DXDP_NODE_CONDITIONS",
                    "DXDP_VALIDATION", "DXDP_VALIDATION_INTERVAL",
                    "DXDP_VALIDATION_TIMEOUT", "DXDP_VALIDATION_IMAGE", "DXDP_VALIDATION_HOST_DIR")
 
@@ -1078,6 +1115,17 @@ def assert_service_monitor(label, objs, metrics, pod_labels):
               str([o["kind"] for o in scraper]))
     for k, v in metrics["serviceMonitor"].get("endpoint", {}).items():
         check(f"{label}: ServiceMonitor endpoint field {k}", ep.get(k) == v, str(ep.get(k)))
+    tls = bool(metrics.get("existingWebConfigSecret") or (metrics.get("webConfig") or {}).get("tls_server_config"))
+    if tls and "scheme" not in own:
+        check(f"{label}: with TLS the ServiceMonitor scrapes https", ep.get("scheme") == "https", str(ep))
+    if tls and "scheme" not in own and metrics.get("tlsSecretName") and "tlsConfig" not in own:
+        want = {"serverName": f"{sm['metadata']['name']}-metrics.{NAMESPACE}.svc",
+                "ca": {"secret": {"name": metrics["tlsSecretName"], "key": "ca.crt"}}}
+        check(f"{label}: the ServiceMonitor checks the certificate against the Secret's CA and the Service's name",
+              ep.get("tlsConfig") == want, str(ep.get("tlsConfig")))
+    if not tls:
+        check(f"{label}: without TLS the ServiceMonitor scrapes plain HTTP only when allowed",
+              metrics["serviceMonitor"].get("allowInsecure") is True, str(metrics["serviceMonitor"]))
     for k, v in metrics["serviceMonitor"].get("labels", {}).items():
         check(f"{label}: ServiceMonitor label {k}", sm["metadata"].get("labels", {}).get(k) == v)
 
@@ -1158,7 +1206,25 @@ def chart_checks():
          ["--set", "isolation.policy=taint", "--set", "config.isolation.policy=audit"],
          "config.isolation.policy is audit but isolation.policy makes it taint"),
         ("config.metrics.address other than metrics.bindAddress:port",
-         ["--set", "config.metrics.address=127.0.0.1:9000"], "metrics.enabled/bindAddress/port"),
+         ["--set", "metrics.bindAddress=0.0.0.0", "--set", "config.metrics.address=127.0.0.1:9000"],
+         "metrics.enabled/bindAddress/port"),
+        ("config.metrics.address with metrics.bindAddress: hostIP (each node's own IP)",
+         ["--set", "config.metrics.address=127.0.0.1:9000"], "metrics.bindAddress: hostIP listens on each node's own IP"),
+        # Issue 44: the ServiceMonitor scrapes across the network: TLS and an identity, or an explicit opt-out.
+        ("a ServiceMonitor over plain HTTP", ["--set", "metrics.serviceMonitor.enabled=true"],
+         "Prometheus would scrape /metrics over plain HTTP"),
+        ("a ServiceMonitor with TLS but no identity",
+         ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.existingWebConfigSecret=",
+          "--set", "metrics.webConfig.tls_server_config.cert_file=C:\\etc\\dxdp-tls\\tls.crt",
+          "--set", "metrics.webConfig.tls_server_config.key_file=C:\\etc\\dxdp-tls\\tls.key"],
+         "would answer anyone who reaches the node"),
+        ("kubernetes authorization without TLS and without metrics.allowPlainHttpTokens",
+         ["--set", "metrics.authorization=kubernetes"], "metrics.allowPlainHttpTokens"),
+        ("token audiences with the chart's scraper token (it has only the API server's audience)",
+         ["--set", "metrics.authorization=kubernetes", "--set", "metrics.existingWebConfigSecret=web",
+          "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.tokenAudiences={dxdp-metrics}"],
+         "metrics.serviceMonitor.tokenSecret"),
+        ("a comma in a token audience", ["--set", "metrics.tokenAudiences={a\\,b}"], "metrics.tokenAudiences"),
     ]
     for name, args, needle in refused:
         code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE, *args)
@@ -1186,8 +1252,72 @@ def chart_checks():
     check("chart accepts a Windows build pin in nodeSelector",
           selector.get("node.kubernetes.io/windows-build") == "10.0.20348", f"exit {code}: {err.strip()[:300]}")
     service_monitor_token_checks()
+    metrics_security_checks()
     address_checks()
     docs_examples_checks()
+
+
+# The TLS of a secured endpoint (a cert-manager Certificate's Secret named in the web configuration).
+SECURED = {
+    "tlsSecretName": "dxdp-metrics-tls",
+    "webConfig": {"tls_server_config": {"cert_file": "C:\\etc\\dxdp-tls\\tls.crt",
+                                        "key_file": "C:\\etc\\dxdp-tls\\tls.key"}},
+}
+
+
+def render_values(values):
+    """`helm template` with `values` (a dict): exit code, objects, stderr."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(values, f)
+        path = f.name
+    try:
+        code, out, err = template(path, extra=IMAGE)
+    finally:
+        os.unlink(path)
+    return code, (docs(out) if code == 0 else []), err
+
+
+def metrics_security_checks():
+    """Issue 44: /metrics on each node's own IP by default, TLS and an identity with the
+    ServiceMonitor unless explicitly refused, token audiences passed to dxdp."""
+    monitor = {"enabled": True, "interval": "30s", "labels": {}, "endpoint": {}}
+    cases = [
+        ("the defaults (the node's own IP)", {}),
+        ("every interface (metrics.bindAddress 0.0.0.0)", {"metrics": {"bindAddress": "0.0.0.0"}}),
+        ("an IPv6 bind address", {"metrics": {"bindAddress": "fd00::5"}}),
+        ("the node's own IP with an existing ConfigMap", {"existingConfigMap": "mine"}),
+        ("a ServiceMonitor explicitly without TLS or identity",
+         {"metrics": {"serviceMonitor": {**monitor, "allowInsecure": True}}}),
+        ("a ServiceMonitor with TLS and basic authentication",
+         {"metrics": {"tlsSecretName": "dxdp-metrics-tls",
+                      "webConfig": {**SECURED["webConfig"], "basic_auth_users": {"prometheus": "$2y$10$x"}},
+                      "serviceMonitor": {**monitor, "endpoint": {
+                          "basicAuth": {"username": {"name": "p", "key": "u"},
+                                        "password": {"name": "p", "key": "p"}}}}}}),
+        ("token audiences with a token Secret of the user's",
+         {"metrics": {"authorization": "kubernetes", "tokenAudiences": ["dxdp-metrics"], **SECURED,
+                      "serviceMonitor": {**monitor, "tokenSecret": {"name": "prometheus-dxdp", "key": "token"}}}}),
+        ("token audiences with an existing ConfigMap",
+         {"existingConfigMap": "mine",
+          "metrics": {"authorization": "kubernetes", "tokenAudiences": ["dxdp-metrics", "other"], **SECURED}}),
+        ("kubernetes authorization over plain HTTP, explicitly allowed",
+         {"metrics": {"authorization": "kubernetes", "allowPlainHttpTokens": True}}),
+    ]
+    for name, values in cases:
+        label = f"chart metrics with {name}"
+        code, objs, err = render_values(values)
+        if not check(f"{label}: helm template", code == 0, err.strip()[:300]):
+            continue
+        assert_daemonset(label, objs, values)
+        validate(label, objs)
+    # What dxdp reads: the audiences in config.yaml, the address from the node's IP.
+    code, objs, err = render_values(cases[6][1])
+    maps = find(objs, "ConfigMap")
+    text = maps[0]["data"]["config.yaml"] if maps else ""
+    config = yaml.safe_load(text or "") or {}
+    check("chart passes metrics.tokenAudiences to dxdp (config.yaml)",
+          config.get("metrics", {}).get("tokenAudiences") == ["dxdp-metrics"]
+          and "address" not in config.get("metrics", {}), text)
 
 
 def service_monitor_token_checks():
@@ -1202,7 +1332,7 @@ def service_monitor_token_checks():
          {"endpoint": {"authorization": {"type": "Bearer", "credentials": {"name": "mine", "key": "t"}}}}),
     ]
     for name, extra in cases:
-        values = {"metrics": {"authorization": "kubernetes", "serviceMonitor": {**monitor, **extra}}}
+        values = {"metrics": {"authorization": "kubernetes", "serviceMonitor": {**monitor, **extra}, **SECURED}}
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
             yaml.safe_dump(values, f)
             path = f.name
@@ -1275,8 +1405,16 @@ def docs_examples_checks():
     dxdp = dxdp_binary()
     for i, text in enumerate(examples, 1):
         label = f"docs/configuration.md example {i}"
+        config = yaml.safe_load(text)
+        chart = {"config": config}
+        # An example that sets metrics.address: the chart's metrics.bindAddress/port must say the
+        # same (one source of truth; the chart's default, hostIP, writes no address).
+        address = ((config or {}).get("metrics") or {}).get("address")
+        if address:
+            host, port = str(address).rsplit(":", 1)
+            chart["metrics"] = {"bindAddress": host.strip("[]"), "port": int(port)}
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-            yaml.safe_dump({"config": yaml.safe_load(text)}, f)
+            yaml.safe_dump(chart, f)
             path = f.name
         try:
             code, out, err = template(path, extra=IMAGE)
@@ -1314,9 +1452,47 @@ def readme_checks():
     check(f"chart README documents all {len(keys)} values", not missing, f"missing: {missing}")
 
 
+def render_notes(*args):
+    """NOTES.txt rendered with `args` (as an ordinary template in a copy of the chart: `helm
+    install --dry-run` needs a cluster): exit code, text, stderr."""
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = os.path.join(tmp, "dxdp")
+        shutil.copytree(CHART, chart)
+        shutil.copy(os.path.join(chart, "templates", "NOTES.txt"), os.path.join(chart, "notes-copy.txt"))
+        with open(os.path.join(chart, "templates", "notes-rendered.yaml"), "w") as f:
+            f.write('notes: {{ tpl (.Files.Get "notes-copy.txt") . | toJson }}\n')
+        code, out, err = helm("template", RELEASE, chart, "--namespace", NAMESPACE, *IMAGE, *args,
+                              "--show-only", "templates/notes-rendered.yaml")
+    return code, ((docs(out) or [{}])[0].get("notes", "") if code == 0 else ""), err
+
+
+def notes_metrics_checks():
+    """Issue 44: NOTES warns whenever /metrics is plain HTTP, open to anyone, or on every interface."""
+    secured = ["--set", "metrics.authorization=kubernetes", "--set", "metrics.existingWebConfigSecret=web"]
+    cases = [
+        ("the defaults", [], "WARNING: /metrics on port 9466 of every node is open to anyone who reaches it and plain HTTP."),
+        ("every interface, secured", [*secured, "--set", "metrics.bindAddress=0.0.0.0"],
+         "WARNING: /metrics on port 9466 of every node is listening on every interface of the node (0.0.0.0)."),
+        ("TLS without an identity", ["--set", "metrics.existingWebConfigSecret=", "--set",
+                                     "metrics.webConfig.tls_server_config.cert_file=c"],
+         "WARNING: /metrics on port 9466 of every node is open to anyone who reaches it."),
+        ("TLS and Kubernetes authorization", secured, None),
+        ("metrics off", ["--set", "metrics.enabled=false"], None),
+    ]
+    for name, args, want in cases:
+        code, out, err = render_notes(*args)
+        if not check(f"NOTES.txt renders with {name}", code == 0, err.strip()[:300]):
+            continue
+        if want:
+            check(f"NOTES.txt warns about /metrics with {name}", want in out, out[:600])
+        else:
+            check(f"NOTES.txt has no /metrics warning with {name}", "/metrics on port" not in out, out[:600])
+
+
 def notes_checks():
     """NOTES.txt (rendered as an ordinary template in a copy of the chart: `helm install
     --dry-run` needs a cluster) offers the public-image smoke test first and the uninstall."""
+    notes_metrics_checks()
     with tempfile.TemporaryDirectory() as tmp:
         chart = os.path.join(tmp, "dxdp")
         shutil.copytree(CHART, chart)
@@ -1864,7 +2040,7 @@ def pod_info_checks():
         maps = find(docs(out), "ConfigMap") if code == 0 else []
         rendered = yaml.safe_load(maps[0]["data"]["config.yaml"]) if maps else None
         check("telemetry.podLabels/podUid are written into config.telemetry beside config:'s keys",
-              rendered == {"metrics": {"address": "0.0.0.0:9466", "probeAddress": "127.0.0.1:9467"},
+              rendered == {"metrics": {"probeAddress": "127.0.0.1:9467"},
                            "telemetry": {"interval": "5s", "podLabels": ["team", r"app\.kubernetes\.io/.*"],
                                          "podUid": True}}, str(rendered) + err.strip()[:400])
         code, _, err = template(path, extra=IMAGE + ["--set", "existingConfigMap=mine"])

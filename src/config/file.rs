@@ -217,6 +217,14 @@ pub(crate) struct MetricsFile {
     /// users) or `kubernetes` (a bearer token with `get` on the non-resource URL `/metrics`,
     /// checked with TokenReview and SubjectAccessReview).
     pub(crate) authorization: Option<MetricsAuthorization>,
+    /// With `authorization: kubernetes`: the audiences a bearer token must be meant for (the
+    /// TokenReview asks for them, and the API server must answer with one); empty: the API
+    /// server's own audience (any service account token of the cluster).
+    pub(crate) token_audiences: Option<Vec<String>>,
+    /// With `authorization: kubernetes`: accept bearer tokens over plain HTTP (a web
+    /// configuration without `tls_server_config`, or none), where anyone on the path can read
+    /// and replay them. Off: such an endpoint answers `503` until TLS is configured.
+    pub(crate) allow_plain_http_tokens: Option<bool>,
 }
 
 /// `metrics.authorization`.

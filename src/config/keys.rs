@@ -125,6 +125,10 @@ node_wide_keys! {
     WebConfigFile => "metrics.webConfigFile",
     /// `metrics.authorization`.
     MetricsAuthorization => "metrics.authorization",
+    /// `metrics.tokenAudiences`.
+    MetricsTokenAudiences => "metrics.tokenAudiences",
+    /// `metrics.allowPlainHttpTokens`.
+    MetricsAllowPlainHttpTokens => "metrics.allowPlainHttpTokens",
     /// `telemetry.enabled`.
     TelemetryEnabled => "telemetry.enabled",
     /// `telemetry.interval`.
@@ -190,7 +194,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 34);
+        assert_eq!(all.len(), 2 * 9 + 36);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

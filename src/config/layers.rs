@@ -69,6 +69,17 @@ fn web_config_path(text: &str) -> Option<std::path::PathBuf> {
     (!text.trim().is_empty()).then(|| std::path::PathBuf::from(text.trim()))
 }
 
+/// `metrics.tokenAudiences` as written: each audience trimmed, empty ones and repeats left out.
+fn audiences(list: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for a in list.iter().map(|a| a.trim()).filter(|a| !a.is_empty()) {
+        if !out.iter().any(|o| o == a) {
+            out.push(a.to_string());
+        }
+    }
+    out
+}
+
 /// Sets the keys a layer gives: each row `value => place, key, origin;` whose `value` is `Some`
 /// sets the configuration's `place` to it and records `origin` as the origin of `key`. With the
 /// origin written once (`c, origin; value => place, key;`) it is every row's.
@@ -289,6 +300,10 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
         metrics.web_config_file.as_deref().map(web_config_path)
             => c.web_config_file, Key::WebConfigFile;
         metrics.authorization => c.metrics_authorization, Key::MetricsAuthorization;
+        metrics.token_audiences.as_deref().map(audiences)
+            => c.metrics_token_audiences, Key::MetricsTokenAudiences;
+        metrics.allow_plain_http_tokens
+            => c.metrics_allow_plain_http_tokens, Key::MetricsAllowPlainHttpTokens;
         telemetry.enabled => c.telemetry.enabled, Key::TelemetryEnabled;
         telemetry.interval.map(|i| i.0) => c.telemetry.interval, Key::TelemetryInterval;
         // Checked when the file was read: an error here cannot happen, and would mean the default.
@@ -496,11 +511,15 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
         "DXDP_LOG_LEVEL", |v: &str| LogLevelName::try_from(v.to_string())
             => c.log_level, Key::LogLevel;
         "DXDP_LOG_FORMAT", str::parse => c.log_format, Key::LogFormat;
-        "DXDP_METRICS_ADDRESS", MetricsAddress::parse => c.metrics_address, Key::MetricsAddress;
+        "DXDP_METRICS_ADDRESS", MetricsAddress::parse_variable => c.metrics_address, Key::MetricsAddress;
         "DXDP_PROBE_ADDRESS", MetricsAddress::parse => c.probe_address, Key::ProbeAddress;
         "DXDP_WEB_CONFIG_FILE", |v| Ok(web_config_path(v)) => c.web_config_file, Key::WebConfigFile;
         "DXDP_METRICS_AUTHORIZATION", file::MetricsAuthorization::parse
             => c.metrics_authorization, Key::MetricsAuthorization;
+        "DXDP_METRICS_TOKEN_AUDIENCES", |v: &str| Ok::<_, String>(audiences(&v.split(',').map(str::to_string).collect::<Vec<_>>()))
+            => c.metrics_token_audiences, Key::MetricsTokenAudiences;
+        "DXDP_METRICS_ALLOW_PLAIN_HTTP_TOKENS", bool_value
+            => c.metrics_allow_plain_http_tokens, Key::MetricsAllowPlainHttpTokens;
         "DXDP_TELEMETRY", bool_value => c.telemetry.enabled, Key::TelemetryEnabled;
         "DXDP_TELEMETRY_INTERVAL", Interval::parse => c.telemetry.interval, Key::TelemetryInterval;
         "DXDP_POD_RESOURCES_ENDPOINT", pod_resources_endpoint

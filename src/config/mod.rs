@@ -95,6 +95,11 @@ pub struct Config {
     pub web_config_file: Option<std::path::PathBuf>,
     /// `metrics.authorization`: Kubernetes authorization of `/metrics` requests. Read at start.
     pub metrics_authorization: file::MetricsAuthorization,
+    /// `metrics.tokenAudiences`: the audiences a bearer token must be meant for (empty: the
+    /// API server's own). Read at start.
+    pub metrics_token_audiences: Vec<String>,
+    /// `metrics.allowPlainHttpTokens`: bearer tokens accepted over plain HTTP. Read at start.
+    pub metrics_allow_plain_http_tokens: bool,
     /// `telemetry`: GPU telemetry sampling.
     pub telemetry: Telemetry,
     /// `isolation`: the GPU isolation audit.
@@ -359,6 +364,8 @@ impl Default for Config {
             probe_address: None,
             web_config_file: None,
             metrics_authorization: file::MetricsAuthorization::None,
+            metrics_token_audiences: Vec::new(),
+            metrics_allow_plain_http_tokens: false,
             telemetry: Telemetry::default(),
             isolation: Isolation::default(),
             health_reports: health::HealthReports::default(),

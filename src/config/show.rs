@@ -108,6 +108,8 @@ impl Resolved {
                 None => Value::Null,
             },
             Key::MetricsAuthorization => json!(self.metrics_authorization.as_str()),
+            Key::MetricsTokenAudiences => json!(self.metrics_token_audiences),
+            Key::MetricsAllowPlainHttpTokens => json!(self.metrics_allow_plain_http_tokens),
             Key::TelemetryEnabled => json!(self.telemetry.enabled),
             Key::TelemetryInterval => json!(format_interval(self.telemetry.interval)),
             Key::TelemetryPodResourcesEndpoint => match &self.telemetry.pod_resources_endpoint {

@@ -95,6 +95,8 @@ metrics:
   probeAddress: 127.0.0.1:9467
   webConfigFile: C:\etc\dxdp\web\web-config.yml
   authorization: kubernetes
+  tokenAudiences: [dxdp-metrics]
+  allowPlainHttpTokens: true
 telemetry:
   enabled: true
   interval: 30s
@@ -1764,4 +1766,79 @@ mod sandbox {
             None
         );
     }
+}
+
+#[test]
+fn token_audiences_and_plain_http_tokens_follow_the_precedence() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        "metrics:\n  authorization: kubernetes\n  tokenAudiences: [dxdp-metrics, ' dxdp-metrics', '', other]\n  allowPlainHttpTokens: true\n",
+    );
+    let d = Resolved::default();
+    assert!(d.show().contains("metrics.tokenAudiences: []  # default\n"));
+    assert!(d
+        .show()
+        .contains("metrics.allowPlainHttpTokens: false  # default\n"));
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    assert_eq!(c.metrics_token_audiences, ["dxdp-metrics", "other"]);
+    assert!(c.metrics_allow_plain_http_tokens);
+    let c = inputs(
+        Some(file.clone()),
+        &[
+            ("DXDP_METRICS_TOKEN_AUDIENCES", "a, b,,a"),
+            ("DXDP_METRICS_ALLOW_PLAIN_HTTP_TOKENS", "false"),
+        ],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(c.metrics_token_audiences, ["a", "b"]);
+    assert!(!c.metrics_allow_plain_http_tokens);
+    assert_eq!(
+        c.origin("metrics.allowPlainHttpTokens"),
+        format!(
+            "env DXDP_METRICS_ALLOW_PLAIN_HTTP_TOKENS (overrides file {}: true)",
+            file.display()
+        )
+    );
+    let err = inputs(
+        None,
+        &[("DXDP_METRICS_ALLOW_PLAIN_HTTP_TOKENS", "maybe")],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("use true or false"), "{err}");
+}
+
+#[test]
+fn the_metrics_address_variable_takes_an_ipv6_address_without_brackets() {
+    for (text, want) in [
+        ("10.0.0.5:9466", "10.0.0.5:9466"),
+        ("fd00::5:9466", "[fd00::5]:9466"),
+        ("[fd00::5]:9466", "[fd00::5]:9466"),
+    ] {
+        let c = inputs(None, &[("DXDP_METRICS_ADDRESS", text)], Flags::default())
+            .resolve()
+            .unwrap();
+        assert_eq!(
+            c.metrics_address.map(|a| a.to_string()).as_deref(),
+            Some(want)
+        );
+    }
+    for bad in ["::1", "fd00::5:99999", "node-1:9466", "1.2.3.4:"] {
+        assert!(
+            inputs(None, &[("DXDP_METRICS_ADDRESS", bad)], Flags::default())
+                .resolve()
+                .is_err(),
+            "{bad}"
+        );
+    }
+    // The file keeps the brackets (its schema says so).
+    assert!(values::MetricsAddress::parse("fd00::5:9466").is_err());
 }

@@ -153,6 +153,23 @@ impl MetricsAddress {
             )
         })
     }
+
+    /// [`MetricsAddress::parse`], also accepting an IPv6 address without brackets before the
+    /// port, for a variable: what the chart's `DXDP_METRICS_ADDRESS=$(HOST_IP):9466` gives on a
+    /// node whose first address is IPv6 (the file's schema keeps the brackets).
+    pub fn parse_variable(s: &str) -> Result<Option<std::net::SocketAddr>, String> {
+        MetricsAddress::parse(s).or_else(|e| {
+            // The port is what follows the last colon (an address needs one); `::1` is not
+            // `[::]:1`.
+            let (ip, port) = s.trim().rsplit_once(':').ok_or_else(|| e.clone())?;
+            match (ip.parse::<std::net::Ipv6Addr>(), port.parse::<u16>()) {
+                (Ok(addr), Ok(port)) if !ip.ends_with(':') && !ip.starts_with("::") => {
+                    Ok(Some(std::net::SocketAddr::from((addr, port))))
+                }
+                _ => Err(e),
+            }
+        })
+    }
 }
 
 /// One pattern of `telemetry.podLabels`, checked to be a valid regular expression.

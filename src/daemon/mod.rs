@@ -427,14 +427,21 @@ async fn endpoint_tasks(
     let mut specs = Vec::new();
     if let Some(address) = config.metrics_address {
         let authorizer = match config.metrics_authorization {
-            MetricsAuthorization::Kubernetes => {
-                Some(KubernetesAuthorizer::for_daemon(client, asked).await)
-            }
+            MetricsAuthorization::Kubernetes => Some(
+                KubernetesAuthorizer::for_daemon(
+                    client,
+                    asked,
+                    &config.metrics_token_audiences,
+                    observe.metrics.reviews(),
+                )
+                .await,
+            ),
             MetricsAuthorization::None => None,
         };
         let guard = Guard {
             web_config_file: config.web_config_file.clone(),
             authorizer,
+            allow_plain_http_tokens: config.metrics_allow_plain_http_tokens,
         };
         let endpoint = MetricsEndpoint {
             address,

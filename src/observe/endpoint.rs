@@ -28,6 +28,8 @@ pub(crate) struct Guard {
     /// With `metrics.authorization: kubernetes`: the token reviewer, or why it could not be
     /// built. `None`: no bearer tokens are checked.
     pub(crate) authorizer: Option<Result<Arc<dyn Authorize>, String>>,
+    /// `metrics.allowPlainHttpTokens`: bearer tokens accepted without TLS.
+    pub(crate) allow_plain_http_tokens: bool,
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `address` ([`super::http::serve_guarded_forever`]: an
@@ -134,6 +136,13 @@ async fn access(guard: &Guard, observe: &Observe) -> Result<Access, String> {
             return Err(
                 "metrics.authorization: kubernetes and the web configuration's basic_auth_users both ask for the Authorization header: use one of them".into(),
             );
+        }
+        let tls = access
+            .web
+            .as_ref()
+            .is_some_and(|w| w.current().tls().is_some());
+        if !tls && !guard.allow_plain_http_tokens {
+            return Err("metrics.authorization: kubernetes over plain HTTP: bearer tokens could be read and replayed on the way; configure TLS (tls_server_config in metrics.webConfigFile) or set metrics.allowPlainHttpTokens: true".into());
         }
         access.authorizer = Some(authorizer);
     }

@@ -139,6 +139,7 @@ struct Inner {
     isolation: super::isolation_metrics::IsolationMetrics,
     /// Who may read `/metrics` (`observe::access`).
     access: super::access::AccessMetrics,
+    reviews: super::review_metrics::ReviewMetrics,
     /// Device health (`observe::device_health`).
     device_health: super::device_health::HealthMetrics,
     /// The in-cluster validation (`observe::validation`).
@@ -269,6 +270,7 @@ impl Metrics {
         let telemetry = super::telemetry_metrics::TelemetryMetrics::register(&mut registry);
         let isolation = super::isolation_metrics::IsolationMetrics::register(&mut registry);
         let access = super::access::AccessMetrics::register(&mut registry);
+        let reviews = super::review_metrics::ReviewMetrics::register(&mut registry);
         let device_health = super::device_health::HealthMetrics::register(&mut registry);
         let validation = super::validation::ValidationMetrics::register(&mut registry);
         Metrics {
@@ -291,6 +293,7 @@ impl Metrics {
                 telemetry,
                 isolation,
                 access,
+                reviews,
                 device_health,
                 validation,
             }),
@@ -400,6 +403,11 @@ impl Metrics {
     /// The access checks' metrics (denied requests, web configuration reloads).
     pub fn access(&self) -> &super::access::AccessMetrics {
         &self.inner.access
+    }
+
+    /// The token reviews' metrics (`metrics.authorization: kubernetes`).
+    pub(crate) fn reviews(&self) -> &super::review_metrics::ReviewMetrics {
+        &self.inner.reviews
     }
 
     /// The GPU isolation audit's metrics.

@@ -122,7 +122,14 @@ nodeLabels, isolation, health, telemetry.podLabels/podUid), as YAML. */}}
 {{- if $v.metrics.enabled }}
 {{- $metrics = include "dxdp.socketAddress" (list $v.metrics.bindAddress $v.metrics.port) }}
 {{- end }}
+{{- if include "dxdp.metricsOnHostIP" . }}
+{{- /* Each node's own IP: not known here, so the DaemonSet passes it (DXDP_METRICS_ADDRESS). */}}
+{{- with (($c.metrics | default dict).address) }}
+{{- fail (printf "config.metrics.address is %v but metrics.bindAddress: hostIP listens on each node's own IP (DXDP_METRICS_ADDRESS=$(HOST_IP):%v): set metrics.bindAddress to an IP to write it into config.yaml, or remove config.metrics.address" . $v.metrics.port) }}
+{{- end }}
+{{- else }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "metrics.address" "value" $metrics "from" "metrics.enabled/bindAddress/port") }}
+{{- end }}
 {{- $probes := "" }}
 {{- if $v.probes.enabled }}
 {{- $probes = include "dxdp.socketAddress" (list $v.probes.bindAddress $v.probes.port) }}
@@ -133,6 +140,12 @@ nodeLabels, isolation, health, telemetry.podLabels/podUid), as YAML. */}}
 {{- end }}
 {{- if and $v.metrics.enabled (eq (toString $v.metrics.authorization) "kubernetes") }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "metrics.authorization" "value" "kubernetes" "from" "metrics.authorization") }}
+{{- with $v.metrics.tokenAudiences }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "metrics.tokenAudiences" "value" . "from" "metrics.tokenAudiences") }}
+{{- end }}
+{{- end }}
+{{- if and $v.metrics.enabled $v.metrics.allowPlainHttpTokens }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "metrics.allowPlainHttpTokens" "value" true "from" "metrics.allowPlainHttpTokens") }}
 {{- end }}
 {{- if not $v.nodeLabels.enabled }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "nodeLabels.enabled" "value" false "from" "nodeLabels.enabled") }}
@@ -212,4 +225,23 @@ config.health.nodeConditions. */}}
 {{/* Whether dxdp needs the API server's credentials. */}}
 {{- define "dxdp.needsToken" -}}
 {{- if or .Values.nodeApi.enabled (eq (toString .Values.metrics.authorization) "kubernetes") }}true{{ end -}}
+{{- end }}
+
+{{/* Whether /metrics listens on each node's own IP (metrics.bindAddress: hostIP, the default). */}}
+{{- define "dxdp.metricsOnHostIP" -}}
+{{- if and .Values.metrics.enabled (eq (toString .Values.metrics.bindAddress) "hostIP") }}true{{ end -}}
+{{- end }}
+
+{{/* Whether /metrics is served over TLS: the web configuration has tls_server_config, or is
+the user's own Secret (dxdp refuses bearer tokens without TLS at run time). */}}
+{{- define "dxdp.metricsTLS" -}}
+{{- if or .Values.metrics.existingWebConfigSecret (.Values.metrics.webConfig | default dict).tls_server_config }}true{{ end -}}
+{{- end }}
+
+{{/* Whether /metrics asks clients who they are: Kubernetes authorization, basic
+authentication users, verified client certificates, or the user's own web configuration. */}}
+{{- define "dxdp.metricsAuthenticated" -}}
+{{- $web := .Values.metrics.webConfig | default dict }}
+{{- $clientAuth := toString (($web.tls_server_config | default dict).client_auth_type) }}
+{{- if or (eq (toString .Values.metrics.authorization) "kubernetes") $web.basic_auth_users (eq $clientAuth "RequireAndVerifyClientCert") .Values.metrics.existingWebConfigSecret }}true{{ end -}}
 {{- end }}
