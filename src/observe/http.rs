@@ -435,10 +435,11 @@ async fn serve_connection(
     }
 }
 
-/// The answer to `req` after the access checks: `/healthz` and `/readyz` answer every client
-/// (a guarded listener gives the status and one word only, unless the client is authorized);
-/// everything else needs what the listener's access rules ask for. The web configuration's
-/// headers are added to every answer.
+/// The answer to `req` after the access checks: unknown paths and methods are answered first
+/// (404, 405: nothing to guard, no password checked); then `rate_limit` (every path but the
+/// probes: 429); `/healthz` and `/readyz` answer every client (a guarded listener gives the
+/// status and one word only, unless the client is authorized); `/metrics` needs what the
+/// listener's access rules ask for. The web configuration's headers are added to every answer.
 async fn guarded_answer(
     req: Request<Incoming>,
     router: Router,
@@ -446,9 +447,23 @@ async fn guarded_answer(
     guard: &Guard,
 ) -> Response {
     let answer = |req| async move { router.oneshot(req).await.unwrap_or_else(|e| match e {}) };
-    let mut response =
-        if guard.access.is_open() || !guard.access.needs_credentials(guard.web.as_deref()) {
-            answer(req).await
+    let served = matches!(req.uri().path(), "/metrics" | "/healthz" | "/readyz")
+        && matches!(*req.method(), Method::GET | Method::HEAD);
+    let probe = matches!(req.uri().path(), "/healthz" | "/readyz");
+    let limited = served
+        && !probe
+        && guard
+            .web
+            .as_ref()
+            .is_some_and(|web| !web.rate_allows());
+    let mut response = if limited {
+        observe.metrics.access().denied(Denied::RateLimited);
+        refused(Denied::RateLimited, "too many requests: rate_limit of the web configuration; try again later\n".into(), guard)
+    } else if !served
+        || guard.access.is_open()
+        || !guard.access.needs_credentials(guard.web.as_deref())
+    {
+        answer(req).await
         } else {
             let path = req.uri().path();
             let probe = matches!(path, "/healthz" | "/readyz");
@@ -486,24 +501,7 @@ async fn guarded_answer(
                 }
                 Verdict::Denied(why, body) => {
                     observe.metrics.access().denied(why);
-                    let status = match why {
-                        Denied::Unauthenticated => StatusCode::UNAUTHORIZED,
-                        Denied::Forbidden => StatusCode::FORBIDDEN,
-                        Denied::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-                    };
-                    let mut r = text(status, body);
-                    if why == Denied::Unauthenticated {
-                        let scheme = if guard.access.authorizer.is_some() {
-                            "Bearer realm=\"dxdp\""
-                        } else {
-                            "Basic realm=\"dxdp\", charset=\"UTF-8\""
-                        };
-                        r.headers_mut().insert(
-                            hyper::header::WWW_AUTHENTICATE,
-                            HeaderValue::from_static(scheme),
-                        );
-                    }
-                    r
+                    refused(why, body, guard)
                 }
             }
         };
@@ -513,6 +511,36 @@ async fn guarded_answer(
         }
     }
     response
+}
+
+/// The answer refusing a request for `why`, saying `body`.
+fn refused(why: Denied, body: String, guard: &Guard) -> Response {
+    let status = match why {
+        Denied::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Denied::Forbidden => StatusCode::FORBIDDEN,
+        Denied::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Denied::Busy | Denied::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+    };
+    let mut r = text(status, body);
+    match why {
+        Denied::Unauthenticated => {
+            let scheme = if guard.access.authorizer.is_some() {
+                "Bearer realm=\"dxdp\""
+            } else {
+                "Basic realm=\"dxdp\", charset=\"UTF-8\""
+            };
+            r.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(scheme),
+            );
+        }
+        Denied::Busy | Denied::RateLimited => {
+            r.headers_mut()
+                .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        Denied::Forbidden | Denied::Unavailable => {}
+    }
+    r
 }
 
 fn text(status: StatusCode, body: impl Into<Body>) -> Response {

@@ -20,6 +20,7 @@ pub(crate) mod podinfo;
 pub mod state;
 pub(crate) mod telemetry_metrics;
 pub(crate) mod validation;
+pub(crate) mod verifier;
 pub mod web;
 
 use std::net::SocketAddr;
