@@ -616,8 +616,10 @@ fn dummy_hash(cost: u32) -> Result<Arc<str>, String> {
 /// A Go duration (`1s`, `250ms`, `1m30s`, `0`), as the exporters write `rate_limit.interval`.
 fn go_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
-    if text == "0" {
-        return Some(Duration::ZERO);
+    match text {
+        "0" => return Some(Duration::ZERO),
+        "" => return None,
+        _ => {}
     }
     let mut rest = text;
     let mut total = 0f64;
