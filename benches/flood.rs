@@ -72,8 +72,14 @@ fn build_go_client(out: &Path) -> Result<PathBuf, String> {
     Ok(binary)
 }
 
-/// Allocate's p99 with one caller from the grpc-go client (`series 1 allocate ...`).
-fn go_p99(client: &Path, socket: &Path, request: &AllocateRequest, iterations: u64) -> Duration {
+/// Allocate's p99 with one caller from the grpc-go client (`series 1 allocate ...`), or what
+/// the client said when a call failed (each has a 10 s deadline).
+fn go_p99(
+    client: &Path,
+    socket: &Path,
+    request: &AllocateRequest,
+    iterations: u64,
+) -> Result<Duration, String> {
     let hex: String = request
         .encode_to_vec()
         .iter()
@@ -85,18 +91,16 @@ fn go_p99(client: &Path, socket: &Path, request: &AllocateRequest, iterations: u
         .args(["-allocate", &hex, "-iterations", &iterations.to_string()])
         .output()
         .expect("grpc-go client");
-    assert!(
-        run.status.success(),
-        "grpc-go client: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    if !run.status.success() {
+        return Err(String::from_utf8_lossy(&run.stderr).trim().to_string());
+    }
     for line in String::from_utf8_lossy(&run.stdout).lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         if let ["series", "1", "allocate", _, _, _, p99] = f[..] {
-            return Duration::from_nanos(p99.parse().expect("p99"));
+            return Ok(Duration::from_nanos(p99.parse().expect("p99")));
         }
     }
-    panic!("the grpc-go client printed no one-caller Allocate series");
+    Err("the grpc-go client printed no one-caller Allocate series".into())
 }
 
 /// The CPU time of `pid`: the kernel's per-process clock (nanoseconds), else utime + stime of
@@ -117,17 +121,26 @@ fn cpu(pid: u32) -> Duration {
 
 /// One flood client: a request with a random wrong password, closed after 1 to 5 ms, again
 /// and again until `stop`.
-async fn flood_client(address: std::net::SocketAddr, seed: u64, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) {
+async fn flood_client(
+    address: std::net::SocketAddr,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+) {
     let mut rng = Rng(seed | 1);
     while !stop.load(Ordering::Relaxed) {
-        let Ok(mut s) = tokio::net::TcpStream::connect(address).await else {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+        // Bounded, so that the clients stop soon after `stop` even when the backlog is full.
+        let connect = tokio::net::TcpStream::connect(address);
+        let Ok(Ok(mut s)) = tokio::time::timeout(Duration::from_millis(200), connect).await else {
             continue;
         };
         let password = format!("{:016x}", rng.next());
-        let auth = base64::engine::general_purpose::STANDARD.encode(format!("prometheus:{password}"));
-        let request = format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n\r\n");
-        if s.write_all(request.as_bytes()).await.is_ok() {
+        let auth =
+            base64::engine::general_purpose::STANDARD.encode(format!("prometheus:{password}"));
+        let request =
+            format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n\r\n");
+        let write = s.write_all(request.as_bytes());
+        if let Ok(Ok(())) = tokio::time::timeout(Duration::from_millis(200), write).await {
             sent.fetch_add(1, Ordering::Relaxed);
         }
         tokio::time::sleep(Duration::from_millis(1 + rng.next() % 5)).await;
@@ -235,7 +248,10 @@ fn main() {
             tokio::task::spawn_blocking(move || go_p99(&client, &socket, &request, iterations))
         };
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let quiet = blocking(request.clone()).await.expect("quiet series");
+        let quiet = blocking(request.clone())
+            .await
+            .expect("quiet series")
+            .expect("Allocate answers while quiet");
 
         // The flood, and the probes beside it.
         let stop = Arc::new(AtomicBool::new(false));
@@ -272,10 +288,10 @@ fn main() {
         let _ = prober.await;
         let ended = Instant::now();
 
-        // Back to idle: the first 100 ms window under IDLE_SHARE of one CPU (up to 30 s).
+        // Back to idle: the first 100 ms window under IDLE_SHARE of one CPU (up to 15 s).
         let mut last = cpu(pid);
         let mut idle_after = None;
-        while ended.elapsed() < Duration::from_secs(30) {
+        while ended.elapsed() < Duration::from_secs(15) {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let now = cpu(pid);
             if (now - last).as_secs_f64() / 0.1 < IDLE_SHARE {
@@ -285,20 +301,29 @@ fn main() {
             last = now;
         }
 
+        let _ = daemon.kill().await;
         let us = |d: Duration| d.as_secs_f64() * 1e6;
-        let ratio = flooded.as_secs_f64() / quiet.as_secs_f64();
         println!(
             "dxdp pinned to CPU {daemon_cpu}; basic_auth_users at bcrypt cost 10; {CLIENTS} flood clients sent {} wrong passwords in {:.1} s; daemon CPU during the flood {:.0}% of one CPU",
             sent.load(Ordering::Relaxed),
             (ended - flood_started).as_secs_f64() + 1.0,
             flood_cpu * 100.0
         );
-        println!(
-            "Allocate p99 (grpc-go, 1 caller, {iterations} calls): quiet {:.1}us, flood {:.1}us: {ratio:.2}x (target <= {TARGET_RATIO:.0}x) -> {}",
-            us(quiet),
-            us(flooded),
-            if ratio <= TARGET_RATIO { "met" } else { "NOT met" }
-        );
+        match flooded {
+            Ok(flooded) => {
+                let ratio = flooded.as_secs_f64() / quiet.as_secs_f64();
+                println!(
+                    "Allocate p99 (grpc-go, 1 caller, {iterations} calls): quiet {:.1}us, flood {:.1}us: {ratio:.2}x (target <= {TARGET_RATIO:.0}x) -> {}",
+                    us(quiet),
+                    us(flooded),
+                    if ratio <= TARGET_RATIO { "met" } else { "NOT met" }
+                );
+            }
+            Err(why) => println!(
+                "Allocate p99 (grpc-go, 1 caller, {iterations} calls): quiet {:.1}us, flood: a call failed ({why}) -> NOT met",
+                us(quiet)
+            ),
+        }
         let failed = failed.load(Ordering::Relaxed);
         println!(
             "probe failures (GET /healthz every 100 ms, 1 s timeout): {failed} of {} (target 0) -> {}",
@@ -314,12 +339,11 @@ fn main() {
                 if t <= TARGET_IDLE { "met" } else { "NOT met" }
             ),
             None => println!(
-                "CPU still above {:.0}% of one CPU 30 s after the flood ended (target <= {:.0} s) -> NOT met",
+                "CPU still above {:.0}% of one CPU 15 s after the flood ended (target <= {:.0} s) -> NOT met",
                 IDLE_SHARE * 100.0,
                 TARGET_IDLE.as_secs_f64()
             ),
         }
-        let _ = daemon.kill().await;
         kubelet.stop().await;
         drop(dir);
     });

@@ -450,61 +450,60 @@ async fn guarded_answer(
     let served = matches!(req.uri().path(), "/metrics" | "/healthz" | "/readyz")
         && matches!(*req.method(), Method::GET | Method::HEAD);
     let probe = matches!(req.uri().path(), "/healthz" | "/readyz");
-    let limited = served
-        && !probe
-        && guard
-            .web
-            .as_ref()
-            .is_some_and(|web| !web.rate_allows());
+    let limited = served && !probe && guard.web.as_ref().is_some_and(|web| !web.rate_allows());
     let mut response = if limited {
         observe.metrics.access().denied(Denied::RateLimited);
-        refused(Denied::RateLimited, "too many requests: rate_limit of the web configuration; try again later\n".into(), guard)
+        refused(
+            Denied::RateLimited,
+            "too many requests: rate_limit of the web configuration; try again later\n".into(),
+            guard,
+        )
     } else if !served
         || guard.access.is_open()
         || !guard.access.needs_credentials(guard.web.as_deref())
     {
         answer(req).await
+    } else {
+        let path = req.uri().path();
+        let probe = matches!(path, "/healthz" | "/readyz");
+        let authorization = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes);
+        let verb = if req.method() == Method::HEAD {
+            "get"
         } else {
-            let path = req.uri().path();
-            let probe = matches!(path, "/healthz" | "/readyz");
-            let authorization = req
-                .headers()
-                .get(hyper::header::AUTHORIZATION)
-                .map(HeaderValue::as_bytes);
-            let verb = if req.method() == Method::HEAD {
-                "get"
-            } else {
-                &req.method().as_str().to_ascii_lowercase()
-            };
-            let verdict = if probe && authorization.is_none() {
-                Verdict::Denied(Denied::Unauthenticated, String::new())
-            } else {
-                guard
-                    .access
-                    .check(guard.web.clone(), authorization, verb, path)
-                    .await
-            };
-            match verdict {
-                Verdict::Allowed => answer(req).await,
-                Verdict::Denied(..) if probe => {
-                    let full = answer(req).await;
-                    let word = if full.status() == StatusCode::OK {
-                        "ok\n"
-                    } else {
-                        "unavailable\n"
-                    };
-                    let mut r = text(full.status(), word);
-                    if let Some(allow) = full.headers().get(ALLOW) {
-                        r.headers_mut().insert(ALLOW, allow.clone());
-                    }
-                    r
-                }
-                Verdict::Denied(why, body) => {
-                    observe.metrics.access().denied(why);
-                    refused(why, body, guard)
-                }
-            }
+            &req.method().as_str().to_ascii_lowercase()
         };
+        let verdict = if probe && authorization.is_none() {
+            Verdict::Denied(Denied::Unauthenticated, String::new())
+        } else {
+            guard
+                .access
+                .check(guard.web.clone(), authorization, verb, path)
+                .await
+        };
+        match verdict {
+            Verdict::Allowed => answer(req).await,
+            Verdict::Denied(..) if probe => {
+                let full = answer(req).await;
+                let word = if full.status() == StatusCode::OK {
+                    "ok\n"
+                } else {
+                    "unavailable\n"
+                };
+                let mut r = text(full.status(), word);
+                if let Some(allow) = full.headers().get(ALLOW) {
+                    r.headers_mut().insert(ALLOW, allow.clone());
+                }
+                r
+            }
+            Verdict::Denied(why, body) => {
+                observe.metrics.access().denied(why);
+                refused(why, body, guard)
+            }
+        }
+    };
     if let Some(web) = &guard.web {
         for (name, value) in web.headers() {
             response.headers_mut().insert(name.clone(), value.clone());

@@ -257,11 +257,7 @@ impl Remembered {
 
     /// Remembers the outcome of `digest`.
     pub(crate) fn remember(&self, digest: [u8; 32], passed: bool) {
-        let cache = if passed {
-            &self.passes
-        } else {
-            &self.failures
-        };
+        let cache = if passed { &self.passes } else { &self.failures };
         lock(cache).put(digest);
     }
 }
@@ -364,10 +360,7 @@ mod tests {
             remembered.remember(d, false);
         }
         assert_eq!(remembered.outcome(&[7u8; 32]), Some(true));
-        assert_eq!(
-            remembered.failures.lock().unwrap().entries.len(),
-            FAILURES
-        );
+        assert_eq!(remembered.failures.lock().unwrap().entries.len(), FAILURES);
         let mut last = [0u8; 32];
         last[..8].copy_from_slice(&((FAILURES + 9) as u64).to_le_bytes());
         last[31] = 1;

@@ -14,13 +14,13 @@
 //! The metrics endpoint therefore never falls back to plain HTTP or to no authentication: an
 //! empty file is an error, and a reload that would drop TLS, weaken client-certificate
 //! verification, drop `client_allowed_sans` or drop `basic_auth_users` is rejected the same way
-//! until dxdp restarts ([`weakened`]).
+//! until dxdp restarts.
 //!
 //! Basic authentication never hashes on the async workers or tokio's blocking pool: headers
-//! over [`MAX_AUTHORIZATION`] bytes and passwords over [`MAX_PASSWORD`] bytes are refused
-//! first, outcomes are remembered ([`super::verifier::Remembered`]), and bcrypt runs on the
-//! bounded [`super::verifier::Verifier`]. `rate_limit` (a token bucket over every request
-//! but the probes, as in the exporters) answers `429` past its burst.
+//! over `MAX_AUTHORIZATION` bytes and passwords over `MAX_PASSWORD` bytes are refused first,
+//! outcomes are remembered, and bcrypt runs on the bounded verifier (`observe::verifier`).
+//! `rate_limit` (a token bucket over every request but the probes, as in the exporters)
+//! answers `429` past its burst.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -71,7 +71,6 @@ pub(crate) const ALLOWED_HEADERS: [&str; 5] = [
     "X-XSS-Protection",
     "Content-Security-Policy",
 ];
-
 
 /// Why a web configuration cannot be used: the file, the key, what is wrong and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -435,7 +434,9 @@ impl WebConfig {
                     Some(text) => go_duration(text).ok_or_else(|| {
                         err(
                             "rate_limit.interval",
-                            format!("{text:?} is not a duration: write e.g. 1s, 250ms or 0 (no limit)"),
+                            format!(
+                                "{text:?} is not a duration: write e.g. 1s, 250ms or 0 (no limit)"
+                            ),
                         )
                     })?,
                 };
@@ -1081,7 +1082,10 @@ mod tests {
         assert_eq!(check(Some(right)).await, BasicAuth::Passed);
         assert_eq!(hashes(), 2);
         // An unknown user pays a hash (the dummy's), and never passes.
-        assert_eq!(check(Some(basic("mallory", "right"))).await, BasicAuth::Failed);
+        assert_eq!(
+            check(Some(basic("mallory", "right"))).await,
+            BasicAuth::Failed
+        );
         assert_eq!(hashes(), 3);
         // Refused before any work: no header, not Basic, a password over 72 bytes, a header
         // over 4 KiB.
@@ -1105,18 +1109,25 @@ mod tests {
         let path = dir.path().join("web.yml");
         replace(
             &path,
-            &format!("basic_auth_users:\n  prometheus: '{}'\n", hash_claiming("x", 13)),
+            &format!(
+                "basic_auth_users:\n  prometheus: '{}'\n",
+                hash_claiming("x", 13)
+            ),
         );
         let e = WebConfig::load(&path).unwrap_err();
         assert_eq!(e.key, "basic_auth_users.prometheus");
         assert!(
-            e.message.starts_with("bcrypt cost 13 is above 12, the highest dxdp accepts"),
+            e.message
+                .starts_with("bcrypt cost 13 is above 12, the highest dxdp accepts"),
             "{e}"
         );
         assert!(e.message.contains("htpasswd -nBC 10"), "{e}");
         replace(
             &path,
-            &format!("basic_auth_users:\n  prometheus: '{}'\n", hash_claiming("x", 12)),
+            &format!(
+                "basic_auth_users:\n  prometheus: '{}'\n",
+                hash_claiming("x", 12)
+            ),
         );
         assert!(WebConfig::load(&path).unwrap().has_users());
         for empty in ["", "  \n\t\n", "# nothing yet\n\n"] {
@@ -1138,8 +1149,14 @@ mod tests {
         replace(&path, "rate_limit:\n  interval: 0\n  burst: 0\n");
         assert!(WebConfig::load(&path).unwrap().rate_limit.is_none());
         let refused = [
-            ("rate_limit:\n  interval: 1s\n  burst: 0\n", "rate_limit.burst"),
-            ("rate_limit:\n  interval: 5\n  burst: 1\n", "rate_limit.interval"),
+            (
+                "rate_limit:\n  interval: 1s\n  burst: 0\n",
+                "rate_limit.burst",
+            ),
+            (
+                "rate_limit:\n  interval: 5\n  burst: 1\n",
+                "rate_limit.interval",
+            ),
             ("rate_limit:\n  every: 1s\n", "line 2 column 3"),
         ];
         for (text, key) in refused {
@@ -1168,7 +1185,11 @@ mod tests {
     fn pki(dir: &Path) -> String {
         let server = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         std::fs::write(dir.join("server.pem"), server.cert.pem()).unwrap();
-        std::fs::write(dir.join("server-key.pem"), server.signing_key.serialize_pem()).unwrap();
+        std::fs::write(
+            dir.join("server-key.pem"),
+            server.signing_key.serialize_pem(),
+        )
+        .unwrap();
         std::fs::write(dir.join("ca.pem"), server.cert.pem()).unwrap();
         "tls_server_config:\n  cert_file: server.pem\n  key_file: server-key.pem\n".into()
     }
@@ -1215,7 +1236,11 @@ mod tests {
                 format!("web configuration {}: (file): the change would {what}, which dxdp never does while running: refused until dxdp restarts (restart it to apply the weaker configuration on purpose)", path.display())
             );
         }
-        assert!(seen.lock().unwrap().iter().all(|r| *r == Reloaded::Rejected));
+        assert!(seen
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|r| *r == Reloaded::Rejected));
         // As strong, another header: applied.
         replace(
             &path,
@@ -1233,18 +1258,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("web.yml");
         let tls = pki(dir.path());
-        for auth in ["", "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.pem\n"] {
+        for auth in [
+            "",
+            "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.pem\n",
+        ] {
             replace(&path, &format!("{tls}{auth}  client_allowed_sans: [a]\n"));
             let e = WebConfig::load(&path).unwrap_err();
             assert_eq!(e.key, "tls_server_config.client_allowed_sans", "{e}");
             assert!(e.message.contains("RequireAndVerifyClientCert"), "{e}");
         }
-        let mut params = rcgen::CertificateParams::new(vec!["prometheus.example".to_string()]).unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(vec!["prometheus.example".to_string()]).unwrap();
         params.subject_alt_names.extend([
             rcgen::SanType::IpAddress("10.0.0.7".parse().unwrap()),
             rcgen::SanType::IpAddress("fd00::7".parse().unwrap()),
             rcgen::SanType::Rfc822Name("ops@example.com".try_into().unwrap()),
-            rcgen::SanType::URI("spiffe://cluster.local/ns/monitoring/sa/prometheus".try_into().unwrap()),
+            rcgen::SanType::URI(
+                "spiffe://cluster.local/ns/monitoring/sa/prometheus"
+                    .try_into()
+                    .unwrap(),
+            ),
         ]);
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.self_signed(&key).unwrap();
@@ -1260,5 +1293,4 @@ mod tests {
         );
         assert!(subject_alt_names(&CertificateDer::from(vec![1, 2, 3])).is_empty());
     }
-
 }

@@ -143,7 +143,10 @@ async fn unknown_paths_come_first_and_rate_limit_answers_429_but_never_to_the_pr
         let (status, _, body) = ask(addr, "GET", "/nothing", Some(&wrong)).await;
         assert_eq!(
             (status, body.as_str()),
-            (404, "not found: dxdp serves /metrics, /healthz and /readyz\n")
+            (
+                404,
+                "not found: dxdp serves /metrics, /healthz and /readyz\n"
+            )
         );
         let (status, _, _) = ask(addr, "POST", "/metrics", Some(&wrong)).await;
         assert_eq!(status, 405);
@@ -154,7 +157,10 @@ async fn unknown_paths_come_first_and_rate_limit_answers_429_but_never_to_the_pr
     assert_eq!(ask(addr, "GET", "/metrics", None).await.0, 401);
     let (status, head, body) = ask(addr, "GET", "/metrics", Some(&right)).await;
     assert_eq!(status, 429, "{head}");
-    assert!(head.to_ascii_lowercase().contains("\r\nretry-after: 1"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("\r\nretry-after: 1"),
+        "{head}"
+    );
     assert_eq!(
         body,
         "too many requests: rate_limit of the web configuration; try again later\n"
@@ -203,14 +209,20 @@ async fn an_empty_web_configuration_guards_nothing_and_is_refused_at_start_and_r
     let right = basic("prometheus", "test-only-password");
     assert_eq!(ask(addr, "GET", "/metrics", Some(&right)).await.0, 200);
     // Emptied, then stripped of its users: each reload is rejected, the users stay.
-    for (i, text) in ["", "http_server_config:\n  headers:\n    X-Frame-Options: deny\n"]
-        .into_iter()
-        .enumerate()
+    for (i, text) in [
+        "",
+        "http_server_config:\n  headers:\n    X-Frame-Options: deny\n",
+    ]
+    .into_iter()
+    .enumerate()
     {
         replace(&web, text);
         let deadline = tokio::time::Instant::now() + WAIT;
         while d.counter("dxdp_web_config_reloads_total{result=\"rejected\"}") < (i + 1) as f64 {
-            assert!(tokio::time::Instant::now() < deadline, "reload {i} rejected");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "reload {i} rejected"
+            );
             // Each new connection looks at the file (at most once a second).
             assert_eq!(ask(addr, "GET", "/metrics", None).await.0, 401);
             tokio::time::sleep(Duration::from_millis(100)).await;
