@@ -21,3 +21,4 @@ mod isolation;
 mod node_tools;
 mod prometheus;
 mod web;
+mod web_sans;
