@@ -192,16 +192,6 @@ pub(crate) enum Verdict {
 }
 
 impl Access {
-    /// Logs why the authorizer could not decide, once per distinct reason.
-    fn say_once(&self, why: &str) {
-        static SAID: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
-        let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
-        if said.as_deref() != Some(why) {
-            tracing::warn!("cannot check a metrics request's authorization: {why}; /metrics answers 503 meanwhile");
-            *said = Some(why.to_string());
-        }
-    }
-
     /// Refuses every request but the probes with `503`, saying `why` (a guard the
     /// configuration asks for that could not be set up).
     pub(crate) fn refusing(why: impl Into<Arc<str>>) -> Self {
@@ -279,7 +269,7 @@ impl Access {
                     Verdict::Denied(Denied::Forbidden, format!("forbidden: {why}\n"))
                 }
                 Decision::Unavailable(why) => {
-                    self.say_once(&why);
+                    say_once(&why);
                     Verdict::Denied(
                         Denied::Unavailable,
                         "unavailable: the request's authorization cannot be checked now; try again later\n".into(),
@@ -288,5 +278,18 @@ impl Access {
             };
         }
         Verdict::Allowed
+    }
+}
+
+/// Logs why the authorizer could not decide, once per distinct reason (the client is told to
+/// try again, not why).
+fn say_once(why: &str) {
+    static SAID: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    if said.as_deref() != Some(why) {
+        tracing::warn!(
+            "cannot check a metrics request's authorization: {why}; /metrics answers 503 meanwhile"
+        );
+        *said = Some(why.to_string());
     }
 }

@@ -14,7 +14,10 @@
 //! backoff. At most `MAX_CONNECTIONS` connections are served at once: a connection beyond that
 //! is not accepted until one ends (it waits in the kernel's backlog, costing the process no
 //! memory and no descriptor), and connections accepted near the cap are closed after one answer
-//! so that waiting ones get their turn. An accept error (out of descriptors, `EMFILE`) backs off
+//! so that waiting ones get their turn. The metrics listener also accepts at most
+//! `ACCEPT_RATE` connections a second after a burst of `ACCEPT_BURST`, so that a flood of
+//! connections (with or without passwords) waits in the backlog rather than taking the CPU
+//! Allocate needs. An accept error (out of descriptors, `EMFILE`) backs off
 //! (`ACCEPT_BACKOFF_FIRST` doubling to `ACCEPT_BACKOFF_MAX`) instead of spinning. The cap is on
 //! connections, not requests: tower's `ConcurrencyLimit` bounds requests in flight, which would
 //! leave idle connections accepted and holding memory and a descriptor each.
@@ -60,6 +63,48 @@ pub(crate) const MAX_CONNECTIONS: usize = 64;
 
 /// The most connections the probe listener serves at once (the kubelet opens one per probe).
 pub(crate) const MAX_PROBE_CONNECTIONS: usize = 16;
+
+/// The most connections the metrics listener accepts per second after a burst of
+/// [`ACCEPT_BURST`] (a scrape, the probes and `dxdp top` need a few): a flood of connections
+/// waits in the kernel's backlog instead of taking the CPU that Allocate needs.
+pub(crate) const ACCEPT_RATE: f64 = 100.0;
+
+/// Connections the metrics listener accepts at once before [`ACCEPT_RATE`] applies.
+pub(crate) const ACCEPT_BURST: f64 = 64.0;
+
+/// A token bucket of accepts: [`ACCEPT_BURST`] at once, [`ACCEPT_RATE`] a second.
+struct Pace {
+    tokens: f64,
+    at: tokio::time::Instant,
+}
+
+impl Pace {
+    fn new() -> Self {
+        Pace {
+            tokens: ACCEPT_BURST,
+            at: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Waits until one more accept is allowed.
+    async fn ready(&mut self) {
+        let now = tokio::time::Instant::now();
+        let earned = now.duration_since(self.at).as_secs_f64() * ACCEPT_RATE;
+        self.tokens = (self.tokens + earned).min(ACCEPT_BURST);
+        self.at = now;
+        if self.tokens < 1.0 {
+            let wait = Duration::from_secs_f64((1.0 - self.tokens) / ACCEPT_RATE);
+            tokio::time::sleep(wait).await;
+            self.tokens = 1.0;
+            self.at = tokio::time::Instant::now();
+        }
+    }
+
+    /// One accept was made.
+    fn spend(&mut self) {
+        self.tokens -= 1.0;
+    }
+}
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -322,6 +367,7 @@ async fn accept_loop<L: Accept>(
     let mut connections = JoinSet::new();
     let mut accepts_failed = 0u32;
     let mut failing: Option<(String, u64)> = None;
+    let mut pace = Pace::new();
     loop {
         // A permit first: beyond the limit, connections wait in the backlog, not in memory.
         let permit = tokio::select! {
@@ -331,12 +377,16 @@ async fn accept_loop<L: Accept>(
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
+        if endpoints == Endpoints::All {
+            pace.ready().await;
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
         match accepted {
             Ok(stream) => {
+                pace.spend();
                 if let Some((_, errors)) = failing.take() {
                     tracing::info!(%address, "accepting metrics connections again after {errors} failed accepts");
                 }
@@ -465,7 +515,6 @@ async fn guarded_answer(
         answer(req).await
     } else {
         let path = req.uri().path();
-        let probe = matches!(path, "/healthz" | "/readyz");
         let authorization = req
             .headers()
             .get(hyper::header::AUTHORIZATION)
@@ -785,6 +834,42 @@ mod tests {
             .map(|w| (w[1] - w[0]).as_millis())
             .collect();
         assert_eq!(gaps, [10, 20, 40, 80, 160, 320, 640, 1000]);
+        task.abort();
+    }
+
+    /// A listener with a connection always waiting.
+    struct Flooded;
+
+    impl Accept for Flooded {
+        type Conn = tokio::io::DuplexStream;
+        async fn accept(&self) -> std::io::Result<Self::Conn> {
+            // The far end is dropped: each connection ends at once.
+            Ok(tokio::io::duplex(64).0)
+        }
+    }
+
+    /// A flood of connections is accepted at ACCEPT_BURST at once, then ACCEPT_RATE a second
+    /// (64, then one every 10 ms), the rest left waiting in the backlog.
+    #[tokio::test(start_paused = true)]
+    async fn the_metrics_listener_accepts_a_burst_then_a_hundred_a_second() {
+        let stats = Arc::new(Stats::default());
+        let task = {
+            let stats = stats.clone();
+            tokio::spawn(async move {
+                accept_loop(
+                    &Flooded,
+                    "127.0.0.1:1".parse().unwrap(),
+                    (1000, Endpoints::All),
+                    &stats,
+                    Observe::new(),
+                    Access::default(),
+                )
+                .await
+            })
+        };
+        assert!(stats.wait_for(WAIT, |s| s.accepted() == 64).await);
+        tokio::time::sleep(Duration::from_millis(995)).await;
+        assert_eq!(stats.accepted(), 64 + 99);
         task.abort();
     }
 
