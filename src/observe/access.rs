@@ -7,6 +7,10 @@
 //! API server makes `/metrics` answer `503`. `/healthz` and `/readyz` on a guarded listener
 //! answer every client, with the status code and a one-word body only (`ok`, `unavailable`);
 //! their reasons are on the probe listener and for authenticated clients.
+//!
+//! An answer that refuses says what the client must do, never why inside: file paths, the API
+//! server's errors and the guard's set-up errors go to the log (once per distinct text), not
+//! to the client.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -55,14 +59,20 @@ pub(crate) enum Denied {
     Forbidden,
     /// 503: the authorizer could not decide.
     Unavailable,
+    /// 429: the password verifier's queue is full (no hash was computed).
+    Busy,
+    /// 429: `rate_limit` of the web configuration.
+    RateLimited,
 }
 
 impl Denied {
     /// Every reason.
-    pub(crate) const ALL: [Denied; 3] = [
+    pub(crate) const ALL: [Denied; 5] = [
         Denied::Unauthenticated,
         Denied::Forbidden,
         Denied::Unavailable,
+        Denied::Busy,
+        Denied::RateLimited,
     ];
 
     /// The label value.
@@ -71,6 +81,8 @@ impl Denied {
             Denied::Unauthenticated => "unauthenticated",
             Denied::Forbidden => "forbidden",
             Denied::Unavailable => "unavailable",
+            Denied::Busy => "busy",
+            Denied::RateLimited => "rate_limited",
         }
     }
 }
@@ -99,7 +111,7 @@ impl AccessMetrics {
         let denied = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "dxdp_metrics_requests_denied",
-            "Requests to the metrics endpoint refused, by reason (unauthenticated, forbidden, unavailable)",
+            "Requests to the metrics endpoint refused, by reason (unauthenticated, forbidden, unavailable, busy: too many password checks waiting, rate_limited: rate_limit of the web configuration)",
             denied.clone(),
         );
         let web_reloads = Family::<ResultLabel, Counter>::default();
@@ -165,7 +177,8 @@ pub struct Access {
     /// `metrics.authorization: kubernetes`.
     pub authorizer: Option<Arc<dyn Authorize>>,
     /// Set when the guard the configuration asks for could not be set up: every request but
-    /// the probes is refused with `503` and this reason.
+    /// the probes is refused with `503` and this reason (what is wrong, by setting and key:
+    /// the full error is in the log).
     pub refusing: Option<Arc<str>>,
 }
 
@@ -212,19 +225,28 @@ impl Access {
         if let Some(why) = &self.refusing {
             return Verdict::Denied(
                 Denied::Unavailable,
-                format!("the metrics endpoint is not set up as configured: {why}\n"),
+                format!("unavailable: the metrics endpoint is not set up as configured ({why}); the daemon's log says what to fix, and it tries again on its own\n"),
             );
         }
         if let Some(web) = web.filter(|w| w.has_users()) {
-            let header = authorization.map(<[u8]>::to_vec);
-            let outcome = tokio::task::spawn_blocking(move || web.check_basic(header.as_deref()))
-                .await
-                .unwrap_or(BasicAuth::Failed);
-            if outcome != BasicAuth::Passed {
-                return Verdict::Denied(
-                    Denied::Unauthenticated,
-                    "unauthorized: give the user and password of basic_auth_users\n".into(),
-                );
+            let outcome = match &self.web {
+                Some(w) => web.check_basic(authorization, w.verifier()).await,
+                None => BasicAuth::Failed,
+            };
+            match outcome {
+                BasicAuth::Passed => {}
+                BasicAuth::Busy => {
+                    return Verdict::Denied(
+                        Denied::Busy,
+                        "too many requests: too many password checks are waiting; try again in a second\n".into(),
+                    )
+                }
+                BasicAuth::NotConfigured | BasicAuth::Failed => {
+                    return Verdict::Denied(
+                        Denied::Unauthenticated,
+                        "unauthorized: give the user and password of basic_auth_users\n".into(),
+                    )
+                }
             }
         }
         if let Some(authorizer) = &self.authorizer {
@@ -239,18 +261,35 @@ impl Access {
                 });
             return match authorizer.authorize(token, verb, path).await {
                 Decision::Allowed => Verdict::Allowed,
+                // The authorizer's own words for the client (cluster::metrics_authz).
                 Decision::Unauthenticated(why) => {
                     Verdict::Denied(Denied::Unauthenticated, format!("unauthorized: {why}\n"))
                 }
                 Decision::Forbidden(why) => {
                     Verdict::Denied(Denied::Forbidden, format!("forbidden: {why}\n"))
                 }
-                Decision::Unavailable(why) => Verdict::Denied(
-                    Denied::Unavailable,
-                    format!("cannot check the request's authorization now: {why}\n"),
-                ),
+                Decision::Unavailable(why) => {
+                    say_once(&why);
+                    Verdict::Denied(
+                        Denied::Unavailable,
+                        "unavailable: the request's authorization cannot be checked now; try again later\n".into(),
+                    )
+                }
             };
         }
         Verdict::Allowed
+    }
+}
+
+/// Logs why the authorizer could not decide, once per distinct reason (the client is told to
+/// try again, not why).
+fn say_once(why: &str) {
+    static SAID: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    if said.as_deref() != Some(why) {
+        tracing::warn!(
+            "cannot check a metrics request's authorization: {why}; /metrics answers 503 meanwhile"
+        );
+        *said = Some(why.to_string());
     }
 }

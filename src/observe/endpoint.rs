@@ -3,8 +3,9 @@
 //!
 //! A guard that cannot be set up (an invalid web configuration, `metrics.authorization:
 //! kubernetes` without the API server's credentials) never stops the daemon and never opens
-//! `/metrics` unguarded: the endpoint answers `503` with the reason (the probes answer as
-//! always), says so once, and tries again every [`GUARD_RETRY`] until the guard loads.
+//! `/metrics` unguarded: the endpoint answers `503` naming the setting (and key) at fault, logs
+//! the full reason once (file paths and the API server's errors stay in the log), answers the
+//! probes as always, and tries again every [`GUARD_RETRY`] until the guard loads.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -63,7 +64,7 @@ impl Task for MetricsEndpoint {
         let access = loop {
             match access(&guard, &observe).await {
                 Ok(access) => break access,
-                Err(why) => {
+                Err(Unguarded { setting, why }) => {
                     if said.as_deref() != Some(why.as_str()) {
                         tracing::error!(
                             %address,
@@ -73,7 +74,7 @@ impl Task for MetricsEndpoint {
                         said = Some(why.clone());
                     }
                     observe.metrics.access().guard_failed();
-                    let refusing = serve(Access::refusing(why));
+                    let refusing = serve(Access::refusing(setting));
                     tokio::pin!(refusing);
                     tokio::select! {
                         _ = &mut refusing => return,
@@ -105,19 +106,34 @@ impl Task for ProbeEndpoint {
     }
 }
 
+/// Why the guard cannot be set up.
+struct Unguarded {
+    /// What is at fault, for the client: the setting and key, without paths or errors.
+    setting: String,
+    /// The full reason, for the log.
+    why: String,
+}
+
 /// What guards the metrics endpoint: the web configuration, loaded and checked now, and the
 /// Kubernetes authorizer when asked for; `Err` says why either cannot be set up (the endpoint
 /// then refuses `/metrics`).
-async fn access(guard: &Guard, observe: &Observe) -> Result<Access, String> {
+async fn access(guard: &Guard, observe: &Observe) -> Result<Access, Unguarded> {
     let mut access = Access::default();
     if let Some(path) = guard.web_config_file.clone() {
         let metrics = observe.metrics.clone();
+        // Once per start or retry, never per request: tokio's blocking pool is fine here.
         let loaded = tokio::task::spawn_blocking(move || {
             Web::load(&path, move |r| metrics.access().web_reload(r))
         })
         .await
-        .map_err(|e| format!("loading the web configuration failed: {e}"))?
-        .map_err(|e| format!("{e} (fix or unset metrics.webConfigFile)"))?;
+        .map_err(|e| Unguarded {
+            setting: "metrics.webConfigFile".into(),
+            why: format!("loading the web configuration failed: {e}"),
+        })?
+        .map_err(|e| Unguarded {
+            setting: format!("metrics.webConfigFile, key {}", e.key),
+            why: format!("{e} (fix or unset metrics.webConfigFile)"),
+        })?;
         let current = loaded.current();
         tracing::info!(
             file = %loaded.path().display(),
@@ -129,13 +145,16 @@ async fn access(guard: &Guard, observe: &Observe) -> Result<Access, String> {
         access.web = Some(Arc::new(loaded));
     }
     if let Some(authorizer) = &guard.authorizer {
-        let authorizer = authorizer
-            .clone()
-            .map_err(|why| format!("metrics.authorization: kubernetes: {why}"))?;
+        let authorizer = authorizer.clone().map_err(|why| Unguarded {
+            setting: "metrics.authorization: kubernetes".into(),
+            why: format!("metrics.authorization: kubernetes: {why}"),
+        })?;
         if access.web.as_ref().is_some_and(|w| w.current().has_users()) {
-            return Err(
-                "metrics.authorization: kubernetes and the web configuration's basic_auth_users both ask for the Authorization header: use one of them".into(),
-            );
+            let why = "metrics.authorization: kubernetes and the web configuration's basic_auth_users both ask for the Authorization header: use one of them";
+            return Err(Unguarded {
+                setting: why.into(),
+                why: why.into(),
+            });
         }
         let tls = access
             .web

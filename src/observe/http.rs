@@ -14,7 +14,10 @@
 //! backoff. At most `MAX_CONNECTIONS` connections are served at once: a connection beyond that
 //! is not accepted until one ends (it waits in the kernel's backlog, costing the process no
 //! memory and no descriptor), and connections accepted near the cap are closed after one answer
-//! so that waiting ones get their turn. An accept error (out of descriptors, `EMFILE`) backs off
+//! so that waiting ones get their turn. The metrics listener also accepts at most
+//! `ACCEPT_RATE` connections a second after a burst of `ACCEPT_BURST`, so that a flood of
+//! connections (with or without passwords) waits in the backlog rather than taking the CPU
+//! Allocate needs. An accept error (out of descriptors, `EMFILE`) backs off
 //! (`ACCEPT_BACKOFF_FIRST` doubling to `ACCEPT_BACKOFF_MAX`) instead of spinning. The cap is on
 //! connections, not requests: tower's `ConcurrencyLimit` bounds requests in flight, which would
 //! leave idle connections accepted and holding memory and a descriptor each.
@@ -60,6 +63,48 @@ pub(crate) const MAX_CONNECTIONS: usize = 64;
 
 /// The most connections the probe listener serves at once (the kubelet opens one per probe).
 pub(crate) const MAX_PROBE_CONNECTIONS: usize = 16;
+
+/// The most connections the metrics listener accepts per second after a burst of
+/// [`ACCEPT_BURST`] (a scrape, the probes and `dxdp top` need a few): a flood of connections
+/// waits in the kernel's backlog instead of taking the CPU that Allocate needs.
+pub(crate) const ACCEPT_RATE: f64 = 100.0;
+
+/// Connections the metrics listener accepts at once before [`ACCEPT_RATE`] applies.
+pub(crate) const ACCEPT_BURST: f64 = 64.0;
+
+/// A token bucket of accepts: [`ACCEPT_BURST`] at once, [`ACCEPT_RATE`] a second.
+struct Pace {
+    tokens: f64,
+    at: tokio::time::Instant,
+}
+
+impl Pace {
+    fn new() -> Self {
+        Pace {
+            tokens: ACCEPT_BURST,
+            at: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Waits until one more accept is allowed.
+    async fn ready(&mut self) {
+        let now = tokio::time::Instant::now();
+        let earned = now.duration_since(self.at).as_secs_f64() * ACCEPT_RATE;
+        self.tokens = (self.tokens + earned).min(ACCEPT_BURST);
+        self.at = now;
+        if self.tokens < 1.0 {
+            let wait = Duration::from_secs_f64((1.0 - self.tokens) / ACCEPT_RATE);
+            tokio::time::sleep(wait).await;
+            self.tokens = 1.0;
+            self.at = tokio::time::Instant::now();
+        }
+    }
+
+    /// One accept was made.
+    fn spend(&mut self) {
+        self.tokens -= 1.0;
+    }
+}
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -322,6 +367,7 @@ async fn accept_loop<L: Accept>(
     let mut connections = JoinSet::new();
     let mut accepts_failed = 0u32;
     let mut failing: Option<(String, u64)> = None;
+    let mut pace = Pace::new();
     loop {
         // A permit first: beyond the limit, connections wait in the backlog, not in memory.
         let permit = tokio::select! {
@@ -331,12 +377,16 @@ async fn accept_loop<L: Accept>(
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
+        if endpoints == Endpoints::All {
+            pace.ready().await;
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
         match accepted {
             Ok(stream) => {
+                pace.spend();
                 if let Some((_, errors)) = failing.take() {
                     tracing::info!(%address, "accepting metrics connections again after {errors} failed accepts");
                 }
@@ -435,10 +485,11 @@ async fn serve_connection(
     }
 }
 
-/// The answer to `req` after the access checks: `/healthz` and `/readyz` answer every client
-/// (a guarded listener gives the status and one word only, unless the client is authorized);
-/// everything else needs what the listener's access rules ask for. The web configuration's
-/// headers are added to every answer.
+/// The answer to `req` after the access checks: unknown paths and methods are answered first
+/// (404, 405: nothing to guard, no password checked); then `rate_limit` (every path but the
+/// probes: 429); `/healthz` and `/readyz` answer every client (a guarded listener gives the
+/// status and one word only, unless the client is authorized); `/metrics` needs what the
+/// listener's access rules ask for. The web configuration's headers are added to every answer.
 async fn guarded_answer(
     req: Request<Incoming>,
     router: Router,
@@ -446,73 +497,98 @@ async fn guarded_answer(
     guard: &Guard,
 ) -> Response {
     let answer = |req| async move { router.oneshot(req).await.unwrap_or_else(|e| match e {}) };
-    let mut response =
-        if guard.access.is_open() || !guard.access.needs_credentials(guard.web.as_deref()) {
-            answer(req).await
+    let served = matches!(req.uri().path(), "/metrics" | "/healthz" | "/readyz")
+        && matches!(*req.method(), Method::GET | Method::HEAD);
+    let probe = matches!(req.uri().path(), "/healthz" | "/readyz");
+    let limited = served && !probe && guard.web.as_ref().is_some_and(|web| !web.rate_allows());
+    let mut response = if limited {
+        observe.metrics.access().denied(Denied::RateLimited);
+        refused(
+            Denied::RateLimited,
+            "too many requests: rate_limit of the web configuration; try again later\n".into(),
+            guard,
+        )
+    } else if !served
+        || guard.access.is_open()
+        || !guard.access.needs_credentials(guard.web.as_deref())
+    {
+        answer(req).await
+    } else {
+        let path = req.uri().path();
+        let authorization = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes);
+        let verb = if req.method() == Method::HEAD {
+            "get"
         } else {
-            let path = req.uri().path();
-            let probe = matches!(path, "/healthz" | "/readyz");
-            let authorization = req
-                .headers()
-                .get(hyper::header::AUTHORIZATION)
-                .map(HeaderValue::as_bytes);
-            let verb = if req.method() == Method::HEAD {
-                "get"
-            } else {
-                &req.method().as_str().to_ascii_lowercase()
-            };
-            let verdict = if probe && authorization.is_none() {
-                Verdict::Denied(Denied::Unauthenticated, String::new())
-            } else {
-                guard
-                    .access
-                    .check(guard.web.clone(), authorization, verb, path)
-                    .await
-            };
-            match verdict {
-                Verdict::Allowed => answer(req).await,
-                Verdict::Denied(..) if probe => {
-                    let full = answer(req).await;
-                    let word = if full.status() == StatusCode::OK {
-                        "ok\n"
-                    } else {
-                        "unavailable\n"
-                    };
-                    let mut r = text(full.status(), word);
-                    if let Some(allow) = full.headers().get(ALLOW) {
-                        r.headers_mut().insert(ALLOW, allow.clone());
-                    }
-                    r
-                }
-                Verdict::Denied(why, body) => {
-                    observe.metrics.access().denied(why);
-                    let status = match why {
-                        Denied::Unauthenticated => StatusCode::UNAUTHORIZED,
-                        Denied::Forbidden => StatusCode::FORBIDDEN,
-                        Denied::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-                    };
-                    let mut r = text(status, body);
-                    if why == Denied::Unauthenticated {
-                        let scheme = if guard.access.authorizer.is_some() {
-                            "Bearer realm=\"dxdp\""
-                        } else {
-                            "Basic realm=\"dxdp\", charset=\"UTF-8\""
-                        };
-                        r.headers_mut().insert(
-                            hyper::header::WWW_AUTHENTICATE,
-                            HeaderValue::from_static(scheme),
-                        );
-                    }
-                    r
-                }
-            }
+            &req.method().as_str().to_ascii_lowercase()
         };
+        let verdict = if probe && authorization.is_none() {
+            Verdict::Denied(Denied::Unauthenticated, String::new())
+        } else {
+            guard
+                .access
+                .check(guard.web.clone(), authorization, verb, path)
+                .await
+        };
+        match verdict {
+            Verdict::Allowed => answer(req).await,
+            Verdict::Denied(..) if probe => {
+                let full = answer(req).await;
+                let word = if full.status() == StatusCode::OK {
+                    "ok\n"
+                } else {
+                    "unavailable\n"
+                };
+                let mut r = text(full.status(), word);
+                if let Some(allow) = full.headers().get(ALLOW) {
+                    r.headers_mut().insert(ALLOW, allow.clone());
+                }
+                r
+            }
+            Verdict::Denied(why, body) => {
+                observe.metrics.access().denied(why);
+                refused(why, body, guard)
+            }
+        }
+    };
     if let Some(web) = &guard.web {
         for (name, value) in web.headers() {
             response.headers_mut().insert(name.clone(), value.clone());
         }
     }
     response
+}
+
+/// The answer refusing a request for `why`, saying `body`.
+fn refused(why: Denied, body: String, guard: &Guard) -> Response {
+    let status = match why {
+        Denied::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Denied::Forbidden => StatusCode::FORBIDDEN,
+        Denied::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Denied::Busy | Denied::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+    };
+    let mut r = text(status, body);
+    match why {
+        Denied::Unauthenticated => {
+            let scheme = if guard.access.authorizer.is_some() {
+                "Bearer realm=\"dxdp\""
+            } else {
+                "Basic realm=\"dxdp\", charset=\"UTF-8\""
+            };
+            r.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(scheme),
+            );
+        }
+        Denied::Busy | Denied::RateLimited => {
+            r.headers_mut()
+                .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        Denied::Forbidden | Denied::Unavailable => {}
+    }
+    r
 }
 
 fn text(status: StatusCode, body: impl Into<Body>) -> Response {
@@ -758,6 +834,42 @@ mod tests {
             .map(|w| (w[1] - w[0]).as_millis())
             .collect();
         assert_eq!(gaps, [10, 20, 40, 80, 160, 320, 640, 1000]);
+        task.abort();
+    }
+
+    /// A listener with a connection always waiting.
+    struct Flooded;
+
+    impl Accept for Flooded {
+        type Conn = tokio::io::DuplexStream;
+        async fn accept(&self) -> std::io::Result<Self::Conn> {
+            // The far end is dropped: each connection ends at once.
+            Ok(tokio::io::duplex(64).0)
+        }
+    }
+
+    /// A flood of connections is accepted at ACCEPT_BURST at once, then ACCEPT_RATE a second
+    /// (64, then one every 10 ms), the rest left waiting in the backlog.
+    #[tokio::test(start_paused = true)]
+    async fn the_metrics_listener_accepts_a_burst_then_a_hundred_a_second() {
+        let stats = Arc::new(Stats::default());
+        let task = {
+            let stats = stats.clone();
+            tokio::spawn(async move {
+                accept_loop(
+                    &Flooded,
+                    "127.0.0.1:1".parse().unwrap(),
+                    (1000, Endpoints::All),
+                    &stats,
+                    Observe::new(),
+                    Access::default(),
+                )
+                .await
+            })
+        };
+        assert!(stats.wait_for(WAIT, |s| s.accepted() == 64).await);
+        tokio::time::sleep(Duration::from_millis(995)).await;
+        assert_eq!(stats.accepted(), 64 + 99);
         task.abort();
     }
 

@@ -21,6 +21,7 @@ pub(crate) mod review_metrics;
 pub mod state;
 pub(crate) mod telemetry_metrics;
 pub(crate) mod validation;
+pub(crate) mod verifier;
 pub mod web;
 
 use std::net::SocketAddr;

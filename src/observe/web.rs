@@ -11,7 +11,16 @@
 //! kubelet swaps the volume's files) is used from the next connection on, without a restart. A
 //! change that does not load keeps the last good configuration: it is logged once per distinct
 //! error, naming the file and key, and counted (`dxdp_web_config_reloads_total{result="rejected"}`).
-//! The metrics endpoint therefore never falls back to plain HTTP or to no authentication.
+//! The metrics endpoint therefore never falls back to plain HTTP or to no authentication: an
+//! empty file is an error, and a reload that would drop TLS, weaken client-certificate
+//! verification, drop `client_allowed_sans` or drop `basic_auth_users` is rejected the same way
+//! until dxdp restarts.
+//!
+//! Basic authentication never hashes on the async workers or tokio's blocking pool: headers
+//! over `MAX_AUTHORIZATION` bytes and passwords over `MAX_PASSWORD` bytes are refused first,
+//! outcomes are remembered, and bcrypt runs on the bounded verifier (`observe::verifier`).
+//! `rate_limit` (a token bucket over every request but the probes, as in the exporters)
+//! answers `429` past its burst.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,12 +29,18 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use http::header::{HeaderName, HeaderValue};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+    SupportedCipherSuite, SupportedProtocolVersion,
+};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use serde::Deserialize;
 
+use super::verifier::{Busy, Remembered, Verifier};
 use crate::util::bounded::run_blocking;
 use crate::util::stable_read::{self, Stamp};
 
@@ -39,9 +54,14 @@ pub(crate) const MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// served with the configuration in force.
 pub(crate) const RELOAD_LIMIT: Duration = Duration::from_secs(5);
 
-/// The most verified user and password pairs remembered (so that a scrape every few seconds
-/// does not pay bcrypt's cost each time); failed attempts are never remembered.
-pub(crate) const AUTH_CACHE: usize = 64;
+/// The longest `Authorization` header looked at; a longer one is refused unread.
+pub(crate) const MAX_AUTHORIZATION: usize = 4096;
+
+/// The longest password checked: bcrypt reads 72 bytes, a longer one is refused unhashed.
+pub(crate) const MAX_PASSWORD: usize = 72;
+
+/// The highest bcrypt cost accepted (each further step doubles every check's time).
+pub(crate) const MAX_COST: u32 = 12;
 
 /// The headers `http_server_config.headers` may set (as the exporters allow).
 pub(crate) const ALLOWED_HEADERS: [&str; 5] = [
@@ -51,10 +71,6 @@ pub(crate) const ALLOWED_HEADERS: [&str; 5] = [
     "X-XSS-Protection",
     "Content-Security-Policy",
 ];
-
-/// A valid bcrypt hash of a password nobody has, checked against for an unknown user so that
-/// an unknown user costs as much time as a known one (cost 10, like `htpasswd -B`).
-const DUMMY_HASH: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi";
 
 /// Why a web configuration cannot be used: the file, the key, what is wrong and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +93,15 @@ struct WebConfigFile {
     http_server_config: Option<HttpFile>,
     #[serde(default)]
     basic_auth_users: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    rate_limit: Option<RateLimitFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateLimitFile {
+    interval: Option<String>,
+    burst: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -86,6 +111,7 @@ struct TlsFile {
     key_file: Option<String>,
     client_auth_type: Option<String>,
     client_ca_file: Option<String>,
+    client_allowed_sans: Option<Vec<String>>,
     min_version: Option<String>,
     max_version: Option<String>,
     cipher_suites: Option<Vec<String>>,
@@ -99,8 +125,8 @@ struct HttpFile {
     headers: Option<BTreeMap<String, String>>,
 }
 
-/// Whether and how clients show certificates (`client_auth_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Whether and how clients show certificates (`client_auth_type`), weakest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum ClientAuth {
     /// `NoClientCert` (the default): none asked for.
     None,
@@ -114,12 +140,16 @@ pub(crate) enum ClientAuth {
 pub struct WebConfig {
     tls: Option<Arc<ServerConfig>>,
     client_auth: ClientAuth,
-    users: BTreeMap<String, String>,
+    allowed_sans: Vec<String>,
+    users: BTreeMap<String, Arc<str>>,
+    /// Checked for an unknown user: a hash of a random password at the users' highest cost.
+    dummy: Option<Arc<str>>,
     headers: Vec<(HeaderName, HeaderValue)>,
+    rate_limit: Option<RateLimit>,
     /// The files it was loaded from, with their stamps when loaded.
     files: Vec<(PathBuf, Option<Stamp>)>,
-    /// Digests of user and password pairs that passed, with the hash they passed against.
-    verified: Mutex<Vec<[u8; 32]>>,
+    /// Outcomes of earlier checks.
+    remembered: Remembered,
 }
 
 impl std::fmt::Debug for WebConfig {
@@ -129,6 +159,8 @@ impl std::fmt::Debug for WebConfig {
             .field("client_auth", &self.client_auth)
             .field("users", &self.users.keys().collect::<Vec<_>>())
             .field("headers", &self.headers)
+            .field("allowed_sans", &self.allowed_sans)
+            .field("rate_limit", &self.rate_limit)
             .finish_non_exhaustive()
     }
 }
@@ -140,8 +172,10 @@ pub(crate) enum BasicAuth {
     NotConfigured,
     /// The user and password match.
     Passed,
-    /// Missing, malformed, unknown user or wrong password.
+    /// Missing, malformed, too long, unknown user or wrong password.
     Failed,
+    /// Not checked: the verifier's queue is full.
+    Busy,
 }
 
 impl WebConfig {
@@ -156,8 +190,14 @@ impl WebConfig {
         let mut files = vec![(path.to_path_buf(), Stamp::of(path).ok())];
         let text = stable_read::read_once(path, MAX_FILE_BYTES)
             .map_err(|e| err("(file)", format!("cannot read it: {e}")))?;
-        let parsed: WebConfigFile = if text.trim().is_empty() {
-            WebConfigFile::default()
+        let parsed: WebConfigFile = if text
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        {
+            return Err(err(
+                "(file)",
+                "the file is empty: a web configuration sets tls_server_config, basic_auth_users or both (dxdp never reads an empty one as \"no TLS, no users\"); write them, or unset metrics.webConfigFile to serve /metrics without them".into(),
+            ));
         } else {
             let options = serde_saphyr::options! { with_snippet: false };
             serde_saphyr::from_str_with_options(&text, options).map_err(|e| {
@@ -185,6 +225,7 @@ impl WebConfig {
         };
 
         let mut client_auth = ClientAuth::None;
+        let mut allowed_sans = Vec::new();
         let tls = match parsed.tls_server_config {
             None => None,
             Some(t) => {
@@ -240,6 +281,19 @@ impl WebConfig {
                         ))
                     }
                 };
+                allowed_sans = t.client_allowed_sans.unwrap_or_default();
+                if !allowed_sans.is_empty() && client_auth != ClientAuth::Require {
+                    return Err(err(
+                        "tls_server_config.client_allowed_sans",
+                        "needs client_auth_type: RequireAndVerifyClientCert (otherwise a client may connect without a certificate, leaving no name to match)".into(),
+                    ));
+                }
+                if let Some(i) = allowed_sans.iter().position(|s| s.trim().is_empty()) {
+                    return Err(err(
+                        &format!("tls_server_config.client_allowed_sans[{i}]"),
+                        "empty: name a DNS name, e-mail address, IP address or URI of the client certificates to let in".into(),
+                    ));
+                }
                 let ca = match t.client_ca_file.filter(|s| !s.is_empty()) {
                     None if client_auth != ClientAuth::None => {
                         return Err(err(
@@ -318,7 +372,14 @@ impl WebConfig {
                         let verifier = verifier
                             .build()
                             .map_err(|e| err("tls_server_config.client_ca_file", e.to_string()))?;
-                        builder.with_client_cert_verifier(verifier)
+                        if allowed_sans.is_empty() {
+                            builder.with_client_cert_verifier(verifier)
+                        } else {
+                            builder.with_client_cert_verifier(Arc::new(AllowedSans {
+                                inner: verifier,
+                                allowed: allowed_sans.clone(),
+                            }))
+                        }
                     }
                     (_, None) => unreachable_ca(&err)?,
                 };
@@ -335,6 +396,7 @@ impl WebConfig {
         };
 
         let mut users = BTreeMap::new();
+        let mut highest = 0;
         for (user, hash) in parsed.basic_auth_users.unwrap_or_default() {
             let key = format!("basic_auth_users.{user}");
             if user.is_empty() || user.contains(':') {
@@ -343,14 +405,54 @@ impl WebConfig {
                     "a user name must be non-empty and hold no ':'".into(),
                 ));
             }
-            if hash.parse::<bcrypt::HashParts>().is_err() {
+            let Ok(parts) = hash.parse::<bcrypt::HashParts>() else {
                 return Err(err(
                     &key,
                     "not a bcrypt hash ($2a$, $2b$ or $2y$, 60 characters): make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'` and write the hash, never the password".into(),
                 ));
+            };
+            let cost = parts.get_cost();
+            if cost > MAX_COST {
+                return Err(err(
+                    &key,
+                    format!("bcrypt cost {cost} is above {MAX_COST}, the highest dxdp accepts (every check of an unremembered password would cost {}x a cost-10 hash of CPU): make the hash again with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`", 1u64 << (cost - 10)),
+                ));
             }
-            users.insert(user, hash);
+            highest = highest.max(cost);
+            users.insert(user, Arc::<str>::from(hash));
         }
+        let dummy = if users.is_empty() {
+            None
+        } else {
+            Some(dummy_hash(highest).map_err(|e| err("basic_auth_users", e))?)
+        };
+        let rate_limit = match parsed.rate_limit {
+            None => None,
+            Some(r) => {
+                let interval = match r.interval.as_deref() {
+                    None | Some("") => Duration::ZERO,
+                    Some(text) => go_duration(text).ok_or_else(|| {
+                        err(
+                            "rate_limit.interval",
+                            format!(
+                                "{text:?} is not a duration: write e.g. 1s, 250ms or 0 (no limit)"
+                            ),
+                        )
+                    })?,
+                };
+                let burst = r.burst.unwrap_or(0);
+                if interval.is_zero() {
+                    None
+                } else if burst == 0 {
+                    return Err(err(
+                        "rate_limit.burst",
+                        "0 with an interval lets no request through: set it to 1 or more (the requests allowed at once)".into(),
+                    ));
+                } else {
+                    Some(RateLimit::new(interval, burst))
+                }
+            }
+        };
 
         let mut headers = Vec::new();
         let http = parsed.http_server_config.unwrap_or_default();
@@ -381,10 +483,13 @@ impl WebConfig {
         Ok(WebConfig {
             tls,
             client_auth,
+            allowed_sans,
             users,
+            dummy,
             headers,
+            rate_limit,
             files,
-            verified: Mutex::default(),
+            remembered: Remembered::default(),
         })
     }
 
@@ -408,54 +513,68 @@ impl WebConfig {
         &self.headers
     }
 
-    /// Checks an `Authorization` header value against `basic_auth_users`. Blocks for bcrypt's
-    /// time (tens of milliseconds at cost 10) unless the pair passed before: call it off the
-    /// async workers.
-    pub(crate) fn check_basic(&self, authorization: Option<&[u8]>) -> BasicAuth {
+    /// Whether `rate_limit` lets one more request through now (always without one).
+    pub(crate) fn rate_allows(&self) -> bool {
+        self.rate_limit.as_ref().is_none_or(RateLimit::allow)
+    }
+
+    /// Checks an `Authorization` header value against `basic_auth_users`: refuses oversized
+    /// headers and passwords at once, answers remembered pairs without hashing, and otherwise
+    /// waits for `verifier` ([`BasicAuth::Busy`] when its queue is full).
+    pub(crate) async fn check_basic(
+        &self,
+        authorization: Option<&[u8]>,
+        verifier: &Verifier,
+    ) -> BasicAuth {
         if self.users.is_empty() {
             return BasicAuth::NotConfigured;
         }
-        let Some((user, password)) = authorization.and_then(parse_basic) else {
+        let Some((user, password)) = authorization
+            .filter(|v| v.len() <= MAX_AUTHORIZATION)
+            .and_then(parse_basic)
+        else {
             return BasicAuth::Failed;
         };
-        let hash = self.users.get(&user);
-        let digest = {
-            let mut d = ring::digest::Context::new(&ring::digest::SHA256);
-            for part in [
-                user.as_bytes(),
-                password.as_bytes(),
-                hash.map_or(&[][..], |h| h.as_bytes()),
-            ] {
-                d.update(&(part.len() as u64).to_le_bytes());
-                d.update(part);
-            }
-            let mut out = [0u8; 32];
-            out.copy_from_slice(d.finish().as_ref());
-            out
-        };
-        if hash.is_some() && self.remembered(&digest) {
-            return BasicAuth::Passed;
+        if password.len() > MAX_PASSWORD {
+            return BasicAuth::Failed;
         }
-        // An unknown user is checked against a dummy hash: the same time as a wrong password.
-        let passed = bcrypt::verify(password.as_bytes(), hash.map_or(DUMMY_HASH, String::as_str))
-            .unwrap_or(false);
-        if passed && hash.is_some() {
-            let mut verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
-            if verified.len() >= AUTH_CACHE {
-                verified.clear();
-            }
-            verified.push(digest);
+        let known = self.users.get(&user);
+        // An unknown user is checked against a dummy hash at the users' highest cost: it takes
+        // as long as a wrong password, and can never pass.
+        let Some(hash) = known.or(self.dummy.as_ref()).cloned() else {
+            return BasicAuth::Failed;
+        };
+        let digest = digest(&user, &password, &hash);
+        let passed = match self.remembered.outcome(&digest) {
+            Some(passed) => passed,
+            None => match verifier.verify(password.as_bytes(), hash).await {
+                Ok(passed) => {
+                    self.remembered.remember(digest, passed);
+                    passed
+                }
+                Err(Busy) => return BasicAuth::Busy,
+            },
+        };
+        if passed && known.is_some() {
             BasicAuth::Passed
         } else {
             BasicAuth::Failed
         }
     }
 
-    fn remembered(&self, digest: &[u8; 32]) -> bool {
-        let verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
-        verified
-            .iter()
-            .any(|d| bool::from(subtle::ConstantTimeEq::ct_eq(&d[..], &digest[..])))
+    /// What a reload from `self` to `next` would weaken, if anything.
+    fn weakened_by(&self, next: &WebConfig) -> Option<&'static str> {
+        if self.tls.is_some() && next.tls.is_none() {
+            Some("drop TLS (plain HTTP)")
+        } else if next.client_auth < self.client_auth {
+            Some("weaken client certificate verification (client_auth_type)")
+        } else if !self.allowed_sans.is_empty() && next.allowed_sans.is_empty() {
+            Some("drop client_allowed_sans")
+        } else if self.has_users() && !next.has_users() {
+            Some("drop basic_auth_users (no authentication)")
+        } else {
+            None
+        }
     }
 
     fn changed(&self) -> bool {
@@ -463,6 +582,200 @@ impl WebConfig {
             .iter()
             .any(|(path, stamp)| Stamp::of(path).ok() != *stamp)
     }
+}
+
+/// The cache key of a check: SHA-256 of the user, the password and the hash, each with its
+/// length.
+fn digest(user: &str, password: &str, hash: &str) -> [u8; 32] {
+    let mut d = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in [user.as_bytes(), password.as_bytes(), hash.as_bytes()] {
+        d.update(&(part.len() as u64).to_le_bytes());
+        d.update(part);
+    }
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.finish().as_ref());
+    out
+}
+
+/// A bcrypt hash at `cost` of a random password nobody knows, made once per cost.
+fn dummy_hash(cost: u32) -> Result<Arc<str>, String> {
+    static MADE: Mutex<BTreeMap<u32, Arc<str>>> = Mutex::new(BTreeMap::new());
+    let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(hash) = made.get(&cost) {
+        return Ok(hash.clone());
+    }
+    let mut password = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut password)
+        .map_err(|_| "the system's random number generator failed: try again".to_string())?;
+    let hash: Arc<str> = bcrypt::hash(password, cost)
+        .map_err(|e| format!("cannot make a bcrypt hash at cost {cost}: {e}"))?
+        .into();
+    made.insert(cost, hash.clone());
+    Ok(hash)
+}
+
+/// A Go duration (`1s`, `250ms`, `1m30s`, `0`), as the exporters write `rate_limit.interval`.
+fn go_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    match text {
+        "0" => return Some(Duration::ZERO),
+        "" => return None,
+        _ => {}
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&n| n > 0)?;
+        let number: f64 = rest[..number_len].parse().ok()?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += number * seconds;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+/// `rate_limit`: a token bucket of `burst` requests, one more every `interval`.
+#[derive(Debug)]
+struct RateLimit {
+    interval: Duration,
+    burst: u32,
+    /// The tokens left and when they were counted.
+    bucket: Mutex<(f64, Instant)>,
+}
+
+impl RateLimit {
+    fn new(interval: Duration, burst: u32) -> Self {
+        RateLimit {
+            interval,
+            burst,
+            bucket: Mutex::new((f64::from(burst), Instant::now())),
+        }
+    }
+
+    fn allow(&self) -> bool {
+        let mut bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let earned = now.duration_since(bucket.1).as_secs_f64() / self.interval.as_secs_f64();
+        *bucket = ((bucket.0 + earned).min(f64::from(self.burst)), now);
+        if bucket.0 >= 1.0 {
+            bucket.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// `client_allowed_sans`: a verified client certificate must also name one of `allowed` as a
+/// subject alternative name (DNS name, e-mail address, IP address or URI, compared exactly, as
+/// the exporters do); otherwise the handshake fails.
+#[derive(Debug)]
+struct AllowedSans {
+    inner: Arc<dyn ClientCertVerifier>,
+    allowed: Vec<String>,
+}
+
+impl ClientCertVerifier for AllowedSans {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        if subject_alt_names(end_entity)
+            .iter()
+            .any(|name| self.allowed.contains(name))
+        {
+            Ok(verified)
+        } else {
+            tracing::debug!("a client certificate names none of client_allowed_sans: refused");
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// The DNS names, e-mail addresses, IP addresses and URIs a certificate names (none when it
+/// does not parse).
+fn subject_alt_names(der: &CertificateDer<'_>) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der.as_ref()) else {
+        return Vec::new();
+    };
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return Vec::new();
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|name| match name {
+            GeneralName::DNSName(s) | GeneralName::RFC822Name(s) | GeneralName::URI(s) => {
+                Some(s.to_string())
+            }
+            GeneralName::IPAddress(b) => match b.len() {
+                4 => <[u8; 4]>::try_from(*b)
+                    .ok()
+                    .map(|a| std::net::Ipv4Addr::from(a).to_string()),
+                16 => <[u8; 16]>::try_from(*b)
+                    .ok()
+                    .map(|a| std::net::Ipv6Addr::from(a).to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 fn lower(name: &'static str) -> &'static str {
@@ -580,6 +893,7 @@ pub enum Reloaded {
 pub struct Web {
     path: PathBuf,
     state: Mutex<State>,
+    verifier: Verifier,
     on_reload: Box<dyn Fn(Reloaded) + Send + Sync>,
 }
 
@@ -605,6 +919,7 @@ impl Web {
     ) -> Result<Web, WebConfigError> {
         let current = Arc::new(WebConfig::load(path)?);
         Ok(Web {
+            verifier: Verifier::start(),
             path: path.to_path_buf(),
             state: Mutex::new(State {
                 current,
@@ -613,6 +928,11 @@ impl Web {
             }),
             on_reload: Box::new(on_reload),
         })
+    }
+
+    /// Where basic authentication's bcrypt checks run.
+    pub(crate) fn verifier(&self) -> &Verifier {
+        &self.verifier
     }
 
     /// The web configuration file.
@@ -657,7 +977,15 @@ impl Web {
         if !current.changed() {
             return current;
         }
-        match WebConfig::load(&self.path) {
+        let loaded = WebConfig::load(&self.path).and_then(|loaded| match current.weakened_by(&loaded) {
+            None => Ok(loaded),
+            Some(what) => Err(WebConfigError {
+                file: self.path.clone(),
+                key: "(file)".into(),
+                message: format!("the change would {what}, which dxdp never does while running: refused until dxdp restarts (restart it to apply the weaker configuration on purpose)"),
+            }),
+        });
+        match loaded {
             Ok(loaded) => {
                 let loaded = Arc::new(loaded);
                 let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -703,8 +1031,266 @@ mod tests {
         assert_eq!(parse_basic(b"Basic"), None);
     }
 
+    fn basic(user: &str, password: &str) -> Vec<u8> {
+        let pair = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        format!("Basic {pair}").into_bytes()
+    }
+
+    /// Replaces `path` by a rename, as the kubelet swaps a Secret's files.
+    fn replace(path: &Path, text: &str) {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    /// A cost-4 hash of `password`, and the same made to claim `cost` (the format is all a
+    /// load checks).
+    fn hash_claiming(password: &str, cost: u32) -> String {
+        bcrypt::hash(password, 4)
+            .unwrap()
+            .replacen("$04$", &format!("${cost:02}$"), 1)
+    }
+
+    #[tokio::test]
+    async fn failures_are_remembered_and_oversized_input_is_never_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        let hash = bcrypt::hash("right", 4).unwrap();
+        let other = bcrypt::hash("other", 5).unwrap();
+        replace(
+            &path,
+            &format!("basic_auth_users:\n  prometheus: '{hash}'\n  grafana: '{other}'\n"),
+        );
+        let config = WebConfig::load(&path).unwrap();
+        // The dummy hash for unknown users is at the highest configured cost.
+        let dummy = config.dummy.clone().unwrap();
+        assert_eq!(dummy.parse::<bcrypt::HashParts>().unwrap().get_cost(), 5);
+        let verifier = Verifier::start();
+        let hashes = || verifier.stats().hashes();
+        let check = |header: Option<Vec<u8>>| {
+            let (config, verifier) = (&config, &verifier);
+            async move { config.check_basic(header.as_deref(), verifier).await }
+        };
+        let wrong = basic("prometheus", "wrong");
+        assert_eq!(check(Some(wrong.clone())).await, BasicAuth::Failed);
+        assert_eq!(hashes(), 1);
+        // The same wrong password again: remembered, no hash.
+        assert_eq!(check(Some(wrong)).await, BasicAuth::Failed);
+        assert_eq!(hashes(), 1);
+        let right = basic("prometheus", "right");
+        assert_eq!(check(Some(right.clone())).await, BasicAuth::Passed);
+        assert_eq!(check(Some(right)).await, BasicAuth::Passed);
+        assert_eq!(hashes(), 2);
+        // An unknown user pays a hash (the dummy's), and never passes.
+        assert_eq!(
+            check(Some(basic("mallory", "right"))).await,
+            BasicAuth::Failed
+        );
+        assert_eq!(hashes(), 3);
+        // Refused before any work: no header, not Basic, a password over 72 bytes, a header
+        // over 4 KiB.
+        let long_password = basic("prometheus", &"p".repeat(MAX_PASSWORD + 1));
+        let mut long_header = basic("prometheus", "right");
+        long_header.resize(MAX_AUTHORIZATION + 1, b' ');
+        for header in [
+            None,
+            Some(b"Bearer x".to_vec()),
+            Some(long_password),
+            Some(long_header),
+        ] {
+            assert_eq!(check(header).await, BasicAuth::Failed);
+        }
+        assert_eq!(hashes(), 3);
+    }
+
     #[test]
-    fn the_dummy_hash_is_a_bcrypt_hash() {
-        assert!(DUMMY_HASH.parse::<bcrypt::HashParts>().is_ok());
+    fn costs_above_12_and_empty_files_are_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        replace(
+            &path,
+            &format!(
+                "basic_auth_users:\n  prometheus: '{}'\n",
+                hash_claiming("x", 13)
+            ),
+        );
+        let e = WebConfig::load(&path).unwrap_err();
+        assert_eq!(e.key, "basic_auth_users.prometheus");
+        assert!(
+            e.message
+                .starts_with("bcrypt cost 13 is above 12, the highest dxdp accepts"),
+            "{e}"
+        );
+        assert!(e.message.contains("htpasswd -nBC 10"), "{e}");
+        replace(
+            &path,
+            &format!(
+                "basic_auth_users:\n  prometheus: '{}'\n",
+                hash_claiming("x", 12)
+            ),
+        );
+        assert!(WebConfig::load(&path).unwrap().has_users());
+        for empty in ["", "  \n\t\n", "# nothing yet\n\n"] {
+            replace(&path, empty);
+            let e = WebConfig::load(&path).unwrap_err();
+            assert_eq!(e.key, "(file)", "{empty:?}");
+            assert!(e.message.starts_with("the file is empty: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn rate_limit_is_a_token_bucket_as_the_exporters_read_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        replace(&path, "rate_limit:\n  interval: 1h\n  burst: 2\n");
+        let config = WebConfig::load(&path).unwrap();
+        let allowed: Vec<bool> = (0..3).map(|_| config.rate_allows()).collect();
+        assert_eq!(allowed, [true, true, false]);
+        replace(&path, "rate_limit:\n  interval: 0\n  burst: 0\n");
+        assert!(WebConfig::load(&path).unwrap().rate_limit.is_none());
+        let refused = [
+            (
+                "rate_limit:\n  interval: 1s\n  burst: 0\n",
+                "rate_limit.burst",
+            ),
+            (
+                "rate_limit:\n  interval: 5\n  burst: 1\n",
+                "rate_limit.interval",
+            ),
+            ("rate_limit:\n  every: 1s\n", "line 2 column 3"),
+        ];
+        for (text, key) in refused {
+            replace(&path, text);
+            assert_eq!(WebConfig::load(&path).unwrap_err().key, key, "{text}");
+        }
+        let parsed = ["1s", "250ms", "1m30s", "1.5s", "2h", "0", "100us"].map(go_duration);
+        let ms = |n| Some(Duration::from_millis(n));
+        assert_eq!(
+            parsed,
+            [
+                ms(1000),
+                ms(250),
+                ms(90_000),
+                ms(1500),
+                ms(7_200_000),
+                ms(0),
+                Some(Duration::from_micros(100))
+            ]
+        );
+        assert_eq!(["", "5", "1x", "s", "-1s"].map(go_duration), [None; 5]);
+    }
+
+    /// A self-signed server certificate and key for localhost, and a CA, client certificate and
+    /// key naming `sans`, written in `dir`; the web configuration's TLS lines for them.
+    fn pki(dir: &Path) -> String {
+        let server = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        std::fs::write(dir.join("server.pem"), server.cert.pem()).unwrap();
+        std::fs::write(
+            dir.join("server-key.pem"),
+            server.signing_key.serialize_pem(),
+        )
+        .unwrap();
+        std::fs::write(dir.join("ca.pem"), server.cert.pem()).unwrap();
+        "tls_server_config:\n  cert_file: server.pem\n  key_file: server-key.pem\n".into()
+    }
+
+    #[test]
+    fn a_reload_that_weakens_the_guard_is_refused_until_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        let tls = pki(dir.path());
+        let users = format!(
+            "basic_auth_users:\n  prometheus: '{}'\n",
+            bcrypt::hash("x", 4).unwrap()
+        );
+        let verify = "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n";
+        let sans = "  client_allowed_sans: [prometheus.monitoring.svc]\n";
+        replace(&path, &format!("{tls}{verify}{sans}{users}"));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let web = {
+            let seen = seen.clone();
+            Web::load(&path, move |r| seen.lock().unwrap().push(r)).unwrap()
+        };
+        let weaker = [
+            (users.clone(), "drop TLS (plain HTTP)"),
+            (
+                format!("{tls}  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.pem\n{users}"),
+                "weaken client certificate verification (client_auth_type)",
+            ),
+            (format!("{tls}{verify}{users}"), "drop client_allowed_sans"),
+            (
+                format!("{tls}{verify}{sans}"),
+                "drop basic_auth_users (no authentication)",
+            ),
+        ];
+        for (i, (text, what)) in weaker.iter().enumerate() {
+            replace(&path, text);
+            let kept = web.reload_if_changed();
+            assert!(kept.tls().is_some() && kept.has_users(), "{what}");
+            assert_eq!(kept.client_auth(), ClientAuth::Require, "{what}");
+            assert_eq!(kept.allowed_sans, ["prometheus.monitoring.svc"], "{what}");
+            assert_eq!(seen.lock().unwrap().len(), i + 1, "{what}");
+            let said = web.state.lock().unwrap().last_error.clone().unwrap();
+            assert_eq!(
+                said,
+                format!("web configuration {}: (file): the change would {what}, which dxdp never does while running: refused until dxdp restarts (restart it to apply the weaker configuration on purpose)", path.display())
+            );
+        }
+        assert!(seen
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|r| *r == Reloaded::Rejected));
+        // As strong, another header: applied.
+        replace(
+            &path,
+            &format!("{tls}{verify}{sans}{users}http_server_config:\n  headers:\n    X-Frame-Options: deny\n"),
+        );
+        assert_eq!(web.reload_if_changed().headers().len(), 1);
+        assert_eq!(seen.lock().unwrap().last(), Some(&Reloaded::Applied));
+        // A restart takes the weaker file.
+        replace(&path, &users);
+        assert!(Web::load(&path, |_| {}).unwrap().current().tls().is_none());
+    }
+
+    #[test]
+    fn client_allowed_sans_needs_verified_certificates_and_matches_every_kind_of_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        let tls = pki(dir.path());
+        for auth in [
+            "",
+            "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.pem\n",
+        ] {
+            replace(&path, &format!("{tls}{auth}  client_allowed_sans: [a]\n"));
+            let e = WebConfig::load(&path).unwrap_err();
+            assert_eq!(e.key, "tls_server_config.client_allowed_sans", "{e}");
+            assert!(e.message.contains("RequireAndVerifyClientCert"), "{e}");
+        }
+        let mut params =
+            rcgen::CertificateParams::new(vec!["prometheus.example".to_string()]).unwrap();
+        params.subject_alt_names.extend([
+            rcgen::SanType::IpAddress("10.0.0.7".parse().unwrap()),
+            rcgen::SanType::IpAddress("fd00::7".parse().unwrap()),
+            rcgen::SanType::Rfc822Name("ops@example.com".try_into().unwrap()),
+            rcgen::SanType::URI(
+                "spiffe://cluster.local/ns/monitoring/sa/prometheus"
+                    .try_into()
+                    .unwrap(),
+            ),
+        ]);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        assert_eq!(
+            subject_alt_names(cert.der()),
+            [
+                "prometheus.example",
+                "10.0.0.7",
+                "fd00::7",
+                "ops@example.com",
+                "spiffe://cluster.local/ns/monitoring/sa/prometheus"
+            ]
+        );
+        assert!(subject_alt_names(&CertificateDer::from(vec![1, 2, 3])).is_empty());
     }
 }

@@ -22,3 +22,4 @@ mod metrics_authz;
 mod node_tools;
 mod prometheus;
 mod web;
+mod web_sans;

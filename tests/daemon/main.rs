@@ -17,6 +17,7 @@ mod podresources;
 #[path = "../support/silent.rs"]
 mod silent;
 
+mod auth;
 mod faults;
 mod health;
 mod observe;

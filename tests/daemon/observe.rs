@@ -500,7 +500,7 @@ async fn an_address_in_use_does_not_stop_device_serving_and_the_endpoint_comes_u
 }
 
 /// Principle: only what the kubelet needs may stop the daemon. A web configuration that does not
-/// load refuses `/metrics` (503, naming the file and key) while devices are served and the probes
+/// load refuses `/metrics` (503, naming the setting and key, not the file's path) while devices are served and the probes
 /// answer; once the file is fixed the endpoint serves `/metrics` without a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_web_configuration_refuses_metrics_but_never_stops_the_daemon() {
@@ -516,7 +516,9 @@ async fn an_invalid_web_configuration_refuses_metrics_but_never_stops_the_daemon
     })
     .await;
     until(d.addr, "/metrics", "503 naming the key", |s, b| {
-        s == 503 && b.contains("web.yml") && b.contains("tls_server_config")
+        s == 503
+            && b.contains("(metrics.webConfigFile, key tls_server_config.key_file)")
+            && !b.contains("web.yml")
     })
     .await;
     until(d.addr, "/healthz", "the daemon alive", |s, b| {
@@ -527,11 +529,14 @@ async fn an_invalid_web_configuration_refuses_metrics_but_never_stops_the_daemon
         !d.task.as_ref().unwrap().is_finished(),
         "the daemon runs on"
     );
-    // Fixed: an empty web configuration is plain HTTP without authentication. The endpoint
-    // listens again, guarded as configured (on a new port here: the test binds port 0).
+    // Fixed: a configuration without TLS or users (headers only). The endpoint listens again,
+    // guarded as configured (on a new port here: the test binds port 0).
     let mut listening = d.observe.listening();
     let old = Some(d.addr);
-    replace(&web, "");
+    replace(
+        &web,
+        "http_server_config:\n  headers:\n    X-Frame-Options: deny\n",
+    );
     let addr = tokio::time::timeout(WAIT, listening.wait_for(|a| a.is_some() && *a != old))
         .await
         .expect("the endpoint listens again once the file loads")
@@ -555,9 +560,8 @@ async fn kubernetes_authorization_without_credentials_refuses_metrics_and_serves
     let d = Daemon::start(tempdir(), config, None).await;
     until(d.addr, "/metrics", "503 with the reason", |s, b| {
         s == 503
-            && b.contains(
-                "metrics.authorization: kubernetes: it needs the API server, and this daemon runs without one",
-            )
+            && b.contains("(metrics.authorization: kubernetes)")
+            && b.contains("the daemon's log says what to fix")
     })
     .await;
     until(d.addr, "/healthz", "the daemon alive", |s, b| {
