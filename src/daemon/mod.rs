@@ -268,7 +268,8 @@ impl Daemon {
         let _lock = claim::lock(&plugin.lock_dir, &plugin.kubelet_dir)?;
         let mut tasks = Tasks::new(observe.clone());
         let reviewer = (client.as_ref(), cluster_asked);
-        for spec in endpoint_tasks(&first, &observe, reviewer, plugin.guard_retry).await {
+        let sandbox = env.get(crate::util::host_process::SANDBOX_VAR).cloned();
+        for spec in endpoint_tasks(&first, &observe, reviewer, sandbox, plugin.guard_retry).await {
             tasks.spawn(spec);
         }
 
@@ -422,6 +423,7 @@ async fn endpoint_tasks(
     config: &Config,
     observe: &Observe,
     (client, asked): (Option<&Cluster>, bool),
+    sandbox: Option<String>,
     retry: Duration,
 ) -> Vec<TaskSpec> {
     let mut specs = Vec::new();
@@ -442,6 +444,7 @@ async fn endpoint_tasks(
             web_config_file: config.web_config_file.clone(),
             authorizer,
             allow_plain_http_tokens: config.metrics_allow_plain_http_tokens,
+            sandbox,
         };
         let endpoint = MetricsEndpoint {
             address,

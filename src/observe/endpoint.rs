@@ -31,6 +31,9 @@ pub(crate) struct Guard {
     pub(crate) authorizer: Option<Result<Arc<dyn Authorize>, String>>,
     /// `metrics.allowPlainHttpTokens`: bearer tokens accepted without TLS.
     pub(crate) allow_plain_http_tokens: bool,
+    /// A HostProcess container's sandbox mount point: the certificates the web configuration
+    /// names by absolute paths are looked up in the pod's volumes first.
+    pub(crate) sandbox: Option<String>,
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `address` ([`super::http::serve_guarded_forever`]: an
@@ -121,9 +124,10 @@ async fn access(guard: &Guard, observe: &Observe) -> Result<Access, Unguarded> {
     let mut access = Access::default();
     if let Some(path) = guard.web_config_file.clone() {
         let metrics = observe.metrics.clone();
+        let sandbox = guard.sandbox.clone();
         // Once per start or retry, never per request: tokio's blocking pool is fine here.
         let loaded = tokio::task::spawn_blocking(move || {
-            Web::load(&path, move |r| metrics.access().web_reload(r))
+            Web::load_in(&path, sandbox, move |r| metrics.access().web_reload(r))
         })
         .await
         .map_err(|e| Unguarded {
@@ -161,7 +165,10 @@ async fn access(guard: &Guard, observe: &Observe) -> Result<Access, Unguarded> {
             .as_ref()
             .is_some_and(|w| w.current().tls().is_some());
         if !tls && !guard.allow_plain_http_tokens {
-            return Err("metrics.authorization: kubernetes over plain HTTP: bearer tokens could be read and replayed on the way; configure TLS (tls_server_config in metrics.webConfigFile) or set metrics.allowPlainHttpTokens: true".into());
+            return Err(Unguarded {
+                setting: "metrics.authorization: kubernetes without TLS (set tls_server_config in metrics.webConfigFile, or metrics.allowPlainHttpTokens: true)".into(),
+                why: "metrics.authorization: kubernetes over plain HTTP: bearer tokens could be read and replayed on the way; configure TLS (tls_server_config in metrics.webConfigFile) or set metrics.allowPlainHttpTokens: true".into(),
+            });
         }
         access.authorizer = Some(authorizer);
     }

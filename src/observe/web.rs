@@ -43,6 +43,7 @@ use serde::Deserialize;
 use super::verifier::{Busy, Remembered, Verifier};
 use crate::util::bounded::run_blocking;
 use crate::util::stable_read::{self, Stamp};
+use crate::util::{host_acl, host_process};
 
 /// How often, at most, the files are looked at again for a change.
 pub(crate) const RECHECK: Duration = Duration::from_secs(1);
@@ -182,6 +183,14 @@ impl WebConfig {
     /// Reads and checks `path` and every file it names (relative paths are relative to the
     /// directory of `path`, as in the exporters).
     pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
+        Self::load_in(path, None)
+    }
+
+    /// [`WebConfig::load`] in a HostProcess container whose sandbox mount point is `sandbox`:
+    /// a file named by an absolute path is read from the pod's volume under the sandbox when it
+    /// is there (`crate::util::host_process`), and every file must be owned by SYSTEM,
+    /// Administrators or dxdp's account (`crate::util::host_acl`; Windows).
+    pub(crate) fn load_in(path: &Path, sandbox: Option<&str>) -> Result<WebConfig, WebConfigError> {
         let err = |key: &str, message: String| WebConfigError {
             file: path.to_path_buf(),
             key: key.to_string(),
@@ -190,6 +199,7 @@ impl WebConfig {
         let mut files = vec![(path.to_path_buf(), Stamp::of(path).ok())];
         let text = stable_read::read_once(path, MAX_FILE_BYTES)
             .map_err(|e| err("(file)", format!("cannot read it: {e}")))?;
+        host_acl::check_owner(path).map_err(|e| err("(file)", e.to_string()))?;
         let parsed: WebConfigFile = if text
             .lines()
             .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
@@ -212,7 +222,7 @@ impl WebConfig {
         let resolve = |p: &str| {
             let p = Path::new(p);
             if p.is_absolute() {
-                p.to_path_buf()
+                host_process::resolve(p, sandbox, |p| p.exists())
             } else {
                 dir.join(p)
             }
@@ -220,8 +230,10 @@ impl WebConfig {
         let mut read_file = |key: &str, name: &str| -> Result<String, WebConfigError> {
             let p = resolve(name);
             files.push((p.clone(), Stamp::of(&p).ok()));
-            stable_read::read_once(&p, MAX_FILE_BYTES)
-                .map_err(|e| err(key, format!("cannot read {}: {e}", p.display())))
+            let text = stable_read::read_once(&p, MAX_FILE_BYTES)
+                .map_err(|e| err(key, format!("cannot read {}: {e}", p.display())))?;
+            host_acl::check_owner(&p).map_err(|e| err(key, e.to_string()))?;
+            Ok(text)
         };
 
         let mut client_auth = ClientAuth::None;
@@ -892,6 +904,8 @@ pub enum Reloaded {
 /// The web configuration in force, re-read when its files change.
 pub struct Web {
     path: PathBuf,
+    /// The HostProcess sandbox mount point the files are looked up under first.
+    sandbox: Option<String>,
     state: Mutex<State>,
     verifier: Verifier,
     on_reload: Box<dyn Fn(Reloaded) + Send + Sync>,
@@ -917,8 +931,19 @@ impl Web {
         path: &Path,
         on_reload: impl Fn(Reloaded) + Send + Sync + 'static,
     ) -> Result<Web, WebConfigError> {
-        let current = Arc::new(WebConfig::load(path)?);
+        Self::load_in(path, None, on_reload)
+    }
+
+    /// [`Web::load`] in a HostProcess container whose sandbox mount point is `sandbox`
+    /// ([`WebConfig::load_in`]).
+    pub(crate) fn load_in(
+        path: &Path,
+        sandbox: Option<String>,
+        on_reload: impl Fn(Reloaded) + Send + Sync + 'static,
+    ) -> Result<Web, WebConfigError> {
+        let current = Arc::new(WebConfig::load_in(path, sandbox.as_deref())?);
         Ok(Web {
+            sandbox,
             verifier: Verifier::start(),
             path: path.to_path_buf(),
             state: Mutex::new(State {
@@ -977,7 +1002,7 @@ impl Web {
         if !current.changed() {
             return current;
         }
-        let loaded = WebConfig::load(&self.path).and_then(|loaded| match current.weakened_by(&loaded) {
+        let loaded = WebConfig::load_in(&self.path, self.sandbox.as_deref()).and_then(|loaded| match current.weakened_by(&loaded) {
             None => Ok(loaded),
             Some(what) => Err(WebConfigError {
                 file: self.path.clone(),
@@ -1192,6 +1217,33 @@ mod tests {
         .unwrap();
         std::fs::write(dir.join("ca.pem"), server.cert.pem()).unwrap();
         "tls_server_config:\n  cert_file: server.pem\n  key_file: server-key.pem\n".into()
+    }
+
+    /// containerd 1.6 puts the pod's Secret under the sandbox mount point: the certificates a
+    /// web configuration names by absolute paths are read from there, not from the host path.
+    #[test]
+    fn certificates_named_by_absolute_paths_are_read_from_the_pods_volume_first() {
+        let sandbox = tempfile::tempdir().unwrap();
+        let host = if cfg!(windows) {
+            r"C:\dxdp-test-absent-tls"
+        } else {
+            "/dxdp-test-absent-tls"
+        };
+        let in_pod = sandbox.path().join("dxdp-test-absent-tls");
+        std::fs::create_dir_all(&in_pod).unwrap();
+        pki(&in_pod);
+        let sep = std::path::MAIN_SEPARATOR;
+        let path = in_pod.join("web.yml");
+        std::fs::write(
+            &path,
+            format!("tls_server_config:\n  cert_file: '{host}{sep}server.pem'\n  key_file: '{host}{sep}server-key.pem'\n"),
+        )
+        .unwrap();
+        let e = WebConfig::load(&path).unwrap_err();
+        assert_eq!(e.key, "tls_server_config.cert_file", "{e}");
+        let sandbox = sandbox.path().to_string_lossy().into_owned();
+        let loaded = WebConfig::load_in(&path, Some(&sandbox)).unwrap();
+        assert!(loaded.tls().is_some());
     }
 
     #[test]

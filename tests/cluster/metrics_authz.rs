@@ -120,7 +120,7 @@ async fn bearer_tokens_need_tls_unless_plain_http_is_allowed() {
 
     let mut plugin = start(dir.path(), port, &kubeconfig, &[]);
     until(address, PROMETHEUS, "503 saying why", |s, b| {
-        s == 503 && b.contains("metrics.authorization: kubernetes over plain HTTP: bearer tokens could be read and replayed on the way; configure TLS (tls_server_config in metrics.webConfigFile) or set metrics.allowPlainHttpTokens: true")
+        s == 503 && b.contains("the metrics endpoint is not set up as configured (metrics.authorization: kubernetes without TLS (set tls_server_config in metrics.webConfigFile, or metrics.allowPlainHttpTokens: true))")
     })
     .await;
     assert_eq!(
