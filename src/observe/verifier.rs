@@ -4,7 +4,7 @@
 //! check that finds the queue full is answered at once without hashing ([`Busy`]: the request
 //! gets `429`), a check whose client went away before its turn is skipped, and after each hash
 //! the thread rests [`REST_FACTOR`] times as long as the hash took, so that a flood of wrong
-//! passwords costs at most a fifth of one CPU, at a low scheduling priority (Linux: nice 10).
+//! passwords costs at most a fifth of one CPU, at a low scheduling priority (Linux: nice 10; Windows: below normal).
 //!
 //! [`Remembered`] keeps the outcomes by digest in two least-recently-used caches, so that a
 //! scrape every few seconds and the same wrong password sent again cost no hash: [`PASSES`]
@@ -175,7 +175,19 @@ fn lower_priority() {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
+/// Windows: below-normal priority for the calling thread, for the same reason.
+#[cfg(windows)]
+fn lower_priority() {
+    use windows::Win32::System::Threading::{
+        GetCurrentThread, SetThreadPriority, THREAD_PRIORITY_BELOW_NORMAL,
+    };
+    // SAFETY: the current thread's pseudo handle needs no closing.
+    if let Err(e) = unsafe { SetThreadPriority(GetCurrentThread(), THREAD_PRIORITY_BELOW_NORMAL) } {
+        tracing::debug!("cannot lower the password verifier's priority: {e}");
+    }
+}
+
+#[cfg(not(any(target_os = "linux", windows)))]
 fn lower_priority() {}
 
 /// A least-recently-used set of digests, each with when it was put in.
