@@ -136,38 +136,6 @@ fn client_decode(answer: &dxdp::kubelet::v1beta1::AllocateResponse) -> (usize, D
     (bytes.len(), percentile(&times, 0.5))
 }
 
-/// Builds the grpc-go client into `out`; why not, when it cannot.
-fn build_go_client(out: &Path) -> Result<PathBuf, String> {
-    match Command::new("go").arg("version").output() {
-        Ok(o) if o.status.success() => {}
-        _ => {
-            return Err(
-                "`go` not found: install golang-go and golang-google-grpc-dev (Debian) to measure from grpc-go too".into(),
-            )
-        }
-    }
-    let gopath = std::env::var("DXDP_BENCH_GOPATH").unwrap_or_else(|_| "/usr/share/gocode".into());
-    let binary = out.join("grpc-go-client");
-    let built = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg(".")
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/grpc-go"))
-        .env("GOPATH", &gopath)
-        .env("GO111MODULE", "off")
-        .env("GOFLAGS", "")
-        .env("GOCACHE", out.join("go-cache"))
-        .output()
-        .map_err(|e| format!("cannot run go build: {e}"))?;
-    if !built.status.success() {
-        return Err(format!(
-            "go build failed (is golang-google-grpc-dev installed under {gopath}?): {}",
-            String::from_utf8_lossy(&built.stderr).trim()
-        ));
-    }
-    Ok(binary)
-}
-
 /// Lowercase hex, as the grpc-go program takes bytes.
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -349,7 +317,7 @@ fn go_series(
     iterations: usize,
 ) -> Result<(f64, Option<f64>), String> {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let binary = build_go_client(&out)?;
+    let binary = common::build_go_client(&out)?;
     let mut references = Vec::new();
     let go_socket = socket.with_file_name("grpc-go-reference.sock");
     let go_reference = match start_reference(

@@ -47,35 +47,6 @@ mod flood {
     /// What counts as idle: this share of one CPU over a 100 ms window.
     const IDLE_SHARE: f64 = 0.05;
 
-    /// Builds the grpc-go client into `out`; why not, when it cannot.
-    fn build_go_client(out: &Path) -> Result<PathBuf, String> {
-        match Command::new("go").arg("version").output() {
-            Ok(o) if o.status.success() => {}
-            _ => return Err("`go` not found: install golang-go and golang-google-grpc-dev".into()),
-        }
-        let gopath =
-            std::env::var("DXDP_BENCH_GOPATH").unwrap_or_else(|_| "/usr/share/gocode".into());
-        let binary = out.join("grpc-go-client");
-        let built = Command::new("go")
-            .args(["build", "-o"])
-            .arg(&binary)
-            .arg(".")
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/grpc-go"))
-            .env("GOPATH", &gopath)
-            .env("GO111MODULE", "off")
-            .env("GOFLAGS", "")
-            .env("GOCACHE", out.join("go-cache"))
-            .output()
-            .map_err(|e| format!("cannot run go build: {e}"))?;
-        if !built.status.success() {
-            return Err(format!(
-                "go build failed (is golang-google-grpc-dev under {gopath}?): {}",
-                String::from_utf8_lossy(&built.stderr).trim()
-            ));
-        }
-        Ok(binary)
-    }
-
     /// Allocate's p99 with one caller from the grpc-go client (`series 1 allocate ...`), or what
     /// the client said when a call failed (each has a 10 s deadline).
     fn go_p99(
@@ -181,7 +152,7 @@ mod flood {
         let iterations = env_number("DXDP_BENCH_ITERATIONS", 1000);
         let daemon_cpu = env_number("DXDP_BENCH_CPU", 1);
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let client = match build_go_client(&out) {
+        let client = match common::build_go_client(&out) {
             Ok(c) => c,
             Err(why) => {
                 println!("flood: skipped: {why}");

@@ -1,8 +1,10 @@
 //! What every bench shares: sizes from the environment, percentiles, atomic file replaces, a
-//! deterministic random generator and the per-thread CPU figures of a process.
+//! deterministic random generator, the per-thread CPU figures of a process and the grpc-go client
+//! (`benches/grpc-go`) built for a measurement.
 #![allow(dead_code)] // each bench uses a part
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 /// The served resource names.
@@ -139,4 +141,36 @@ pub fn spawn_plugin(dir: &Path, snapshot: &Path, extra: &[&str]) -> tokio::proce
         .kill_on_drop(true)
         .spawn()
         .expect("dxdp plugin")
+}
+
+/// Builds the grpc-go client into `out`; why not, when it cannot.
+pub fn build_go_client(out: &Path) -> Result<PathBuf, String> {
+    match Command::new("go").arg("version").output() {
+        Ok(o) if o.status.success() => {}
+        _ => {
+            return Err(
+                "`go` not found: install golang-go and golang-google-grpc-dev (Debian) to measure from grpc-go too".into(),
+            )
+        }
+    }
+    let gopath = std::env::var("DXDP_BENCH_GOPATH").unwrap_or_else(|_| "/usr/share/gocode".into());
+    let binary = out.join("grpc-go-client");
+    let built = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(".")
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/grpc-go"))
+        .env("GOPATH", &gopath)
+        .env("GO111MODULE", "off")
+        .env("GOFLAGS", "")
+        .env("GOCACHE", out.join("go-cache"))
+        .output()
+        .map_err(|e| format!("cannot run go build: {e}"))?;
+    if !built.status.success() {
+        return Err(format!(
+            "go build failed (is golang-google-grpc-dev installed under {gopath}?): {}",
+            String::from_utf8_lossy(&built.stderr).trim()
+        ));
+    }
+    Ok(binary)
 }
