@@ -243,7 +243,7 @@ impl Inner {
     }
 
     fn remember(&self, key: Key, decision: &Decision) {
-        if matches!(decision, Decision::Unavailable(_)) {
+        if matches!(decision, Decision::Unavailable(_) | Decision::Limited(_)) {
             return;
         }
         let mut cache = lock(&self.cache);
@@ -272,8 +272,8 @@ impl Inner {
             } else {
                 if !lock(&self.bucket).take(Instant::now()) {
                     self.metrics.count(ReviewResult::Limited);
-                    tracing::debug!("a /metrics bearer token over the review rate: answering 503 without asking the API server");
-                    return Decision::Unavailable(format!(
+                    tracing::debug!("a /metrics bearer token over the review rate: answering 429 without asking the API server");
+                    return Decision::Limited(format!(
                         "too many new bearer tokens (more than {REVIEWS_PER_SECOND} reviews a second): retry later"
                     ));
                 }
@@ -702,7 +702,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn new_tokens_past_the_bucket_are_answered_503_without_asking() {
+    async fn new_tokens_past_the_bucket_are_answered_429_without_asking() {
         let fake = Fake::open(&[]);
         let (authorizer, metrics) = fake.authorizer();
         let authorizer = Arc::new(
@@ -717,7 +717,7 @@ mod tests {
                 Decision::Unauthenticated(why) => {
                     assert!(why.contains("invalid bearer token"), "{why}")
                 }
-                Decision::Unavailable(why) => {
+                Decision::Limited(why) => {
                     assert!(why.contains("too many new bearer tokens"), "{why}");
                     limited += 1;
                 }

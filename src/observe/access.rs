@@ -34,6 +34,8 @@ pub enum Decision {
     Forbidden(String),
     /// The API server could not be asked (503; never answered open).
     Unavailable(String),
+    /// Too many new tokens to ask the API server about now: not asked (429, `Retry-After`).
+    Limited(String),
 }
 
 /// A future an [`Authorize`] returns.
@@ -267,6 +269,9 @@ impl Access {
                 }
                 Decision::Forbidden(why) => {
                     Verdict::Denied(Denied::Forbidden, format!("forbidden: {why}\n"))
+                }
+                Decision::Limited(why) => {
+                    Verdict::Denied(Denied::RateLimited, format!("too many requests: {why}\n"))
                 }
                 Decision::Unavailable(why) => {
                     say_once(&why);
