@@ -301,7 +301,7 @@ async fn top_and_audit_send_a_bearer_token_to_a_kubernetes_authorized_tls_endpoi
         s(&other),
     ])
     .await;
-    fails_with(&out, 1, &format!("{url}/metrics answered 403 Forbidden (forbidden: user \"system:serviceaccount:default:other\" may not get /metrics (grant get on the nonResourceURL /metrics in a ClusterRole): no RBAC rule allows it): the token's user may not get /metrics: bind it to the chart's <release>-dxdp-metrics-reader ClusterRole, or use a token of a user that may"));
+    fails_with(&out, 1, &format!("{url}/metrics answered 403 Forbidden (forbidden: user \"system:serviceaccount:default:other\" may not get /metrics (grant get on the nonResourceURL /metrics in a ClusterRole)): the token's user may not get /metrics: bind it to the chart's <release>-dxdp-metrics-reader ClusterRole, or use a token of a user that may"));
 
     let password = write(dir.path(), "password", "x");
     let out = dxdp(&[
