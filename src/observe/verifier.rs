@@ -332,7 +332,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_check_whose_client_left_is_skipped() {
+    async fn a_check_whose_client_left_is_never_hashed() {
         let verifier = Verifier::idle();
         let hash = hash();
         let mut gone = Box::pin(verifier.verify(b"wrong", hash.clone()));
