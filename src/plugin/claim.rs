@@ -325,13 +325,24 @@ pub(crate) fn lock(locks: &Path, kubelet_dir: &Path) -> Result<DirLock, LockErro
 /// `/tmp` is, so that every user's daemon can lock there. On Windows `%ProgramData%\dxdp` and
 /// its lock directory are SYSTEM's and Administrators' alone (`host_acl`): a local user who
 /// could create the lock file could keep dxdp from starting.
+/// A directory another account owns is refused; an access list Windows would not set is
+/// logged once and the lock taken anyway (the lock is on the kubelet's path, its access list is
+/// hardening).
 #[cfg(windows)]
 fn create_lock_dir(locks: &Path) -> std::io::Result<()> {
     use crate::util::host_acl::{create_protected_dir, Readers};
+    let soft = |r: std::io::Result<()>| match r {
+        Err(e) if e.kind() != std::io::ErrorKind::PermissionDenied => {
+            tracing::warn!("the lock directory is used without its protected access list: {e}");
+            Ok(())
+        }
+        r => r,
+    };
     if let Some(parent) = locks.parent().filter(|_| locks == lock_dir()) {
-        create_protected_dir(parent, Readers::AdministratorsOnly)?;
+        soft(create_protected_dir(parent, Readers::AdministratorsOnly))?;
     }
-    create_protected_dir(locks, Readers::AdministratorsOnly)
+    soft(create_protected_dir(locks, Readers::AdministratorsOnly))?;
+    std::fs::create_dir_all(locks)
 }
 
 /// Creates the lock directory; the shared fallback one world-writable with the sticky bit, as

@@ -90,13 +90,22 @@ pub(crate) fn check_pipe_server(
 }
 
 /// Creates `dir` (and its parents) if needed; when dxdp created it, or it already exists,
-/// checks its owner and sets its protected access list ([`Readers`]). Outside Windows it only
+/// checks its owner (another account's: `PermissionDenied`) and sets its protected access list
+/// ([`Readers`]; a failure to: any other kind). Outside Windows it only
 /// creates the directory.
 pub(crate) fn create_protected_dir(dir: &Path, readers: Readers) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     #[cfg(windows)]
     {
-        windows_acl::check_owner(dir).map_err(std::io::Error::other)?;
+        // Another account's directory is refused (PermissionDenied); an access list Windows
+        // would not set is another error kind, which a caller on the kubelet's path may
+        // survive.
+        windows_acl::check_owner(dir).map_err(|e| match e {
+            AclError::Untrusted { .. } => {
+                std::io::Error::new(std::io::ErrorKind::PermissionDenied, e)
+            }
+            other => std::io::Error::other(other),
+        })?;
         windows_acl::protect(dir, readers).map_err(std::io::Error::other)?;
     }
     #[cfg(not(windows))]
