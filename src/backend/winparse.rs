@@ -767,6 +767,7 @@ pub(crate) fn pdh_sample(
             .collect(),
         process_memory: memory(&values(&sets[1]), &values(&sets[2])),
         adapter_memory: memory(&values(&sets[3]), &values(&sets[4])),
+        sensors: Vec::new(),
     }))
 }
 

@@ -10,10 +10,12 @@
 //!   per-container sums and the join with the kubelet's allocations.
 //! - [`isolation`]: the isolation audit: containers using a GPU the kubelet did not allocate to
 //!   them.
+//! - [`sensors`]: temperature, power, clocks, fan and throttle reasons per adapter and source.
 
 pub mod compute;
 pub mod instance;
 pub mod isolation;
+pub mod sensors;
 
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +56,10 @@ pub struct CounterSample {
     /// `\GPU Adapter Memory(*)\Dedicated Usage` and `Shared Usage`, bytes.
     #[serde(default)]
     pub adapter_memory: Vec<MemoryCounter>,
+    /// The adapters' sensors (temperature, power, clocks, fan) read with the counters, one entry
+    /// per adapter and source.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sensors: Vec<sensors::AdapterSensors>,
 }
 
 /// One `GPU Engine` instance's running time.
