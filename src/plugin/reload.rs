@@ -306,11 +306,24 @@ pub(crate) async fn watch_counted(
                         );
                     }
                 }
-                if (&after.web_config_file, after.metrics_authorization)
-                    != (&before.web_config_file, before.metrics_authorization)
-                {
+                if (&after.log_level, after.log_format) != (&before.log_level, before.log_format) {
                     tracing::warn!(
-                        "metrics.webConfigFile or metrics.authorization changed: it takes effect when the plugin restarts (the web configuration file's own content is re-read when it changes)"
+                        "logLevel or logFormat changed: it takes effect when the plugin restarts"
+                    );
+                }
+                if (
+                    &after.web_config_file,
+                    after.metrics_authorization,
+                    &after.metrics_token_audiences,
+                    after.metrics_allow_plain_http_tokens,
+                ) != (
+                    &before.web_config_file,
+                    before.metrics_authorization,
+                    &before.metrics_token_audiences,
+                    before.metrics_allow_plain_http_tokens,
+                ) {
+                    tracing::warn!(
+                        "metrics.webConfigFile, metrics.authorization, metrics.tokenAudiences or metrics.allowPlainHttpTokens changed: it takes effect when the plugin restarts (the web configuration file's own content is re-read when it changes)"
                     );
                 }
             }

@@ -309,7 +309,7 @@ async fn sighup_reloads_the_configuration_and_sigusr1_stops_gracefully() {
     // Edited in place, in the other directory: no file event reaches the daemon.
     std::fs::write(
         real.join("config.yaml"),
-        "resources: {display: {replicas: 2}}\n",
+        "resources: {display: {replicas: 2}}\nlogLevel: debug\n",
     )
     .unwrap();
     // A short look that nothing else applies it (this is what SIGHUP is for).
@@ -341,6 +341,7 @@ async fn sighup_reloads_the_configuration_and_sigusr1_stops_gracefully() {
     for line in [
         "SIGHUP: re-reading the configuration",
         "configuration reloaded and applied",
+        "logLevel or logFormat changed: it takes effect when the plugin restarts",
         "SIGUSR1: shutting down",
         "device plugin stopped",
     ] {
