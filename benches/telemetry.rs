@@ -14,6 +14,14 @@
 //!    (default 60): CPU time from the process CPU clock (exited threads included). Target: under 0.05% of a core
 //!    with telemetry on.
 //!
+//! 3. Resident memory at scale with every optional part on: `dxdp plugin` replaying the node of
+//!    (1) (8 GPUs, 200 processes each, 50 pods holding replicas of them), with /metrics scraped,
+//!    telemetry at a 1 s interval, the isolation audit (taint and Events), health Events and node
+//!    conditions, node labels and validation Jobs against the API server stand-in, for
+//!    `DXDP_BENCH_SCALE_SECS` (default 30): VmRSS and VmHWM from `/proc/<pid>/status` at the end
+//!    (Linux only). Target: under 16 MiB resident (the principle in the project's brief; DCGM's
+//!    exporter takes about 470 MiB).
+//!
 //! Run with `cargo bench --bench telemetry`.
 
 use std::collections::HashMap;
@@ -29,6 +37,8 @@ use dxdp_core::telemetry::{
     TelemetryFacts,
 };
 
+#[path = "../tests/support/apiserver.rs"]
+mod apiserver;
 mod common;
 
 use common::{env_number, percentile, process_cpu};
@@ -242,13 +252,220 @@ async fn idle_cost(seconds: u64, telemetry: bool) {
     kubelet.stop().await;
 }
 
+/// The simulated node of [`node`] as a host snapshot file: `telemetry-t4`'s first adapter copied
+/// to [`GPUS`] PCI slots with the LUIDs [`luid`] gives, and the telemetry section with the
+/// PodResources answer naming the device IDs `discover` gives them (replica `r<n>`).
+fn scale_snapshot(dir: &Path) -> std::path::PathBuf {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/telemetry-t4.yaml");
+    let (mut host, _) = dxdp_core::snapshot::read_file_full(&fixture).expect("telemetry-t4");
+    let template = host.adapters[0].clone();
+    host.adapters = (0..GPUS)
+        .map(|gpu| {
+            let mut a = template.clone();
+            a.luid = luid(gpu);
+            let slot = 0x10 + gpu;
+            if let Some(pnp) = a.pnp.as_mut() {
+                pnp.instance_id = format!(
+                    "PCI\\VEN_10DE&DEV_1EB8&SUBSYS_12A210DE&REV_A1\\3&13C0B0C5&1&{slot:02X}"
+                );
+                pnp.location_paths = vec![format!("PCIROOT(0)#PCI({slot:02X}00)")];
+                if let Some(pci) = pnp.pci.as_mut() {
+                    pci.device = slot;
+                }
+                pnp.driver_key = Some(format!(
+                    "{{4d36e968-e325-11ce-bfc1-08002be10318}}\\{gpu:04}"
+                ));
+            }
+            a
+        })
+        .collect();
+    let path = dir.join("node.yaml");
+    let text = dxdp_core::snapshot::write(&host, dxdp_core::snapshot::Format::Yaml).expect("yaml");
+    common::replace(&path, &text);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
+        .args(["discover", "--json", "--host-snapshot"])
+        .arg(&path)
+        .output()
+        .expect("dxdp discover");
+    let discovery: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("discover --json");
+    let ids: HashMap<i64, String> = discovery["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| {
+            (
+                d["luid"].as_i64().expect("luid"),
+                d["id"].as_str().expect("id").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(ids.len(), GPUS as usize, "{discovery}");
+    // Each pod holds a replica of every GPU its processes use (one, or two where its 32
+    // processes straddle two GPUs' 200), so that nothing is an isolation violation.
+    let (_, mut facts) = node();
+    let mut next_replica = vec![0u32; GPUS as usize];
+    let containers = facts.containers.clone();
+    for (a, c) in facts.pod_resources.iter_mut().zip(&containers) {
+        let mut gpus: Vec<u32> = c
+            .pids
+            .iter()
+            .map(|p| (p - 1000) / PROCESSES_PER_GPU)
+            .collect();
+        gpus.dedup();
+        a.device_ids = gpus
+            .iter()
+            .map(|&g| {
+                let k = next_replica[g as usize];
+                next_replica[g as usize] += 1;
+                dxdp_core::allocation::replica_id(&ids[&luid(g)], k)
+            })
+            .collect();
+    }
+    assert!(next_replica.iter().all(|&n| n <= 8), "{next_replica:?}");
+    let text =
+        dxdp_core::snapshot::write_full(&host, Some(&facts), dxdp_core::snapshot::Format::Yaml)
+            .expect("yaml");
+    common::replace(&path, &text);
+    path
+}
+
+/// `VmRSS` and `VmHWM` of `pid`, MiB.
+fn resident(pid: u32) -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = |key: &str| -> Option<f64> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        let n: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(n / 1024.0)
+    };
+    Some((kib("VmRSS:")?, kib("VmHWM:")?))
+}
+
+/// One `GET /metrics` over plain HTTP/1.1.
+async fn scrape(port: u16) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut c = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(5), c.read_to_string(&mut text))
+        .await
+        .map_err(|_| std::io::Error::other("scrape timed out"))??;
+    Ok(text)
+}
+
+async fn resident_at_scale(seconds: u64) {
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp-bench")
+        .tempdir_in(std::env::temp_dir())
+        .expect("temp dir");
+    let snapshot = scale_snapshot(dir.path());
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .expect("stand-in");
+    let api = apiserver::ApiServerStandin::start(
+        "gpu-node-1",
+        &[(
+            "node.kubernetes.io/instance-type",
+            "Standard_NV36ads_A10_v5",
+        )],
+    )
+    .await
+    .expect("API server stand-in");
+    let kubeconfig = dir.path().join("kubeconfig");
+    common::replace(&kubeconfig, &api.kubeconfig());
+    let config = dir.path().join("config.yaml");
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        probe.local_addr().expect("port").port()
+    };
+    let validation_dir = dir.path().join("validation");
+    common::replace(
+        &config,
+        &format!(
+            "resources:\n  display: {{replicas: 8}}\n\
+             metrics: {{address: '127.0.0.1:{port}'}}\n\
+             telemetry: {{enabled: true, interval: 1s}}\n\
+             isolation: {{policy: taint, events: true}}\n\
+             health: {{events: true, nodeConditions: true}}\n\
+             nodeLabels: {{enabled: true}}\n\
+             validation: {{enabled: true, hostDir: '{}'}}\n",
+            validation_dir.display()
+        ),
+    );
+    let bin =
+        std::env::var_os("DXDP_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_dxdp").into());
+    let mut child = tokio::process::Command::new(bin)
+        .args(["plugin", "--log-level", "warn", "--kubelet-dir"])
+        .arg(dir.path())
+        .arg("--host-snapshot")
+        .arg(&snapshot)
+        .arg("--config")
+        .arg(&config)
+        .env_clear()
+        .env("NODE_NAME", "gpu-node-1")
+        .env("POD_NAMESPACE", "dxdp-system")
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("stderr.log")).expect("log"))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("dxdp plugin");
+    let pid = child.id().expect("pid");
+    let registered = kubelet
+        .wait_for(Duration::from_secs(10), |v| {
+            v.devices("directx.microsoft.com/display").map(<[_]>::len) == Some(GPUS as usize * 8)
+        })
+        .await;
+    assert!(registered, "plugin registered with {} replicas", GPUS * 8);
+    // Prometheus' scrape, once a second.
+    let start = Instant::now();
+    let mut peak = 0.0f64;
+    let (mut scrapes, mut bytes) = (0, 0);
+    while start.elapsed() < Duration::from_secs(seconds) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Ok(text) = scrape(port).await {
+            scrapes += 1;
+            bytes = text.len();
+        }
+        if let Some((rss, _)) = resident(pid) {
+            peak = peak.max(rss);
+        }
+    }
+    println!(
+        "{scrapes} scrapes of /metrics, the last {} KiB",
+        bytes / 1024
+    );
+    let log = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
+    match resident(pid) {
+        Some((rss, hwm)) => println!(
+            "every optional part on, {GPUS} GPUs x {PROCESSES_PER_GPU} processes x {PODS} pods, telemetry every 1 s, {seconds} s: VmRSS {rss:.2} MiB at the end, highest sampled {peak:.2} MiB, VmHWM {hwm:.2} MiB (target under 16 MiB: {}); API server requests {}, Events {}, warnings logged {}",
+            if hwm < 16.0 { "met" } else { "NOT met" },
+            api.requests().len(),
+            api.events().len(),
+            log.lines().count(),
+        ),
+        None => println!("resident memory at scale: /proc/<pid>/status is not available here"),
+    }
+    if std::env::var_os("DXDP_BENCH_SHOW_LOG").is_some() {
+        println!("{log}");
+        if let Ok(smaps) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) {
+            println!("{smaps}");
+        }
+    }
+    let _ = child.kill().await;
+    kubelet.stop().await;
+}
+
 fn main() {
     let iterations = env_number("DXDP_BENCH_ITERATIONS", 300) as usize;
     let idle = env_number("DXDP_BENCH_IDLE_SECS", 60);
+    let scale = env_number("DXDP_BENCH_SCALE_SECS", 30);
     sample_and_scrape(iterations);
     let runtime = common::runtime();
     runtime.block_on(async move {
         idle_cost(idle, true).await;
         idle_cost(idle, false).await;
+        resident_at_scale(scale).await;
     });
 }
