@@ -4,7 +4,9 @@
 //!
 //! - `HEALTHY` `DirectXGPUHealthy`: `False` while any served device is Unhealthy (reason: the
 //!   health reason, `MultipleReasons` when they differ; the message names every device and
-//!   why), `True` otherwise, `Unknown` with `health.enabled: false`;
+//!   why) or devices `health.expectedDevices` expects are missing (reason `GPUMissing`; the
+//!   message names expected against found), `True` otherwise, `Unknown` with
+//!   `health.enabled: false`;
 //! - `ISOLATION` `DirectXGPUIsolation`: `False` while a GPU isolation violation lasts (from
 //!   the isolation tracker's channel), `True` when none does, `Unknown` until the first audit
 //!   and with `telemetry.enabled: false` (no audit runs).
@@ -47,6 +49,9 @@ pub(crate) const HEALTHY: &str = CONDITION_TYPES[0];
 
 /// The condition of the GPU isolation audit.
 pub(crate) const ISOLATION: &str = CONDITION_TYPES[1];
+
+/// The reason of `DirectXGPUHealthy` while devices `health.expectedDevices` expects are gone.
+pub(crate) const GPU_MISSING: &str = "GPUMissing";
 
 /// How often the Node is read again while the conditions are on.
 pub(crate) const RESYNC: Duration = Duration::from_secs(300);
@@ -98,6 +103,36 @@ pub(crate) fn healthy(inventory: &Inventory) -> Wanted {
     }
     let sick = super::events::unhealthy_served(inventory);
     let total = super::events::served_devices(inventory).count();
+    let missing =
+        dxdp_core::health::expected::missing_message(&dxdp_core::health::expected::judge(
+            &inventory.discovery,
+            &inventory.config.expected_counts(),
+        ));
+    if let Some(m) = &missing {
+        // Devices health.expectedDevices expects are gone: `GPUMissing`, or `MultipleReasons`
+        // when served devices are Unhealthy too (both are said).
+        let unhealthy = if sick.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} of {total} GPU(s) dxdp serves are Unhealthy: {}",
+                sick.len(),
+                each_sick(&sick).join("; ")
+            )
+        };
+        return Wanted {
+            type_: HEALTHY,
+            status: "False",
+            reason: if sick.is_empty() {
+                GPU_MISSING.into()
+            } else {
+                "MultipleReasons".into()
+            },
+            message: cut(format!(
+                "GPUs missing (health.expectedDevices): {m}{unhealthy}"
+            )),
+        };
+    }
     if sick.is_empty() {
         return Wanted {
             type_: HEALTHY,
@@ -111,13 +146,7 @@ pub(crate) fn healthy(inventory: &Inventory) -> Wanted {
     } else {
         "MultipleReasons".into()
     };
-    let each: Vec<String> = sick
-        .iter()
-        .map(|s| match &s.detail {
-            Some(d) => format!("{} ({}): {}: {d}", s.device, s.description, s.reason),
-            None => format!("{} ({}): {}", s.device, s.description, s.reason),
-        })
-        .collect();
+    let each = each_sick(&sick);
     Wanted {
         type_: HEALTHY,
         status: "False",
@@ -128,6 +157,16 @@ pub(crate) fn healthy(inventory: &Inventory) -> Wanted {
             each.join("; ")
         )),
     }
+}
+
+/// Each Unhealthy device and why, for a condition's message.
+fn each_sick(sick: &[super::events::Sick]) -> Vec<String> {
+    sick.iter()
+        .map(|s| match &s.detail {
+            Some(d) => format!("{} ({}): {}: {d}", s.device, s.description, s.reason),
+            None => format!("{} ({}): {}", s.device, s.description, s.reason),
+        })
+        .collect()
 }
 
 /// `DirectXGPUIsolation` for the violations that last (`None`: no audit yet); `Unknown` when
