@@ -395,9 +395,13 @@ mod tests {
 
     #[test]
     fn label_keys_are_checked() {
-        let bad: Result<ExpectedFile, _> =
-            super::super::parse::parse("fromNodeLabel: 'a b'\n", "t");
-        assert!(bad.is_err());
+        let bad = super::super::parse::parse::<ExpectedFile>("fromNodeLabel: 'a b'\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            bad.contains("health.expectedDevices.fromNodeLabel: \"a b\" is not a label key"),
+            "{bad}"
+        );
         let ok: ExpectedFile =
             super::super::parse::parse("fromNodeLabel: example.com/gpus\n", "t").unwrap();
         assert_eq!(
