@@ -28,7 +28,9 @@ Checks:
     test's fixture) admitted, every other write denied;
   * the alerting rules: `promtool test rules deploy/prometheus/alerts-test.yaml`, every alert
     tested there, the chart's PrometheusRule equal to files/alerts.rules.yaml and accepted by
-    `promtool check rules`, every runbook_url a section of docs/alerts.md.
+    `promtool check rules`, every runbook_url a section of docs/alerts.md;
+  * the recording rules (GPU cost): `promtool test rules deploy/prometheus/recording-test.yaml`,
+    every rule tested there, rendered after the alerts unless prometheusRule.recordingRules=false.
 
 Needs: helm 3 ($HELM or on PATH), python3 with PyYAML, kubernetes-validate and cel-python (the
 admission policies' CEL; skipped visibly without it, except in CI), promtool
@@ -1717,8 +1719,13 @@ EXAMPLE_TAINTS = [
 ]
 
 
+AUTOSCALING = os.path.join(EXAMPLES, "autoscaling")
+
+
 def example_checks():
-    files = sorted(glob.glob(os.path.join(EXAMPLES, "**", "*.yaml"), recursive=True))
+    # examples/autoscaling holds a Deployment and what scales it, no Job: autoscaling_checks.
+    files = sorted(f for f in glob.glob(os.path.join(EXAMPLES, "**", "*.yaml"), recursive=True)
+                   if not f.startswith(AUTOSCALING + os.sep))
     check("examples exist", len(files) > 0)
     names = {}
     for path in files:
@@ -1763,6 +1770,68 @@ def example_checks():
         check(f"{rel}: Job conventions", not problems, "; ".join(problems))
     dupes = {n: f for n, f in names.items() if len(f) > 1}
     check("example Job names are unique", not dupes, str(dupes))
+
+
+def autoscaling_checks():
+    """examples/autoscaling: the Deployment and HPA valid Kubernetes objects, KEDA's ScaledObject and
+    prometheus-adapter's values of the shape those tools read, all aimed at the one Deployment,
+    and every PromQL query in them accepted by `promtool check rules`."""
+    def load(name):
+        with open(os.path.join(AUTOSCALING, name)) as f:
+            return docs(f.read())
+    deployment = load("deployment.yaml")
+    validate("examples/autoscaling/deployment.yaml", deployment)
+    hpa = load("hpa.yaml")
+    validate("examples/autoscaling/hpa.yaml", hpa)
+    d = find(deployment, "Deployment")
+    if not check("examples/autoscaling/deployment.yaml: one Deployment", len(d) == 1, str(len(d))):
+        return
+    name, ns = d[0]["metadata"]["name"], d[0]["metadata"]["namespace"]
+    pod = d[0]["spec"]["template"]["spec"]
+    check("examples/autoscaling/deployment.yaml: Windows pods asking for one display GPU",
+          pod.get("nodeSelector", {}).get("kubernetes.io/os") == "windows"
+          and pod["containers"][0]["resources"]["limits"].get("directx.microsoft.com/display") == 1)
+    h = find(hpa, "HorizontalPodAutoscaler")
+    check("examples/autoscaling/hpa.yaml: scales the Deployment on dxdp_pod_gpu_utilization",
+          len(h) == 1 and h[0]["metadata"]["namespace"] == ns
+          and h[0]["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+          and h[0]["spec"]["metrics"][0]["pods"]["metric"]["name"] == "dxdp_pod_gpu_utilization")
+    so = find(load("keda-scaledobject.yaml"), "ScaledObject")
+    ok = len(so) == 1 and so[0]["apiVersion"] == "keda.sh/v1alpha1" and so[0]["metadata"]["namespace"] == ns \
+        and so[0]["spec"]["scaleTargetRef"]["name"] == name
+    trigger = so[0]["spec"]["triggers"][0] if ok else {}
+    check("examples/autoscaling/keda-scaledobject.yaml: a KEDA Prometheus trigger on the Deployment",
+          ok and trigger.get("type") == "prometheus"
+          and {"serverAddress", "query", "threshold"} <= set(trigger.get("metadata", {}))
+          and "dxdp_container_gpu_engine_utilization_ratio" in trigger["metadata"]["query"]
+          and f'namespace="{ns}"' in trigger["metadata"]["query"])
+    with open(os.path.join(AUTOSCALING, "prometheus-adapter-values.yaml")) as f:
+        adapter = yaml.safe_load(f)
+    rule = (adapter.get("rules", {}).get("custom") or [{}])[0]
+    check("examples/autoscaling/prometheus-adapter-values.yaml: a custom rule naming dxdp_pod_gpu_utilization "
+          "per namespace and pod",
+          rule.get("name", {}).get("as") == "dxdp_pod_gpu_utilization"
+          and rule.get("resources", {}).get("overrides") == {"namespace": {"resource": "namespace"},
+                                                              "pod": {"resource": "pod"}})
+    promtool = shutil.which("promtool")
+    if not promtool:
+        print("skipped the autoscaling examples' PromQL check: promtool is not installed")
+        return
+    # prometheus-adapter's template, filled in as the adapter does for one pod.
+    adapter_query = rule.get("metricsQuery", "").replace("<<.GroupBy>>", "namespace, pod") \
+        .replace("<<.Series>>", "dxdp_container_gpu_engine_utilization_ratio") \
+        .replace("<<.LabelMatchers>>", f'namespace="{ns}",pod=~"{name}-.+"')
+    queries = {"keda": trigger.get("metadata", {}).get("query", ""), "adapter": adapter_query}
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump({"groups": [{"name": "examples", "rules": [
+            {"record": f"example:{k}", "expr": q} for k, q in queries.items()]}]}, f)
+        path = f.name
+    try:
+        p = subprocess.run([promtool, "check", "rules", path], capture_output=True, text=True)
+        check("examples/autoscaling: the KEDA and prometheus-adapter queries are valid PromQL",
+              p.returncode == 0, (p.stdout + p.stderr).strip()[-600:])
+    finally:
+        os.unlink(path)
 
 
 def build_image_checks():
@@ -1967,6 +2036,8 @@ def driver_checks():
         check(f"{rel}: driver-install conventions", not problems, "; ".join(problems))
 RULES = os.path.join(CHART, "files", "alerts.rules.yaml")
 RULE_TESTS = os.path.join(ROOT, "deploy", "prometheus", "alerts-test.yaml")
+RECORDING = os.path.join(CHART, "files", "recording.rules.yaml")
+RECORDING_TESTS = os.path.join(ROOT, "deploy", "prometheus", "recording-test.yaml")
 ALERTS_DOC = os.path.join(ROOT, "docs", "alerts.md")
 
 
@@ -2002,8 +2073,21 @@ def alert_checks():
     rendered = pr[0]["spec"]["groups"]
     want = yaml.safe_load(open(RULES).read().replace(
         "runbook_url: docs/alerts.md", "runbook_url: https://docs.example.com/dxdp/alerts.md"))["groups"]
-    check("the PrometheusRule holds files/alerts.rules.yaml, runbooks at prometheusRule.runbookUrl",
-          rendered == want, "rendered groups differ from the rule file")
+    recording = yaml.safe_load(open(RECORDING))["groups"]
+    check("the PrometheusRule holds files/alerts.rules.yaml, runbooks at prometheusRule.runbookUrl, "
+          "then files/recording.rules.yaml", rendered == want + recording, "rendered groups differ from the rule files")
+    recorded = {r["record"] for g in recording for r in g["rules"]}
+    with open(RECORDING_TESTS) as f:
+        tested_records = {re.match(r"[a-zA-Z_:0-9]+", t["expr"]).group(0)
+                          for case in yaml.safe_load(f)["tests"] for t in case.get("promql_expr_test", [])}
+    check("every recording rule is tested in deploy/prometheus/recording-test.yaml",
+          recorded <= tested_records, str(sorted(recorded - tested_records)))
+    code, out, err = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *IMAGE,
+                          "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.recordingRules=false")
+    pr_off = find(docs(out), "PrometheusRule") if code == 0 else []
+    check("prometheusRule.recordingRules=false leaves the recording rules out",
+          len(pr_off) == 1 and all("record" not in r for g in pr_off[0]["spec"]["groups"] for r in g["rules"]),
+          err.strip()[:300])
     check("the PrometheusRule carries prometheusRule.labels",
           pr[0]["metadata"].get("labels", {}).get("release") == "prometheus")
     code, out, _ = template(extra=IMAGE)
@@ -2017,6 +2101,9 @@ def alert_checks():
         return
     p = subprocess.run([promtool, "test", "rules", RULE_TESTS], capture_output=True, text=True)
     check("promtool test rules deploy/prometheus/alerts-test.yaml", p.returncode == 0,
+          (p.stdout + p.stderr).strip()[-800:])
+    p = subprocess.run([promtool, "test", "rules", RECORDING_TESTS], capture_output=True, text=True)
+    check("promtool test rules deploy/prometheus/recording-test.yaml", p.returncode == 0,
           (p.stdout + p.stderr).strip()[-800:])
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump({"groups": rendered}, f)
@@ -2078,6 +2165,7 @@ def main():
     packaged_readme_checks()
     manifest_checks(args.update)
     example_checks()
+    autoscaling_checks()
     driver_checks()
     preflight_checks()
     build_image_checks()

@@ -43,6 +43,8 @@ pub(crate) fn run(
             dxdp::inventory::now_ms(),
         );
     }
+    // Fewer devices than `health.expectedDevices` (given counts: the CLI has no Node labels).
+    dxdp_core::health::expected::warn_missing(&mut discovery, &config.expected_counts());
     let text = if args.output.is_document() {
         args.output.document(&render::discovery_doc(&discovery))?
     } else {

@@ -139,6 +139,7 @@ pub(crate) fn run(
         ),
         resources,
         assignment: config.assignment,
+        expected: config.expected_counts(),
         pod_resources_users: pod_resources_users(config),
     };
     let checks = doctor::checks(&facts, &discovery, &probes);

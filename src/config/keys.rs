@@ -107,6 +107,8 @@ node_wide_keys! {
     HealthSignals => "health.signals",
     /// `health.ignore`.
     HealthIgnore => "health.ignore",
+    /// `health.expectedDevices`.
+    HealthExpectedDevices => "health.expectedDevices",
     /// `logLevel`.
     LogLevel => "logLevel",
     /// `logFormat`.
@@ -194,7 +196,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 36);
+        assert_eq!(all.len(), 2 * 9 + 37);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

@@ -266,6 +266,8 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
             => c.pipeline.health.policy.signals, Key::HealthSignals;
         health.ignore.as_ref().map(|i| i.iter().map(|n| n.0).collect())
             => c.pipeline.health.policy.ignore, Key::HealthIgnore;
+        health.expected_devices.as_ref().map(super::expected::ExpectedDevices::from)
+            => c.expected_devices, Key::HealthExpectedDevices;
         rt.enabled => c.pipeline.runtime_files, Key::RuntimeFilesEnabled;
         rt.exclude.clone() => c.pipeline.runtime_exclude, Key::RuntimeFilesExclude;
     }

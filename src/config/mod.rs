@@ -9,6 +9,7 @@
 //!
 //! Reloading on file changes is the daemon's job (`plugin::reload`).
 
+pub(crate) mod expected;
 pub mod file;
 pub(crate) mod health;
 pub mod kept;
@@ -107,6 +108,9 @@ pub struct Config {
     /// `health.events` and `health.nodeConditions`: what the cluster is told about device
     /// health.
     pub health_reports: health::HealthReports,
+    /// `health.expectedDevices`: the devices this node should have (given, or derived from a
+    /// node label when resolved with the node).
+    pub expected_devices: expected::ExpectedDevices,
     /// `validation`: the in-cluster validation Jobs.
     pub validation: validation::Validation,
 }
@@ -369,6 +373,7 @@ impl Default for Config {
             telemetry: Telemetry::default(),
             isolation: Isolation::default(),
             health_reports: health::HealthReports::default(),
+            expected_devices: expected::ExpectedDevices::default(),
             validation: validation::Validation::default(),
         }
     }
@@ -406,6 +411,14 @@ impl Config {
     /// The allocation policy of a resource (the defaults when unknown).
     pub fn policy(&self, r: Resource) -> ResourcePolicy {
         self.resources.get(&r).map(|s| s.policy).unwrap_or_default()
+    }
+
+    /// `health.expectedDevices` for the enabled resources (an expectation on a resource dxdp
+    /// does not serve is not judged).
+    pub fn expected_counts(&self) -> BTreeMap<Resource, u32> {
+        let mut counts = self.expected_devices.counts();
+        counts.retain(|r, _| self.resources.get(r).is_some_and(|s| s.enabled));
+        counts
     }
 
     /// Replicas of a resource (1 when unknown).
@@ -729,6 +742,9 @@ impl Inputs {
         );
         apply_env(&mut c, &self.env)?;
         apply_flags(&mut c, &self.flags);
+        if let Some(notice) = c.expected_devices.derive(self.node.as_ref()) {
+            c.notices.push(notice);
+        }
         // The web configuration is a volume of the pod too (containerd 1.6: under the sandbox).
         if let Some(path) = c.web_config_file.take() {
             let sandbox = self.env.get(host_process::SANDBOX_VAR).map(String::as_str);

@@ -72,6 +72,7 @@ impl Resolved {
             Key::HealthIgnoreProblemCodes => json!(self.pipeline.health.ignore_problem_codes),
             Key::HealthSignals => super::health::show_signals(&self.pipeline.health.policy),
             Key::HealthIgnore => super::health::show_ignore(&self.pipeline.health.policy),
+            Key::HealthExpectedDevices => self.expected_devices.show(),
             Key::RuntimeFilesExclude => json!(self.pipeline.runtime_exclude),
             Key::RuntimeFilesAdditional => Value::Array(
                 self.pipeline

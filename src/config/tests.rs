@@ -83,6 +83,10 @@ health:
   signals:
     tdr: {action: unhealthy_for, for: 15m, count: 3, window: 10m}
   ignore: [live_kernel_event]
+  expectedDevices:
+    display: 4
+    instanceTypes:
+      my-box: {display: 8, compute: 1}
   events: false
   nodeConditions: true
 logLevel: debug
@@ -147,6 +151,12 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
         Some("*Basic*")
     );
     assert_eq!(c.assignment, Assignment::ClassGuid);
+    // Compute is not served here, so only the display count is judged.
+    assert_eq!(
+        c.expected_counts(),
+        BTreeMap::from([(Resource::Display, 4)])
+    );
+    assert_eq!(c.expected_devices.rows.len(), 1);
     assert!(!c.pipeline.runtime_files);
     assert_eq!(c.pipeline.runtime_exclude, ["nvcuda.dll"]);
     assert_eq!(c.pipeline.additional_files.len(), 2);

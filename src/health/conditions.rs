@@ -4,7 +4,9 @@
 //!
 //! - `HEALTHY` `DirectXGPUHealthy`: `False` while any served device is Unhealthy (reason: the
 //!   health reason, `MultipleReasons` when they differ; the message names every device and
-//!   why), `True` otherwise, `Unknown` with `health.enabled: false`;
+//!   why) or devices `health.expectedDevices` expects are missing (reason `GPUMissing`; the
+//!   message names expected against found), `True` otherwise, `Unknown` with
+//!   `health.enabled: false`;
 //! - `ISOLATION` `DirectXGPUIsolation`: `False` while a GPU isolation violation lasts (from
 //!   the isolation tracker's channel), `True` when none does, `Unknown` until the first audit
 //!   and with `telemetry.enabled: false` (no audit runs).
@@ -47,6 +49,9 @@ pub(crate) const HEALTHY: &str = CONDITION_TYPES[0];
 
 /// The condition of the GPU isolation audit.
 pub(crate) const ISOLATION: &str = CONDITION_TYPES[1];
+
+/// The reason of `DirectXGPUHealthy` while devices `health.expectedDevices` expects are gone.
+pub(crate) const GPU_MISSING: &str = "GPUMissing";
 
 /// How often the Node is read again while the conditions are on.
 pub(crate) const RESYNC: Duration = Duration::from_secs(300);
@@ -98,6 +103,36 @@ pub(crate) fn healthy(inventory: &Inventory) -> Wanted {
     }
     let sick = super::events::unhealthy_served(inventory);
     let total = super::events::served_devices(inventory).count();
+    let missing =
+        dxdp_core::health::expected::missing_message(&dxdp_core::health::expected::judge(
+            &inventory.discovery,
+            &inventory.config.expected_counts(),
+        ));
+    if let Some(m) = &missing {
+        // Devices health.expectedDevices expects are gone: `GPUMissing`, or `MultipleReasons`
+        // when served devices are Unhealthy too (both are said).
+        let unhealthy = if sick.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} of {total} GPU(s) dxdp serves are Unhealthy: {}",
+                sick.len(),
+                each_sick(&sick).join("; ")
+            )
+        };
+        return Wanted {
+            type_: HEALTHY,
+            status: "False",
+            reason: if sick.is_empty() {
+                GPU_MISSING.into()
+            } else {
+                "MultipleReasons".into()
+            },
+            message: cut(format!(
+                "GPUs missing (health.expectedDevices): {m}{unhealthy}"
+            )),
+        };
+    }
     if sick.is_empty() {
         return Wanted {
             type_: HEALTHY,
@@ -111,13 +146,7 @@ pub(crate) fn healthy(inventory: &Inventory) -> Wanted {
     } else {
         "MultipleReasons".into()
     };
-    let each: Vec<String> = sick
-        .iter()
-        .map(|s| match &s.detail {
-            Some(d) => format!("{} ({}): {}: {d}", s.device, s.description, s.reason),
-            None => format!("{} ({}): {}", s.device, s.description, s.reason),
-        })
-        .collect();
+    let each = each_sick(&sick);
     Wanted {
         type_: HEALTHY,
         status: "False",
@@ -128,6 +157,16 @@ pub(crate) fn healthy(inventory: &Inventory) -> Wanted {
             each.join("; ")
         )),
     }
+}
+
+/// Each Unhealthy device and why, for a condition's message.
+fn each_sick(sick: &[super::events::Sick]) -> Vec<String> {
+    sick.iter()
+        .map(|s| match &s.detail {
+            Some(d) => format!("{} ({}): {}: {d}", s.device, s.description, s.reason),
+            None => format!("{} ({}): {}", s.device, s.description, s.reason),
+        })
+        .collect()
 }
 
 /// `DirectXGPUIsolation` for the violations that last (`None`: no audit yet); `Unknown` when
@@ -466,5 +505,128 @@ mod tests {
         };
         let third = to_write(&well, Some(&second), t1.clone()).unwrap();
         assert_eq!(third.last_transition_time, Some(t1));
+    }
+
+    /// `health.expectedDevices.fromNodeLabel` end to end: the Node's instance type (read from the
+    /// stand-in) selects the built-in row of `g4dn.12xlarge` (4 GPUs); the host has three of the
+    /// four T4s of tests/fixtures/nvidia-multi-gpu.yaml; `DirectXGPUHealthy` says `GPUMissing`,
+    /// naming expected against found, and `True` again once the fourth is back.
+    #[tokio::test]
+    async fn the_instance_type_label_sets_the_expectation_and_the_condition_says_gpu_missing() {
+        use std::collections::BTreeMap;
+        use std::time::Duration;
+
+        use crate::cluster::tests::standin::ApiServerStandin;
+        use crate::config::{Config, Inputs};
+        use crate::inventory::{self, Inventory};
+        use crate::util::retry::Backoff;
+        use crate::util::task::Task;
+
+        const WAIT: Duration = Duration::from_secs(20);
+        const FAST: Backoff = Backoff {
+            initial: Duration::from_millis(5),
+            max: Duration::from_millis(20),
+            timeout: Duration::from_secs(5),
+        };
+        let fixture = |name: &str| {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures")
+                .join(name);
+            dxdp_core::snapshot::read_file(&path).unwrap()
+        };
+        let inventory = |facts: &dxdp_core::facts::HostFacts, config: Config| -> Arc<Inventory> {
+            Arc::new(inventory::build(facts, Arc::new(config)).0)
+        };
+
+        let api = ApiServerStandin::start(
+            "n1",
+            &[("node.kubernetes.io/instance-type", "g4dn.12xlarge")],
+        )
+        .await
+        .unwrap();
+        let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        std::fs::write(
+            &file,
+            "health:\n  nodeConditions: true\n  expectedDevices:\n    fromNodeLabel: true\n",
+        )
+        .unwrap();
+        let resolved = Inputs {
+            file: Some((file, true)),
+            node: Some(cluster.get().await.unwrap()),
+            ..Inputs::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(resolved.notices.is_empty(), "{:?}", resolved.notices);
+        assert_eq!(
+            resolved.expected_counts(),
+            BTreeMap::from([(dxdp_core::devices::Resource::Display, 4)])
+        );
+        let shown = resolved
+            .entries()
+            .into_iter()
+            .find(|(k, _, _)| *k == crate::config::keys::Key::HealthExpectedDevices)
+            .map(|(_, v, _)| v);
+        assert_eq!(
+            shown,
+            Some(serde_json::json!({
+                "display": 4,
+                "compute": null,
+                "fromNodeLabel": "node.kubernetes.io/instance-type",
+                "derived": {
+                    "from": "node.kubernetes.io/instance-type=g4dn.12xlarge",
+                    "row": "built-in",
+                    "counts": {"display": 4, "compute": null},
+                },
+            }))
+        );
+        let config = resolved.config;
+        let all = fixture("nvidia-multi-gpu.yaml");
+        let mut three = all.clone();
+        three.adapters.remove(3);
+        let (inventory_tx, inventory_rx) = watch::channel(inventory(&three, config.clone()));
+        let (_active_tx, active_rx) = watch::channel(None);
+        let (_config_tx, config_rx) = watch::channel(Arc::new(config.clone()));
+        let task = tokio::spawn(
+            NodeConditions {
+                cluster,
+                inventory: inventory_rx,
+                active: active_rx,
+                config: config_rx,
+                metrics: crate::observe::metrics::Metrics::new()
+                    .device_health()
+                    .clone(),
+                backoff: FAST,
+                resync: RESYNC,
+            }
+            .run(),
+        );
+        let healthy = |c: &[serde_json::Value], status: &str, reason: &str| {
+            c.iter().any(|c| {
+                c["type"] == "DirectXGPUHealthy" && c["status"] == status && c["reason"] == reason
+            })
+        };
+        assert!(
+            api.wait_for_conditions(WAIT, |c| healthy(c, "False", "GPUMissing"))
+                .await,
+            "{:?}",
+            api.conditions()
+        );
+        let c = api.conditions();
+        let condition = c.iter().find(|c| c["type"] == "DirectXGPUHealthy").unwrap();
+        assert_eq!(
+            condition["message"],
+            "GPUs missing (health.expectedDevices): display: 3 of 4 expected GPU(s) found"
+        );
+        inventory_tx.send_replace(inventory(&all, config));
+        assert!(
+            api.wait_for_conditions(WAIT, |c| healthy(c, "True", "GPUsHealthy"))
+                .await,
+            "{:?}",
+            api.conditions()
+        );
+        task.abort();
     }
 }

@@ -113,12 +113,17 @@ pub(crate) struct DeviceCounts {
     pub(crate) unhealthy: u64,
     /// Devices the kubelet sees (physical devices times replicas).
     pub(crate) advertised: u64,
+    /// `health.expectedDevices` for the resource, and how many of them are missing
+    /// (`dxdp_expected_devices`, `dxdp_missing_devices`; `None`: no expectation, no series).
+    pub(crate) expected: Option<(u64, u64)>,
 }
 
 struct Inner {
     registry: Registry,
     devices: Family<DeviceLabels, Gauge>,
     advertised: Family<ResourceLabel, Gauge>,
+    expected: Family<ResourceLabel, Gauge>,
+    missing: Family<ResourceLabel, Gauge>,
     allocations: Family<ResultLabels, Counter>,
     allocate_duration: HistogramFamily,
     registrations: Family<ResultLabels, Counter>,
@@ -179,6 +184,18 @@ impl Metrics {
             "dxdp_advertised_devices",
             "Devices advertised to the kubelet (physical devices times replicas)",
             advertised.clone(),
+        );
+        let expected = Family::<ResourceLabel, Gauge>::default();
+        registry.register(
+            "dxdp_expected_devices",
+            "Physical devices the node should have per served resource (health.expectedDevices, given or from the instance type); absent without an expectation",
+            expected.clone(),
+        );
+        let missing = Family::<ResourceLabel, Gauge>::default();
+        registry.register(
+            "dxdp_missing_devices",
+            "Expected physical devices that are not on the host (gone, or removed while held); absent without an expectation",
+            missing.clone(),
         );
         let allocations = Family::<ResultLabels, Counter>::default();
         registry.register(
@@ -278,6 +295,8 @@ impl Metrics {
                 registry,
                 devices,
                 advertised,
+                expected,
+                missing,
                 allocations,
                 allocate_duration,
                 registrations,
@@ -382,6 +401,20 @@ impl Metrics {
                 .advertised
                 .get_or_create(&label(&c.resource))
                 .set(gauge_value(c.advertised));
+            match c.expected {
+                Some((expected, missing)) => {
+                    (self.inner.expected)
+                        .get_or_create(&label(&c.resource))
+                        .set(gauge_value(expected));
+                    (self.inner.missing)
+                        .get_or_create(&label(&c.resource))
+                        .set(gauge_value(missing));
+                }
+                None => {
+                    self.inner.expected.remove(&label(&c.resource));
+                    self.inner.missing.remove(&label(&c.resource));
+                }
+            }
         }
         let served: Vec<String> = counts.iter().map(|c| c.resource.clone()).collect();
         for name in gone(&self.inner.device_names, &served) {
@@ -392,6 +425,8 @@ impl Metrics {
                 });
             }
             self.inner.advertised.remove(&label(&name));
+            self.inner.expected.remove(&label(&name));
+            self.inner.missing.remove(&label(&name));
         }
     }
 
@@ -565,12 +600,15 @@ mod tests {
             healthy: 1,
             unhealthy: 0,
             advertised: 1,
+            expected: Some((2, 1)),
         }]);
         m.set_registered(&[X.into()], &[]);
         let text = m.encode();
         for (name, kind) in [
             ("dxdp_devices", "gauge"),
             ("dxdp_advertised_devices", "gauge"),
+            ("dxdp_expected_devices", "gauge"),
+            ("dxdp_missing_devices", "gauge"),
             ("dxdp_allocations", "counter"),
             ("dxdp_allocate_duration_seconds", "histogram"),
             ("dxdp_kubelet_registrations", "counter"),
@@ -602,6 +640,16 @@ mod tests {
                 "{series}: {s:#?}"
             );
         }
+        assert_eq!(
+            s.get("dxdp_expected_devices{resource=\"a.example/x\"}")
+                .map(String::as_str),
+            Some("2")
+        );
+        assert_eq!(
+            s.get("dxdp_missing_devices{resource=\"a.example/x\"}")
+                .map(String::as_str),
+            Some("1")
+        );
         let info = format!(
             "dxdp_build_info{{version=\"{}\",commit=\"{}\"}}",
             env!("CARGO_PKG_VERSION"),
@@ -701,12 +749,14 @@ mod tests {
                 healthy: 2,
                 unhealthy: 1,
                 advertised: 6,
+                expected: None,
             },
             DeviceCounts {
                 resource: y.into(),
                 healthy: 0,
                 unhealthy: 0,
                 advertised: 0,
+                expected: None,
             },
         ]);
         m.set_registered(&[X.into(), y.into()], &[y.into()]);
@@ -742,6 +792,7 @@ mod tests {
             healthy: 3,
             unhealthy: 0,
             advertised: 3,
+            expected: None,
         }]);
         m.set_registered(&[X.into()], &[X.into()]);
         let s = samples(&m.encode());

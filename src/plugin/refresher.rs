@@ -120,6 +120,10 @@ enum Read {
 /// The device gauges of an inventory: per served name (each enabled resource's name and
 /// aliases), its physical devices by health and the devices the kubelet sees.
 pub(crate) fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
+    let expected = dxdp_core::health::expected::judge(
+        &inventory.discovery,
+        &inventory.config.expected_counts(),
+    );
     inventory
         .config
         .endpoints()
@@ -139,6 +143,10 @@ pub(crate) fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
                 healthy,
                 unhealthy,
                 advertised: advertised as u64,
+                expected: expected
+                    .iter()
+                    .find(|c| c.resource == r)
+                    .map(|c| (u64::from(c.expected), u64::from(c.missing()))),
             }
         })
         .collect()
@@ -261,9 +269,12 @@ impl Task for DeviceGauges {
             metrics,
         } = self;
         let mut seen = BTreeSet::new();
+        // What was last said about missing devices (`None`: none missing).
+        let mut missing: Option<String> = None;
         loop {
             {
                 let current = inventory.borrow_and_update().clone();
+                say_missing(&current, &mut missing);
                 metrics.set_devices(&device_counts(&current));
                 metrics.device_health().set_current(device_health(&current));
                 count_faults(&current, &mut seen, &metrics);
@@ -273,6 +284,26 @@ impl Task for DeviceGauges {
             }
         }
     }
+}
+
+/// Logs, once per change, that devices `health.expectedDevices` expects are missing (a
+/// warning), or that they are back.
+fn say_missing(inventory: &Inventory, said: &mut Option<String>) {
+    let counts = dxdp_core::health::expected::judge(
+        &inventory.discovery,
+        &inventory.config.expected_counts(),
+    );
+    let now = dxdp_core::health::expected::missing_message(&counts);
+    if now == *said {
+        return;
+    }
+    match &now {
+        Some(m) => tracing::warn!(
+            "GPUs missing: {m} (health.expectedDevices; docs/alerts.md#dxdpgpumissing)"
+        ),
+        None => tracing::info!("every GPU health.expectedDevices expects is on the host again"),
+    }
+    *said = now;
 }
 
 /// How long the refresher waits for PodResources when a device left the host.

@@ -46,6 +46,8 @@ pub struct Probes {
     pub resources: Vec<Resource>,
     /// The configured assignment mode.
     pub assignment: Assignment,
+    /// `health.expectedDevices` for the served resources (empty: no expectation, no check).
+    pub expected: std::collections::BTreeMap<Resource, u32>,
 }
 
 fn check(name: &str, status: Status, detail: impl Into<String>, remedy: Option<&str>) -> Check {
@@ -463,6 +465,30 @@ pub fn checks(facts: &HostFacts, discovery: &Discovery, probes: &Probes) -> Vec<
             ),
             Some("see the warnings of `dxdp discover` and their codes in docs/troubleshooting.md"),
         ));
+    }
+
+    if !probes.expected.is_empty() {
+        let counts = dxdp_core::health::expected::judge(discovery, &probes.expected);
+        let each: Vec<String> = counts
+            .iter()
+            .map(|c| format!("{}: {} of {} expected", c.resource, c.found, c.expected))
+            .collect();
+        out.push(
+            match dxdp_core::health::expected::missing_message(&counts) {
+                None => check(
+                    "expected GPUs",
+                    Status::Pass,
+                    format!("{} (health.expectedDevices)", each.join("; ")),
+                    None,
+                ),
+                Some(m) => check(
+                    "expected GPUs",
+                    Status::Warn,
+                    format!("GPUs missing: {m} (health.expectedDevices)"),
+                    Some("a GPU this node should have is gone: see docs/alerts.md#dxdpgpumissing (Device Manager, the VM size, the host's GPU assignment)"),
+                ),
+            },
+        );
     }
 
     let gpus = discovery

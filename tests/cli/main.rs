@@ -14,6 +14,7 @@ mod docs;
 mod field_compare;
 mod fixtures_discover;
 mod hostile;
+mod missing;
 mod process;
 mod schemas;
 mod stop_windows;

@@ -163,6 +163,7 @@ fn probes_with_kubelet(
         kubelet: kubelet.map(|v| (v.to_string(), "from the host snapshot".to_string())),
         resources: Resource::ALL.to_vec(),
         assignment: Assignment::LocationPath,
+        expected: Default::default(),
         // The default configuration's: telemetry and GPUUnhealthy Events read PodResources.
         pod_resources_users: vec!["telemetry.enabled".into(), "health.events".into()],
     }

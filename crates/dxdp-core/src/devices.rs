@@ -487,6 +487,9 @@ warning_codes! {
     RuntimeFileDuplicate => "runtime-file-duplicate",
     /// A runtime file the driver lists does not exist on the host.
     RuntimeFileMissing => "runtime-file-missing",
+    /// Fewer devices of a resource than `health.expectedDevices` expects (a GPU of the VM size
+    /// is gone).
+    GpuMissing => "gpu-missing",
 }
 
 impl fmt::Display for WarningCode {

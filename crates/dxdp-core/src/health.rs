@@ -6,6 +6,7 @@
 //! the XML `EvtRender` returns ([`eventlog`]) and the time as milliseconds since the Unix epoch.
 
 pub mod eventlog;
+pub mod expected;
 pub mod feed;
 pub mod reason;
 
