@@ -94,7 +94,20 @@ fn encode(q: &str) -> String {
 
 /// The result of an instant query.
 async fn query(address: SocketAddr, q: &str) -> Result<Vec<serde_json::Value>, String> {
-    let doc = api(address, &format!("/api/v1/query?query={}", encode(q))).await?;
+    // A subquery with a one-minute step (`[24h:1m]`, the Cost row's GPU-hours) is evaluated at
+    // whole minutes only: on data a few seconds old none may fall inside it yet. Such a query
+    // is asked at the next whole minute, where its last step sees the newest samples (within
+    // the 5-minute lookback), as it would on a Prometheus that has run for a minute.
+    let at = if q.contains(":1m]") {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        format!("&time={}", now.div_ceil(60) * 60)
+    } else {
+        String::new()
+    };
+    let doc = api(address, &format!("/api/v1/query?query={}{at}", encode(q))).await?;
     if doc["status"] != "success" {
         return Err(format!("{q}: {doc}"));
     }
