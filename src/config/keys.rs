@@ -159,6 +159,16 @@ node_wide_keys! {
     ValidationImage => "validation.image",
     /// `validation.hostDir`.
     ValidationHostDir => "validation.hostDir",
+    /// `validation.gate`.
+    ValidationGate => "validation.gate",
+    /// `startupTaint`.
+    StartupTaint => "startupTaint",
+    /// `health.remediation.evictPods`.
+    HealthRemediationEvictPods => "health.remediation.evictPods",
+    /// `health.remediation.cordon`.
+    HealthRemediationCordon => "health.remediation.cordon",
+    /// `health.remediation.gracePeriod`.
+    HealthRemediationGracePeriod => "health.remediation.gracePeriod",
 }
 
 impl Key {
@@ -194,7 +204,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 36);
+        assert_eq!(all.len(), 2 * 9 + 41);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());
