@@ -282,6 +282,7 @@ impl<K: Ord + Clone> EvictionBound<K> {
             return false;
         }
         self.attempts.push_back(now);
+        self.retry_at.remove(key);
         true
     }
 
