@@ -427,6 +427,9 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     conditions = health["nodeConditions"] or bool(((values.get("config") or {}).get("health") or {}).get("nodeConditions"))
     env = env_of(c)
     by_env = bool(values.get("existingConfigMap"))
+    check(f"{label}: dxdp tolerates the startup taint directx.microsoft.com/gpu-not-ready",
+          any(t.get("key") == "directx.microsoft.com/gpu-not-ready" and t.get("operator") == "Exists" for t in pod.get("tolerations", [])),
+          str(pod.get("tolerations")))
     check(f"{label}: dxdp tolerates its own isolation taint",
           any(t.get("key") == ISOLATION_TAINT and t.get("effect") == "NoSchedule" for t in pod.get("tolerations", [])),
           str(pod.get("tolerations")))

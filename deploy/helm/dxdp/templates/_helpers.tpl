@@ -285,3 +285,19 @@ authentication users, verified client certificates, or the user's own web config
 {{- $clientAuth := toString (($web.tls_server_config | default dict).client_auth_type) }}
 {{- if or (eq (toString .Values.metrics.authorization) "kubernetes") $web.basic_auth_users (eq $clientAuth "RequireAndVerifyClientCert") .Values.metrics.existingWebConfigSecret }}true{{ end -}}
 {{- end }}
+
+{{/* The taints dxdp's pods tolerate whatever the tolerations value says: dxdp's own isolation
+taint (isolation.policy: taint), so that dxdp can be rolled out on a tainted node and remove the
+taint there (docs/isolation.md); and the startup taint the GPU nodes register with
+(docs/install.md#startup-taint), the default key and startupTaint's: dxdp must run there to serve
+the GPUs and then remove it. */}}
+{{- define "dxdp.ownTolerations" -}}
+- {key: directx.microsoft.com/isolation-violation, operator: Exists, effect: NoSchedule}
+- {key: directx.microsoft.com/gpu-not-ready, operator: Exists}
+{{- with include "dxdp.startupTaint" . }}
+{{- $parts := regexSplit ":" . -1 }}
+{{- if ne (index $parts 0) "directx.microsoft.com/gpu-not-ready" }}
+- {key: {{ index $parts 0 | quote }}, operator: Exists, effect: {{ last $parts }}}
+{{- end }}
+{{- end }}
+{{- end }}
