@@ -159,10 +159,12 @@ mod startup_taint {
     }
 
     fn managed() -> Config {
-        let mut c = Config::default();
-        c.startup_taint =
-            Some(ManagedTaint::parse("directx.microsoft.com/gpu-not-ready:NoSchedule").unwrap());
-        c
+        Config {
+            startup_taint: Some(
+                ManagedTaint::parse("directx.microsoft.com/gpu-not-ready:NoSchedule").unwrap(),
+            ),
+            ..Config::default()
+        }
     }
 
     /// The index of the first taint patch in the stand-in's requests.
@@ -265,10 +267,13 @@ mod startup_taint {
         assert_eq!(taint_patch(&r.api), None);
         assert_eq!(r.api.taints().len(), 3);
         // Configured for another effect: still none of the node's.
-        let mut other = Config::default();
-        other.startup_taint = Some(
-            ManagedTaint::parse("directx.microsoft.com/gpu-not-ready:PreferNoSchedule").unwrap(),
-        );
+        let other = Config {
+            startup_taint: Some(
+                ManagedTaint::parse("directx.microsoft.com/gpu-not-ready:PreferNoSchedule")
+                    .unwrap(),
+            ),
+            ..Config::default()
+        };
         r.config.send_replace(Arc::new(other));
         // Then for the node's: removed, after the configuration said so.
         r.config.send_replace(Arc::new(managed()));
