@@ -213,7 +213,11 @@ def chart_keys(values, defaults):
         ("metrics.allowPlainHttpTokens", "metrics.allowPlainHttpTokens",
          True if m["enabled"] and m.get("allowPlainHttpTokens") else None),
         ("validation.enabled", "validation.enabled", True if v["enabled"] else None),
-    ] + [(f"validation.{k}", f"validation.{k}", v[k] or None) for k in ("interval", "timeout", "image", "hostDir")]
+        ("validation.gate", "validation.gate", True if v.get("gate") else None),
+        ("startupTaint", "startupTaint", values.get("startupTaint", defaults.get("startupTaint")) or None),
+    ] + [(f"validation.{k}", f"validation.{k}", v[k] or None) for k in ("interval", "timeout", "image", "hostDir")] + [
+        (f"health.remediation.{k}", f"health.remediation.{k}", (h.get("remediation") or {}).get(k) or None)
+        for k in ("evictPods", "cordon", "gracePeriod")]
 
 
 def expected_config(values, defaults):
@@ -403,6 +407,7 @@ CHART_VARIABLES = ("DXDP_REPLICAS", "DXDP_LOG_LEVEL", "DXDP_LOG_FORMAT", "DXDP_M
 NODE_RULES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "patch"]}]
 EVENT_RULES = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
 STATUS_RULES = [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]
+EVICTION_RULES = [{"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]
 REVIEW_RULES = [
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
     {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
@@ -418,10 +423,15 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     labels = {**defaults["nodeLabels"], **values.get("nodeLabels", {})}
     isolation = {**defaults["isolation"], **values.get("isolation", {})}
     health = {**defaults["health"], **values.get("health", {})}
-    events = isolation["events"] or health["events"]
+    evict = bool((health.get("remediation") or {}).get("evictPods")
+                 or (((values.get("config") or {}).get("health") or {}).get("remediation") or {}).get("evictPods"))
+    events = isolation["events"] or health["events"] or evict
     conditions = health["nodeConditions"] or bool(((values.get("config") or {}).get("health") or {}).get("nodeConditions"))
     env = env_of(c)
     by_env = bool(values.get("existingConfigMap"))
+    check(f"{label}: dxdp tolerates the startup taint directx.microsoft.com/gpu-not-ready",
+          any(t.get("key") == "directx.microsoft.com/gpu-not-ready" and t.get("operator") == "Exists" for t in pod.get("tolerations", [])),
+          str(pod.get("tolerations")))
     check(f"{label}: dxdp tolerates its own isolation taint",
           any(t.get("key") == ISOLATION_TAINT and t.get("effect") == "NoSchedule" for t in pod.get("tolerations", [])),
           str(pod.get("tolerations")))
@@ -474,9 +484,10 @@ def assert_node_api(label, objs, values, defaults, pod, c):
           str([o["kind"] for o in rbac]))
     if roles:
         want = (NODE_RULES + (REVIEW_RULES if authz else []) + (EVENT_RULES if events else [])
-                + (STATUS_RULES if conditions else []))
+                + (EVICTION_RULES if evict else []) + (STATUS_RULES if conditions else []))
         check(f"{label}: the role grants exactly get, watch and patch on nodes"
               + (" and create on events" if events else "")
+              + (" and create on pods/eviction" if evict else "")
               + (" and patch on nodes/status" if conditions else ""),
               roles[0].get("rules") == want, str(roles[0].get("rules")))
     if roles and bindings:
@@ -992,6 +1003,8 @@ def policy_cel_checks():
         check(f"own-node policy (celpy), prefix example.com/gpu-: {case}: {'admitted' if want else 'denied'}",
               got == want, "; ".join(why))
 
+    lifecycle_node_checks()
+
     def pinned(j):
         j = json.loads(json.dumps(j))
         j["spec"]["template"]["spec"]["containers"][0]["image"] = digest
@@ -1002,6 +1015,58 @@ def policy_cel_checks():
         got, why = admit(pols[POLICY_JOB], job_request("CREATE"), obj, None)
         check(f"validation Job policy (celpy), pinned image and hostDir: {case}: {'admitted' if want else 'denied'}",
               got == want, "; ".join(why))
+
+
+STARTUP_TAINT = {"key": "directx.microsoft.com/gpu-not-ready", "value": "true", "effect": "NoSchedule"}
+CORDON_MARK = "directx.microsoft.com/cordoned-by-dxdp"
+
+
+def with_startup_taint(n):
+    n["spec"]["taints"].append(dict(STARTUP_TAINT))
+
+
+def cordoned(mark=True):
+    def edit(n):
+        n["spec"]["unschedulable"] = True
+        if mark:
+            n["metadata"]["annotations"][CORDON_MARK] = "every served GPU (1) Unhealthy since 2026-11-28T10:00:00Z"
+    return edit
+
+
+def lifecycle_node_checks():
+    """The own-node policy allows exactly the startup taint's removal (and addition) when
+    startupTaint is set, and the cordon (spec.unschedulable and dxdp's mark) when
+    health.remediation.cordon is on; nothing of either when they are off."""
+    tainted = edited(NODE, with_startup_taint)
+    cordon_on = edited(NODE, cordoned())
+    # (case, old, new, admitted with the options on, admitted with them off)
+    cases = [
+        ("the startup taint removed", tainted, NODE, True, False),
+        ("the startup taint added", NODE, tainted, True, False),
+        ("the startup taint's key with another effect removed",
+         edited(NODE, add_taint({"key": STARTUP_TAINT["key"], "effect": "NoExecute"})), NODE, False, False),
+        ("the startup taint removed with another taint", tainted,
+         edited(NODE, lambda n: n["spec"].__setitem__("taints", [])), False, False),
+        ("cordoned with dxdp's mark", NODE, cordon_on, True, False),
+        ("dxdp's cordon lifted with its mark", cordon_on, NODE, True, False),
+        ("the mark removed from a node an operator uncordoned", edited(NODE, lambda n: n["metadata"]["annotations"].__setitem__(CORDON_MARK, "x")), NODE, True, False),
+        ("an operator's cordon lifted", edited(NODE, cordoned(mark=False)), NODE, False, False),
+        ("cordoned, another annotation changed", NODE,
+         edited(NODE, lambda n: (cordoned()(n), n["metadata"]["annotations"].__setitem__("x", "y"))), False, False),
+        ("spec.providerID changed while cordoning", NODE,
+         edited(NODE, lambda n: (cordoned()(n), n["spec"].__setitem__("providerID", "x"))), False, False),
+    ]
+    on, err = render_policies("--set", "startupTaint=directx.microsoft.com/gpu-not-ready=true:NoSchedule",
+                              "--set", "health.remediation.cordon=true")
+    off, err_off = render_policies()
+    if not check("the chart renders the own-node policy with startupTaint and health.remediation.cordon",
+                 on and off, (err or "") + (err_off or "")):
+        return
+    for case, old, new, want_on, want_off in cases:
+        for pols, want, how in [(on, want_on, "on"), (off, want_off, "off")]:
+            got, why = admit(pols[POLICY_NODE], node_request("UPDATE"), new, old)
+            check(f"own-node policy (celpy), startupTaint and cordon {how}: {case}: {'admitted' if want else 'denied'}, by a validation, not an error",
+                  got == want and not any(w.startswith("error:") for w in why), "; ".join(why))
 
 
 def policy_version_checks():

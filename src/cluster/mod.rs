@@ -10,6 +10,8 @@
 //! - [`isolation_events`]: `GPUIsolationViolation` Events on the pod using a GPU it was not
 //!   allocated (`isolation.events`);
 //! - [`taint`]: the node taint of `isolation.policy: taint` while a violation lasts;
+//! - `node_update`: a read-modify-write of the Node conditional on its `resourceVersion` (the
+//!   startup taint, the cordon of `health.remediation`);
 //! - `cleanup`: takes dxdp's labels, taint and conditions off a node, after stopping its
 //!   DaemonSet and deleting its validation Jobs (`dxdp cleanup`);
 //! - [`metrics_authz`]: TokenReview and SubjectAccessReview of `/metrics` requests
@@ -28,6 +30,7 @@ pub mod isolation_events;
 pub(crate) mod labels;
 pub mod metrics_authz;
 pub mod node;
+pub(crate) mod node_update;
 pub mod taint;
 
 use std::collections::BTreeMap;
@@ -128,6 +131,10 @@ pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 #[derive(Clone)]
 pub struct Cluster {
     pub(crate) client: kube::Client,
+    /// The same API server without kube-rs's own retries of 429, 503 and 504 (which it makes
+    /// with backoff up to 15 times): for evictions, where a 429 is a PodDisruptionBudget's
+    /// answer that dxdp counts and retries itself (`health::lifecycle::evict`).
+    pub(crate) answer_client: kube::Client,
     pub(crate) api: Api<Node>,
     pub(crate) node: String,
     pub(crate) timeout: Duration,
@@ -161,8 +168,12 @@ impl Cluster {
     }
 
     fn with_config(config: kube::Config, node: &str) -> Result<Cluster, Off> {
+        let mut single = config.clone();
+        single.default_retry = false;
         let client = kube::Client::try_from(config).map_err(|e| Off::Client(chain(&e)))?;
+        let answer_client = kube::Client::try_from(single).map_err(|e| Off::Client(chain(&e)))?;
         Ok(Cluster {
+            answer_client,
             api: Api::all(client.clone()),
             client,
             node: node.to_string(),
@@ -373,8 +384,25 @@ fn node_info(node: &Node, name: &str) -> NodeInfo {
             .and_then(|s| s.allocatable.as_ref())
             .map(|a| a.iter().map(|(k, q)| (k.clone(), q.0.clone())).collect())
             .unwrap_or_default(),
+        taints: (node.spec.as_ref().and_then(|s| s.taints.as_ref()))
+            .into_iter()
+            .flatten()
+            .map(|t| (t.key.clone(), t.effect.clone()))
+            .collect(),
+        unschedulable: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false),
+        annotations: (node.metadata.annotations.iter().flatten())
+            .filter(|(k, _)| k.starts_with(DXDP_ANNOTATION_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     }
 }
+
+/// The prefix of the Node annotations dxdp reads (its cordon mark).
+pub(crate) const DXDP_ANNOTATION_PREFIX: &str = "directx.microsoft.com/";
 
 /// Logs a failure of a cluster task the first time it is seen (debug after), so that an outage
 /// is said once.

@@ -185,6 +185,8 @@ pub(crate) struct HealthFile {
     pub(crate) events: Option<bool>,
     /// The `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions (see `config::health`).
     pub(crate) node_conditions: Option<bool>,
+    /// What dxdp does about Unhealthy devices: evictions, the cordon (see `config::health`).
+    pub(crate) remediation: Option<super::health::RemediationFile>,
 }
 
 /// `runtimeFiles`.
@@ -313,9 +315,38 @@ pub struct ConfigFile {
     /// The in-cluster validation Jobs.
     #[serde(default)]
     pub(crate) validation: super::validation::ValidationFile,
+    /// The startup taint dxdp removes once the node's GPUs are schedulable (`key:Effect`, e.g.
+    /// `directx.microsoft.com/gpu-not-ready:NoSchedule`); empty: dxdp touches no such taint.
+    pub(crate) startup_taint: Option<StartupTaintText>,
     /// Named configurations, one of which a node selects with its
     /// `<prefix>device-plugin.config` label.
     pub(crate) configurations: Option<BTreeMap<ConfigName, NamedConfigFile>>,
+}
+
+/// `startupTaint`, checked: `None` when empty (off).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub(crate) struct StartupTaintText(pub(crate) Option<dxdp_core::lifecycle::ManagedTaint>);
+
+super::schema::inline_schema!(StartupTaintText, {"description": "the startup taint dxdp removes once the node's GPUs are schedulable, as key:Effect (directx.microsoft.com/gpu-not-ready:NoSchedule); empty: off", "type": "string"});
+
+impl TryFrom<String> for StartupTaintText {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        parse_startup_taint(&s).map(StartupTaintText)
+    }
+}
+
+/// Parses `startupTaint` (and `DXDP_STARTUP_TAINT`): empty is off.
+pub(crate) fn parse_startup_taint(
+    text: &str,
+) -> Result<Option<dxdp_core::lifecycle::ManagedTaint>, String> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    dxdp_core::lifecycle::ManagedTaint::parse(text)
+        .map(Some)
+        .map_err(|e| format!("startupTaint: {e}"))
 }
 
 /// `nodeLabels`.

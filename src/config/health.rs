@@ -41,6 +41,51 @@ impl Default for HealthReports {
     }
 }
 
+/// The default of `health.remediation.gracePeriod`: how long a device stays Unhealthy before
+/// its pods are evicted, and every served device before the node is cordoned.
+pub(crate) const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10 * 60);
+
+/// `health.remediation` as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RemediationFile {
+    /// Evict (Eviction API, PodDisruptionBudgets respected) the pods holding a device Unhealthy
+    /// for longer than `gracePeriod` (needs `create` on `pods/eviction`).
+    pub(crate) evict_pods: Option<bool>,
+    /// Cordon the node while every served device has been Unhealthy for `gracePeriod`, and lift
+    /// only that cordon (marked with an annotation) once one is Healthy (needs `patch` on nodes).
+    pub(crate) cordon: Option<bool>,
+    /// How long an Unhealthy device (or node) is left before dxdp acts (default 10m).
+    pub(crate) grace_period: Option<HealthDuration>,
+}
+
+/// `health.remediation`: what dxdp does about Unhealthy devices beyond telling (both off by
+/// default; docs/health.md#remediation). Applies at once on a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remediation {
+    /// `evictPods`.
+    pub evict_pods: bool,
+    /// `cordon`.
+    pub cordon: bool,
+    /// `gracePeriod`.
+    pub grace_period: Duration,
+}
+
+impl Default for Remediation {
+    fn default() -> Self {
+        Remediation {
+            evict_pods: false,
+            cordon: false,
+            grace_period: DEFAULT_GRACE_PERIOD,
+        }
+    }
+}
+
+/// How `config show` writes a grace period (`10m`).
+pub(crate) fn show_duration(d: Duration) -> String {
+    duration_text(d)
+}
+
 /// The names of every signal, comma-separated (for messages).
 fn known() -> String {
     Reason::ALL

@@ -161,6 +161,16 @@ node_wide_keys! {
     ValidationImage => "validation.image",
     /// `validation.hostDir`.
     ValidationHostDir => "validation.hostDir",
+    /// `validation.gate`.
+    ValidationGate => "validation.gate",
+    /// `startupTaint`.
+    StartupTaint => "startupTaint",
+    /// `health.remediation.evictPods`.
+    HealthRemediationEvictPods => "health.remediation.evictPods",
+    /// `health.remediation.cordon`.
+    HealthRemediationCordon => "health.remediation.cordon",
+    /// `health.remediation.gracePeriod`.
+    HealthRemediationGracePeriod => "health.remediation.gracePeriod",
 }
 
 impl Key {
@@ -196,7 +206,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 37);
+        assert_eq!(all.len(), 2 * 9 + 42);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

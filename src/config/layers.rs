@@ -291,6 +291,7 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
         LogFormatName::Json => LogFormat::Json,
     });
     let validation = &f.validation;
+    let remediation = health.remediation.as_ref();
     set_given! { c, origin;
         f.log_level.clone() => c.log_level, Key::LogLevel;
         f.node_labels.enabled => c.node_labels.enabled, Key::NodeLabelsEnabled;
@@ -329,6 +330,13 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
         validation.image.as_ref().map(|i| i.0.clone()) => c.validation.image, Key::ValidationImage;
         validation.host_dir.as_ref().map(|h| h.0.clone())
             => c.validation.host_dir, Key::ValidationHostDir;
+        validation.gate => c.validation.gate, Key::ValidationGate;
+        f.startup_taint.as_ref().map(|t| t.0.clone()) => c.startup_taint, Key::StartupTaint;
+        remediation.and_then(|r| r.evict_pods)
+            => c.remediation.evict_pods, Key::HealthRemediationEvictPods;
+        remediation.and_then(|r| r.cordon) => c.remediation.cordon, Key::HealthRemediationCordon;
+        remediation.and_then(|r| r.grace_period).map(|g| g.0)
+            => c.remediation.grace_period, Key::HealthRemediationGracePeriod;
     }
 }
 
@@ -543,6 +551,12 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
             => c.validation.image, Key::ValidationImage;
         "DXDP_VALIDATION_HOST_DIR", validation::check_host_dir
             => c.validation.host_dir, Key::ValidationHostDir;
+        "DXDP_VALIDATION_GATE", bool_value => c.validation.gate, Key::ValidationGate;
+        "DXDP_STARTUP_TAINT", file::parse_startup_taint => c.startup_taint, Key::StartupTaint;
+        "DXDP_EVICT_PODS", bool_value => c.remediation.evict_pods, Key::HealthRemediationEvictPods;
+        "DXDP_CORDON", bool_value => c.remediation.cordon, Key::HealthRemediationCordon;
+        "DXDP_REMEDIATION_GRACE_PERIOD", super::health::parse_duration
+            => c.remediation.grace_period, Key::HealthRemediationGracePeriod;
     }
     Ok(())
 }

@@ -111,8 +111,13 @@ pub struct Config {
     /// `health.expectedDevices`: the devices this node should have (given, or derived from a
     /// node label when resolved with the node).
     pub expected_devices: expected::ExpectedDevices,
+    /// `health.remediation`: evictions and the cordon.
+    pub remediation: health::Remediation,
     /// `validation`: the in-cluster validation Jobs.
     pub validation: validation::Validation,
+    /// `startupTaint`: the taint dxdp removes once the node's GPUs are schedulable (`None`:
+    /// off, dxdp touches none).
+    pub startup_taint: Option<dxdp_core::lifecycle::ManagedTaint>,
 }
 
 /// A configuration as [`Inputs::resolve`] built it: its values ([`Config`], which it
@@ -347,6 +352,26 @@ pub struct NodeInfo {
     /// `status.allocatable` (resource name to quantity): what the kubelet reports the node can
     /// allocate, read by `/readyz`.
     pub(crate) allocatable: BTreeMap<String, String>,
+    /// `spec.taints` as (key, effect), read by the startup taint.
+    pub(crate) taints: Vec<(String, String)>,
+    /// `spec.unschedulable` (cordoned), read by `health.remediation.cordon`.
+    pub(crate) unschedulable: bool,
+    /// The annotations under dxdp's prefix `directx.microsoft.com/` (its cordon mark); others
+    /// are not kept, so that their changes wake no one.
+    pub(crate) annotations: BTreeMap<String, String>,
+}
+
+#[cfg(any(test, feature = "test-support"))]
+impl NodeInfo {
+    /// `status.allocatable`'s quantity of `resource`.
+    pub fn allocatable_of(&self, resource: &str) -> Option<&str> {
+        self.allocatable.get(resource).map(String::as_str)
+    }
+
+    /// The label `key`'s value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
 }
 
 impl Default for Config {
@@ -374,7 +399,9 @@ impl Default for Config {
             isolation: Isolation::default(),
             health_reports: health::HealthReports::default(),
             expected_devices: expected::ExpectedDevices::default(),
+            remediation: health::Remediation::default(),
             validation: validation::Validation::default(),
+            startup_taint: None,
         }
     }
 }
@@ -405,6 +432,14 @@ impl Config {
         for r in Resource::ALL {
             self.resource(r).replicas = n;
         }
+        self
+    }
+
+    /// This configuration with `validation.enabled` and `validation.gate` as given.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn with_validation_gate(mut self, enabled: bool, gate: bool) -> Self {
+        self.validation.enabled = enabled;
+        self.validation.gate = gate;
         self
     }
 

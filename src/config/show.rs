@@ -127,7 +127,17 @@ impl Resolved {
             Key::IsolationEvents => json!(self.isolation.events),
             Key::HealthEvents => json!(self.health_reports.events),
             Key::HealthNodeConditions => json!(self.health_reports.node_conditions),
+            Key::HealthRemediationEvictPods => json!(self.remediation.evict_pods),
+            Key::HealthRemediationCordon => json!(self.remediation.cordon),
+            Key::HealthRemediationGracePeriod => {
+                json!(super::health::show_duration(self.remediation.grace_period))
+            }
+            Key::StartupTaint => match &self.startup_taint {
+                Some(t) => json!(t.to_string()),
+                None => Value::Null,
+            },
             Key::ValidationEnabled
+            | Key::ValidationGate
             | Key::ValidationInterval
             | Key::ValidationTimeout
             | Key::ValidationImage
@@ -200,6 +210,7 @@ fn validation_shown(v: &super::validation::Validation, key: Key) -> serde_json::
             None => serde_json::Value::Null,
         },
         Key::ValidationHostDir => serde_json::json!(v.host_dir),
+        Key::ValidationGate => serde_json::json!(v.gate),
         _ => serde_json::Value::Null,
     }
 }

@@ -89,6 +89,8 @@ health:
       my-box: {display: 8, compute: 1}
   events: false
   nodeConditions: true
+  remediation: {evictPods: true, cordon: true, gracePeriod: 15m}
+startupTaint: directx.microsoft.com/gpu-not-ready=true:NoSchedule
 logLevel: debug
 logFormat: json
 nodeLabels:
@@ -117,6 +119,7 @@ validation:
   timeout: 30m
   image: mcr.microsoft.com/windows/servercore:ltsc2025
   hostDir: D:\dxdp\validation
+  gate: true
 "#;
 
 #[test]
@@ -1715,6 +1718,96 @@ fn health_events_and_node_conditions_follow_the_precedence() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("unknown key `nodeCondition`"), "{err}");
+}
+
+#[test]
+fn the_startup_taint_and_remediation_follow_the_precedence() {
+    let d = Resolved::default();
+    assert_eq!(d.startup_taint, None);
+    assert_eq!(
+        d.remediation,
+        super::health::Remediation {
+            evict_pods: false,
+            cordon: false,
+            grace_period: std::time::Duration::from_secs(600),
+        }
+    );
+    let shown = d.show();
+    for line in [
+        "startupTaint: none  # default\n",
+        "health.remediation.evictPods: false  # default\n",
+        "health.remediation.cordon: false  # default\n",
+        "health.remediation.gracePeriod: 10m  # default\n",
+        "validation.gate: false  # default\n",
+    ] {
+        assert!(shown.contains(line), "{line}{shown}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "c.yaml",
+        "startupTaint: directx.microsoft.com/gpu-not-ready:NoSchedule\nhealth:\n  remediation:\n    evictPods: true\n    gracePeriod: 90s\nvalidation:\n  gate: true\n",
+    );
+    let c = inputs(Some(file.clone()), &[], Flags::default())
+        .resolve()
+        .unwrap();
+    assert_eq!(
+        c.startup_taint.as_ref().map(ToString::to_string).as_deref(),
+        Some("directx.microsoft.com/gpu-not-ready:NoSchedule")
+    );
+    assert!(c.remediation.evict_pods && !c.remediation.cordon && c.validation.gate);
+    assert_eq!(
+        c.remediation.grace_period,
+        std::time::Duration::from_secs(90)
+    );
+    let c = inputs(
+        Some(file.clone()),
+        &[
+            ("DXDP_STARTUP_TAINT", ""),
+            ("DXDP_EVICT_PODS", "false"),
+            ("DXDP_CORDON", "true"),
+            ("DXDP_REMEDIATION_GRACE_PERIOD", "15m"),
+            ("DXDP_VALIDATION_GATE", "false"),
+        ],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert_eq!(c.startup_taint, None);
+    assert!(!c.remediation.evict_pods && c.remediation.cordon && !c.validation.gate);
+    assert_eq!(
+        c.remediation.grace_period,
+        std::time::Duration::from_secs(900)
+    );
+    assert!(c
+        .origin("startupTaint")
+        .starts_with("env DXDP_STARTUP_TAINT"));
+    for (text, want) in [
+        (
+            "startupTaint: gpu-not-ready\n",
+            "startupTaint: taint \"gpu-not-ready\" has no effect",
+        ),
+        (
+            "health:\n  remediation:\n    gracePeriod: 0s\n",
+            "is not from 1s to 7 days",
+        ),
+        (
+            "health:\n  remediation:\n    evict: true\n",
+            "unknown key `evict`",
+        ),
+    ] {
+        let f = write(&dir, "bad.yaml", text);
+        let err = inputs(Some(f), &[], Flags::default())
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{err}");
+    }
+    let err = inputs(None, &[("DXDP_STARTUP_TAINT", "x:Never")], Flags::default())
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("DXDP_STARTUP_TAINT"), "{err}");
 }
 
 /// Configuration files inside a HostProcess container on containerd 1.6.

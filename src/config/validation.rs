@@ -34,6 +34,8 @@ pub(crate) struct ValidationFile {
     pub(crate) image: Option<ImageText>,
     /// The host directory where the daemon places its dxdp.exe for the Job (mounted read-only).
     pub(crate) host_dir: Option<HostDirText>,
+    /// The startup taint (`startupTaint`) also waits for a passed validation.
+    pub(crate) gate: Option<bool>,
 }
 
 /// `validation.image`, checked: `None` when empty.
@@ -77,6 +79,8 @@ pub struct Validation {
     pub(crate) image: Option<String>,
     /// Where the daemon places its `dxdp.exe`.
     pub(crate) host_dir: String,
+    /// `validation.gate`: the startup taint also waits for a passed validation.
+    pub(crate) gate: bool,
 }
 
 impl Default for Validation {
@@ -87,6 +91,7 @@ impl Default for Validation {
             timeout: DEFAULT_TIMEOUT,
             image: None,
             host_dir: DEFAULT_HOST_DIR.into(),
+            gate: false,
         }
     }
 }

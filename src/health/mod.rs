@@ -9,7 +9,10 @@
 //! - [`events`]: `GPUUnhealthy` Events on the pods holding an Unhealthy device (`health.events`);
 //! - [`conditions`]: the `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions
 //!   (`health.nodeConditions`);
-//! - [`capacity`]: `/readyz` waits for the Node to show the served resources as allocatable.
+//! - [`capacity`]: `/readyz` waits for the Node to show the served resources as allocatable;
+//! - [`lifecycle`]: the startup taint's removal, and `health.remediation` (evicting the pods
+//!   holding a device Unhealthy past a grace period, cordoning a node none of whose GPUs is
+//!   Healthy).
 //!
 //! Its metrics are `observe::device_health`'s (serving records there too); its configuration
 //! section is `config::health`. Every task is optional; without an API server client device
@@ -19,6 +22,7 @@ pub mod capacity;
 pub mod conditions;
 pub mod events;
 pub(crate) mod faults;
+pub mod lifecycle;
 
 use std::sync::Arc;
 
@@ -98,11 +102,13 @@ pub(crate) fn tasks(ctx: &Context, active: &watch::Sender<Active>) -> Vec<TaskSp
         readiness: ctx.observe.readiness.clone(),
         first_read_grace: capacity::FIRST_READ_GRACE,
     };
-    vec![
+    let mut specs = vec![
         TaskSpec::task("health-events", Role::Optional, events),
         TaskSpec::task("node-conditions", Role::Optional, conditions),
         TaskSpec::task("readiness-capacity", Role::Optional, gate),
-    ]
+    ];
+    specs.extend(lifecycle::tasks(ctx, cluster, node));
+    specs
 }
 
 /// Says once, at start, what device health cannot do without the API server, and tells
@@ -111,6 +117,9 @@ fn say_without_cluster(ctx: &Context) {
     let c = ctx.config.borrow().clone();
     if c.health_reports.events || c.health_reports.node_conditions {
         tracing::info!("GPUUnhealthy Events and node conditions are off: dxdp has no API server client (no NODE_NAME or credentials; the chart needs nodeApi.enabled); device health is logged and counted only");
+    }
+    if c.startup_taint.is_some() || c.remediation.evict_pods || c.remediation.cordon {
+        tracing::warn!("startupTaint or health.remediation is set, but dxdp has no API server client: it removes no taint, evicts no pod and cordons nothing");
     }
     tracing::info!(
         "/readyz does not check the Node's allocatable capacity: dxdp has no API server client"

@@ -149,6 +149,8 @@ struct Inner {
     device_health: super::device_health::HealthMetrics,
     /// The in-cluster validation (`observe::validation`).
     validation: super::validation::ValidationMetrics,
+    /// The startup taint and remediation (`observe::remediation_metrics`).
+    remediation: super::remediation_metrics::RemediationMetrics,
 }
 
 /// The metrics of one daemon. Clones share the same values.
@@ -290,6 +292,7 @@ impl Metrics {
         let reviews = super::review_metrics::ReviewMetrics::register(&mut registry);
         let device_health = super::device_health::HealthMetrics::register(&mut registry);
         let validation = super::validation::ValidationMetrics::register(&mut registry);
+        let remediation = super::remediation_metrics::RemediationMetrics::register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -315,6 +318,7 @@ impl Metrics {
                 reviews,
                 device_health,
                 validation,
+                remediation,
             }),
         }
     }
@@ -453,6 +457,11 @@ impl Metrics {
     /// The device health metrics.
     pub fn device_health(&self) -> &super::device_health::HealthMetrics {
         &self.inner.device_health
+    }
+
+    /// The startup taint's and remediation's metrics.
+    pub fn remediation(&self) -> &super::remediation_metrics::RemediationMetrics {
+        &self.inner.remediation
     }
 
     /// The in-cluster validation's metrics.

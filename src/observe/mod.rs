@@ -17,6 +17,7 @@ pub mod http;
 pub mod isolation_metrics;
 pub mod metrics;
 pub(crate) mod podinfo;
+pub mod remediation_metrics;
 pub(crate) mod review_metrics;
 pub mod state;
 pub(crate) mod telemetry_metrics;

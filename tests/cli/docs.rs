@@ -289,12 +289,16 @@ const FOREIGN_FLAGS: &[&str] = &[
     "no-hooks",
     // `flag --x` in docs/configuration.md: the shape of a flag origin.
     "x",
+    // The kubelet's flag registering a node with taints (the startup taint, docs/install.md).
+    "register-with-taints",
 ];
 
 /// Command lines of other programs, by how they start: their flags are not dxdp's.
 const FOREIGN_COMMANDS: &[&str] = &[
     "cargo ",
     "az ",
+    // docs/install.md: an EKS managed node group with the startup taint.
+    "aws ",
     "helm ",
     "docker ",
     "ctr ",

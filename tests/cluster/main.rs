@@ -18,6 +18,7 @@ mod cleanup;
 mod cluster;
 mod health_cluster;
 mod isolation;
+mod lifecycle;
 mod metrics_authz;
 mod node_tools;
 mod prometheus;

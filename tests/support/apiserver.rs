@@ -6,6 +6,9 @@
 //! one Node, a JSON merge patch of `status.conditions` on `/status` and a strategic merge patch
 //! of them (merged by `type`, `$patch: delete` removes one), `status.allocatable` as a test sets
 //! it ([`ApiServerStandin::set_allocatable`]),
+//! `spec.unschedulable` and `metadata.annotations` by a JSON merge patch (the cordon),
+//! evictions (`POST .../pods/{name}/eviction`: recorded and answered 201, or with the codes a
+//! test queues, 429 as a PodDisruptionBudget refuses),
 //! `POST /api/v1/namespaces/{ns}/events` (kept, answered 201), TokenReview and
 //! SubjectAccessReview (`POST` of `tokenreviews` and `subjectaccessreviews`: known tokens and
 //! the non-resource URLs each user may use, set with [`ApiServerStandin::add_token`] and
@@ -118,6 +121,14 @@ struct State {
     job_pod: Option<serde_json::Value>,
     /// DaemonSets by `namespace/name`.
     daemonsets: BTreeMap<String, serde_json::Value>,
+    /// `spec.unschedulable`.
+    unschedulable: bool,
+    /// `metadata.annotations`.
+    annotations: BTreeMap<String, String>,
+    /// The pods evicted (`namespace/name`), in order.
+    evicted: Vec<String>,
+    /// Status codes for the next evictions (429: a PodDisruptionBudget refuses).
+    eviction_answers: Vec<u16>,
 }
 
 struct Shared {
@@ -162,9 +173,10 @@ impl Shared {
                 "name": self.node,
                 "resourceVersion": s.version.to_string(),
                 "labels": s.labels,
+                "annotations": s.annotations,
                 "managedFields": managed,
             },
-            "spec": {"taints": s.taints},
+            "spec": {"taints": s.taints, "unschedulable": s.unschedulable.then_some(true)},
             "status": {"conditions": s.conditions, "allocatable": s.allocatable},
         })
     }
@@ -277,6 +289,42 @@ impl ApiServerStandin {
         mut condition: impl FnMut(&[serde_json::Value]) -> bool,
     ) -> bool {
         self.wait_state(timeout, |s| condition(&s.conditions)).await
+    }
+
+    /// The pods evicted so far (`namespace/name`), in order.
+    pub fn evicted(&self) -> Vec<String> {
+        self.shared.lock().evicted.clone()
+    }
+
+    /// Answers the next evictions with these status codes (429: a PodDisruptionBudget refuses).
+    pub fn answer_evictions(&self, codes: &[u16]) {
+        self.shared.lock().eviction_answers.extend_from_slice(codes);
+    }
+
+    /// The Node's `spec.unschedulable` and annotations now.
+    pub fn cordon_state(&self) -> (bool, BTreeMap<String, String>) {
+        let s = self.shared.lock();
+        (s.unschedulable, s.annotations.clone())
+    }
+
+    /// Cordons or uncordons the Node as an operator would (`kubectl cordon`), without a mark.
+    pub fn set_unschedulable(&self, on: bool) {
+        let mut s = self.shared.lock();
+        s.unschedulable = on;
+        self.shared.publish(&mut s);
+        drop(s);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Waits until `condition` holds for the Node's `spec.unschedulable` and annotations
+    /// (checked after every request and change), at most `timeout`.
+    pub async fn wait_for_cordon(
+        &self,
+        timeout: std::time::Duration,
+        condition: impl Fn(bool, &BTreeMap<String, String>) -> bool,
+    ) -> bool {
+        self.wait_state(timeout, |s| condition(s.unschedulable, &s.annotations))
+            .await
     }
 
     /// Sets the Node's taints as another client would.
@@ -592,7 +640,12 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             && path == node_path
             && content_type.as_deref() == Some("application/merge-patch+json")
         {
-            Some(merge_taints(&shared, &mut s, &body))
+            Some(merge_node(&shared, &mut s, &body))
+        } else if method == Method::POST
+            && path.starts_with("/api/v1/namespaces/")
+            && path.ends_with("/eviction")
+        {
+            Some(evict(&mut s, &path, &body))
         } else if method == Method::PATCH && path == node_path {
             Some(apply(&shared, &mut s, &q, content_type.as_deref(), &body))
         } else if method == Method::POST && path == "/apis/authentication.k8s.io/v1/tokenreviews" {
@@ -701,6 +754,80 @@ fn access_review(s: &State, body: &str) -> Response<Body> {
 /// API server.
 fn merge_taints(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
     merge_list(shared, s, body, "/spec/taints", |s| &mut s.taints)
+}
+
+/// A JSON merge patch of the Node: `spec.taints` (replaced whole), `spec.unschedulable` and
+/// `metadata.annotations` (merged, `null` removes one), refused with 409 when its
+/// `metadata.resourceVersion` is not the current one.
+fn merge_node(shared: &Shared, s: &mut State, body: &str) -> Response<Body> {
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    if doc.pointer("/spec/taints").is_some() {
+        return merge_taints(shared, s, body);
+    }
+    if let Some(version) = doc.pointer("/metadata/resourceVersion") {
+        if version.as_str() != Some(s.version.to_string().as_str()) {
+            return status(
+                StatusCode::CONFLICT,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            );
+        }
+    }
+    if let Some(u) = doc.pointer("/spec/unschedulable") {
+        s.unschedulable = u.as_bool().unwrap_or(false);
+    }
+    if let Some(a) = doc
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.as_object())
+    {
+        for (k, v) in a {
+            match v.as_str() {
+                Some(v) => {
+                    s.annotations.insert(k.clone(), v.to_string());
+                }
+                None => {
+                    s.annotations.remove(k);
+                }
+            }
+        }
+    }
+    shared.publish(s);
+    full(StatusCode::OK, &shared.node_json(s))
+}
+
+/// An eviction (`POST .../pods/{name}/eviction`): answered with the next status the test set
+/// (429 as a PodDisruptionBudget refuses), else 201 and recorded.
+fn evict(s: &mut State, path: &str, body: &str) -> Response<Body> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // api/v1/namespaces/{ns}/pods/{name}/eviction
+    let (Some(ns), Some(name)) = (parts.get(3), parts.get(5)) else {
+        return status(StatusCode::NOT_FOUND, "not found");
+    };
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    // kube-rs sends `metadata.name` and `delete_options` without apiVersion and kind, which
+    // the API server takes as an Eviction.
+    if doc["metadata"]["name"] != *name {
+        return status(StatusCode::BAD_REQUEST, "not an Eviction of this pod");
+    }
+    if !s.eviction_answers.is_empty() {
+        let code = s.eviction_answers.remove(0);
+        if code == 429 {
+            return status(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            );
+        }
+        let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return status(code, "refused by the test");
+    }
+    s.evicted.push(format!("{ns}/{name}"));
+    full(
+        StatusCode::CREATED,
+        &serde_json::json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Success", "code": 201}),
+    )
 }
 
 /// A JSON merge patch of the Node's status subresource: only `status.conditions` (replaced

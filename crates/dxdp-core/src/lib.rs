@@ -30,6 +30,7 @@ pub mod facts;
 pub mod health;
 pub mod hints;
 pub mod labels;
+pub mod lifecycle;
 pub mod luid;
 pub mod pipeline;
 pub mod policy;

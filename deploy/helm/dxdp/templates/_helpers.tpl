@@ -166,6 +166,18 @@ nodeLabels, isolation, health, telemetry.podLabels/podUid), as YAML. */}}
 {{- if $health.nodeConditions }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "health.nodeConditions" "value" true "from" "health.nodeConditions") }}
 {{- end }}
+{{- $remediation := $health.remediation | default dict }}
+{{- range $key := list "evictPods" "cordon" }}
+{{- if get $remediation $key }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" (printf "health.remediation.%s" $key) "value" true "from" (printf "health.remediation.%s" $key)) }}
+{{- end }}
+{{- end }}
+{{- with $remediation.gracePeriod }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "health.remediation.gracePeriod" "value" . "from" "health.remediation.gracePeriod") }}
+{{- end }}
+{{- with $v.startupTaint }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "startupTaint" "value" . "from" "startupTaint") }}
+{{- end }}
 {{- $podInfo := $v.telemetry | default dict }}
 {{- with $podInfo.podLabels }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "telemetry.podLabels" "value" . "from" "telemetry.podLabels") }}
@@ -181,6 +193,9 @@ nodeLabels, isolation, health, telemetry.podLabels/podUid), as YAML. */}}
 {{- with get $validation $key }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" (printf "validation.%s" $key) "value" . "from" (printf "validation.%s" $key)) }}
 {{- end }}
+{{- end }}
+{{- if $validation.gate }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "validation.gate" "value" true "from" "validation.gate") }}
 {{- end }}
 {{- toYaml $c }}
 {{- end }}
@@ -207,10 +222,35 @@ config.health.nodeConditions. */}}
 {{- if or (.Values.health | default dict).nodeConditions (get $health "nodeConditions") }}true{{ end -}}
 {{- end }}
 
-{{/* Whether dxdp creates Events (GPU isolation violations, Unhealthy GPUs): create on events. */}}
+{{/* Whether dxdp creates Events (GPU isolation violations, Unhealthy GPUs, evictions): create on
+events. */}}
 {{- define "dxdp.events" -}}
 {{- $health := .Values.health | default dict -}}
-{{- if or .Values.isolation.events (ne (toString $health.events) "false") }}true{{ end -}}
+{{- if or .Values.isolation.events (ne (toString $health.events) "false") (include "dxdp.remediation" (list . "evictPods")) }}true{{ end -}}
+{{- end }}
+
+{{/* Whether a health.remediation switch is on: the chart value, or config's.
+Args: list $ "evictPods"|"cordon". */}}
+{{- define "dxdp.remediation" -}}
+{{- $root := index . 0 -}}
+{{- $key := index . 1 -}}
+{{- $config := $root.Values.config | default dict -}}
+{{- $health := (get $config "health") | default dict -}}
+{{- $fromConfig := (get $health "remediation") | default dict -}}
+{{- $fromValues := (($root.Values.health | default dict).remediation) | default dict -}}
+{{- if or (get $fromValues $key) (get $fromConfig $key) }}true{{ end -}}
+{{- end }}
+
+{{/* The startup taint dxdp manages, key:Effect with any =value dropped (empty: none): the chart
+value, or config.startupTaint. */}}
+{{- define "dxdp.startupTaint" -}}
+{{- $config := .Values.config | default dict -}}
+{{- $t := default (default "" (get $config "startupTaint")) .Values.startupTaint | trim -}}
+{{- if $t -}}
+{{- $effect := regexFind "[^:]+$" $t -}}
+{{- $key := regexReplaceAll "(=[^:]*)?:[^:]+$" $t "" -}}
+{{- printf "%s:%s" $key $effect -}}
+{{- end -}}
 {{- end }}
 
 {{/* The Secret holding the metrics endpoint's web configuration (empty: none). */}}
@@ -244,4 +284,20 @@ authentication users, verified client certificates, or the user's own web config
 {{- $web := .Values.metrics.webConfig | default dict }}
 {{- $clientAuth := toString (($web.tls_server_config | default dict).client_auth_type) }}
 {{- if or (eq (toString .Values.metrics.authorization) "kubernetes") $web.basic_auth_users (eq $clientAuth "RequireAndVerifyClientCert") .Values.metrics.existingWebConfigSecret }}true{{ end -}}
+{{- end }}
+
+{{/* The taints dxdp's pods tolerate whatever the tolerations value says: dxdp's own isolation
+taint (isolation.policy: taint), so that dxdp can be rolled out on a tainted node and remove the
+taint there (docs/isolation.md); and the startup taint the GPU nodes register with
+(docs/install.md#startup-taint), the default key and startupTaint's: dxdp must run there to serve
+the GPUs and then remove it. */}}
+{{- define "dxdp.ownTolerations" -}}
+- {key: directx.microsoft.com/isolation-violation, operator: Exists, effect: NoSchedule}
+- {key: directx.microsoft.com/gpu-not-ready, operator: Exists}
+{{- with include "dxdp.startupTaint" . }}
+{{- $parts := regexSplit ":" . -1 }}
+{{- if ne (index $parts 0) "directx.microsoft.com/gpu-not-ready" }}
+- {key: {{ index $parts 0 | quote }}, operator: Exists, effect: {{ last $parts }}}
+{{- end }}
+{{- end }}
 {{- end }}
