@@ -3,7 +3,8 @@
 //! property buffers (checked against their `DEVPROPTYPE`), device node status, DXCore property
 //! reads (supported, unsupported or failed), driver versions and LUIDs, the D3DKMT
 //! registry-query struct, the HCS JSON documents (service properties, compute systems, process
-//! lists) and PDH's answers (which statuses mean an empty counter set, and the sample's time).
+//! lists), PDH's answers (which statuses mean an empty counter set, and the sample's time) and
+//! the GPU sensor readings (the D3DKMT performance data structs, NVML's answers).
 
 // The Windows backend uses these; elsewhere only the tests and the fuzz crate do (the Windows
 // build, `.ci/windows.sh clippy`, checks for dead code here).
@@ -12,6 +13,7 @@
 use std::collections::BTreeMap;
 
 use dxdp_core::facts::{AdapterProperty, PciLocation, RegData, RegType};
+use dxdp_core::telemetry::sensors::{nonzero, AdapterSensors, ClockReading, SensorSource};
 
 /// UTF-16 code units from little-endian bytes (a trailing odd byte is ignored).
 pub fn u16s_from_bytes(bytes: &[u8]) -> Vec<u16> {
@@ -805,6 +807,298 @@ pub(crate) fn memory_counters(
     out
 }
 
+// ---- GPU sensors: D3DKMT performance data and NVML readings ----
+
+/// Byte layouts of the D3DKMT performance-data structs (d3dkmthk.h, x64: the `ULONGLONG` fields
+/// are 8-byte aligned, `D3DKMT_NODEMETADATA` is packed). The Windows build checks them against
+/// the `windows` crate's structs.
+pub(crate) mod perfdata {
+    /// `sizeof(D3DKMT_ADAPTER_PERFDATA)`.
+    pub(crate) const ADAPTER_SIZE: usize = 64;
+    /// `MemoryFrequency`, hertz (u64).
+    pub(crate) const MEMORY_FREQUENCY: usize = 8;
+    /// `MaxMemoryFrequency`, hertz (u64).
+    pub(crate) const MAX_MEMORY_FREQUENCY: usize = 16;
+    /// `FanRPM` (u32).
+    pub(crate) const FAN_RPM: usize = 48;
+    /// `Power`, tenths of a percent (u32).
+    pub(crate) const POWER: usize = 52;
+    /// `Temperature`, tenths of a degree Celsius (u32).
+    pub(crate) const TEMPERATURE: usize = 56;
+    /// `sizeof(D3DKMT_ADAPTER_PERFDATACAPS)`.
+    pub(crate) const CAPS_SIZE: usize = 40;
+    /// `TemperatureMax`, tenths of a degree Celsius (u32).
+    pub(crate) const TEMPERATURE_MAX: usize = 28;
+    /// `TemperatureWarning`, tenths of a degree Celsius (u32).
+    pub(crate) const TEMPERATURE_WARNING: usize = 32;
+    /// `sizeof(D3DKMT_NODE_PERFDATA)`.
+    pub(crate) const NODE_SIZE: usize = 56;
+    /// `Frequency`, hertz (u64).
+    pub(crate) const NODE_FREQUENCY: usize = 8;
+    /// `MaxFrequency`, hertz (u64).
+    pub(crate) const NODE_MAX_FREQUENCY: usize = 16;
+    /// `sizeof(D3DKMT_NODEMETADATA)` (packed).
+    pub(crate) const METADATA_SIZE: usize = 78;
+    /// `NodeData.EngineType` (`DXGK_ENGINE_TYPE`, u32).
+    pub(crate) const ENGINE_TYPE: usize = 4;
+    /// `NodeData.FriendlyName` (32 UTF-16 units).
+    pub(crate) const FRIENDLY_NAME: usize = 8;
+    /// `DXGK_ENGINE_TYPE_OTHER`: compute engines report this, named "Compute".
+    pub(crate) const ENGINE_OTHER: u32 = 0;
+    /// `DXGK_ENGINE_TYPE_3D`.
+    pub(crate) const ENGINE_3D: u32 = 1;
+    /// `DXGK_ENGINE_TYPE_VIDEO_DECODE`.
+    pub(crate) const ENGINE_VIDEO_DECODE: u32 = 2;
+    /// `DXGK_ENGINE_TYPE_VIDEO_ENCODE`.
+    pub(crate) const ENGINE_VIDEO_ENCODE: u32 = 3;
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    u32_le(bytes.get(at..at + 4)?)
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
+    u64_le(bytes.get(at..at + 8)?)
+}
+
+/// The clock domain of an engine node from its `D3DKMT_NODEMETADATA` bytes: the 3D engine is
+/// `graphics`, video decode and encode are `video`, an engine of type "other" whose friendly name
+/// starts with "Compute" (how compute engines present themselves; the PDH `engtype_Compute`
+/// comes from that name) is `compute`; copy, overlay and the rest have no domain (`None`).
+pub(crate) fn node_clock_domain(metadata: &[u8]) -> Option<&'static str> {
+    match u32_at(metadata, perfdata::ENGINE_TYPE)? {
+        perfdata::ENGINE_3D => Some("graphics"),
+        perfdata::ENGINE_VIDEO_DECODE | perfdata::ENGINE_VIDEO_ENCODE => Some("video"),
+        perfdata::ENGINE_OTHER => {
+            let name = metadata.get(perfdata::FRIENDLY_NAME..perfdata::FRIENDLY_NAME + 64)?;
+            let name = utf16_to_string(&u16s_from_bytes(name));
+            name.to_ascii_lowercase()
+                .starts_with("compute")
+                .then_some("compute")
+        }
+        _ => None,
+    }
+}
+
+/// Adds a clock reading unless its current frequency is zero (not reported); of several engine
+/// nodes in one domain, the fastest one stands for the domain.
+fn add_clock(clocks: &mut Vec<ClockReading>, domain: &str, hertz: u64, max_hertz: u64) {
+    if hertz == 0 {
+        return;
+    }
+    let reading = ClockReading {
+        domain: domain.to_string(),
+        hertz,
+        max_hertz: nonzero(max_hertz),
+    };
+    match clocks.iter_mut().find(|c| c.domain == domain) {
+        Some(c) if c.hertz >= hertz => {}
+        Some(c) => *c = reading,
+        None => clocks.push(reading),
+    }
+}
+
+/// Whether a reading holds any value (a source that reports nothing for an adapter gives no
+/// entry).
+fn has_values(s: &AdapterSensors) -> bool {
+    s.temperature_decidegrees.is_some()
+        || s.temperature_warning_decidegrees.is_some()
+        || s.temperature_max_decidegrees.is_some()
+        || s.power_permille.is_some()
+        || s.power_milliwatts.is_some()
+        || s.power_limit_milliwatts.is_some()
+        || s.fan_rpm.is_some()
+        || !s.clocks.is_empty()
+        || !s.throttle_reasons.is_empty()
+}
+
+/// One adapter's D3DKMT readings from the bytes the graphics kernel filled:
+/// `D3DKMT_ADAPTER_PERFDATA` (`perf`), `D3DKMT_ADAPTER_PERFDATACAPS` (`caps`) and, per engine
+/// node with a clock domain ([`node_clock_domain`]), its `D3DKMT_NODE_PERFDATA`. A query that
+/// failed is `None`; a short buffer counts as failed. Zero is "not reported". `None` when
+/// nothing at all was reported.
+pub(crate) fn d3dkmt_sensors(
+    luid: i64,
+    perf: Option<&[u8]>,
+    caps: Option<&[u8]>,
+    nodes: &[(&str, &[u8])],
+) -> Option<AdapterSensors> {
+    let mut s = AdapterSensors::new(luid, SensorSource::D3dkmt);
+    if let Some(perf) = perf.filter(|p| p.len() >= perfdata::ADAPTER_SIZE) {
+        s.temperature_decidegrees = u32_at(perf, perfdata::TEMPERATURE).and_then(nonzero);
+        s.power_permille = u32_at(perf, perfdata::POWER).and_then(nonzero);
+        s.fan_rpm = u32_at(perf, perfdata::FAN_RPM).and_then(nonzero);
+        add_clock(
+            &mut s.clocks,
+            "memory",
+            u64_at(perf, perfdata::MEMORY_FREQUENCY).unwrap_or(0),
+            u64_at(perf, perfdata::MAX_MEMORY_FREQUENCY).unwrap_or(0),
+        );
+    }
+    if let Some(caps) = caps.filter(|c| c.len() >= perfdata::CAPS_SIZE) {
+        s.temperature_max_decidegrees = u32_at(caps, perfdata::TEMPERATURE_MAX).and_then(nonzero);
+        s.temperature_warning_decidegrees =
+            u32_at(caps, perfdata::TEMPERATURE_WARNING).and_then(nonzero);
+    }
+    for (domain, node) in nodes {
+        if node.len() < perfdata::NODE_SIZE {
+            continue;
+        }
+        add_clock(
+            &mut s.clocks,
+            domain,
+            u64_at(node, perfdata::NODE_FREQUENCY).unwrap_or(0),
+            u64_at(node, perfdata::NODE_MAX_FREQUENCY).unwrap_or(0),
+        );
+    }
+    s.clocks.sort_by(|a, b| a.domain.cmp(&b.domain));
+    has_values(&s).then_some(s)
+}
+
+/// `nvmlPciInfo_t` layout: `busIdLegacy[16]`, then `domain`, `bus`, `device`, `pciDeviceId`,
+/// `pciSubSystemId` (u32 each), then `busId[32]`.
+pub(crate) mod nvml_pci {
+    /// `sizeof(nvmlPciInfo_t)`.
+    pub(crate) const SIZE: usize = 68;
+    /// `domain` (u32).
+    pub(crate) const DOMAIN: usize = 16;
+    /// `bus` (u32).
+    pub(crate) const BUS: usize = 20;
+    /// `device` (u32).
+    pub(crate) const DEVICE: usize = 24;
+    /// `busId`, `domain:bus:device.function` in hexadecimal, NUL-terminated.
+    pub(crate) const BUS_ID: usize = 36;
+}
+
+/// An NVML device's PCI domain and location from its `nvmlPciInfo_t` bytes. The function number
+/// is only in the `busId` text (`00000000:65:00.0`); where that does not parse, the numeric
+/// fields give domain, bus and device, with function 0. `None` for a short buffer.
+pub(crate) fn nvml_pci_location(info: &[u8]) -> Option<(u32, PciLocation)> {
+    if info.len() < nvml_pci::SIZE {
+        return None;
+    }
+    let text = &info[nvml_pci::BUS_ID..nvml_pci::BUS_ID + 32];
+    let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+    let parsed = std::str::from_utf8(&text[..end]).ok().and_then(|t| {
+        let (domain, rest) = t.split_once(':')?;
+        let (bus, rest) = rest.split_once(':')?;
+        let (device, function) = rest.split_once('.')?;
+        let hex = |s: &str| u32::from_str_radix(s, 16).ok();
+        Some((
+            hex(domain)?,
+            PciLocation {
+                bus: hex(bus)?,
+                device: hex(device)?,
+                function: hex(function)?,
+            },
+        ))
+    });
+    parsed.or_else(|| {
+        Some((
+            u32_at(info, nvml_pci::DOMAIN)?,
+            PciLocation {
+                bus: u32_at(info, nvml_pci::BUS)?,
+                device: u32_at(info, nvml_pci::DEVICE)?,
+                function: 0,
+            },
+        ))
+    })
+}
+
+/// Which adapter (LUID) each NVML device is, by PCI location: `devices` in NVML's index order
+/// (`None` where NVML gave no location), `adapters` as the graphics kernel lists them with their
+/// `KMTQAITYPE_ADAPTERADDRESS`. A device is matched only when exactly one adapter has its bus,
+/// device and function (the adapter address carries no PCI domain), so a doubt never puts one
+/// GPU's readings on another.
+pub(crate) fn nvml_luids(
+    devices: &[Option<PciLocation>],
+    adapters: &[(i64, PciLocation)],
+) -> Vec<Option<i64>> {
+    devices
+        .iter()
+        .map(|device| {
+            let device = device.as_ref()?;
+            let mut found = adapters.iter().filter(|(_, at)| at == device);
+            match (found.next(), found.next()) {
+                (Some((luid, _)), None) => Some(*luid),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// NVML's clock event (throttle) reason bits (`nvmlClocksEventReason*`) that mean the clocks are
+/// held down, with their names. `GpuIdle` (0x1), `ApplicationsClocksSetting` (0x2) and
+/// `DisplayClockSetting` (0x100) are settings or idleness, not throttling, and are not named;
+/// nor are bits NVML may add later.
+pub(crate) const NVML_THROTTLE_REASONS: [(u64, &str); 6] = [
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+];
+
+/// The names of the throttling reasons set in NVML's clock event reason bitmask.
+pub(crate) fn nvml_throttle_reasons(bits: u64) -> Vec<String> {
+    NVML_THROTTLE_REASONS
+        .iter()
+        .filter(|(bit, _)| bits & bit != 0)
+        .map(|(_, name)| name.to_string())
+        .collect()
+}
+
+/// What NVML answered for one device, in its own units; `None` where the call failed or is not
+/// supported.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NvmlReadings {
+    /// `nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`, °C.
+    pub(crate) temperature_c: Option<u32>,
+    /// `nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)`, °C.
+    pub(crate) slowdown_c: Option<u32>,
+    /// `nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)`, °C.
+    pub(crate) shutdown_c: Option<u32>,
+    /// `nvmlDeviceGetPowerUsage`, mW.
+    pub(crate) power_mw: Option<u32>,
+    /// `nvmlDeviceGetEnforcedPowerLimit`, mW.
+    pub(crate) power_limit_mw: Option<u32>,
+    /// `nvmlDeviceGetClockInfo` and `nvmlDeviceGetMaxClockInfo` per [`NVML_CLOCKS`] entry, MHz.
+    pub(crate) clocks_mhz: [(Option<u32>, Option<u32>); 4],
+    /// `nvmlDeviceGetCurrentClocksEventReasons` (or the older `...ThrottleReasons`).
+    pub(crate) clock_event_reasons: Option<u64>,
+    /// `nvmlDeviceGetFanSpeedRPM` of fan 0.
+    pub(crate) fan_rpm: Option<u32>,
+}
+
+/// NVML's clock types (`nvmlClockType_t`) in the order of [`NvmlReadings::clocks_mhz`], with
+/// their domain.
+pub(crate) const NVML_CLOCKS: [(u32, &str); 4] =
+    [(0, "graphics"), (1, "sm"), (2, "memory"), (3, "video")];
+
+/// One NVIDIA adapter's readings from what NVML answered: degrees to tenths, MHz to hertz, the
+/// reason bits to names. Zero is "not reported". `None` when nothing was reported.
+pub(crate) fn nvml_sensors(luid: i64, r: &NvmlReadings) -> Option<AdapterSensors> {
+    let deci = |c: Option<u32>| c.and_then(nonzero).map(|c| c.saturating_mul(10));
+    let mut s = AdapterSensors::new(luid, SensorSource::Nvml);
+    s.temperature_decidegrees = deci(r.temperature_c);
+    s.temperature_warning_decidegrees = deci(r.slowdown_c);
+    s.temperature_max_decidegrees = deci(r.shutdown_c);
+    s.power_milliwatts = r.power_mw.and_then(nonzero).map(u64::from);
+    s.power_limit_milliwatts = r.power_limit_mw.and_then(nonzero).map(u64::from);
+    s.fan_rpm = r.fan_rpm.and_then(nonzero);
+    for ((_, domain), (current, max)) in NVML_CLOCKS.iter().zip(r.clocks_mhz) {
+        let hz = |mhz: Option<u32>| u64::from(mhz.unwrap_or(0)) * 1_000_000;
+        add_clock(&mut s.clocks, domain, hz(current), hz(max));
+    }
+    s.clocks.sort_by(|a, b| a.domain.cmp(&b.domain));
+    s.throttle_reasons = r
+        .clock_event_reasons
+        .map(nvml_throttle_reasons)
+        .unwrap_or_default();
+    has_values(&s).then_some(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1557,5 +1851,326 @@ mod tests {
     fn wide_strings_round_trip() {
         assert_eq!(utf16_to_string(&wide("Ünïcødé 日本")), "Ünïcødé 日本");
         assert_eq!(wide("").len(), 1);
+    }
+
+    /// `D3DKMT_ADAPTER_PERFDATA` as a driver filled it: memory at 7 GHz of 8 GHz, 1450 RPM,
+    /// 65.3 % power, 65.5 °C.
+    const ADAPTER_PERFDATA: [u8; 64] = [
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x86, 0x3B, 0xA1, 0x01, 0x00, 0x00,
+        0x00, 0x00, 0x50, 0xD6, 0xDC, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x78, 0x56, 0x34, 0x12, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0xAA, 0x05, 0x00, 0x00, 0x8D, 0x02, 0x00, 0x00, 0x8F, 0x02, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00,
+    ];
+    /// `D3DKMT_ADAPTER_PERFDATACAPS`: fan up to 3000 RPM, maximum 100.0 °C, warning 87.0 °C.
+    const ADAPTER_PERFDATACAPS: [u8; 40] = [
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xB8, 0x0B, 0x00, 0x00, 0xE8, 0x03,
+        0x00, 0x00, 0x66, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    ];
+    /// `D3DKMT_NODE_PERFDATA` of node 2: 1755 MHz of 2100 MHz, 850 of 1050 mV.
+    const NODE_PERFDATA: [u8; 56] = [
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xC0, 0x2C, 0x9B, 0x68, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x75, 0x2B, 0x7D, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x52, 0x03, 0x00, 0x00, 0x1A, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    ];
+    /// `D3DKMT_NODEMETADATA` of a 3D engine named "3D" (GPU MMU supported).
+    const NODE_METADATA_3D: [u8; 78] = [
+        0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x33, 0x00, 0x44, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x01, 0x00,
+    ];
+
+    /// A `D3DKMT_NODEMETADATA` of engine type `engine` named `name`.
+    fn node_metadata(engine: u32, name: &str) -> Vec<u8> {
+        let mut m = vec![0u8; 78];
+        m[4..8].copy_from_slice(&engine.to_le_bytes());
+        let name = utf16le(name);
+        m[8..8 + name.len()].copy_from_slice(&name);
+        m
+    }
+
+    #[test]
+    fn engine_nodes_map_to_clock_domains() {
+        assert_eq!(node_clock_domain(&NODE_METADATA_3D), Some("graphics"));
+        assert_eq!(
+            node_clock_domain(&node_metadata(0, "Compute_0")),
+            Some("compute")
+        );
+        assert_eq!(
+            node_clock_domain(&node_metadata(0, "compute")),
+            Some("compute")
+        );
+        assert_eq!(
+            node_clock_domain(&node_metadata(2, "VideoDecode")),
+            Some("video")
+        );
+        assert_eq!(
+            node_clock_domain(&node_metadata(3, "VideoEncode")),
+            Some("video")
+        );
+        // Copy, video processing, an "other" engine that is not compute: no domain.
+        assert_eq!(node_clock_domain(&node_metadata(6, "Copy")), None);
+        assert_eq!(
+            node_clock_domain(&node_metadata(4, "VideoProcessing")),
+            None
+        );
+        assert_eq!(node_clock_domain(&node_metadata(0, "Security")), None);
+        // A short buffer is no answer, not a panic.
+        assert_eq!(node_clock_domain(&NODE_METADATA_3D[..6]), None);
+        assert_eq!(node_clock_domain(&node_metadata(0, "Compute")[..20]), None);
+    }
+
+    #[test]
+    fn d3dkmt_perf_data_becomes_sensor_readings() {
+        let s = d3dkmt_sensors(
+            53670,
+            Some(&ADAPTER_PERFDATA),
+            Some(&ADAPTER_PERFDATACAPS),
+            &[("graphics", &NODE_PERFDATA)],
+        )
+        .unwrap();
+        let mut want = AdapterSensors::new(53670, SensorSource::D3dkmt);
+        want.temperature_decidegrees = Some(655);
+        want.temperature_warning_decidegrees = Some(870);
+        want.temperature_max_decidegrees = Some(1000);
+        want.power_permille = Some(653);
+        want.fan_rpm = Some(1450);
+        want.clocks = vec![
+            ClockReading {
+                domain: "graphics".into(),
+                hertz: 1_755_000_000,
+                max_hertz: Some(2_100_000_000),
+            },
+            ClockReading {
+                domain: "memory".into(),
+                hertz: 7_000_000_000,
+                max_hertz: Some(8_000_000_000),
+            },
+        ];
+        assert_eq!(s, want);
+    }
+
+    #[test]
+    fn d3dkmt_fields_left_at_zero_are_not_readings() {
+        // A driver that fills nothing (zeros everywhere) reports nothing: no entry at all.
+        assert_eq!(
+            d3dkmt_sensors(
+                1,
+                Some(&[0u8; 64]),
+                Some(&[0u8; 40]),
+                &[("graphics", &[0u8; 56])]
+            ),
+            None
+        );
+        // Failed queries and short buffers: nothing either.
+        assert_eq!(d3dkmt_sensors(1, None, None, &[]), None);
+        assert_eq!(
+            d3dkmt_sensors(
+                1,
+                Some(&ADAPTER_PERFDATA[..60]),
+                Some(&ADAPTER_PERFDATACAPS[..36]),
+                &[("graphics", &NODE_PERFDATA[..50])]
+            ),
+            None
+        );
+        // Only the caps answered: the thresholds alone.
+        let mut want = AdapterSensors::new(1, SensorSource::D3dkmt);
+        want.temperature_warning_decidegrees = Some(870);
+        want.temperature_max_decidegrees = Some(1000);
+        assert_eq!(
+            d3dkmt_sensors(1, None, Some(&ADAPTER_PERFDATACAPS), &[]),
+            Some(want)
+        );
+        // A node whose maximum is 0 has a current frequency only; a node at 0 Hz none.
+        let mut node = NODE_PERFDATA;
+        node[16..24].fill(0);
+        let s =
+            d3dkmt_sensors(1, None, None, &[("compute", &node), ("video", &[0u8; 56])]).unwrap();
+        assert_eq!(
+            s.clocks,
+            vec![ClockReading {
+                domain: "compute".into(),
+                hertz: 1_755_000_000,
+                max_hertz: None
+            }]
+        );
+    }
+
+    #[test]
+    fn of_several_nodes_in_a_domain_the_fastest_stands_for_it() {
+        let mut slow = NODE_PERFDATA;
+        // 300 MHz (0x11E1A300), maximum 3000 MHz (0xB2D05E00).
+        slow[8..16].copy_from_slice(&[0x00, 0xA3, 0xE1, 0x11, 0, 0, 0, 0]);
+        slow[16..24].copy_from_slice(&[0x00, 0x5E, 0xD0, 0xB2, 0, 0, 0, 0]);
+        let s = d3dkmt_sensors(
+            1,
+            None,
+            None,
+            &[("video", &slow), ("video", &NODE_PERFDATA)],
+        )
+        .unwrap();
+        assert_eq!(
+            s.clocks,
+            vec![ClockReading {
+                domain: "video".into(),
+                hertz: 1_755_000_000,
+                max_hertz: Some(2_100_000_000)
+            }]
+        );
+        let s = d3dkmt_sensors(
+            1,
+            None,
+            None,
+            &[("video", &NODE_PERFDATA), ("video", &slow)],
+        )
+        .unwrap();
+        assert_eq!(s.clocks[0].hertz, 1_755_000_000);
+    }
+
+    /// `nvmlPciInfo_t` of a GPU at 0000:65:00.1 (busIdLegacy says .0: only busId is trusted).
+    const NVML_PCI_INFO: [u8; 68] = [
+        0x30, 0x30, 0x30, 0x30, 0x3A, 0x36, 0x35, 0x3A, 0x30, 0x30, 0x2E, 0x30, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x65, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xDE, 0x10,
+        0xB5, 0x20, 0xDE, 0x10, 0x1F, 0x15, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x3A,
+        0x36, 0x35, 0x3A, 0x30, 0x30, 0x2E, 0x31, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    ];
+
+    #[test]
+    fn nvml_pci_info_gives_the_location_with_its_function() {
+        let loc = |bus, device, function| PciLocation {
+            bus,
+            device,
+            function,
+        };
+        assert_eq!(
+            nvml_pci_location(&NVML_PCI_INFO),
+            Some((0, loc(0x65, 0, 1)))
+        );
+        // A busId that does not parse: the numeric fields, function 0.
+        let mut info = NVML_PCI_INFO;
+        info[36..52].copy_from_slice(b"not a bus id....");
+        assert_eq!(nvml_pci_location(&info), Some((0, loc(0x65, 0, 0))));
+        // Domain 1, bus 0xC1, device 0x1F, function 7.
+        let mut info = NVML_PCI_INFO;
+        info[36..68].copy_from_slice(b"00000001:C1:1F.7\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0");
+        assert_eq!(nvml_pci_location(&info), Some((1, loc(0xC1, 0x1F, 7))));
+        // No NUL before the buffer's end, and a function that does not fit: the numeric fields.
+        info[36..68].copy_from_slice(b"00000001:C1:1F.70000000000000000");
+        assert_eq!(nvml_pci_location(&info), Some((0, loc(0x65, 0, 0))));
+        assert_eq!(nvml_pci_location(&NVML_PCI_INFO[..67]), None);
+    }
+
+    #[test]
+    fn nvml_clock_event_bits_name_the_throttling_only() {
+        assert_eq!(nvml_throttle_reasons(0), Vec::<String>::new());
+        // Idle, applications clocks setting, display clock setting: not throttling.
+        assert_eq!(
+            nvml_throttle_reasons(0x1 | 0x2 | 0x100),
+            Vec::<String>::new()
+        );
+        assert_eq!(nvml_throttle_reasons(0x4), vec!["sw_power_cap"]);
+        assert_eq!(
+            nvml_throttle_reasons(0x1 | 0x8 | 0x20 | 0x40 | 0x80),
+            vec![
+                "hw_slowdown",
+                "sw_thermal_slowdown",
+                "hw_thermal_slowdown",
+                "hw_power_brake_slowdown"
+            ]
+        );
+        assert_eq!(nvml_throttle_reasons(0x10), vec!["sync_boost"]);
+        // A bit NVML may add later is not named.
+        assert_eq!(nvml_throttle_reasons(0x200 | 0x4), vec!["sw_power_cap"]);
+    }
+
+    #[test]
+    fn nvml_answers_become_sensor_readings() {
+        let r = NvmlReadings {
+            temperature_c: Some(71),
+            slowdown_c: Some(90),
+            shutdown_c: Some(95),
+            power_mw: Some(212_345),
+            power_limit_mw: Some(300_000),
+            clocks_mhz: [
+                (Some(1695), Some(2100)),
+                (Some(1695), None),
+                (Some(9501), Some(9751)),
+                (Some(0), Some(1950)),
+            ],
+            clock_event_reasons: Some(0x1 | 0x4),
+            fan_rpm: Some(1830),
+        };
+        let mut want = AdapterSensors::new(-7, SensorSource::Nvml);
+        want.temperature_decidegrees = Some(710);
+        want.temperature_warning_decidegrees = Some(900);
+        want.temperature_max_decidegrees = Some(950);
+        want.power_milliwatts = Some(212_345);
+        want.power_limit_milliwatts = Some(300_000);
+        want.fan_rpm = Some(1830);
+        want.clocks = vec![
+            ClockReading {
+                domain: "graphics".into(),
+                hertz: 1_695_000_000,
+                max_hertz: Some(2_100_000_000),
+            },
+            ClockReading {
+                domain: "memory".into(),
+                hertz: 9_501_000_000,
+                max_hertz: Some(9_751_000_000),
+            },
+            ClockReading {
+                domain: "sm".into(),
+                hertz: 1_695_000_000,
+                max_hertz: None,
+            },
+        ];
+        want.throttle_reasons = vec!["sw_power_cap".into()];
+        assert_eq!(nvml_sensors(-7, &r), Some(want));
+        // Every call failed, or answered 0: no entry.
+        assert_eq!(nvml_sensors(1, &NvmlReadings::default()), None);
+        let zeros = NvmlReadings {
+            temperature_c: Some(0),
+            power_mw: Some(0),
+            clocks_mhz: [(Some(0), Some(0)); 4],
+            clock_event_reasons: Some(0x1),
+            ..NvmlReadings::default()
+        };
+        assert_eq!(nvml_sensors(1, &zeros), None);
+    }
+
+    #[test]
+    fn nvml_devices_are_matched_to_adapters_by_pci_location_only_when_unambiguous() {
+        let loc = |bus, device, function| PciLocation {
+            bus,
+            device,
+            function,
+        };
+        let adapters = [
+            (0x1_0000_d1a6_i64, loc(0x65, 0, 0)),
+            (0xd2b0, loc(0x17, 0, 0)),
+            // Two adapters at 0xB3:00.0 (different PCI domains): neither is matched.
+            (0xe001, loc(0xB3, 0, 0)),
+            (0xe002, loc(0xB3, 0, 0)),
+        ];
+        assert_eq!(
+            nvml_luids(
+                &[
+                    Some(loc(0x17, 0, 0)),
+                    None,
+                    Some(loc(0x65, 0, 0)),
+                    Some(loc(0x65, 0, 1)),
+                    Some(loc(0xB3, 0, 0)),
+                ],
+                &adapters
+            ),
+            vec![Some(0xd2b0), None, Some(0x1_0000_d1a6), None, None]
+        );
+        assert_eq!(nvml_luids(&[], &adapters), Vec::<Option<i64>>::new());
     }
 }

@@ -1,12 +1,12 @@
-//! Run-time loading of optional system DLLs (`dxcore.dll`, `computecore.dll`), so that dxdp starts
-//! on hosts (and under Wine) where they are missing.
+//! Run-time loading of optional system DLLs (`dxcore.dll`, `computecore.dll`, NVIDIA's
+//! `nvml.dll`), so that dxdp starts on hosts (and under Wine) where they are missing.
 
 use std::ffi::CStr;
 
 use windows::core::{PCSTR, PCWSTR};
 use windows::Win32::Foundation::{FreeLibrary, HMODULE};
 use windows::Win32::System::LibraryLoader::{
-    GetProcAddress, LoadLibraryExW, LOAD_LIBRARY_SEARCH_SYSTEM32,
+    GetProcAddress, LoadLibraryExW, LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR, LOAD_LIBRARY_SEARCH_SYSTEM32,
 };
 
 use super::error::WinError;
@@ -37,6 +37,23 @@ impl Library {
             )
         }
         .map_err(|e| WinError::hresult(format!("LoadLibraryExW({name})"), &e))?;
+        Ok(Library { name, module })
+    }
+
+    /// Loads `name` from the full `path` of a vendor's directory (NVIDIA's
+    /// `%ProgramFiles%\NVIDIA Corporation\NVSMI\nvml.dll`); its own dependencies are looked
+    /// for in that directory and System32 only.
+    pub(crate) fn load_from(path: &std::path::Path, name: &'static str) -> Result<Self, WinError> {
+        let wide_path = wide(&path.to_string_lossy());
+        // SAFETY: the path is NUL-terminated UTF-16 that outlives the call.
+        let module = unsafe {
+            LoadLibraryExW(
+                PCWSTR(wide_path.as_ptr()),
+                None,
+                LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR | LOAD_LIBRARY_SEARCH_SYSTEM32,
+            )
+        }
+        .map_err(|e| WinError::hresult(format!("LoadLibraryExW({})", path.display()), &e))?;
         Ok(Library { name, module })
     }
 

@@ -1,6 +1,6 @@
 //! The native Windows backend: host facts from DXCore, CfgMgr32 device nodes, D3DKMT, the
 //! registry, the file system and HCS; and the live telemetry sources (PDH GPU counters, DXCore
-//! shared memory limits, HCS container process lists). The only code that touches Windows APIs; every shim is thin
+//! shared memory limits, GPU sensors from D3DKMT and NVML, HCS container process lists). The only code that touches Windows APIs; every shim is thin
 //! and the byte-level parsing lives in [`crate::backend::winparse`], tested on every target.
 //!
 //! Per-adapter tolerance: an adapter whose device node, driver store path or registry keys cannot
@@ -14,10 +14,12 @@ mod error;
 pub(crate) mod eventlog;
 pub(crate) mod hcs;
 mod library;
+mod nvml;
 mod os;
 pub(crate) mod pdh;
 pub(crate) mod probe;
 mod registry;
+mod sensors;
 pub(crate) mod telemetry;
 
 use std::path::Path;

@@ -1,7 +1,9 @@
 //! The live GPU counter source of a Windows node: the GPU performance counters ([`super::pdh`])
 //! with each adapter's shared memory total (DXCore `SharedSystemMemory`, [`super::dxcore`]),
 //! which feeds `dxdp_gpu_memory_total_bytes{segment="shared"}`. The totals change only when
-//! adapters come or go, so DXCore is asked at the first read and then once a minute.
+//! adapters come or go, so DXCore is asked at the first read and then once a minute. Each sample
+//! also carries the adapters' sensor readings ([`super::sensors`]: D3DKMT performance data and
+//! NVML), which never fail or delay the read beyond their own time limit.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -10,6 +12,7 @@ use dxdp_core::telemetry::{SharedMemoryLimit, TelemetryFacts};
 
 use super::dxcore;
 use super::pdh::PdhSource;
+use super::sensors::Sensors;
 use crate::backend::counters::CounterSource;
 
 /// How often the shared memory totals are read again.
@@ -26,14 +29,17 @@ struct Shared {
 pub(crate) struct NodeCounters {
     pdh: PdhSource,
     shared: Mutex<Shared>,
+    sensors: Sensors,
 }
 
 impl NodeCounters {
-    /// Opens the GPU counters (see [`PdhSource::open`]); fails where they do not exist.
+    /// Opens the GPU counters (see [`PdhSource::open`]); fails where they do not exist. Starts
+    /// the sensor sources' threads.
     pub(crate) fn open() -> Result<Self, String> {
         Ok(NodeCounters {
             pdh: PdhSource::open()?,
             shared: Mutex::default(),
+            sensors: Sensors::start(),
         })
     }
 
@@ -65,12 +71,18 @@ impl NodeCounters {
 
 impl CounterSource for NodeCounters {
     fn describe(&self) -> String {
-        format!("{} and DXCore shared memory", self.pdh.describe())
+        format!(
+            "{}, DXCore shared memory and GPU sensors (D3DKMT, NVML)",
+            self.pdh.describe()
+        )
     }
 
     fn read(&self) -> Result<TelemetryFacts, String> {
         let mut facts = self.pdh.read()?;
         facts.shared_memory_limits = self.shared_limits();
+        if let Some(sample) = facts.samples.last_mut() {
+            sample.sensors = self.sensors.read();
+        }
         Ok(facts)
     }
 }
