@@ -2,7 +2,7 @@
 //! registers with, e.g. `directx.microsoft.com/gpu-not-ready:NoSchedule`) comes off, which pods
 //! holding an Unhealthy device are evicted and how often, and when dxdp cordons and uncordons
 //! the node (`health.remediation`). The daemon's side (reading the Node, PodResources, the
-//! Eviction API) is `health::startup_taint` and `health::remediation` in the `dxdp` crate;
+//! Eviction API) is `health::lifecycle` in the `dxdp` crate (startup taint, evictions, cordon);
 //! docs/health.md#remediation and docs/install.md#startup-taint tell the operator.
 
 use std::collections::{BTreeMap, VecDeque};
