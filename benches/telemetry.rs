@@ -16,8 +16,10 @@
 //!
 //! 3. Resident memory at scale with every optional part on: `dxdp plugin` replaying the node of
 //!    (1) (8 GPUs, 200 processes each, 50 pods holding replicas of them), with /metrics scraped,
-//!    telemetry at a 1 s interval, the isolation audit (taint and Events), health Events and node
-//!    conditions, node labels and validation Jobs against the API server stand-in, for
+//!    telemetry at a 1 s interval, the isolation audit (taint and Events), health Events, node
+//!    conditions, expected devices (from the instance type), remediation (evictions and cordon),
+//!    the startup taint, node labels and validation Jobs (gating the taint) against the API
+//!    server stand-in, for
 //!    `DXDP_BENCH_SCALE_SECS` (default 30): VmRSS and VmHWM from `/proc/<pid>/status` at the end
 //!    (Linux only). Target: under 16 MiB resident (the principle in the project's brief; DCGM's
 //!    exporter takes about 470 MiB).
@@ -387,9 +389,12 @@ async fn resident_at_scale(seconds: u64) {
              metrics: {{address: '127.0.0.1:{port}'}}\n\
              telemetry: {{enabled: true, interval: 1s}}\n\
              isolation: {{policy: taint, events: true}}\n\
-             health: {{events: true, nodeConditions: true}}\n\
+             health:\n  events: true\n  nodeConditions: true\n  \
+             expectedDevices: {{fromNodeLabel: true}}\n  \
+             remediation: {{evictPods: true, cordon: true}}\n\
+             startupTaint: 'directx.microsoft.com/gpu-not-ready:NoSchedule'\n\
              nodeLabels: {{enabled: true}}\n\
-             validation: {{enabled: true, hostDir: '{}'}}\n",
+             validation: {{enabled: true, gate: true, hostDir: '{}'}}\n",
             validation_dir.display()
         ),
     );
