@@ -183,6 +183,8 @@ pub(crate) struct HealthFile {
     pub(crate) events: Option<bool>,
     /// The `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions (see `config::health`).
     pub(crate) node_conditions: Option<bool>,
+    /// What "near the warning temperature" means for the `thermal` signal.
+    pub(crate) thermal: Option<super::health::ThermalFile>,
 }
 
 /// `runtimeFiles`.

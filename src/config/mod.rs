@@ -107,6 +107,8 @@ pub struct Config {
     /// `health.events` and `health.nodeConditions`: what the cluster is told about device
     /// health.
     pub health_reports: health::HealthReports,
+    /// `health.thermal`: what "near the warning temperature" means for the `thermal` signal.
+    pub health_thermal: health::Thermal,
     /// `validation`: the in-cluster validation Jobs.
     pub validation: validation::Validation,
 }
@@ -369,6 +371,7 @@ impl Default for Config {
             telemetry: Telemetry::default(),
             isolation: Isolation::default(),
             health_reports: health::HealthReports::default(),
+            health_thermal: health::Thermal::default(),
             validation: validation::Validation::default(),
         }
     }

@@ -126,6 +126,7 @@ impl Resolved {
             Key::IsolationEvents => json!(self.isolation.events),
             Key::HealthEvents => json!(self.health_reports.events),
             Key::HealthNodeConditions => json!(self.health_reports.node_conditions),
+            Key::HealthThermalMarginCelsius => json!(self.health_thermal.margin_celsius),
             Key::ValidationEnabled
             | Key::ValidationInterval
             | Key::ValidationTimeout

@@ -85,6 +85,8 @@ health:
   ignore: [live_kernel_event]
   events: false
   nodeConditions: true
+  thermal:
+    marginCelsius: 3
 logLevel: debug
 logFormat: json
 nodeLabels:
@@ -163,6 +165,7 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
             prefix: "example.com/gpu-".into()
         }
     );
+    assert_eq!(c.health_thermal.margin_celsius, 3);
     let origin = format!("file {}", path.display());
     for key in Key::all() {
         let name = key.to_string();
