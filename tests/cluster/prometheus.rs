@@ -366,8 +366,8 @@ async fn prometheus_scrapes_dxdp_and_every_dashboard_and_doc_query_returns_data(
     let problem_lists = ["Idle GPUs held by pods", "Oversubscribed shared GPUs"];
     let mut failures = Vec::new();
     let (dashboard, docs) = (dashboard_queries(), doc_queries());
-    // The extraction itself works: the dashboard's 27 targets, the doc's 20 recipes.
-    assert_eq!((dashboard.len(), docs.len()), (27, 20));
+    // The extraction itself works: the dashboard's 37 targets, the doc's 22 recipes.
+    assert_eq!((dashboard.len(), docs.len()), (37, 22));
     for (title, q) in dashboard {
         let list = problem_lists.contains(&title.as_str()) && !q.contains("vector(0)");
         match query(prom_address, &q).await {
