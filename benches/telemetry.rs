@@ -2,7 +2,8 @@
 //!
 //! 1. One sample and one scrape on a simulated node with 8 GPUs x 200 processes each x 50 pods:
 //!    `compute` over a window of two counter samples (6,400 engine instances, 1,600 process
-//!    memory instances each) with the PodResources answer, and `Metrics::encode` with those
+//!    memory instances each; every GPU's sensors as NVML and D3DKMT read them, every figure
+//!    filled) with the PodResources answer, and `Metrics::encode` with those
 //!    figures published. p50/p99 over `DXDP_BENCH_ITERATIONS` (default 300) rounds, as wall
 //!    time and as the CPU time of the thread (`CLOCK_THREAD_CPUTIME_ID`): the CPU time is what
 //!    a sample costs the node, and unlike the wall time it does not include the time the thread
@@ -34,6 +35,7 @@ use std::time::{Duration, Instant};
 use dxdp::kubelet::standin::KubeletStandin;
 use dxdp::observe::metrics::Metrics;
 use dxdp_core::telemetry::compute::{compute, DeviceRef};
+use dxdp_core::telemetry::sensors::{AdapterSensors, ClockReading, SensorSource};
 use dxdp_core::telemetry::{
     ContainerProcesses, CounterSample, EngineCounter, MemoryCounter, PodAllocation, PodRef,
     TelemetryFacts,
@@ -82,8 +84,40 @@ fn sample(time100ns: u64, scale: u64) -> CounterSample {
             dedicated: 8 << 30,
             shared: 1 << 30,
         });
+        s.sensors.extend(sensors(l, gpu));
     }
     s
+}
+
+/// What an NVIDIA GPU with `nvml.dll` reports: NVML's and the graphics kernel's readings, every
+/// figure filled (the most a sample carries).
+fn sensors(luid: i64, gpu: u32) -> [AdapterSensors; 2] {
+    let clock = |domain: &str, mhz: u64| ClockReading {
+        domain: domain.into(),
+        hertz: mhz * 1_000_000,
+        max_hertz: Some((mhz + 200) * 1_000_000),
+    };
+    let mut nvml = AdapterSensors::new(luid, SensorSource::Nvml);
+    nvml.temperature_decidegrees = Some(650 + gpu * 10);
+    nvml.temperature_warning_decidegrees = Some(860);
+    nvml.temperature_max_decidegrees = Some(910);
+    nvml.power_milliwatts = Some(120_000 + u64::from(gpu) * 1000);
+    nvml.power_limit_milliwatts = Some(150_000);
+    nvml.clocks = vec![
+        clock("graphics", 1500),
+        clock("sm", 1500),
+        clock("memory", 6251),
+        clock("video", 1300),
+    ];
+    nvml.throttle_reasons = vec!["sw_power_cap".into()];
+    let mut d3dkmt = AdapterSensors::new(luid, SensorSource::D3dkmt);
+    d3dkmt.temperature_decidegrees = Some(655 + gpu * 10);
+    d3dkmt.temperature_warning_decidegrees = Some(850);
+    d3dkmt.temperature_max_decidegrees = Some(950);
+    d3dkmt.power_permille = Some(800);
+    d3dkmt.fan_rpm = Some(1800);
+    d3dkmt.clocks = vec![clock("graphics", 1490), clock("memory", 6250)];
+    [nvml, d3dkmt]
 }
 
 fn node() -> (Vec<DeviceRef>, TelemetryFacts) {

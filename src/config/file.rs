@@ -187,6 +187,8 @@ pub(crate) struct HealthFile {
     pub(crate) node_conditions: Option<bool>,
     /// What dxdp does about Unhealthy devices: evictions, the cordon (see `config::health`).
     pub(crate) remediation: Option<super::health::RemediationFile>,
+    /// What "near the warning temperature" means for the `thermal` signal.
+    pub(crate) thermal: Option<super::health::ThermalFile>,
 }
 
 /// `runtimeFiles`.

@@ -81,9 +81,62 @@ impl Default for Remediation {
     }
 }
 
+/// `health.thermal`: what "near the warning temperature" means for the `thermal` signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thermal {
+    /// `health.thermal.marginCelsius`: a GPU within this many degrees Celsius of its warning
+    /// temperature (or over it) is hot.
+    pub margin_celsius: u32,
+}
+
+impl Default for Thermal {
+    fn default() -> Self {
+        Thermal {
+            margin_celsius: dxdp_core::health::DEFAULT_THERMAL_MARGIN_CELSIUS,
+        }
+    }
+}
+
 /// How `config show` writes a grace period (`10m`).
 pub(crate) fn show_duration(d: Duration) -> String {
     duration_text(d)
+}
+
+/// The largest `health.thermal.marginCelsius`: beyond it every warm GPU would be "near".
+pub(crate) const MAX_THERMAL_MARGIN_CELSIUS: u32 = 30;
+
+/// `health.thermal.marginCelsius` as written, checked while the file is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "u32")]
+pub(crate) struct MarginCelsius(pub(crate) u32);
+
+impl TryFrom<u32> for MarginCelsius {
+    type Error = String;
+
+    fn try_from(v: u32) -> Result<Self, Self::Error> {
+        if v > MAX_THERMAL_MARGIN_CELSIUS {
+            return Err(format!(
+                "health.thermal.marginCelsius {v} is more than {MAX_THERMAL_MARGIN_CELSIUS}: give the degrees Celsius below the GPU's warning temperature that count as hot (default {})",
+                dxdp_core::health::DEFAULT_THERMAL_MARGIN_CELSIUS
+            ));
+        }
+        Ok(MarginCelsius(v))
+    }
+}
+
+inline_schema!(MarginCelsius, {
+    "description": "degrees Celsius below the warning temperature that count as hot (0: only at or over it)",
+    "type": "integer",
+    "minimum": 0,
+    "maximum": 30
+});
+
+/// `health.thermal` as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ThermalFile {
+    /// Degrees Celsius below the warning temperature that count as hot (default 5).
+    pub(crate) margin_celsius: Option<MarginCelsius>,
 }
 
 /// The names of every signal, comma-separated (for messages).
@@ -352,6 +405,31 @@ pub(crate) fn show_ignore(p: &HealthPolicy) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thermal_margin_is_whole_degrees_up_to_30() {
+        #[derive(Debug, Deserialize)]
+        struct Doc {
+            #[allow(dead_code)]
+            thermal: ThermalFile,
+        }
+        let read = |yaml: &str| {
+            serde_saphyr::from_str::<Doc>(yaml)
+                .map(|d| d.thermal.margin_celsius.map(|m| m.0))
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(read("thermal: {marginCelsius: 0}"), Ok(Some(0)));
+        assert_eq!(read("thermal: {marginCelsius: 30}"), Ok(Some(30)));
+        assert_eq!(read("thermal: {}"), Ok(None));
+        let err = read("thermal: {marginCelsius: 31}").unwrap_err();
+        assert!(
+            err.contains("health.thermal.marginCelsius 31 is more than 30"),
+            "{err}"
+        );
+        assert!(read("thermal: {marginCelsius: -1}").is_err());
+        assert!(read("thermal: {marginCelsius: 2.5}").is_err());
+        assert_eq!(Thermal::default().margin_celsius, 5);
+    }
 
     #[test]
     fn durations() {

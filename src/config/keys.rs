@@ -151,6 +151,8 @@ node_wide_keys! {
     HealthEvents => "health.events",
     /// `health.nodeConditions`.
     HealthNodeConditions => "health.nodeConditions",
+    /// `health.thermal.marginCelsius`.
+    HealthThermalMarginCelsius => "health.thermal.marginCelsius",
     /// `validation.enabled`.
     ValidationEnabled => "validation.enabled",
     /// `validation.interval`.
@@ -206,7 +208,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 42);
+        assert_eq!(all.len(), 2 * 9 + 43);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

@@ -113,6 +113,8 @@ pub struct Config {
     pub expected_devices: expected::ExpectedDevices,
     /// `health.remediation`: evictions and the cordon.
     pub remediation: health::Remediation,
+    /// `health.thermal`: what "near the warning temperature" means for the `thermal` signal.
+    pub health_thermal: health::Thermal,
     /// `validation`: the in-cluster validation Jobs.
     pub validation: validation::Validation,
     /// `startupTaint`: the taint dxdp removes once the node's GPUs are schedulable (`None`:
@@ -400,6 +402,7 @@ impl Default for Config {
             health_reports: health::HealthReports::default(),
             expected_devices: expected::ExpectedDevices::default(),
             remediation: health::Remediation::default(),
+            health_thermal: health::Thermal::default(),
             validation: validation::Validation::default(),
             startup_taint: None,
         }

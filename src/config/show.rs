@@ -136,6 +136,7 @@ impl Resolved {
                 Some(t) => json!(t.to_string()),
                 None => Value::Null,
             },
+            Key::HealthThermalMarginCelsius => json!(self.health_thermal.margin_celsius),
             Key::ValidationEnabled
             | Key::ValidationGate
             | Key::ValidationInterval

@@ -90,6 +90,8 @@ health:
   events: false
   nodeConditions: true
   remediation: {evictPods: true, cordon: true, gracePeriod: 15m}
+  thermal:
+    marginCelsius: 3
 startupTaint: directx.microsoft.com/gpu-not-ready=true:NoSchedule
 logLevel: debug
 logFormat: json
@@ -176,6 +178,7 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
             prefix: "example.com/gpu-".into()
         }
     );
+    assert_eq!(c.health_thermal.margin_celsius, 3);
     let origin = format!("file {}", path.display());
     for key in Key::all() {
         let name = key.to_string();

@@ -351,7 +351,8 @@ impl Daemon {
             _ => None,
         };
         // The audit's violations (isolation.policy: withdraw takes GPUs out of serving).
-        let (telemetry, active) = telemetry::tasks(&ctx, host_snapshot);
+        let (telemetry, feeds) = telemetry::tasks(&ctx, host_snapshot);
+        let active = feeds.active;
         specs.extend(serve::tasks(
             &mut started,
             &plugin,
@@ -359,7 +360,10 @@ impl Daemon {
             config_rx,
             inventory_tx,
             reload,
-            active.subscribe(),
+            crate::plugin::refresher::Feeds {
+                active: active.subscribe(),
+                hot: feeds.hot.subscribe(),
+            },
         ));
         if let (Some(cluster), Some((node_tx, _))) = (&ctx.cluster, node) {
             specs.extend(cluster::node_tasks(

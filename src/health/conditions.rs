@@ -476,6 +476,7 @@ mod tests {
         assert_eq!(camel(Reason::Removed), "Removed");
         assert_eq!(camel(Reason::Tdr), "TDR");
         assert_eq!(camel(Reason::IsolationViolation), "IsolationViolation");
+        assert_eq!(camel(Reason::Thermal), "Thermal");
     }
 
     #[test]

@@ -136,7 +136,7 @@ impl HealthMetrics {
         let faults = Family::<FaultLabels, Counter>::default();
         registry.register(
             "dxdp_gpu_faults",
-            "GPU fault events seen (kind: tdr, live_kernel_event), by device (\"unmatched\" when the event names no served device)",
+            "GPU fault events seen (kind: tdr, live_kernel_event; thermal: each episode of a hot GPU), by device (\"unmatched\" when the event names no served device)",
             faults.clone(),
         );
         let events = Family::<super::telemetry_metrics::ResultLabel, Counter>::default();

@@ -16,7 +16,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use dxdp_core::telemetry::compute::TelemetryView;
+use dxdp_core::health::Hot;
+use dxdp_core::telemetry::compute::{DeviceTelemetry, TelemetryView};
+use dxdp_core::telemetry::sensors::{ClockFigure, Figure, SensorSource, SensorView};
 
 use super::podinfo::PodInfo;
 
@@ -71,6 +73,8 @@ pub struct TelemetryMetrics {
     pod_info: Arc<RwLock<Option<Arc<Vec<PodInfo>>>>>,
     label_collisions: Gauge,
     label_collisions_logged: Arc<super::cardinality::LoggedOnce>,
+    /// The devices the `thermal` signal holds now (`dxdp_gpu_thermal`).
+    hot: Arc<RwLock<Hot>>,
 }
 
 /// Encodes the latest view at each scrape.
@@ -78,6 +82,7 @@ pub struct TelemetryMetrics {
 struct ViewCollector {
     view: Arc<RwLock<Option<Arc<TelemetryView>>>>,
     pod_info: Arc<RwLock<Option<Arc<Vec<PodInfo>>>>>,
+    hot: Arc<RwLock<Hot>>,
 }
 
 impl TelemetryMetrics {
@@ -143,9 +148,11 @@ impl TelemetryMetrics {
         drop(hcs.get_or_create(&result("partial")));
         let view = Arc::new(RwLock::new(None));
         let pod_info = Arc::new(RwLock::new(None));
+        let hot: Arc<RwLock<Hot>> = Arc::default();
         registry.register_collector(Box::new(ViewCollector {
             view: view.clone(),
             pod_info: pod_info.clone(),
+            hot: hot.clone(),
         }));
         TelemetryMetrics {
             view,
@@ -160,7 +167,13 @@ impl TelemetryMetrics {
             pod_info,
             label_collisions,
             label_collisions_logged: Arc::default(),
+            hot,
         }
+    }
+
+    /// Publishes the devices the `thermal` signal holds now (`dxdp_gpu_thermal`).
+    pub(crate) fn publish_hot(&self, hot: Hot) {
+        *self.hot.write().unwrap_or_else(|p| p.into_inner()) = hot;
     }
 
     /// Publishes the `dxdp_pod_info` series of known pods (`None`: off, no series) and how
@@ -261,6 +274,102 @@ fn gauge<'a, V: prometheus_client::encoding::EncodeGaugeValue>(
     Ok(())
 }
 
+/// The sensor series of every device: one per figure a source reports (absent, never 0, when
+/// none does), each with its `source`.
+fn encode_sensors(
+    encoder: &mut DescriptorEncoder<'_>,
+    view: &TelemetryView,
+    base: impl Fn(&DeviceTelemetry) -> Vec<(&'static str, String)> + Copy,
+) -> Result<(), std::fmt::Error> {
+    type Get = fn(&SensorView) -> Option<Figure>;
+    let figures: [(&str, &str, Get); 6] = [
+        (
+            "dxdp_gpu_temperature_celsius",
+            "GPU temperature, degrees Celsius, by source (nvml, d3dkmt or dxcore); absent when no source reports it.",
+            |s| s.temperature_celsius,
+        ),
+        (
+            "dxdp_gpu_temperature_margin_celsius",
+            "Warning temperature (where the GPU starts to throttle) minus the current one, degrees Celsius, both from the source named; negative when over it.",
+            |s| s.temperature_margin_celsius,
+        ),
+        (
+            "dxdp_gpu_power_ratio",
+            "Power draw as a share of the adapter's power limit (0 to 1; D3DKMT).",
+            |s| s.power_ratio,
+        ),
+        (
+            "dxdp_gpu_power_watts",
+            "Power draw, watts (NVML).",
+            |s| s.power_watts,
+        ),
+        (
+            "dxdp_gpu_power_limit_watts",
+            "The enforced power limit, watts (NVML).",
+            |s| s.power_limit_watts,
+        ),
+        (
+            "dxdp_gpu_fan_rpm",
+            "Fan speed, revolutions per minute.",
+            |s| s.fan_rpm,
+        ),
+    ];
+    let with_source = |d: &DeviceTelemetry, source: SensorSource| {
+        let mut labels = base(d);
+        labels.push(("source", source.as_str().to_string()));
+        labels
+    };
+    for (name, help, get) in figures {
+        gauge(
+            encoder,
+            name,
+            help,
+            view.devices
+                .iter()
+                .filter_map(|d| get(&d.sensors).map(|f| (with_source(d, f.source), f.value))),
+        )?;
+    }
+    let clock = |d: &DeviceTelemetry, c: &ClockFigure| {
+        let mut labels = base(d);
+        labels.push(("domain", clean(&c.domain)));
+        labels.push(("source", c.source.as_str().to_string()));
+        labels
+    };
+    gauge(
+        encoder,
+        "dxdp_gpu_clock_hertz",
+        "Clock frequency by domain (graphics, memory, sm, video, ...), hertz.",
+        view.devices
+            .iter()
+            .flat_map(|d| d.sensors.clocks.iter().map(move |c| (clock(d, c), c.hertz))),
+    )?;
+    gauge(
+        encoder,
+        "dxdp_gpu_clock_max_hertz",
+        "The clock domain's highest frequency without overclocking, hertz, where the source reports it.",
+        view.devices.iter().flat_map(|d| {
+            d.sensors
+                .clocks
+                .iter()
+                .filter_map(move |c| c.max_hertz.map(|m| (clock(d, c), m)))
+        }),
+    )?;
+    gauge(
+        encoder,
+        "dxdp_gpu_throttled",
+        "1 for every reason NVML names for holding the GPU's clocks down now (sw_power_cap, hw_slowdown, sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown, ...); no series while none is named.",
+        view.devices.iter().flat_map(|d| {
+            let source = d.sensors.throttle_source.unwrap_or(SensorSource::Nvml);
+            d.sensors.throttle_reasons.iter().map(move |r| {
+                let mut labels = base(d);
+                labels.push(("reason", clean(r)));
+                labels.push(("source", source.as_str().to_string()));
+                (labels, 1_i64)
+            })
+        }),
+    )
+}
+
 impl Collector for ViewCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(view) = self.view.read().unwrap_or_else(|p| p.into_inner()).clone() else {
@@ -339,6 +448,17 @@ impl Collector for ViewCollector {
                     )
                 })
             }),
+        )?;
+        encode_sensors(&mut encoder, &view, base)?;
+        let hot = self.hot.read().unwrap_or_else(|p| p.into_inner()).clone();
+        gauge(
+            &mut encoder,
+            "dxdp_gpu_thermal",
+            "1 for every device the thermal health signal holds now: near or over its warning temperature (health.thermal.marginCelsius) or throttled for heat by NVML, whatever the signal's action (docs/health.md).",
+            view.devices
+                .iter()
+                .filter(|d| hot.contains_key(&d.device))
+                .map(|d| (base(d), 1_i64)),
         )?;
         let pod_labels = |c: &dxdp_core::telemetry::compute::ContainerTelemetry| {
             vec![

@@ -185,6 +185,21 @@ fn withdrawn_any(inventory: &Inventory) -> bool {
         .any(|d| d.health.code == Reason::IsolationViolation)
 }
 
+/// Whether the `thermal` signal makes hot devices Unhealthy under `config`.
+fn thermal_counts(config: &Config) -> bool {
+    let health = &config.pipeline.health;
+    health.enabled && health.policy.condition_counts(Reason::Thermal)
+}
+
+/// Whether a device of `inventory` is Unhealthy for heat.
+fn held_for_heat(inventory: &Inventory) -> bool {
+    inventory
+        .discovery
+        .devices
+        .iter()
+        .any(|d| d.health.code == Reason::Thermal)
+}
+
 /// The fault events of `inventory` not counted yet (by `seen`), counted into `metrics`; `seen`
 /// then holds the events still recorded (so that it stays as small as the host's record).
 pub fn count_faults(inventory: &Inventory, seen: &mut BTreeSet<(u64, String)>, metrics: &Metrics) {
@@ -377,6 +392,15 @@ async fn keep_held(
     dxdp_core::health::keep_removed(&mut inventory.discovery, &previous.discovery, &held);
 }
 
+/// What the telemetry tells the refresher: the isolation violations that last, and the devices
+/// the `thermal` signal holds.
+pub(crate) struct Feeds {
+    /// The isolation audit's violations ([`Refresher::active`]).
+    pub(crate) active: watch::Receiver<Active>,
+    /// The hot devices ([`Refresher::hot`]).
+    pub(crate) hot: watch::Receiver<dxdp_core::health::Hot>,
+}
+
 /// The name under which a host read that does not return is reported to `/healthz`.
 pub(crate) const STALL_NAME: &str = "host facts read";
 
@@ -407,6 +431,9 @@ pub(crate) struct Refresher {
     /// The GPU isolation violations that last (the audit's): with `isolation.policy: withdraw`
     /// each GPU used without allocation is advertised Unhealthy while its violation lasts.
     pub(crate) active: watch::Receiver<Active>,
+    /// The devices the `thermal` signal holds (the telemetry's): with
+    /// `health.signals.thermal: unhealthy_until_cleared` each is advertised Unhealthy while hot.
+    pub(crate) hot: watch::Receiver<dxdp_core::health::Hot>,
 }
 
 impl Task for Refresher {
@@ -423,6 +450,7 @@ impl Task for Refresher {
             read_limit,
             kubelet_dir,
             mut active,
+            mut hot,
         } = self;
         let mut files_watch = watch.subscribe(&parent_dirs(&source.watched_files()), safety);
         let metrics = observe.metrics.clone();
@@ -447,6 +475,7 @@ impl Task for Refresher {
         let mut last_error: Option<String> = None;
         let mut config_open = true;
         let mut active_open = true;
+        let mut hot_open = true;
         // Set while a file is being written in place: when to read it anyway.
         let mut writing_until: Option<tokio::time::Instant> = None;
         // A restarted refresher rebuilds at once (the configuration may have changed meanwhile).
@@ -508,6 +537,18 @@ impl Task for Refresher {
                         }
                         None
                     }
+                    changed = hot.changed(), if hot_open => {
+                        if changed.is_err() {
+                            hot_open = false;
+                            continue;
+                        }
+                        // Hot devices change health only when the signal says so, or when it
+                        // was just turned off with devices still held (the rebuild returns them).
+                        if !thermal_counts(&config.borrow()) && !held_for_heat(&tx.borrow()) {
+                            continue;
+                        }
+                        None
+                    }
                     changed = config.changed(), if config_open => {
                         if changed.is_err() {
                             // No more configuration updates: keep following the host facts.
@@ -561,6 +602,10 @@ impl Task for Refresher {
                 if let Some(violations) = violations {
                     dxdp_core::health::withdraw(&mut inventory.discovery, &violations);
                 }
+            }
+            if thermal_counts(&inventory.config) {
+                let hot = hot.borrow_and_update().clone();
+                dxdp_core::health::overheated(&mut inventory.discovery, &hot);
             }
             let previous = tx.borrow().clone();
             keep_held(&mut inventory, &previous, &kubelet_dir, &mut holders_error).await;

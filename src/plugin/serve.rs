@@ -178,7 +178,7 @@ pub(crate) fn tasks(
     config: channel::Receiver<Arc<Config>>,
     inventory_tx: channel::Sender<Arc<Inventory>>,
     reload: Option<Reload>,
-    active: channel::Receiver<dxdp_core::telemetry::isolation::Active>,
+    feeds: refresher::Feeds,
 ) -> Vec<TaskSpec> {
     let inventory_rx = inventory_tx.subscribe();
     let mut specs = Vec::new();
@@ -193,7 +193,8 @@ pub(crate) fn tasks(
             observe: settings.observe.clone(),
             read_limit: settings.read_limit,
             kubelet_dir: settings.kubelet_dir.clone(),
-            active,
+            active: feeds.active,
+            hot: feeds.hot,
         };
         specs.push(TaskSpec::task("refresher", Role::Required, refresher));
     }

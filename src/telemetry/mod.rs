@@ -21,6 +21,7 @@ pub mod audit;
 pub(crate) mod podinfo;
 pub mod sampler;
 pub mod scrape;
+pub(crate) mod thermal;
 pub mod top;
 
 use std::path::PathBuf;
@@ -34,12 +35,22 @@ use crate::context::Context;
 use crate::supervisor::{Role, TaskSpec};
 use crate::util::task::Task;
 use audit::{ActiveTx, Tracker};
+use thermal::{HotTx, ThermalTracker};
+
+/// The channels the telemetry task feeds: the isolation violations, and the devices the
+/// `thermal` signal holds.
+pub(crate) struct Feeds {
+    /// The isolation audit's violations.
+    pub(crate) active: ActiveTx,
+    /// The hot devices ([`thermal`]).
+    pub(crate) hot: HotTx,
+}
 
 /// The GPU telemetry task (when telemetry can be built) and, with the API server, the isolation
 /// Events and the node taint; returns them with the channel of the isolation violations the
-/// telemetry finds. Without telemetry none can be known, which the channel says at once (the
-/// node taint needs to hear it).
-pub(crate) fn tasks(ctx: &Context, host_snapshot: Option<PathBuf>) -> (Vec<TaskSpec>, ActiveTx) {
+/// telemetry finds (and of the devices it finds hot). Without telemetry none can be known, which
+/// the channel says at once (the node taint needs to hear it).
+pub(crate) fn tasks(ctx: &Context, host_snapshot: Option<PathBuf>) -> (Vec<TaskSpec>, Feeds) {
     let mut specs = Vec::new();
     let task = Telemetry {
         inventory: ctx.inventory.clone(),
@@ -48,12 +59,17 @@ pub(crate) fn tasks(ctx: &Context, host_snapshot: Option<PathBuf>) -> (Vec<TaskS
         kubelet_dir: ctx.kubelet_dir.clone(),
         metrics: ctx.observe.metrics.clone(),
         active: Arc::new(watch::Sender::new(None)),
+        hot: Arc::new(watch::Sender::new(Arc::default())),
         first: Arc::default(),
     };
     let first = task.build();
     let telemetry_on = first.is_some();
     // Without telemetry no violation can be known, which the channel says at once.
     let active = task.active.clone();
+    let feeds = Feeds {
+        active: active.clone(),
+        hot: task.hot.clone(),
+    };
     if telemetry_on {
         *task.first.lock().unwrap_or_else(|e| e.into_inner()) = first;
         specs.push(TaskSpec::task("telemetry", Role::Optional, task));
@@ -62,7 +78,7 @@ pub(crate) fn tasks(ctx: &Context, host_snapshot: Option<PathBuf>) -> (Vec<TaskS
     }
     let Some(cluster) = &ctx.cluster else {
         say_isolation_without_cluster(&ctx.config, telemetry_on);
-        return (specs, active);
+        return (specs, feeds);
     };
     let metrics = ctx.observe.metrics.isolation().clone();
     specs.push(TaskSpec::task(
@@ -90,7 +106,7 @@ pub(crate) fn tasks(ctx: &Context, host_snapshot: Option<PathBuf>) -> (Vec<TaskS
             min_hold: taint::TAINT_MIN_HOLD,
         },
     ));
-    (specs, active)
+    (specs, feeds)
 }
 
 /// The GPU telemetry task: samples until it ends (it is then restarted, with a sampler built
@@ -104,6 +120,7 @@ struct Telemetry {
     kubelet_dir: PathBuf,
     metrics: crate::observe::metrics::Metrics,
     active: ActiveTx,
+    hot: HotTx,
     /// The sampler built at start (to know whether telemetry can run), taken by the first run.
     first: Arc<Mutex<Option<sampler::Sampler>>>,
 }
@@ -125,8 +142,13 @@ impl Task for Telemetry {
         let first = (self.first.lock().unwrap_or_else(|e| e.into_inner())).take();
         let sampler = first.or_else(|| self.build());
         let tracker = Tracker::new(self.metrics.isolation().clone(), self.active.clone());
+        let thermal = ThermalTracker::new(self.metrics.clone(), self.hot.clone());
         if let Some(sampler) = sampler {
-            sampler::run_with(sampler, Some(tracker), std::future::pending::<()>()).await;
+            let trackers = sampler::Trackers {
+                isolation: Some(tracker),
+                thermal: Some(thermal),
+            };
+            sampler::run_with(sampler, trackers, std::future::pending::<()>()).await;
         } else {
             // No sample can be judged: the violations it took over end when they are stale
             // (no taint stays for what is unknown).

@@ -505,7 +505,16 @@ pub fn build(
 /// fails: with telemetry off or no source it waits for `cancel`; failures are logged (the first
 /// of a run at warn), counted and retried with backoff.
 pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
-    run_with(sampler, None, cancel).await
+    run_with(sampler, Trackers::default(), cancel).await
+}
+
+/// What the daemon's sampler feeds after every sample.
+#[derive(Default)]
+pub(crate) struct Trackers {
+    /// The isolation audit.
+    pub(crate) isolation: Option<Tracker>,
+    /// The `thermal` health signal.
+    pub(crate) thermal: Option<super::thermal::ThermalTracker>,
 }
 
 /// [`run`], feeding the isolation audit's `tracker` after every successful sample (and telling
@@ -513,9 +522,13 @@ pub async fn run(sampler: Sampler, cancel: impl Future<Output = ()>) {
 /// [`stale_after`](super::audit::stale_after) the interval, its violations end.
 pub(crate) async fn run_with(
     sampler: Sampler,
-    mut tracker: Option<Tracker>,
+    trackers: Trackers,
     cancel: impl Future<Output = ()>,
 ) {
+    let Trackers {
+        isolation: mut tracker,
+        mut thermal,
+    } = trackers;
     tokio::pin!(cancel);
     let mut state = State::default();
     let mut failures = 0u32;
@@ -530,6 +543,9 @@ pub(crate) async fn run_with(
             sampler.metrics.publish(None);
             if let Some(t) = &mut tracker {
                 t.off("telemetry.enabled is false");
+            }
+            if let Some(t) = &mut thermal {
+                t.unknown();
             }
             config.telemetry.interval
         } else {
@@ -552,6 +568,9 @@ pub(crate) async fn run_with(
                     if let Some(t) = &mut tracker {
                         t.sample(&view, current);
                     }
+                    if let Some(t) = &mut thermal {
+                        t.sample(&view, &config);
+                    }
                     if failures > 0 {
                         tracing::info!(after = failures, "GPU telemetry samples again");
                     }
@@ -562,6 +581,9 @@ pub(crate) async fn run_with(
                     sampler.metrics.sample(outcome, elapsed);
                     sampler.metrics.publish(None);
                     sampler.metrics.attribution_current(false);
+                    if let Some(t) = &mut thermal {
+                        t.unknown();
+                    }
                     failures += 1;
                     let delay = backoff(failures, config.telemetry.interval);
                     if failures == 1 {

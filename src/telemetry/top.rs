@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use dxdp_core::telemetry::compute::{
     ContainerTelemetry, DeviceTelemetry, Holder, Segments, TelemetryView,
 };
+use dxdp_core::telemetry::sensors::{ClockFigure, Figure, SensorSource, SensorView};
 use dxdp_core::telemetry::PodRef;
 
 /// Label names and values.
@@ -83,6 +84,7 @@ pub fn view_from_metrics(text: &str) -> TelemetryView {
                 processes: 0,
                 holders: Vec::new(),
                 health: String::new(),
+                sensors: SensorView::default(),
             });
         }
     }
@@ -134,6 +136,7 @@ pub fn view_from_metrics(text: &str) -> TelemetryView {
                 segment(&mut d.memory_total, label(labels, "segment"), *value)
             }
             "dxdp_gpu_processes" => d.processes = *value as u64,
+            sensor if sensor_series(&mut d.sensors, sensor, labels, *value) => {}
             "dxdp_device_health" if *value == 1.0 => d.health = label(labels, "reason").into(),
             "dxdp_gpu_allocation" => d.holders.push(Holder {
                 pod: pod(),
@@ -144,7 +147,69 @@ pub fn view_from_metrics(text: &str) -> TelemetryView {
         }
     }
     view.containers = containers.into_values().collect();
+    for d in &mut view.devices {
+        d.sensors.clocks.sort_by(|a, b| a.domain.cmp(&b.domain));
+        d.sensors.throttle_reasons.sort();
+    }
     view
+}
+
+/// The source a sensor series names (`None`: a value this `top` does not know).
+fn source_of(labels: &[(String, String)]) -> Option<SensorSource> {
+    match label(labels, "source") {
+        "nvml" => Some(SensorSource::Nvml),
+        "d3dkmt" => Some(SensorSource::D3dkmt),
+        "dxcore" => Some(SensorSource::Dxcore),
+        _ => None,
+    }
+}
+
+/// Reads one sensor series (`dxdp_gpu_temperature_celsius`, ...) into `sensors`; false when
+/// `name` is no sensor series or its source is unknown.
+fn sensor_series(sensors: &mut SensorView, name: &str, labels: &Labels, value: f64) -> bool {
+    let Some(source) = source_of(labels) else {
+        return false;
+    };
+    let figure = Some(Figure { value, source });
+    let clock = |sensors: &mut SensorView| -> usize {
+        let domain = label(labels, "domain");
+        match sensors.clocks.iter().position(|c| c.domain == domain) {
+            Some(i) => i,
+            None => {
+                sensors.clocks.push(ClockFigure {
+                    domain: domain.into(),
+                    hertz: 0.0,
+                    max_hertz: None,
+                    source,
+                });
+                sensors.clocks.len() - 1
+            }
+        }
+    };
+    match name {
+        "dxdp_gpu_temperature_celsius" => sensors.temperature_celsius = figure,
+        "dxdp_gpu_temperature_margin_celsius" => sensors.temperature_margin_celsius = figure,
+        "dxdp_gpu_power_ratio" => sensors.power_ratio = figure,
+        "dxdp_gpu_power_watts" => sensors.power_watts = figure,
+        "dxdp_gpu_power_limit_watts" => sensors.power_limit_watts = figure,
+        "dxdp_gpu_fan_rpm" => sensors.fan_rpm = figure,
+        "dxdp_gpu_clock_hertz" => {
+            let i = clock(sensors);
+            sensors.clocks[i].hertz = value;
+        }
+        "dxdp_gpu_clock_max_hertz" => {
+            let i = clock(sensors);
+            sensors.clocks[i].max_hertz = Some(value);
+        }
+        "dxdp_gpu_throttled" if value == 1.0 => {
+            sensors
+                .throttle_reasons
+                .push(label(labels, "reason").into());
+            sensors.throttle_source = Some(source);
+        }
+        _ => return false,
+    }
+    true
 }
 
 /// Whether the attribution behind a daemon's `/metrics` is current: its gauge
@@ -196,6 +261,28 @@ fn engines_text(engines: &BTreeMap<String, f64>) -> String {
         .join(" ")
 }
 
+/// The temperature (`71.5°C`), or `-`.
+fn temperature_text(s: &SensorView) -> String {
+    s.temperature_celsius
+        .map_or("-".into(), |t| format!("{:.1}°C", t.value))
+}
+
+/// The margin to the warning temperature (`11.5°C`), or `-`.
+fn margin_text(s: &SensorView) -> String {
+    s.temperature_margin_celsius
+        .map_or("-".into(), |t| format!("{:.1}°C", t.value))
+}
+
+/// Power in watts with the limit (`182.5/300.0 W`), else the share of the limit (`61%`), or `-`.
+fn power_text(s: &SensorView) -> String {
+    match (s.power_watts, s.power_limit_watts, s.power_ratio) {
+        (Some(w), Some(l), _) => format!("{:.1}/{:.1} W", w.value, l.value),
+        (Some(w), None, _) => format!("{:.1} W", w.value),
+        (None, _, Some(r)) => percent(r.value),
+        (None, _, None) => "-".into(),
+    }
+}
+
 fn memory_text(used: &Segments, total: &Segments) -> String {
     match (used.dedicated, total.dedicated) {
         (Some(u), Some(t)) => format!("{}/{} GiB", gib(u), gib(t)),
@@ -226,6 +313,8 @@ pub fn text(view: &TelemetryView) -> String {
     }
     // The health column only when a daemon told it (`dxdp_device_health`).
     let with_health = view.devices.iter().any(|d| !d.health.is_empty());
+    // The sensor columns only when some device reports a sensor.
+    let with_sensors = view.devices.iter().any(|d| !d.sensors.is_empty());
     let mut rows = vec![vec![
         "DEVICE".to_string(),
         "MODEL".into(),
@@ -234,6 +323,9 @@ pub fn text(view: &TelemetryView) -> String {
         "PROCS".into(),
         "PODS".into(),
     ]];
+    if with_sensors {
+        rows[0].extend(["TEMP".to_string(), "MARGIN".into(), "POWER".into()]);
+    }
     if with_health {
         rows[0].push("HEALTH".into());
     }
@@ -252,6 +344,15 @@ pub fn text(view: &TelemetryView) -> String {
                 pods.join(", ")
             },
         ]);
+        if with_sensors {
+            if let Some(row) = rows.last_mut() {
+                row.extend([
+                    temperature_text(&d.sensors),
+                    margin_text(&d.sensors),
+                    power_text(&d.sensors),
+                ]);
+            }
+        }
         if with_health {
             let health = if d.health.is_empty() { "-" } else { &d.health };
             if let Some(row) = rows.last_mut() {
@@ -306,6 +407,52 @@ dxdp_device_health{device=\"b\",resource=\"r\",reason=\"healthy\"} 1\n";
         // Without the daemon's gauge (a local sample): no column.
         let view = view_from_metrics(&text.lines().take(2).collect::<Vec<_>>().join("\n"));
         assert!(!super::text(&view).contains("HEALTH"));
+    }
+
+    #[test]
+    fn sensor_series_read_back_and_show_in_columns() {
+        let text = "dxdp_gpu_info{device=\"a\",resource=\"r\",luid=\"1\",model=\"T4\"} 1\n\
+dxdp_gpu_info{device=\"b\",resource=\"r\",luid=\"2\",model=\"T4\"} 1\n\
+dxdp_gpu_temperature_celsius{device=\"a\",resource=\"r\",luid=\"1\",source=\"nvml\"} 71\n\
+dxdp_gpu_temperature_margin_celsius{device=\"a\",resource=\"r\",luid=\"1\",source=\"d3dkmt\"} 11.5\n\
+dxdp_gpu_power_watts{device=\"a\",resource=\"r\",luid=\"1\",source=\"nvml\"} 182.5\n\
+dxdp_gpu_power_limit_watts{device=\"a\",resource=\"r\",luid=\"1\",source=\"nvml\"} 300\n\
+dxdp_gpu_clock_max_hertz{device=\"a\",resource=\"r\",luid=\"1\",domain=\"graphics\",source=\"nvml\"} 2100000000\n\
+dxdp_gpu_clock_hertz{device=\"a\",resource=\"r\",luid=\"1\",domain=\"graphics\",source=\"nvml\"} 1695000000\n\
+dxdp_gpu_throttled{device=\"a\",resource=\"r\",luid=\"1\",reason=\"sw_power_cap\",source=\"nvml\"} 1\n\
+dxdp_gpu_power_ratio{device=\"b\",resource=\"r\",luid=\"2\",source=\"d3dkmt\"} 0.25\n\
+dxdp_gpu_fan_rpm{device=\"b\",resource=\"r\",luid=\"2\",source=\"martian\"} 1\n";
+        let view = view_from_metrics(text);
+        let a = &view.devices[0].sensors;
+        assert_eq!(
+            a.temperature_celsius,
+            Some(Figure {
+                value: 71.0,
+                source: SensorSource::Nvml
+            })
+        );
+        assert_eq!(a.temperature_margin_celsius.map(|f| f.value), Some(11.5));
+        assert_eq!(
+            a.clocks,
+            vec![ClockFigure {
+                domain: "graphics".into(),
+                hertz: 1_695_000_000.0,
+                max_hertz: Some(2_100_000_000.0),
+                source: SensorSource::Nvml
+            }]
+        );
+        assert_eq!(a.throttle_reasons, ["sw_power_cap"]);
+        let b = &view.devices[1].sensors;
+        assert_eq!(b.power_ratio.map(|f| f.value), Some(0.25));
+        assert_eq!(b.fan_rpm, None, "an unknown source is not read");
+        let table = super::text(&view);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].ends_with("TEMP    MARGIN  POWER"), "{table}");
+        assert!(
+            lines[1].ends_with("71.0°C  11.5°C  182.5/300.0 W"),
+            "{table}"
+        );
+        assert!(lines[2].ends_with("-       -       25%"), "{table}");
     }
 
     #[test]

@@ -23,5 +23,6 @@ mod health;
 mod observe;
 mod plugin;
 mod reads;
+mod sensors;
 mod telemetry;
 mod validate;

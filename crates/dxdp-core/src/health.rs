@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::devices::{Device, Discovery, Health, HealthState};
 use crate::facts::HostFacts;
 use crate::telemetry::isolation::Violation;
+use crate::telemetry::sensors::SensorView;
 
 /// What a signal does to the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +112,7 @@ pub struct CatalogueEntry {
 }
 
 /// Every signal, its source and its default action.
-pub const CATALOGUE: [CatalogueEntry; 6] = [
+pub const CATALOGUE: [CatalogueEntry; 7] = [
     CatalogueEntry {
         signal: Reason::ProblemCode,
         source: "device node problem code (CM_Get_DevNode_Status)",
@@ -152,6 +153,12 @@ pub const CATALOGUE: [CatalogueEntry; 6] = [
         source: "Application log, provider Windows Error Reporting, event 1001, LiveKernelEvent 117/141",
         default: SignalPolicy::every(Action::EventOnly),
         why: "Windows' report of a display timeout that event 4101 already counts; it names no adapter",
+    },
+    CatalogueEntry {
+        signal: Reason::Thermal,
+        source: "telemetry sensors: temperature margin (D3DKMT/NVML) within health.thermal.marginCelsius, or NVML thermal/power-brake throttle reasons",
+        default: SignalPolicy::every(Action::EventOnly),
+        why: "a hot or throttled GPU still works, only slower; whether that should stop new pods is the operator's call",
     },
 ];
 
@@ -509,6 +516,75 @@ pub fn withdraw(discovery: &mut Discovery, violations: &[Violation]) -> Vec<Stri
     withdrawn
 }
 
+/// NVML's clock event reasons that make the `thermal` signal: heat and the power brake. Not
+/// `sw_power_cap`: a GPU at its power limit under full load works as designed.
+pub const THERMAL_THROTTLE_REASONS: [&str; 4] = [
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "sw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+];
+
+/// `health.thermal.marginCelsius` when the operator says nothing: within 5 °C of the warning
+/// temperature is "near".
+pub const DEFAULT_THERMAL_MARGIN_CELSIUS: u32 = 5;
+
+/// The `thermal` signal of one device's sensor figures: `Some(why)` when its temperature margin
+/// (warning minus current) is at most `margin_celsius`, or NVML names one of
+/// [`THERMAL_THROTTLE_REASONS`]; `None` when neither (or nothing is known).
+pub fn thermal(sensors: &SensorView, margin_celsius: u32) -> Option<String> {
+    let mut why = Vec::new();
+    if let Some(m) = sensors.temperature_margin_celsius {
+        let source = m.source.as_str();
+        if m.value <= 0.0 {
+            why.push(format!(
+                "temperature {:.1} °C over the warning temperature, where the GPU throttles ({source})",
+                -m.value
+            ));
+        } else if m.value <= f64::from(margin_celsius) {
+            why.push(format!(
+                "temperature {:.1} °C below the warning temperature, within health.thermal.marginCelsius {margin_celsius} ({source})",
+                m.value
+            ));
+        }
+    }
+    let throttled: Vec<&str> = sensors
+        .throttle_reasons
+        .iter()
+        .map(String::as_str)
+        .filter(|r| THERMAL_THROTTLE_REASONS.contains(r))
+        .collect();
+    if !throttled.is_empty() {
+        why.push(format!(
+            "clocks held down for {} (nvml)",
+            throttled.join(", ")
+        ));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// The devices the `thermal` signal holds now: device ID to the sentence of [`thermal`] at
+/// the start of the episode (the telemetry sampler publishes it, the refresher applies it).
+pub type Hot = std::sync::Arc<BTreeMap<String, String>>;
+
+/// `health.signals.thermal: unhealthy_until_cleared`: every device in `hot` (device ID to the
+/// sentence of [`thermal`]) is Unhealthy (`thermal`) while it stays hot; a device already
+/// Unhealthy keeps its own reason. Returns the IDs marked, in the order of `discovery`.
+pub fn overheated(discovery: &mut Discovery, hot: &BTreeMap<String, String>) -> Vec<String> {
+    let mut marked = Vec::new();
+    for d in discovery.devices.iter_mut() {
+        let Some(why) = hot.get(&d.id) else {
+            continue;
+        };
+        if !d.health.is_healthy() {
+            continue;
+        }
+        d.health = Health::unhealthy(Reason::Thermal, why.clone());
+        marked.push(d.id.clone());
+    }
+    marked
+}
+
 /// A device that is Healthy or not, and why, as logs and tools show it.
 pub fn describe(health: &Health) -> String {
     match (&health.state, &health.reason) {
@@ -536,7 +612,8 @@ mod tests {
                 "driver_update",
                 "removed",
                 "tdr",
-                "live_kernel_event"
+                "live_kernel_event",
+                "thermal"
             ]
         );
         assert_eq!(Reason::signal_named("tdr"), Some(Reason::Tdr));
@@ -895,6 +972,72 @@ mod tests {
         let mut d = sample();
         assert!(withdraw(&mut d, &[]).is_empty());
         assert!(d.devices.iter().all(|d| d.health.is_healthy()));
+    }
+
+    #[test]
+    fn thermal_is_a_margin_within_the_limit_or_a_thermal_throttle_reason() {
+        use crate::telemetry::sensors::{Figure, SensorSource};
+        assert!(Reason::Thermal.is_condition());
+        assert_eq!(Reason::signal_named("thermal"), Some(Reason::Thermal));
+        assert_eq!(
+            HealthPolicy::default().of(Reason::Thermal).action,
+            Action::EventOnly
+        );
+        let margin = |value| SensorView {
+            temperature_margin_celsius: Some(Figure {
+                value,
+                source: SensorSource::D3dkmt,
+            }),
+            ..SensorView::default()
+        };
+        assert_eq!(thermal(&SensorView::default(), 5), None, "nothing known");
+        assert_eq!(thermal(&margin(5.5), 5), None);
+        assert_eq!(
+            thermal(&margin(5.0), 5).as_deref(),
+            Some("temperature 5.0 °C below the warning temperature, within health.thermal.marginCelsius 5 (d3dkmt)")
+        );
+        assert_eq!(thermal(&margin(0.5), 0), None, "margin 0: only at or over");
+        assert_eq!(
+            thermal(&margin(-2.5), 0).as_deref(),
+            Some(
+                "temperature 2.5 °C over the warning temperature, where the GPU throttles (d3dkmt)"
+            )
+        );
+        let mut capped = margin(20.0);
+        capped.throttle_reasons = vec!["sw_power_cap".into()];
+        assert_eq!(thermal(&capped, 5), None, "a power cap is not heat");
+        capped.throttle_reasons = vec!["hw_power_brake_slowdown".into(), "sw_power_cap".into()];
+        assert_eq!(
+            thermal(&capped, 5).as_deref(),
+            Some("clocks held down for hw_power_brake_slowdown (nvml)")
+        );
+        let mut both = margin(1.0);
+        both.throttle_reasons = vec!["hw_thermal_slowdown".into(), "sw_thermal_slowdown".into()];
+        assert_eq!(
+            thermal(&both, 5).as_deref(),
+            Some("temperature 1.0 °C below the warning temperature, within health.thermal.marginCelsius 5 (d3dkmt); clocks held down for hw_thermal_slowdown, sw_thermal_slowdown (nvml)")
+        );
+    }
+
+    #[test]
+    fn overheated_marks_only_hot_healthy_devices() {
+        let mut d = sample();
+        let ids: Vec<String> = d.devices.iter().map(|d| d.id.clone()).collect();
+        d.devices[2].health = Health::unhealthy(Reason::ProblemCode, "code 43");
+        let hot = BTreeMap::from([
+            (ids[1].clone(), "too hot".to_string()),
+            (ids[2].clone(), "also hot".to_string()),
+            ("gone".to_string(), "hot".to_string()),
+        ]);
+        assert_eq!(overheated(&mut d, &hot), vec![ids[1].clone()]);
+        let codes: Vec<Reason> = d.devices.iter().map(|d| d.health.code).collect();
+        assert_eq!(
+            codes,
+            [Reason::Healthy, Reason::Thermal, Reason::ProblemCode]
+        );
+        assert_eq!(d.devices[1].health.reason.as_deref(), Some("too hot"));
+        let mut d = sample();
+        assert!(overheated(&mut d, &BTreeMap::new()).is_empty());
     }
 
     #[test]

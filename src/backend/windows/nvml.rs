@@ -4,7 +4,7 @@
 //! Each NVML device is matched to its adapter LUID through its PCI location
 //! (`nvmlDeviceGetPciInfo_v3`) and the graphics kernel's `KMTQAITYPE_ADAPTERADDRESS`; the match,
 //! the temperature thresholds and the maximum clocks are read again every
-//! [`SHARED_REFRESH`]. What NVML answers is turned into readings by
+//! [`STATIC_REFRESH`]. What NVML answers is turned into readings by
 //! `crate::backend::winparse::nvml_sensors`, tested on every target. NVML has no events on
 //! Windows: it is polled with the counters.
 
@@ -13,8 +13,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::library::Library;
-use super::sensors::{Kmt, SensorReader, SourceError};
-use super::telemetry::SHARED_REFRESH;
+use super::sensors::{Kmt, SensorReader, SourceError, STATIC_REFRESH};
 use crate::backend::winparse::{self, nvml_pci, NvmlReadings, NVML_CLOCKS};
 use dxdp_core::telemetry::sensors::AdapterSensors;
 
@@ -285,7 +284,7 @@ impl SensorReader for NvmlReader {
     fn read(&mut self) -> Result<Vec<AdapterSensors>, SourceError> {
         if self.nvml.is_none() {
             if let Some((at, e)) = &self.open_failed {
-                if at.elapsed() < SHARED_REFRESH {
+                if at.elapsed() < STATIC_REFRESH {
                     return Err(e.clone());
                 }
             }
@@ -305,7 +304,7 @@ impl SensorReader for NvmlReader {
         };
         if self
             .devices_at
-            .is_none_or(|at| at.elapsed() >= SHARED_REFRESH)
+            .is_none_or(|at| at.elapsed() >= STATIC_REFRESH)
         {
             self.devices_at = Some(Instant::now());
             match Self::match_devices(nvml) {

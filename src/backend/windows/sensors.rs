@@ -27,14 +27,16 @@ use windows::Wdk::Graphics::Direct3D::{
 
 use super::error::WinError;
 use super::library::Library;
-use super::nvml::NvmlReader;
-use super::telemetry::SHARED_REFRESH;
 use crate::backend::winparse::{self, perfdata};
 use dxdp_core::facts::PciLocation;
 use dxdp_core::telemetry::sensors::{AdapterSensors, SensorSource};
 
 /// How long a counter read waits for the sensor sources (all at once).
 pub(crate) const SENSOR_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often what changes only with the adapters or their drivers (caps, engine nodes, maximum
+/// clocks, the NVML devices' LUIDs) is read again, and a missing source tried again.
+pub(crate) const STATIC_REFRESH: Duration = Duration::from_secs(60);
 
 /// Engine nodes asked for at most (the graphics kernel answers an error past the last one).
 const MAX_NODES: u32 = 64;
@@ -184,7 +186,7 @@ impl Worker {
                 readings.len()
             ),
             Err(SourceError::Absent(why)) => tracing::info!(
-                "no GPU sensors from {name} on this host: {why}; retried every {SHARED_REFRESH:?}"
+                "no GPU sensors from {name} on this host: {why}; retried every {STATIC_REFRESH:?}"
             ),
             Err(SourceError::Failed(why)) => tracing::warn!(
                 "cannot read GPU sensors from {name}: {why}; the counters are read without them until it answers again"
@@ -200,11 +202,12 @@ pub(crate) struct Sensors {
 }
 
 impl Sensors {
-    /// Starts the D3DKMT and NVML threads.
-    pub(crate) fn start() -> Self {
+    /// Starts the D3DKMT thread and the NVML one (`nvml` makes its reader, on its thread:
+    /// `super::nvml::NvmlReader::new`, which uses this module's D3DKMT calls).
+    pub(crate) fn start<N: SensorReader + 'static>(nvml: fn() -> N) -> Self {
         let workers = [
             Worker::spawn(SensorSource::D3dkmt, D3dkmtReader::new),
-            Worker::spawn(SensorSource::Nvml, NvmlReader::new),
+            Worker::spawn(SensorSource::Nvml, nvml),
         ];
         Sensors {
             workers: Mutex::new(workers.into_iter().flatten().collect()),
@@ -449,7 +452,7 @@ impl SensorReader for D3dkmtReader {
     fn read(&mut self) -> Result<Vec<AdapterSensors>, SourceError> {
         if self.kmt.is_none() {
             if let Some((at, e)) = &self.load_failed {
-                if at.elapsed() < SHARED_REFRESH {
+                if at.elapsed() < STATIC_REFRESH {
                     return Err(e.clone());
                 }
             }
@@ -469,7 +472,7 @@ impl SensorReader for D3dkmtReader {
             .map_err(|e| SourceError::Failed(e.to_string()))?;
         if self
             .statics_at
-            .is_none_or(|at| at.elapsed() >= SHARED_REFRESH)
+            .is_none_or(|at| at.elapsed() >= STATIC_REFRESH)
         {
             self.statics.clear();
             self.statics_at = Some(Instant::now());
@@ -587,7 +590,7 @@ mod tests {
         // is no nvml.dll: both sources are absent and a read gives no sensors, without a panic
         // and within the time limit. On Windows, whatever the adapters report, one entry per
         // adapter and source at most, each with a value.
-        let sensors = Sensors::start();
+        let sensors = Sensors::start(super::super::nvml::NvmlReader::new);
         for _ in 0..2 {
             let started = Instant::now();
             let readings = sensors.read();

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use dxdp_core::telemetry::{SharedMemoryLimit, TelemetryFacts};
 
 use super::dxcore;
+use super::nvml::NvmlReader;
 use super::pdh::PdhSource;
 use super::sensors::Sensors;
 use crate::backend::counters::CounterSource;
@@ -39,7 +40,7 @@ impl NodeCounters {
         Ok(NodeCounters {
             pdh: PdhSource::open()?,
             shared: Mutex::default(),
-            sensors: Sensors::start(),
+            sensors: Sensors::start(NvmlReader::new),
         })
     }
 

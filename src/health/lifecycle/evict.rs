@@ -1,6 +1,6 @@
 //! `health.remediation.evictPods`: evicts the pods holding a served device that stayed
 //! Unhealthy longer than `health.remediation.gracePeriod`, with the Eviction API (`Api<Pod>::
-//! evict`, which respects PodDisruptionBudgets), and a Warning Event [`EVENT_REASON`] on the
+//! evict`, which respects PodDisruptionBudgets), and a Warning Event `GPUUnhealthyEviction` on the
 //! pod naming the device and the reason.
 //!
 //! Which pod holds which device comes from the kubelet's PodResources `List`, as for the

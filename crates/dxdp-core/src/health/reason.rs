@@ -29,6 +29,9 @@ pub enum Reason {
     /// Windows Error Reporting filed a live kernel report of a display timeout
     /// (`LiveKernelEvent` 117 or 141; Application log, `Windows Error Reporting` 1001).
     LiveKernelEvent,
+    /// The GPU is near or over its warning temperature (where throttling begins), or NVML
+    /// names a thermal or power-brake reason for holding its clocks down.
+    Thermal,
     /// A pod container uses the GPU without having been allocated it, and `isolation.policy` is
     /// `withdraw`: no signal of the catalogue, so not in [`Reason::ALL`].
     IsolationViolation,
@@ -37,7 +40,7 @@ pub enum Reason {
 impl Reason {
     /// Every reason a health signal gives, `healthy` first (the signals are the rest);
     /// [`Reason::IsolationViolation`] comes from the isolation policy and is not among them.
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::Healthy,
         Reason::ProblemCode,
         Reason::StatusUnreadable,
@@ -45,6 +48,7 @@ impl Reason {
         Reason::Removed,
         Reason::Tdr,
         Reason::LiveKernelEvent,
+        Reason::Thermal,
     ];
 
     /// The stable snake_case name.
@@ -57,6 +61,7 @@ impl Reason {
             Reason::Removed => "removed",
             Reason::Tdr => "tdr",
             Reason::LiveKernelEvent => "live_kernel_event",
+            Reason::Thermal => "thermal",
             Reason::IsolationViolation => "isolation_violation",
         }
     }
@@ -71,7 +76,11 @@ impl Reason {
     pub fn is_condition(self) -> bool {
         matches!(
             self,
-            Reason::ProblemCode | Reason::StatusUnreadable | Reason::DriverUpdate | Reason::Removed
+            Reason::ProblemCode
+                | Reason::StatusUnreadable
+                | Reason::DriverUpdate
+                | Reason::Removed
+                | Reason::Thermal
         )
     }
 }

@@ -18,6 +18,10 @@
 //! **Processes.** The distinct process IDs with a `GPU Engine` or `GPU Process Memory` instance
 //! on the adapter in the last sample.
 //!
+//! **Sensors.** Temperature, power, clocks, fan and throttle reasons are the last sample's
+//! readings of the device's LUID, one value per figure from the first source by precedence
+//! ([`super::sensors::view`]).
+//!
 //! **Attribution.** A process belongs to the container whose process list has its ID; the
 //! container to the pod container given for its ID (from the container runtime's CRI labels).
 //! Processes of no known container, or of a container dxdp cannot place, are summed under the
@@ -29,6 +33,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::devices::{Discovery, Resource};
+
+use super::sensors::SensorView;
 
 use super::instance::{luid_label, parse_adapter, parse_engine, parse_process};
 use super::{CounterSample, PodAllocation, PodRef, TelemetryFacts};
@@ -93,6 +99,10 @@ pub struct DeviceTelemetry {
     /// (from a daemon's `dxdp_device_health`); empty otherwise.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub health: String,
+    /// Temperature, power, clocks, fan and throttle reasons of the last sample
+    /// ([`super::sensors::view`]); left out when no source reports any.
+    #[serde(default, skip_serializing_if = "SensorView::is_empty")]
+    pub sensors: SensorView,
 }
 
 /// A pod container holding a device.
@@ -394,6 +404,9 @@ pub fn compute(
             processes: device_processes[d],
             holders: h,
             health: String::new(),
+            sensors: last
+                .map(|l| super::sensors::view(l.sensors.iter().filter(|s| s.luid == dev.luid)))
+                .unwrap_or_default(),
         });
     }
     for (&(o, d), &processes) in &container_processes {

@@ -512,6 +512,7 @@ mod tests {
             processes: 0,
             holders: Vec::new(),
             health: String::new(),
+            sensors: Default::default(),
         }
     }
 
