@@ -9,7 +9,7 @@
 //! (`dxdp_core::lifecycle::EvictionBound`): no pod twice within `EVICTED_MEMORY` (it stays
 //! listed while it terminates), at most `EVICTIONS_PER_WINDOW` attempts a minute on the node.
 //! A PodDisruptionBudget's refusal (429) is counted `refused`, said once per pod in the log and
-//! in a [`REFUSED_REASON`] Event, and tried again after [`REFUSED_RETRY`]; other failures
+//! in a `REFUSED_REASON` Event, and tried again after [`REFUSED_RETRY`]; other failures
 //! with backoff. A device that recovers forgets its pending evictions.
 
 use std::collections::{BTreeMap, BTreeSet};
