@@ -8,17 +8,13 @@
 
 use std::collections::BTreeMap;
 
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use dxdp_core::devices::Resource;
 use dxdp_core::quote::quote;
 
+use super::health::{ExpectedFile, FromNodeLabel, Row, DEFAULT_LABEL};
 use super::NodeInfo;
-
-/// The label read when `fromNodeLabel` is `true`.
-pub(crate) const DEFAULT_LABEL: &str = "node.kubernetes.io/instance-type";
 
 /// Built-in rows: VM size (as the cloud writes `node.kubernetes.io/instance-type`) to the GPUs
 /// Windows sees. Every row counts `display` devices: the drivers these sizes get on Windows
@@ -75,109 +71,6 @@ pub(crate) const BUILT_IN: &[(&str, u32)] = &[
     ("g6.24xlarge", 4),
     ("g6.48xlarge", 8),
 ];
-
-/// One row of the table: devices per resource (a resource left out has no expectation).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Row {
-    /// Display (WDDM) devices.
-    pub(crate) display: Option<u32>,
-    /// Compute (MCDM) devices.
-    pub(crate) compute: Option<u32>,
-}
-
-impl Row {
-    fn counts(&self) -> BTreeMap<Resource, u32> {
-        [
-            (Resource::Display, self.display),
-            (Resource::Compute, self.compute),
-        ]
-        .into_iter()
-        .filter_map(|(r, n)| n.map(|n| (r, n)))
-        .collect()
-    }
-}
-
-/// `fromNodeLabel` as written: `true` (the instance-type label), `false`, or a label key.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "BoolOrText")]
-pub(crate) enum FromNodeLabel {
-    /// `true`: [`DEFAULT_LABEL`]; `false`: off.
-    Switch(bool),
-    /// The label key whose value is looked up (`[prefix/]name`).
-    Key(String),
-}
-
-/// A boolean or a string, as YAML gives it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum BoolOrText {
-    Bool(bool),
-    Text(String),
-}
-
-impl TryFrom<BoolOrText> for FromNodeLabel {
-    type Error = String;
-
-    fn try_from(v: BoolOrText) -> Result<Self, Self::Error> {
-        let s = match v {
-            BoolOrText::Bool(b) => return Ok(FromNodeLabel::Switch(b)),
-            BoolOrText::Text(s) => s,
-        };
-        let ok_part = |p: &str, max: usize| {
-            !p.is_empty()
-                && p.len() <= max
-                && p.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        };
-        let ok = match s.split_once('/') {
-            Some((prefix, name)) => ok_part(prefix, 253) && ok_part(name, 63),
-            None => ok_part(&s, 63),
-        };
-        if ok {
-            Ok(FromNodeLabel::Key(s))
-        } else {
-            Err(format!(
-                "health.expectedDevices.fromNodeLabel: {} is not a label key: write true (for {DEFAULT_LABEL}) or a key such as example.com/gpu-count",
-                quote(&s)
-            ))
-        }
-    }
-}
-
-impl JsonSchema for FromNodeLabel {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "FromNodeLabel".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "description": "derive the counts not given from this node label's value through the instance-type table (true: node.kubernetes.io/instance-type)",
-            "anyOf": [
-                {"type": "boolean"},
-                {"type": "string", "pattern": "^([A-Za-z0-9._-]+/)?[A-Za-z0-9._-]+$"}
-            ]
-        })
-    }
-}
-
-/// `health.expectedDevices` as written.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct ExpectedFile {
-    /// Display (WDDM) devices this node should have.
-    pub(crate) display: Option<u32>,
-    /// Compute (MCDM) devices this node should have.
-    pub(crate) compute: Option<u32>,
-    /// Derive the counts not given from a node label through the instance-type table.
-    pub(crate) from_node_label: Option<FromNodeLabel>,
-    /// Rows added to the built-in instance-type table (a row here wins over a built-in one).
-    pub(crate) instance_types: Option<BTreeMap<String, Row>>,
-}
 
 /// Where a derived expectation came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -180,7 +180,7 @@ pub(crate) struct HealthFile {
     /// Signals ignored altogether.
     pub(crate) ignore: Option<Vec<super::health::SignalName>>,
     /// The devices this node should have (see `config::expected`).
-    pub(crate) expected_devices: Option<super::expected::ExpectedFile>,
+    pub(crate) expected_devices: Option<super::health::ExpectedFile>,
     /// `GPUUnhealthy` Events on the pods holding an Unhealthy device (see `config::health`).
     pub(crate) events: Option<bool>,
     /// The `DirectXGPUHealthy` and `DirectXGPUIsolation` node conditions (see `config::health`).
