@@ -105,7 +105,7 @@ case "${1:-}" in
     # watch on ReadDirectoryChangesW, the lock, registration retries, server restarts), and the
     # PodResources and CRI clients talk to stand-ins on real named pipes. Every test must run:
     # one that skips fails this step.
-    daemon_tests=(plugin faults soak observe telemetry)
+    daemon_tests=(plugin faults soak observe telemetry sensors)
     # Tests that run dxdp.exe need the ProcessPrng stand-in beside it too.
     mkdir -p "$CARGO_TARGET_DIR/$target/debug"
     cp "$deps/bcryptprimitives.dll" "$CARGO_TARGET_DIR/$target/debug/"
