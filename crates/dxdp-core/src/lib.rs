@@ -15,6 +15,7 @@
 //! - [`assignment`]: how containers are given devices, and what the host's HCS allows.
 //! - [`policy`]: per-resource allocation settings (spread or pack, multi-device requests, hints).
 //! - [`preferred`]: the preferred allocation (`GetPreferredAllocation`).
+//! - [`sharing`]: how one GPU becomes several device IDs (replicas or memory units).
 //! - [`allocation`]: replicas and the container edits of an `Allocate` call.
 //! - [`quote`]: bounded quoting of untrusted values in messages.
 //! - [`luid`]: the one notation of adapter LUIDs in text (the telemetry labels' notation).
@@ -37,6 +38,7 @@ pub mod policy;
 pub mod preferred;
 pub mod quote;
 pub mod sample;
+pub mod sharing;
 pub mod snapshot;
 pub mod telemetry;
 pub mod validation;
