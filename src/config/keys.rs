@@ -153,6 +153,8 @@ node_wide_keys! {
     HealthNodeConditions => "health.nodeConditions",
     /// `health.thermal.marginCelsius`.
     HealthThermalMarginCelsius => "health.thermal.marginCelsius",
+    /// `health.memoryOverUse.gracePeriod`.
+    HealthMemoryOverUseGracePeriod => "health.memoryOverUse.gracePeriod",
     /// `validation.enabled`.
     ValidationEnabled => "validation.enabled",
     /// `validation.interval`.

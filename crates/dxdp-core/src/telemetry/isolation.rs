@@ -80,6 +80,13 @@ pub struct Used {
     pub processes: u64,
     /// Whether it is one of the container's allocated devices.
     pub allocated: bool,
+    /// The dedicated memory its processes use on it, bytes; given with `memory_share` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used: Option<u64>,
+    /// Its memory share of the device (memory units held x unit size), bytes; left out
+    /// without memory units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_share: Option<u64>,
 }
 
 /// What a container's use says.
@@ -338,6 +345,8 @@ pub fn audit(view: &TelemetryView, allocations: &[PodAllocation]) -> IsolationRe
             adapter,
             processes: c.processes,
             allocated: mine,
+            memory_used: c.memory_share.and(c.memory_used.dedicated),
+            memory_share: c.memory_share,
         });
     }
 
@@ -525,6 +534,7 @@ mod tests {
                 dedicated: Some(0),
                 shared: Some(0),
             },
+            memory_share: None,
             engines: BTreeMap::from([("3d".to_string(), if busy { 0.1 } else { 0.0 })]),
             processes,
         }
