@@ -442,10 +442,16 @@ dxdp_container_gpu_memory_used_bytes{namespace=\"n\",pod=\"q\",container=\"c\",d
         let shares: Vec<Option<u64>> = view.containers.iter().map(|c| c.memory_share).collect();
         assert_eq!(shares, [Some(2 << 30), None]);
         let table = super::text(&view);
-        let lines: Vec<&str> = table.lines().collect();
-        assert!(lines[3].contains("MEMORY  SHARE  PROCS"), "{table}");
-        assert!(lines[4].contains("3.0 GiB  2.0 GiB, over"), "{table}");
-        assert!(lines[5].contains("1.0 GiB  -"), "{table}");
+        let lines: Vec<&str> = table.lines().map(str::trim_end).collect();
+        assert_eq!(
+            lines[3..],
+            [
+                "POD    DEVICE  UTILISATION  MEMORY   SHARE          PROCS",
+                "n/p/c  a       -            3.0 GiB  2.0 GiB, over  -",
+                "n/q/c  a       -            1.0 GiB  -              -",
+            ],
+            "{table}"
+        );
         assert_eq!(share_text(1 << 30, 2 << 30), "1.0 of 2.0 GiB share");
     }
 
