@@ -43,10 +43,14 @@ pub(crate) type ConfirmedTx = Arc<watch::Sender<Confirmed>>;
 /// The memory resources' names and unit sizes, bytes, under `config`: the resources with
 /// `memorySharing` on.
 pub(crate) fn unit_sizes(config: &Config) -> BTreeMap<String, u64> {
-    let _ = config;
-    // Wired from `Config::memory_resource_name` and `Config::sharing(r).share_bytes()` once the
-    // memorySharing configuration is on this branch.
-    BTreeMap::new()
+    config
+        .resources
+        .keys()
+        .filter_map(|&r| {
+            let name = config.memory_resource_name(r)?;
+            Some((name.to_string(), config.sharing(r).share_bytes()?))
+        })
+        .collect()
 }
 
 /// Follows the over-use episodes of the samples and publishes them. Its episodes outlive a
@@ -230,6 +234,17 @@ impl Task for ReportEvents {
 mod tests {
     use super::*;
     use dxdp_core::telemetry::PodRef;
+
+    #[test]
+    fn the_unit_sizes_are_those_of_the_resources_shared_by_memory() {
+        use dxdp_core::devices::Resource;
+        assert!(unit_sizes(&Config::default()).is_empty());
+        let c = Config::default().with_memory_sharing(Resource::Display, 1 << 30, 1 << 30);
+        assert_eq!(
+            unit_sizes(&c),
+            BTreeMap::from([("directx.microsoft.com/display-memory".to_string(), 1 << 30)])
+        );
+    }
 
     #[test]
     fn the_event_names_the_pod_container_use_share_and_what_to_do() {
