@@ -80,7 +80,7 @@ pub struct Used {
     pub processes: u64,
     /// Whether it is one of the container's allocated devices.
     pub allocated: bool,
-    /// The dedicated memory its processes use on it, bytes; given with `memory_share` only.
+    /// The dedicated memory its processes use on it, bytes; given only with a memory share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_used: Option<u64>,
     /// Its memory share of the device (memory units held x unit size), bytes; left out
