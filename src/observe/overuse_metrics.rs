@@ -38,13 +38,13 @@ impl OverUseMetrics {
     pub(crate) fn register(registry: &mut Registry) -> Self {
         let episodes = Counter::default();
         registry.register(
-            "dxdp_gpu_memory_overuse_episodes",
+            "dxdp_memory_overuse_episodes",
             "Episodes of a container using more dedicated GPU memory than its memory share for longer than health.memoryOverUse.gracePeriod (counted when confirmed)",
             episodes.clone(),
         );
         let events = Family::<ResultLabel, Counter>::default();
         registry.register(
-            "dxdp_gpu_memory_overuse_events",
+            "dxdp_memory_overuse_events",
             "Kubernetes Events about GPU memory over-use (GPUMemoryOverUse), by result (sent, error, deduplicated, rate_limited, disabled)",
             events.clone(),
         );

@@ -1,7 +1,7 @@
 //! GPU memory over-use, the daemon's side: after every sample the telemetry task judges each
 //! container's dedicated memory against its memory share ([`dxdp_core::telemetry::overuse`]);
 //! an episode that lasts `health.memoryOverUse.gracePeriod` is logged once, counted in
-//! `dxdp_gpu_memory_overuse_episodes_total`, shown in `dxdp_container_gpu_memory_overuse_bytes`
+//! `dxdp_memory_overuse_episodes_total`, shown in `dxdp_container_gpu_memory_overuse_bytes`
 //! while it lasts, and reported as a `GPUMemoryOverUse` Warning Event on the pod
 //! ([`ReportEvents`], with `health.events`). Nothing is evicted or tainted: Windows cannot cap a
 //! container's GPU memory, and dxdp only tells.
