@@ -194,7 +194,93 @@ async fn the_daemon_reports_a_container_over_its_share_once_with_its_excess() {
     assert_eq!(m[&infer_a], "1073741824");
     assert_eq!(api.events().iter().filter(|e| over_use(e)).count(), 1);
     assert_eq!(m[sent], "1");
+    // Memory units are allocations of their GPU: no isolation violation (isolation.events is on
+    // by default), no Event but the over-use.
+    assert!(
+        !m.keys()
+            .any(|k| k.starts_with("dxdp_isolation_violations{")),
+        "{m:?}"
+    );
+    assert_eq!(api.events().len(), 1, "{:?}", api.events());
 
     let _ = stop.send(());
     daemon.await.unwrap().unwrap();
+}
+
+/// `dxdp top` and `dxdp audit` on the fixture: each container's share beside its use, in the
+/// table and in `-o json`.
+#[test]
+fn top_and_audit_show_the_share_beside_the_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let dxdp = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dxdp"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .arg("--host-snapshot")
+            .arg(common::fixture_path("telemetry-memshare"))
+            .env_clear()
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let table = dxdp(&["top"]);
+    let rows: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.starts_with("POD"))
+        .map(str::trim_end)
+        .collect();
+    assert_eq!(
+        rows[0],
+        "POD                 DEVICE                               UTILISATION  MEMORY   SHARE          PROCS"
+    );
+    assert_eq!(
+        rows[2],
+        format!("ml/infer-a/server   {GPU0}  compute 40%  3.0 GiB  2.0 GiB, over  1")
+    );
+    assert_eq!(
+        rows[4],
+        format!("web/render-b/app    {GPU0}  3d 20%       1.5 GiB  4.0 GiB        1")
+    );
+    let doc: serde_json::Value = serde_json::from_str(&dxdp(&["top", "-o", "json"])).unwrap();
+    let shares: Vec<serde_json::Value> = doc["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["memoryShare"].clone())
+        .collect();
+    assert_eq!(
+        shares,
+        [
+            serde_json::Value::Null,
+            serde_json::json!(2 * GIB),
+            serde_json::json!(8 * GIB),
+            serde_json::json!(4 * GIB)
+        ]
+    );
+
+    let audit = dxdp(&["audit"]);
+    assert!(
+        audit.contains(&format!("{GPU0} (3.0 of 2.0 GiB share, over)")),
+        "{audit}"
+    );
+    assert!(
+        audit.contains(&format!("{GPU1} (8.0 of 8.0 GiB share)")),
+        "{audit}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&dxdp(&["audit", "-o", "json"])).unwrap();
+    let infer_a = &doc["node"]["containers"][0];
+    assert_eq!(infer_a["pod"], "infer-a");
+    assert_eq!(infer_a["verdict"], "ok");
+    assert_eq!(infer_a["used"][0]["memoryUsed"], 3 * GIB);
+    assert_eq!(infer_a["used"][0]["memoryShare"], 2 * GIB);
 }

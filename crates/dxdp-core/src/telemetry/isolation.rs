@@ -8,8 +8,9 @@
 //!   device's engines over the last window, or dedicated or shared memory above 0 in the last
 //!   sample (a process that only enumerates adapters uses nothing);
 //! - a container's **allocated** devices are the physical devices of the IDs the kubelet gave it
-//!   for any resource dxdp serves; a replica ID (`<id>-r<k>`) counts for its physical device, so
-//!   several pods sharing one GPU through replicas are each allocated that GPU;
+//!   for any resource dxdp serves; a replica ID (`<id>-r<k>`) or a memory unit ID (`<id>-m<k>`)
+//!   counts for its physical device, so several pods sharing one GPU through replicas or memory
+//!   units are each allocated that GPU;
 //! - a container with no dxdp allocation of its own in a pod whose other containers hold dxdp
 //!   devices (a regular init container: the kubelet's PodResources does not list those) is
 //!   allocated the union of its pod's devices;
@@ -250,9 +251,11 @@ pub fn uses(c: &ContainerTelemetry) -> bool {
         || c.memory_used.shared.is_some_and(|b| b > 0)
 }
 
-/// Whether `id` is `device` or a replica of it (`<device>-r<k>`).
+/// Whether `id` is `device`, a replica of it (`<device>-r<k>`) or one of its memory units
+/// (`<device>-m<k>`).
 fn names(id: &str, device: &str) -> bool {
     id == device
+        || crate::sharing::parse_memory_unit_id(id).is_some_and(|(physical, _)| physical == device)
         || id
             .strip_prefix(device)
             .and_then(|rest| rest.strip_prefix("-r"))
@@ -574,6 +577,25 @@ mod tests {
         );
         assert_eq!(r.containers[1].allocated[0].device_id, "a-r1");
         assert_eq!(r.containers[1].allocated[0].adapter.device, "a");
+    }
+
+    #[test]
+    fn memory_units_of_one_device_in_several_pods_are_no_violation() {
+        let (p, q) = (pod("n", "p", "c"), pod("n", "q", "c"));
+        let v = view(vec![
+            on(p.clone(), "a", true, 1),
+            on(q.clone(), "b", true, 2),
+        ]);
+        // p holds two units of a; q holds a unit of a but uses b.
+        let r = audit(&v, &[alloc(&p, &["a-m0", "a-m1"]), alloc(&q, &["a-m2"])]);
+        assert_eq!(
+            r.containers.iter().map(|c| c.verdict).collect::<Vec<_>>(),
+            [ContainerVerdict::Ok, ContainerVerdict::Violation]
+        );
+        assert_eq!(r.containers[0].allocated[1].device_id, "a-m1");
+        assert_eq!(r.containers[0].allocated[1].adapter.device, "a");
+        assert_eq!(r.violations.len(), 1);
+        assert_eq!(r.violations[0].used.device, "b");
     }
 
     #[test]
