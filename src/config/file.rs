@@ -234,6 +234,8 @@ pub(crate) struct HealthFile {
     pub(crate) remediation: Option<super::health::RemediationFile>,
     /// What "near the warning temperature" means for the `thermal` signal.
     pub(crate) thermal: Option<super::health::ThermalFile>,
+    /// When GPU memory above a container's memory share is reported (see `config::health`).
+    pub(crate) memory_over_use: Option<super::health::MemoryOverUseFile>,
 }
 
 /// `runtimeFiles`.

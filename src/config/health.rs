@@ -98,6 +98,32 @@ impl Default for Thermal {
     }
 }
 
+/// `health.memoryOverUse`: when a container's GPU memory above its memory share is reported
+/// (docs/health.md#memory-over-use). Applies at once on a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryOverUse {
+    /// `health.memoryOverUse.gracePeriod`: how long a container may use more dedicated memory
+    /// than its share before the `GPUMemoryOverUse` Event and the excess gauge.
+    pub grace_period: Duration,
+}
+
+impl Default for MemoryOverUse {
+    fn default() -> Self {
+        MemoryOverUse {
+            grace_period: dxdp_core::telemetry::overuse::DEFAULT_GRACE_PERIOD,
+        }
+    }
+}
+
+/// `health.memoryOverUse` as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct MemoryOverUseFile {
+    /// How long a container may use more dedicated GPU memory than its memory share before it
+    /// is reported (default 2m).
+    pub(crate) grace_period: Option<HealthDuration>,
+}
+
 /// How `config show` writes a grace period (`10m`).
 pub(crate) fn show_duration(d: Duration) -> String {
     duration_text(d)

@@ -157,6 +157,8 @@ node_wide_keys! {
     HealthNodeConditions => "health.nodeConditions",
     /// `health.thermal.marginCelsius`.
     HealthThermalMarginCelsius => "health.thermal.marginCelsius",
+    /// `health.memoryOverUse.gracePeriod`.
+    HealthMemoryOverUseGracePeriod => "health.memoryOverUse.gracePeriod",
     /// `validation.enabled`.
     ValidationEnabled => "validation.enabled",
     /// `validation.interval`.
@@ -212,7 +214,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 10 + 43);
+        assert_eq!(all.len(), 2 * 10 + 44);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

@@ -342,6 +342,8 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
         health.node_conditions => c.health_reports.node_conditions, Key::HealthNodeConditions;
         health.thermal.as_ref().and_then(|t| t.margin_celsius).map(|m| m.0)
             => c.health_thermal.margin_celsius, Key::HealthThermalMarginCelsius;
+        health.memory_over_use.as_ref().and_then(|m| m.grace_period).map(|g| g.0)
+            => c.health_memory_over_use.grace_period, Key::HealthMemoryOverUseGracePeriod;
         validation.enabled => c.validation.enabled, Key::ValidationEnabled;
         validation.interval.map(|i| i.0) => c.validation.interval, Key::ValidationInterval;
         validation.timeout.map(|t| t.0) => c.validation.timeout, Key::ValidationTimeout;

@@ -144,6 +144,8 @@ pub struct Config {
     pub remediation: health::Remediation,
     /// `health.thermal`: what "near the warning temperature" means for the `thermal` signal.
     pub health_thermal: health::Thermal,
+    /// `health.memoryOverUse`: when memory above a container's share is reported.
+    pub health_memory_over_use: health::MemoryOverUse,
     /// `validation`: the in-cluster validation Jobs.
     pub validation: validation::Validation,
     /// `startupTaint`: the taint dxdp removes once the node's GPUs are schedulable (`None`:
@@ -432,6 +434,7 @@ impl Default for Config {
             expected_devices: expected::ExpectedDevices::default(),
             remediation: health::Remediation::default(),
             health_thermal: health::Thermal::default(),
+            health_memory_over_use: health::MemoryOverUse::default(),
             validation: validation::Validation::default(),
             startup_taint: None,
         }

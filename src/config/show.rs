@@ -143,6 +143,9 @@ impl Resolved {
                 None => Value::Null,
             },
             Key::HealthThermalMarginCelsius => json!(self.health_thermal.margin_celsius),
+            Key::HealthMemoryOverUseGracePeriod => json!(super::health::show_duration(
+                self.health_memory_over_use.grace_period
+            )),
             Key::ValidationEnabled
             | Key::ValidationGate
             | Key::ValidationInterval

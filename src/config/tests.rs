@@ -93,6 +93,8 @@ health:
   remediation: {evictPods: true, cordon: true, gracePeriod: 15m}
   thermal:
     marginCelsius: 3
+  memoryOverUse:
+    gracePeriod: 5m
 startupTaint: directx.microsoft.com/gpu-not-ready=true:NoSchedule
 logLevel: debug
 logFormat: json
@@ -191,6 +193,10 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
         }
     );
     assert_eq!(c.health_thermal.margin_celsius, 3);
+    assert_eq!(
+        c.health_memory_over_use.grace_period,
+        std::time::Duration::from_secs(300)
+    );
     let origin = format!("file {}", path.display());
     for key in Key::all() {
         let name = key.to_string();

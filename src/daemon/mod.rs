@@ -21,7 +21,7 @@
 //! 6. each feature's tasks, from its entry point: serving (`plugin::serve::tasks`: refresher,
 //!    device gauges, configuration reload), the node labels and the node watch
 //!    (`cluster::node_tasks`), GPU telemetry and the isolation audit (`telemetry::tasks`:
-//!    Events, taint), device health on the cluster side (`health::tasks`: Events, node
+//!    Events, taint), GPU memory over-use's Events (`telemetry::overuse::tasks`), device health on the cluster side (`health::tasks`: Events, node
 //!    conditions, `/readyz` on the Node's capacity), the in-cluster validation Jobs
 //!    (`validation::tasks`);
 //! 7. serving's main loop (`plugin::serve::run`) with the supervisor, until the stop.
@@ -374,6 +374,7 @@ impl Daemon {
             ));
         }
         specs.extend(telemetry);
+        specs.extend(telemetry::overuse::tasks(&ctx, &feeds.overuse));
         specs.extend(health::tasks(&ctx, &active));
         specs.extend(validation::tasks(&ctx));
         #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -81,6 +81,7 @@ mod tests {
             pod: p,
             device: "gpu0".into(),
             memory_used: Segments::default(),
+            memory_share: None,
             engines: Default::default(),
             processes: 1,
         };

@@ -142,6 +142,8 @@ struct Inner {
     telemetry: super::telemetry_metrics::TelemetryMetrics,
     /// The GPU isolation audit (`observe::isolation_metrics`).
     isolation: super::isolation_metrics::IsolationMetrics,
+    /// GPU memory over-use (`observe::overuse_metrics`).
+    overuse: super::overuse_metrics::OverUseMetrics,
     /// Who may read `/metrics` (`observe::access`).
     access: super::access::AccessMetrics,
     reviews: super::review_metrics::ReviewMetrics,
@@ -288,6 +290,7 @@ impl Metrics {
         }
         let telemetry = super::telemetry_metrics::TelemetryMetrics::register(&mut registry);
         let isolation = super::isolation_metrics::IsolationMetrics::register(&mut registry);
+        let overuse = super::overuse_metrics::OverUseMetrics::register(&mut registry);
         let access = super::access::AccessMetrics::register(&mut registry);
         let reviews = super::review_metrics::ReviewMetrics::register(&mut registry);
         let device_health = super::device_health::HealthMetrics::register(&mut registry);
@@ -314,6 +317,7 @@ impl Metrics {
                 device_names: Mutex::default(),
                 telemetry,
                 isolation,
+                overuse,
                 access,
                 reviews,
                 device_health,
@@ -452,6 +456,11 @@ impl Metrics {
     /// The GPU isolation audit's metrics.
     pub fn isolation(&self) -> &super::isolation_metrics::IsolationMetrics {
         &self.inner.isolation
+    }
+
+    /// The GPU memory over-use metrics.
+    pub fn overuse(&self) -> &super::overuse_metrics::OverUseMetrics {
+        &self.inner.overuse
     }
 
     /// The device health metrics.

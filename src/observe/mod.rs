@@ -16,6 +16,7 @@ pub mod event_metrics;
 pub mod http;
 pub mod isolation_metrics;
 pub mod metrics;
+pub mod overuse_metrics;
 pub(crate) mod podinfo;
 pub mod remediation_metrics;
 pub(crate) mod review_metrics;

@@ -480,6 +480,14 @@ impl Collector for ViewCollector {
         )?;
         gauge(
             &mut encoder,
+            "dxdp_container_gpu_memory_share_bytes",
+            "The container's memory share of the device: the memory units it holds times the unit size (resources.<class>.memorySharing); only for containers with processes on a device they hold units of.",
+            view.containers
+                .iter()
+                .filter_map(|c| c.memory_share.map(|s| (pod_labels(c), s))),
+        )?;
+        gauge(
+            &mut encoder,
             "dxdp_container_gpu_processes",
             "The container's processes using the device; pod=\"\" is the host and processes dxdp cannot place.",
             view.containers.iter().map(|c| (pod_labels(c), c.processes)),

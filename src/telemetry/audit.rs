@@ -330,10 +330,16 @@ fn node_table(report: &IsolationReport) -> String {
                 .used
                 .iter()
                 .map(|u| {
-                    if u.allocated {
+                    let device = if u.allocated {
                         u.adapter.device.clone()
                     } else {
                         format!("{} (not allocated)", u.adapter.device)
+                    };
+                    match (u.memory_used, u.memory_share) {
+                        (Some(used), Some(share)) => {
+                            format!("{device} ({})", super::top::share_text(used, share))
+                        }
+                        _ => device,
                     }
                 })
                 .collect();

@@ -11,6 +11,8 @@
 //!   a CA, a client certificate, a bearer token or basic-auth credentials;
 //! - [`audit`]: the isolation audit's tracker (starts and ends of violations, logged once,
 //!   counted and published for the Kubernetes side) and `dxdp audit`'s table;
+//! - `overuse`: GPU memory over-use (a container above its memory share): the tracker the
+//!   sampler feeds, and its Events (`overuse::tasks`, the feature's entry point);
 //! - `podinfo`: the `dxdp_pod_info` series (opt-in pod UID and labels, from CRI).
 //!
 //! The computation itself is pure and lives in `dxdp_core::telemetry`. The daemon starts the
@@ -18,6 +20,7 @@
 //! (`cluster::isolation_events`) and node taint (`cluster::taint`).
 
 pub mod audit;
+pub(crate) mod overuse;
 pub(crate) mod podinfo;
 pub mod sampler;
 pub mod scrape;
@@ -44,6 +47,8 @@ pub(crate) struct Feeds {
     pub(crate) active: ActiveTx,
     /// The hot devices ([`thermal`]).
     pub(crate) hot: HotTx,
+    /// The confirmed GPU memory over-use episodes (`overuse`).
+    pub(crate) overuse: overuse::ConfirmedTx,
 }
 
 /// The GPU telemetry task (when telemetry can be built) and, with the API server, the isolation
@@ -60,6 +65,10 @@ pub(crate) fn tasks(ctx: &Context, host_snapshot: Option<PathBuf>) -> (Vec<TaskS
         metrics: ctx.observe.metrics.clone(),
         active: Arc::new(watch::Sender::new(None)),
         hot: Arc::new(watch::Sender::new(Arc::default())),
+        overuse: overuse::OverUseTracker::new(
+            ctx.observe.metrics.overuse().clone(),
+            Arc::new(watch::Sender::new(Arc::default())),
+        ),
         first: Arc::default(),
     };
     let first = task.build();
@@ -69,6 +78,7 @@ pub(crate) fn tasks(ctx: &Context, host_snapshot: Option<PathBuf>) -> (Vec<TaskS
     let feeds = Feeds {
         active: active.clone(),
         hot: task.hot.clone(),
+        overuse: task.overuse.sender(),
     };
     if telemetry_on {
         *task.first.lock().unwrap_or_else(|e| e.into_inner()) = first;
@@ -121,6 +131,8 @@ struct Telemetry {
     metrics: crate::observe::metrics::Metrics,
     active: ActiveTx,
     hot: HotTx,
+    /// The over-use episodes (kept across restarts).
+    overuse: overuse::OverUseTracker,
     /// The sampler built at start (to know whether telemetry can run), taken by the first run.
     first: Arc<Mutex<Option<sampler::Sampler>>>,
 }
@@ -147,6 +159,7 @@ impl Task for Telemetry {
             let trackers = sampler::Trackers {
                 isolation: Some(tracker),
                 thermal: Some(thermal),
+                overuse: Some(self.overuse.clone()),
             };
             sampler::run_with(sampler, trackers, std::future::pending::<()>()).await;
         } else {

@@ -275,13 +275,16 @@ impl Sampler {
                 state.allocations.clone()
             }
         };
+        // The memory resources' units name their GPUs too.
+        let units = super::overuse::unit_sizes(&config);
         let served: Vec<String> = config.endpoints().into_iter().map(|(_, n)| n).collect();
         let allocations: Vec<PodAllocation> = allocations
             .into_iter()
-            .filter(|a| served.contains(&a.resource))
+            .filter(|a| served.contains(&a.resource) || units.contains_key(&a.resource))
             .collect();
         // The pods the runtime named (empty without CRI) win over the recorded ones.
-        let view = compute(&state.devices, &facts, &state.pods, &allocations);
+        let mut view = compute(&state.devices, &facts, &state.pods, &allocations);
+        dxdp_core::telemetry::overuse::annotate_shares(&mut view, &units);
         state.pod_info = super::podinfo::pod_info(&view, &state.sandboxes, &config.telemetry);
         Ok(view)
     }
@@ -515,6 +518,8 @@ pub(crate) struct Trackers {
     pub(crate) isolation: Option<Tracker>,
     /// The `thermal` health signal.
     pub(crate) thermal: Option<super::thermal::ThermalTracker>,
+    /// GPU memory over-use.
+    pub(crate) overuse: Option<super::overuse::OverUseTracker>,
 }
 
 /// [`run`], feeding the isolation audit's `tracker` after every successful sample (and telling
@@ -528,6 +533,7 @@ pub(crate) async fn run_with(
     let Trackers {
         isolation: mut tracker,
         mut thermal,
+        overuse,
     } = trackers;
     tokio::pin!(cancel);
     let mut state = State::default();
@@ -546,6 +552,9 @@ pub(crate) async fn run_with(
             }
             if let Some(t) = &mut thermal {
                 t.unknown();
+            }
+            if let Some(t) = &overuse {
+                t.off();
             }
             config.telemetry.interval
         } else {
@@ -571,6 +580,9 @@ pub(crate) async fn run_with(
                     if let Some(t) = &mut thermal {
                         t.sample(&view, &config);
                     }
+                    if let Some(t) = &overuse {
+                        t.sample(&view, &config, current);
+                    }
                     if failures > 0 {
                         tracing::info!(after = failures, "GPU telemetry samples again");
                     }
@@ -582,6 +594,9 @@ pub(crate) async fn run_with(
                     sampler.metrics.publish(None);
                     sampler.metrics.attribution_current(false);
                     if let Some(t) = &mut thermal {
+                        t.unknown();
+                    }
+                    if let Some(t) = &overuse {
                         t.unknown();
                     }
                     failures += 1;

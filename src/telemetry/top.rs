@@ -107,6 +107,7 @@ pub fn view_from_metrics(text: &str) -> TelemetryView {
                     pod: pod(),
                     device: device.into(),
                     memory_used: Segments::default(),
+                    memory_share: None,
                     engines: BTreeMap::new(),
                     processes: 0,
                 });
@@ -114,6 +115,7 @@ pub fn view_from_metrics(text: &str) -> TelemetryView {
                 "memory_used_bytes" => {
                     segment(&mut entry.memory_used, label(labels, "segment"), *value)
                 }
+                "memory_share_bytes" => entry.memory_share = Some(*value as u64),
                 "processes" => entry.processes = *value as u64,
                 "engine_utilization_ratio" => {
                     entry.engines.insert(label(labels, "engine").into(), *value);
@@ -283,6 +285,13 @@ fn power_text(s: &SensorView) -> String {
     }
 }
 
+/// A container's dedicated memory against its share: `3.0 of 2.0 GiB share, over` or
+/// `1.5 of 2.0 GiB share`.
+pub(super) fn share_text(used: u64, share: u64) -> String {
+    let over = if used > share { ", over" } else { "" };
+    format!("{} of {} GiB share{over}", gib(used), gib(share))
+}
+
 fn memory_text(used: &Segments, total: &Segments) -> String {
     match (used.dedicated, total.dedicated) {
         (Some(u), Some(t)) => format!("{}/{} GiB", gib(u), gib(t)),
@@ -369,8 +378,13 @@ pub fn text(view: &TelemetryView) -> String {
             "MEMORY".into(),
             "PROCS".into(),
         ]];
+        // The share column only when some container holds memory units.
+        let with_share = view.containers.iter().any(|c| c.memory_share.is_some());
+        if with_share {
+            rows[0].insert(4, "SHARE".into());
+        }
         for c in &view.containers {
-            rows.push(vec![
+            let mut row = vec![
                 pod_text(&c.pod),
                 c.device.clone(),
                 engines_text(&c.engines),
@@ -380,7 +394,16 @@ pub fn text(view: &TelemetryView) -> String {
                 } else {
                     c.processes.to_string()
                 },
-            ]);
+            ];
+            if with_share {
+                let share = match (c.memory_share, c.memory_used.dedicated) {
+                    (Some(s), Some(u)) if u > s => format!("{} GiB, over", gib(s)),
+                    (Some(s), _) => format!("{} GiB", gib(s)),
+                    (None, _) => "-".into(),
+                };
+                row.insert(4, share);
+            }
+            rows.push(row);
         }
         out.push('\n');
         out.push_str(&table(&rows));
@@ -407,6 +430,29 @@ dxdp_device_health{device=\"b\",resource=\"r\",reason=\"healthy\"} 1\n";
         // Without the daemon's gauge (a local sample): no column.
         let view = view_from_metrics(&text.lines().take(2).collect::<Vec<_>>().join("\n"));
         assert!(!super::text(&view).contains("HEALTH"));
+    }
+
+    #[test]
+    fn memory_shares_read_back_and_get_a_column_beside_the_use() {
+        let text = "dxdp_gpu_info{device=\"a\",resource=\"r\",luid=\"1\",model=\"T4\"} 1\n\
+dxdp_container_gpu_memory_used_bytes{namespace=\"n\",pod=\"p\",container=\"c\",device=\"a\",segment=\"dedicated\"} 3221225472\n\
+dxdp_container_gpu_memory_share_bytes{namespace=\"n\",pod=\"p\",container=\"c\",device=\"a\"} 2147483648\n\
+dxdp_container_gpu_memory_used_bytes{namespace=\"n\",pod=\"q\",container=\"c\",device=\"a\",segment=\"dedicated\"} 1073741824\n";
+        let view = view_from_metrics(text);
+        let shares: Vec<Option<u64>> = view.containers.iter().map(|c| c.memory_share).collect();
+        assert_eq!(shares, [Some(2 << 30), None]);
+        let table = super::text(&view);
+        let lines: Vec<&str> = table.lines().map(str::trim_end).collect();
+        assert_eq!(
+            lines[3..],
+            [
+                "POD    DEVICE  UTILISATION  MEMORY   SHARE          PROCS",
+                "n/p/c  a       -            3.0 GiB  2.0 GiB, over  -",
+                "n/q/c  a       -            1.0 GiB  -              -",
+            ],
+            "{table}"
+        );
+        assert_eq!(share_text(1 << 30, 2 << 30), "1.0 of 2.0 GiB share");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The cluster side against the API server stand-in (tests/support/apiserver.rs): node labels and
-//! configuration, cleanup, health Events and conditions, the isolation audit, the metrics guard,
+//! configuration, cleanup, health Events and conditions, the isolation audit, GPU memory over-use, the metrics guard,
 //! and a real Prometheus scrape.
 //!
 //! One test executable per layer (issue 42): each is compiled and linked with the whole
@@ -21,6 +21,7 @@ mod isolation;
 mod lifecycle;
 mod metrics_authz;
 mod node_tools;
+mod overuse;
 mod prometheus;
 mod web;
 mod web_sans;

@@ -25,8 +25,8 @@
 //! **Attribution.** A process belongs to the container whose process list has its ID; the
 //! container to the pod container given for its ID (from the container runtime's CRI labels).
 //! Processes of no known container, or of a container dxdp cannot place, are summed under the
-//! empty pod (the host). A PodResources device ID names its physical device directly, or a replica of it
-//! (`<id>-r<k>`).
+//! empty pod (the host). A PodResources device ID names its physical device directly, a replica of it
+//! (`<id>-r<k>`) or one of its memory units (`<id>-m<k>`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -129,6 +129,10 @@ pub struct ContainerTelemetry {
     pub device: String,
     /// Memory its processes use.
     pub memory_used: Segments,
+    /// Its memory share of the device, bytes: the memory units of the device it holds times the
+    /// unit size ([`super::overuse::annotate_shares`]); left out without memory units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_share: Option<u64>,
     /// Busy share (0 to 1) of its processes per engine type.
     pub engines: BTreeMap<String, f64>,
     /// Its processes using the device.
@@ -418,6 +422,7 @@ pub fn compute(
                 dedicated: Some(memory.0),
                 shared: Some(memory.1),
             },
+            memory_share: None,
             engines: container_engines.remove(&(o, d)).unwrap_or_default(),
             processes,
         });
@@ -449,10 +454,13 @@ pub fn device_refs(
         .collect()
 }
 
-/// The index of the device an advertised ID names: the ID itself or a replica `<id>-r<k>`.
+/// The index of the device an advertised ID names: the ID itself, a replica `<id>-r<k>` or a
+/// memory unit `<id>-m<k>`.
 fn physical(devices: &[DeviceRef], id: &str) -> Option<usize> {
+    let unit = crate::sharing::parse_memory_unit_id(id).map(|(p, _)| p);
     devices.iter().position(|d| {
         id == d.id
+            || unit == Some(d.id.as_str())
             || id
                 .strip_prefix(d.id.as_str())
                 .and_then(|rest| rest.strip_prefix("-r"))
@@ -600,7 +608,7 @@ mod tests {
     }
 
     #[test]
-    fn replica_ids_name_their_physical_device() {
+    fn replica_and_memory_unit_ids_name_their_physical_device() {
         let devices = [device("gpu-a", 1), device("gpu-a-2", 2)];
         let table = [
             ("gpu-a", Some(0)),
@@ -611,6 +619,12 @@ mod tests {
             ("gpu-a-r", None),
             ("gpu-a-rx", None),
             ("gpu-b", None),
+            // Memory units: all of them, from 0.
+            ("gpu-a-m0", Some(0)),
+            ("gpu-a-m15", Some(0)),
+            ("gpu-a-2-m3", Some(1)),
+            ("gpu-a-m", None),
+            ("gpu-a-m01", None),
         ];
         for (id, want) in table {
             assert_eq!(physical(&devices, id), want, "{id}");

@@ -8,8 +8,9 @@
 //!   device's engines over the last window, or dedicated or shared memory above 0 in the last
 //!   sample (a process that only enumerates adapters uses nothing);
 //! - a container's **allocated** devices are the physical devices of the IDs the kubelet gave it
-//!   for any resource dxdp serves; a replica ID (`<id>-r<k>`) counts for its physical device, so
-//!   several pods sharing one GPU through replicas are each allocated that GPU;
+//!   for any resource dxdp serves; a replica ID (`<id>-r<k>`) or a memory unit ID (`<id>-m<k>`)
+//!   counts for its physical device, so several pods sharing one GPU through replicas or memory
+//!   units are each allocated that GPU;
 //! - a container with no dxdp allocation of its own in a pod whose other containers hold dxdp
 //!   devices (a regular init container: the kubelet's PodResources does not list those) is
 //!   allocated the union of its pod's devices;
@@ -80,6 +81,13 @@ pub struct Used {
     pub processes: u64,
     /// Whether it is one of the container's allocated devices.
     pub allocated: bool,
+    /// The dedicated memory its processes use on it, bytes; given only with a memory share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used: Option<u64>,
+    /// Its memory share of the device (memory units held x unit size), bytes; left out
+    /// without memory units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_share: Option<u64>,
 }
 
 /// What a container's use says.
@@ -243,9 +251,11 @@ pub fn uses(c: &ContainerTelemetry) -> bool {
         || c.memory_used.shared.is_some_and(|b| b > 0)
 }
 
-/// Whether `id` is `device` or a replica of it (`<device>-r<k>`).
+/// Whether `id` is `device`, a replica of it (`<device>-r<k>`) or one of its memory units
+/// (`<device>-m<k>`).
 fn names(id: &str, device: &str) -> bool {
     id == device
+        || crate::sharing::parse_memory_unit_id(id).is_some_and(|(physical, _)| physical == device)
         || id
             .strip_prefix(device)
             .and_then(|rest| rest.strip_prefix("-r"))
@@ -338,6 +348,8 @@ pub fn audit(view: &TelemetryView, allocations: &[PodAllocation]) -> IsolationRe
             adapter,
             processes: c.processes,
             allocated: mine,
+            memory_used: c.memory_share.and(c.memory_used.dedicated),
+            memory_share: c.memory_share,
         });
     }
 
@@ -525,6 +537,7 @@ mod tests {
                 dedicated: Some(0),
                 shared: Some(0),
             },
+            memory_share: None,
             engines: BTreeMap::from([("3d".to_string(), if busy { 0.1 } else { 0.0 })]),
             processes,
         }
@@ -564,6 +577,25 @@ mod tests {
         );
         assert_eq!(r.containers[1].allocated[0].device_id, "a-r1");
         assert_eq!(r.containers[1].allocated[0].adapter.device, "a");
+    }
+
+    #[test]
+    fn memory_units_of_one_device_in_several_pods_are_no_violation() {
+        let (p, q) = (pod("n", "p", "c"), pod("n", "q", "c"));
+        let v = view(vec![
+            on(p.clone(), "a", true, 1),
+            on(q.clone(), "b", true, 2),
+        ]);
+        // p holds two units of a; q holds a unit of a but uses b.
+        let r = audit(&v, &[alloc(&p, &["a-m0", "a-m1"]), alloc(&q, &["a-m2"])]);
+        assert_eq!(
+            r.containers.iter().map(|c| c.verdict).collect::<Vec<_>>(),
+            [ContainerVerdict::Ok, ContainerVerdict::Violation]
+        );
+        assert_eq!(r.containers[0].allocated[1].device_id, "a-m1");
+        assert_eq!(r.containers[0].allocated[1].adapter.device, "a");
+        assert_eq!(r.violations.len(), 1);
+        assert_eq!(r.violations[0].used.device, "b");
     }
 
     #[test]

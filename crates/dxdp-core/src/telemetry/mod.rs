@@ -10,11 +10,14 @@
 //!   per-container sums and the join with the kubelet's allocations.
 //! - [`isolation`]: the isolation audit: containers using a GPU the kubelet did not allocate to
 //!   them.
+//! - [`overuse`]: memory shares per container and GPU, and the over-use rule (a container above
+//!   its memory share for longer than a grace period).
 //! - [`sensors`]: temperature, power, clocks, fan and throttle reasons per adapter and source.
 
 pub mod compute;
 pub mod instance;
 pub mod isolation;
+pub mod overuse;
 pub mod sensors;
 
 use serde::{Deserialize, Serialize};
