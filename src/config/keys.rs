@@ -117,6 +117,10 @@ node_wide_keys! {
     NodeLabelsEnabled => "nodeLabels.enabled",
     /// `nodeLabels.prefix`.
     NodeLabelsPrefix => "nodeLabels.prefix",
+    /// `nodeLabels.mode`.
+    NodeLabelsMode => "nodeLabels.mode",
+    /// `nodeLabels.families`.
+    NodeLabelsFamilies => "nodeLabels.families",
     /// `configuration`: the named configuration applied (not a key of the file: its selection).
     Configuration => "configuration",
     /// `metrics.address`.
@@ -208,7 +212,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 43);
+        assert_eq!(all.len(), 2 * 9 + 45);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());
