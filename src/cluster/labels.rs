@@ -40,7 +40,7 @@ pub(crate) fn desired(inventory: &Inventory, node: Option<&NodeInfo>) -> BTreeMa
     for r in Resource::ALL {
         *enabled.get_mut(r) = config.resources.get(&r).is_some_and(|s| s.enabled);
         *replicas.get_mut(r) = config.replicas(r);
-        *sharing.get_mut(r) = Sharing::Replicas(config.replicas(r));
+        *sharing.get_mut(r) = config.sharing(r);
     }
     let settings = LabelSettings {
         prefix: config.node_labels.prefix.clone(),
