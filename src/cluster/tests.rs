@@ -834,3 +834,26 @@ fn the_standin_refuses_objects_that_do_not_fit_the_crd() {
         Err(".spec: Required value".to_string())
     );
 }
+
+#[test]
+fn memory_sharing_is_the_sharing_strategy_and_the_product_says_shared() {
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let mut config = Config::default();
+    if let Some(s) = config
+        .resources
+        .get_mut(&dxdp_core::devices::Resource::Display)
+    {
+        s.memory_sharing.enabled = true;
+    }
+    let want: BTreeMap<String, String> = four_t4("1")
+        .into_iter()
+        .map(|(k, v)| match k.as_str() {
+            "directx.microsoft.com/display.product" => (k, "NVIDIA-Tesla-T4-SHARED".into()),
+            "directx.microsoft.com/display.sharing-strategy"
+            | "directx.microsoft.com/sharing-strategy" => (k, "memory".into()),
+            _ => (k, v),
+        })
+        .filter(|(k, _)| k != "directx.microsoft.com/display.replicas")
+        .collect();
+    assert_eq!(labels::desired(&inventory(&facts, config), None), want);
+}
