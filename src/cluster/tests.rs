@@ -611,7 +611,7 @@ async fn api_calls_that_get_no_answer_fail_after_the_call_timeout() {
 /// The NodeFeature CRD fixture (the published API's schema, written for the tests).
 fn node_feature_crd() -> String {
     std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nfd-nodefeature-crd.yaml"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds/nfd-nodefeature.yaml"),
     )
     .unwrap()
 }

@@ -414,7 +414,7 @@ pub(crate) struct NodeLabelsFile {
 /// `nodeLabels.mode`: where dxdp's labels go.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum LabelMode {
+pub(crate) enum LabelMode {
     /// dxdp applies them to its Node (server-side apply).
     #[default]
     Node,

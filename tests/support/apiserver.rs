@@ -21,7 +21,7 @@
 //!
 //! NodeFeature objects (`nfd.k8s-sigs.io/v1alpha1`, get and server-side apply) are served once a
 //! test installs their CRD ([`ApiServerStandin::install_crd`], e.g.
-//! tests/fixtures/nfd-nodefeature-crd.yaml): every object written is validated against the CRD's
+//! tests/fixtures/crds/nfd-nodefeature.yaml): every object written is validated against the CRD's
 //! `openAPIV3Schema` ([`validate`]; stricter than an API server, which prunes unknown fields, it
 //! refuses them) and answered 422 when it does not fit; without the CRD those paths are 404, as
 //! on a cluster without Node Feature Discovery.
@@ -376,7 +376,7 @@ impl ApiServerStandin {
             .collect()
     }
 
-    /// Installs a CRD (the manifest as YAML, e.g. tests/fixtures/nfd-nodefeature-crd.yaml):
+    /// Installs a CRD (the manifest as YAML, e.g. tests/fixtures/crds/nfd-nodefeature.yaml):
     /// NodeFeature objects are served from now on, validated against its schema.
     pub fn install_crd(&self, manifest_yaml: &str) {
         let crd: serde_json::Value =
