@@ -69,7 +69,7 @@ pub const BUILTIN: &[(u32, u32, &str)] = &[
 
 /// The family of `model`: the user's table first (`nodeLabels.families`), then the built-in
 /// one; `None` when neither knows it (the `family` labels are then absent).
-pub fn family<'a>(user: &'a BTreeMap<ModelId, String>, model: ModelId) -> Option<&'a str> {
+pub fn family(user: &BTreeMap<ModelId, String>, model: ModelId) -> Option<&str> {
     if let Some(f) = user.get(&model) {
         return Some(f.as_str());
     }
