@@ -543,11 +543,11 @@ NODE_FEATURE_RULES = [
 
 
 def node_feature_mode(values, defaults):
-    """nodeLabels.mode (the chart value, else config's) is nodefeature, with the labels on."""
+    """nodeLabels.mode (the chart value, else config's) is nodefeature (labels on or off: off
+    empties the object)."""
     labels = {**defaults["nodeLabels"], **values.get("nodeLabels", {})}
     config = (values.get("config") or {}).get("nodeLabels") or {}
-    mode = labels.get("mode") or config.get("mode") or "node"
-    return mode == "nodefeature" and labels["enabled"] and config.get("enabled") is not False
+    return (labels.get("mode") or config.get("mode") or "node") == "nodefeature"
 
 
 def assert_node_feature(label, objs, values, defaults, pod, c):

@@ -62,11 +62,12 @@ enum Target {
     NodeFeature(String),
 }
 
-/// The target an inventory's configuration asks for (labels off: the Node, to clear them).
+/// The target an inventory's configuration asks for. Labels off in nodefeature mode empty the
+/// object (and the Node), so that Node Feature Discovery removes what it applied.
 fn target(inventory: &Inventory, namespace: Option<&str>) -> Result<Target, String> {
     let labels = &inventory.config.node_labels;
     match (labels.enabled, labels.mode, namespace) {
-        (true, LabelMode::Nodefeature, Some(ns)) => Ok(Target::NodeFeature(ns.to_string())),
+        (_, LabelMode::Nodefeature, Some(ns)) => Ok(Target::NodeFeature(ns.to_string())),
         (true, LabelMode::Nodefeature, None) => Err(
             "nodeLabels.mode is nodefeature, but POD_NAMESPACE is not set (the chart sets it from metadata.namespace): no NodeFeature object is written".into(),
         ),

@@ -857,3 +857,25 @@ fn memory_sharing_is_the_sharing_strategy_and_the_product_says_shared() {
         .collect();
     assert_eq!(labels::desired(&inventory(&facts, config), None), want);
 }
+
+#[tokio::test]
+async fn labels_off_in_nodefeature_mode_empty_the_object() {
+    let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+    api.install_crd(&node_feature_crd());
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let mut config = Config::default();
+    config.node_labels.mode = crate::config::file::LabelMode::Nodefeature;
+    let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, config.clone()));
+    let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
+    let _task = keep(cluster, inventory_rx, node_rx, Some("gpu-system"));
+    assert!(
+        api.wait_for_node_feature(WAIT, "gpu-system", "dxdp-n1")
+            .await
+    );
+    config.node_labels.enabled = false;
+    inventory_tx.send_replace(inventory(&facts, config));
+    applies_reach(&api, 3).await;
+    let object = api.node_feature("gpu-system", "dxdp-n1").unwrap();
+    assert_eq!(object["spec"]["labels"], serde_json::json!({}));
+}

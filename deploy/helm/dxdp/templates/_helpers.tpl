@@ -205,12 +205,11 @@ nodeLabels, isolation, health, telemetry.podLabels/podUid), as YAML. */}}
 
 {{/* Whether validation Jobs are on: the chart value, or config.validation.enabled. */}}
 {{/* "true" when the labels go into a NodeFeature object: nodeLabels.mode (the chart value, else
-config's) is nodefeature and the labels are on. */}}
+config's) is nodefeature (with the labels off too: dxdp then empties the object). */}}
 {{- define "dxdp.nodeFeatureMode" -}}
 {{- $config := .Values.config | default dict -}}
 {{- $labels := (get $config "nodeLabels") | default dict -}}
-{{- $on := and .Values.nodeLabels.enabled (ne (toString (get $labels "enabled")) "false") -}}
-{{- if and $on (eq (default (default "node" (get $labels "mode")) .Values.nodeLabels.mode) "nodefeature") }}true{{ end -}}
+{{- if eq (default (default "node" (get $labels "mode")) .Values.nodeLabels.mode) "nodefeature" }}true{{ end -}}
 {{- end }}
 
 {{- define "dxdp.validationEnabled" -}}
