@@ -199,6 +199,7 @@ def chart_keys(values, defaults):
         ("probes", "metrics.probeAddress", socket_address(p["bindAddress"], p["port"]) if p["enabled"] else ""),
         ("nodeLabels.enabled", "nodeLabels.enabled", None if n["enabled"] else False),
         ("nodeLabels.prefix", "nodeLabels.prefix", n["prefix"] or None),
+        ("nodeLabels.mode", "nodeLabels.mode", n.get("mode") or None),
         ("isolation.policy", "isolation.policy", i["policy"] or None),
         ("isolation.events", "isolation.events", None if i["events"] else False),
         ("health.events", "health.events", None if h["events"] else False),
@@ -379,6 +380,7 @@ def assert_daemonset(label, objs, values):
     assert_service_monitor(label, objs, metrics, pod_labels=ds["spec"]["template"]["metadata"].get("labels", {}))
     assert_node_api(label, objs, values, defaults, pod, c)
     assert_validation(label, objs, values, defaults, pod, c)
+    assert_node_feature(label, objs, values, defaults, pod, c)
     assert_cleanup_hook(label, objs, values, defaults, ds)
     assert_policies(label, objs, values, defaults, pod)
     for o in objs:
@@ -395,6 +397,7 @@ CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingA
 # The variables the chart sets only with existingConfigMap (else it writes config.yaml).
 CHART_VARIABLES = ("DXDP_REPLICAS", "DXDP_LOG_LEVEL", "DXDP_LOG_FORMAT", "DXDP_METRICS_ADDRESS",
                    "DXDP_PROBE_ADDRESS", "DXDP_NODE_LABELS", "DXDP_NODE_LABEL_PREFIX",
+                   "DXDP_NODE_LABEL_MODE",
                    "DXDP_ISOLATION_POLICY", "DXDP_ISOLATION_EVENTS", "DXDP_WEB_CONFIG_FILE",
                    "DXDP_METRICS_AUTHORIZATION", "DXDP_METRICS_TOKEN_AUDIENCES",
                    "DXDP_METRICS_ALLOW_PLAIN_HTTP_TOKENS", "DXDP_HEALTH_EVENTS", "DXDP_NODE_CONDITIONS",
@@ -448,7 +451,8 @@ def assert_node_api(label, objs, values, defaults, pod, c):
     metrics = {**defaults["metrics"], **values.get("metrics", {})}
     authz = metrics.get("authorization") == "kubernetes"
     rbac = [o for o in objs if o.get("kind") in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
-            and not is_hook(o) and not is_validation_rbac(o) and not is_scraper(o)]
+            and not is_hook(o) and not is_validation_rbac(o) and not is_node_feature_rbac(o)
+            and not is_scraper(o)]
     if by_env:
         check(f"{label}: DXDP_METRICS_AUTHORIZATION=kubernetes exactly with metrics.authorization=kubernetes",
               env.get("DXDP_METRICS_AUTHORIZATION") == ("kubernetes" if authz and metrics["enabled"] else None),
@@ -507,6 +511,8 @@ def assert_node_api(label, objs, values, defaults, pod, c):
         check(f"{label}: DXDP_NODE_LABELS=false", env.get("DXDP_NODE_LABELS") == "false", str(env))
     check(f"{label}: DXDP_NODE_LABEL_PREFIX is nodeLabels.prefix",
           env.get("DXDP_NODE_LABEL_PREFIX") == (labels["prefix"] or None), str(env))
+    check(f"{label}: DXDP_NODE_LABEL_MODE is nodeLabels.mode",
+          env.get("DXDP_NODE_LABEL_MODE") == (labels.get("mode") or None), str(env))
 
 
 # In-cluster validation (validation.enabled): Jobs, their pods read-only, and Events, in the
@@ -526,6 +532,50 @@ def is_scraper(o):
         o["metadata"]["name"].endswith(("-metrics-scraper", "-metrics-scraper-token"))
 
 
+def is_node_feature_rbac(o):
+    return o.get("kind") in ("Role", "RoleBinding") and o["metadata"]["name"].endswith("-nodefeature")
+
+
+# nodeLabels.mode: nodefeature: the NodeFeature objects, in the release namespace only.
+NODE_FEATURE_RULES = [
+    {"apiGroups": ["nfd.k8s-sigs.io"], "resources": ["nodefeatures"], "verbs": ["get", "create", "patch"]},
+]
+
+
+def node_feature_mode(values, defaults):
+    """nodeLabels.mode (the chart value, else config's) is nodefeature (labels on or off: off
+    empties the object)."""
+    labels = {**defaults["nodeLabels"], **values.get("nodeLabels", {})}
+    config = (values.get("config") or {}).get("nodeLabels") or {}
+    return (labels.get("mode") or config.get("mode") or "node") == "nodefeature"
+
+
+def assert_node_feature(label, objs, values, defaults, pod, c):
+    """With nodeLabels.mode: nodefeature (and nodeApi): a Role with exactly NODE_FEATURE_RULES in
+    the release namespace bound to the pod's service account, and POD_NAMESPACE. Without: no such
+    Role."""
+    node_api = {**defaults["nodeApi"], **values.get("nodeApi", {})}["enabled"]
+    on = node_api and node_feature_mode(values, defaults)
+    roles = [o for o in find(objs, "Role") if is_node_feature_rbac(o)]
+    bindings = [o for o in find(objs, "RoleBinding") if is_node_feature_rbac(o)]
+    if not on:
+        check(f"{label}: no NodeFeature Role without nodeLabels.mode: nodefeature",
+              not roles and not bindings, str([o["kind"] for o in roles + bindings]))
+        return
+    check(f"{label}: the NodeFeature Role grants exactly get, create and patch of nodefeatures in the release namespace",
+          len(roles) == 1 and roles[0].get("rules") == NODE_FEATURE_RULES
+          and roles[0]["metadata"].get("namespace") == NAMESPACE, str([r.get("rules") for r in roles]))
+    check(f"{label}: the NodeFeature RoleBinding binds it to the pod's service account",
+          len(bindings) == 1 and roles and bindings[0]["roleRef"] == {
+              "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": roles[0]["metadata"]["name"]}
+          and bindings[0].get("subjects") == [{"kind": "ServiceAccount", "name": pod.get("serviceAccountName"),
+                                               "namespace": NAMESPACE}], str(bindings))
+    pod_ns = [e for e in c.get("env", []) if e["name"] == "POD_NAMESPACE"]
+    check(f"{label}: POD_NAMESPACE from metadata.namespace (the NodeFeature object's namespace)",
+          len(pod_ns) == 1 and pod_ns[0].get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+          == "metadata.namespace", str(pod_ns))
+
+
 def is_validation_rbac(o):
     return o.get("kind") in ("Role", "RoleBinding") and o["metadata"]["name"].endswith("-validation")
 
@@ -543,8 +593,11 @@ def assert_validation(label, objs, values, defaults, pod, c):
     bindings = [o for o in find(objs, "RoleBinding") if is_validation_rbac(o)]
     pod_ns = [e for e in c.get("env", []) if e["name"] == "POD_NAMESPACE"]
     if not enabled:
-        check(f"{label}: no validation Role or POD_NAMESPACE without validation.enabled",
-              not roles and not bindings and not pod_ns, str([o["kind"] for o in roles + bindings]))
+        node_api = {**defaults["nodeApi"], **values.get("nodeApi", {})}["enabled"]
+        # nodeLabels.mode: nodefeature sets POD_NAMESPACE too (assert_node_feature).
+        ns_wanted = node_api and node_feature_mode(values, defaults)
+        check(f"{label}: no validation Role, nor POD_NAMESPACE but for nodeLabels.mode: nodefeature, without validation.enabled",
+              not roles and not bindings and bool(pod_ns) == ns_wanted, str([o["kind"] for o in roles + bindings]))
         return
     check(f"{label}: the validation Role grants exactly Jobs, pods (read-only) and events in the release namespace",
           len(roles) == 1 and roles[0].get("rules") == VALIDATION_RULES

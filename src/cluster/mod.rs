@@ -31,6 +31,7 @@ pub(crate) mod labels;
 pub mod metrics_authz;
 pub mod node;
 pub(crate) mod node_update;
+pub(crate) mod nodefeature;
 pub mod taint;
 
 use std::collections::BTreeMap;
@@ -75,12 +76,14 @@ pub(crate) fn node_tasks(
     inventory: &InventoryRx,
     node: watch::Sender<Option<NodeInfo>>,
     safety_poll: Duration,
+    namespace: Option<String>,
 ) -> Vec<TaskSpec> {
     let labels = labels::KeepLabels {
         cluster: cluster.clone(),
         inventory: inventory.clone(),
         node: node.subscribe(),
         backoff: API_BACKOFF,
+        namespace,
     };
     let follow = node::FollowNode {
         cluster: cluster.clone(),

@@ -54,9 +54,49 @@ fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The labels of tests/fixtures/nvidia-multi-gpu.yaml (four Tesla T4, 16106127360 bytes each),
-/// written out by hand from the fixture.
+/// The labels of tests/fixtures/nvidia-multi-gpu.yaml (four Tesla T4, 10de:1eb8, 16106127360
+/// bytes each, driver 31.0.15.2824), written out by hand from the fixture; without the timestamp.
 fn four_t4(replicas: &str) -> BTreeMap<String, String> {
+    let p = "directx.microsoft.com/";
+    let (product, strategy) = if replicas == "1" {
+        ("NVIDIA-Tesla-T4", "none")
+    } else {
+        ("NVIDIA-Tesla-T4-SHARED", "time-slicing")
+    };
+    [
+        ("display.product", product),
+        ("display.family", "turing"),
+        ("display.memory", "15360"),
+        ("display.wddm-version", "3.1"),
+        ("display.sharing-strategy", strategy),
+        ("display.replicas", replicas),
+        ("family", "turing"),
+        ("wddm-version", "3.1"),
+        ("sharing-strategy", strategy),
+    ]
+    .iter()
+    .map(|(k, v)| (format!("{p}{k}"), v.to_string()))
+    .chain(four_t4_original(replicas))
+    .collect()
+}
+
+/// `labels` without dxdp's timestamp label (checked on its own: it is the time of the change).
+fn no_stamp(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut l = labels.clone();
+    l.retain(|k, _| !k.ends_with("/timestamp"));
+    l
+}
+
+/// The timestamp label of `labels`.
+fn stamp(labels: &BTreeMap<String, String>) -> Option<String> {
+    labels
+        .iter()
+        .find(|(k, _)| k.ends_with("/timestamp"))
+        .map(|(_, v)| v.clone())
+}
+
+/// The labels dxdp set before issue 46 (their meaning is unchanged).
+fn four_t4_original(replicas: &str) -> BTreeMap<String, String> {
     let p = "directx.microsoft.com/";
     [
         ("display.count", "4"),
@@ -108,6 +148,7 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
             inventory: inventory_rx,
             node: node_rx,
             backoff: FAST,
+            namespace: None,
         }
         .run(),
     );
@@ -125,25 +166,30 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
         map(&[("fieldManager", "dxdp"), ("force", "true")])
     );
     let want = four_t4("1");
+    let sent = patch.json();
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(sent["metadata"]["labels"].clone()).unwrap();
     assert_eq!(
-        patch.json(),
+        sent,
         serde_json::json!({
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": "n1", "labels": want},
+            "metadata": {"name": "n1", "labels": labels},
         })
     );
-    assert_eq!(api.labels(), with_others(&want));
+    assert_eq!(no_stamp(&labels), want);
+    let first_stamp = stamp(&labels).expect("a timestamp label");
+    assert!(first_stamp.parse::<u64>().is_ok_and(|t| t > 1_700_000_000));
+    assert_eq!(no_stamp(&api.labels()), with_others(&want));
 
     // Change: replicas follow the configuration.
     inventory_tx.send_replace(inventory(&facts, Config::default().with_replicas(4)));
     applies_reach(&api, 2).await;
     let want = four_t4("4");
-    assert_eq!(
-        api.patches()[1].json()["metadata"]["labels"],
-        serde_json::json!(want)
-    );
-    assert_eq!(api.labels(), with_others(&want));
+    let sent: BTreeMap<String, String> =
+        serde_json::from_value(api.patches()[1].json()["metadata"]["labels"].clone()).unwrap();
+    assert_eq!(no_stamp(&sent), want);
+    assert_eq!(no_stamp(&api.labels()), with_others(&want));
 
     // Removal: with one device left, the visibility label goes; others' labels stay.
     let mut one = facts.clone();
@@ -153,11 +199,10 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
     let mut want = four_t4("4");
     want.remove("directx.microsoft.com/multi-gpu-visibility");
     want.insert("directx.microsoft.com/display.count".into(), "1".into());
-    assert_eq!(
-        api.patches()[2].json()["metadata"]["labels"],
-        serde_json::json!(want)
-    );
-    assert_eq!(api.labels(), with_others(&want));
+    let sent: BTreeMap<String, String> =
+        serde_json::from_value(api.patches()[2].json()["metadata"]["labels"].clone()).unwrap();
+    assert_eq!(no_stamp(&sent), want);
+    assert_eq!(no_stamp(&api.labels()), with_others(&want));
 
     // The same labels again: nothing is sent.
     inventory_tx.send_replace(inventory(&one, Config::default().with_replicas(4)));
@@ -193,10 +238,11 @@ async fn a_custom_prefix_replaces_the_old_keys() {
             inventory: inventory_rx,
             node: node_rx,
             backoff: FAST,
+            namespace: None,
         }
         .run(),
     );
-    assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
+    assert!(api.wait_for(WAIT, |_, l| no_stamp(l) == four_t4("1")).await);
     let mut c = Config::default();
     c.node_labels.prefix = "gpu.example.com/".into();
     inventory_tx.send_replace(inventory(&facts, c));
@@ -204,7 +250,7 @@ async fn a_custom_prefix_replaces_the_old_keys() {
         .into_iter()
         .map(|(k, v)| (k.replace("directx.microsoft.com/", "gpu.example.com/"), v))
         .collect();
-    assert!(api.wait_for(WAIT, |_, l| l == &want).await);
+    assert!(api.wait_for(WAIT, |_, l| no_stamp(l) == want).await);
 }
 
 #[tokio::test]
@@ -223,12 +269,14 @@ async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
             inventory: inventory_rx,
             node: node_rx,
             backoff: FAST,
+            namespace: None,
         }
         .run(),
     );
-    assert!(api.wait_for(WAIT, |_, l| l.len() == 13).await);
+    // 12 original labels, 9 new ones, the timestamp and team.
+    assert!(api.wait_for(WAIT, |_, l| l.len() == 23).await);
     assert_eq!(api.patches().len(), 4, "three failures, then success");
-    assert_eq!(api.labels(), {
+    assert_eq!(no_stamp(&api.labels()), {
         let mut all = four_t4("1");
         all.insert("team".into(), "vision".into());
         all
@@ -248,6 +296,7 @@ async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
             inventory: inventory_rx,
             node: node_rx,
             backoff: FAST,
+            namespace: None,
         }
         .run(),
     );
@@ -291,10 +340,11 @@ async fn labels_are_applied_once_while_the_node_is_read_again_and_again() {
             inventory: inventory_rx,
             node: node_rx,
             backoff: FAST,
+            namespace: None,
         }
         .run(),
     );
-    assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
+    assert!(api.wait_for(WAIT, |_, l| no_stamp(l) == four_t4("1")).await);
     let gets = |r: &[standin::Recorded]| {
         r.iter()
             .filter(|r| r.method == "GET" && !r.query.contains_key("watch"))
@@ -337,10 +387,11 @@ async fn the_node_is_followed_and_an_edited_label_is_put_back() {
             inventory: inventory_rx,
             node: node_rx.clone(),
             backoff: FAST,
+            namespace: None,
         }
         .run(),
     );
-    assert!(api.wait_for(WAIT, |_, l| l == &four_t4("1")).await);
+    assert!(api.wait_for(WAIT, |_, l| no_stamp(l) == four_t4("1")).await);
 
     // A selection label set by someone else reaches the follower.
     api.set_label(SELECTOR, Some("big"));
@@ -555,4 +606,276 @@ async fn api_calls_that_get_no_answer_fail_after_the_call_timeout() {
         "apply labels to node n1: the API server did not answer within 0.2 s"
     );
     server.abort();
+}
+
+/// The NodeFeature CRD fixture (the published API's schema, written for the tests).
+fn node_feature_crd() -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds/nfd-nodefeature.yaml"),
+    )
+    .unwrap()
+}
+
+fn keep(
+    cluster: Cluster,
+    inventory: watch::Receiver<Arc<Inventory>>,
+    node: watch::Receiver<Option<NodeInfo>>,
+    namespace: Option<&str>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(
+        labels::KeepLabels {
+            cluster,
+            inventory,
+            node,
+            backoff: FAST,
+            namespace: namespace.map(str::to_string),
+        }
+        .run(),
+    )
+}
+
+#[tokio::test]
+async fn a_restart_with_the_same_labels_keeps_the_timestamp_and_a_change_renews_it() {
+    // The Node shows the labels of an earlier run, stamped 1000.
+    let mut earlier: Vec<(String, String)> = four_t4("1").into_iter().collect();
+    earlier.push(("directx.microsoft.com/timestamp".into(), "1000".into()));
+    let pairs: Vec<(&str, &str)> = earlier
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let api = ApiServerStandin::start("n1", &pairs).await.unwrap();
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let shown = cluster.get().await.unwrap();
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (_node_tx, node_rx) = watch::channel(Some(shown));
+    let _task = keep(cluster, inventory_rx, node_rx, None);
+    applies_reach(&api, 1).await;
+    let sent = api.patches()[0].json();
+    assert_eq!(
+        sent["metadata"]["labels"]["directx.microsoft.com/timestamp"],
+        "1000"
+    );
+    // A changed set gets the time of the change.
+    inventory_tx.send_replace(inventory(&facts, Config::default().with_replicas(2)));
+    applies_reach(&api, 2).await;
+    let renewed = api.labels()["directx.microsoft.com/timestamp"].clone();
+    assert!(
+        renewed.parse::<u64>().is_ok_and(|t| t > 1_700_000_000),
+        "{renewed}"
+    );
+}
+
+#[tokio::test]
+async fn several_models_and_the_machine_type_are_labelled() {
+    // tests/fixtures/adapter-match.yaml: two A10 (10de:2236, a third has no device node) for
+    // display, an A100 (10de:20b5) for compute; the Node's instance type names the machine.
+    let api = ApiServerStandin::start(
+        "n1",
+        &[(
+            "node.kubernetes.io/instance-type",
+            "Standard_NC24ads_A100_v4",
+        )],
+    )
+    .await
+    .unwrap();
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let shown = cluster.get().await.unwrap();
+    let facts = fixture("adapter-match.yaml");
+    let (_inventory_tx, inventory_rx) = watch::channel(inventory(&facts, Config::default()));
+    let (_node_tx, node_rx) = watch::channel(Some(shown));
+    let _task = keep(cluster, inventory_rx, node_rx, None);
+    applies_reach(&api, 1).await;
+    let l = api.labels();
+    let get = |k: &str| {
+        l.get(&format!("directx.microsoft.com/{k}"))
+            .map(String::as_str)
+    };
+    assert_eq!(get("machine"), Some("Standard_NC24ads_A100_v4"));
+    assert_eq!(get("compute.10de-20b5.family"), Some("ampere"));
+    assert_eq!(get("compute.10de-20b5.count"), Some("1"));
+    assert_eq!(get("compute.10de-20b5.memory"), Some("81920"));
+    assert_eq!(get("display.10de-2236.family"), Some("ampere"));
+    assert_eq!(get("display.10de-2236.count"), Some("2"));
+    assert_eq!(
+        get("display.10de-2236.product"),
+        Some("NVIDIA-A10-LUID-property")
+    );
+    assert_eq!(get("display.sharing-strategy"), Some("none"));
+    assert_eq!(get("compute.sharing-strategy"), Some("none"));
+}
+
+#[tokio::test]
+async fn nodefeature_mode_writes_one_object_that_fits_the_crd() {
+    let api = ApiServerStandin::start("n1", &[("team", "vision")])
+        .await
+        .unwrap();
+    api.install_crd(&node_feature_crd());
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let mut config = Config::default();
+    config.node_labels.mode = crate::config::file::LabelMode::Nodefeature;
+    let (_inventory_tx, inventory_rx) = watch::channel(inventory(&facts, config));
+    let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
+    let _task = keep(cluster, inventory_rx, node_rx, Some("gpu-system"));
+    assert!(
+        api.wait_for_node_feature(WAIT, "gpu-system", "dxdp-n1")
+            .await
+    );
+    let object = api.node_feature("gpu-system", "dxdp-n1").unwrap();
+    assert_eq!(object["apiVersion"], "nfd.k8s-sigs.io/v1alpha1");
+    assert_eq!(object["kind"], "NodeFeature");
+    assert_eq!(
+        object["metadata"]["labels"],
+        serde_json::json!({"nfd.node.kubernetes.io/node-name": "n1"})
+    );
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(object["spec"]["labels"].clone()).unwrap();
+    assert_eq!(no_stamp(&labels), four_t4("1"));
+    assert!(stamp(&labels).is_some());
+    // The Node is not labelled by dxdp: an empty apply (removing what node mode left), then
+    // the object, with dxdp's field manager.
+    let patches = api.patches();
+    assert_eq!(patches.len(), 2, "{patches:?}");
+    assert_eq!(patches[0].path, "/api/v1/nodes/n1");
+    assert_eq!(
+        patches[0].json()["metadata"]["labels"],
+        serde_json::json!({})
+    );
+    assert_eq!(
+        patches[1].path,
+        "/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/gpu-system/nodefeatures/dxdp-n1"
+    );
+    assert_eq!(
+        patches[1].query,
+        map(&[("fieldManager", "dxdp"), ("force", "true")])
+    );
+    assert_eq!(api.labels(), map(&[("team", "vision")]));
+}
+
+#[tokio::test]
+async fn without_the_crd_nodefeature_mode_retries_until_it_is_installed() {
+    let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    // The error says what is missing and what to do.
+    let err = cluster
+        .apply_node_feature("gpu-system", &BTreeMap::new())
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains("Node Feature Discovery's CRDs are not installed")
+            && err.contains("nodeLabels.mode: node"),
+        "{err}"
+    );
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let mut config = Config::default();
+    config.node_labels.mode = crate::config::file::LabelMode::Nodefeature;
+    let (_inventory_tx, inventory_rx) = watch::channel(inventory(&facts, config));
+    let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
+    let _task = keep(cluster, inventory_rx, node_rx, Some("gpu-system"));
+    let tries = |r: &[standin::Recorded]| {
+        r.iter()
+            .filter(|r| r.method == "PATCH" && r.path.contains("/nodefeatures/"))
+            .count()
+    };
+    // Retried (with backoff) while the CRD is missing ...
+    assert!(api.wait_for(WAIT, |r, _| tries(r) >= 4).await);
+    assert!(api.node_feature("gpu-system", "dxdp-n1").is_none());
+    // ... and written once it is there.
+    api.install_crd(&node_feature_crd());
+    assert!(
+        api.wait_for_node_feature(WAIT, "gpu-system", "dxdp-n1")
+            .await
+    );
+}
+
+#[test]
+fn the_standin_refuses_objects_that_do_not_fit_the_crd() {
+    let crd: serde_json::Value = serde_saphyr::from_str(&node_feature_crd()).unwrap();
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let object = |spec: serde_json::Value| {
+        serde_json::json!({
+            "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+            "kind": "NodeFeature",
+            "metadata": {"name": "dxdp-n1", "labels": {"a": "b"}},
+            "spec": spec,
+        })
+    };
+    let ok = object(serde_json::json!({"labels": {"directx.microsoft.com/x": "1"}}));
+    assert_eq!(standin::validate(schema, &ok, ""), Ok(()));
+    let features = object(serde_json::json!({
+        "features": {"attributes": {"a": {"elements": {"k": "v"}}}},
+        "labels": {},
+    }));
+    assert_eq!(standin::validate(schema, &features, ""), Ok(()));
+    for (spec, want) in [
+        (
+            serde_json::json!({"labels": {"x": 1}}),
+            ".spec.labels.x: must be of type string",
+        ),
+        (
+            serde_json::json!({"label": {}}),
+            ".spec.label: field not declared in schema",
+        ),
+        (
+            serde_json::json!({"features": {"flags": {"f": {}}}}),
+            ".spec.features.flags.f.elements: Required value",
+        ),
+    ] {
+        assert_eq!(
+            standin::validate(schema, &object(spec), ""),
+            Err(want.to_string())
+        );
+    }
+    let mut no_spec = ok.clone();
+    no_spec.as_object_mut().unwrap().remove("spec");
+    assert_eq!(
+        standin::validate(schema, &no_spec, ""),
+        Err(".spec: Required value".to_string())
+    );
+}
+
+#[test]
+fn memory_sharing_is_the_sharing_strategy_and_the_product_says_shared() {
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let mut config = Config::default();
+    if let Some(s) = config
+        .resources
+        .get_mut(&dxdp_core::devices::Resource::Display)
+    {
+        s.memory_sharing.enabled = true;
+    }
+    let want: BTreeMap<String, String> = four_t4("1")
+        .into_iter()
+        .map(|(k, v)| match k.as_str() {
+            "directx.microsoft.com/display.product" => (k, "NVIDIA-Tesla-T4-SHARED".into()),
+            "directx.microsoft.com/display.sharing-strategy"
+            | "directx.microsoft.com/sharing-strategy" => (k, "memory".into()),
+            _ => (k, v),
+        })
+        .filter(|(k, _)| k != "directx.microsoft.com/display.replicas")
+        .collect();
+    assert_eq!(labels::desired(&inventory(&facts, config), None), want);
+}
+
+#[tokio::test]
+async fn labels_off_in_nodefeature_mode_empty_the_object() {
+    let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+    api.install_crd(&node_feature_crd());
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let mut config = Config::default();
+    config.node_labels.mode = crate::config::file::LabelMode::Nodefeature;
+    let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, config.clone()));
+    let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
+    let _task = keep(cluster, inventory_rx, node_rx, Some("gpu-system"));
+    assert!(
+        api.wait_for_node_feature(WAIT, "gpu-system", "dxdp-n1")
+            .await
+    );
+    config.node_labels.enabled = false;
+    inventory_tx.send_replace(inventory(&facts, config));
+    applies_reach(&api, 3).await;
+    let object = api.node_feature("gpu-system", "dxdp-n1").unwrap();
+    assert_eq!(object["spec"]["labels"], serde_json::json!({}));
 }

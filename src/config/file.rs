@@ -406,6 +406,76 @@ pub(crate) struct NodeLabelsFile {
     pub(crate) enabled: Option<bool>,
     /// The label key prefix.
     pub(crate) prefix: Option<LabelPrefix>,
+    /// Where the labels go: `node` (dxdp patches its Node) or `nodefeature` (one NodeFeature
+    /// object per node, which Node Feature Discovery applies).
+    pub(crate) mode: Option<LabelMode>,
+    /// GPU families by PCI model ID (`10de:2236: ampere`), over the built-in table.
+    pub(crate) families: Option<BTreeMap<ModelIdText, FamilyName>>,
+}
+
+/// `nodeLabels.mode`: where dxdp's labels go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum LabelMode {
+    /// dxdp applies them to its Node (server-side apply).
+    #[default]
+    Node,
+    /// dxdp writes them into a `nfd.k8s-sigs.io/v1alpha1` NodeFeature object in its namespace,
+    /// and Node Feature Discovery applies them to the Node.
+    Nodefeature,
+}
+
+impl LabelMode {
+    /// `node` or `nodefeature`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LabelMode::Node => "node",
+            LabelMode::Nodefeature => "nodefeature",
+        }
+    }
+
+    /// Parses `node` or `nodefeature`; says what is allowed otherwise.
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "node" => Ok(LabelMode::Node),
+            "nodefeature" => Ok(LabelMode::Nodefeature),
+            _ => Err("use node or nodefeature".into()),
+        }
+    }
+}
+
+/// A PCI model ID in `nodeLabels.families`: `<vendor>:<device>` in hexadecimal.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
+pub(crate) struct ModelIdText(pub(crate) dxdp_core::families::ModelId);
+
+super::schema::inline_schema!(ModelIdText, {"description": "a PCI model ID, <vendor>:<device> in hexadecimal, e.g. 10de:2236", "type": "string", "pattern": "^(0[xX])?[0-9A-Fa-f]{1,4}:(0[xX])?[0-9A-Fa-f]{1,4}$"});
+
+impl TryFrom<String> for ModelIdText {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        dxdp_core::families::parse_model_id(&s)
+            .map(ModelIdText)
+            .map_err(|e| format!("nodeLabels.families: {e}"))
+    }
+}
+
+/// A family in `nodeLabels.families`: a label value.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub(crate) struct FamilyName(pub(crate) String);
+
+super::schema::inline_schema!(FamilyName, {"description": "the family label value, e.g. ampere", "type": "string", "pattern": "^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$"});
+
+impl TryFrom<String> for FamilyName {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        if !s.is_empty() && dxdp_core::labels::is_label_value(&s) {
+            Ok(FamilyName(s))
+        } else {
+            Err(format!("nodeLabels.families: {s:?} is not a valid label value: use 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"))
+        }
+    }
 }
 
 /// `telemetry`.

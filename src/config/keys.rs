@@ -121,6 +121,10 @@ node_wide_keys! {
     NodeLabelsEnabled => "nodeLabels.enabled",
     /// `nodeLabels.prefix`.
     NodeLabelsPrefix => "nodeLabels.prefix",
+    /// `nodeLabels.mode`.
+    NodeLabelsMode => "nodeLabels.mode",
+    /// `nodeLabels.families`.
+    NodeLabelsFamilies => "nodeLabels.families",
     /// `configuration`: the named configuration applied (not a key of the file: its selection).
     Configuration => "configuration",
     /// `metrics.address`.
@@ -214,7 +218,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 10 + 44);
+        assert_eq!(all.len(), 2 * 10 + 46);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

@@ -24,7 +24,7 @@ fn pod_resources_endpoint(text: &str) -> Result<Option<Endpoint>, String> {
 }
 
 /// The variables outside dxdp's own prefixes that are inputs too: the node (whose label selects
-/// a named configuration), the validation Jobs' namespace, and where a HostProcess container's
+/// a named configuration), the namespace of the validation Jobs and the NodeFeature object, and where a HostProcess container's
 /// volumes (the configuration files) are.
 const INPUT_VARS: [&str; 3] = [
     "NODE_NAME",
@@ -313,6 +313,9 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
         f.node_labels.enabled => c.node_labels.enabled, Key::NodeLabelsEnabled;
         f.node_labels.prefix.as_ref().map(|p| p.0.clone())
             => c.node_labels.prefix, Key::NodeLabelsPrefix;
+        f.node_labels.mode => c.node_labels.mode, Key::NodeLabelsMode;
+        f.node_labels.families.as_ref().map(|m| m.iter().map(|(k, v)| (k.0, v.0.clone())).collect())
+            => c.node_labels.families, Key::NodeLabelsFamilies;
         log_format => c.log_format, Key::LogFormat;
         metrics.address.map(|a| a.0) => c.metrics_address, Key::MetricsAddress;
         metrics.probe_address.map(|a| a.0) => c.probe_address, Key::ProbeAddress;
@@ -538,6 +541,7 @@ fn apply_variables(c: &mut Resolved, env: &Env) -> Result<(), ConfigError> {
         "DXDP_NODE_LABELS", bool_value => c.node_labels.enabled, Key::NodeLabelsEnabled;
         "DXDP_NODE_LABEL_PREFIX", |v| dxdp_core::labels::check_prefix(v).map(|()| v.to_string())
             => c.node_labels.prefix, Key::NodeLabelsPrefix;
+        "DXDP_NODE_LABEL_MODE", file::LabelMode::parse => c.node_labels.mode, Key::NodeLabelsMode;
         "DXDP_LOG_LEVEL", |v: &str| LogLevelName::try_from(v.to_string())
             => c.log_level, Key::LogLevel;
         "DXDP_LOG_FORMAT", str::parse => c.log_format, Key::LogFormat;

@@ -330,6 +330,10 @@ pub struct NodeLabels {
     pub(crate) enabled: bool,
     /// The key prefix, e.g. `directx.microsoft.com/`.
     pub(crate) prefix: String,
+    /// Where the labels go (`nodeLabels.mode`).
+    pub(crate) mode: file::LabelMode,
+    /// The user's GPU families by PCI model ID (`nodeLabels.families`).
+    pub(crate) families: BTreeMap<dxdp_core::families::ModelId, String>,
 }
 
 impl NodeLabels {
@@ -421,6 +425,8 @@ impl Default for Config {
             node_labels: NodeLabels {
                 enabled: true,
                 prefix: dxdp_core::labels::DEFAULT_PREFIX.into(),
+                mode: file::LabelMode::Node,
+                families: BTreeMap::new(),
             },
             metrics_address: None,
             probe_address: None,

@@ -101,6 +101,13 @@ impl Resolved {
             Key::LogFormat => json!(self.log_format.to_string()),
             Key::NodeLabelsEnabled => json!(self.node_labels.enabled),
             Key::NodeLabelsPrefix => json!(self.node_labels.prefix),
+            Key::NodeLabelsMode => json!(self.node_labels.mode.as_str()),
+            Key::NodeLabelsFamilies => json!(self
+                .node_labels
+                .families
+                .iter()
+                .map(|(m, f)| (format!("{:04x}:{:04x}", m.0, m.1), f.clone()))
+                .collect::<std::collections::BTreeMap<_, _>>()),
             Key::Configuration => json!(self.selection.name.as_deref().unwrap_or("default")),
             Key::MetricsAddress => match self.metrics_address {
                 Some(a) => json!(a.to_string()),

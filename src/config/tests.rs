@@ -101,6 +101,8 @@ logFormat: json
 nodeLabels:
   enabled: false
   prefix: example.com/gpu-
+  mode: nodefeature
+  families: {"10de:2236": my-ampere, "0x1002:0x74A1": cdna3}
 metrics:
   address: 0.0.0.0:9466
   probeAddress: 127.0.0.1:9467
@@ -189,7 +191,14 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
         c.node_labels,
         NodeLabels {
             enabled: false,
-            prefix: "example.com/gpu-".into()
+            prefix: "example.com/gpu-".into(),
+            mode: crate::config::file::LabelMode::Nodefeature,
+            families: [
+                ((0x10de, 0x2236), "my-ampere".to_string()),
+                ((0x1002, 0x74a1), "cdna3".to_string())
+            ]
+            .into_iter()
+            .collect(),
         }
     );
     assert_eq!(c.health_thermal.margin_celsius, 3);
@@ -409,6 +418,9 @@ fn bad_values_are_rejected_with_what_is_allowed() {
         ("nodeLabels: {prefix: directx.microsoft.com}\n", "must contain '/'"),
         ("nodeLabels: {prefix: Example.com/}\n", "not a DNS subdomain"),
         ("nodeLabels: {labels: true}\n", "unknown key `labels`"),
+        ("nodeLabels: {mode: nfd}\n", "nodefeature"),
+        ("nodeLabels: {families: {\"10de\": ampere}}\n", "is not a PCI model ID"),
+        ("nodeLabels: {families: {\"10de:2236\": \"Ampere GPU\"}}\n", "not a valid label value"),
         ("configurations: {'big gpu': {}}\n", "not a valid label value"),
         ("configurations:\n  big:\n    logLevel: debug\n", ":3:"),
         ("configurations: {big: {nodeLabels: {enabled: false}}}\n", "unknown key `nodeLabels`"),

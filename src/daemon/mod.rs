@@ -371,6 +371,10 @@ impl Daemon {
                 &ctx.inventory,
                 node_tx,
                 safety_poll,
+                ctx.env
+                    .get(crate::validation::task::NAMESPACE_VAR)
+                    .filter(|n| !n.trim().is_empty())
+                    .cloned(),
             ));
         }
         specs.extend(telemetry);

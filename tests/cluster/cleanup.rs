@@ -487,7 +487,9 @@ mod daemon {
 
     /// The labels dxdp applies for the `telemetry-leak` fixture with the default resources: two
     /// NVIDIA Tesla T4 (graphics: the display resource), 16106127360 bytes = 15360 MiB each,
-    /// driver 31.0.15.2824, one replica, more than one device (shared visibility).
+    /// driver 31.0.15.2824 (WDDM 3.1), PCI 10de:1eb8 (the turing family), one replica (not
+    /// shared), more than one device (shared visibility); without the timestamp label, whose
+    /// value is the time of the change ([`TIMESTAMP`]).
     fn daemon_labels() -> BTreeMap<String, String> {
         DAEMON_LABELS
             .iter()
@@ -498,13 +500,25 @@ mod daemon {
     const DAEMON_LABELS: &[(&str, &str)] = &[
         ("compute.count", "0"),
         ("display.count", "2"),
+        ("display.family", "turing"),
+        ("display.memory", "15360"),
+        ("display.product", "NVIDIA-Tesla-T4"),
+        ("display.replicas", "1"),
+        ("display.sharing-strategy", "none"),
+        ("display.wddm-version", "3.1"),
         ("driver-version", "31.0.15.2824"),
+        ("family", "turing"),
         ("memory", "15360"),
         ("multi-gpu-visibility", "shared"),
         ("product", "NVIDIA-Tesla-T4"),
         ("replicas", "1"),
+        ("sharing-strategy", "none"),
         ("vendor", "nvidia"),
+        ("wddm-version", "3.1"),
     ];
+
+    /// dxdp's timestamp label, set with the others.
+    const TIMESTAMP: &str = "directx.microsoft.com/timestamp";
 
     fn start(dir: &Path, kubeconfig: &Path) -> tokio::process::Child {
         let config = dir.join("config.yaml");
@@ -674,7 +688,9 @@ mod daemon {
             "{stdout}{}\n{log}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let labels: Vec<String> = want.keys().cloned().collect();
+        let mut labels: Vec<String> = want.keys().cloned().collect();
+        labels.push(TIMESTAMP.to_string());
+        labels.sort();
         assert_eq!(
             stdout,
             format!(

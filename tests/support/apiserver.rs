@@ -19,6 +19,13 @@
 //! so that tests can check content type,
 //! field manager and body, and it can fail requests on demand.
 //!
+//! NodeFeature objects (`nfd.k8s-sigs.io/v1alpha1`, get and server-side apply) are served once a
+//! test installs their CRD ([`ApiServerStandin::install_crd`], e.g.
+//! tests/fixtures/crds/nfd-nodefeature.yaml): every object written is validated against the CRD's
+//! `openAPIV3Schema` ([`validate`]; stricter than an API server, which prunes unknown fields, it
+//! refuses them) and answered 422 when it does not fit; without the CRD those paths are 404, as
+//! on a cluster without Node Feature Discovery.
+//!
 //! Only what dxdp uses is implemented; anything else is answered 404.
 #![allow(dead_code)] // each user takes a part
 
@@ -129,6 +136,10 @@ struct State {
     evicted: Vec<String>,
     /// Status codes for the next evictions (429: a PodDisruptionBudget refuses).
     eviction_answers: Vec<u16>,
+    /// The NodeFeature CRD's `openAPIV3Schema`, once installed.
+    node_feature_schema: Option<serde_json::Value>,
+    /// NodeFeature objects by `namespace/name`.
+    node_features: BTreeMap<String, serde_json::Value>,
 }
 
 struct Shared {
@@ -363,6 +374,40 @@ impl ApiServerStandin {
             .into_iter()
             .filter(|r| r.method == "PATCH")
             .collect()
+    }
+
+    /// Installs a CRD (the manifest as YAML, e.g. tests/fixtures/crds/nfd-nodefeature.yaml):
+    /// NodeFeature objects are served from now on, validated against its schema.
+    pub fn install_crd(&self, manifest_yaml: &str) {
+        let crd: serde_json::Value =
+            serde_saphyr::from_str(manifest_yaml).expect("the CRD manifest is YAML");
+        let schema = crd
+            .pointer("/spec/versions/0/schema/openAPIV3Schema")
+            .cloned()
+            .expect("the CRD has spec.versions[0].schema.openAPIV3Schema");
+        self.shared.lock().node_feature_schema = Some(schema);
+    }
+
+    /// The NodeFeature object `namespace/name`, if any.
+    pub fn node_feature(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
+        self.shared
+            .lock()
+            .node_features
+            .get(&format!("{namespace}/{name}"))
+            .cloned()
+    }
+
+    /// Waits until the NodeFeature object `namespace/name` exists (checked after every request
+    /// and change), at most `timeout`.
+    pub async fn wait_for_node_feature(
+        &self,
+        timeout: std::time::Duration,
+        namespace: &str,
+        name: &str,
+    ) -> bool {
+        let key = format!("{namespace}/{name}");
+        self.wait_state(timeout, |s| s.node_features.contains_key(&key))
+            .await
     }
 
     /// Sets (`Some`) or removes (`None`) a label as another client (`kubectl`) would.
@@ -661,6 +706,15 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Result<Response<
             Some(create_event(&mut s, &path, &body))
         } else if path.starts_with("/apis/apps/v1/namespaces/") && path.contains("/daemonsets/") {
             Some(daemonsets(&mut s, &method, &path, &q, &body))
+        } else if path.starts_with("/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/") {
+            Some(node_features(
+                &mut s,
+                &method,
+                &path,
+                &q,
+                content_type.as_deref(),
+                &body,
+            ))
         } else if path.starts_with("/apis/batch/v1/namespaces/") {
             Some(jobs(&mut s, &method, &path, &q, &body))
         } else if method == Method::GET
@@ -1161,4 +1215,136 @@ fn watch(shared: &Arc<Shared>, q: &BTreeMap<String, String>) -> Response<Body> {
         hyper::header::HeaderValue::from_static("application/json"),
     );
     r
+}
+
+/// NodeFeature objects: `GET` and server-side apply of
+/// `/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{ns}/nodefeatures/{name}`, 404 before the CRD is
+/// installed.
+fn node_features(
+    s: &mut State,
+    method: &Method,
+    path: &str,
+    q: &BTreeMap<String, String>,
+    content_type: Option<&str>,
+    body: &str,
+) -> Response<Body> {
+    let Some(schema) = s.node_feature_schema.clone() else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "the server could not find the requested resource",
+        );
+    };
+    let rest = path.trim_start_matches("/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/");
+    let Some((namespace, name)) = rest
+        .split_once("/nodefeatures/")
+        .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
+    else {
+        return status(StatusCode::NOT_FOUND, "not found");
+    };
+    let key = format!("{namespace}/{name}");
+    if *method == Method::GET {
+        return match s.node_features.get(&key) {
+            Some(o) => full(StatusCode::OK, o),
+            None => status(
+                StatusCode::NOT_FOUND,
+                &format!("nodefeatures.nfd.k8s-sigs.io \"{name}\" not found"),
+            ),
+        };
+    }
+    if *method != Method::PATCH || content_type != Some("application/apply-patch+yaml") {
+        return status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "only get and server-side apply are supported",
+        );
+    }
+    if q.get("fieldManager").is_none_or(|m| m.is_empty()) {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "fieldManager is required for apply",
+        );
+    }
+    let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    if doc["apiVersion"] != "nfd.k8s-sigs.io/v1alpha1" || doc["kind"] != "NodeFeature" {
+        return status(StatusCode::BAD_REQUEST, "apiVersion or kind is wrong");
+    }
+    if doc.pointer("/metadata/name").and_then(|n| n.as_str()) != Some(name)
+        || doc
+            .pointer("/metadata/namespace")
+            .and_then(|n| n.as_str())
+            .is_some_and(|ns| ns != namespace)
+    {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "metadata.name or metadata.namespace does not match the path",
+        );
+    }
+    if let Err(e) = validate(&schema, &doc, "") {
+        return status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("NodeFeature.nfd.k8s-sigs.io \"{name}\" is invalid: {e}"),
+        );
+    }
+    let version = s.version + 1;
+    s.version = version;
+    doc["metadata"]["namespace"] = serde_json::json!(namespace);
+    doc["metadata"]["resourceVersion"] = serde_json::json!(version.to_string());
+    s.node_features.insert(key, doc.clone());
+    full(StatusCode::OK, &doc)
+}
+
+/// Validates `value` against an OpenAPI v3 structural schema as CRDs write them (`type`,
+/// `properties`, `additionalProperties`, `required`, `items`): an object with `properties` and
+/// no `additionalProperties` takes no other fields. `Err` names the first field that does not
+/// fit.
+pub fn validate(
+    schema: &serde_json::Value,
+    value: &serde_json::Value,
+    at: &str,
+) -> Result<(), String> {
+    let here = if at.is_empty() { "<root>" } else { at };
+    let ty = schema.get("type").and_then(|t| t.as_str());
+    let fits = match ty {
+        Some("object") => value.is_object(),
+        Some("string") => value.is_string(),
+        Some("array") => value.is_array(),
+        Some("boolean") => value.is_boolean(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        _ => true,
+    };
+    if !fits {
+        return Err(format!("{here}: must be of type {}", ty.unwrap_or("?")));
+    }
+    if let Some(object) = value.as_object() {
+        for required in schema
+            .get("required")
+            .and_then(|r| r.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.as_str())
+        {
+            if !object.contains_key(required) {
+                return Err(format!("{at}.{required}: Required value"));
+            }
+        }
+        let properties = schema.get("properties").and_then(|p| p.as_object());
+        let additional = schema.get("additionalProperties");
+        for (k, v) in object {
+            let field = format!("{at}.{k}");
+            match (properties.and_then(|p| p.get(k)), additional) {
+                (Some(s), _) => validate(s, v, &field)?,
+                (None, Some(s)) if s.is_object() => validate(s, v, &field)?,
+                (None, None) if properties.is_none() => {}
+                _ => return Err(format!("{field}: field not declared in schema")),
+            }
+        }
+    }
+    if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
+        for (i, v) in array.iter().enumerate() {
+            validate(items, v, &format!("{at}[{i}]"))?;
+        }
+    }
+    Ok(())
 }

@@ -2,11 +2,22 @@
 //! model, memory, vendor or runtime API.
 //!
 //! Pure: the devices and a few settings in, the complete label set out. The daemon applies the
-//! set with server-side apply, so a key missing from the set is removed from the Node.
+//! set with server-side apply (or writes it into a NodeFeature object for Node Feature
+//! Discovery), so a key missing from the set is removed from the Node.
+//!
+//! Two groups: [`node_labels`], the original set (counts, and vendor, product, memory, driver
+//! version and replicas of the largest device), and [`model_labels`], the GPU Feature
+//! Discovery-style set: per GPU class (`<class>.product` with a `-SHARED` suffix when shared,
+//! `<class>.family`, `<class>.memory`, `<class>.sharing-strategy`, ...), per model on a node with
+//! several models (`<class>.<vendor>-<device>.<name>`, e.g. `display.10de-2236.count`), and the
+//! machine type. [`all_labels`] is both. The timestamp label ([`TIMESTAMP`]) is the daemon's: it
+//! is set when the rest of the set changes.
 
 use std::collections::BTreeMap;
 
 use crate::devices::{Device, Discovery, PerResource, Resource};
+use crate::families::{self, ModelId};
+use crate::sharing::{Sharing, Strategy};
 
 /// The default label key prefix.
 pub const DEFAULT_PREFIX: &str = "directx.microsoft.com/";
@@ -54,8 +65,172 @@ pub struct LabelSettings {
     pub prefix: String,
     /// Which resources are served (devices of a resource that is not served are not counted).
     pub enabled: PerResource<bool>,
-    /// Replicas per resource.
+    /// Replicas per resource (the `replicas` label).
     pub replicas: PerResource<u32>,
+    /// How each resource's GPUs are shared (the `sharing-strategy` labels and the `-SHARED`
+    /// product suffix).
+    pub sharing: PerResource<Sharing>,
+    /// The user's families (`nodeLabels.families`), consulted before the built-in table.
+    pub families: BTreeMap<ModelId, String>,
+    /// The machine type: the Node's `node.kubernetes.io/instance-type` label, when it has one.
+    pub machine: Option<String>,
+}
+
+/// The label (under the prefix) with the time, in Unix seconds, at which the rest of the set last
+/// changed (GPU Feature Discovery's `gfd.timestamp`). The daemon sets it, not [`all_labels`].
+pub const TIMESTAMP: &str = "timestamp";
+
+/// The suffix of the product labels of a shared GPU class, as GPU Feature Discovery writes it.
+pub const SHARED_SUFFIX: &str = "-SHARED";
+
+/// The Node label that names the machine type.
+pub const INSTANCE_TYPE_LABEL: &str = "node.kubernetes.io/instance-type";
+
+/// [`node_labels`] and [`model_labels`] together: the set the daemon keeps (besides the
+/// timestamp).
+pub fn all_labels(discovery: &Discovery, settings: &LabelSettings) -> BTreeMap<String, String> {
+    let mut labels = node_labels(discovery, settings);
+    labels.extend(model_labels(discovery, settings));
+    labels
+}
+
+/// The WDDM version a display driver implements, from its version number: Windows display
+/// drivers number themselves `<WDDM major><WDDM minor>.x.y.z` from WDDM 2.0 on (`31.0.15.2824`
+/// is a WDDM 3.1 driver; "Version numbers for display drivers",
+/// <https://learn.microsoft.com/en-us/windows-hardware/drivers/display/version-numbers-for-display-drivers>).
+/// `None` for other numbers (older or non-display drivers: the label is then absent).
+pub fn wddm_version(driver_version: &str) -> Option<String> {
+    let first = driver_version.split('.').next()?;
+    let n: u32 = first.parse().ok()?;
+    (first.len() == 2 && (20..=39).contains(&n)).then(|| format!("{}.{}", n / 10, n % 10))
+}
+
+/// The GPU Feature Discovery-style labels (see the module's documentation): per served GPU
+/// class with devices, the largest device's product (with [`SHARED_SUFFIX`] when the class is
+/// shared), family, memory in MiB and WDDM version, and the class's sharing strategy (and
+/// replicas when time-sliced); node-wide the same of the largest device, and the machine type;
+/// on a node whose served GPUs are of more than one model (PCI vendor and device ID), per class
+/// and model its count, product, family, smallest memory and WDDM version. A fact that is
+/// unknown gives no label.
+pub fn model_labels(discovery: &Discovery, settings: &LabelSettings) -> BTreeMap<String, String> {
+    let key = |name: &str| format!("{}{name}", settings.prefix);
+    let mut labels = BTreeMap::new();
+    let mut advertised: Vec<&Device> = Vec::new();
+    for r in Resource::ALL {
+        if settings.enabled.get(r) {
+            advertised.extend(discovery.devices_for(r));
+        }
+    }
+    let model = |d: &Device| -> ModelId { (d.vendor_id, d.device_id) };
+    let several_models = advertised.iter().any(|d| model(d) != model(advertised[0]));
+    // One device's description, under `name.` (empty: node-wide).
+    let describe =
+        |labels: &mut BTreeMap<String, String>, name: &str, d: &Device, sharing: Sharing| {
+            let shared = sharing.strategy() != Strategy::None;
+            if let Some(p) = product_value(&d.description, shared) {
+                labels.insert(key(&format!("{name}product")), p);
+            }
+            if let Some(f) = families::family(&settings.families, model(d)).and_then(label_value) {
+                labels.insert(key(&format!("{name}family")), f);
+            }
+            if let Some(w) = wddm_version(&d.driver_version) {
+                labels.insert(key(&format!("{name}wddm-version")), w);
+            }
+        };
+    let mut node_largest: Option<&Device> = None;
+    for r in Resource::ALL {
+        if !settings.enabled.get(r) {
+            continue;
+        }
+        let devices: Vec<&Device> = discovery.devices_for(r).collect();
+        let Some(largest) = largest(&devices) else {
+            continue;
+        };
+        if node_largest.is_none_or(|b| b.dedicated_memory_bytes < largest.dedicated_memory_bytes) {
+            node_largest = Some(largest);
+        }
+        let class = r.as_str();
+        let sharing = settings.sharing.get(r);
+        describe(&mut labels, &format!("{class}."), largest, sharing);
+        labels.insert(
+            key(&format!("{class}.memory")),
+            mib(largest.dedicated_memory_bytes),
+        );
+        labels.insert(
+            key(&format!("{class}.sharing-strategy")),
+            sharing.strategy().as_str().into(),
+        );
+        if let Sharing::Replicas(_) = sharing {
+            labels.insert(
+                key(&format!("{class}.replicas")),
+                sharing.shares(0).to_string(),
+            );
+        }
+        if !several_models {
+            continue;
+        }
+        let mut models: BTreeMap<ModelId, Vec<&Device>> = BTreeMap::new();
+        for d in &devices {
+            models.entry(model(d)).or_default().push(d);
+        }
+        for (m, of_model) in models {
+            let name = format!("{class}.{}.", families::model_key(m));
+            labels.insert(key(&format!("{name}count")), of_model.len().to_string());
+            // The smallest: what every GPU of the model has at least.
+            let smallest = of_model
+                .iter()
+                .map(|d| d.dedicated_memory_bytes)
+                .min()
+                .unwrap_or(0);
+            labels.insert(key(&format!("{name}memory")), mib(smallest));
+            if let Some(first) = of_model.first() {
+                describe(&mut labels, &name, first, sharing);
+            }
+        }
+    }
+    if let Some(d) = node_largest {
+        let sharing = d
+            .resource
+            .map_or(Sharing::Replicas(1), |r| settings.sharing.get(r));
+        if let Some(f) = families::family(&settings.families, model(d)).and_then(label_value) {
+            labels.insert(key("family"), f);
+        }
+        if let Some(w) = wddm_version(&d.driver_version) {
+            labels.insert(key("wddm-version"), w);
+        }
+        labels.insert(key("sharing-strategy"), sharing.strategy().as_str().into());
+    }
+    if let Some(m) = settings.machine.as_deref().and_then(label_value) {
+        labels.insert(key("machine"), m);
+    }
+    labels
+}
+
+/// The device with the most dedicated memory; on a tie the first.
+fn largest<'a>(devices: &[&'a Device]) -> Option<&'a Device> {
+    devices.iter().copied().fold(None, |best, d| match best {
+        Some(b) if b.dedicated_memory_bytes >= d.dedicated_memory_bytes => Some(b),
+        _ => Some(d),
+    })
+}
+
+fn mib(bytes: u64) -> String {
+    (bytes / (1024 * 1024)).to_string()
+}
+
+/// A product label value: the description as a label value, with [`SHARED_SUFFIX`] when shared
+/// (the description shortened so that the suffix fits).
+fn product_value(description: &str, shared: bool) -> Option<String> {
+    let base = label_value(description)?;
+    if !shared {
+        return Some(base);
+    }
+    let room = MAX_VALUE - SHARED_SUFFIX.len();
+    let cut = match base.get(..room) {
+        Some(head) if base.len() > room => label_value(head).unwrap_or_default(),
+        _ => base,
+    };
+    Some(format!("{cut}{SHARED_SUFFIX}"))
 }
 
 /// The labels for `discovery` under `settings`: every key dxdp owns that has a value now.
@@ -184,8 +359,8 @@ pub fn check_prefix(prefix: &str) -> Result<(), String> {
             && name_start
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.'));
-    // The longest name dxdp puts after the prefix.
-    let longest = "multi-gpu-visibility".len();
+    // The longest name dxdp puts after the prefix (a per-model label).
+    let longest = "compute.10de-2236.wddm-version".len();
     if !ok_start || name_start.len() + longest > 63 {
         return Err(format!(
             "{name_start:?} after the '/' must be letters, digits, '-', '_' or '.', start with a letter or digit, and leave room for {longest} more characters: use {allowed}"
@@ -250,6 +425,12 @@ mod tests {
                 display: 4,
                 compute: 1,
             },
+            sharing: PerResource {
+                display: Sharing::Replicas(4),
+                compute: Sharing::Replicas(1),
+            },
+            families: BTreeMap::new(),
+            machine: None,
         }
     }
 
@@ -366,8 +547,189 @@ mod tests {
         ] {
             assert!(check_prefix(bad).is_err(), "{bad}");
         }
-        assert!(check_prefix(&format!("a.com/{}", "x".repeat(43))).is_ok());
-        assert!(check_prefix(&format!("a.com/{}", "x".repeat(44))).is_err());
+        // 63 characters minus the longest name, compute.10de-2236.wddm-version (30).
+        assert!(check_prefix(&format!("a.com/{}", "x".repeat(33))).is_ok());
+        assert!(check_prefix(&format!("a.com/{}", "x".repeat(34))).is_err());
+    }
+
+    fn with_model(mut d: Device, vendor_id: u32, device_id: u32, description: &str) -> Device {
+        d.vendor_id = vendor_id;
+        d.device_id = device_id;
+        d.description = description.into();
+        d
+    }
+
+    #[test]
+    fn one_model_gets_class_labels_and_a_shared_product_suffix() {
+        // Two A10 (10de:2236, ampere in the built-in table), time-sliced 4 ways.
+        let discovery = Discovery {
+            devices: vec![
+                with_model(
+                    device("0001", Resource::Display, 23028, &[]),
+                    0x10de,
+                    0x2236,
+                    "NVIDIA A10",
+                ),
+                with_model(
+                    device("0002", Resource::Display, 23028, &[]),
+                    0x10de,
+                    0x2236,
+                    "NVIDIA A10",
+                ),
+            ],
+            ..Default::default()
+        };
+        let mut s = settings();
+        s.machine = Some("Standard_NV36ads_A10_v5".into());
+        let want = labels(&[
+            ("display.product", "NVIDIA-A10-SHARED"),
+            ("display.family", "ampere"),
+            ("display.memory", "23028"),
+            ("display.wddm-version", "3.1"),
+            ("display.sharing-strategy", "time-slicing"),
+            ("display.replicas", "4"),
+            ("family", "ampere"),
+            ("wddm-version", "3.1"),
+            ("sharing-strategy", "time-slicing"),
+            ("machine", "Standard_NV36ads_A10_v5"),
+        ]);
+        assert_eq!(model_labels(&discovery, &s), want);
+        // The original labels are unchanged beside them.
+        let all = all_labels(&discovery, &s);
+        assert_eq!(
+            all.get("directx.microsoft.com/product").map(String::as_str),
+            Some("NVIDIA-A10")
+        );
+        assert_eq!(
+            all.get("directx.microsoft.com/replicas")
+                .map(String::as_str),
+            Some("4")
+        );
+        assert_eq!(all.len(), want.len() + node_labels(&discovery, &s).len());
+    }
+
+    #[test]
+    fn several_models_get_labels_per_class_and_model() {
+        // An A100 80GB PCIe (10de:20b5) and an A10 (10de:2236) for display, an unknown
+        // compute device (1234:0001) with memory sharing, and a user family for 1234:0001.
+        let discovery = Discovery {
+            devices: vec![
+                with_model(
+                    device("0001", Resource::Display, 81920, &[]),
+                    0x10de,
+                    0x20b5,
+                    "NVIDIA A100 80GB PCIe",
+                ),
+                with_model(
+                    device("0002", Resource::Display, 23028, &[]),
+                    0x10de,
+                    0x2236,
+                    "NVIDIA A10",
+                ),
+                with_model(
+                    device("0003", Resource::Display, 23000, &[]),
+                    0x10de,
+                    0x2236,
+                    "NVIDIA A10",
+                ),
+                with_model(
+                    device("0004", Resource::Compute, 4096, &[]),
+                    0x1234,
+                    0x0001,
+                    "Example NPU",
+                ),
+            ],
+            ..Default::default()
+        };
+        let mut s = settings();
+        s.sharing.display = Sharing::Replicas(1);
+        s.sharing.compute = Sharing::Memory(crate::sharing::MemorySharing {
+            unit_bytes: 1 << 30,
+            reserve_bytes: 1 << 30,
+        });
+        s.families.insert((0x1234, 0x0001), "Example NPU v1".into());
+        let want = labels(&[
+            ("display.product", "NVIDIA-A100-80GB-PCIe"),
+            ("display.family", "ampere"),
+            ("display.memory", "81920"),
+            ("display.wddm-version", "3.1"),
+            ("display.sharing-strategy", "none"),
+            ("display.replicas", "1"),
+            ("display.10de-20b5.count", "1"),
+            ("display.10de-20b5.product", "NVIDIA-A100-80GB-PCIe"),
+            ("display.10de-20b5.family", "ampere"),
+            ("display.10de-20b5.memory", "81920"),
+            ("display.10de-20b5.wddm-version", "3.1"),
+            ("display.10de-2236.count", "2"),
+            ("display.10de-2236.product", "NVIDIA-A10"),
+            ("display.10de-2236.family", "ampere"),
+            ("display.10de-2236.memory", "23000"),
+            ("display.10de-2236.wddm-version", "3.1"),
+            ("compute.product", "Example-NPU-SHARED"),
+            ("compute.family", "Example-NPU-v1"),
+            ("compute.memory", "4096"),
+            ("compute.wddm-version", "3.1"),
+            ("compute.sharing-strategy", "memory"),
+            ("compute.1234-0001.count", "1"),
+            ("compute.1234-0001.product", "Example-NPU-SHARED"),
+            ("compute.1234-0001.family", "Example-NPU-v1"),
+            ("compute.1234-0001.memory", "4096"),
+            ("compute.1234-0001.wddm-version", "3.1"),
+            ("family", "ampere"),
+            ("wddm-version", "3.1"),
+            ("sharing-strategy", "none"),
+        ]);
+        assert_eq!(model_labels(&discovery, &s), want);
+    }
+
+    #[test]
+    fn unknown_facts_give_no_label() {
+        // An unknown model, a driver version that names no WDDM version, no machine type.
+        let mut d = with_model(
+            device("0001", Resource::Display, 1024, &[]),
+            0x1414,
+            0x008c,
+            "(((",
+        );
+        d.driver_version = "10.0.20348.1".into();
+        let discovery = Discovery {
+            devices: vec![d],
+            ..Default::default()
+        };
+        let mut s = settings();
+        s.sharing.display = Sharing::Replicas(1);
+        let want = labels(&[
+            ("display.memory", "1024"),
+            ("display.sharing-strategy", "none"),
+            ("display.replicas", "1"),
+            ("sharing-strategy", "none"),
+        ]);
+        assert_eq!(model_labels(&discovery, &s), want);
+        assert_eq!(model_labels(&Discovery::default(), &s), BTreeMap::new());
+    }
+
+    #[test]
+    fn wddm_versions_and_shared_products() {
+        for (driver, want) in [
+            ("31.0.15.2824", Some("3.1")),
+            ("27.21.14.5671", Some("2.7")),
+            ("32.0.101.5768", Some("3.2")),
+            ("30.0.31.250", Some("3.0")),
+            ("10.0.20348.1", None),
+            ("1.0.0.0", None),
+            ("9.18.13.4192", None),
+            ("031.0.1.1", None),
+            ("", None),
+        ] {
+            assert_eq!(wddm_version(driver).as_deref(), want, "{driver}");
+        }
+        let long = "B".repeat(70);
+        assert_eq!(
+            product_value(&long, true),
+            Some(format!("{}-SHARED", "B".repeat(56)))
+        );
+        assert_eq!(product_value(&long, false), Some("B".repeat(63)));
+        assert_eq!(product_value("___", true), None);
     }
 
     proptest! {
@@ -389,9 +751,12 @@ mod tests {
             prop_assume!(check_prefix(&prefix).is_ok());
             let mut d = device("0001", Resource::Display, mib, &[("nvcuda.dll", true)]);
             d.description = description;
-            let discovery = Discovery { devices: vec![d.clone(), { d.id = "0002".into(); d }], ..Default::default() };
+            let mut other = d.clone();
+            other.id = "0003".into();
+            other.device_id = 0xffff;
+            let discovery = Discovery { devices: vec![d.clone(), { d.id = "0002".into(); d }, other], ..Default::default() };
             let s = LabelSettings { prefix: prefix.clone(), ..settings() };
-            for (k, v) in node_labels(&discovery, &s) {
+            for (k, v) in all_labels(&discovery, &s) {
                 let name = k.strip_prefix(&format!("{domain}/")).unwrap_or_default();
                 prop_assert!(!name.is_empty() && name.len() <= 63 && is_label_value(name), "key {:?}", k);
                 prop_assert!(is_label_value(&v), "value {:?}", v);

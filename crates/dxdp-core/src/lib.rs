@@ -28,6 +28,7 @@ pub mod allocation;
 pub mod assignment;
 pub mod devices;
 pub mod facts;
+pub mod families;
 pub mod health;
 pub mod hints;
 pub mod labels;

@@ -153,6 +153,9 @@ nodeLabels, isolation, health, telemetry.podLabels/podUid), as YAML. */}}
 {{- with $v.nodeLabels.prefix }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "nodeLabels.prefix" "value" . "from" "nodeLabels.prefix") }}
 {{- end }}
+{{- with $v.nodeLabels.mode }}
+{{- include "dxdp.setConfig" (dict "config" $c "key" "nodeLabels.mode" "value" . "from" "nodeLabels.mode") }}
+{{- end }}
 {{- with $v.isolation.policy }}
 {{- include "dxdp.setConfig" (dict "config" $c "key" "isolation.policy" "value" . "from" "isolation.policy") }}
 {{- end }}
@@ -201,6 +204,14 @@ nodeLabels, isolation, health, telemetry.podLabels/podUid), as YAML. */}}
 {{- end }}
 
 {{/* Whether validation Jobs are on: the chart value, or config.validation.enabled. */}}
+{{/* "true" when the labels go into a NodeFeature object: nodeLabels.mode (the chart value, else
+config's) is nodefeature (with the labels off too: dxdp then empties the object). */}}
+{{- define "dxdp.nodeFeatureMode" -}}
+{{- $config := .Values.config | default dict -}}
+{{- $labels := (get $config "nodeLabels") | default dict -}}
+{{- if eq (default (default "node" (get $labels "mode")) .Values.nodeLabels.mode) "nodefeature" }}true{{ end -}}
+{{- end }}
+
 {{- define "dxdp.validationEnabled" -}}
 {{- $config := .Values.config | default dict -}}
 {{- $val := (get $config "validation") | default dict -}}
