@@ -131,9 +131,9 @@ pub(crate) fn holders(
         let Some((r, _)) = endpoints.iter().find(|(_, n)| *n == a.resource) else {
             continue;
         };
-        let replicas = inventory.config.replicas(*r);
         for id in &a.device_ids {
-            let Some(d) = allocation::resolve(&inventory.discovery, *r, replicas, id) else {
+            // A replica or a memory unit: either leads back to its GPU.
+            let Some(d) = allocation::resolve_any(&inventory.discovery, *r, id) else {
                 continue;
             };
             let Some(s) = sick.iter().find(|s| s.device == d.id) else {

@@ -1,7 +1,7 @@
 //! Device selection for `dxdp mounts`: every selector adds devices (a union); a selector that
 //! matches nothing is an error naming it.
 
-use dxdp_core::allocation::{self, MAX_REPLICAS};
+use dxdp_core::allocation;
 use dxdp_core::devices::{Device, Discovery, Resource};
 use dxdp_core::pipeline::winpath::compare_key;
 
@@ -71,7 +71,7 @@ pub fn select<'a>(
                 })?,
                 Selector::Resource(r) => device.resource == Some(*r),
                 Selector::Id(id) => device.resource.is_some_and(|r| {
-                    allocation::resolve(discovery, r, MAX_REPLICAS, id.trim())
+                    allocation::resolve_any(discovery, r, id.trim())
                         .is_some_and(|d| d.id == device.id)
                 }),
             };
