@@ -16,9 +16,16 @@ use dxdp_core::policy::{AllocationPolicy, MultiDevice};
 use dxdp_core::quote::quote;
 
 use super::values::{
-    ConfigName, ConfigVersion, CriEndpoint, Interval, LabelPrefix, LogLevelName, MetricsAddress,
-    Multitenancy, PodLabelPattern, PodResourcesEndpoint, Replicas, ResourceName, VendorKey,
+    Bytes, ConfigName, ConfigVersion, CriEndpoint, Interval, LabelPrefix, LogLevelName,
+    MetricsAddress, Multitenancy, PodLabelPattern, PodResourcesEndpoint, Replicas, ResourceName,
+    VendorKey,
 };
+use dxdp_core::sharing::MIN_MEMORY_UNIT_BYTES;
+
+/// `memorySharing.unit` when not given: 1 GiB.
+pub(crate) const DEFAULT_MEMORY_UNIT: u64 = 1 << 30;
+/// `memorySharing.reserve` when not given: 1 GiB.
+pub(crate) const DEFAULT_MEMORY_RESERVE: u64 = 1 << 30;
 
 /// One runtime file in `runtimeFiles.additional` or the reference's `additionalMounts`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -95,6 +102,22 @@ pub(crate) struct ResourceFile {
     pub(crate) multi_device: Option<MultiDevice>,
     /// Set `CUDA_VISIBLE_DEVICES` for NVIDIA devices.
     pub(crate) cuda_visible_devices: Option<bool>,
+    /// Share each GPU by memory: one device ID per unit, under a resource name of its own.
+    pub(crate) memory_sharing: Option<MemorySharingFile>,
+}
+
+/// `resources.<resource>.memorySharing`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct MemorySharingFile {
+    /// Advertise each GPU's dedicated memory in units (and not the GPU whole).
+    pub(crate) enabled: Option<bool>,
+    /// The resource name of the units (default `directx.microsoft.com/<resource>-memory`).
+    pub(crate) name: Option<ResourceName>,
+    /// The size of one unit (one device ID), at least 64Mi (default 1Gi).
+    pub(crate) unit: Option<Bytes>,
+    /// Dedicated memory kept back on every GPU for the driver and the host (default 1Gi).
+    pub(crate) reserve: Option<Bytes>,
 }
 
 /// `resources`. Every name it serves (each enabled resource's name and aliases) must be unique:
@@ -132,6 +155,28 @@ impl TryFrom<RawResources> for ResourcesFile {
             let mut names = vec![(name, format!("resources.{r}.name"))];
             for (i, a) in f.aliases.iter().flatten().enumerate() {
                 names.push((a.0.clone(), format!("resources.{r}.aliases[{i}]")));
+            }
+            if let Some(unit) = f.memory_sharing.as_ref().and_then(|m| m.unit) {
+                if unit.0 < MIN_MEMORY_UNIT_BYTES {
+                    return Err(format!(
+                        "resources.{r}.memorySharing.unit is {}: a unit must be at least 64Mi (each unit is one device ID; use e.g. 256Mi, 512Mi or 1Gi)",
+                        Bytes::text(unit.0)
+                    ));
+                }
+            }
+            if let Some(m) = f
+                .memory_sharing
+                .as_ref()
+                .filter(|m| m.enabled == Some(true))
+            {
+                if f.replicas.is_some_and(|n| n.0 > 1) {
+                    return Err(format!(
+                        "resources.{r} has both replicas and memorySharing: a GPU is shared by time-slicing (replicas) or by memory units, not both; remove resources.{r}.replicas or turn memorySharing off"
+                    ));
+                }
+                let default = format!("directx.microsoft.com/{r}-memory");
+                let name = m.name.as_ref().map(|n| n.0.clone()).unwrap_or(default);
+                names.push((name, format!("resources.{r}.memorySharing.name")));
             }
             for (name, key) in names {
                 if let Some((_, first)) = seen.iter().find(|(n, _)| *n == name) {

@@ -27,11 +27,13 @@ pub enum ResourceKey {
     MultiDevice,
     /// `cudaVisibleDevices`.
     CudaVisibleDevices,
+    /// `memorySharing`.
+    MemorySharing,
 }
 
 impl ResourceKey {
     /// Every resource key, in `config show` order.
-    pub(crate) const ALL: [ResourceKey; 9] = [
+    pub(crate) const ALL: [ResourceKey; 10] = [
         ResourceKey::Enabled,
         ResourceKey::Name,
         ResourceKey::Replicas,
@@ -41,6 +43,7 @@ impl ResourceKey {
         ResourceKey::AllocationPolicy,
         ResourceKey::MultiDevice,
         ResourceKey::CudaVisibleDevices,
+        ResourceKey::MemorySharing,
     ];
 
     /// The key as written in the file.
@@ -55,6 +58,7 @@ impl ResourceKey {
             ResourceKey::AllocationPolicy => "allocationPolicy",
             ResourceKey::MultiDevice => "multiDevice",
             ResourceKey::CudaVisibleDevices => "cudaVisibleDevices",
+            ResourceKey::MemorySharing => "memorySharing",
         }
     }
 }
@@ -208,7 +212,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let all = Key::all();
-        assert_eq!(all.len(), 2 * 9 + 43);
+        assert_eq!(all.len(), 2 * 10 + 43);
         let names: std::collections::BTreeSet<String> =
             all.iter().map(ToString::to_string).collect();
         assert_eq!(names.len(), all.len());

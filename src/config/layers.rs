@@ -234,6 +234,22 @@ pub(super) fn apply_file(c: &mut Resolved, f: &ConfigFile, origin: &Origin) {
             rf.cuda_visible_devices
                 => c.resource(r).policy.cuda_visible_devices, key(ResourceKey::CudaVisibleDevices);
         }
+        if let Some(m) = &rf.memory_sharing {
+            let s = &mut c.resource(r).memory_sharing;
+            if let Some(v) = m.enabled {
+                s.enabled = v;
+            }
+            if let Some(n) = &m.name {
+                s.name = n.0.clone();
+            }
+            if let Some(b) = m.unit {
+                s.unit_bytes = b.0;
+            }
+            if let Some(b) = m.reserve {
+                s.reserve_bytes = b.0;
+            }
+            c.set_origin(key(ResourceKey::MemorySharing), origin);
+        }
     }
     let d = &f.devices;
     if let Some(v) = d.include_integrated {

@@ -37,6 +37,7 @@ use dxdp_core::assignment::Assignment;
 use dxdp_core::devices::Resource;
 use dxdp_core::pipeline::PipelineConfig;
 use dxdp_core::policy::ResourcePolicy;
+use dxdp_core::sharing::{MemorySharing, Sharing};
 use file::{ConfigFile, ReferenceFile};
 
 /// Settings of one resource.
@@ -52,6 +53,33 @@ pub struct ResourceSettings {
     pub aliases: Vec<String>,
     /// `allocationPolicy`, `multiDevice` and `cudaVisibleDevices`.
     pub(crate) policy: ResourcePolicy,
+    /// `memorySharing`.
+    pub(crate) memory_sharing: MemorySharingSettings,
+}
+
+/// `resources.<resource>.memorySharing`: the GPUs of the resource advertised in memory units
+/// under a resource name of their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MemorySharingSettings {
+    /// Share by memory.
+    pub(crate) enabled: bool,
+    /// The units' resource name.
+    pub(crate) name: String,
+    /// One unit, in bytes.
+    pub(crate) unit_bytes: u64,
+    /// Kept back on every GPU, in bytes.
+    pub(crate) reserve_bytes: u64,
+}
+
+impl MemorySharingSettings {
+    fn default_for(r: Resource) -> Self {
+        MemorySharingSettings {
+            enabled: false,
+            name: format!("{}-memory", r.default_resource_name()),
+            unit_bytes: file::DEFAULT_MEMORY_UNIT,
+            reserve_bytes: file::DEFAULT_MEMORY_RESERVE,
+        }
+    }
 }
 
 impl ResourceSettings {
@@ -63,6 +91,7 @@ impl ResourceSettings {
             replicas: 1,
             aliases: Vec::new(),
             policy: ResourcePolicy::default(),
+            memory_sharing: MemorySharingSettings::default_for(r),
         }
     }
 }
@@ -463,6 +492,37 @@ impl Config {
     pub(crate) fn replicas(&self, r: Resource) -> u32 {
         self.resources.get(&r).map(|s| s.replicas).unwrap_or(1)
     }
+
+    /// How the GPUs of a resource are shared: memory units when `memorySharing` is on (replicas
+    /// are then not used), else its replicas.
+    pub fn sharing(&self, r: Resource) -> Sharing {
+        match self.resources.get(&r) {
+            Some(s) if s.memory_sharing.enabled => Sharing::Memory(MemorySharing {
+                unit_bytes: s.memory_sharing.unit_bytes,
+                reserve_bytes: s.memory_sharing.reserve_bytes,
+            }),
+            Some(s) => Sharing::Replicas(s.replicas),
+            None => Sharing::Replicas(1),
+        }
+    }
+
+    /// The resource name of a resource's memory units, when it is served and shared by memory.
+    pub fn memory_resource_name(&self, r: Resource) -> Option<&str> {
+        self.resources
+            .get(&r)
+            .filter(|s| s.enabled && s.memory_sharing.enabled)
+            .map(|s| s.memory_sharing.name.as_str())
+    }
+
+    /// This configuration with memory sharing on for `r` (`unit_bytes`, `reserve_bytes`).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn with_memory_sharing(mut self, r: Resource, unit_bytes: u64, reserve_bytes: u64) -> Self {
+        let m = &mut self.resource(r).memory_sharing;
+        m.enabled = true;
+        m.unit_bytes = unit_bytes;
+        m.reserve_bytes = reserve_bytes;
+        self
+    }
 }
 
 /// Command-line flags that override the configuration.
@@ -780,6 +840,19 @@ impl Inputs {
         );
         apply_env(&mut c, &self.env)?;
         apply_flags(&mut c, &self.flags);
+        let both: Vec<String> = c
+            .resources
+            .iter()
+            .filter(|(_, s)| s.memory_sharing.enabled && s.replicas > 1)
+            .map(|(r, s)| {
+                let from = c.origin_of(Key::Resource(*r, ResourceKey::Replicas));
+                format!(
+                    "resources.{r}.replicas {} ({from}) is not used: resources.{r}.memorySharing is on, and a GPU is shared by memory units or by replicas, not both",
+                    s.replicas
+                )
+            })
+            .collect();
+        c.notices.extend(both);
         if let Some(notice) = c.expected_devices.derive(self.node.as_ref()) {
             c.notices.push(notice);
         }

@@ -62,6 +62,12 @@ impl Resolved {
                     ResourceKey::AllocationPolicy => json!(s.policy.allocation.as_str()),
                     ResourceKey::MultiDevice => json!(s.policy.multi_device.as_str()),
                     ResourceKey::CudaVisibleDevices => json!(s.policy.cuda_visible_devices),
+                    ResourceKey::MemorySharing => json!({
+                        "enabled": s.memory_sharing.enabled,
+                        "name": s.memory_sharing.name,
+                        "unit": super::values::Bytes::text(s.memory_sharing.unit_bytes),
+                        "reserve": super::values::Bytes::text(s.memory_sharing.reserve_bytes),
+                    }),
                 }
             }
             Key::DevicesInclude => selectors_json(&self.pipeline.include),

@@ -58,6 +58,7 @@ resources:
     allocationPolicy: pack
     multiDevice: fail
     cudaVisibleDevices: true
+    memorySharing: {enabled: false, name: example.com/gpu-memory, unit: 512Mi, reserve: 2Gi}
   compute:
     enabled: false
 devices:
@@ -146,6 +147,17 @@ fn every_key_of_the_file_is_applied_with_its_origin() {
         }
     );
     assert_eq!(c.policy(Resource::Compute), ResourcePolicy::default());
+    assert_eq!(
+        d.memory_sharing,
+        MemorySharingSettings {
+            enabled: false,
+            name: "example.com/gpu-memory".into(),
+            unit_bytes: 512 << 20,
+            reserve_bytes: 2 << 30,
+        }
+    );
+    assert_eq!(c.sharing(Resource::Display), Sharing::Replicas(4));
+    assert_eq!(c.memory_resource_name(Resource::Display), None);
     assert!(!c.resources[&Resource::Compute].enabled);
     assert_eq!(c.pipeline.include_integrated, PerResource::both(true));
     assert_eq!(c.pipeline.include_detachable, PerResource::both(true));
@@ -966,7 +978,7 @@ fn every_error_of_a_file_at_once() {
         got,
         [
             "t:3:15: expected a whole number, got \"two\"",
-            "t:5:5: unknown key `replica`: the keys allowed here are enabled, name, replicas, aliases, includeIntegrated, includeDetachable, allocationPolicy, multiDevice, cudaVisibleDevices",
+            "t:5:5: unknown key `replica`: the keys allowed here are enabled, name, replicas, aliases, includeIntegrated, includeDetachable, allocationPolicy, multiDevice, cudaVisibleDevices, memorySharing",
             "t:7:22: expected true or false, got \"maybe\"",
             "t:8:13: unknown value `guid`: use one of location-path, class-guid, auto",
         ]
@@ -1947,4 +1959,113 @@ fn the_metrics_address_variable_takes_an_ipv6_address_without_brackets() {
     }
     // The file keeps the brackets (its schema says so).
     assert!(values::MetricsAddress::parse("fd00::5:9466").is_err());
+}
+
+#[test]
+fn memory_sharing_turns_a_resource_into_memory_units() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "config.yaml",
+        "resources:\n  compute:\n    memorySharing:\n      enabled: true\n      unit: 256Mi\n",
+    );
+    let c = inputs(Some(path), &[], Flags::default()).resolve().unwrap();
+    assert_eq!(
+        c.sharing(Resource::Compute),
+        Sharing::Memory(dxdp_core::sharing::MemorySharing {
+            unit_bytes: 268_435_456,
+            reserve_bytes: 1_073_741_824,
+        })
+    );
+    assert_eq!(
+        c.memory_resource_name(Resource::Compute),
+        Some("directx.microsoft.com/compute-memory")
+    );
+    assert_eq!(c.sharing(Resource::Display), Sharing::Replicas(1));
+    assert_eq!(c.memory_resource_name(Resource::Display), None);
+    let shown = c.show_json();
+    assert_eq!(
+        shown["resources.compute.memorySharing"]["value"],
+        serde_json::json!({
+            "enabled": true,
+            "name": "directx.microsoft.com/compute-memory",
+            "unit": "256Mi",
+            "reserve": "1Gi"
+        })
+    );
+    // Replicas given another way are not used, and that is said.
+    let c = inputs(
+        Some(write(
+            &dir,
+            "c2.yaml",
+            "resources: {display: {memorySharing: {enabled: true}}}\n",
+        )),
+        &[("DXDP_REPLICAS", "3")],
+        Flags::default(),
+    )
+    .resolve()
+    .unwrap();
+    assert!(matches!(c.sharing(Resource::Display), Sharing::Memory(_)));
+    assert!(
+        c.notices.iter().any(|n| n
+            == "resources.display.replicas 3 (env DXDP_REPLICAS) is not used: resources.display.memorySharing is on, and a GPU is shared by memory units or by replicas, not both"),
+        "{:?}",
+        c.notices
+    );
+}
+
+#[test]
+fn memory_sharing_errors_name_the_key_and_what_to_write() {
+    for (text, want) in [
+        (
+            "resources:\n  display:\n    replicas: 2\n    memorySharing: {enabled: true}\n",
+            "resources.display has both replicas and memorySharing: a GPU is shared by time-slicing (replicas) or by memory units, not both; remove resources.display.replicas or turn memorySharing off",
+        ),
+        (
+            "resources:\n  display:\n    memorySharing: {unit: 32Mi}\n",
+            "resources.display.memorySharing.unit is 32Mi: a unit must be at least 64Mi (each unit is one device ID; use e.g. 256Mi, 512Mi or 1Gi)",
+        ),
+        (
+            "resources:\n  display:\n    memorySharing: {unit: 1.5Gi}\n",
+            "size \"1.5Gi\" is not a whole number of bytes or of Ki, Mi, Gi, Ti (k, M, G, T): write e.g. 512Mi, 1Gi or 1536Mi",
+        ),
+        (
+            "resources:\n  display:\n    memorySharing: {enabled: true, name: directx.microsoft.com/compute}\n",
+            "resource name directx.microsoft.com/compute is used twice (resources.display.memorySharing.name and resources.compute.name); every served name must be unique",
+        ),
+    ] {
+        let err = parse::parse::<ConfigFile>(text, "t").unwrap_err().to_string();
+        assert!(err.contains(want), "{text}: {err}");
+    }
+}
+
+#[test]
+fn sizes_parse_as_kubernetes_quantities() {
+    use super::values::Bytes;
+    for (text, bytes) in [
+        ("1Gi", 1u64 << 30),
+        ("512Mi", 512 << 20),
+        ("1536Mi", 1536 << 20),
+        ("2G", 2_000_000_000),
+        ("64Ki", 65_536),
+        ("1000", 1000),
+        ("1Ti", 1 << 40),
+    ] {
+        assert_eq!(Bytes::parse(text), Ok(bytes), "{text}");
+    }
+    for bad in [
+        "",
+        "Gi",
+        "1.5Gi",
+        "-1Gi",
+        "1 GB",
+        "1gi",
+        "99999999999999999999Ti",
+    ] {
+        assert!(Bytes::parse(bad).is_err(), "{bad}");
+    }
+    assert_eq!(Bytes::text(1 << 30), "1Gi");
+    assert_eq!(Bytes::text(1536 << 20), "1536Mi");
+    assert_eq!(Bytes::text(1000), "1000");
+    assert_eq!(Bytes::text(0), "0");
 }

@@ -423,6 +423,84 @@ impl Interval {
     }
 }
 
+/// A size in bytes, written as a Kubernetes quantity: `1Gi`, `512Mi`, `2G`, or a number of bytes.
+/// Whole numbers only (`1536Mi`, not `1.5Gi`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "QuantityText")]
+pub(crate) struct Bytes(pub(crate) u64);
+
+inline_schema!(Bytes, {
+    "description": "a size: a whole number of bytes, or a whole number with a unit such as 512Mi, 1Gi, 2G",
+    "anyOf": [
+        {"type": "integer", "minimum": 0},
+        {"type": "string", "pattern": "^[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?$"}
+    ]
+});
+
+/// What a size may be written as: a number of bytes or a text with its unit.
+#[derive(Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a size: a whole number of bytes, or a whole number with its unit such as 512Mi, 1Gi or 2G"
+)]
+pub(crate) enum QuantityText {
+    Bytes(u64),
+    Text(String),
+}
+
+impl TryFrom<QuantityText> for Bytes {
+    type Error = String;
+
+    fn try_from(v: QuantityText) -> Result<Self, Self::Error> {
+        match v {
+            QuantityText::Bytes(n) => Ok(Bytes(n)),
+            QuantityText::Text(t) => Bytes::parse(&t).map(Bytes),
+        }
+    }
+}
+
+impl Bytes {
+    /// Parses `1Gi`, `512Mi`, `2G`, `1000` (bytes); says what is allowed otherwise.
+    pub(crate) fn parse(text: &str) -> Result<u64, String> {
+        const UNITS: [(&str, u64); 8] = [
+            ("Ki", 1 << 10),
+            ("Mi", 1 << 20),
+            ("Gi", 1 << 30),
+            ("Ti", 1 << 40),
+            ("k", 1_000),
+            ("M", 1_000_000),
+            ("G", 1_000_000_000),
+            ("T", 1_000_000_000_000),
+        ];
+        let t = text.trim();
+        let (number, factor) = UNITS
+            .iter()
+            .find_map(|(suffix, f)| t.strip_suffix(suffix).map(|n| (n, *f)))
+            .unwrap_or((t, 1));
+        let bad = || {
+            format!(
+                "size {} is not a whole number of bytes or of Ki, Mi, Gi, Ti (k, M, G, T): write e.g. 512Mi, 1Gi or 1536Mi",
+                quote(text)
+            )
+        };
+        if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let n: u64 = number.parse().map_err(|_| bad())?;
+        n.checked_mul(factor).ok_or_else(bad)
+    }
+
+    /// The size as a quantity, in the largest binary unit that divides it (`1Gi`, `1536Mi`).
+    pub(crate) fn text(bytes: u64) -> String {
+        for (suffix, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+            if bytes != 0 && bytes.is_multiple_of(1u64 << shift) {
+                return format!("{}{suffix}", bytes >> shift);
+            }
+        }
+        bytes.to_string()
+    }
+}
+
 /// A label key prefix, checked as a DNS subdomain followed by `/`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(try_from = "String")]
