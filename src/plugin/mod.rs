@@ -44,12 +44,9 @@ use servable::Unservable;
 
 /// Every name the plugin serves, with its resource: each enabled class's names
 /// ([`Config::endpoints`]) and, for a class shared by memory, its memory resource.
-pub(crate) fn endpoints(config: &Config) -> Vec<(Resource, String)> {
+pub fn endpoints(config: &Config) -> Vec<(Resource, String)> {
     let mut out = config.endpoints();
     for r in Resource::ALL {
-        if !config.resources.get(&r).is_some_and(|s| s.enabled) {
-            continue;
-        }
         if let Some(name) = memory_resource_name(config, r) {
             if !out.iter().any(|(_, n)| *n == name) {
                 out.push((r, name));
@@ -62,8 +59,8 @@ pub(crate) fn endpoints(config: &Config) -> Vec<(Resource, String)> {
 /// How the served name `name` of class `r` holds the class's GPUs: its memory resource holds
 /// the GPUs with memory units, the class's own names the rest (all of them, unless the class
 /// is shared by memory).
-pub(crate) fn served(config: &Config, r: Resource, name: &str) -> Served {
-    match class_sharing(config, r) {
+pub fn served(config: &Config, r: Resource, name: &str) -> Served {
+    match config.sharing(r) {
         Sharing::Memory(m) if memory_resource_name(config, r).as_deref() == Some(name) => {
             Served::Memory(m)
         }
@@ -71,15 +68,9 @@ pub(crate) fn served(config: &Config, r: Resource, name: &str) -> Served {
     }
 }
 
-/// How the class `r` is shared.
-pub(crate) fn class_sharing(config: &Config, r: Resource) -> Sharing {
-    Sharing::Replicas(config.replicas(r))
-}
-
-/// The memory resource's name of class `r`, when the class is shared by memory.
+/// The memory resource's name of class `r`, when the class is served and shared by memory.
 pub(crate) fn memory_resource_name(config: &Config, r: Resource) -> Option<String> {
-    let _ = (config, r);
-    None
+    config.memory_resource_name(r).map(str::to_string)
 }
 
 /// The configuration reload the daemon runs (and supervises): where the configuration comes

@@ -608,7 +608,11 @@ mod tests {
         use prost::Message;
         let facts = dxdp_core::sample::sample_host().unwrap();
         let sample = dxdp_core::pipeline::discover(&facts, &Default::default());
-        let template = sample.devices_for(Resource::Compute).next().unwrap().clone();
+        let template = sample
+            .devices_for(Resource::Compute)
+            .next()
+            .unwrap()
+            .clone();
         let mut discovery = Discovery::default();
         for i in 0..8 {
             let mut d = template.clone();

@@ -96,7 +96,11 @@ pub fn resolve<'a>(
 /// Finds the physical device of any ID dxdp may have advertised for `resource`, whatever the
 /// configuration: a replica (up to [`MAX_REPLICAS`]) or a memory unit (up to
 /// [`crate::sharing::MAX_MEMORY_UNITS`]). For tools that read IDs the kubelet handed out.
-pub fn resolve_any<'a>(discovery: &'a Discovery, resource: Resource, id: &str) -> Option<&'a Device> {
+pub fn resolve_any<'a>(
+    discovery: &'a Discovery,
+    resource: Resource,
+    id: &str,
+) -> Option<&'a Device> {
     if let Some((physical, k)) = crate::sharing::parse_memory_unit_id(id) {
         if k < crate::sharing::MAX_MEMORY_UNITS {
             if let Some(d) = discovery.devices_for(resource).find(|d| d.id == physical) {
@@ -743,7 +747,10 @@ mod tests {
             &ids,
         )
         .unwrap();
-        assert_eq!(edits.devices, vec![format!("vpci-location-path://{path_a}")]);
+        assert_eq!(
+            edits.devices,
+            vec![format!("vpci-location-path://{path_a}")]
+        );
         // Three distinct units of 1 GiB.
         assert_eq!(edits.envs["DXDP_GPU_MEMORY_LIMIT_BYTES"], "3221225472");
         assert_eq!(
@@ -762,7 +769,10 @@ mod tests {
             std::slice::from_ref(&a),
         )
         .unwrap();
-        assert_eq!(edits.mounts, whole.mounts, "the GPU's runtime files, as for a whole GPU");
+        assert_eq!(
+            edits.mounts, whole.mounts,
+            "the GPU's runtime files, as for a whole GPU"
+        );
         assert!(!whole.envs.contains_key("DXDP_GPU_MEMORY_LIMIT_BYTES"));
     }
 

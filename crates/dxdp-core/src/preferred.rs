@@ -643,16 +643,96 @@ mod tests {
         // a has 1 unit free, b 3, c 2.
         let avail: &[&str] = &["a-m3", "b-m0", "b-m1", "b-m2", "c-m0", "c-m1"];
         let table: [Case; 10] = [
-            ("pack: the fitting GPU with the fewest free", &[4, 4, 4], Pack, avail, &[], 2, &["c-m0", "c-m1"]),
-            ("pack: one unit fills the fullest GPU", &[4, 4, 4], Pack, avail, &[], 1, &["a-m3"]),
-            ("spread: the most free", &[4, 4, 4], Spread, avail, &[], 2, &["b-m0", "b-m1"]),
-            ("spread: one unit too", &[4, 4, 4], Spread, avail, &[], 1, &["b-m0"]),
-            ("only one GPU fits", &[4, 4, 4], Pack, avail, &[], 3, &["b-m0", "b-m1", "b-m2"]),
-            ("ties by location-path order", &[2, 2], Spread, &["a-m0", "a-m1", "b-m0", "b-m1"], &[], 1, &["a-m0"]),
-            ("none fits: the most one GPU has", &[4, 4, 4], Pack, avail, &[], 5, &["b-m0", "b-m1", "b-m2"]),
-            ("must-include: its GPU is filled", &[4, 4, 4], Spread, avail, &["c-m1"], 2, &["c-m1", "c-m0"]),
-            ("must-include on two GPUs: kept, rest from the preferred one", &[4, 4, 4], Spread, avail, &["a-m3", "c-m0"], 3, &["a-m3", "c-m0", "c-m1"]),
-            ("unknown and duplicate IDs are ignored", &[4, 4, 4], Spread, &["zzz", "a-m0", "a-m0", "a-r1"], &["nope"], 2, &["a-m0"]),
+            (
+                "pack: the fitting GPU with the fewest free",
+                &[4, 4, 4],
+                Pack,
+                avail,
+                &[],
+                2,
+                &["c-m0", "c-m1"],
+            ),
+            (
+                "pack: one unit fills the fullest GPU",
+                &[4, 4, 4],
+                Pack,
+                avail,
+                &[],
+                1,
+                &["a-m3"],
+            ),
+            (
+                "spread: the most free",
+                &[4, 4, 4],
+                Spread,
+                avail,
+                &[],
+                2,
+                &["b-m0", "b-m1"],
+            ),
+            (
+                "spread: one unit too",
+                &[4, 4, 4],
+                Spread,
+                avail,
+                &[],
+                1,
+                &["b-m0"],
+            ),
+            (
+                "only one GPU fits",
+                &[4, 4, 4],
+                Pack,
+                avail,
+                &[],
+                3,
+                &["b-m0", "b-m1", "b-m2"],
+            ),
+            (
+                "ties by location-path order",
+                &[2, 2],
+                Spread,
+                &["a-m0", "a-m1", "b-m0", "b-m1"],
+                &[],
+                1,
+                &["a-m0"],
+            ),
+            (
+                "none fits: the most one GPU has",
+                &[4, 4, 4],
+                Pack,
+                avail,
+                &[],
+                5,
+                &["b-m0", "b-m1", "b-m2"],
+            ),
+            (
+                "must-include: its GPU is filled",
+                &[4, 4, 4],
+                Spread,
+                avail,
+                &["c-m1"],
+                2,
+                &["c-m1", "c-m0"],
+            ),
+            (
+                "must-include on two GPUs: kept, rest from the preferred one",
+                &[4, 4, 4],
+                Spread,
+                avail,
+                &["a-m3", "c-m0"],
+                3,
+                &["a-m3", "c-m0", "c-m1"],
+            ),
+            (
+                "unknown and duplicate IDs are ignored",
+                &[4, 4, 4],
+                Spread,
+                &["zzz", "a-m0", "a-m0", "a-r1"],
+                &["nope"],
+                2,
+                &["a-m0"],
+            ),
         ];
         for (case, units, policy, available, must, size, expected) in table {
             let got = select_one_gpu(
@@ -739,7 +819,11 @@ mod tests {
                     .map(|(id, _)| id.clone())
                     .take(size.max(0) as usize)
                     .collect();
-                let policy = if pack { AllocationPolicy::Pack } else { AllocationPolicy::Spread };
+                let policy = if pack {
+                    AllocationPolicy::Pack
+                } else {
+                    AllocationPolicy::Spread
+                };
                 (pool, policy, available, must_include, size)
             })
     }
@@ -790,7 +874,11 @@ mod tests {
     fn discovery_with_memory(mib: &[u64]) -> Discovery {
         let facts = crate::sample::sample_host().unwrap();
         let sample = crate::pipeline::discover(&facts, &crate::pipeline::PipelineConfig::default());
-        let template = sample.devices_for(Resource::Display).next().unwrap().clone();
+        let template = sample
+            .devices_for(Resource::Display)
+            .next()
+            .unwrap()
+            .clone();
         let mut d = Discovery::default();
         for (i, m) in mib.iter().enumerate() {
             let mut dev = template.clone();
