@@ -145,7 +145,11 @@ fn main() {
         let bytes = message.encoded_len();
         let t = time_per_call(budget, || {
             let m = ListAndWatchResponse {
-                devices: device_list(black_box(&d), Resource::Display, Sharing::Replicas(replicas)),
+                devices: device_list(
+                    black_box(&d),
+                    Resource::Display,
+                    Sharing::Replicas(replicas),
+                ),
             };
             black_box(m.encode_to_vec());
         });

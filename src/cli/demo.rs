@@ -71,8 +71,8 @@ async fn demo(
     );
     let _ = writeln!(out, "Host facts:        {}", source.describe());
     let _ = writeln!(out, "Kubelet directory: {}", dir.display());
-    // Show a GPU shared by memory: the compute GPUs, unless the configuration shares a class by
-    // memory already or asks for replicas.
+    // Show a GPU shared by memory: the compute GPUs, when the host has some, unless the
+    // configuration shares a class by memory already or asks for replicas.
     let shares_memory = Resource::ALL
         .iter()
         .any(|r| config.memory_resource_name(*r).is_some());
@@ -83,6 +83,7 @@ async fn demo(
             .endpoints()
             .iter()
             .any(|(r, _)| *r == Resource::Compute)
+        && discovery.devices_for(Resource::Compute).next().is_some()
     {
         let config = config.with_memory_sharing(Resource::Compute, 1 << 30, 1 << 30);
         let _ = writeln!(

@@ -12,7 +12,7 @@ use dxdp::backend::SnapshotFile;
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::kubelet::v1beta1::{Empty, PreStartContainerRequest, PreferredAllocationRequest};
 use dxdp::plugin::{PluginConfig, PluginError};
-use dxdp_core::allocation;
+use dxdp_core::sharing::replica_id;
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::HostFacts;
 use dxdp_core::pipeline::{discover, PipelineConfig};
@@ -1205,7 +1205,10 @@ async fn preferred_allocation_spreads_replicas_and_answers_hostile_requests() {
     let h = Harness::start(&load_facts("sample"), 2, true).await;
     h.registered().await;
     let [(a, _, _), (b, _, _)] = sample_displays();
-    let (a1, b1) = (allocation::replica_id(&a, 1), allocation::replica_id(&b, 1));
+    let (a1, b1) = (
+        replica_id(&a, 1),
+        replica_id(&b, 1),
+    );
     let k = h.kubelet();
     let s = |ids: &[&String]| ids.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     // (available, must include, size, expected in any order)
@@ -1269,8 +1272,7 @@ async fn memory_sharing_serves_units_of_one_gpu_and_refuses_units_of_two() {
     let of = |gpu: &str| -> Vec<String> { (0..21).map(|k| format!("{gpu}-m{k}")).collect() };
     let mut expected = of(&a);
     expected.extend(of(&b));
-    expected.sort();
-    assert_eq!(units, expected);
+    assert_eq!(units, expected, "in advertising order");
     assert!(h.ids(DISPLAY).is_empty(), "no GPU is also advertised whole");
     assert_eq!(h.ids(COMPUTE).len(), 1, "compute is not shared by memory");
     assert!(h
@@ -1351,7 +1353,7 @@ async fn allocate_gives_hints_and_follows_the_pack_and_multi_device_options() {
     .await;
     h.registered().await;
     let [(a, luid_a, path_a), (b, _, _)] = sample_displays();
-    let a1 = allocation::replica_id(&a, 1);
+    let a1 = replica_id(&a, 1);
     let k = h.kubelet();
     // Pack: with `a` in use, the next pod goes to `a`'s other replica.
     let all = h.ids(DISPLAY);

@@ -20,8 +20,7 @@ use crate::sharing::Served;
 /// The device string of the class-GUID assignment mode: every display adapter of the node.
 pub const DISPLAY_CLASS_DEVICE: &str = "class/5B45201D-F2F2-4F3B-85BB-30FF1F953599";
 
-/// The most replicas (time-sliced shares) one physical device can be advertised as.
-pub const MAX_REPLICAS: u32 = 64;
+use crate::sharing::MAX_REPLICAS;
 
 /// One device ID as advertised to the kubelet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,16 +31,6 @@ pub struct Advertised {
     pub physical_id: String,
     /// Health, inherited from the physical device.
     pub health: HealthState,
-}
-
-/// The ID of replica `k` of a physical device: the physical ID itself for replica 0, else
-/// `<physical>-r<k>`. Raising or lowering the replica count keeps the IDs both counts share.
-pub fn replica_id(physical_id: &str, k: u32) -> String {
-    if k == 0 {
-        physical_id.to_string()
-    } else {
-        format!("{physical_id}-r{k}")
-    }
 }
 
 /// Every advertised ID of `resource` served as `served` (a class's
@@ -378,7 +367,7 @@ mod tests {
     use super::*;
     use crate::pipeline::{discover, PipelineConfig};
     use crate::policy::ResourcePolicy;
-    use crate::sharing::{MemorySharing, Served, Sharing};
+    use crate::sharing::{replica_id, MemorySharing, Served, Sharing};
 
     fn sample() -> Discovery {
         let facts = crate::sample::sample_host().unwrap();

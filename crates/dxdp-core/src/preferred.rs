@@ -350,7 +350,7 @@ mod tests {
                 let id = ((b'a' + i as u8) as char).to_string();
                 PoolDevice {
                     share_ids: (0..replicas)
-                        .map(|k| allocation::replica_id(&id, k))
+                        .map(|k| crate::sharing::replica_id(&id, k))
                         .collect(),
                     physical_id: id,
                     group: g.to_string(),
@@ -587,7 +587,7 @@ mod tests {
             assert_eq!(
                 p.share_ids,
                 (0..3)
-                    .map(|k| allocation::replica_id(&p.physical_id, k))
+                    .map(|k| crate::sharing::replica_id(&p.physical_id, k))
                     .collect::<Vec<_>>()
             );
             assert!(p.group.starts_with("10de/"), "{}", p.group);

@@ -5,7 +5,7 @@
 //! `floor((dedicated memory - reserve) / unit)` shares of `unit` bytes each. Every share ID names
 //! its physical device as a prefix, so a share ID always leads back to one GPU:
 //!
-//! - replica `k`: the physical ID for `k = 0`, else `<physical>-r<k>` ([`crate::allocation::replica_id`]);
+//! - replica `k`: the physical ID for `k = 0`, else `<physical>-r<k>` ([`replica_id`]);
 //! - memory unit `k`: `<physical>-m<k>` for every `k`, from 0 (a GPU shared by memory is never
 //!   advertised whole, so no share is the bare physical ID).
 //!
@@ -14,7 +14,18 @@
 
 use std::collections::BTreeMap;
 
-use crate::allocation::{replica_id, MAX_REPLICAS};
+/// The most replicas (time-sliced shares) one physical device can be advertised as.
+pub const MAX_REPLICAS: u32 = 64;
+
+/// The ID of replica `k` of a physical device: the physical ID itself for replica 0, else
+/// `<physical>-r<k>`. Raising or lowering the replica count keeps the IDs both counts share.
+pub fn replica_id(physical_id: &str, k: u32) -> String {
+    if k == 0 {
+        physical_id.to_string()
+    } else {
+        format!("{physical_id}-r{k}")
+    }
+}
 
 /// The most memory units one GPU is advertised as: at 1,024 a unit ID is at most 62 characters
 /// (a 56-character physical ID, `-m`, 4 digits), and 8 such GPUs fit a ListAndWatch message of
