@@ -98,7 +98,7 @@ async fn demo(
     let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, &dir)
         .await
         .context("cannot start the kubelet stand-in")?;
-    let endpoints = dxdp::plugin::endpoints(&config);
+    let endpoints = dxdp::inventory::endpoints(&config);
     let names: Vec<String> = endpoints.iter().map(|(_, n)| n.clone()).collect();
     let mut plugin_config = PluginConfig::new(dir.clone());
     plugin_config.config = config.clone().into();
@@ -129,7 +129,7 @@ async fn demo(
 
     for (step, (resource, name)) in (3..).zip(endpoints) {
         let name = name.as_str();
-        if let Served::Memory(m) = dxdp::plugin::served(&config, resource, name) {
+        if let Served::Memory(m) = dxdp::inventory::served(&config, resource, name) {
             memory_section(&mut out, &kubelet, (step, name), m).await;
             continue;
         }

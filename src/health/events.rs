@@ -125,7 +125,7 @@ pub(crate) fn holders(
     sick: &[Sick],
     since: &BTreeMap<String, (Reason, u64)>,
 ) -> Vec<Report> {
-    let endpoints = inventory.config.endpoints();
+    let endpoints = crate::inventory::endpoints(&inventory.config);
     let mut out: BTreeMap<ReportKey, Report> = BTreeMap::new();
     for a in allocations {
         let Some((r, _)) = endpoints.iter().find(|(_, n)| *n == a.resource) else {

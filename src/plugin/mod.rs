@@ -38,40 +38,7 @@ use crate::config::{Config, Inputs, NodeInfo, Resolved};
 use crate::observe::Observe;
 use crate::transport::Transport;
 use crate::util::retry::Backoff;
-use dxdp_core::devices::Resource;
-use dxdp_core::sharing::{Served, Sharing};
 use servable::Unservable;
-
-/// Every name the plugin serves, with its resource: each enabled class's names
-/// ([`Config::endpoints`]) and, for a class shared by memory, its memory resource.
-pub fn endpoints(config: &Config) -> Vec<(Resource, String)> {
-    let mut out = config.endpoints();
-    for r in Resource::ALL {
-        if let Some(name) = memory_resource_name(config, r) {
-            if !out.iter().any(|(_, n)| *n == name) {
-                out.push((r, name));
-            }
-        }
-    }
-    out
-}
-
-/// How the served name `name` of class `r` holds the class's GPUs: its memory resource holds
-/// the GPUs with memory units, the class's own names the rest (all of them, unless the class
-/// is shared by memory).
-pub fn served(config: &Config, r: Resource, name: &str) -> Served {
-    match config.sharing(r) {
-        Sharing::Memory(m) if memory_resource_name(config, r).as_deref() == Some(name) => {
-            Served::Memory(m)
-        }
-        sharing => Served::Class(sharing),
-    }
-}
-
-/// The memory resource's name of class `r`, when the class is served and shared by memory.
-pub(crate) fn memory_resource_name(config: &Config, r: Resource) -> Option<String> {
-    config.memory_resource_name(r).map(str::to_string)
-}
 
 /// The configuration reload the daemon runs (and supervises): where the configuration comes
 /// from, and where new ones are published.

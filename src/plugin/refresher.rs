@@ -124,7 +124,7 @@ pub(crate) fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
         &inventory.discovery,
         &inventory.config.expected_counts(),
     );
-    super::endpoints(&inventory.config)
+    crate::inventory::endpoints(&inventory.config)
         .into_iter()
         .map(|(r, name)| {
             let (mut healthy, mut unhealthy) = (0, 0);
@@ -134,7 +134,7 @@ pub(crate) fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
                     HealthState::Unhealthy => unhealthy += 1,
                 }
             }
-            let served = super::served(&inventory.config, r, &name);
+            let served = crate::inventory::served(&inventory.config, r, &name);
             let advertised = allocation::advertise(&inventory.discovery, r, served).len();
             DeviceCounts {
                 resource: name,
@@ -153,9 +153,9 @@ pub(crate) fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
 /// The served name of a device's resource (the first of its names that advertises it: the
 /// memory resource for a GPU shared by memory), or `none`.
 fn served_name(inventory: &Inventory, device: &dxdp_core::devices::Device) -> String {
-    let endpoints = super::endpoints(&inventory.config);
+    let endpoints = crate::inventory::endpoints(&inventory.config);
     let advertises = |r: Resource, n: &str| {
-        super::served(&inventory.config, r, n).shares(device.dedicated_memory_bytes) > 0
+        crate::inventory::served(&inventory.config, r, n).shares(device.dedicated_memory_bytes) > 0
     };
     device
         .resource
@@ -337,13 +337,13 @@ pub(crate) fn holders(
     previous: &Inventory,
     allocations: &[PodAllocation],
 ) -> BTreeMap<String, String> {
-    let endpoints = super::endpoints(&previous.config);
+    let endpoints = crate::inventory::endpoints(&previous.config);
     let mut out = BTreeMap::new();
     for a in allocations {
         let Some((r, name)) = endpoints.iter().find(|(_, n)| *n == a.resource) else {
             continue;
         };
-        let served = super::served(&previous.config, *r, name);
+        let served = crate::inventory::served(&previous.config, *r, name);
         for id in &a.device_ids {
             if let Some(d) = allocation::resolve(&previous.discovery, *r, served, id) {
                 out.entry(d.id.clone())

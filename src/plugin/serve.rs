@@ -107,7 +107,7 @@ pub(crate) async fn start(
     claim::remove_stale_sockets(
         settings.transport,
         &settings.kubelet_dir,
-        &super::endpoints(&first),
+        &crate::inventory::endpoints(&first),
     )
     .await?;
     let facts = tokio::select! {
@@ -143,8 +143,8 @@ pub(crate) async fn start(
     for n in &notices {
         tracing::warn!("{n}");
     }
-    for (r, name) in super::endpoints(&config) {
-        let served = super::served(&config, r, &name);
+    for (r, name) in crate::inventory::endpoints(&config) {
+        let served = crate::inventory::served(&config, r, &name);
         let held = || {
             inventory
                 .discovery
@@ -165,7 +165,7 @@ pub(crate) async fn start(
                 resource = %name,
                 devices = held().count(),
                 "{r} GPUs are shared by memory and advertised under {}: {name} is still served, with the {r} GPUs that have no memory unit (less dedicated memory than the reserve plus one unit), usually none",
-                super::memory_resource_name(&config, r).unwrap_or_default()
+                config.memory_resource_name(r).unwrap_or_default()
             );
         }
     }
@@ -254,7 +254,7 @@ pub(crate) async fn run(
         settings.backoff,
         observe.clone(),
         inventory.clone(),
-        super::endpoints(&started.config),
+        crate::inventory::endpoints(&started.config),
     );
     let mut pings = observe.health.take_pings();
     observe.phase(Phase::Running);
@@ -282,7 +282,7 @@ pub(crate) async fn run(
                     let os = inventory.borrow().os.clone();
                     match servable::check(&c, &settings.kubelet_dir, &os) {
                         Ok(()) => {
-                            servers.reconfigure(super::endpoints(&c));
+                            servers.reconfigure(crate::inventory::endpoints(&c));
                             // The same values are no change for any feature.
                             if **config_tx.borrow() != *c {
                                 config_tx.send_replace(c);

@@ -281,7 +281,7 @@ impl DevicePlugin for ResourceService {
             loop {
                 let list = {
                     let inv = inventory.borrow_and_update().clone();
-                    let served = super::served(&inv.config, resource, &name);
+                    let served = crate::inventory::served(&inv.config, resource, &name);
                     // The kubelet may allocate from this list at once: have the answers ready.
                     prepared.for_inventory(&inv, resource, served);
                     device_list(&inv.discovery, resource, served)
@@ -314,7 +314,7 @@ impl DevicePlugin for ResourceService {
         request: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
         let inventory = self.inventory.borrow().clone();
-        let served = super::served(&inventory.config, self.resource, &self.name);
+        let served = crate::inventory::served(&inventory.config, self.resource, &self.name);
         let policy = inventory.config.policy(self.resource).allocation;
         let container_responses = request
             .into_inner()
@@ -371,7 +371,7 @@ impl ResourceService {
     /// container as allocated.
     fn allocate_all(&self, request: AllocateRequest) -> Result<AllocateAnswer, Status> {
         let inventory = self.inventory.borrow().clone();
-        let served = super::served(&inventory.config, self.resource, &self.name);
+        let served = crate::inventory::served(&inventory.config, self.resource, &self.name);
         let answers = self
             .prepared
             .for_inventory(&inventory, self.resource, served);

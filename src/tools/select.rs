@@ -146,6 +146,11 @@ mod tests {
                 vec![Selector::Id(format!("{}-r3", d.devices[0].id))],
                 vec!["0100"],
             ),
+            // A memory unit, whatever the configuration.
+            (
+                vec![Selector::Id(format!("{}-m17", d.devices[2].id))],
+                vec!["0300"],
+            ),
             (
                 vec![Selector::Luid(format!("0x{:x}", d.devices[0].luid))],
                 vec!["0100"],
@@ -212,6 +217,7 @@ mod tests {
             (vec![Selector::Vendor("acme".into())], "not a vendor name"),
             (vec![Selector::Id("gpu-0".into())], "--id \"gpu-0\""),
             (vec![Selector::Id(format!("{}-r0", d.devices[0].id))], "-r0"),
+            (vec![Selector::Id(format!("{}-m01", d.devices[0].id))], "-m01"),
             (
                 vec![Selector::All, Selector::Vendor("intel".into())],
                 "--vendor intel",

@@ -12,10 +12,10 @@ use dxdp::backend::SnapshotFile;
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::kubelet::v1beta1::{Empty, PreStartContainerRequest, PreferredAllocationRequest};
 use dxdp::plugin::{PluginConfig, PluginError};
-use dxdp_core::sharing::replica_id;
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::HostFacts;
 use dxdp_core::pipeline::{discover, PipelineConfig};
+use dxdp_core::sharing::replica_id;
 use dxdp_core::snapshot;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -1205,10 +1205,7 @@ async fn preferred_allocation_spreads_replicas_and_answers_hostile_requests() {
     let h = Harness::start(&load_facts("sample"), 2, true).await;
     h.registered().await;
     let [(a, _, _), (b, _, _)] = sample_displays();
-    let (a1, b1) = (
-        replica_id(&a, 1),
-        replica_id(&b, 1),
-    );
+    let (a1, b1) = (replica_id(&a, 1), replica_id(&b, 1));
     let k = h.kubelet();
     let s = |ids: &[&String]| ids.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     // (available, must include, size, expected in any order)
