@@ -10,6 +10,8 @@
 //! `cargo bench --bench allocate`. With grpc-go there is a second target: dxdp's Allocate no slower
 //! than a grpc-go plugin that does no work and answers the same bytes (the same program run with
 //! `-serve`, called in the same iterations on a connection of its own), at p50.
+//! Two cases, each with its own daemon: one whole GPU (one ID per request), and memory sharing
+//! (the display GPUs in 1 GiB units, 4 units of one GPU per request, as a pod asking for 4 GiB).
 //! `DXDP_BENCH_ITERATIONS` changes the number of calls of each
 //! kind per series (default 3000); `DXDP_BENCH_LOG_LEVEL` the daemon's log level (default
 //! info; the lines go to the bench's stderr: send it to a pipe, as the container runtime's
@@ -422,6 +424,13 @@ fn go_series(
     Ok((worst, against_reference))
 }
 
+/// The memory-sharing case's resource: the display GPUs in 1 GiB units (21 per A10 of the
+/// sample host), a request of 4 units of one GPU (what a pod asking for 4 GiB sends).
+const DISPLAY_MEMORY: &str = "directx.microsoft.com/display-memory";
+
+/// The units one Allocate of the memory-sharing case asks for.
+const MEMORY_UNITS: usize = 4;
+
 fn main() {
     let iterations: usize = std::env::var("DXDP_BENCH_ITERATIONS")
         .ok()
@@ -432,6 +441,25 @@ fn main() {
     let _log = dxdp::logging::init(dxdp::logging::LogFormat::Text, &level).expect("log level");
     let runtime = common::runtime();
     runtime.block_on(async move {
+        println!("== one whole GPU ({DISPLAY}, 1 ID per request)");
+        case(dxdp::config::Config::default(), DISPLAY, 1, iterations).await;
+        println!();
+        println!(
+            "== memory sharing ({DISPLAY_MEMORY}: 1 GiB units, 1 GiB kept back; {MEMORY_UNITS} units of one GPU per request)"
+        );
+        let memory = dxdp::config::Config::default().with_memory_sharing(
+            dxdp_core::devices::Resource::Display,
+            1 << 30,
+            1 << 30,
+        );
+        case(memory, DISPLAY_MEMORY, MEMORY_UNITS, iterations).await;
+    });
+}
+
+/// One case: the daemon on the sample host serving `config`, Allocate of the first `units` IDs
+/// of `name` against the no-op call, with the targets.
+async fn case(config: dxdp::config::Config, name: &str, units: usize, iterations: usize) {
+    {
         let dir = tempfile::Builder::new()
             .prefix("dxdp-bench")
             .tempdir_in(std::env::temp_dir())
@@ -440,25 +468,27 @@ fn main() {
             .await
             .expect("kubelet stand-in");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let daemon = tokio::spawn(dxdp::daemon::Daemon::new(PluginConfig::new(dir.path().to_path_buf()), Arc::new(SampleHost)).run(async {
+        let mut plugin_config = PluginConfig::new(dir.path().to_path_buf());
+        plugin_config.config = config.into();
+        let daemon = tokio::spawn(
+            dxdp::daemon::Daemon::new(plugin_config, Arc::new(SampleHost)).run(async {
                 let _ = stopped.await;
-            }));
+            }),
+        );
         assert!(
             kubelet
-                .wait_for(Duration::from_secs(10), |v| v.devices(DISPLAY).is_some())
+                .wait_for(Duration::from_secs(10), |v| v.devices(name).is_some())
                 .await,
             "plugin registered"
         );
-        let id = kubelet.view().devices(DISPLAY).expect("devices")[0]
-            .id
-            .clone();
-        let mut client = kubelet.client(DISPLAY).expect("client");
+        let ids: Vec<String> = kubelet.view().devices(name).expect("devices")[..units]
+            .iter()
+            .map(|d| d.id.clone())
+            .collect();
+        let mut client = kubelet.client(name).expect("client");
         let request = AllocateRequest {
-            container_requests: vec![ContainerAllocateRequest {
-                devices_ids: vec![id],
-            }],
+            container_requests: vec![ContainerAllocateRequest { devices_ids: ids }],
         };
-
         // Warm up both paths.
         for _ in 0..200 {
             client
@@ -496,7 +526,7 @@ fn main() {
                 .into_inner(),
             allocate: answer,
         };
-        let endpoint = kubelet.view().plugins[DISPLAY].endpoint.clone();
+        let endpoint = kubelet.view().plugins[name].endpoint.clone();
         let socket = dir.path().join(endpoint);
         let go = {
             let request = request.clone();
@@ -532,5 +562,5 @@ fn main() {
         let _ = stop.send(());
         let _ = daemon.await;
         kubelet.stop().await;
-    });
+    }
 }

@@ -12,6 +12,11 @@
 //!    one) for `DXDP_BENCH_METRICS_SECS` (default 5) seconds; the peak VmRSS sampled every
 //!    50 ms (target under 20 MiB) and VmRSS 2 s after the clients are gone.
 //!
+//! 4. Memory sharing: the same binary with both classes shared by memory (256 MiB units, 1 GiB
+//!    kept back: 85 units per A10 and 316 for the A100 of the sample host, 486 IDs): start to
+//!    registered with both memory resources' lists, and resident memory idle and after the
+//!    same number of Allocate calls, each of 4 units of one GPU (a pod asking for 1 GiB).
+//!
 //! Run with `cargo bench --bench footprint` (the binary is then the release build).
 
 use std::path::Path;
@@ -288,5 +293,128 @@ fn main() {
         start_to_registered(starts.max(1), &snapshot_path).await;
         memory(allocations, &snapshot_path).await;
         metrics_load(&snapshot_path, metrics_clients.max(1), metrics_secs.max(1)).await;
+        memory_sharing(starts.max(1), allocations, &snapshot_path).await;
     });
+}
+
+const DISPLAY_MEMORY: &str = "directx.microsoft.com/display-memory";
+const COMPUTE_MEMORY: &str = "directx.microsoft.com/compute-memory";
+
+fn both_memory_listed(v: &StandinView) -> bool {
+    v.devices(DISPLAY_MEMORY).is_some() && v.devices(COMPUTE_MEMORY).is_some()
+}
+
+/// Part 4: the binary with both classes shared by memory.
+async fn memory_sharing(starts: usize, allocations: usize, snapshot: &Path) {
+    let config_dir = tempfile::Builder::new()
+        .prefix("dxdp-bench-config")
+        .tempdir_in(std::env::temp_dir())
+        .expect("temp dir");
+    let config = config_dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "resources:\n  display: {memorySharing: {enabled: true, unit: 256Mi, reserve: 1Gi}}\n  compute: {memorySharing: {enabled: true, unit: 256Mi, reserve: 1Gi}}\n",
+    )
+    .expect("write config");
+    let config = config.to_str().expect("UTF-8 path").to_string();
+    let extra = ["--config", config.as_str()];
+    let mut times = Vec::with_capacity(starts);
+    let mut ids = 0;
+    for _ in 0..starts {
+        let dir = tempfile::Builder::new()
+            .prefix("dxdp-bench")
+            .tempdir_in(std::env::temp_dir())
+            .expect("temp dir");
+        let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+            .await
+            .expect("stand-in");
+        let start = Instant::now();
+        let mut child = spawn_with(dir.path(), snapshot, &extra);
+        assert!(
+            kubelet
+                .wait_for(Duration::from_secs(10), both_memory_listed)
+                .await,
+            "registered"
+        );
+        times.push(start.elapsed());
+        let view = kubelet.view();
+        ids = view.devices(DISPLAY_MEMORY).map_or(0, |d| d.len())
+            + view.devices(COMPUTE_MEMORY).map_or(0, |d| d.len());
+        let _ = child.kill().await;
+        kubelet.stop().await;
+    }
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "memory sharing: start -> registered with both memory resources' lists ({ids} IDs; {starts} starts): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        ms(percentile(&times, 0.50)),
+        ms(percentile(&times, 0.99)),
+        ms(times[times.len() - 1]),
+    );
+
+    let dir = tempfile::Builder::new()
+        .prefix("dxdp-bench")
+        .tempdir_in(std::env::temp_dir())
+        .expect("temp dir");
+    let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, dir.path())
+        .await
+        .expect("stand-in");
+    let mut child = spawn_with(dir.path(), snapshot, &extra);
+    let pid = child.id().expect("pid");
+    assert!(
+        kubelet
+            .wait_for(Duration::from_secs(10), both_memory_listed)
+            .await,
+        "registered"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let Some(idle) = rss_kib(pid) else {
+        println!("memory sharing: resident memory: /proc/<pid>/status is not available here");
+        return;
+    };
+    // Four units of one GPU per request: the first GPU's first units, then the second's.
+    let units: Vec<String> = kubelet
+        .view()
+        .devices(DISPLAY_MEMORY)
+        .expect("display memory units")
+        .iter()
+        .map(|d| d.id.clone())
+        .collect();
+    let requests: Vec<Vec<String>> = vec![units[..4].to_vec(), units[units.len() - 4..].to_vec()];
+    let client = kubelet.client(DISPLAY_MEMORY).expect("client");
+    let callers = 8;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..callers {
+        let mut client = client.clone();
+        let ids = requests[c % requests.len()].clone();
+        let n = allocations / callers + usize::from(c < allocations % callers);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..n {
+                let request = AllocateRequest {
+                    container_requests: vec![ContainerAllocateRequest {
+                        devices_ids: ids.clone(),
+                    }],
+                };
+                client.allocate(request).await.expect("allocate");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("caller");
+    }
+    let elapsed = start.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss_kib(pid).unwrap_or(0);
+    let mib = |k: u64| k as f64 / 1024.0;
+    println!(
+        "memory sharing: resident memory of dxdp plugin: idle {:.2} MiB, {} threads; after {allocations} Allocate calls of 4 units ({:.1} s, {callers} callers) {:.2} MiB, growth {:+.2} MiB (target < 1 MiB)",
+        mib(idle),
+        status_field(pid, "Threads").unwrap_or(0),
+        elapsed.as_secs_f64(),
+        mib(after),
+        mib(after) - mib(idle),
+    );
+    let _ = child.kill().await;
+    kubelet.stop().await;
 }

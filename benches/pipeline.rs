@@ -20,6 +20,7 @@ use dxdp::plugin::service::device_list;
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::{HostFacts, RegistryKey};
 use dxdp_core::pipeline::{discover, PipelineConfig};
+use dxdp_core::sharing::Sharing;
 use prost::Message;
 
 const CLASS: &str =
@@ -137,14 +138,18 @@ fn main() {
     let mut base = None;
     for replicas in [1u32, 16, 64] {
         let message = ListAndWatchResponse {
-            devices: device_list(&d, Resource::Display, replicas),
+            devices: device_list(&d, Resource::Display, Sharing::Replicas(replicas)),
         };
         let devices = message.devices.len();
         assert_eq!(devices, 16 * replicas as usize);
         let bytes = message.encoded_len();
         let t = time_per_call(budget, || {
             let m = ListAndWatchResponse {
-                devices: device_list(black_box(&d), Resource::Display, replicas),
+                devices: device_list(
+                    black_box(&d),
+                    Resource::Display,
+                    Sharing::Replicas(replicas),
+                ),
             };
             black_box(m.encode_to_vec());
         });

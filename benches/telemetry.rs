@@ -355,7 +355,7 @@ fn scale_snapshot(dir: &Path) -> std::path::PathBuf {
             .map(|&g| {
                 let k = next_replica[g as usize];
                 next_replica[g as usize] += 1;
-                dxdp_core::allocation::replica_id(&ids[&luid(g)], k)
+                dxdp_core::sharing::replica_id(&ids[&luid(g)], k)
             })
             .collect();
     }

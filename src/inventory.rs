@@ -7,9 +7,10 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use dxdp_core::assignment::Assignment;
-use dxdp_core::devices::Discovery;
+use dxdp_core::devices::{Discovery, Resource};
 use dxdp_core::facts::HostFacts;
 use dxdp_core::pipeline::discover;
+use dxdp_core::sharing::{Served, Sharing};
 
 /// What the services serve.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,4 +92,28 @@ pub fn build_at(facts: &HostFacts, config: Arc<Config>, now_ms: u64) -> (Invento
         next_health_change_ms: applied.next_change_ms,
     };
     (inventory, notices)
+}
+
+/// Every name served, with its resource: each enabled class's names ([`Config::endpoints`]) and,
+/// for a class shared by memory, its memory resource.
+pub fn endpoints(config: &Config) -> Vec<(Resource, String)> {
+    let mut out = config.endpoints();
+    for r in Resource::ALL {
+        if let Some(name) = config.memory_resource_name(r) {
+            if !out.iter().any(|(_, n)| n == name) {
+                out.push((r, name.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// How the served name `name` of class `r` holds the class's GPUs: its memory resource holds
+/// the GPUs with memory units, the class's own names the rest (all of them, unless the class
+/// is shared by memory).
+pub fn served(config: &Config, r: Resource, name: &str) -> Served {
+    match config.sharing(r) {
+        Sharing::Memory(m) if config.memory_resource_name(r) == Some(name) => Served::Memory(m),
+        sharing => Served::Class(sharing),
+    }
 }

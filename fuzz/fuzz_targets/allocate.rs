@@ -12,6 +12,7 @@ use dxdp_core::devices::{Discovery, Resource};
 use dxdp_core::pipeline::{discover, ids, PipelineConfig};
 use dxdp_core::policy::{AllocationPolicy, MultiDevice, ResourcePolicy};
 use dxdp_core::preferred;
+use dxdp_core::sharing::{MemorySharing, Sharing};
 use libfuzzer_sys::fuzz_target;
 
 fn discovery() -> &'static Discovery {
@@ -36,7 +37,14 @@ fuzz_target!(|data: &[u8]| {
         1 => Assignment::ClassGuid,
         _ => Assignment::Auto,
     };
-    let replicas = u32::from(head >> 3) * 3; // 0..=93: below, at and above the limit
+    // Replicas 0..=93 (below, at and above the limit), or memory units of 64 MiB to 2 GiB with
+    // up to 1 GiB kept back.
+    let replicas = Sharing::Replicas(u32::from(head >> 3) * 3);
+    let memory = Sharing::Memory(MemorySharing {
+        unit_bytes: (64 << 20) << (head >> 3 & 7).min(5),
+        reserve_bytes: u64::from(head >> 6) << 28,
+    });
+    let replicas = if head >> 3 & 1 == 1 { memory } else { replicas };
     let (&flags, rest) = rest.split_first().unwrap_or((&0, &[]));
     let policy = ResourcePolicy {
         allocation: AllocationPolicy::ALL[usize::from(flags & 1)],
@@ -92,6 +100,10 @@ fuzz_target!(|data: &[u8]| {
         Err(AllocationError::Empty) => assert!(ids.is_empty()),
         Err(AllocationError::MultiDevice(_)) => {
             assert_eq!(policy.multi_device, MultiDevice::Fail);
+            assert!(ids.len() > 1);
+        }
+        Err(AllocationError::SpansGpus(_)) => {
+            assert!(matches!(replicas, Sharing::Memory(_)));
             assert!(ids.len() > 1);
         }
     }

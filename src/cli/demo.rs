@@ -16,9 +16,10 @@ use dxdp::daemon::{ClusterChoice, Daemon};
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::kubelet::v1beta1::AllocateResponse;
 use dxdp::plugin::PluginConfig;
-use dxdp_core::devices::Discovery;
+use dxdp_core::devices::{Discovery, Resource};
 use dxdp_core::pipeline;
 use dxdp_core::quote::clean;
+use dxdp_core::sharing::{parse_memory_unit_id, MemorySharing, Served, Sharing};
 
 /// Arguments of `dxdp demo`.
 #[derive(Debug, Args)]
@@ -54,7 +55,7 @@ pub(crate) fn run(
 }
 
 async fn demo(
-    _args: &DemoArgs,
+    args: &DemoArgs,
     config: Config,
     source: Arc<dyn HostFactsSource>,
     dir: PathBuf,
@@ -70,11 +71,35 @@ async fn demo(
     );
     let _ = writeln!(out, "Host facts:        {}", source.describe());
     let _ = writeln!(out, "Kubelet directory: {}", dir.display());
+    // Show a GPU shared by memory: the compute GPUs, when the host has some, unless the
+    // configuration shares a class by memory already or asks for replicas.
+    let shares_memory = Resource::ALL
+        .iter()
+        .any(|r| config.memory_resource_name(*r).is_some());
+    let config = if !shares_memory
+        && args.replicas.is_none()
+        && config.sharing(Resource::Compute) == Sharing::Replicas(1)
+        && config
+            .endpoints()
+            .iter()
+            .any(|(r, _)| *r == Resource::Compute)
+        && discovery.devices_for(Resource::Compute).next().is_some()
+    {
+        let config = config.with_memory_sharing(Resource::Compute, 1 << 30, 1 << 30);
+        let _ = writeln!(
+            out,
+            "Memory sharing:    on for compute GPUs, to show it (1 GiB units, 1 GiB kept back per GPU; resources.compute.memorySharing)"
+        );
+        config
+    } else {
+        config
+    };
 
     let kubelet = KubeletStandin::start(dxdp::transport::Transport::UnixSocket, &dir)
         .await
         .context("cannot start the kubelet stand-in")?;
-    let names: Vec<String> = config.endpoints().into_iter().map(|(_, n)| n).collect();
+    let endpoints = dxdp::inventory::endpoints(&config);
+    let names: Vec<String> = endpoints.iter().map(|(_, n)| n.clone()).collect();
     let mut plugin_config = PluginConfig::new(dir.clone());
     plugin_config.config = config.clone().into();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -102,8 +127,12 @@ async fn demo(
     registration_section(&mut out, &view);
     devices_section(&mut out, &view, &discovery);
 
-    for (step, (resource, name)) in (3..).zip(config.endpoints()) {
+    for (step, (resource, name)) in (3..).zip(endpoints) {
         let name = name.as_str();
+        if let Served::Memory(m) = dxdp::inventory::served(&config, resource, name) {
+            memory_section(&mut out, &kubelet, (step, name), m).await;
+            continue;
+        }
         let _ = writeln!(out, "\n{step}. Allocate one {name} device");
         let healthy: Vec<String> = view
             .devices(name)
@@ -113,11 +142,22 @@ async fn demo(
             .map(|d| d.id.clone())
             .collect();
         if healthy.is_empty() {
-            let _ = writeln!(
-                out,
-                "   (no healthy {} device on this host)",
-                resource.as_str()
-            );
+            match config.memory_resource_name(resource) {
+                Some(memory) => {
+                    let _ = writeln!(
+                        out,
+                        "   (none advertised whole: {} GPUs with memory units are advertised under {memory})",
+                        resource.as_str()
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "   (no healthy {} device on this host)",
+                        resource.as_str()
+                    );
+                }
+            }
             continue;
         }
         let policy = config.policy(resource).allocation.as_str();
@@ -179,6 +219,83 @@ async fn demo(
     Ok(out)
 }
 
+/// The memory units a demo pod asks for.
+const DEMO_UNITS: usize = 4;
+
+/// A pod asking for `DEMO_UNITS` units of the memory resource `name`: the preferred units (all on
+/// one GPU), what containerd receives (with the memory share), and a second pod.
+async fn memory_section(
+    out: &mut String,
+    kubelet: &KubeletStandin,
+    (step, name): (usize, &str),
+    memory: MemorySharing,
+) {
+    let unit = bytes_text(memory.unit_bytes);
+    let _ = writeln!(
+        out,
+        "\n{step}. Allocate {DEMO_UNITS} {name} units ({DEMO_UNITS} x {unit}, on one GPU)"
+    );
+    let healthy: Vec<String> = kubelet
+        .view()
+        .devices(name)
+        .unwrap_or_default()
+        .iter()
+        .filter(|d| d.health == "Healthy")
+        .map(|d| d.id.clone())
+        .collect();
+    if healthy.len() < DEMO_UNITS {
+        let _ = writeln!(
+            out,
+            "   (fewer than {DEMO_UNITS} healthy units on this host)"
+        );
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "   GetPreferredAllocation: {DEMO_UNITS} of {} available units",
+        healthy.len()
+    );
+    let preferred = kubelet
+        .preferred_allocation(name, &healthy, &[], DEMO_UNITS as i32)
+        .await
+        .unwrap_or_default();
+    let _ = writeln!(out, "   Plugin prefers:   {}", preferred.join(", "));
+    match kubelet.allocate(name, &preferred).await {
+        Ok(response) => containerd_section(out, &response),
+        Err(status) => {
+            let _ = writeln!(out, "   Allocate failed: {}", status.message());
+        }
+    }
+    let _ = writeln!(
+        out,
+        "   Nothing enforces the share on Windows: the container is told it (DXDP_GPU_MEMORY_LIMIT_BYTES), and dxdp's telemetry compares it with what the container uses."
+    );
+    let rest: Vec<String> = healthy
+        .into_iter()
+        .filter(|h| !preferred.contains(h))
+        .collect();
+    let second = kubelet
+        .preferred_allocation(name, &rest, &[], DEMO_UNITS as i32)
+        .await
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "   A second pod: GetPreferredAllocation without those {DEMO_UNITS}\n   Plugin prefers:   {}",
+        second.join(", ")
+    );
+}
+
+/// Bytes for people: whole GiB or MiB when exact, else bytes.
+fn bytes_text(bytes: u64) -> String {
+    if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
+        format!("{} GiB", bytes >> 30)
+    } else if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
 fn registration_section(out: &mut String, view: &StandinView) {
     let _ = writeln!(
         out,
@@ -211,11 +328,30 @@ fn devices_section(out: &mut String, view: &StandinView, discovery: &Discovery) 
             list.len(),
             if list.len() == 1 { "" } else { "s" }
         );
+        let mut shown: Vec<&str> = Vec::new();
         for d in list {
             let physical = discovery.devices.iter().find(|p| d.id.starts_with(&p.id));
             let what = physical
                 .map(|p| format!("{} at {}", clean(&p.description), clean(&p.location_path)))
                 .unwrap_or_default();
+            // A GPU's memory units on one line.
+            if let Some((gpu, _)) = parse_memory_unit_id(&d.id) {
+                if shown.contains(&gpu) {
+                    continue;
+                }
+                shown.push(gpu);
+                let units = list
+                    .iter()
+                    .filter(|u| parse_memory_unit_id(&u.id).is_some_and(|(g, _)| g == gpu))
+                    .count();
+                let ids = format!("{gpu}-m0 .. -m{}", units.saturating_sub(1));
+                let _ = writeln!(
+                    out,
+                    "     {ids:<58} {:<9} {what}: {units} memory units",
+                    d.health
+                );
+                continue;
+            }
             let _ = writeln!(out, "     {:<58} {:<9} {what}", d.id, d.health);
         }
     }

@@ -25,7 +25,7 @@ pub(crate) struct MountsArgs {
     #[arg(long, value_delimiter = ',', value_name = "N")]
     index: Vec<usize>,
     /// Select devices by kubelet device ID, as `discover` and the kubelet show them, replicas
-    /// (`<id>-r<k>`) included (repeatable, comma lists).
+    /// (`<id>-r<k>`) and memory units (`<id>-m<k>`) included (repeatable, comma lists).
     #[arg(long, value_delimiter = ',', value_name = "ID")]
     id: Vec<String>,
     /// Select devices by adapter LUID (decimal or 0x hex; repeatable, comma lists).

@@ -12,7 +12,7 @@ use dxdp::config::kept::KeptConfig;
 use dxdp::config::{file, values, Flags, Inputs, Resolved};
 use dxdp::daemon::{ClusterChoice, Daemon};
 use dxdp::kubelet::paths;
-use dxdp_core::allocation::MAX_REPLICAS;
+use dxdp_core::sharing::MAX_REPLICAS;
 
 use super::ResourceArg;
 use dxdp::plugin::PluginConfig;

@@ -523,8 +523,8 @@ impl Config {
             .map(|s| s.memory_sharing.name.as_str())
     }
 
-    /// This configuration with memory sharing on for `r` (`unit_bytes`, `reserve_bytes`).
-    #[cfg(any(test, feature = "test-support"))]
+    /// This configuration with memory sharing on for `r` (`unit_bytes`, `reserve_bytes`); `dxdp
+    /// demo` shows a memory-shared GPU with it.
     pub fn with_memory_sharing(mut self, r: Resource, unit_bytes: u64, reserve_bytes: u64) -> Self {
         let m = &mut self.resource(r).memory_sharing;
         m.enabled = true;

@@ -5,9 +5,9 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use dxdp_core::allocation::MAX_REPLICAS;
 use dxdp_core::pipeline::filter::VendorSpec;
 use dxdp_core::quote::quote;
+use dxdp_core::sharing::MAX_REPLICAS;
 
 use super::schema::inline_schema;
 

@@ -46,16 +46,16 @@ fn shows(quantity: &str) -> bool {
 /// that has healthy devices and that `allocatable` does not show (empty: it shows them all).
 pub(crate) fn gaps(inventory: &Inventory, allocatable: &BTreeMap<String, String>) -> Vec<String> {
     let mut out = Vec::new();
-    for (r, name) in inventory.config.endpoints() {
-        let healthy = inventory
-            .discovery
-            .devices_for(r)
-            .filter(|d| d.health.state == HealthState::Healthy)
+    for (r, name) in crate::inventory::endpoints(&inventory.config) {
+        // The healthy IDs this name advertises (replicas or memory units of healthy GPUs).
+        let served = crate::inventory::served(&inventory.config, r, &name);
+        let ids = dxdp_core::allocation::advertise(&inventory.discovery, r, served)
+            .iter()
+            .filter(|a| a.health == HealthState::Healthy)
             .count() as u64;
-        if healthy == 0 {
+        if ids == 0 {
             continue;
         }
-        let ids = healthy * u64::from(inventory.config.replicas(r).max(1));
         match allocatable.get(&name) {
             Some(q) if shows(q) => {}
             Some(q) => out.push(format!(

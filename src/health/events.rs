@@ -125,15 +125,15 @@ pub(crate) fn holders(
     sick: &[Sick],
     since: &BTreeMap<String, (Reason, u64)>,
 ) -> Vec<Report> {
-    let endpoints = inventory.config.endpoints();
+    let endpoints = crate::inventory::endpoints(&inventory.config);
     let mut out: BTreeMap<ReportKey, Report> = BTreeMap::new();
     for a in allocations {
         let Some((r, _)) = endpoints.iter().find(|(_, n)| *n == a.resource) else {
             continue;
         };
-        let replicas = inventory.config.replicas(*r);
         for id in &a.device_ids {
-            let Some(d) = allocation::resolve(&inventory.discovery, *r, replicas, id) else {
+            // A replica or a memory unit: either leads back to its GPU.
+            let Some(d) = allocation::resolve_any(&inventory.discovery, *r, id) else {
                 continue;
             };
             let Some(s) = sick.iter().find(|s| s.device == d.id) else {

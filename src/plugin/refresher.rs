@@ -28,7 +28,7 @@ use crate::observe::Observe;
 use crate::transport::Endpoint;
 use crate::util::bounded::Lane;
 use dxdp_core::allocation;
-use dxdp_core::devices::HealthState;
+use dxdp_core::devices::{HealthState, Resource};
 use dxdp_core::facts::HostFacts;
 use dxdp_core::health::reason::Reason;
 use dxdp_core::telemetry::isolation::Active;
@@ -124,9 +124,7 @@ pub(crate) fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
         &inventory.discovery,
         &inventory.config.expected_counts(),
     );
-    inventory
-        .config
-        .endpoints()
+    crate::inventory::endpoints(&inventory.config)
         .into_iter()
         .map(|(r, name)| {
             let (mut healthy, mut unhealthy) = (0, 0);
@@ -136,8 +134,8 @@ pub(crate) fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
                     HealthState::Unhealthy => unhealthy += 1,
                 }
             }
-            let advertised =
-                allocation::advertise(&inventory.discovery, r, inventory.config.replicas(r)).len();
+            let served = crate::inventory::served(&inventory.config, r, &name);
+            let advertised = allocation::advertise(&inventory.discovery, r, served).len();
             DeviceCounts {
                 resource: name,
                 healthy,
@@ -152,12 +150,21 @@ pub(crate) fn device_counts(inventory: &Inventory) -> Vec<DeviceCounts> {
         .collect()
 }
 
-/// The served name of a device's resource (the first of its names), or `none`.
+/// The served name of a device's resource (the first of its names that advertises it: the
+/// memory resource for a GPU shared by memory), or `none`.
 fn served_name(inventory: &Inventory, device: &dxdp_core::devices::Device) -> String {
-    let endpoints = inventory.config.endpoints();
+    let endpoints = crate::inventory::endpoints(&inventory.config);
+    let advertises = |r: Resource, n: &str| {
+        crate::inventory::served(&inventory.config, r, n).shares(device.dedicated_memory_bytes) > 0
+    };
     device
         .resource
-        .and_then(|r| endpoints.iter().find(|(e, _)| *e == r))
+        .and_then(|r| {
+            endpoints
+                .iter()
+                .find(|(e, n)| *e == r && advertises(r, n))
+                .or_else(|| endpoints.iter().find(|(e, _)| *e == r))
+        })
         .map(|(_, n)| n.clone())
         .unwrap_or_else(|| "none".into())
 }
@@ -330,15 +337,15 @@ pub(crate) fn holders(
     previous: &Inventory,
     allocations: &[PodAllocation],
 ) -> BTreeMap<String, String> {
-    let endpoints = previous.config.endpoints();
+    let endpoints = crate::inventory::endpoints(&previous.config);
     let mut out = BTreeMap::new();
     for a in allocations {
-        let Some((r, _)) = endpoints.iter().find(|(_, n)| *n == a.resource) else {
+        let Some((r, name)) = endpoints.iter().find(|(_, n)| *n == a.resource) else {
             continue;
         };
-        let replicas = previous.config.replicas(*r);
+        let served = crate::inventory::served(&previous.config, *r, name);
         for id in &a.device_ids {
-            if let Some(d) = allocation::resolve(&previous.discovery, *r, replicas, id) {
+            if let Some(d) = allocation::resolve(&previous.discovery, *r, served, id) {
                 out.entry(d.id.clone())
                     .or_insert_with(|| format!("{}/{}", a.namespace, a.pod));
             }

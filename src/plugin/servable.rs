@@ -35,7 +35,7 @@ pub enum Unservable {
 /// enabled, every name once, every socket path short enough, and an explicit `location-path`
 /// assignment only where HCS supports it (a host that reports no HCS schema is not judged).
 pub(crate) fn check(config: &Config, kubelet_dir: &Path, os: &OsFacts) -> Result<(), Unservable> {
-    let endpoints = config.endpoints();
+    let endpoints = crate::inventory::endpoints(config);
     if endpoints.is_empty() {
         return Err(Unservable::NoResources);
     }

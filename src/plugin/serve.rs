@@ -107,7 +107,7 @@ pub(crate) async fn start(
     claim::remove_stale_sockets(
         settings.transport,
         &settings.kubelet_dir,
-        &first.endpoints(),
+        &crate::inventory::endpoints(&first),
     )
     .await?;
     let facts = tokio::select! {
@@ -143,19 +143,31 @@ pub(crate) async fn start(
     for n in &notices {
         tracing::warn!("{n}");
     }
-    for (r, name) in config.endpoints() {
-        tracing::info!(
-            resource = %name,
-            devices = inventory.discovery.devices_for(r).count(),
-            unhealthy = inventory
+    for (r, name) in crate::inventory::endpoints(&config) {
+        let served = crate::inventory::served(&config, r, &name);
+        let held = || {
+            inventory
                 .discovery
                 .devices_for(r)
-                .filter(|d| !d.health.is_healthy())
-                .count(),
-            replicas = config.replicas(r),
+                .filter(move |d| served.shares(d.dedicated_memory_bytes) > 0)
+        };
+        tracing::info!(
+            resource = %name,
+            devices = held().count(),
+            unhealthy = held().filter(|d| !d.health.is_healthy()).count(),
+            ids = dxdp_core::allocation::advertise(&inventory.discovery, r, served).len(),
+            sharing = %sharing_text(served),
             assignment = inventory.assignment.as_str(),
             "serving"
         );
+        if let dxdp_core::sharing::Served::Class(dxdp_core::sharing::Sharing::Memory(_)) = served {
+            tracing::info!(
+                resource = %name,
+                devices = held().count(),
+                "{r} GPUs are shared by memory and advertised under {}: {name} is still served, with the {r} GPUs that have no memory unit (less dedicated memory than the reserve plus one unit), usually none",
+                config.memory_resource_name(r).unwrap_or_default()
+            );
+        }
     }
     refresher::log_health(None, &inventory);
     let started = Started {
@@ -166,6 +178,19 @@ pub(crate) async fn start(
         kubelet_dir,
     };
     Ok(Some((started, inventory)))
+}
+
+/// How a served name shares its GPUs, for the start's log.
+fn sharing_text(served: dxdp_core::sharing::Served) -> String {
+    use dxdp_core::sharing::{Served, Sharing};
+    match served {
+        Served::Class(Sharing::Replicas(n)) => format!("{n} replicas per GPU"),
+        Served::Class(Sharing::Memory(_)) => "whole GPUs without memory units".to_string(),
+        Served::Memory(m) => format!(
+            "memory units of {} bytes, {} bytes kept back per GPU",
+            m.unit_bytes, m.reserve_bytes
+        ),
+    }
 }
 
 /// Serving's supervised tasks: the refresher (required: it publishes every inventory on
@@ -229,7 +254,7 @@ pub(crate) async fn run(
         settings.backoff,
         observe.clone(),
         inventory.clone(),
-        started.config.endpoints(),
+        crate::inventory::endpoints(&started.config),
     );
     let mut pings = observe.health.take_pings();
     observe.phase(Phase::Running);
@@ -257,7 +282,7 @@ pub(crate) async fn run(
                     let os = inventory.borrow().os.clone();
                     match servable::check(&c, &settings.kubelet_dir, &os) {
                         Ok(()) => {
-                            servers.reconfigure(c.endpoints());
+                            servers.reconfigure(crate::inventory::endpoints(&c));
                             // The same values are no change for any feature.
                             if **config_tx.borrow() != *c {
                                 config_tx.send_replace(c);

@@ -5,7 +5,7 @@
 //! sent a new device list, or by the first Allocate after a change), encoded then, and only
 //! reference-counted per call ([`crate::plugin::answer`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -29,6 +29,7 @@ use dxdp_core::devices::{Discovery, Resource};
 use dxdp_core::pipeline::ids;
 use dxdp_core::preferred;
 use dxdp_core::quote;
+use dxdp_core::sharing::Served;
 
 /// Serves one resource (under one of its names) from the shared inventory.
 #[derive(Debug, Clone)]
@@ -97,7 +98,10 @@ struct Answer {
 struct Answers {
     /// The inventory they were computed from (compared by pointer).
     inventory: Arc<Inventory>,
-    by_device: HashMap<String, Answer>,
+    by_device: HashMap<String, Arc<Answer>>,
+    /// A memory resource's answers for `n` units of one GPU (physical ID, `n`), each made by
+    /// the first request for it: at most the GPUs' units in all.
+    by_units: Mutex<HashMap<(String, usize), Arc<Answer>>>,
 }
 
 /// The answers for the latest inventory seen, shared by every clone of the service.
@@ -106,58 +110,67 @@ struct Prepared(Arc<Mutex<Option<Arc<Answers>>>>);
 
 impl Prepared {
     /// The answers for `inventory`, computed now if they are for another one.
-    fn for_inventory(&self, inventory: &Arc<Inventory>, resource: Resource) -> Arc<Answers> {
+    fn for_inventory(
+        &self,
+        inventory: &Arc<Inventory>,
+        resource: Resource,
+        served: Served,
+    ) -> Arc<Answers> {
         let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(answers) = slot.as_ref() {
             if Arc::ptr_eq(&answers.inventory, inventory) {
                 return answers.clone();
             }
         }
-        let answers = Arc::new(prepare(inventory, resource));
+        let answers = Arc::new(prepare(inventory, resource, served));
         *slot = Some(answers.clone());
         answers
     }
 }
 
-/// Computes the answer of each physical device of `resource` in `inventory`.
-fn prepare(inventory: &Arc<Inventory>, resource: Resource) -> Answers {
-    let replicas = inventory.config.replicas(resource);
+/// Computes the answer of each physical device of `resource` served as `served` in
+/// `inventory`: for one ID of the device (one replica, or one memory unit).
+fn prepare(inventory: &Arc<Inventory>, resource: Resource, served: Served) -> Answers {
     let policy = inventory.config.policy(resource);
     let by_device = inventory
         .discovery
         .devices_for(resource)
+        .filter(|d| served.shares(d.dedicated_memory_bytes) > 0)
         .filter_map(|d| {
             // Only answers that succeed are kept, so the name in errors does not matter here.
             let edits = allocation::allocate(
                 &inventory.discovery,
                 resource,
                 resource.default_resource_name(),
-                replicas,
+                served,
                 inventory.assignment,
                 &policy,
-                std::slice::from_ref(&d.id),
+                &[served.share_id(&d.id, 0)],
             )
             .ok()?;
-            let notes = edits.notes.clone();
-            let response = container_response(edits);
-            Some((
-                d.id.clone(),
-                Answer {
-                    devices: response
-                        .devices
-                        .iter()
-                        .map(|d| d.host_path.clone())
-                        .collect(),
-                    mounts: response.mounts.len(),
-                    encoded: encode_container(&response),
-                    notes,
-                },
-            ))
+            Some((d.id.clone(), Arc::new(answer_of(edits))))
         })
         .collect();
     Answers {
         inventory: inventory.clone(),
         by_device,
+        by_units: Mutex::default(),
+    }
+}
+
+/// A container's edits as a prepared answer.
+fn answer_of(edits: allocation::ContainerEdits) -> Answer {
+    let notes = edits.notes.clone();
+    let response = container_response(edits);
+    Answer {
+        devices: response
+            .devices
+            .iter()
+            .map(|d| d.host_path.clone())
+            .collect(),
+        mounts: response.mounts.len(),
+        encoded: encode_container(&response),
+        notes,
     }
 }
 
@@ -218,13 +231,14 @@ pub(crate) fn options() -> DevicePluginOptions {
     }
 }
 
-/// The full device list of `resource` as the kubelet receives it.
+/// The full device list of `resource` served as `served` (a class's sharing, or a
+/// [`Served`]) as the kubelet receives it.
 pub fn device_list(
     discovery: &Discovery,
     resource: Resource,
-    replicas: u32,
+    served: impl Into<Served>,
 ) -> Vec<v1beta1::Device> {
-    allocation::advertise(discovery, resource, replicas)
+    allocation::advertise(discovery, resource, served)
         .into_iter()
         .map(|a| v1beta1::Device {
             id: a.id,
@@ -257,6 +271,7 @@ impl DevicePlugin for ResourceService {
         resend.mark_unchanged();
         let open = OpenStream::new(self.streams.open.clone());
         let resource = self.resource;
+        let name = self.name.clone();
         let prepared = self.prepared.clone();
         tracing::info!(resource = %self.name, "kubelet is watching the device list");
         let stream = async_stream::stream! {
@@ -266,9 +281,10 @@ impl DevicePlugin for ResourceService {
             loop {
                 let list = {
                     let inv = inventory.borrow_and_update().clone();
+                    let served = crate::inventory::served(&inv.config, resource, &name);
                     // The kubelet may allocate from this list at once: have the answers ready.
-                    prepared.for_inventory(&inv, resource);
-                    device_list(&inv.discovery, resource, inv.config.replicas(resource))
+                    prepared.for_inventory(&inv, resource, served);
+                    device_list(&inv.discovery, resource, served)
                 };
                 if last.as_ref() != Some(&list) {
                     tracing::debug!(resource = resource.as_str(), devices = list.len(), "sending device list");
@@ -298,7 +314,7 @@ impl DevicePlugin for ResourceService {
         request: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
         let inventory = self.inventory.borrow().clone();
-        let replicas = inventory.config.replicas(self.resource);
+        let served = crate::inventory::served(&inventory.config, self.resource, &self.name);
         let policy = inventory.config.policy(self.resource).allocation;
         let container_responses = request
             .into_inner()
@@ -308,7 +324,7 @@ impl DevicePlugin for ResourceService {
                 let ids = preferred::preferred_allocation(
                     &inventory.discovery,
                     self.resource,
-                    replicas,
+                    served,
                     policy,
                     &c.available_device_i_ds,
                     &c.must_include_device_i_ds,
@@ -355,14 +371,16 @@ impl ResourceService {
     /// container as allocated.
     fn allocate_all(&self, request: AllocateRequest) -> Result<AllocateAnswer, Status> {
         let inventory = self.inventory.borrow().clone();
-        let answers = self.prepared.for_inventory(&inventory, self.resource);
-        let replicas = inventory.config.replicas(self.resource);
+        let served = crate::inventory::served(&inventory.config, self.resource, &self.name);
+        let answers = self
+            .prepared
+            .for_inventory(&inventory, self.resource, served);
         let mut response = AllocateAnswer::default();
         // What to log once the request is answered (nothing is kept when the line is off).
         let log = tracing::enabled!(tracing::Level::INFO);
         let mut allocated = Vec::new();
         for container in request.container_requests {
-            if let Some(answer) = self.prepared_answer(&answers, replicas, &container.devices_ids) {
+            if let Some(answer) = self.prepared_answer(&answers, served, &container.devices_ids) {
                 for note in &answer.notes {
                     tracing::warn!(resource = %self.name, "{note}");
                 }
@@ -376,7 +394,7 @@ impl ResourceService {
                 &inventory.discovery,
                 self.resource,
                 &self.name,
-                replicas,
+                served,
                 inventory.assignment,
                 &inventory.config.policy(self.resource),
                 &container.devices_ids,
@@ -387,7 +405,9 @@ impl ResourceService {
                     AllocationError::Empty
                     | AllocationError::Malformed(_)
                     | AllocationError::Unknown { .. } => Status::invalid_argument(e.to_string()),
-                    AllocationError::MultiDevice(_) => Status::failed_precondition(e.to_string()),
+                    AllocationError::MultiDevice(_) | AllocationError::SpansGpus(_) => {
+                        Status::failed_precondition(e.to_string())
+                    }
                 }
             })?;
             for note in &edits.notes {
@@ -426,20 +446,54 @@ impl ResourceService {
     }
 
     /// The prepared answer for a request of exactly one valid, advertised ID (the answer then
-    /// depends only on its physical device); `None` sends the request the long way.
-    fn prepared_answer<'a>(
+    /// depends only on its physical device), or of a memory resource's units of one GPU (the
+    /// answer then depends only on the GPU and the number of units); `None` sends the request
+    /// the long way.
+    fn prepared_answer(
         &self,
-        answers: &'a Answers,
-        replicas: u32,
+        answers: &Answers,
+        served: Served,
         ids_requested: &[String],
-    ) -> Option<&'a Answer> {
-        let [id] = ids_requested else { return None };
-        if !ids::is_valid_kubelet_id(id) {
-            return None;
+    ) -> Option<Arc<Answer>> {
+        let discovery = &answers.inventory.discovery;
+        if let [id] = ids_requested {
+            if !ids::is_valid_kubelet_id(id) {
+                return None;
+            }
+            let device = allocation::resolve(discovery, self.resource, served, id)?;
+            return answers.by_device.get(&device.id).cloned();
         }
-        let device =
-            allocation::resolve(&answers.inventory.discovery, self.resource, replicas, id)?;
-        answers.by_device.get(&device.id)
+        served.memory()?;
+        let mut gpu: Option<&str> = None;
+        let mut distinct: HashSet<&str> = HashSet::with_capacity(ids_requested.len());
+        for id in ids_requested {
+            if !ids::is_valid_kubelet_id(id) {
+                return None;
+            }
+            let device = allocation::resolve(discovery, self.resource, served, id)?;
+            if *gpu.get_or_insert(device.id.as_str()) != device.id {
+                return None;
+            }
+            distinct.insert(id);
+        }
+        let key = (gpu?.to_string(), distinct.len());
+        let mut by_units = answers.by_units.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(answer) = by_units.get(&key) {
+            return Some(answer.clone());
+        }
+        let edits = allocation::allocate(
+            discovery,
+            self.resource,
+            &self.name,
+            served,
+            answers.inventory.assignment,
+            &answers.inventory.config.policy(self.resource),
+            ids_requested,
+        )
+        .ok()?;
+        let answer = Arc::new(answer_of(edits));
+        by_units.insert(key, answer.clone());
+        Some(answer)
     }
 }
 
@@ -541,6 +595,49 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    /// Issue 46: 8 GPUs of 80 GiB in 256 MiB units are 2,560 IDs, and their ListAndWatch
+    /// message stays well under the kubelet's 4 MiB limit on received messages. Each entry is at
+    /// most 79 bytes on the wire: an ID of at most 63 bytes and a health of at most 9
+    /// (`Unhealthy`), each with a tag and a one-byte length (4), and the entry's own tag and
+    /// length of at most 3. So at most 2,560 x 79 = 202,240 bytes, under 5 % of 4 MiB.
+    #[test]
+    fn a_memory_device_list_at_8_gpus_of_80_gib_is_well_under_4_mib() {
+        use dxdp_core::sharing::{MemorySharing, Sharing};
+        use prost::Message;
+        let facts = dxdp_core::sample::sample_host().unwrap();
+        let sample = dxdp_core::pipeline::discover(&facts, &Default::default());
+        let template = sample
+            .devices_for(Resource::Compute)
+            .next()
+            .unwrap()
+            .clone();
+        let mut discovery = Discovery::default();
+        for i in 0..8 {
+            let mut d = template.clone();
+            d.location_path = format!("PCIROOT(0)#PCI({:02X}00)#PCI(0000)", i + 1);
+            d.id = device_id(&d.location_path);
+            d.dedicated_memory_bytes = 80 << 30;
+            discovery.devices.push(d);
+        }
+        let memory = Sharing::Memory(MemorySharing {
+            unit_bytes: 256 << 20,
+            reserve_bytes: 0,
+        });
+        let devices = device_list(&discovery, Resource::Compute, memory);
+        assert_eq!(devices.len(), 2_560);
+        let encoded = ListAndWatchResponse { devices }.encoded_len();
+        assert!(encoded <= 202_240, "{encoded} bytes");
+        assert!(encoded < (4 << 20) / 20, "{encoded} bytes");
+        // Exactly: an ID is 44 characters, `-m` and 1 to 3 digits; an entry is the ID and
+        // `Healthy` (7) with 6 bytes of tags and lengths. Per GPU 10 entries of 60 bytes, 90 of
+        // 61 and 220 of 62: 19,730 bytes; 157,840 for 8 GPUs, 3.8 % of 4 MiB.
+        assert_eq!(
+            encoded,
+            8 * (10 * 60 + 90 * 61 + 220 * 62),
+            "{encoded} bytes"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Device selection for `dxdp mounts`: every selector adds devices (a union); a selector that
 //! matches nothing is an error naming it.
 
-use dxdp_core::allocation::{self, MAX_REPLICAS};
+use dxdp_core::allocation;
 use dxdp_core::devices::{Device, Discovery, Resource};
 use dxdp_core::pipeline::winpath::compare_key;
 
@@ -71,7 +71,7 @@ pub fn select<'a>(
                 })?,
                 Selector::Resource(r) => device.resource == Some(*r),
                 Selector::Id(id) => device.resource.is_some_and(|r| {
-                    allocation::resolve(discovery, r, MAX_REPLICAS, id.trim())
+                    allocation::resolve_any(discovery, r, id.trim())
                         .is_some_and(|d| d.id == device.id)
                 }),
             };
@@ -146,6 +146,11 @@ mod tests {
                 vec![Selector::Id(format!("{}-r3", d.devices[0].id))],
                 vec!["0100"],
             ),
+            // A memory unit, whatever the configuration.
+            (
+                vec![Selector::Id(format!("{}-m17", d.devices[2].id))],
+                vec!["0300"],
+            ),
             (
                 vec![Selector::Luid(format!("0x{:x}", d.devices[0].luid))],
                 vec!["0100"],
@@ -212,6 +217,7 @@ mod tests {
             (vec![Selector::Vendor("acme".into())], "not a vendor name"),
             (vec![Selector::Id("gpu-0".into())], "--id \"gpu-0\""),
             (vec![Selector::Id(format!("{}-r0", d.devices[0].id))], "-r0"),
+            (vec![Selector::Id(format!("{}-m01", d.devices[0].id))], "-m01"),
             (
                 vec![Selector::All, Selector::Vendor("intel".into())],
                 "--vendor intel",

@@ -287,6 +287,18 @@ fn demo_shows_registration_lists_and_what_containerd_receives() {
         r"mount   C:\Windows\System32\nvcuda.dll  <=  ",
         r"mount   C:\Windows\SysWOW64\nvcuda.dll  <=  ",
         "none of its sockets left behind",
+        // Memory sharing, on for the compute class to show it: the A100's 80 GiB less 1 GiB
+        // kept back is 79 units of 1 GiB, and a pod of 4 units is told its 4 GiB.
+        "Memory sharing:    on for compute GPUs",
+        "directx.microsoft.com/compute-memory version v1beta1",
+        "directx.microsoft.com/compute-memory: 79 devices",
+        "pciroot-0-pci-0300-pci-0000-4a1450fd9e47b7a5-m0 .. -m78",
+        "(none advertised whole: compute GPUs with memory units are advertised under directx.microsoft.com/compute-memory)",
+        "5. Allocate 4 directx.microsoft.com/compute-memory units (4 x 1 GiB, on one GPU)",
+        "Plugin prefers:   pciroot-0-pci-0300-pci-0000-4a1450fd9e47b7a5-m0, pciroot-0-pci-0300-pci-0000-4a1450fd9e47b7a5-m1, pciroot-0-pci-0300-pci-0000-4a1450fd9e47b7a5-m2, pciroot-0-pci-0300-pci-0000-4a1450fd9e47b7a5-m3",
+        "env     DXDP_GPU_MEMORY_LIMIT_BYTES=4294967296",
+        "annot.  directx.microsoft.com/compute.memory-limit-bytes: 4294967296",
+        "Plugin prefers:   pciroot-0-pci-0300-pci-0000-4a1450fd9e47b7a5-m4,",
     ] {
         assert!(out.contains(fragment), "demo output lacks {fragment:?}:\n{out}");
     }

@@ -13,6 +13,7 @@ use dxdp_core::devices::Resource;
 use dxdp_core::facts::{RegistryKey, RegistryValue};
 use dxdp_core::pipeline::{discover, PipelineConfig};
 use dxdp_core::policy::ResourcePolicy;
+use dxdp_core::sharing::Sharing;
 use dxdp_core::snapshot;
 
 use crate::common;
@@ -288,7 +289,7 @@ fn hostile_configuration_files_give_an_error_naming_the_file() {
 fn device_ids_with_odd_bytes_are_refused_as_malformed() {
     let facts = common::facts("sample");
     let d = discover(&facts, &PipelineConfig::default());
-    let good = allocation::advertise(&d, Resource::Display, 2)[0]
+    let good = allocation::advertise(&d, Resource::Display, Sharing::Replicas(2))[0]
         .id
         .clone();
     let table: Vec<(&str, String)> = vec![
@@ -313,7 +314,7 @@ fn device_ids_with_odd_bytes_are_refused_as_malformed() {
                 &d,
                 Resource::Display,
                 Resource::Display.default_resource_name(),
-                2,
+                Sharing::Replicas(2),
                 assignment,
                 &ResourcePolicy::default(),
                 &[good.clone(), id.clone()],
@@ -340,7 +341,7 @@ fn device_ids_with_odd_bytes_are_refused_as_malformed() {
             &d,
             Resource::Display,
             Resource::Display.default_resource_name(),
-            2,
+            Sharing::Replicas(2),
             Assignment::Auto,
             &ResourcePolicy::default(),
             std::slice::from_ref(&id),

@@ -12,10 +12,10 @@ use dxdp::backend::SnapshotFile;
 use dxdp::kubelet::standin::{KubeletStandin, StandinView};
 use dxdp::kubelet::v1beta1::{Empty, PreStartContainerRequest, PreferredAllocationRequest};
 use dxdp::plugin::{PluginConfig, PluginError};
-use dxdp_core::allocation;
 use dxdp_core::devices::Resource;
 use dxdp_core::facts::HostFacts;
 use dxdp_core::pipeline::{discover, PipelineConfig};
+use dxdp_core::sharing::replica_id;
 use dxdp_core::snapshot;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -1205,7 +1205,7 @@ async fn preferred_allocation_spreads_replicas_and_answers_hostile_requests() {
     let h = Harness::start(&load_facts("sample"), 2, true).await;
     h.registered().await;
     let [(a, _, _), (b, _, _)] = sample_displays();
-    let (a1, b1) = (allocation::replica_id(&a, 1), allocation::replica_id(&b, 1));
+    let (a1, b1) = (replica_id(&a, 1), replica_id(&b, 1));
     let k = h.kubelet();
     let s = |ids: &[&String]| ids.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     // (available, must include, size, expected in any order)
@@ -1246,6 +1246,102 @@ async fn preferred_allocation_spreads_replicas_and_answers_hostile_requests() {
     h.shutdown().await;
 }
 
+const DISPLAY_MEMORY: &str = "directx.microsoft.com/display-memory";
+
+/// Issue 46: a class shared by memory is served as a resource of its own, with its socket and
+/// registration: each A10 of the sample host (24,146,608,128 bytes) less the 1 GiB reserve is
+/// 21 units of 1 GiB, none of them also advertised whole; a request stays on one GPU and is told
+/// its share; units on two GPUs are refused; turning it off again serves the GPUs whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_sharing_serves_units_of_one_gpu_and_refuses_units_of_two() {
+    let (h, path) = start_with_config_file(
+        "resources:\n  display: {allocationPolicy: pack, memorySharing: {enabled: true, unit: 1Gi, reserve: 1Gi}}\n",
+    )
+    .await;
+    h.wait("the memory resource", |v| {
+        v.devices(DISPLAY_MEMORY).is_some_and(|d| d.len() == 42)
+            && v.devices(DISPLAY).is_some()
+            && v.devices(COMPUTE).is_some()
+    })
+    .await;
+    let [(a, _, path_a), (b, _, _)] = sample_displays();
+    let units = h.ids(DISPLAY_MEMORY);
+    let of = |gpu: &str| -> Vec<String> { (0..21).map(|k| format!("{gpu}-m{k}")).collect() };
+    let mut expected = of(&a);
+    expected.extend(of(&b));
+    assert_eq!(units, expected, "in advertising order");
+    assert!(h.ids(DISPLAY).is_empty(), "no GPU is also advertised whole");
+    assert_eq!(h.ids(COMPUTE).len(), 1, "compute is not shared by memory");
+    assert!(h
+        .kubelet()
+        .view()
+        .devices(DISPLAY_MEMORY)
+        .unwrap()
+        .iter()
+        .all(|d| d.health == "Healthy"));
+    let k = h.kubelet();
+    // Pack: `a` has 5 units free, `b` 21; 4 units fit `a`, 6 only `b`.
+    let mut available: Vec<String> = of(&a)[16..].to_vec();
+    available.extend(of(&b));
+    let four = k
+        .preferred_allocation(DISPLAY_MEMORY, &available, &[], 4)
+        .await
+        .unwrap();
+    assert_eq!(four, of(&a)[16..20].to_vec());
+    let six = k
+        .preferred_allocation(DISPLAY_MEMORY, &available, &[], 6)
+        .await
+        .unwrap();
+    assert_eq!(six, of(&b)[..6].to_vec());
+    // Allocate: the GPU's device and runtime files, and the share (4 x 1 GiB).
+    let r = k.allocate(DISPLAY_MEMORY, &four).await.unwrap();
+    let c = &r.container_responses[0];
+    assert_eq!(c.devices.len(), 1);
+    assert_eq!(
+        c.devices[0].host_path,
+        format!("vpci-location-path://{path_a}")
+    );
+    assert!(c
+        .mounts
+        .iter()
+        .any(|m| m.container_path == r"C:\Windows\System32\nvcuda.dll"));
+    assert_eq!(c.envs["DXDP_GPU_MEMORY_LIMIT_BYTES"], "4294967296");
+    assert_eq!(c.envs["DXDP_DEVICE_IDS"], a);
+    // The same request again comes from the prepared answers, unchanged.
+    let again = k.allocate(DISPLAY_MEMORY, &four).await.unwrap();
+    assert_eq!(again.container_responses[0].envs, c.envs);
+    // Units on two GPUs: refused, saying why and what to do.
+    let spanning = vec![format!("{a}-m0"), format!("{b}-m0")];
+    let err = k.allocate(DISPLAY_MEMORY, &spanning).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        err.message().starts_with(&format!(
+            "the request for 2 {DISPLAY_MEMORY} units spans 2 GPUs (PCIROOT(0)#PCI(0100)#PCI(0000), PCIROOT(0)#PCI(0200)#PCI(0000))"
+        )) && err.message().contains("Request at most 21 units"),
+        "{}",
+        err.message()
+    );
+    // A whole-GPU ID is unknown to the memory resource.
+    let err = k
+        .allocate(DISPLAY_MEMORY, std::slice::from_ref(&a))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    // Off again: the GPUs are advertised whole, and the memory resource's socket goes.
+    replace(&path, "resources:\n  display: {allocationPolicy: pack}\n");
+    h.wait("whole GPUs again", |v| {
+        v.devices(DISPLAY).is_some_and(|d| d.len() == 2)
+    })
+    .await;
+    until("the memory socket removed", || {
+        !h.plugin_sockets()
+            .iter()
+            .any(|s| s.contains("display-memory"))
+    })
+    .await;
+    h.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allocate_gives_hints_and_follows_the_pack_and_multi_device_options() {
     let (h, _path) = start_with_config_file(
@@ -1254,7 +1350,7 @@ async fn allocate_gives_hints_and_follows_the_pack_and_multi_device_options() {
     .await;
     h.registered().await;
     let [(a, luid_a, path_a), (b, _, _)] = sample_displays();
-    let a1 = allocation::replica_id(&a, 1);
+    let a1 = replica_id(&a, 1);
     let k = h.kubelet();
     // Pack: with `a` in use, the next pod goes to `a`'s other replica.
     let all = h.ids(DISPLAY);

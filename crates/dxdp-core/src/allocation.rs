@@ -7,7 +7,7 @@
 //! container hints of [`crate::hints`]. A request for several IDs follows the resource's
 //! `multiDevice` option.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::assignment::Assignment;
 use crate::devices::{Device, Discovery, HealthState, Resource};
@@ -15,12 +15,12 @@ use crate::hints;
 use crate::pipeline::ids;
 use crate::policy::{MultiDevice, ResourcePolicy};
 use crate::quote::quote;
+use crate::sharing::Served;
 
 /// The device string of the class-GUID assignment mode: every display adapter of the node.
 pub const DISPLAY_CLASS_DEVICE: &str = "class/5B45201D-F2F2-4F3B-85BB-30FF1F953599";
 
-/// The most replicas (time-sliced shares) one physical device can be advertised as.
-pub const MAX_REPLICAS: u32 = 64;
+use crate::sharing::MAX_REPLICAS;
 
 /// One device ID as advertised to the kubelet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,24 +33,20 @@ pub struct Advertised {
     pub health: HealthState,
 }
 
-/// The ID of replica `k` of a physical device: the physical ID itself for replica 0, else
-/// `<physical>-r<k>`. Raising or lowering the replica count keeps the IDs both counts share.
-pub fn replica_id(physical_id: &str, k: u32) -> String {
-    if k == 0 {
-        physical_id.to_string()
-    } else {
-        format!("{physical_id}-r{k}")
-    }
-}
-
-/// Every advertised ID of `resource`, `replicas` per physical device (at least 1).
-pub fn advertise(discovery: &Discovery, resource: Resource, replicas: u32) -> Vec<Advertised> {
-    let replicas = replicas.clamp(1, MAX_REPLICAS);
+/// Every advertised ID of `resource` served as `served` (a class's
+/// [`Sharing`](crate::sharing::Sharing), or a
+/// [`Served`]): for each GPU it holds, [`Served::shares`] IDs.
+pub fn advertise(
+    discovery: &Discovery,
+    resource: Resource,
+    served: impl Into<Served>,
+) -> Vec<Advertised> {
+    let served = served.into();
     discovery
         .devices_for(resource)
         .flat_map(|d| {
-            (0..replicas).map(move |k| Advertised {
-                id: replica_id(&d.id, k),
+            (0..served.shares(d.dedicated_memory_bytes)).map(move |k| Advertised {
+                id: served.share_id(&d.id, k),
                 physical_id: d.id.clone(),
                 health: d.health.state,
             })
@@ -58,24 +54,55 @@ pub fn advertise(discovery: &Discovery, resource: Resource, replicas: u32) -> Ve
         .collect()
 }
 
-/// Finds the physical device of an advertised ID.
+/// Finds the physical device of an ID advertised for `resource` served as `served`, with the
+/// share's number.
+pub fn resolve_share<'a>(
+    discovery: &'a Discovery,
+    resource: Resource,
+    served: impl Into<Served>,
+    id: &str,
+) -> Option<(&'a Device, u32)> {
+    let served = served.into();
+    let (physical, k) = served.parse_share_id(id)?;
+    discovery
+        .devices_for(resource)
+        .find(|d| d.id == physical)
+        .filter(|d| k < served.shares(d.dedicated_memory_bytes))
+        .map(|d| (d, k))
+}
+
+/// Finds the physical device of an advertised ID (a replica or a memory unit, as `served`
+/// says).
 pub fn resolve<'a>(
     discovery: &'a Discovery,
     resource: Resource,
-    replicas: u32,
+    served: impl Into<Served>,
     id: &str,
 ) -> Option<&'a Device> {
-    let replicas = replicas.clamp(1, MAX_REPLICAS);
-    discovery.devices_for(resource).find(|d| {
-        if id == d.id {
-            return true;
+    resolve_share(discovery, resource, served, id).map(|(d, _)| d)
+}
+
+/// Finds the physical device of any ID dxdp may have advertised for `resource`, whatever the
+/// configuration: a replica (up to [`MAX_REPLICAS`]) or a memory unit (up to
+/// [`crate::sharing::MAX_MEMORY_UNITS`]). For tools that read IDs the kubelet handed out.
+pub fn resolve_any<'a>(
+    discovery: &'a Discovery,
+    resource: Resource,
+    id: &str,
+) -> Option<&'a Device> {
+    if let Some((physical, k)) = crate::sharing::parse_memory_unit_id(id) {
+        if k < crate::sharing::MAX_MEMORY_UNITS {
+            if let Some(d) = discovery.devices_for(resource).find(|d| d.id == physical) {
+                return Some(d);
+            }
         }
-        id.strip_prefix(d.id.as_str())
-            .and_then(|rest| rest.strip_prefix("-r"))
-            .filter(|k| !k.starts_with('0') && k.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|k| k.parse::<u32>().ok())
-            .is_some_and(|k| k >= 1 && k < replicas)
-    })
+    }
+    resolve(
+        discovery,
+        resource,
+        Served::Class(crate::sharing::Sharing::Replicas(MAX_REPLICAS)),
+        id,
+    )
 }
 
 /// What one container receives.
@@ -128,7 +155,17 @@ pub enum AllocationError {
     /// More than one ID while the resource's `multiDevice` option is `fail`.
     #[error("{0}")]
     MultiDevice(String),
+    /// Memory units on more than one GPU: a container's memory share must lie on one GPU.
+    #[error("{0}")]
+    SpansGpus(String),
 }
+
+/// The container's memory share in bytes (units x unit size), set by Allocate for a memory
+/// resource. Nothing enforces it on Windows: it tells the container what it may use.
+pub const MEMORY_LIMIT_VAR: &str = "DXDP_GPU_MEMORY_LIMIT_BYTES";
+
+/// The annotation that carries the memory share (`directx.microsoft.com/<class>.memory-limit-bytes`).
+pub const MEMORY_LIMIT_ANNOTATION: &str = "memory-limit-bytes";
 
 /// The annotation that carries the multi-device warning.
 pub const MULTI_DEVICE_ANNOTATION: &str = "multi-device";
@@ -139,31 +176,41 @@ pub fn allocate(
     discovery: &Discovery,
     resource: Resource,
     served: &str,
-    replicas: u32,
+    sharing: impl Into<Served>,
     assignment: Assignment,
     policy: &ResourcePolicy,
     ids_requested: &[String],
 ) -> Result<ContainerEdits, AllocationError> {
+    let sharing = sharing.into();
     if ids_requested.is_empty() {
         return Err(AllocationError::Empty);
     }
     let mut physical: Vec<&Device> = Vec::new();
-    let mut distinct_ids: Vec<&str> = Vec::new();
+    let mut distinct_ids: HashSet<&str> = HashSet::new();
     for id in ids_requested {
         if !ids::is_valid_kubelet_id(id) {
             return Err(AllocationError::Malformed(id.clone()));
         }
         let device =
-            resolve(discovery, resource, replicas, id).ok_or_else(|| AllocationError::Unknown {
+            resolve(discovery, resource, sharing, id).ok_or_else(|| AllocationError::Unknown {
                 id: id.clone(),
                 resource: served.to_string(),
             })?;
-        if !distinct_ids.contains(&id.as_str()) {
-            distinct_ids.push(id);
-        }
+        distinct_ids.insert(id);
         if !physical.iter().any(|d| d.id == device.id) {
             physical.push(device);
         }
+    }
+    if let Some(memory) = sharing.memory() {
+        return allocate_units(
+            discovery,
+            resource,
+            (served, memory),
+            assignment,
+            policy,
+            distinct_ids.len(),
+            &physical,
+        );
     }
     let multi = multi_device_note(resource, assignment, distinct_ids.len(), &physical);
     if let (Some(note), MultiDevice::Fail) = (&multi, policy.multi_device) {
@@ -171,12 +218,31 @@ pub fn allocate(
             "{note}; multiDevice is fail for {resource}: request 1 {served} per container (one container or pod per GPU)"
         )));
     }
-    let mut edits = container_edits(&physical);
+    let mut edits = edits_with_hints(discovery, resource, assignment, policy, &physical);
+    if let Some(note) = multi {
+        edits.annotations.insert(
+            hints::annotation_key(resource, MULTI_DEVICE_ANNOTATION),
+            note.clone(),
+        );
+        edits.notes.insert(0, note);
+    }
+    Ok(edits)
+}
+
+/// The container edits and hints for the distinct physical devices of one container.
+fn edits_with_hints(
+    discovery: &Discovery,
+    resource: Resource,
+    assignment: Assignment,
+    policy: &ResourcePolicy,
+    physical: &[&Device],
+) -> ContainerEdits {
+    let mut edits = container_edits(physical);
     if assignment == Assignment::ClassGuid {
         edits.devices = vec![DISPLAY_CLASS_DEVICE.to_string()];
     }
     let cuda = policy.cuda_visible_devices.then_some(&discovery.cuda_order);
-    let hints = hints::hints(resource, &physical, cuda);
+    let hints = hints::hints(resource, physical, cuda);
     edits.envs = hints.envs;
     // The runtime files mounted, for `dxdp validate` in the container (paths joined by `;`).
     if !edits.mounts.is_empty() {
@@ -191,13 +257,43 @@ pub fn allocate(
     }
     edits.annotations = hints.annotations;
     edits.notes.extend(hints.notes);
-    if let Some(note) = multi {
-        edits.annotations.insert(
-            hints::annotation_key(resource, MULTI_DEVICE_ANNOTATION),
-            note.clone(),
-        );
-        edits.notes.insert(0, note);
+    edits
+}
+
+/// The edits for `units` distinct memory units of a memory resource (`served` as named, with
+/// its memory sharing) on `physical`: refused unless they all lie on one GPU; else that GPU,
+/// its runtime files, the hints and the memory share ([`MEMORY_LIMIT_VAR`]). The resource's
+/// `multiDevice` option is about several GPUs, which a memory resource never gives, so it does
+/// not apply.
+fn allocate_units(
+    discovery: &Discovery,
+    resource: Resource,
+    (served, memory): (&str, crate::sharing::MemorySharing),
+    assignment: Assignment,
+    policy: &ResourcePolicy,
+    units: usize,
+    physical: &[&Device],
+) -> Result<ContainerEdits, AllocationError> {
+    if physical.len() > 1 {
+        let gpus: Vec<&str> = physical.iter().map(|d| d.location_path.as_str()).collect();
+        let most = discovery
+            .devices_for(resource)
+            .map(|d| memory.units(d.dedicated_memory_bytes))
+            .max()
+            .unwrap_or(0);
+        return Err(AllocationError::SpansGpus(format!(
+            "the request for {units} {served} units spans {} GPUs ({}): a container's memory units must all lie on one GPU. Request at most {most} units (the most one GPU of this node has; fewer while some are in use), or split the work over several containers; the kubelet follows dxdp's preferred allocation, which keeps a request on one GPU, whenever one GPU has the units free",
+            physical.len(),
+            gpus.join(", ")
+        )));
     }
+    let mut edits = edits_with_hints(discovery, resource, assignment, policy, physical);
+    let bytes = (units as u64).saturating_mul(memory.unit_bytes).to_string();
+    edits.annotations.insert(
+        hints::annotation_key(resource, MEMORY_LIMIT_ANNOTATION),
+        bytes.clone(),
+    );
+    edits.envs.insert(MEMORY_LIMIT_VAR.to_string(), bytes);
     Ok(edits)
 }
 
@@ -271,6 +367,7 @@ mod tests {
     use super::*;
     use crate::pipeline::{discover, PipelineConfig};
     use crate::policy::ResourcePolicy;
+    use crate::sharing::{replica_id, MemorySharing, Served, Sharing};
 
     fn sample() -> Discovery {
         let facts = crate::sample::sample_host().unwrap();
@@ -280,11 +377,11 @@ mod tests {
     #[test]
     fn replica_ids_keep_the_physical_prefix_and_shared_ids() {
         let d = sample();
-        let one: Vec<String> = advertise(&d, Resource::Display, 1)
+        let one: Vec<String> = advertise(&d, Resource::Display, Sharing::Replicas(1))
             .into_iter()
             .map(|a| a.id)
             .collect();
-        let three: Vec<String> = advertise(&d, Resource::Display, 3)
+        let three: Vec<String> = advertise(&d, Resource::Display, Sharing::Replicas(3))
             .into_iter()
             .map(|a| a.id)
             .collect();
@@ -293,11 +390,11 @@ mod tests {
         for id in &one {
             assert!(three.contains(id), "{id} must survive raising replicas");
         }
-        for a in advertise(&d, Resource::Display, 3) {
+        for a in advertise(&d, Resource::Display, Sharing::Replicas(3)) {
             assert!(a.id.starts_with(&a.physical_id));
             assert!(ids::is_valid_kubelet_id(&a.id));
         }
-        let max = advertise(&d, Resource::Display, MAX_REPLICAS);
+        let max = advertise(&d, Resource::Display, Sharing::Replicas(MAX_REPLICAS));
         assert!(max.iter().all(|a| a.id.len() <= 63));
     }
 
@@ -319,13 +416,13 @@ mod tests {
         ];
         for (id, replicas, ok) in table {
             assert_eq!(
-                resolve(&d, Resource::Display, replicas, &id).is_some(),
+                resolve(&d, Resource::Display, Sharing::Replicas(replicas), &id).is_some(),
                 ok,
                 "{id} {replicas}"
             );
         }
         // A display device is unknown to the compute resource.
-        assert!(resolve(&d, Resource::Compute, 1, &phys).is_none());
+        assert!(resolve(&d, Resource::Compute, Sharing::Replicas(1), &phys).is_none());
     }
 
     #[test]
@@ -336,7 +433,7 @@ mod tests {
             &d,
             Resource::Display,
             Resource::Display.default_resource_name(),
-            2,
+            Sharing::Replicas(2),
             Assignment::LocationPath,
             &ResourcePolicy::default(),
             &[dev.id.clone(), replica_id(&dev.id, 1)],
@@ -372,7 +469,7 @@ mod tests {
             &d,
             Resource::Display,
             Resource::Display.default_resource_name(),
-            1,
+            Sharing::Replicas(1),
             Assignment::LocationPath,
             &ResourcePolicy::default(),
             &ids,
@@ -383,7 +480,7 @@ mod tests {
             &d,
             Resource::Display,
             Resource::Display.default_resource_name(),
-            1,
+            Sharing::Replicas(1),
             Assignment::LocationPath,
             &ResourcePolicy::default(),
             &ids[..1],
@@ -421,7 +518,7 @@ mod tests {
                 &d,
                 Resource::Display,
                 Resource::Display.default_resource_name(),
-                1,
+                Sharing::Replicas(1),
                 Assignment::LocationPath,
                 &ResourcePolicy::default(),
                 &ids,
@@ -440,7 +537,7 @@ mod tests {
                 &d,
                 Resource::Display,
                 Resource::Display.default_resource_name(),
-                1,
+                Sharing::Replicas(1),
                 Assignment::LocationPath,
                 &ResourcePolicy::default(),
                 &[id],
@@ -457,7 +554,7 @@ mod tests {
             &d,
             Resource::Display,
             Resource::Display.default_resource_name(),
-            1,
+            Sharing::Replicas(1),
             Assignment::LocationPath,
             &ResourcePolicy::default(),
             std::slice::from_ref(&short),
@@ -468,7 +565,7 @@ mod tests {
             &d,
             Resource::Display,
             Resource::Display.default_resource_name(),
-            1,
+            Sharing::Replicas(1),
             Assignment::LocationPath,
             &ResourcePolicy::default(),
             &["nope".to_string()],
@@ -484,7 +581,7 @@ mod tests {
             &d,
             Resource::Display,
             "example.com/gpu",
-            1,
+            Sharing::Replicas(1),
             Assignment::LocationPath,
             &ResourcePolicy::default(),
             &["nope".to_string()],
@@ -506,7 +603,7 @@ mod tests {
             &d,
             Resource::Display,
             "microsoft.com/directx",
-            1,
+            Sharing::Replicas(1),
             Assignment::LocationPath,
             &fail,
             &ids,
@@ -533,7 +630,7 @@ mod tests {
             &d,
             Resource::Display,
             Resource::Display.default_resource_name(),
-            1,
+            Sharing::Replicas(1),
             Assignment::ClassGuid,
             &ResourcePolicy::default(),
             &ids,
@@ -543,6 +640,155 @@ mod tests {
         assert!(!edits.mounts.is_empty());
         assert_eq!(edits.notes.len(), 1, "{:?}", edits.notes);
         assert!(edits.notes[0].contains("every display adapter of the node anyway"));
+    }
+
+    const GIB: u64 = 1 << 30;
+
+    /// 1 GiB units, 1 GiB kept back.
+    fn memory() -> Sharing {
+        Sharing::Memory(MemorySharing {
+            unit_bytes: GIB,
+            reserve_bytes: GIB,
+        })
+    }
+
+    #[test]
+    fn memory_units_are_advertised_per_gpu_and_resolve_to_it() {
+        let d = sample();
+        let [(a, _, _), (b, _, _)] = sample_displays();
+        // An A10 of the sample host has 24,146,608,128 bytes (22.49 GiB): less the 1 GiB
+        // reserve, 21 whole units of 1 GiB.
+        let units = advertise(&d, Resource::Display, memory());
+        assert_eq!(units.len(), 42);
+        assert_eq!(units[0].id, format!("{a}-m0"));
+        assert_eq!(units[20].id, format!("{a}-m20"));
+        assert_eq!(units[21].id, format!("{b}-m0"));
+        assert_eq!(units[41].id, format!("{b}-m20"));
+        assert!(units.iter().all(|u| ids::is_valid_kubelet_id(&u.id)));
+        assert!(units[..21].iter().all(|u| u.physical_id == a));
+        // (ID, the physical device it resolves to)
+        let table = [
+            (format!("{a}-m0"), Some(&a)),
+            (format!("{a}-m20"), Some(&a)),
+            (format!("{b}-m7"), Some(&b)),
+            (format!("{a}-m21"), None),
+            (format!("{a}-m01"), None),
+            (a.clone(), None),
+            (format!("{a}-r1"), None),
+            (format!("{a}-m99999999999"), None),
+        ];
+        for (id, expected) in &table {
+            assert_eq!(
+                resolve(&d, Resource::Display, memory(), id).map(|x| &x.id),
+                *expected,
+                "{id}"
+            );
+        }
+        // The class's own resource holds the GPUs with no unit: none here, and both when the
+        // reserve leaves no whole unit (22.49 GiB - 22 GiB).
+        assert!(advertise(&d, Resource::Display, Served::Class(memory())).is_empty());
+        let big_reserve = Sharing::Memory(MemorySharing {
+            unit_bytes: GIB,
+            reserve_bytes: 22 * GIB,
+        });
+        assert!(advertise(&d, Resource::Display, big_reserve).is_empty());
+        let whole: Vec<String> = advertise(&d, Resource::Display, Served::Class(big_reserve))
+            .into_iter()
+            .map(|x| x.id)
+            .collect();
+        assert_eq!(whole, vec![a.clone(), b.clone()]);
+        assert!(resolve(&d, Resource::Display, Served::Class(memory()), &a).is_none());
+        assert!(resolve(&d, Resource::Display, Served::Class(big_reserve), &a).is_some());
+        // Tools resolve both kinds whatever the configuration.
+        let table = [
+            (format!("{a}-m1023"), Some(&a)),
+            (format!("{a}-m1024"), None),
+            (format!("{b}-r63"), Some(&b)),
+            (format!("{b}-r64"), None),
+            (b.clone(), Some(&b)),
+            ("nope-m1".to_string(), None),
+        ];
+        for (id, expected) in &table {
+            assert_eq!(
+                resolve_any(&d, Resource::Display, id).map(|x| &x.id),
+                *expected,
+                "{id}"
+            );
+        }
+    }
+
+    #[test]
+    fn units_on_one_gpu_give_that_gpu_and_the_memory_share() {
+        let d = sample();
+        let [(a, _, path_a), _] = sample_displays();
+        let fail = ResourcePolicy {
+            multi_device: MultiDevice::Fail,
+            ..ResourcePolicy::default()
+        };
+        let ids: Vec<String> = [0, 3, 5, 3].iter().map(|k| format!("{a}-m{k}")).collect();
+        let edits = allocate(
+            &d,
+            Resource::Display,
+            "directx.microsoft.com/display-memory",
+            memory(),
+            Assignment::LocationPath,
+            &fail,
+            &ids,
+        )
+        .unwrap();
+        assert_eq!(
+            edits.devices,
+            vec![format!("vpci-location-path://{path_a}")]
+        );
+        // Three distinct units of 1 GiB.
+        assert_eq!(edits.envs["DXDP_GPU_MEMORY_LIMIT_BYTES"], "3221225472");
+        assert_eq!(
+            edits.annotations["directx.microsoft.com/display.memory-limit-bytes"],
+            "3221225472"
+        );
+        assert_eq!(edits.envs["DXDP_DEVICE_IDS"], a);
+        assert!(edits.notes.is_empty(), "{:?}", edits.notes);
+        let whole = allocate(
+            &d,
+            Resource::Display,
+            Resource::Display.default_resource_name(),
+            Sharing::Replicas(1),
+            Assignment::LocationPath,
+            &ResourcePolicy::default(),
+            std::slice::from_ref(&a),
+        )
+        .unwrap();
+        assert_eq!(
+            edits.mounts, whole.mounts,
+            "the GPU's runtime files, as for a whole GPU"
+        );
+        assert!(!whole.envs.contains_key("DXDP_GPU_MEMORY_LIMIT_BYTES"));
+    }
+
+    #[test]
+    fn units_on_two_gpus_are_refused_saying_what_to_do() {
+        let d = sample();
+        let [(a, _, _), (b, _, _)] = sample_displays();
+        let err = allocate(
+            &d,
+            Resource::Display,
+            "directx.microsoft.com/display-memory",
+            memory(),
+            Assignment::LocationPath,
+            &ResourcePolicy::default(),
+            &[format!("{a}-m0"), format!("{a}-m1"), format!("{b}-m0")],
+        )
+        .unwrap_err();
+        assert!(matches!(err, AllocationError::SpansGpus(_)), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "the request for 3 directx.microsoft.com/display-memory units spans 2 GPUs \
+             (PCIROOT(0)#PCI(0100)#PCI(0000), PCIROOT(0)#PCI(0200)#PCI(0000)): a container's \
+             memory units must all lie on one GPU. Request at most 21 units (the most one GPU \
+             of this node has; fewer while some are in use), or split the work over several \
+             containers; the kubelet follows dxdp's preferred allocation, which keeps a request \
+             on one GPU, whenever one GPU has the units free"
+        );
     }
 
     /// The sample host's display devices: (ID, LUID, location path), from the sample host file.
@@ -606,7 +852,7 @@ mod tests {
                 &d,
                 Resource::Display,
                 Resource::Display.default_resource_name(),
-                2,
+                Sharing::Replicas(2),
                 Assignment::LocationPath,
                 &policy,
                 &ids,
@@ -636,7 +882,7 @@ mod tests {
             &d,
             Resource::Display,
             Resource::Display.default_resource_name(),
-            1,
+            Sharing::Replicas(1),
             Assignment::LocationPath,
             &ResourcePolicy::default(),
             &[b.clone(), a.clone()],
@@ -700,7 +946,7 @@ mod tests {
                 &d,
                 Resource::Display,
                 Resource::Display.default_resource_name(),
-                1,
+                Sharing::Replicas(1),
                 Assignment::LocationPath,
                 &policy,
                 &ids,
@@ -718,7 +964,7 @@ mod tests {
             &d,
             Resource::Compute,
             Resource::Compute.default_resource_name(),
-            1,
+            Sharing::Replicas(1),
             Assignment::LocationPath,
             &policy,
             &[compute],
@@ -747,7 +993,7 @@ mod tests {
             &d,
             Resource::Display,
             Resource::Display.default_resource_name(),
-            1,
+            Sharing::Replicas(1),
             Assignment::LocationPath,
             &policy,
             &[a],
@@ -782,7 +1028,7 @@ mod tests {
             &d,
             Resource::Display,
             Resource::Display.default_resource_name(),
-            1,
+            Sharing::Replicas(1),
             Assignment::LocationPath,
             &ResourcePolicy::default(),
             &ids,

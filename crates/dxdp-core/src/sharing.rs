@@ -5,7 +5,7 @@
 //! `floor((dedicated memory - reserve) / unit)` shares of `unit` bytes each. Every share ID names
 //! its physical device as a prefix, so a share ID always leads back to one GPU:
 //!
-//! - replica `k`: the physical ID for `k = 0`, else `<physical>-r<k>` ([`crate::allocation::replica_id`]);
+//! - replica `k`: the physical ID for `k = 0`, else `<physical>-r<k>` ([`replica_id`]);
 //! - memory unit `k`: `<physical>-m<k>` for every `k`, from 0 (a GPU shared by memory is never
 //!   advertised whole, so no share is the bare physical ID).
 //!
@@ -14,7 +14,18 @@
 
 use std::collections::BTreeMap;
 
-use crate::allocation::{replica_id, MAX_REPLICAS};
+/// The most replicas (time-sliced shares) one physical device can be advertised as.
+pub const MAX_REPLICAS: u32 = 64;
+
+/// The ID of replica `k` of a physical device: the physical ID itself for replica 0, else
+/// `<physical>-r<k>`. Raising or lowering the replica count keeps the IDs both counts share.
+pub fn replica_id(physical_id: &str, k: u32) -> String {
+    if k == 0 {
+        physical_id.to_string()
+    } else {
+        format!("{physical_id}-r{k}")
+    }
+}
 
 /// The most memory units one GPU is advertised as: at 1,024 a unit ID is at most 62 characters
 /// (a 56-character physical ID, `-m`, 4 digits), and 8 such GPUs fit a ListAndWatch message of
@@ -110,6 +121,78 @@ impl Sharing {
         match self {
             Sharing::Replicas(_) => None,
             Sharing::Memory(m) => Some(m.unit_bytes),
+        }
+    }
+}
+
+/// What one served resource of a GPU class holds, and how it shares each of its GPUs.
+///
+/// A class shared by replicas is served as one resource (its name and aliases) with every GPU.
+/// A class shared by memory is served as two: its memory resource, with every GPU that has at
+/// least one unit, one ID per unit; and its own resource, with the GPUs that have no unit (too
+/// little memory, or memory unknown), whole. No GPU is in both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Served {
+    /// The class's own resource, the class shared as given.
+    Class(Sharing),
+    /// The class's memory resource.
+    Memory(MemorySharing),
+}
+
+impl From<Sharing> for Served {
+    /// A class's sharing as the resource that carries its shares: replicas on the class's own
+    /// resource, memory units on the memory resource.
+    fn from(sharing: Sharing) -> Self {
+        match sharing {
+            Sharing::Replicas(_) => Served::Class(sharing),
+            Sharing::Memory(m) => Served::Memory(m),
+        }
+    }
+}
+
+impl Served {
+    /// How many IDs a GPU with `dedicated_bytes` of dedicated memory has here (0: not served
+    /// here).
+    pub fn shares(&self, dedicated_bytes: u64) -> u32 {
+        match *self {
+            Served::Class(Sharing::Replicas(n)) => n.clamp(1, MAX_REPLICAS),
+            Served::Class(Sharing::Memory(m)) => u32::from(m.units(dedicated_bytes) == 0),
+            Served::Memory(m) => m.units(dedicated_bytes),
+        }
+    }
+
+    /// The ID of share `k` of the physical device `physical_id`.
+    pub fn share_id(&self, physical_id: &str, k: u32) -> String {
+        match self {
+            Served::Class(_) => replica_id(physical_id, k),
+            Served::Memory(_) => memory_unit_id(physical_id, k),
+        }
+    }
+
+    /// The share `id` names: its physical device ID and its number, if `id` has this
+    /// resource's form (whether that GPU has share `k` is for the caller to check).
+    pub fn parse_share_id<'a>(&self, id: &'a str) -> Option<(&'a str, u32)> {
+        match self {
+            Served::Memory(_) => parse_memory_unit_id(id),
+            Served::Class(_) => match id.rsplit_once("-r") {
+                Some((physical, k))
+                    if !physical.is_empty()
+                        && !k.is_empty()
+                        && !k.starts_with('0')
+                        && k.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    Some((physical, k.parse().ok()?))
+                }
+                _ => Some((id, 0)),
+            },
+        }
+    }
+
+    /// The memory sharing, for the memory resource.
+    pub fn memory(&self) -> Option<MemorySharing> {
+        match self {
+            Served::Memory(m) => Some(*m),
+            Served::Class(_) => None,
         }
     }
 }
