@@ -624,11 +624,13 @@ CLEANUP_RULES = [
 
 
 def cleanup_namespaced_rules(daemonset):
-    """The hook's Role in the release namespace: this DaemonSet only, and the validation Jobs."""
+    """The hook's Role in the release namespace: this DaemonSet only, the validation Jobs and the
+    NodeFeature objects."""
     return [
         {"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": [daemonset],
          "verbs": ["get", "delete"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "delete"]},
+        {"apiGroups": ["nfd.k8s-sigs.io"], "resources": ["nodefeatures"], "verbs": ["list", "delete"]},
     ]
 
 
@@ -694,7 +696,7 @@ def assert_cleanup_hook(label, objs, values, defaults, ds):
           str(bindings))
     nroles = [r for r in find(objs, "Role", hooks=True) if is_hook(r)]
     nbindings = [b for b in find(objs, "RoleBinding", hooks=True) if is_hook(b)]
-    check(f"{label}: the cleanup Role grants get/delete on the DaemonSet {ds_name} only and list/delete on jobs, in {NAMESPACE}",
+    check(f"{label}: the cleanup Role grants get/delete on the DaemonSet {ds_name} only and list/delete on jobs and nodefeatures, in {NAMESPACE}",
           len(nroles) == 1 and nroles[0].get("rules") == cleanup_namespaced_rules(ds_name)
           and nroles[0]["metadata"].get("namespace") == NAMESPACE, str([r.get("rules") for r in nroles]))
     check(f"{label}: the cleanup RoleBinding binds that Role to the Job's service account",
