@@ -7,7 +7,9 @@
 //!
 //! With `nodeLabels.mode: nodefeature` the set goes into this node's NodeFeature object
 //! (`super::nodefeature`) instead, for Node Feature Discovery to apply; the labels dxdp applied
-//! to the Node before are removed then (an empty apply), and the Node is not watched for edits.
+//! to the Node before are removed then (an empty apply), and the Node is not watched for edits;
+//! moving back to `node` mode in the same run deletes the object first. Every write is counted
+//! in `dxdp_node_labels_writes_total{target, result}` (`observe::label_metrics`).
 //!
 //! The timestamp label (`<prefix>timestamp`, Unix seconds) is set when the rest of the set
 //! changes, so that a refresh that changes nothing writes nothing; after a restart the old
