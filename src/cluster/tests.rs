@@ -645,14 +645,20 @@ async fn until(mut condition: impl FnMut() -> bool) -> bool {
     true
 }
 
-/// `keep`, with the counter of its writes.
+/// `keep`, with the counter of its writes (registered: `metrics_text` shows it as /metrics
+/// does).
 fn keep_counted(
     cluster: Cluster,
     inventory: watch::Receiver<Arc<Inventory>>,
     node: watch::Receiver<Option<NodeInfo>>,
     namespace: Option<&str>,
-) -> (tokio::task::JoinHandle<()>, LabelMetrics) {
-    let metrics = LabelMetrics::default();
+) -> (
+    tokio::task::JoinHandle<()>,
+    LabelMetrics,
+    prometheus_client::registry::Registry,
+) {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = LabelMetrics::register(&mut registry);
     let task = tokio::spawn(
         labels::KeepLabels {
             cluster,
@@ -664,7 +670,14 @@ fn keep_counted(
         }
         .run(),
     );
-    (task, metrics)
+    (task, metrics, registry)
+}
+
+/// The OpenMetrics text of `registry`.
+fn metrics_text(registry: &prometheus_client::registry::Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text
 }
 
 #[tokio::test]
@@ -807,7 +820,8 @@ async fn without_the_crd_nodefeature_mode_retries_until_it_is_installed() {
     config.node_labels.mode = crate::config::file::LabelMode::Nodefeature;
     let (_inventory_tx, inventory_rx) = watch::channel(inventory(&facts, config));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let (_task, metrics) = keep_counted(cluster, inventory_rx, node_rx, Some("gpu-system"));
+    let (_task, metrics, registry) =
+        keep_counted(cluster, inventory_rx, node_rx, Some("gpu-system"));
     let tries = |r: &[standin::Recorded]| {
         r.iter()
             .filter(|r| r.method == "PATCH" && r.path.contains("/nodefeatures/"))
@@ -827,17 +841,23 @@ async fn without_the_crd_nodefeature_mode_retries_until_it_is_installed() {
             .await
     );
     assert!(until(|| metrics.get(WriteTarget::NodeFeature, WriteResult::Ok) == 1).await);
-    // As /metrics shows it: the failed tries and the one write.
-    let mut registry = prometheus_client::registry::Registry::default();
-    let shown = LabelMetrics::register(&mut registry);
-    shown.count(WriteTarget::NodeFeature, WriteResult::CrdMissing);
-    shown.count(WriteTarget::NodeFeature, WriteResult::Ok);
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    // As /metrics shows it: the one write of each target, no other result; the failed tries
+    // as crd_missing (as many as were made before the CRD came: at least 4).
+    let text = metrics_text(&registry);
+    let missing = metrics.get(WriteTarget::NodeFeature, WriteResult::CrdMissing);
+    assert!(missing >= 4, "{missing}");
+    let missing_line = format!(
+        "dxdp_node_labels_writes_total{{target=\"nodefeature\",result=\"crd_missing\"}} {missing}"
+    );
     for line in [
-        "dxdp_node_labels_writes_total{target=\"nodefeature\",result=\"crd_missing\"} 1",
         "dxdp_node_labels_writes_total{target=\"nodefeature\",result=\"ok\"} 1",
+        "dxdp_node_labels_writes_total{target=\"nodefeature\",result=\"error\"} 0",
+        "dxdp_node_labels_writes_total{target=\"nodefeature\",result=\"forbidden\"} 0",
+        "dxdp_node_labels_writes_total{target=\"node\",result=\"ok\"} 1",
+        "dxdp_node_labels_writes_total{target=\"node\",result=\"error\"} 0",
+        "dxdp_node_labels_writes_total{target=\"node\",result=\"crd_missing\"} 0",
         "dxdp_node_labels_writes_total{target=\"node\",result=\"forbidden\"} 0",
+        missing_line.as_str(),
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in {text}");
     }
@@ -853,7 +873,8 @@ async fn back_to_node_mode_deletes_the_nodefeature_object() {
     config.node_labels.mode = crate::config::file::LabelMode::Nodefeature;
     let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, config.clone()));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let (_task, metrics) = keep_counted(cluster, inventory_rx, node_rx, Some("gpu-system"));
+    let (_task, metrics, _registry) =
+        keep_counted(cluster, inventory_rx, node_rx, Some("gpu-system"));
     assert!(
         api.wait_for_node_feature(WAIT, "gpu-system", "dxdp-n1")
             .await
