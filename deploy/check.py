@@ -538,7 +538,7 @@ def is_node_feature_rbac(o):
 
 # nodeLabels.mode: nodefeature: the NodeFeature objects, in the release namespace only.
 NODE_FEATURE_RULES = [
-    {"apiGroups": ["nfd.k8s-sigs.io"], "resources": ["nodefeatures"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": ["nfd.k8s-sigs.io"], "resources": ["nodefeatures"], "verbs": ["get", "create", "patch", "delete"]},
 ]
 
 
@@ -562,7 +562,7 @@ def assert_node_feature(label, objs, values, defaults, pod, c):
         check(f"{label}: no NodeFeature Role without nodeLabels.mode: nodefeature",
               not roles and not bindings, str([o["kind"] for o in roles + bindings]))
         return
-    check(f"{label}: the NodeFeature Role grants exactly get, create and patch of nodefeatures in the release namespace",
+    check(f"{label}: the NodeFeature Role grants exactly get, create, patch and delete of nodefeatures in the release namespace",
           len(roles) == 1 and roles[0].get("rules") == NODE_FEATURE_RULES
           and roles[0]["metadata"].get("namespace") == NAMESPACE, str([r.get("rules") for r in roles]))
     check(f"{label}: the NodeFeature RoleBinding binds it to the pod's service account",
@@ -624,11 +624,13 @@ CLEANUP_RULES = [
 
 
 def cleanup_namespaced_rules(daemonset):
-    """The hook's Role in the release namespace: this DaemonSet only, and the validation Jobs."""
+    """The hook's Role in the release namespace: this DaemonSet only, the validation Jobs and the
+    NodeFeature objects."""
     return [
         {"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": [daemonset],
          "verbs": ["get", "delete"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "delete"]},
+        {"apiGroups": ["nfd.k8s-sigs.io"], "resources": ["nodefeatures"], "verbs": ["list", "delete"]},
     ]
 
 
@@ -694,7 +696,7 @@ def assert_cleanup_hook(label, objs, values, defaults, ds):
           str(bindings))
     nroles = [r for r in find(objs, "Role", hooks=True) if is_hook(r)]
     nbindings = [b for b in find(objs, "RoleBinding", hooks=True) if is_hook(b)]
-    check(f"{label}: the cleanup Role grants get/delete on the DaemonSet {ds_name} only and list/delete on jobs, in {NAMESPACE}",
+    check(f"{label}: the cleanup Role grants get/delete on the DaemonSet {ds_name} only and list/delete on jobs and nodefeatures, in {NAMESPACE}",
           len(nroles) == 1 and nroles[0].get("rules") == cleanup_namespaced_rules(ds_name)
           and nroles[0]["metadata"].get("namespace") == NAMESPACE, str([r.get("rules") for r in nroles]))
     check(f"{label}: the cleanup RoleBinding binds that Role to the Job's service account",
@@ -713,6 +715,7 @@ def assert_cleanup_hook(label, objs, values, defaults, ds):
 
 POLICY_NODE = "-own-node"
 POLICY_JOB = "-validation-job"
+POLICY_NODE_FEATURE = "-own-nodefeature"
 NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
 SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 
@@ -720,7 +723,7 @@ SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 def policies_of(objs):
     """{suffix: (policy, binding)} of the rendered admission policies."""
     out = {}
-    for suffix in (POLICY_NODE, POLICY_JOB):
+    for suffix in (POLICY_NODE, POLICY_JOB, POLICY_NODE_FEATURE):
         pol = [o for o in find(objs, "ValidatingAdmissionPolicy") if o["metadata"]["name"].endswith(suffix)]
         bnd = [o for o in find(objs, "ValidatingAdmissionPolicyBinding") if o["metadata"]["name"].endswith(suffix)]
         if pol or bnd:
@@ -736,7 +739,8 @@ def assert_policies(label, objs, values, defaults, pod):
     validation = {**defaults["validation"], **values.get("validation", {})}
     config = (values.get("config") or {}).get("validation") or {}
     enforce = node_api["enabled"] and node_api["enforceOwnNode"]
-    want = {POLICY_NODE: enforce, POLICY_JOB: enforce and bool(validation["enabled"] or config.get("enabled"))}
+    want = {POLICY_NODE: enforce, POLICY_JOB: enforce and bool(validation["enabled"] or config.get("enabled")),
+            POLICY_NODE_FEATURE: enforce and node_feature_mode(values, defaults)}
     got = policies_of(objs)
     check(f"{label}: admission policies exactly {[k for k, v in want.items() if v]}",
           sorted(got) == sorted(k for k, v in want.items() if v), str(sorted(got)))
@@ -744,7 +748,9 @@ def assert_policies(label, objs, values, defaults, pod):
     rules = {POLICY_NODE: [{"apiGroups": [""], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
                             "resources": ["nodes", "nodes/status"]}],
              POLICY_JOB: [{"apiGroups": ["batch"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
-                           "resources": ["jobs"]}]}
+                           "resources": ["jobs"]}],
+             POLICY_NODE_FEATURE: [{"apiGroups": ["nfd.k8s-sigs.io"], "apiVersions": ["*"],
+                                    "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["nodefeatures"]}]}
     for suffix, (pol, bnd) in got.items():
         if not check(f"{label}: one policy{suffix} and one binding", len(pol) == 1 and len(bnd) == 1,
                      f"{len(pol)} policies, {len(bnd)} bindings"):
@@ -1057,6 +1063,7 @@ def policy_cel_checks():
               got == want, "; ".join(why))
 
     lifecycle_node_checks()
+    node_feature_cel_checks()
 
     def pinned(j):
         j = json.loads(json.dumps(j))
@@ -1068,6 +1075,79 @@ def policy_cel_checks():
         got, why = admit(pols[POLICY_JOB], job_request("CREATE"), obj, None)
         check(f"validation Job policy (celpy), pinned image and hostDir: {case}: {'admitted' if want else 'denied'}",
               got == want, "; ".join(why))
+
+
+def nf_request(operation, claim=("gpu-node-1",), name="dxdp-gpu-node-1"):
+    user_info = {"username": SERVICE_ACCOUNT, "uid": "u-1"}
+    if claim:
+        user_info["extra"] = {NODE_NAME_CLAIM: list(claim)}
+    return {"operation": operation, "namespace": NAMESPACE, "name": name,
+            "resource": {"group": "nfd.k8s-sigs.io", "version": "v1alpha1", "resource": "nodefeatures"},
+            "userInfo": user_info}
+
+
+def node_feature(node="gpu-node-1", name=None, labels=None):
+    """A NodeFeature object as dxdp writes it (cluster::nodefeature::apply_body) for `node`."""
+    meta = {"name": name or f"dxdp-{node}", "namespace": NAMESPACE, "resourceVersion": "7"}
+    if node is not None:
+        meta["labels"] = {"nfd.node.kubernetes.io/node-name": node}
+    return {"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature", "metadata": meta,
+            "spec": {"labels": labels if labels is not None else
+                     {"directx.microsoft.com/display.count": "1", "directx.microsoft.com/timestamp": "1764374400"}}}
+
+
+# (case, request, object, oldObject, admitted) for the NodeFeature policy.
+NODE_FEATURE_CASES = [
+    ("its own object created", nf_request("CREATE"), node_feature(), None, True),
+    ("its own object changed", nf_request("UPDATE"),
+     node_feature(labels={"directx.microsoft.com/display.count": "2"}), node_feature(), True),
+    ("its own object emptied (labels off)", nf_request("UPDATE"), node_feature(labels={}), node_feature(), True),
+    ("its own object deleted", nf_request("DELETE"), None, node_feature(), True),
+    ("another node's object name", nf_request("CREATE", name="dxdp-gpu-node-2"),
+     node_feature(node="gpu-node-2"), None, False),
+    ("its own name but another node-name label", nf_request("CREATE"),
+     node_feature(name="dxdp-gpu-node-1", node="gpu-node-2"), None, False),
+    ("its own object with the node-name label removed", nf_request("UPDATE"),
+     node_feature(name="dxdp-gpu-node-1", node=None), node_feature(), False),
+    ("its own object changed to another node-name label", nf_request("UPDATE"),
+     node_feature(name="dxdp-gpu-node-1", node="gpu-node-2"), node_feature(), False),
+    ("a token from another node writing this node's object", nf_request("UPDATE", claim=("gpu-node-2",)),
+     node_feature(), node_feature(), False),
+    ("a token from another node deleting this node's object", nf_request("DELETE", claim=("gpu-node-2",)),
+     None, node_feature(), False),
+    ("a token without the node-name claim", nf_request("CREATE", claim=()), node_feature(), None, False),
+    ("another object in the namespace (not dxdp-<node>)", nf_request("CREATE", name="gpu-node-1"),
+     node_feature(name="gpu-node-1"), None, False),
+    ("a label outside dxdp's prefix", nf_request("UPDATE"),
+     node_feature(labels={"node-role.kubernetes.io/control-plane": ""}), node_feature(), False),
+    ("the configuration selector label", nf_request("UPDATE"),
+     node_feature(labels={"directx.microsoft.com/device-plugin.config": "other"}), node_feature(), False),
+]
+
+
+def node_feature_cel_checks():
+    """nodeLabels.mode: nodefeature: the NodeFeature policy admits dxdp's writes of its own node's
+    object only (celpy)."""
+    pols, err = render_policies("--set", "nodeLabels.mode=nodefeature")
+    if not check("nodeLabels.mode=nodefeature renders the own-node and own-NodeFeature policies",
+                 pols and set(pols) == {POLICY_NODE, POLICY_NODE_FEATURE}, err or str(pols and sorted(pols))):
+        return
+    pol = pols[POLICY_NODE_FEATURE]
+    for case, request, obj, old, want in NODE_FEATURE_CASES:
+        got, why = admit(pol, request, obj, old)
+        check(f"own-NodeFeature policy (celpy): {case}: {'admitted' if want else 'denied'}, by a validation, not an error",
+              got == want and not any(w.startswith("error:") for w in why), "; ".join(why))
+    other = dict(nf_request("CREATE"), userInfo={"username": "system:serviceaccount:node-feature-discovery:nfd-worker"})
+    got, why = admit(pol, other, node_feature(node="gpu-node-2", name="dxdp-gpu-node-1"), None)
+    check("own-NodeFeature policy (celpy): another identity is not matched (left to RBAC)",
+          got and why == ["not matched"], str(why))
+    pols, err = render_policies("--set", "nodeLabels.mode=nodefeature", "--set", "nodeLabels.prefix=example.com/gpu-")
+    if check("the NodeFeature policy renders with nodeLabels.prefix", pols and POLICY_NODE_FEATURE in pols, err or ""):
+        for case, labels, want in [("a label under nodeLabels.prefix", {"example.com/gpu-display.count": "1"}, True),
+                                   ("a directx.microsoft.com/ label", {"directx.microsoft.com/display.count": "1"}, False)]:
+            got, why = admit(pols[POLICY_NODE_FEATURE], nf_request("CREATE"), node_feature(labels=labels), None)
+            check(f"own-NodeFeature policy (celpy), prefix example.com/gpu-: {case}: {'admitted' if want else 'denied'}",
+                  got == want, "; ".join(why))
 
 
 STARTUP_TAINT = {"key": "directx.microsoft.com/gpu-not-ready", "value": "true", "effect": "NoSchedule"}

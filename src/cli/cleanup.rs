@@ -1,7 +1,8 @@
 //! `dxdp cleanup --node NAME` / `--all`: takes off nodes what dxdp put on them (its labels, the
 //! isolation taint, its node conditions), for an uninstall or after a crash; given dxdp's
 //! namespace, first its DaemonSet (`--daemonset`: deleted, and waited for until its pods are
-//! gone, so that no running dxdp puts its labels back) and the validation Jobs there. Runs
+//! gone, so that no running dxdp puts its labels back), the validation Jobs there and the
+//! NodeFeature objects of `nodeLabels.mode: nodefeature` (dxdp-<node>). Runs
 //! anywhere with Kubernetes credentials (KUBECONFIG, ~/.kube/config, `--context`, or a pod's
 //! service account: the chart's pre-delete hook runs `dxdp cleanup --all --namespace NS
 //! --daemonset NAME`). `--dry-run` says what it would do and changes nothing.
@@ -25,8 +26,8 @@ pub(crate) struct CleanupArgs {
     /// Every node dxdp left something on (needs list on nodes).
     #[arg(long, conflicts_with = "nodes", required_unless_present = "nodes")]
     pub(crate) all: bool,
-    /// dxdp's namespace: its validation Jobs there are deleted (with `--node`, those of the
-    /// nodes named), and `--daemonset` is looked for there.
+    /// dxdp's namespace: its validation Jobs and NodeFeature objects there are deleted (with
+    /// `--node`, those of the nodes named), and `--daemonset` is looked for there.
     #[arg(short = 'n', long, value_name = "NAMESPACE")]
     pub(crate) namespace: Option<String>,
     /// dxdp's DaemonSet: deleted first, and waited for until its pods are gone (at most
@@ -92,6 +93,26 @@ pub(crate) fn run(args: &CleanupArgs) -> anyhow::Result<ExitCode> {
             Ok(names) if names.is_empty() => println!("validation jobs in {ns}: none"),
             Ok(names) => println!(
                 "validation jobs in {ns}: {} {} ({})",
+                if dry { "would delete" } else { "deleted" },
+                names.len(),
+                names.join(", ")
+            ),
+            Err(e) => {
+                failed += 1;
+                eprintln!("error: {e}");
+            }
+        }
+        let objects = runtime.block_on(async {
+            let names = cluster.node_features_to_clean(ns, only).await?;
+            if !dry {
+                cluster.delete_node_features(ns, &names).await?;
+            }
+            Ok::<_, String>(names)
+        });
+        match objects {
+            Ok(names) if names.is_empty() => println!("NodeFeature objects in {ns}: none"),
+            Ok(names) => println!(
+                "NodeFeature objects in {ns}: {} {} ({})",
                 if dry { "would delete" } else { "deleted" },
                 names.len(),
                 names.join(", ")

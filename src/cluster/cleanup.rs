@@ -8,8 +8,9 @@
 //! (docs/observability.md, health.md, isolation.md promise it). So an uninstall stops the
 //! daemons first ([`Cluster::stop_daemonset`]: the DaemonSet deleted in the foreground, which
 //! the API server completes only once every one of its pods is gone) and cleans after; the
-//! validation Jobs the daemons created go too ([`Cluster::validation_jobs_to_clean`]). Every part can be
-//! asked for without changing anything (`--dry-run`: [`planned`]).
+//! validation Jobs the daemons created go too ([`Cluster::validation_jobs_to_clean`]), and so do
+//! the NodeFeature objects of `nodeLabels.mode: nodefeature` ([`Cluster::node_features_to_clean`]).
+//! Every part can be asked for without changing anything (`--dry-run`: [`planned`]).
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
+use super::nodefeature::{object_name, NodeFeature, NODE_NAME_LABEL};
 use super::taint::TAINT_KEY;
 use super::{credentials, Cluster, Off, FIELD_MANAGER, VALIDATION_FIELD_MANAGER};
 use crate::util::errors::chain;
@@ -319,6 +321,78 @@ impl Cluster {
                 Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
                 Ok(Err(kube::Error::Api(s))) if s.code == 403 => errors.push(format!(
                     "{what}: {} (grant delete on jobs in {namespace})",
+                    s.message
+                )),
+                Ok(Err(e)) => errors.push(format!("{what}: {}", chain(&e))),
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+
+    /// The NodeFeature objects dxdp wrote in `namespace` (`nodeLabels.mode: nodefeature`: named
+    /// `dxdp-<node>` and labelled for that node), of the nodes in `nodes` only when given,
+    /// sorted; none when the API server does not serve NodeFeature. Needs `list` on
+    /// nodefeatures.nfd.k8s-sigs.io there.
+    pub async fn node_features_to_clean(
+        &self,
+        namespace: &str,
+        nodes: Option<&[String]>,
+    ) -> Result<Vec<String>, String> {
+        let api: Api<NodeFeature> = Api::namespaced(self.client(), namespace);
+        let what = format!("the NodeFeature objects in {namespace}");
+        let list = match tokio::time::timeout(self.timeout, api.list(&ListParams::default()))
+            .await
+            .map_err(|_| self.no_answer(&what))?
+        {
+            Ok(list) => list,
+            // Node Feature Discovery's CRDs are not installed: dxdp cannot have written any.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Vec::new()),
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                return Err(format!(
+                    "{what}: {} (grant list on nodefeatures.nfd.k8s-sigs.io in {namespace})",
+                    s.message
+                ))
+            }
+            Err(e) => return Err(format!("cannot list {what}: {}", chain(&e))),
+        };
+        let mut names: Vec<String> = list
+            .items
+            .iter()
+            .filter_map(|o| {
+                let name = o.metadata.name.as_deref()?;
+                let node = o.metadata.labels.as_ref()?.get(NODE_NAME_LABEL)?;
+                let wanted = nodes.is_none_or(|w| w.iter().any(|w| w == node));
+                (name == object_name(node) && wanted).then(|| name.to_string())
+            })
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Deletes the NodeFeature objects `names` in `namespace` (Node Feature Discovery then
+    /// removes the labels it applied from them). One already gone counts as deleted. Each is
+    /// tried; the error names every one that failed.
+    pub async fn delete_node_features(
+        &self,
+        namespace: &str,
+        names: &[String],
+    ) -> Result<(), String> {
+        let api: Api<NodeFeature> = Api::namespaced(self.client(), namespace);
+        let mut errors = Vec::new();
+        for name in names {
+            let what = format!("the NodeFeature {namespace}/{name}");
+            match tokio::time::timeout(self.timeout, api.delete(name, &DeleteParams::default()))
+                .await
+            {
+                Err(_) => errors.push(self.no_answer(&what)),
+                Ok(Ok(_)) => {}
+                Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
+                Ok(Err(kube::Error::Api(s))) if s.code == 403 => errors.push(format!(
+                    "{what}: {} (grant delete on nodefeatures.nfd.k8s-sigs.io in {namespace})",
                     s.message
                 )),
                 Ok(Err(e)) => errors.push(format!("{what}: {}", chain(&e))),

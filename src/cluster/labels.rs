@@ -7,7 +7,9 @@
 //!
 //! With `nodeLabels.mode: nodefeature` the set goes into this node's NodeFeature object
 //! (`super::nodefeature`) instead, for Node Feature Discovery to apply; the labels dxdp applied
-//! to the Node before are removed then (an empty apply), and the Node is not watched for edits.
+//! to the Node before are removed then (an empty apply), and the Node is not watched for edits;
+//! moving back to `node` mode in the same run deletes the object first. Every write is counted
+//! in `dxdp_node_labels_writes_total{target, result}` (`observe::label_metrics`).
 //!
 //! The timestamp label (`<prefix>timestamp`, Unix seconds) is set when the rest of the set
 //! changes, so that a refresh that changes nothing writes nothing; after a restart the old
@@ -21,6 +23,7 @@ use super::Cluster;
 use crate::config::file::LabelMode;
 use crate::config::{Config, NodeInfo};
 use crate::inventory::{Inventory, InventoryRx};
+use crate::observe::label_metrics::{LabelMetrics, WriteResult, WriteTarget};
 use crate::util::retry::{random, Backoff};
 use crate::util::task::Task;
 use dxdp_core::devices::{PerResource, Resource};
@@ -126,42 +129,91 @@ pub(crate) struct KeepLabels {
     pub(crate) backoff: Backoff,
     /// The daemon's namespace (`POD_NAMESPACE`): where the NodeFeature object goes.
     pub(crate) namespace: Option<String>,
+    /// Counts every write (`dxdp_node_labels_writes_total`).
+    pub(crate) metrics: LabelMetrics,
 }
 
 impl KeepLabels {
     /// Applies `full` to `target`; `Ok` when the target shows it afterwards. Moving to a
-    /// NodeFeature object first removes the labels dxdp applied to the Node (once: `cleared`).
+    /// NodeFeature object first removes the labels dxdp applied to the Node (once: `cleared`);
+    /// moving back to the Node first deletes the NodeFeature object written in the namespace
+    /// `left` (once). Every write is counted (`dxdp_node_labels_writes_total`).
     async fn apply(
         &self,
         target: &Target,
         cleared: &mut bool,
+        left: &mut Option<String>,
         full: &BTreeMap<String, String>,
     ) -> Result<(), String> {
         let cluster = &self.cluster;
+        let node = |result| self.metrics.count(WriteTarget::Node, result);
+        let feature = |result| self.metrics.count(WriteTarget::NodeFeature, result);
         match target {
-            Target::Node => match cluster.apply_labels(full).await {
-                Ok(after) if node_has(&after, full) => {
-                    *cleared = full.is_empty();
-                    Ok(())
+            Target::Node => {
+                if let Some(ns) = left.clone() {
+                    match cluster.delete_node_feature(&ns).await {
+                        Ok(deleted) => {
+                            feature(WriteResult::Ok);
+                            if deleted {
+                                tracing::info!(node = %cluster.node(), "nodeLabels.mode is node again: deleted the NodeFeature object {ns}/{}", super::nodefeature::object_name(cluster.node()));
+                            }
+                        }
+                        // No right to delete it (the chart grants it in nodefeature mode only):
+                        // not retried; `dxdp cleanup --namespace` deletes it.
+                        Err(e) if e.status == Some(403) => {
+                            feature(WriteResult::Forbidden);
+                            tracing::warn!("nodeLabels.mode is node again, but the NodeFeature object stays (Node Feature Discovery keeps applying its labels): {}; delete it with `dxdp cleanup --node {} --namespace {ns}`", e.message, cluster.node());
+                        }
+                        Err(e) => {
+                            feature(result_of(e.status, WriteTarget::NodeFeature));
+                            return Err(e.message);
+                        }
+                    }
+                    *left = None;
                 }
-                Ok(_) => Err(format!(
-                    "the API server accepted dxdp's labels for node {} but the Node does not show them (a mutating webhook or policy changed them?)",
-                    cluster.node()
-                )),
-                Err(e) => Err(e.to_string()),
-            },
+                match cluster.apply_labels(full).await {
+                    Ok(after) if node_has(&after, full) => {
+                        node(WriteResult::Ok);
+                        *cleared = full.is_empty();
+                        Ok(())
+                    }
+                    Ok(_) => {
+                        node(WriteResult::Error);
+                        Err(format!(
+                            "the API server accepted dxdp's labels for node {} but the Node does not show them (a mutating webhook or policy changed them?)",
+                            cluster.node()
+                        ))
+                    }
+                    Err(e) => {
+                        node(result_of(e.status, WriteTarget::Node));
+                        Err(e.to_string())
+                    }
+                }
+            }
             Target::NodeFeature(ns) => {
                 if !*cleared {
-                    cluster
-                        .apply_labels(&BTreeMap::new())
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    match cluster.apply_labels(&BTreeMap::new()).await {
+                        Ok(_) => node(WriteResult::Ok),
+                        Err(e) => {
+                            node(result_of(e.status, WriteTarget::Node));
+                            return Err(e.to_string());
+                        }
+                    }
                     *cleared = true;
                 }
-                let after = cluster.apply_node_feature(ns, full).await?;
+                let after = match cluster.apply_node_feature(ns, full).await {
+                    Ok(after) => after,
+                    Err(e) => {
+                        feature(result_of(e.status, WriteTarget::NodeFeature));
+                        return Err(e.message);
+                    }
+                };
+                *left = Some(ns.clone());
                 if &after == full {
+                    feature(WriteResult::Ok);
                     Ok(())
                 } else {
+                    feature(WriteResult::Error);
                     Err(format!(
                         "the API server accepted the NodeFeature object of node {} but its spec.labels differ (a mutating webhook or policy changed them?)",
                         cluster.node()
@@ -187,6 +239,16 @@ impl KeepLabels {
     }
 }
 
+/// The result label of a failed write answered with `status` (a 404 from NodeFeature: its CRD
+/// is missing; from the Node: an error like any other).
+fn result_of(status: Option<u16>, target: WriteTarget) -> WriteResult {
+    match (status, target) {
+        (Some(403), _) => WriteResult::Forbidden,
+        (Some(404), WriteTarget::NodeFeature) => WriteResult::CrdMissing,
+        _ => WriteResult::Error,
+    }
+}
+
 /// What was applied last.
 struct Applied {
     target: Target,
@@ -206,6 +268,9 @@ impl Task for KeepLabels {
         let mut applied: Option<Applied> = None;
         // The Node carries none of dxdp's labels (an empty set was applied to it).
         let mut cleared = false;
+        // The namespace of the NodeFeature object this run wrote (deleted on a move back to the
+        // Node).
+        let mut left: Option<String> = None;
         // The Node showed one of the applied labels with another value.
         let mut drifted = false;
         let mut node_open = true;
@@ -244,14 +309,16 @@ impl Task for KeepLabels {
                         }
                         .unwrap_or_else(now_seconds);
                         let full = stamped(&w, &stamp_key, &stamp);
-                        self.apply(&target, &mut cleared, &full).await.map(|()| {
-                            Some(Applied {
-                                target,
-                                set: w,
-                                stamp,
-                                full,
+                        self.apply(&target, &mut cleared, &mut left, &full)
+                            .await
+                            .map(|()| {
+                                Some(Applied {
+                                    target,
+                                    set: w,
+                                    stamp,
+                                    full,
+                                })
                             })
-                        })
                     }
                 }
             };

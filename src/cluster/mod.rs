@@ -77,6 +77,7 @@ pub(crate) fn node_tasks(
     node: watch::Sender<Option<NodeInfo>>,
     safety_poll: Duration,
     namespace: Option<String>,
+    metrics: crate::observe::label_metrics::LabelMetrics,
 ) -> Vec<TaskSpec> {
     let labels = labels::KeepLabels {
         cluster: cluster.clone(),
@@ -84,6 +85,7 @@ pub(crate) fn node_tasks(
         node: node.subscribe(),
         backoff: API_BACKOFF,
         namespace,
+        metrics,
     };
     let follow = node::FollowNode {
         cluster: cluster.clone(),

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, Cluster, FIELD_MANAGER};
@@ -91,6 +91,16 @@ pub(crate) fn apply_body(
 /// not installed).
 pub(crate) const NO_CRD: &str = "the API server does not serve nodefeatures.nfd.k8s-sigs.io (Node Feature Discovery's CRDs are not installed): install Node Feature Discovery (v0.14 or later, with its CRDs), or set nodeLabels.mode: node; retrying with backoff";
 
+/// A NodeFeature call that failed: the HTTP status the API server answered with (`None`: no
+/// answer) and what to tell people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failed {
+    /// The status (404: the CRD is not installed, 403: refused).
+    pub(crate) status: Option<u16>,
+    /// The error, with what to do.
+    pub(crate) message: String,
+}
+
 impl Cluster {
     fn node_features(&self, namespace: &str) -> Api<NodeFeature> {
         Api::namespaced(self.client.clone(), namespace)
@@ -103,7 +113,7 @@ impl Cluster {
         &self,
         namespace: &str,
         labels: &BTreeMap<String, String>,
-    ) -> Result<BTreeMap<String, String>, String> {
+    ) -> Result<BTreeMap<String, String>, Failed> {
         let body = apply_body(&self.node, namespace, labels);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let name = object_name(&self.node);
@@ -121,7 +131,7 @@ impl Cluster {
     pub(crate) async fn node_feature_labels(
         &self,
         namespace: &str,
-    ) -> Result<Option<BTreeMap<String, String>>, String> {
+    ) -> Result<Option<BTreeMap<String, String>>, Failed> {
         let name = object_name(&self.node);
         let api = self.node_features(namespace);
         self.call("read the NodeFeature object of", api.get_opt(&name))
@@ -129,15 +139,37 @@ impl Cluster {
             .map(|o| o.map(|o| o.spec.labels))
             .map_err(|e| explain(&e, namespace, &name))
     }
+
+    /// Deletes this node's NodeFeature object in `namespace`; `Ok(false)` when there is none (or
+    /// the API server does not serve NodeFeature: nothing can be left then either).
+    pub(crate) async fn delete_node_feature(&self, namespace: &str) -> Result<bool, Failed> {
+        let name = object_name(&self.node);
+        let api = self.node_features(namespace);
+        match self
+            .call(
+                "delete the NodeFeature object of",
+                api.delete(&name, &DeleteParams::default()),
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.status == Some(404) => Ok(false),
+            Err(e) => Err(explain(&e, namespace, &name)),
+        }
+    }
 }
 
 /// An error of a NodeFeature call, with what to do for a missing CRD (404) or permission (403).
-fn explain(e: &ApiError, namespace: &str, name: &str) -> String {
-    match e.status {
+fn explain(e: &ApiError, namespace: &str, name: &str) -> Failed {
+    let message = match e.status {
         Some(404) => format!("NodeFeature {namespace}/{name}: {NO_CRD}"),
         Some(403) => format!(
-            "{e} (NodeFeature {namespace}/{name}: the service account needs get, create and patch of nodefeatures.nfd.k8s-sigs.io in {namespace}: the chart grants them with nodeLabels.mode: nodefeature)"
+            "{e} (NodeFeature {namespace}/{name}: the service account needs get, create, patch and delete of nodefeatures.nfd.k8s-sigs.io in {namespace}, for its own node's object: the chart grants them with nodeLabels.mode: nodefeature, and its admission policy refuses other nodes' objects)"
         ),
         _ => format!("{e} (NodeFeature {namespace}/{name})"),
+    };
+    Failed {
+        status: e.status,
+        message,
     }
 }

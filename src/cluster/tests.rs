@@ -13,6 +13,7 @@ pub(crate) mod standin;
 use super::*;
 use crate::config::{Config, NodeInfo};
 use crate::inventory::{self, Inventory};
+use crate::observe::label_metrics::{LabelMetrics, WriteResult, WriteTarget};
 use crate::util::retry::Backoff;
 use crate::util::task::Task;
 use standin::ApiServerStandin;
@@ -149,6 +150,7 @@ async fn labels_are_added_changed_and_removed_with_server_side_apply() {
             node: node_rx,
             backoff: FAST,
             namespace: None,
+            metrics: Default::default(),
         }
         .run(),
     );
@@ -239,6 +241,7 @@ async fn a_custom_prefix_replaces_the_old_keys() {
             node: node_rx,
             backoff: FAST,
             namespace: None,
+            metrics: Default::default(),
         }
         .run(),
     );
@@ -270,6 +273,7 @@ async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
             node: node_rx,
             backoff: FAST,
             namespace: None,
+            metrics: Default::default(),
         }
         .run(),
     );
@@ -297,6 +301,7 @@ async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
             node: node_rx,
             backoff: FAST,
             namespace: None,
+            metrics: Default::default(),
         }
         .run(),
     );
@@ -341,6 +346,7 @@ async fn labels_are_applied_once_while_the_node_is_read_again_and_again() {
             node: node_rx,
             backoff: FAST,
             namespace: None,
+            metrics: Default::default(),
         }
         .run(),
     );
@@ -388,6 +394,7 @@ async fn the_node_is_followed_and_an_edited_label_is_put_back() {
             node: node_rx.clone(),
             backoff: FAST,
             namespace: None,
+            metrics: Default::default(),
         }
         .run(),
     );
@@ -622,16 +629,55 @@ fn keep(
     node: watch::Receiver<Option<NodeInfo>>,
     namespace: Option<&str>,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(
+    keep_counted(cluster, inventory, node, namespace).0
+}
+
+/// Whether `condition` (on a counter the task updates once the API server has answered) holds
+/// within `WAIT`, checked every 10 ms.
+async fn until(mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !condition() {
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
+}
+
+/// `keep`, with the counter of its writes (registered: `metrics_text` shows it as /metrics
+/// does).
+fn keep_counted(
+    cluster: Cluster,
+    inventory: watch::Receiver<Arc<Inventory>>,
+    node: watch::Receiver<Option<NodeInfo>>,
+    namespace: Option<&str>,
+) -> (
+    tokio::task::JoinHandle<()>,
+    LabelMetrics,
+    prometheus_client::registry::Registry,
+) {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = LabelMetrics::register(&mut registry);
+    let task = tokio::spawn(
         labels::KeepLabels {
             cluster,
             inventory,
             node,
             backoff: FAST,
             namespace: namespace.map(str::to_string),
+            metrics: metrics.clone(),
         }
         .run(),
-    )
+    );
+    (task, metrics, registry)
+}
+
+/// The OpenMetrics text of `registry`.
+fn metrics_text(registry: &prometheus_client::registry::Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text
 }
 
 #[tokio::test]
@@ -762,6 +808,8 @@ async fn without_the_crd_nodefeature_mode_retries_until_it_is_installed() {
         .apply_node_feature("gpu-system", &BTreeMap::new())
         .await
         .unwrap_err();
+    assert_eq!(err.status, Some(404));
+    let err = err.message;
     assert!(
         err.contains("Node Feature Discovery's CRDs are not installed")
             && err.contains("nodeLabels.mode: node"),
@@ -772,7 +820,8 @@ async fn without_the_crd_nodefeature_mode_retries_until_it_is_installed() {
     config.node_labels.mode = crate::config::file::LabelMode::Nodefeature;
     let (_inventory_tx, inventory_rx) = watch::channel(inventory(&facts, config));
     let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
-    let _task = keep(cluster, inventory_rx, node_rx, Some("gpu-system"));
+    let (_task, metrics, registry) =
+        keep_counted(cluster, inventory_rx, node_rx, Some("gpu-system"));
     let tries = |r: &[standin::Recorded]| {
         r.iter()
             .filter(|r| r.method == "PATCH" && r.path.contains("/nodefeatures/"))
@@ -781,12 +830,72 @@ async fn without_the_crd_nodefeature_mode_retries_until_it_is_installed() {
     // Retried (with backoff) while the CRD is missing ...
     assert!(api.wait_for(WAIT, |r, _| tries(r) >= 4).await);
     assert!(api.node_feature("gpu-system", "dxdp-n1").is_none());
+    // ... each try counted as crd_missing (the Node's emptying apply, once, as ok) ...
+    assert!(until(|| metrics.get(WriteTarget::NodeFeature, WriteResult::CrdMissing) >= 4).await);
+    assert_eq!(metrics.get(WriteTarget::NodeFeature, WriteResult::Ok), 0);
+    assert_eq!(metrics.get(WriteTarget::Node, WriteResult::Ok), 1);
     // ... and written once it is there.
     api.install_crd(&node_feature_crd());
     assert!(
         api.wait_for_node_feature(WAIT, "gpu-system", "dxdp-n1")
             .await
     );
+    assert!(until(|| metrics.get(WriteTarget::NodeFeature, WriteResult::Ok) == 1).await);
+    // As /metrics shows it: the one write of each target, no other result; the failed tries
+    // as crd_missing (as many as were made before the CRD came: at least 4).
+    let text = metrics_text(&registry);
+    let missing = metrics.get(WriteTarget::NodeFeature, WriteResult::CrdMissing);
+    assert!(missing >= 4, "{missing}");
+    let missing_line = format!(
+        "dxdp_node_labels_writes_total{{target=\"nodefeature\",result=\"crd_missing\"}} {missing}"
+    );
+    for line in [
+        "dxdp_node_labels_writes_total{target=\"nodefeature\",result=\"ok\"} 1",
+        "dxdp_node_labels_writes_total{target=\"nodefeature\",result=\"error\"} 0",
+        "dxdp_node_labels_writes_total{target=\"nodefeature\",result=\"forbidden\"} 0",
+        "dxdp_node_labels_writes_total{target=\"node\",result=\"ok\"} 1",
+        "dxdp_node_labels_writes_total{target=\"node\",result=\"error\"} 0",
+        "dxdp_node_labels_writes_total{target=\"node\",result=\"crd_missing\"} 0",
+        "dxdp_node_labels_writes_total{target=\"node\",result=\"forbidden\"} 0",
+        missing_line.as_str(),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in {text}");
+    }
+}
+
+#[tokio::test]
+async fn back_to_node_mode_deletes_the_nodefeature_object() {
+    let api = ApiServerStandin::start("n1", &[]).await.unwrap();
+    api.install_crd(&node_feature_crd());
+    let cluster = Cluster::at_url(&api.url(), "n1").unwrap();
+    let facts = fixture("nvidia-multi-gpu.yaml");
+    let mut config = Config::default();
+    config.node_labels.mode = crate::config::file::LabelMode::Nodefeature;
+    let (inventory_tx, inventory_rx) = watch::channel(inventory(&facts, config.clone()));
+    let (_node_tx, node_rx) = watch::channel(None::<NodeInfo>);
+    let (_task, metrics, _registry) =
+        keep_counted(cluster, inventory_rx, node_rx, Some("gpu-system"));
+    assert!(
+        api.wait_for_node_feature(WAIT, "gpu-system", "dxdp-n1")
+            .await
+    );
+    config.node_labels.mode = crate::config::file::LabelMode::Node;
+    inventory_tx.send_replace(inventory(&facts, config));
+    // The object is deleted, then the labels go onto the Node.
+    let deleted = |r: &[standin::Recorded]| {
+        r.iter().any(|r| {
+            r.method == "DELETE"
+                && r.path
+                    == "/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/gpu-system/nodefeatures/dxdp-n1"
+        })
+    };
+    assert!(api.wait_for(WAIT, |r, _| deleted(r)).await);
+    applies_reach(&api, 3).await;
+    assert!(api.node_feature("gpu-system", "dxdp-n1").is_none());
+    assert_eq!(no_stamp(&api.labels()), four_t4("1"));
+    // Node: the emptying apply and the labels; NodeFeature: the apply and the delete.
+    assert!(until(|| metrics.get(WriteTarget::Node, WriteResult::Ok) == 2).await);
+    assert_eq!(metrics.get(WriteTarget::NodeFeature, WriteResult::Ok), 2);
 }
 
 #[test]

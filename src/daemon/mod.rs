@@ -375,6 +375,7 @@ impl Daemon {
                     .get(crate::validation::task::NAMESPACE_VAR)
                     .filter(|n| !n.trim().is_empty())
                     .cloned(),
+                ctx.observe.metrics.labels().clone(),
             ));
         }
         specs.extend(telemetry);

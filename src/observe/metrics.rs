@@ -153,6 +153,8 @@ struct Inner {
     validation: super::validation::ValidationMetrics,
     /// The startup taint and remediation (`observe::remediation_metrics`).
     remediation: super::remediation_metrics::RemediationMetrics,
+    /// The node labels' writes (`observe::label_metrics`).
+    labels: super::label_metrics::LabelMetrics,
 }
 
 /// The metrics of one daemon. Clones share the same values.
@@ -296,6 +298,7 @@ impl Metrics {
         let device_health = super::device_health::HealthMetrics::register(&mut registry);
         let validation = super::validation::ValidationMetrics::register(&mut registry);
         let remediation = super::remediation_metrics::RemediationMetrics::register(&mut registry);
+        let labels = super::label_metrics::LabelMetrics::register(&mut registry);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -323,6 +326,7 @@ impl Metrics {
                 device_health,
                 validation,
                 remediation,
+                labels,
             }),
         }
     }
@@ -471,6 +475,11 @@ impl Metrics {
     /// The startup taint's and remediation's metrics.
     pub fn remediation(&self) -> &super::remediation_metrics::RemediationMetrics {
         &self.inner.remediation
+    }
+
+    /// The node labels' write counter.
+    pub(crate) fn labels(&self) -> &super::label_metrics::LabelMetrics {
+        &self.inner.labels
     }
 
     /// The in-cluster validation's metrics.

@@ -15,6 +15,7 @@ pub(crate) mod endpoint;
 pub mod event_metrics;
 pub mod http;
 pub mod isolation_metrics;
+pub(crate) mod label_metrics;
 pub mod metrics;
 pub mod overuse_metrics;
 pub(crate) mod podinfo;

@@ -2,7 +2,8 @@
 //! labels dxdp's field manager owns, the isolation taint and dxdp's node conditions, and leaves
 //! everything else (labels, taints and conditions of others) as it was. Given dxdp's namespace
 //! and DaemonSet it first stops the DaemonSet and waits until its pods are gone (a running dxdp
-//! puts its labels back, `daemon`), and deletes the validation Jobs; `--dry-run` changes
+//! puts its labels back, `daemon`), and deletes the validation Jobs and dxdp's NodeFeature
+//! objects; `--dry-run` changes
 //! nothing; `--context` picks the kubeconfig context.
 
 use crate::apiserver;
@@ -288,6 +289,7 @@ async fn a_dry_run_says_what_it_would_remove_and_changes_nothing() {
         stdout,
         "daemonset dxdp-system/dxdp: would be deleted, and its pods waited for (at most 60 s)\n\
          validation jobs in dxdp-system: would delete 2 (dxdp-validate-gpu-node-1-1764028800, dxdp-validate-gpu-node-2-1764028801)\n\
+         NodeFeature objects in dxdp-system: none\n\
          node gpu-node-1: would remove 2 labels (directx.microsoft.com/display.count, directx.microsoft.com/vendor), the taint directx.microsoft.com/isolation-violation, the conditions DirectXGPUHealthy\n"
     );
     // Reads only.
@@ -301,6 +303,67 @@ async fn a_dry_run_says_what_it_would_remove_and_changes_nothing() {
     assert_eq!(api.labels().len(), 3, "{:?}", api.labels());
     assert_eq!(api.taints().len(), 1);
     assert_eq!(api.conditions().len(), 2);
+}
+
+/// A NodeFeature object for `node` named `name` (dxdp names its own `dxdp-<node>`).
+fn node_feature(name: &str, node: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+        "kind": "NodeFeature",
+        "metadata": {"name": name, "namespace": "dxdp-system",
+                     "labels": {"nfd.node.kubernetes.io/node-name": node}},
+        "spec": {"labels": {"directx.microsoft.com/display.count": "1"}},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_deletes_dxdp_nodefeature_objects_of_the_nodes_named_only() {
+    let api = ApiServerStandin::start("gpu-node-1", &[]).await.unwrap();
+    api.install_crd(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/crds/nfd-nodefeature.yaml"),
+        )
+        .unwrap(),
+    );
+    api.add_node_feature("dxdp-system", node_feature("dxdp-gpu-node-1", "gpu-node-1"));
+    api.add_node_feature("dxdp-system", node_feature("dxdp-gpu-node-2", "gpu-node-2"));
+    // Not dxdp's: another writer's object for the node, and a name that is not the node's.
+    api.add_node_feature("dxdp-system", node_feature("gfd-gpu-node-1", "gpu-node-1"));
+    api.add_node_feature("dxdp-system", node_feature("dxdp-gpu-node-3", "gpu-node-1"));
+    let (_dir, kubeconfig) = kubeconfig_of(&api);
+    let out = dxdp_cleanup(
+        &kubeconfig,
+        &["--node", "gpu-node-1", "--namespace", "dxdp-system"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout,
+        "validation jobs in dxdp-system: none\n\
+         NodeFeature objects in dxdp-system: deleted 1 (dxdp-gpu-node-1)\n\
+         node gpu-node-1: nothing of dxdp's was left\n"
+    );
+    assert!(api.node_feature("dxdp-system", "dxdp-gpu-node-1").is_none());
+    for left in ["dxdp-gpu-node-2", "gfd-gpu-node-1", "dxdp-gpu-node-3"] {
+        assert!(api.node_feature("dxdp-system", left).is_some(), "{left}");
+    }
+    // --all (the uninstall hook): every node's, here as a dry run.
+    let out = dxdp_cleanup(
+        &kubeconfig,
+        &["--all", "--namespace", "dxdp-system", "--dry-run"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "validation jobs in dxdp-system: none\n\
+         NodeFeature objects in dxdp-system: would delete 1 (dxdp-gpu-node-2)\n\
+         no node has labels, taints or conditions of dxdp's\n"
+    );
+    assert!(api.node_feature("dxdp-system", "dxdp-gpu-node-2").is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -332,6 +395,7 @@ async fn cleanup_of_named_nodes_deletes_their_validation_jobs_only() {
     assert_eq!(
         stdout,
         "validation jobs in dxdp-system: deleted 1 (dxdp-validate-gpu-node-1-1764028800)\n\
+         NodeFeature objects in dxdp-system: none\n\
          node gpu-node-1: nothing of dxdp's was left\n"
     );
     let left: Vec<String> = api
@@ -424,6 +488,7 @@ async fn a_daemonset_whose_pods_do_not_go_is_waited_for_at_most_wait_then_the_no
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "validation jobs in dxdp-system: none\n\
+         NodeFeature objects in dxdp-system: none\n\
          node gpu-node-1: removed 1 label (directx.microsoft.com/vendor)\n"
     );
     assert!(
@@ -458,6 +523,7 @@ async fn a_daemonset_whose_pods_do_not_go_is_waited_for_at_most_wait_then_the_no
             Some(0),
             "daemonset dxdp-system/dxdp: not found\n\
              validation jobs in dxdp-system: none\n\
+             NodeFeature objects in dxdp-system: none\n\
              node gpu-node-1: nothing of dxdp's was left\n"
                 .into()
         )
@@ -696,6 +762,7 @@ mod daemon {
             format!(
                 "daemonset dxdp-system/dxdp: deleted, its pods are gone\n\
                  validation jobs in dxdp-system: deleted 1 (dxdp-validate-gpu-node-1-1764028800)\n\
+                 NodeFeature objects in dxdp-system: none\n\
                  node gpu-node-1: removed {} labels ({}), the taint {TAINT}, the conditions DirectXGPUHealthy, DirectXGPUIsolation\n",
                 labels.len(),
                 labels.join(", ")

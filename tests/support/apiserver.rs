@@ -482,6 +482,20 @@ impl ApiServerStandin {
         self.shared.lock().job_pod = pod;
     }
 
+    /// Adds a NodeFeature object in `namespace` as another client would (served after
+    /// `install_crd`).
+    pub fn add_node_feature(&self, namespace: &str, object: serde_json::Value) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("a NodeFeature object has metadata.name")
+            .to_string();
+        let mut s = self.shared.lock();
+        s.node_features
+            .insert(format!("{namespace}/{name}"), object);
+        drop(s);
+        self.shared.changed.notify_waiters();
+    }
+
     /// Adds a Job as if a daemon had created it (listed and deleted like the ones created).
     pub fn add_job(&self, job: serde_json::Value) {
         self.shared.lock().jobs.push(job);
@@ -1217,9 +1231,9 @@ fn watch(shared: &Arc<Shared>, q: &BTreeMap<String, String>) -> Response<Body> {
     r
 }
 
-/// NodeFeature objects: `GET` and server-side apply of
-/// `/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{ns}/nodefeatures/{name}`, 404 before the CRD is
-/// installed.
+/// NodeFeature objects: `GET`, `DELETE` and server-side apply of
+/// `/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{ns}/nodefeatures/{name}`, and the list of
+/// `.../namespaces/{ns}/nodefeatures`; 404 before the CRD is installed.
 fn node_features(
     s: &mut State,
     method: &Method,
@@ -1235,6 +1249,30 @@ fn node_features(
         );
     };
     let rest = path.trim_start_matches("/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/");
+    if let Some(namespace) = rest.strip_suffix("/nodefeatures") {
+        if *method != Method::GET || namespace.is_empty() || namespace.contains('/') {
+            return status(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "only list is supported here",
+            );
+        }
+        // A list of the namespace's objects (no selectors: dxdp sends none).
+        let items: Vec<serde_json::Value> = s
+            .node_features
+            .iter()
+            .filter(|(k, _)| k.split_once('/').is_some_and(|(ns, _)| ns == namespace))
+            .map(|(_, o)| o.clone())
+            .collect();
+        return full(
+            StatusCode::OK,
+            &serde_json::json!({
+                "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+                "kind": "NodeFeatureList",
+                "metadata": {"resourceVersion": s.version.to_string()},
+                "items": items,
+            }),
+        );
+    }
     let Some((namespace, name)) = rest
         .split_once("/nodefeatures/")
         .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
@@ -1251,10 +1289,23 @@ fn node_features(
             ),
         };
     }
+    if *method == Method::DELETE {
+        return match s.node_features.remove(&key) {
+            // As the API server answers the delete of a custom resource: the object.
+            Some(o) => {
+                s.version += 1;
+                full(StatusCode::OK, &o)
+            }
+            None => status(
+                StatusCode::NOT_FOUND,
+                &format!("nodefeatures.nfd.k8s-sigs.io \"{name}\" not found"),
+            ),
+        };
+    }
     if *method != Method::PATCH || content_type != Some("application/apply-patch+yaml") {
         return status(
             StatusCode::METHOD_NOT_ALLOWED,
-            "only get and server-side apply are supported",
+            "only get, list, delete and server-side apply are supported",
         );
     }
     if q.get("fieldManager").is_none_or(|m| m.is_empty()) {
