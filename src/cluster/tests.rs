@@ -55,7 +55,8 @@ fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 /// The labels of tests/fixtures/nvidia-multi-gpu.yaml (four Tesla T4, 10de:1eb8, 16106127360
-/// bytes each, driver 31.0.15.2824), written out by hand from the fixture; without the timestamp.
+/// bytes each, driver 31.0.15.2824, D3D12 feature level 12_1), written out by hand from the
+/// fixture; without the timestamp.
 fn four_t4(replicas: &str) -> BTreeMap<String, String> {
     let p = "directx.microsoft.com/";
     let (product, strategy) = if replicas == "1" {
@@ -68,6 +69,7 @@ fn four_t4(replicas: &str) -> BTreeMap<String, String> {
         ("display.family", "turing"),
         ("display.memory", "15360"),
         ("display.wddm-version", "3.1"),
+        ("display.d3d12-feature-level", "12_1"),
         ("display.sharing-strategy", strategy),
         ("display.replicas", replicas),
         ("family", "turing"),
