@@ -275,8 +275,8 @@ async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
         }
         .run(),
     );
-    // 12 original labels, 9 new ones, the timestamp and team.
-    assert!(api.wait_for(WAIT, |_, l| l.len() == 23).await);
+    // 12 original labels, 10 new ones, the timestamp and team.
+    assert!(api.wait_for(WAIT, |_, l| l.len() == 24).await);
     assert_eq!(api.patches().len(), 4, "three failures, then success");
     assert_eq!(no_stamp(&api.labels()), {
         let mut all = four_t4("1");
