@@ -181,6 +181,12 @@ fn device_text(out: &mut String, index: usize, d: &Device) {
                 .unwrap_or_else(|| "(unknown)".into()),
         ),
         ("Memory", memory_text(d.dedicated_memory_bytes)),
+        (
+            "D3D12 level",
+            d.d3d12_feature_level
+                .clone()
+                .unwrap_or_else(|| "(unknown)".into()),
+        ),
         ("Integrated", yes_no(d.is_integrated).into()),
         ("Detachable", yes_no(d.is_detachable).into()),
         (

@@ -56,7 +56,8 @@ fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 /// The labels of tests/fixtures/nvidia-multi-gpu.yaml (four Tesla T4, 10de:1eb8, 16106127360
-/// bytes each, driver 31.0.15.2824), written out by hand from the fixture; without the timestamp.
+/// bytes each, driver 31.0.15.2824, D3D12 feature level 12_1), written out by hand from the
+/// fixture; without the timestamp.
 fn four_t4(replicas: &str) -> BTreeMap<String, String> {
     let p = "directx.microsoft.com/";
     let (product, strategy) = if replicas == "1" {
@@ -69,6 +70,7 @@ fn four_t4(replicas: &str) -> BTreeMap<String, String> {
         ("display.family", "turing"),
         ("display.memory", "15360"),
         ("display.wddm-version", "3.1"),
+        ("display.d3d12-feature-level", "12_1"),
         ("display.sharing-strategy", strategy),
         ("display.replicas", replicas),
         ("family", "turing"),
@@ -277,8 +279,8 @@ async fn api_errors_are_retried_and_labels_off_removes_only_dxdp_labels() {
         }
         .run(),
     );
-    // 12 original labels, 9 new ones, the timestamp and team.
-    assert!(api.wait_for(WAIT, |_, l| l.len() == 23).await);
+    // 12 original labels, 10 new ones, the timestamp and team.
+    assert!(api.wait_for(WAIT, |_, l| l.len() == 24).await);
     assert_eq!(api.patches().len(), 4, "three failures, then success");
     assert_eq!(no_stamp(&api.labels()), {
         let mut all = four_t4("1");

@@ -156,6 +156,9 @@ pub struct Device {
     pub driver_store_path: Option<String>,
     /// Dedicated adapter memory in bytes.
     pub dedicated_memory_bytes: u64,
+    /// The highest Direct3D 12 feature level the adapter supports (`12_1`), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub d3d12_feature_level: Option<String>,
     /// Integrated adapter.
     pub is_integrated: bool,
     /// Detachable adapter.

@@ -128,6 +128,16 @@ pub struct AdapterFacts {
     /// the adapter to its device node when no node reports the adapter's LUID.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter_address: Option<PciLocation>,
+    /// The highest Direct3D 12 feature level the adapter supports, as D3D writes it (`12_1`;
+    /// 11_0 to 12_2 are asked about): `CheckFeatureSupport(D3D12_FEATURE_FEATURE_LEVELS)` on a
+    /// device created at 11_0. Absent when unknown (no D3D12, a compute-only adapter, a device
+    /// that could not be created).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "feature_level"
+    )]
+    pub d3d12_feature_level: Option<String>,
     /// DXCore properties the adapter does not support (`IsPropertySupported` said no): their
     /// fields above hold defaults (false, 0, empty) that mean "unknown", not a reported value.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -172,6 +182,18 @@ impl AdapterProperty {
     }
 }
 
+/// A `d3d12FeatureLevel`: a feature level name, else an error that says how to write one.
+fn feature_level<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let name = String::deserialize(d)?;
+    match crate::validation::parse_feature_level(&name) {
+        Some(_) => Ok(Some(name)),
+        None => Err(serde::de::Error::custom(format!(
+            "{} is not a D3D12 feature level: write it as D3D does, e.g. 12_1",
+            crate::quote::quote(&name)
+        ))),
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -193,6 +215,7 @@ impl AdapterFacts {
             driver_store_path: None,
             pnp: None,
             adapter_address: None,
+            d3d12_feature_level: None,
             unsupported_properties: Vec::new(),
             read_errors: Vec::new(),
         }

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use crate::devices::{Device, Discovery, PerResource, Resource};
 use crate::families::{self, ModelId};
 use crate::sharing::{Sharing, Strategy};
+use crate::validation::parse_feature_level;
 
 /// The default label key prefix.
 pub const DEFAULT_PREFIX: &str = "directx.microsoft.com/";
@@ -80,6 +81,9 @@ pub struct LabelSettings {
 /// changed (GPU Feature Discovery's `gfd.timestamp`). The daemon sets it, not [`all_labels`].
 pub const TIMESTAMP: &str = "timestamp";
 
+/// The name (after `<class>.` or `<class>.<vendor>-<device>.`) of the D3D12 feature level labels.
+pub const FEATURE_LEVEL: &str = "d3d12-feature-level";
+
 /// The suffix of the product labels of a shared GPU class, as GPU Feature Discovery writes it.
 pub const SHARED_SUFFIX: &str = "-SHARED";
 
@@ -108,10 +112,11 @@ pub fn wddm_version(driver_version: &str) -> Option<String> {
 /// The GPU Feature Discovery-style labels (see the module's documentation): per served GPU
 /// class with devices, the largest device's product (with [`SHARED_SUFFIX`] when the class is
 /// shared), family, memory in MiB and WDDM version, and the class's sharing strategy (and
-/// replicas when time-sliced); node-wide the same of the largest device, and the machine type;
-/// on a node whose served GPUs are of more than one model (PCI vendor and device ID), per class
-/// and model its count, product, family, smallest memory and WDDM version. A fact that is
-/// unknown gives no label.
+/// replicas when time-sliced), and the lowest D3D12 feature level of its devices; node-wide the
+/// same of the largest device, and the machine type; on a node whose served GPUs are of more than
+/// one model (PCI vendor and device ID), per class and model its count, product, family, smallest
+/// memory, WDDM version and lowest D3D12 feature level. A fact that is unknown gives no label
+/// (a feature level only when every device of the class or model reports one).
 pub fn model_labels(discovery: &Discovery, settings: &LabelSettings) -> BTreeMap<String, String> {
     let key = |name: &str| format!("{}{name}", settings.prefix);
     let mut labels = BTreeMap::new();
@@ -156,6 +161,9 @@ pub fn model_labels(discovery: &Discovery, settings: &LabelSettings) -> BTreeMap
             key(&format!("{class}.memory")),
             mib(largest.dedicated_memory_bytes),
         );
+        if let Some(l) = lowest_feature_level(&devices) {
+            labels.insert(key(&format!("{class}.{FEATURE_LEVEL}")), l);
+        }
         labels.insert(
             key(&format!("{class}.sharing-strategy")),
             sharing.strategy().as_str().into(),
@@ -183,6 +191,9 @@ pub fn model_labels(discovery: &Discovery, settings: &LabelSettings) -> BTreeMap
                 .min()
                 .unwrap_or(0);
             labels.insert(key(&format!("{name}memory")), mib(smallest));
+            if let Some(l) = lowest_feature_level(&of_model) {
+                labels.insert(key(&format!("{name}{FEATURE_LEVEL}")), l);
+            }
             if let Some(first) = of_model.first() {
                 describe(&mut labels, &name, first, sharing);
             }
@@ -212,6 +223,17 @@ fn largest<'a>(devices: &[&'a Device]) -> Option<&'a Device> {
         Some(b) if b.dedicated_memory_bytes >= d.dedicated_memory_bytes => Some(b),
         _ => Some(d),
     })
+}
+
+/// The lowest D3D12 feature level of `devices` (so that a selector on it never lands on a device
+/// below it); `None` when one of them has none (it may be below every other) or there are none.
+fn lowest_feature_level(devices: &[&Device]) -> Option<String> {
+    let mut lowest: Option<(u32, u32)> = None;
+    for d in devices {
+        let level = parse_feature_level(d.d3d12_feature_level.as_deref()?)?;
+        lowest = Some(lowest.map_or(level, |l| l.min(level)));
+    }
+    lowest.map(|(major, minor)| format!("{major}_{minor}"))
 }
 
 fn mib(bytes: u64) -> String {
@@ -360,7 +382,7 @@ pub fn check_prefix(prefix: &str) -> Result<(), String> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.'));
     // The longest name dxdp puts after the prefix (a per-model label).
-    let longest = "compute.10de-2236.wddm-version".len();
+    let longest = "compute.10de-2236.d3d12-feature-level".len();
     if !ok_start || name_start.len() + longest > 63 {
         return Err(format!(
             "{name_start:?} after the '/' must be letters, digits, '-', '_' or '.', start with a letter or digit, and leave room for {longest} more characters: use {allowed}"
@@ -394,6 +416,7 @@ mod tests {
             driver_version: "31.0.15.5222".into(),
             driver_store_path: None,
             dedicated_memory_bytes: mib * 1024 * 1024,
+            d3d12_feature_level: None,
             is_integrated: false,
             is_detachable: false,
             supports_display: r == Resource::Display,
@@ -547,9 +570,9 @@ mod tests {
         ] {
             assert!(check_prefix(bad).is_err(), "{bad}");
         }
-        // 63 characters minus the longest name, compute.10de-2236.wddm-version (30).
-        assert!(check_prefix(&format!("a.com/{}", "x".repeat(33))).is_ok());
-        assert!(check_prefix(&format!("a.com/{}", "x".repeat(34))).is_err());
+        // 63 characters minus the longest name, compute.10de-2236.d3d12-feature-level (37).
+        assert!(check_prefix(&format!("a.com/{}", "x".repeat(26))).is_ok());
+        assert!(check_prefix(&format!("a.com/{}", "x".repeat(27))).is_err());
     }
 
     fn with_model(mut d: Device, vendor_id: u32, device_id: u32, description: &str) -> Device {
@@ -683,6 +706,73 @@ mod tests {
     }
 
     #[test]
+    fn the_feature_level_labels_are_the_lowest_of_the_class_and_of_each_model() {
+        let level = |mut d: Device, l: Option<&str>| {
+            d.d3d12_feature_level = l.map(str::to_string);
+            d
+        };
+        let a100 = with_model(
+            device("0001", Resource::Display, 81920, &[]),
+            0x10de,
+            0x20b5,
+            "A100",
+        );
+        let a10 = with_model(
+            device("0002", Resource::Display, 23028, &[]),
+            0x10de,
+            0x2236,
+            "A10",
+        );
+        let npu = with_model(
+            device("0004", Resource::Compute, 4096, &[]),
+            0x1234,
+            0x0001,
+            "NPU",
+        );
+        let discovery = Discovery {
+            devices: vec![
+                level(a100.clone(), Some("12_1")),
+                level(a10.clone(), Some("12_2")),
+                level(with_model(a10.clone(), 0x10de, 0x2236, "A10"), Some("12_0")),
+                level(npu.clone(), None),
+            ],
+            ..Default::default()
+        };
+        let feature_levels = |labels: BTreeMap<String, String>| -> BTreeMap<String, String> {
+            labels
+                .into_iter()
+                .filter(|(k, _)| k.contains("d3d12"))
+                .collect()
+        };
+        assert_eq!(
+            feature_levels(model_labels(&discovery, &settings())),
+            labels(&[
+                ("display.d3d12-feature-level", "12_0"),
+                ("display.10de-20b5.d3d12-feature-level", "12_1"),
+                ("display.10de-2236.d3d12-feature-level", "12_0"),
+            ])
+        );
+        // One A10 whose level is unknown: neither the class nor the A10s have the label.
+        let discovery = Discovery {
+            devices: vec![
+                level(a100, Some("12_1")),
+                level(a10.clone(), Some("12_2")),
+                level(a10, None),
+                level(npu, Some("11_0")),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            feature_levels(model_labels(&discovery, &settings())),
+            labels(&[
+                ("display.10de-20b5.d3d12-feature-level", "12_1"),
+                ("compute.d3d12-feature-level", "11_0"),
+                ("compute.1234-0001.d3d12-feature-level", "11_0"),
+            ])
+        );
+    }
+
+    #[test]
     fn unknown_facts_give_no_label() {
         // An unknown model, a driver version that names no WDDM version, no machine type.
         let mut d = with_model(
@@ -751,6 +841,7 @@ mod tests {
             prop_assume!(check_prefix(&prefix).is_ok());
             let mut d = device("0001", Resource::Display, mib, &[("nvcuda.dll", true)]);
             d.description = description;
+            d.d3d12_feature_level = Some("12_2".into());
             let mut other = d.clone();
             other.id = "0003".into();
             other.device_id = 0xffff;

@@ -343,6 +343,28 @@ mod tests {
     }
 
     #[test]
+    fn the_feature_level_round_trips_and_a_bad_one_is_an_error() {
+        let adapter = "adapters:\n  - luid: 1\n    hardwareId: {vendorId: 1, deviceId: 1}\n    isHardware: true\n";
+        let doc = format!("{MINIMAL}{adapter}    d3d12FeatureLevel: '12_1'\n");
+        let facts = parse(&doc, "t.yaml").unwrap();
+        assert_eq!(
+            facts.adapters[0].d3d12_feature_level.as_deref(),
+            Some("12_1")
+        );
+        for format in [Format::Yaml, Format::Json] {
+            let text = write(&facts, format).unwrap();
+            assert_eq!(parse(&text, "w").unwrap(), facts, "{text}");
+        }
+        let doc = format!("{MINIMAL}{adapter}    d3d12FeatureLevel: '12.1'\n");
+        let err = parse(&doc, "t.yaml").unwrap_err().to_string();
+        assert!(err.contains("t.yaml:7:"), "{err}");
+        assert!(
+            err.contains("\"12.1\" is not a D3D12 feature level: write it as D3D does, e.g. 12_1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn hex_integers_are_accepted() {
         let doc = format!(
             "{MINIMAL}adapters:\n  - luid: -5\n    hardwareId: {{vendorId: 0x10DE, deviceId: 0x1EB8, subSysId: 0x12A210DE, revision: 0xA1}}\n    isHardware: true\n"

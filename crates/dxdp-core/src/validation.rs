@@ -409,6 +409,34 @@ pub fn feature_level_name(level: u32) -> String {
     }
 }
 
+/// The feature levels discovery asks D3D12 about (`D3D12_FEATURE_FEATURE_LEVELS`) on a device
+/// created at 11_0, lowest first: 11_0, 11_1, 12_0, 12_1, 12_2.
+pub const D3D12_FEATURE_LEVELS: [u32; 5] = [0xb000, 0xb100, 0xc000, 0xc100, 0xc200];
+
+/// The `d3d12FeatureLevel` fact for the level D3D12 answered (`MaxSupportedFeatureLevel`): its
+/// name (`12_1`) when it is one of [`D3D12_FEATURE_LEVELS`]; `None` for any other answer.
+pub fn d3d12_feature_level(max_supported: u32) -> Option<String> {
+    D3D12_FEATURE_LEVELS
+        .contains(&max_supported)
+        .then(|| feature_level_name(max_supported))
+}
+
+/// A feature level's name (`12_1`) as (major, minor), for ordering: one or two digits (not
+/// starting with 0), `_`, one digit. `None` for anything else (`1_0_CORE`, `12.1`).
+pub fn parse_feature_level(name: &str) -> Option<(u32, u32)> {
+    let (major, minor) = name.split_once('_')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(major)
+        || major.len() > 2
+        || major.starts_with('0')
+        || !digits(minor)
+        || minor.len() != 1
+    {
+        return None;
+    }
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
 /// `D3D_FEATURE_LEVEL_11_0`.
 pub const FEATURE_LEVEL_11_0: u32 = 0xb000;
 /// `D3D_FEATURE_LEVEL_1_0_CORE`: compute-only (MCDM) devices.
@@ -803,6 +831,40 @@ mod tests {
         assert_eq!(feature_level_name(FEATURE_LEVEL_11_0), "11_0");
         assert_eq!(feature_level_name(0xc100), "12_1");
         assert_eq!(feature_level_name(FEATURE_LEVEL_1_0_CORE), "1_0_CORE");
+    }
+
+    #[test]
+    fn d3d12_feature_level_facts_and_their_order() {
+        // D3D_FEATURE_LEVEL values from d3dcommon.h, written out.
+        for (value, want) in [
+            (0xb000, Some("11_0")),
+            (0xb100, Some("11_1")),
+            (0xc000, Some("12_0")),
+            (0xc100, Some("12_1")),
+            (0xc200, Some("12_2")),
+            (0xa100, None),
+            (0x1000, None),
+            (0xc300, None),
+            (0, None),
+        ] {
+            assert_eq!(d3d12_feature_level(value).as_deref(), want, "{value:#x}");
+        }
+        for (name, want) in [
+            ("11_0", Some((11, 0))),
+            ("12_2", Some((12, 2))),
+            ("9_3", Some((9, 3))),
+            ("1_0_CORE", None),
+            ("12.1", None),
+            ("12_", None),
+            ("_1", None),
+            ("012_1", None),
+            ("12_10", None),
+            ("123_1", None),
+            ("+1_0", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_feature_level(name), want, "{name:?}");
+        }
     }
 
     #[test]

@@ -254,6 +254,7 @@ fn adapter_facts(adapter: &IDXCoreAdapter, luid: i64) -> AdapterFacts {
         driver_store_path: None,
         pnp: None,
         adapter_address: None,
+        d3d12_feature_level: None,
         unsupported_properties: unsupported,
         read_errors: errors,
     }

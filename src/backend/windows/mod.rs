@@ -22,6 +22,7 @@ mod registry;
 mod sensors;
 pub(crate) mod telemetry;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -29,7 +30,7 @@ use std::time::{Duration, Instant};
 use windows::Win32::System::Registry::HKEY_LOCAL_MACHINE;
 
 use super::{HostFactsSource, SourceError, Wake};
-use dxdp_core::facts::{AdapterProperty, HostFacts, RegistryKey};
+use dxdp_core::facts::{AdapterProperty, Attribute, HostFacts, RegistryKey};
 use dxdp_core::pipeline::matching::AdapterMatch;
 use dxdp_core::pipeline::runtime_files::{CLASS_ROOT, SUBKEYS};
 
@@ -50,6 +51,9 @@ pub(crate) struct WindowsHost {
     node_errors: Mutex<Vec<String>>,
     /// How adapters were last matched to device nodes, logged when it changes.
     matches: Mutex<Vec<AdapterMatch>>,
+    /// The D3D12 feature level per adapter LUID and driver version, or why there is none:
+    /// found once (it creates a D3D12 device), not on every refresh.
+    feature_levels: Mutex<HashMap<(i64, String), Option<String>>>,
 }
 
 /// Logs which rule matched each adapter to its device node (the pipeline warns about unmatched
@@ -82,6 +86,46 @@ impl WindowsHost {
     pub(crate) fn new() -> Self {
         WindowsHost::default()
     }
+
+    /// Sets each D3D12 graphics adapter's feature level: asked of D3D12 once per LUID and driver
+    /// version (not while a driver update is in progress), logged once; a failure leaves it
+    /// absent.
+    fn fill_feature_levels(&self, facts: &mut HostFacts) {
+        let mut known = self
+            .feature_levels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        known.retain(|(luid, version), _| {
+            facts
+                .adapters
+                .iter()
+                .any(|a| a.luid == *luid && a.driver_version == *version)
+        });
+        for adapter in &mut facts.adapters {
+            if !adapter.is_hardware
+                || !adapter.has(Attribute::D3D12_GRAPHICS)
+                || adapter.driver_update_in_progress
+            {
+                continue;
+            }
+            let key = (adapter.luid, adapter.driver_version.clone());
+            let level = known.entry(key).or_insert_with(|| {
+                let name = adapter.driver_description.as_str();
+                let luid = dxdp_core::luid::label(adapter.luid);
+                match probe::feature_level(adapter.luid) {
+                    Ok(level) => {
+                        tracing::debug!("adapter {name:?} (LUID {luid}): D3D12 feature level {level}");
+                        Some(level)
+                    }
+                    Err(why) => {
+                        tracing::info!("adapter {name:?} (LUID {luid}): D3D12 feature level unknown, so no d3d12-feature-level label: {why}");
+                        None
+                    }
+                }
+            });
+            adapter.d3d12_feature_level = level.clone();
+        }
+    }
 }
 
 impl HostFactsSource for WindowsHost {
@@ -95,7 +139,7 @@ impl HostFactsSource for WindowsHost {
 
     fn load(&self) -> Result<HostFacts, SourceError> {
         *self.attempted_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        let (facts, session, node_errors, matches) = collect().map_err(|e| {
+        let (mut facts, session, node_errors, matches) = collect().map_err(|e| {
             SourceError::Unavailable(format!(
                 "cannot enumerate DirectX adapters ({e}); DXCore needs Windows 10 build 18936 or later (Windows Server 2022 or later for containers)"
             ))
@@ -115,6 +159,8 @@ impl HostFactsSource for WindowsHost {
             log_matches(&facts, &matches);
             *logged = matches;
         }
+        drop(logged);
+        self.fill_feature_levels(&mut facts);
         Ok(facts)
     }
 

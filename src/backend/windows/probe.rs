@@ -17,12 +17,12 @@ use windows::Win32::Graphics::Direct3D12::{
     ID3D12CommandAllocator, ID3D12CommandList, ID3D12CommandQueue, ID3D12Device, ID3D12Fence,
     ID3D12GraphicsCommandList, ID3D12Resource, D3D12_COMMAND_LIST_TYPE_COMPUTE,
     D3D12_COMMAND_QUEUE_DESC, D3D12_COMMAND_QUEUE_FLAG_NONE, D3D12_CPU_PAGE_PROPERTY_UNKNOWN,
-    D3D12_FENCE_FLAG_NONE, D3D12_HEAP_FLAG_NONE, D3D12_HEAP_PROPERTIES, D3D12_HEAP_TYPE,
-    D3D12_HEAP_TYPE_DEFAULT, D3D12_HEAP_TYPE_READBACK, D3D12_HEAP_TYPE_UPLOAD,
-    D3D12_MEMORY_POOL_UNKNOWN, D3D12_RANGE, D3D12_RESOURCE_DESC, D3D12_RESOURCE_DIMENSION_BUFFER,
-    D3D12_RESOURCE_FLAG_NONE, D3D12_RESOURCE_STATES, D3D12_RESOURCE_STATE_COMMON,
-    D3D12_RESOURCE_STATE_COPY_DEST, D3D12_RESOURCE_STATE_GENERIC_READ,
-    D3D12_TEXTURE_LAYOUT_ROW_MAJOR,
+    D3D12_FEATURE_DATA_FEATURE_LEVELS, D3D12_FEATURE_FEATURE_LEVELS, D3D12_FENCE_FLAG_NONE,
+    D3D12_HEAP_FLAG_NONE, D3D12_HEAP_PROPERTIES, D3D12_HEAP_TYPE, D3D12_HEAP_TYPE_DEFAULT,
+    D3D12_HEAP_TYPE_READBACK, D3D12_HEAP_TYPE_UPLOAD, D3D12_MEMORY_POOL_UNKNOWN, D3D12_RANGE,
+    D3D12_RESOURCE_DESC, D3D12_RESOURCE_DIMENSION_BUFFER, D3D12_RESOURCE_FLAG_NONE,
+    D3D12_RESOURCE_STATES, D3D12_RESOURCE_STATE_COMMON, D3D12_RESOURCE_STATE_COPY_DEST,
+    D3D12_RESOURCE_STATE_GENERIC_READ, D3D12_TEXTURE_LAYOUT_ROW_MAJOR,
 };
 use windows::Win32::Graphics::Dxgi::Common::{DXGI_FORMAT_UNKNOWN, DXGI_SAMPLE_DESC};
 use windows::Win32::Graphics::Dxgi::{
@@ -37,8 +37,9 @@ use super::error::WinError;
 use super::library::Library;
 use crate::backend::winparse::{utf16_to_string, wide};
 use dxdp_core::validation::{
-    amf_version, c_string, cuda_version, mismatches, nvenc_version, pattern, vulkan_version, Api,
-    ApiAnswer, D3d12Answer, MISMATCH_LIMIT,
+    amf_version, c_string, cuda_version, d3d12_feature_level, mismatches, nvenc_version, pattern,
+    vulkan_version, Api, ApiAnswer, D3d12Answer, D3D12_FEATURE_LEVELS, FEATURE_LEVEL_11_0,
+    MISMATCH_LIMIT,
 };
 
 /// A loaded DLL, never freed.
@@ -356,6 +357,69 @@ fn round_trip_on(
         step(&mut answer, what, why);
     }
     Ok(answer)
+}
+
+/// The highest D3D12 feature level (11_0 to 12_2) of the adapter with `luid`, for discovery's
+/// `d3d12FeatureLevel` fact: a device created at 11_0 on the adapter (found as for
+/// [`d3d12_round_trip`]), then `CheckFeatureSupport(D3D12_FEATURE_FEATURE_LEVELS)`. `Err` says
+/// why there is none (no such adapter, no `d3d12.dll`, no device at 11_0).
+pub(crate) fn feature_level(luid: i64) -> Result<String, String> {
+    feature_level_on(Library::load("dxcore.dll"), luid)
+}
+
+/// [`feature_level`] with the DXCore of `dxcore`.
+fn feature_level_on(dxcore: Result<Library, WinError>, luid: i64) -> Result<String, String> {
+    let (found, enumerator) = find_adapter(dxcore, luid)?;
+    let Some((adapter, _)) = found else {
+        return Err(format!("{enumerator} does not list the adapter"));
+    };
+    let d3d12 = Dll::system("d3d12.dll")?;
+    // SAFETY: the documented signature of D3D12CreateDevice.
+    let create: CreateDevice = unsafe { d3d12.get(c"D3D12CreateDevice") }
+        .map_err(|s| format!("d3d12.dll does not export {s}"))?;
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: a live adapter, a valid IID and out pointer.
+    let hr = unsafe {
+        create(
+            adapter.as_raw(),
+            D3D_FEATURE_LEVEL(FEATURE_LEVEL_11_0 as i32),
+            &ID3D12Device::IID,
+            &mut raw,
+        )
+    };
+    if hr.is_err() || raw.is_null() {
+        return Err(format!(
+            "D3D12CreateDevice at feature level 11_0: {}",
+            hresult_text(hr)
+        ));
+    }
+    // SAFETY: D3D12CreateDevice returned an owned ID3D12Device.
+    let device = unsafe { ID3D12Device::from_raw(raw) };
+    let levels = D3D12_FEATURE_LEVELS.map(|l| D3D_FEATURE_LEVEL(l as i32));
+    let mut data = D3D12_FEATURE_DATA_FEATURE_LEVELS {
+        NumFeatureLevels: levels.len() as u32,
+        pFeatureLevelsRequested: levels.as_ptr(),
+        MaxSupportedFeatureLevel: D3D_FEATURE_LEVEL(0),
+    };
+    // SAFETY: a live device; `data` and the levels it points to outlive the call, and the size
+    // is that of the structure D3D12_FEATURE_FEATURE_LEVELS takes.
+    unsafe {
+        device.CheckFeatureSupport(
+            D3D12_FEATURE_FEATURE_LEVELS,
+            (&mut data as *mut D3D12_FEATURE_DATA_FEATURE_LEVELS).cast(),
+            std::mem::size_of::<D3D12_FEATURE_DATA_FEATURE_LEVELS>() as u32,
+        )
+    }
+    .map_err(|e| {
+        format!(
+            "CheckFeatureSupport(D3D12_FEATURE_FEATURE_LEVELS): {}",
+            err_text(&e)
+        )
+    })?;
+    let max = data.MaxSupportedFeatureLevel.0 as u32;
+    d3d12_feature_level(max).ok_or_else(|| {
+        format!("CheckFeatureSupport(D3D12_FEATURE_FEATURE_LEVELS) answered the unknown level 0x{max:X}")
+    })
 }
 
 fn round_trip(
@@ -793,7 +857,7 @@ unsafe fn probe(api: Api, dll: &Dll) -> Result<ApiAnswer, ApiAnswer> {
 mod tests {
     use std::time::Duration;
 
-    use super::{round_trip_on, Library};
+    use super::{feature_level_on, round_trip_on, Library};
     use crate::backend::windows::error::WinError;
 
     /// The LUID tests/wine/dxcore-standin.c knows (0x00000007:0x0000D1CE).
@@ -837,6 +901,30 @@ mod tests {
         // The stand-in is no real adapter: D3D12CreateDevice, given it, refuses it.
         let (step, _) = answer.failed_step.expect("the stand-in has no device");
         assert_eq!(step, "D3D12CreateDevice");
+    }
+
+    #[test]
+    fn the_feature_level_of_an_adapter_without_a_device_is_none_with_why() {
+        let Some(dxcore) =
+            standin("the_feature_level_of_an_adapter_without_a_device_is_none_with_why")
+        else {
+            return;
+        };
+        // The stand-in is no real adapter: D3D12CreateDevice refuses it.
+        let why = feature_level_on(Ok(dxcore), STANDIN_LUID).expect_err("no device");
+        assert!(
+            why.starts_with("D3D12CreateDevice at feature level 11_0: "),
+            "{why}"
+        );
+        let Some(dxcore) =
+            standin("the_feature_level_of_an_adapter_without_a_device_is_none_with_why")
+        else {
+            return;
+        };
+        assert_eq!(
+            feature_level_on(Ok(dxcore), 0x1234),
+            Err("DXCore does not list the adapter".into())
+        );
     }
 
     #[test]

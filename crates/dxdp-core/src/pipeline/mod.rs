@@ -270,6 +270,7 @@ pub fn discover(facts: &HostFacts, config: &PipelineConfig) -> Discovery {
             driver_version: adapter.driver_version.clone(),
             driver_store_path: driver_store_path.clone(),
             dedicated_memory_bytes: adapter.dedicated_adapter_memory,
+            d3d12_feature_level: adapter.d3d12_feature_level.clone(),
             is_integrated: adapter.is_integrated,
             is_detachable: adapter.is_detachable,
             supports_display: classify::supports_display(adapter),
@@ -459,6 +460,7 @@ mod tests {
                 read_errors: Vec::new(),
             }),
             adapter_address: None,
+            d3d12_feature_level: None,
             unsupported_properties: Vec::new(),
             read_errors: Vec::new(),
         }
