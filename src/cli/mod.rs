@@ -370,6 +370,10 @@ fn read(inputs: &Inputs) -> Result<Resolved, String> {
 /// Parses arguments, runs the command and turns errors into a message and exit code 1 (3, "could
 /// not tell", for the checks: see [`exit`]).
 pub(crate) fn main() -> ExitCode {
+    // Discovery's one-shot D3D12 child (a variable, not a subcommand: nobody runs it by hand).
+    if let Some(code) = dxdp::backend::probe::feature_level_child() {
+        return code;
+    }
     let cli = Cli::parse();
     let error_code = exit::code(cli.command.error_code());
     if matches!(cli.command, Command::Plugin(_)) {

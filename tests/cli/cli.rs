@@ -1547,3 +1547,22 @@ fn the_crates_are_packaged_with_what_building_needs_and_no_fixtures() {
         );
     }
 }
+
+#[test]
+fn the_d3d12_feature_level_child_answers_before_any_argument_is_parsed() {
+    // Discovery starts dxdp with this variable and no arguments (src/backend/probe.rs); off
+    // Windows there is no D3D12 to ask.
+    let out = dxdp_env(&[], &[("DXDP_D3D12_FEATURE_LEVEL_OF", "5")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "D3D12 feature levels can be asked only on Windows\n"
+    );
+    let out = dxdp_env(&[], &[("DXDP_D3D12_FEATURE_LEVEL_OF", "gpu0")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "DXDP_D3D12_FEATURE_LEVEL_OF=\"gpu0\" is not an adapter LUID (a decimal number)\n"
+    );
+}

@@ -87,9 +87,9 @@ impl WindowsHost {
         WindowsHost::default()
     }
 
-    /// Sets each D3D12 graphics adapter's feature level: asked of D3D12 once per LUID and driver
-    /// version (not while a driver update is in progress), logged once; a failure leaves it
-    /// absent.
+    /// Sets each D3D12 graphics adapter's feature level: asked of D3D12, in a child process
+    /// (`super::probe::feature_level_in_child`), once per LUID and driver version (not while a
+    /// driver update is in progress), logged once; a failure leaves it absent.
     fn fill_feature_levels(&self, facts: &mut HostFacts) {
         let mut known = self
             .feature_levels
@@ -112,7 +112,7 @@ impl WindowsHost {
             let level = known.entry(key).or_insert_with(|| {
                 let name = adapter.driver_description.as_str();
                 let luid = dxdp_core::luid::label(adapter.luid);
-                match probe::feature_level(adapter.luid) {
+                match feature_level(adapter.luid) {
                     Ok(level) => {
                         tracing::debug!("adapter {name:?} (LUID {luid}): D3D12 feature level {level}");
                         Some(level)
@@ -286,6 +286,15 @@ fn collect() -> Result<(HostFacts, dxcore::Session, Vec<String>, Vec<AdapterMatc
         .filter(|p| Path::new(p).is_file())
         .collect();
     Ok((facts, session, node_errors, matches))
+}
+
+/// The feature level of the adapter `luid`, asked by this executable started as a feature-level
+/// child: never in the daemon's own process (a D3D12 device maps the driver's user-mode DLLs,
+/// and a hung or crashing driver must not stall discovery or end the daemon).
+fn feature_level(luid: i64) -> Result<String, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot name dxdp's own executable to ask D3D12: {e}"))?;
+    super::probe::feature_level_in_child(&exe, luid, super::probe::FEATURE_LEVEL_CHILD_LIMIT)
 }
 
 #[cfg(test)]
