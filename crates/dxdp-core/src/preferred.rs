@@ -95,16 +95,7 @@ pub fn select_one_gpu(
     must_include: &[String],
     size: i32,
 ) -> Vec<String> {
-    let owner: HashMap<&str, usize> = pool
-        .iter()
-        .enumerate()
-        .flat_map(|(d, dev)| dev.share_ids.iter().map(move |id| (id.as_str(), d)))
-        .collect();
-    let available: HashSet<&str> = available
-        .iter()
-        .map(String::as_str)
-        .filter(|id| owner.contains_key(id))
-        .collect();
+    let (owner, available) = index(pool, available);
     let mut chosen: Vec<&str> = Vec::new();
     let mut taken: HashSet<&str> = HashSet::new();
     for id in must_include {
@@ -161,16 +152,7 @@ pub fn select(
     must_include: &[String],
     size: i32,
 ) -> Vec<String> {
-    let owner: HashMap<&str, usize> = pool
-        .iter()
-        .enumerate()
-        .flat_map(|(d, dev)| dev.share_ids.iter().map(move |id| (id.as_str(), d)))
-        .collect();
-    let available: HashSet<&str> = available
-        .iter()
-        .map(String::as_str)
-        .filter(|id| owner.contains_key(id))
-        .collect();
+    let (owner, available) = index(pool, available);
     // Per device: its available IDs in advertising order, and its replicas in use.
     let mut free: Vec<Vec<&str>> = vec![Vec::new(); pool.len()];
     let mut seen: HashSet<&str> = HashSet::new();
@@ -269,6 +251,25 @@ pub fn select(
         need -= n;
     }
     chosen.into_iter().map(String::from).collect()
+}
+
+/// Which device owns each advertised ID, and the available IDs the pool knows (unknown ones
+/// are ignored).
+fn index<'a>(
+    pool: &'a [PoolDevice],
+    available: &'a [String],
+) -> (HashMap<&'a str, usize>, HashSet<&'a str>) {
+    let owner: HashMap<&str, usize> = pool
+        .iter()
+        .enumerate()
+        .flat_map(|(d, dev)| dev.share_ids.iter().map(move |id| (id.as_str(), d)))
+        .collect();
+    let available: HashSet<&str> = available
+        .iter()
+        .map(String::as_str)
+        .filter(|id| owner.contains_key(id))
+        .collect();
+    (owner, available)
 }
 
 /// Moves the first `n` IDs of `free` not yet taken to `chosen`.
